@@ -1,0 +1,23 @@
+"""graphdbg: capture the FX graphs a torch.compile backend fails on, and replay them offline.
+
+    >>> import graphdbg
+    >>> compiled = torch.compile(model, backend=graphdbg.capture("inductor", dump_dir="dumps"))
+    >>> dump = graphdbg.load("dumps/rank0/g0-compile_error-1a2b3c4d")
+    >>> case = dump.case()          # the GraphModule and its inputs, on this machine
+    >>> dump.nodes()                # a pandas table of the graph
+"""
+
+__version__ = "0.1.0"
+
+from graphdbg.capture import capture  # noqa: E402
+from graphdbg.errors import DumpError, GraphdbgError, GraphSourceError  # noqa: E402
+
+
+def load(path):
+    """Load a dump folder (or a printed graph file) as a :class:`~graphdbg.replay.dump.Dump`."""
+    from graphdbg.replay.dump import load as _load
+
+    return _load(path)
+
+
+__all__ = ["capture", "load", "GraphdbgError", "DumpError", "GraphSourceError", "__version__"]

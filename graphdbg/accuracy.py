@@ -1,0 +1,107 @@
+"""Do two runs' outputs agree? Dtype-aware tolerances, NaN-aware, one verdict per output.
+
+    >>> bad = compare_outputs((torch.ones(3),), (torch.ones(3) * 2,))
+    >>> bad[0].index, bad[0].max_abs_error
+    (0, 1.0)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+# (rtol, atol) by dtype: ten times torch.testing's defaults, because a compiler's reordering
+# and fusion alone move results by several ulps; a real bug is usually far beyond that.
+TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float64: (1e-7, 1e-7),
+    torch.float32: (1.3e-5, 1e-4),
+    torch.float16: (5e-3, 5e-4),
+    torch.bfloat16: (3.2e-2, 1e-3),
+    torch.complex64: (1.3e-5, 1e-4),
+    torch.complex128: (1e-7, 1e-7),
+}
+for _name in ("float8_e4m3fn", "float8_e5m2"):
+    if hasattr(torch, _name):
+        TOLERANCES[getattr(torch, _name)] = (0.25, 0.1)
+
+
+@dataclass
+class OutputMismatch:
+    index: int
+    reason: str  # "value", "shape", "dtype", "nan", "type"
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    rtol: float | None = None
+    atol: float | None = None
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        if self.reason == "value":
+            return (f"output {self.index}: max abs error {self.max_abs_error:.3g}, max rel error "
+                    f"{self.max_rel_error:.3g} (rtol {self.rtol:g}, atol {self.atol:g})")
+        return f"output {self.index}: {self.reason} differs ({self.detail})"
+
+
+def tolerance(dtype: torch.dtype, rtol: float | None = None, atol: float | None = None) -> tuple[float, float]:
+    r, a = TOLERANCES.get(dtype, (0.0, 0.0))
+    return (r if rtol is None else rtol, a if atol is None else atol)
+
+
+def compare_outputs(expected: Any, actual: Any, *, rtol: float | None = None, atol: float | None = None) -> list[OutputMismatch]:
+    """Every output of ``actual`` that disagrees with ``expected``; empty when they agree."""
+    exp_leaves = pytree.tree_leaves(expected)
+    act_leaves = pytree.tree_leaves(actual)
+    if len(exp_leaves) != len(act_leaves):
+        return [OutputMismatch(0, "structure", detail=f"{len(exp_leaves)} outputs vs {len(act_leaves)}")]
+    bad = []
+    for i, (e, a) in enumerate(zip(exp_leaves, act_leaves)):
+        m = compare_value(i, e, a, rtol=rtol, atol=atol)
+        if m is not None:
+            bad.append(m)
+    return bad
+
+
+def compare_value(index: int, e: Any, a: Any, *, rtol: float | None = None, atol: float | None = None) -> OutputMismatch | None:
+    if isinstance(e, torch.Tensor) != isinstance(a, torch.Tensor):
+        return OutputMismatch(index, "type", detail=f"{type(e).__name__} vs {type(a).__name__}")
+    if not isinstance(e, torch.Tensor):
+        if isinstance(e, float) and isinstance(a, (int, float)):
+            return None if abs(e - a) <= 1e-6 * max(1.0, abs(e)) else OutputMismatch(index, "value", abs(e - a), None, 1e-6, 0, detail=f"{e} vs {a}")
+        return None if e == a else OutputMismatch(index, "value", detail=f"{e!r} vs {a!r}")
+    if tuple(e.shape) != tuple(a.shape):
+        return OutputMismatch(index, "shape", detail=f"{list(e.shape)} vs {list(a.shape)}")
+    if e.dtype != a.dtype:
+        return OutputMismatch(index, "dtype", detail=f"{e.dtype} vs {a.dtype}")
+    if e.numel() == 0:
+        return None
+    e = e.detach()
+    a = a.detach().to(e.device)
+    if not (e.is_floating_point() or e.is_complex()):
+        diff = (e != a)
+        if bool(diff.any()):
+            return OutputMismatch(index, "value", float((e.double() - a.double()).abs().max()), None, 0, 0,
+                                  detail=f"{int(diff.sum())} of {e.numel()} elements differ")
+        return None
+    r, t = tolerance(e.dtype, rtol, atol)
+    e64, a64 = e.to(torch.complex128 if e.is_complex() else torch.float64), a.to(torch.complex128 if a.is_complex() else torch.float64)
+    e_nan, a_nan = torch.isnan(e64), torch.isnan(a64)
+    if not torch.equal(e_nan, a_nan):
+        return OutputMismatch(index, "nan", detail=f"expected {int(e_nan.sum())} NaN, got {int(a_nan.sum())}")
+    ok = ~e_nan
+    e64, a64 = e64[ok], a64[ok]
+    same_inf = (e64 == a64)
+    diff = (e64 - a64).abs()
+    diff = torch.where(same_inf, torch.zeros_like(diff), diff)
+    if bool(torch.isnan(diff).any()):  # inf vs finite or -inf
+        return OutputMismatch(index, "value", float("inf"), float("inf"), r, t, detail="infinities differ")
+    bound = t + r * e64.abs()
+    if bool((diff > bound).any()):
+        rel = diff / e64.abs().clamp_min(1e-12)
+        return OutputMismatch(index, "value", float(diff.max()), float(rel.max()), r, t)
+    return None

@@ -1,0 +1,182 @@
+"""Describe any value a graph receives as JSON: tensors by spec, everything else by what it is.
+
+    >>> describe_value(torch.device("cuda", 5))
+    {'kind': 'device', 'value': 'cuda:5'}
+    >>> describe_value(3)
+    {'kind': 'int', 'value': 3}
+
+Nothing here keeps a reference to the value; a descriptor is enough for replay to rebuild a
+stand-in (a stream on the local device, a world-of-one process group) and say so.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from graphdbg.specs import TensorSpec, dtype_name
+
+_STATS_CHUNK = 1 << 24
+# torch.cuda.Event derives from a C base, not from the generic torch.Event.
+_EVENT_TYPES = tuple(t for t in (getattr(torch, "Event", None), getattr(torch._C, "_CudaEventBase", None)) if t)  # elements per chunk, so stats of a multi-GB tensor need no fp64 copy of it
+
+
+def type_name(value: Any) -> str:
+    t = type(value)
+    return f"{t.__module__}.{t.__qualname__}"
+
+
+def describe_value(value: Any, *, symbolic: Any = None, depth: int = 0) -> dict[str, Any]:
+    """A JSON-able descriptor; ``symbolic`` is the placeholder's example value (SymInt) if any."""
+    if isinstance(value, torch.Tensor):
+        d: dict[str, Any] = {"kind": "tensor", **TensorSpec.of(value).to_dict()}
+        if isinstance(value, torch.nn.Parameter):
+            d["parameter"] = True
+        if type(value) not in (torch.Tensor, torch.nn.Parameter):
+            d["subclass"] = type_name(value)
+        return d
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        kind = {torch.SymInt: "symint", torch.SymFloat: "symfloat", torch.SymBool: "symbool"}[type(value)]
+        node = value.node
+        hint = getattr(node, "hint", None)
+        return {"kind": kind, "expr": str(node.expr), "hint": _plain(hint)}
+    if isinstance(value, bool):
+        return {"kind": "bool", "value": value}
+    if isinstance(value, int):
+        if isinstance(symbolic, torch.SymInt):
+            return {"kind": "symint", "expr": str(symbolic.node.expr), "hint": value}
+        return {"kind": "int", "value": value}
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return {"kind": "float", "value": value}
+        return {"kind": "float", "value": repr(value)}
+    if value is None:
+        return {"kind": "none"}
+    if isinstance(value, str):
+        return {"kind": "str", "value": value}
+    if isinstance(value, torch.device):
+        return {"kind": "device", "value": str(value)}
+    if isinstance(value, torch.dtype):
+        return {"kind": "dtype", "value": dtype_name(value)}
+    if isinstance(value, torch.Stream):
+        return _describe_stream(value)
+    if isinstance(value, _EVENT_TYPES):
+        return _describe_event(value)
+    if _is_process_group(value):
+        return _describe_process_group(value)
+    if isinstance(value, (list, tuple)) and depth < 3:
+        return {"kind": type(value).__name__, "items": [describe_value(v, depth=depth + 1) for v in value]}
+    return {"kind": "opaque", "type": type_name(value), "repr": _safe_repr(value)}
+
+
+def _plain(v: Any) -> Any:
+    if v is None or isinstance(v, (bool, int, float)):
+        return v
+    try:
+        return int(v)
+    except Exception:
+        return str(v)
+
+
+def _safe_repr(value: Any, limit: int = 200) -> str:
+    try:
+        text = repr(value)
+    except Exception as e:
+        text = f"<repr failed: {type(e).__name__}>"
+    return text[:limit]
+
+
+def _describe_stream(s: Any) -> dict[str, Any]:
+    d: dict[str, Any] = {"kind": "stream", "type": type_name(s)}
+    for attr in ("device_index", "device_type", "stream_id", "priority"):
+        try:
+            v = getattr(s, attr)
+            d[attr] = int(v) if not isinstance(v, str) else v
+        except Exception:
+            pass
+    try:
+        d["device"] = str(s.device)
+    except Exception:
+        pass
+    return d
+
+
+def _describe_event(e: Any) -> dict[str, Any]:
+    d: dict[str, Any] = {"kind": "event", "type": type_name(e)}
+    for attr in ("enable_timing", "blocking", "interprocess"):
+        v = getattr(e, attr, None)
+        if isinstance(v, bool):
+            d[attr] = v
+    try:
+        dev = getattr(e, "device", None)
+        if dev is not None:
+            d["device"] = str(dev)
+    except Exception:
+        pass
+    return d
+
+
+def _is_process_group(value: Any) -> bool:
+    try:
+        import torch.distributed as dist
+
+        return dist.is_available() and isinstance(value, dist.ProcessGroup)
+    except Exception:
+        return False
+
+
+def _describe_process_group(pg: Any) -> dict[str, Any]:
+    d: dict[str, Any] = {"kind": "process_group", "type": type_name(pg)}
+    for key, get in (
+        ("name", lambda: pg.group_name),
+        ("rank", pg.rank),
+        ("size", pg.size),
+        ("backend", lambda: str(pg.name())),
+    ):
+        try:
+            d[key] = get()
+        except Exception:
+            pass
+    try:
+        import torch.distributed as dist
+
+        d["ranks"] = dist.get_process_group_ranks(pg)
+    except Exception:
+        pass
+    return d
+
+
+def tensor_stats(t: torch.Tensor) -> dict[str, Any]:
+    """min, max, mean, std and NaN/Inf counts, computed in chunks of fp64."""
+    x = t.detach().reshape(-1)
+    if x.is_complex():
+        x = x.abs()
+    n = x.numel()
+    nan = inf = 0
+    total = total_sq = 0.0
+    finite_n = 0
+    lo, hi = math.inf, -math.inf
+    for start in range(0, n, _STATS_CHUNK):
+        c = x[start : start + _STATS_CHUNK]
+        if c.dtype == torch.bool:
+            c = c.to(torch.uint8)
+        c = c.to(torch.float64)
+        bad_nan = torch.isnan(c)
+        bad_inf = torch.isinf(c)
+        nan += int(bad_nan.sum())
+        inf += int(bad_inf.sum())
+        finite = c[~(bad_nan | bad_inf)]
+        if finite.numel():
+            finite_n += finite.numel()
+            total += float(finite.sum())
+            total_sq += float((finite * finite).sum())
+            lo = min(lo, float(finite.min()))
+            hi = max(hi, float(finite.max()))
+    stats: dict[str, Any] = {"numel": n, "nan": nan, "inf": inf}
+    if finite_n:
+        mean = total / finite_n
+        var = max(total_sq / finite_n - mean * mean, 0.0)
+        stats.update(min=lo, max=hi, mean=mean, std=math.sqrt(var))
+    return stats

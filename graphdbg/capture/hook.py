@@ -1,0 +1,304 @@
+"""Wrap a torch.compile backend so that its failures leave a dump behind.
+
+    >>> compiled = torch.compile(model, backend=graphdbg.capture("inductor", dump_dir="dumps"))
+    >>> compiled(x)   # if Inductor fails, dumps/rank0/<id>/ holds the graph and its inputs
+
+The wrapper is transparent: the backend sees the same graph and inputs, the user sees the
+same result or the same exception (type, message and traceback). Everything graphdbg does
+on top is guarded, so a failure to dump costs one line on stderr and nothing else.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import os
+import sys
+import threading
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+
+from graphdbg.accuracy import OutputMismatch, compare_outputs
+from graphdbg.capture.write import write_dump
+from graphdbg.graph_hash import module_hash, op_histogram, target_name
+
+MODES = ("error", "accuracy", "always")
+DEFAULT_BUDGET = 4 << 30  # bytes of input values stored per graph; past it, spec and statistics only
+ENV_DUMP_DIR = "GRAPHDBG_DUMP_DIR"
+
+
+def capture(
+    backend: str | Callable[..., Any] = "inductor",
+    dump_dir: str | os.PathLike | None = None,
+    *,
+    mode: str = "error",
+    budget_bytes: int = DEFAULT_BUDGET,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> CapturingBackend:
+    """A backend for ``torch.compile`` that runs ``backend`` and dumps the graphs it fails on.
+
+    ``mode``: ``"error"`` dumps on a compile error or a run-time error of the compiled code;
+    ``"accuracy"`` also runs each graph eagerly on copies of the inputs and dumps when the
+    outputs disagree; ``"always"`` also dumps every graph when it is compiled.
+    ``dump_dir`` defaults to ``$GRAPHDBG_DUMP_DIR``, else ``./graphdbg_dumps``.
+    """
+    if isinstance(backend, CapturingBackend):
+        return backend
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    return CapturingBackend(backend, dump_dir, mode=mode, budget_bytes=budget_bytes, rtol=rtol, atol=atol)
+
+
+def backend_reference(backend: Any) -> str:
+    """How a backend is named in a manifest: its registered name or ``module:qualname``."""
+    if isinstance(backend, str):
+        return backend
+    name = getattr(backend, "compiler_name", None)
+    if isinstance(name, str):
+        return name
+    target = backend if hasattr(backend, "__qualname__") else type(backend)
+    return f"{getattr(target, '__module__', '?')}:{getattr(target, '__qualname__', repr(target))}"
+
+
+@dataclass
+class GraphSnapshot:
+    """The graph as the backend received it, taken before the backend can change it."""
+
+    seq: int
+    source: str
+    graph_hash: str
+    node_count: int
+    ops: dict[str, int]
+    placeholders: list[fx.Node]
+    node_info: dict[str, dict[str, Any]]
+    attrs: dict[str, torch.Tensor]
+    external_objects: list[dict[str, Any]]
+    eager: fx.GraphModule | None = None
+    dumped: set[str] = field(default_factory=set)
+
+    @classmethod
+    def take(cls, seq: int, gm: fx.GraphModule, keep_eager: bool) -> GraphSnapshot:
+        source = gm.print_readable(print_output=False, include_stride=True, include_device=True)
+        return cls(
+            seq=seq,
+            source=source,
+            graph_hash=module_hash(gm),
+            node_count=len(gm.graph.nodes),
+            ops=op_histogram(gm.graph),
+            placeholders=[n for n in gm.graph.nodes if n.op == "placeholder"],
+            node_info=_node_info(gm),
+            attrs=_tensor_attrs(gm),
+            external_objects=_external_objects(gm),
+            eager=copy.deepcopy(gm) if keep_eager else None,
+        )
+
+
+def _node_info(gm: fx.GraphModule) -> dict[str, dict[str, Any]]:
+    info: dict[str, dict[str, Any]] = {}
+    for node in gm.graph.nodes:
+        entry: dict[str, Any] = {}
+        stack = node.meta.get("nn_module_stack")
+        if stack:
+            path, mod_type = list(stack.values())[-1]
+            entry["module"] = _clean_module_path(path)
+            entry["module_type"] = mod_type if isinstance(mod_type, str) else f"{mod_type.__module__}.{mod_type.__qualname__}"
+        if entry:
+            info[node.name] = entry
+    return info
+
+
+def _clean_module_path(path: str) -> str:
+    # Dynamo spells paths as L['self'].layers[0].attn; people read layers.0.attn.
+    import re
+
+    path = re.sub(r"^L\['[^']+'\]\.?", "", path)
+    path = re.sub(r"\[(\d+)\]", r".\1", path)
+    path = re.sub(r"\['([^']+)'\]", r".\1", path)
+    return path.strip(".")
+
+
+def _tensor_attrs(gm: fx.GraphModule) -> dict[str, torch.Tensor]:
+    """Tensors the graphs reach with get_attr, by qualified name from the root module."""
+    attrs: dict[str, torch.Tensor] = {}
+    for prefix, mod in gm.named_modules():
+        if not isinstance(mod, fx.GraphModule):
+            continue
+        for node in mod.graph.nodes:
+            if node.op != "get_attr":
+                continue
+            obj = mod
+            try:
+                for part in str(node.target).split("."):
+                    obj = getattr(obj, part)
+            except AttributeError:
+                continue
+            if isinstance(obj, torch.Tensor):
+                attrs[f"{prefix}.{node.target}" if prefix else str(node.target)] = obj
+    return attrs
+
+
+def _external_objects(gm: fx.GraphModule) -> list[dict[str, Any]]:
+    """Objects Dynamo keeps out of the inputs and fetches by index (torch 2.11+ streams, events).
+
+    The side table holds weak references that may be dead by the time a failure is dumped,
+    so it is read now, while the graph is being compiled.
+    """
+    from graphdbg.capture.describe import describe_value
+
+    try:
+        from torch._dynamo import graph_bytecode_inputs as side_table
+    except ImportError:
+        return []
+    used: dict[int, list[str]] = {}
+    for mod in gm.modules():
+        if isinstance(mod, fx.GraphModule):
+            for node in mod.graph.nodes:
+                if node.op == "call_function" and getattr(node.target, "__name__", "") == "get_external_object_by_index":
+                    idx = node.args[0] if node.args else node.kwargs.get("index")
+                    if isinstance(idx, int):
+                        used.setdefault(idx, []).append(node.name)
+    table = getattr(side_table, "index_to_external_object_weakref", {})
+    out = []
+    for idx in sorted(set(table) | set(used)):
+        ref = table.get(idx)
+        obj = ref() if ref is not None else None
+        desc = describe_value(obj) if obj is not None else {"kind": "missing"}
+        out.append({"index": idx, **desc, "used_by": used.get(idx, [])})
+    return out
+
+
+class CapturingBackend:
+    """The callable ``capture`` returns. Attributes it lacks are looked up on the wrapped backend,
+    so Dynamo still finds ``compiler_name``, ``backend_ctx_ctor``, ``reset`` and the like."""
+
+    def __init__(self, backend, dump_dir, *, mode, budget_bytes, rtol, atol):
+        self.backend_ref = backend_reference(backend)
+        self.backend = backend
+        self.dump_dir = Path(dump_dir or os.environ.get(ENV_DUMP_DIR) or "graphdbg_dumps")
+        self.mode = mode
+        self.budget_bytes = budget_bytes
+        self.rtol, self.atol = rtol, atol
+        self.dumps: list[Path] = []
+        self._seq = itertools.count()
+        self._lock = threading.Lock()
+        if isinstance(backend, str):
+            self.compiler_name = backend
+        # Dynamo names the backend in BackendCompilerFailed by __name__; keep the user's name there.
+        self.__name__ = backend if isinstance(backend, str) else getattr(backend, "__name__", type(backend).__name__)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "backend" or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self._resolved(), name)
+
+    def _resolved(self) -> Callable[..., Any]:
+        backend = self.__dict__["backend"]
+        if isinstance(backend, str):
+            from torch._dynamo import lookup_backend
+
+            backend = lookup_backend(backend)
+            self.__dict__["backend"] = backend
+        return backend
+
+    def __call__(self, gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
+        with self._lock:
+            seq = next(self._seq)
+        snap = self._guarded(lambda: GraphSnapshot.take(seq, gm, keep_eager=self.mode == "accuracy"), "snapshot the graph")
+        if snap is not None and self.mode == "always":
+            self._dump(snap, list(example_inputs), "captured", None, inputs_state="at_compile")
+        backend = self._resolved()
+        try:
+            compiled = backend(gm, example_inputs, **kwargs)
+        except Exception as e:
+            if snap is not None:
+                self._dump(snap, list(example_inputs), "compile_error", e, inputs_state="at_compile")
+            raise
+        if snap is None:
+            return compiled
+        return self._wrap(compiled, snap)
+
+    def _wrap(self, compiled: Callable[..., Any], snap: GraphSnapshot) -> Callable[..., Any]:
+        boxed = bool(getattr(compiled, "_boxed_call", False))
+        accuracy = self.mode == "accuracy" and snap.eager is not None
+
+        def run(*args: Any) -> Any:
+            # A boxed callee may empty the list it is given; keep our own references first.
+            inputs = list(args[0]) if boxed and args else list(args)
+            before = self._guarded(lambda: _clone_all(inputs), "copy inputs") if accuracy and "accuracy" not in snap.dumped else None
+            try:
+                out = compiled(*args)
+            except Exception as e:
+                if "runtime_error" not in snap.dumped:
+                    snap.dumped.add("runtime_error")
+                    self._dump(snap, inputs, "runtime_error", e, inputs_state="after_failed_call")
+                raise
+            if before is not None:
+                self._check_accuracy(snap, before, out)
+            return out
+
+        if boxed:
+            run._boxed_call = True  # type: ignore[attr-defined]
+        return run
+
+    def _check_accuracy(self, snap: GraphSnapshot, before: list[Any], out: Any) -> None:
+        def check() -> list[OutputMismatch]:
+            with torch.no_grad():
+                expected = snap.eager(*_clone_all(before))
+            return compare_outputs(expected, out, rtol=self.rtol, atol=self.atol)
+
+        bad = self._guarded(check, "run the eager reference")
+        if bad:
+            snap.dumped.add("accuracy")
+            self._dump(snap, before, "accuracy", None, inputs_state="before_call", mismatches=bad)
+
+    def _dump(self, snap: GraphSnapshot, inputs: list[Any], kind: str, exc: BaseException | None, **extra: Any) -> None:
+        def write() -> Path:
+            return write_dump(
+                self.dump_dir, snap=snap, inputs=inputs, kind=kind, exc=exc,
+                backend=self.backend_ref, mode=self.mode, budget_bytes=self.budget_bytes, **extra,
+            )
+
+        path = self._guarded(write, "write a dump")
+        if path is not None:
+            self.dumps.append(path)
+            what = f"{type(exc).__name__}" if exc is not None else kind
+            _say(f"graphdbg: {kind} in backend {self.backend_ref!r} ({what}); dump written to {path}")
+
+    def _guarded(self, fn: Callable[[], Any], what: str) -> Any:
+        try:
+            return fn()
+        except Exception as e:
+            first = (str(e).strip().splitlines() or [""])[0]
+            _say(f"graphdbg: could not {what} ({type(e).__name__}: {first}); the original behaviour is unchanged")
+            return None
+
+
+def _clone_all(values: list[Any]) -> list[Any]:
+    return [v.detach().clone() if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def _say(line: str) -> None:
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except Exception:
+        pass
+
+
+def format_exception(exc: BaseException) -> dict[str, Any]:
+    t = type(exc)
+    return {
+        "type": t.__name__,
+        "qualified_type": f"{t.__module__}.{t.__qualname__}",
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(t, exc, exc.__traceback__)),
+    }
+
+
+__all__ = ["capture", "CapturingBackend", "GraphSnapshot", "DEFAULT_BUDGET", "target_name"]

@@ -1,0 +1,185 @@
+"""Write one dump folder atomically: build it under a hidden name, then rename it into place.
+
+Eight ranks dumping into one directory each own ``rank<R>/``; two failures of one process
+that pick the same id get ``-1``, ``-2`` suffixes. A reader never sees a half-written dump,
+because ``find_dumps`` skips hidden folders and the rename is atomic on one filesystem.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from graphdbg.capture.describe import describe_value, tensor_stats
+from graphdbg.capture.environment import distributed_info, environment
+from graphdbg.manifest import GRAPH, INPUTS, SCHEMA, SCHEMA_VERSION, write_manifest
+from graphdbg.signature import signature
+from graphdbg.tensor_file import storable, write_tensors
+
+if TYPE_CHECKING:
+    from graphdbg.capture.hook import GraphSnapshot
+
+
+def write_dump(
+    dump_dir: Path,
+    *,
+    snap: GraphSnapshot,
+    inputs: list[Any],
+    kind: str,
+    exc: BaseException | None,
+    backend: str,
+    mode: str,
+    budget_bytes: int,
+    inputs_state: str,
+    mismatches: list | None = None,
+) -> Path:
+    from graphdbg.capture.hook import format_exception
+
+    dist = distributed_info()
+    dump_id = f"g{snap.seq}-{kind}-{snap.graph_hash[:8]}"
+    rank_dir = Path(dump_dir) / f"rank{dist['rank']}"
+    rank_dir.mkdir(parents=True, exist_ok=True)
+    tmp = rank_dir / f".tmp-{dump_id}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        input_descs, tensors, stored_bytes = _describe_inputs(snap, inputs, budget_bytes)
+        attr_descs = {}
+        for qualname, t in snap.attrs.items():
+            key = f"attr/{qualname}"
+            d = describe_value(t)
+            if storable(t) and stored_bytes + _nbytes(t) <= budget_bytes:
+                tensors[key] = t
+                stored_bytes += _nbytes(t)
+                d["stored"] = key
+            else:
+                d["stored"] = None
+                d["stats"] = tensor_stats(t)
+            attr_descs[qualname] = d
+        write_tensors(tmp / INPUTS, tensors, metadata={"graphdbg.dump": dump_id})
+
+        failure: dict[str, Any] = {"kind": kind}
+        if exc is not None:
+            err = format_exception(exc)
+            failure["exception"] = err
+            failure["signature"] = signature(err["type"], err["message"])
+        if mismatches:
+            failure["mismatches"] = [m.to_dict() for m in mismatches]
+            failure["signature"] = "accuracy: " + "; ".join(f"output {m.index} {m.reason}" for m in mismatches)
+            failure["message"] = "; ".join(m.describe() for m in mismatches)
+
+        header = _graph_header(dump_id, kind, backend, failure, dist)
+        (tmp / GRAPH).write_text(header + snap.source.rstrip() + "\n")
+
+        manifest = {
+            "schema": SCHEMA,
+            "schema_version": SCHEMA_VERSION,
+            "id": dump_id,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "env": environment(),
+            "dist": dist,
+            "backend": backend,
+            "mode": mode,
+            "failure": failure,
+            "graph": {
+                "file": GRAPH,
+                "hash": snap.graph_hash,
+                "nodes": snap.node_count,
+                "ops": snap.ops,
+                "node_info": snap.node_info,
+            },
+            "inputs_file": INPUTS,
+            "inputs_state": inputs_state,
+            "budget_bytes": budget_bytes,
+            "stored_bytes": stored_bytes,
+            "inputs": input_descs,
+            "attrs": attr_descs,
+            "external_objects": snap.external_objects,
+        }
+        write_manifest(tmp, manifest)
+        return _publish(tmp, rank_dir, dump_id)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _describe_inputs(snap: GraphSnapshot, inputs: list[Any], budget: int) -> tuple[list[dict], dict[str, torch.Tensor], int]:
+    """One descriptor per placeholder; tensor values stored smallest first until the budget.
+
+    Smallest first because the small inputs (indices, lengths, masks) are the ones a
+    regenerated stand-in gets wrong, while a large weight is well described by its statistics.
+    """
+    descs: list[dict[str, Any]] = []
+    for i, node in enumerate(snap.placeholders):
+        value = inputs[i] if i < len(inputs) else None
+        d = describe_value(value, symbolic=node.meta.get("example_value"))
+        descs.append({"name": str(node.target), "node": node.name, "index": i, **d})
+    storage_owner: dict[tuple[str, int], str] = {}
+    tensors: dict[str, torch.Tensor] = {}
+    order = sorted(
+        (i for i, v in enumerate(inputs[: len(descs)]) if isinstance(v, torch.Tensor)),
+        key=lambda i: _nbytes(inputs[i]),
+    )
+    stored = 0
+    for i in order:
+        t, d = inputs[i], descs[i]
+        try:
+            ptr = (str(t.device), t.untyped_storage().data_ptr())
+            if ptr[1] and ptr in storage_owner:
+                d["alias_of"] = storage_owner[ptr]
+            else:
+                storage_owner[ptr] = d["node"]
+        except Exception:
+            pass
+        if not storable(t):
+            d["stored"] = None
+            d["reason"] = f"{t.dtype}/{t.layout}/{type(t).__name__} cannot be stored in safetensors"
+            d["stats"] = _stats_or_none(t)
+        elif stored + _nbytes(t) > budget:
+            d["stored"] = None
+            d["reason"] = "over the size budget"
+            d["stats"] = tensor_stats(t)
+        else:
+            key = f"input/{d['node']}"
+            tensors[key] = t
+            d["stored"] = key
+            stored += _nbytes(t)
+    return descs, tensors, stored
+
+
+def _stats_or_none(t: torch.Tensor) -> dict[str, Any] | None:
+    try:
+        return tensor_stats(t)
+    except Exception:
+        return None
+
+
+def _graph_header(dump_id: str, kind: str, backend: str, failure: dict[str, Any], dist: dict[str, Any]) -> str:
+    lines = [f"# graphdbg dump {dump_id}", f"# {kind} in backend {backend!r}, rank {dist['rank']} of {dist['world_size']}"]
+    if failure.get("signature"):
+        lines.append(f"# {failure['signature']}")
+    return "\n".join(lines) + "\n\n"
+
+
+def _publish(tmp: Path, rank_dir: Path, dump_id: str) -> Path:
+    for n in range(1000):
+        final = rank_dir / (dump_id if n == 0 else f"{dump_id}-{n}")
+        if final.exists():
+            continue
+        try:
+            os.rename(tmp, final)
+            return final
+        except OSError:
+            if final.exists():  # another writer won the race for this name
+                continue
+            raise
+    raise OSError(f"no free dump name for {dump_id} in {rank_dir}")

@@ -1,0 +1,103 @@
+"""A graph's identity: a structural hash and an op histogram.
+
+The hash sees ops, targets, argument structure, constants and placeholder specs, not node
+names, comments or source lines, so the same graph printed twice (or parsed back from its
+printed form) hashes the same.
+
+    >>> gm = torch.fx.symbolic_trace(torch.nn.ReLU())
+    >>> len(graph_hash(gm.graph))
+    64
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+
+def target_name(node: fx.Node) -> str:
+    """A readable, stable name for what a node calls."""
+    t = node.target
+    if node.op == "call_method":
+        return f"Tensor.{t}"
+    if node.op in ("call_module", "get_attr", "placeholder", "output"):
+        return str(t)
+    if isinstance(t, torch._ops.OpOverload):
+        return f"torch.ops.{t.namespace}.{t._schema.name.split('::')[-1]}.{t._overloadname}"
+    if isinstance(t, torch._ops.OpOverloadPacket):
+        return f"torch.ops.{t._qualified_op_name.replace('::', '.')}"
+    if isinstance(t, torch._ops.HigherOrderOperator):
+        return f"torch.ops.higher_order.{t.name()}"
+    module = getattr(t, "__module__", None) or ""
+    name = getattr(t, "__qualname__", None) or getattr(t, "__name__", None) or repr(t)
+    if module in ("_operator", "operator"):
+        module = "operator"
+    if module.startswith("torch._C._VariableFunctions") or module == "torch._C":
+        module = "torch"
+    return f"{module}.{name}" if module else name
+
+
+def _canon(value: Any, index: dict[fx.Node, int]) -> Any:
+    if isinstance(value, fx.Node):
+        return f"%{index[value]}"
+    if isinstance(value, (list, tuple)):
+        return [type(value).__name__, [_canon(v, index) for v in value]]
+    if isinstance(value, dict):
+        return ["dict", [[str(k), _canon(v, index)] for k, v in value.items()]]
+    if isinstance(value, slice):
+        return ["slice", _canon(value.start, index), _canon(value.stop, index), _canon(value.step, index)]
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+        return str(value)
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    return type(value).__name__
+
+
+def _placeholder_spec(node: fx.Node) -> str:
+    spec = node.meta.get("graphdbg_spec")
+    if spec is not None:
+        return spec.annotation()
+    val = node.meta.get("example_value", node.meta.get("val"))
+    if isinstance(val, torch.Tensor):
+        from graphdbg.specs import TensorSpec
+
+        return TensorSpec.of(val).annotation()
+    if isinstance(val, torch.SymInt):
+        return f"Sym({val.node.expr})"
+    return ""
+
+
+def graph_hash(graph: fx.Graph, submodules: dict[str, fx.GraphModule] | None = None) -> str:
+    """sha256 over the graph's structure; nested GraphModules are hashed in by their own hash."""
+    index = {n: i for i, n in enumerate(graph.nodes)}
+    h = hashlib.sha256()
+    for node in graph.nodes:
+        parts: list[Any] = [node.op, target_name(node)]
+        if node.op == "placeholder":
+            parts.append(_placeholder_spec(node))
+        parts.append(_canon(node.args, index))
+        parts.append(_canon(node.kwargs, index))
+        h.update(repr(parts).encode())
+    for name, sub in sorted((submodules or {}).items()):
+        h.update(f"{name}:{graph_hash(sub.graph, _graph_submodules(sub))}".encode())
+    return h.hexdigest()
+
+
+def _graph_submodules(gm: torch.nn.Module) -> dict[str, fx.GraphModule]:
+    return {n: m for n, m in gm.named_children() if isinstance(m, fx.GraphModule)}
+
+
+def module_hash(gm: fx.GraphModule) -> str:
+    return graph_hash(gm.graph, _graph_submodules(gm))
+
+
+def op_histogram(graph: fx.Graph) -> dict[str, int]:
+    """How many times each target is called; placeholders and output left out."""
+    counts = Counter(target_name(n) for n in graph.nodes if n.op not in ("placeholder", "output"))
+    return dict(counts.most_common())

@@ -1,0 +1,51 @@
+"""A failure's identity: exception type, normalised message, failing node's target.
+
+Two runs of the same bug differ in addresses, object ids, temp paths, line numbers of
+generated code and the sizes in shapes; the signature strips those so that the same bug on
+two ranks or two runs compares equal.
+
+    >>> signature("RuntimeError", "bad at 0x7f3a2c and /tmp/tmpab12/x.py, shape [4, 8]")
+    'RuntimeError: bad at 0x? and /tmp/?, shape [?, ?]'
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_RULES: list[tuple[re.Pattern[str], Any]] = [
+    (re.compile(r"0x[0-9a-fA-F]+"), "0x?"),
+    (re.compile(r"(/tmp|/var/folders|/private/var)/[^\s'\",:)]+"), r"\1/?"),
+    (re.compile(r"\b(?:at|id|object at)\s+\d{6,}\b"), "id ?"),
+    (re.compile(r"\b\d{7,}\b"), "?"),
+    (re.compile(r"(line )\d+"), r"\1?"),
+    (re.compile(r"\[rank\d+\]:?"), ""),
+    (re.compile(r"\bcuda:\d+\b"), "cuda:?"),
+    (re.compile(r"\b\d+(?:x\d+)+\b"), lambda m: "x".join("?" * (m.group(0).count("x") + 1))),
+]
+_SHAPE = re.compile(r"[\[(](\s*-?[\w*+]+\s*(?:,\s*-?[\w*+]+\s*)*,?)[\])]")
+
+
+def _strip_shape_numbers(text: str) -> str:
+    def repl(m: re.Match[str]) -> str:
+        inner = re.sub(r"\b\d+\b", "?", m.group(1))
+        return m.group(0)[0] + inner + m.group(0)[-1]
+
+    return _SHAPE.sub(repl, text)
+
+
+def normalize_message(message: str, max_len: int = 300) -> str:
+    """First meaningful line of an error message with volatile parts replaced by '?'."""
+    lines = [ln.strip() for ln in message.strip().splitlines() if ln.strip()]
+    text = lines[0] if lines else ""
+    for pattern, repl in _RULES:
+        text = pattern.sub(repl, text)
+    text = _strip_shape_numbers(text)
+    return text[:max_len]
+
+
+def signature(exc_type: str, message: str, node_target: str | None = None) -> str:
+    sig = f"{exc_type}: {normalize_message(message)}"
+    if node_target:
+        sig += f" @ {node_target}"
+    return sig

@@ -173,13 +173,32 @@ def _external_objects(gm: fx.GraphModule) -> list[dict[str, Any]]:
     return out
 
 
+# Attributes Dynamo looks up on a backend; copied from the wrapped one so it behaves the same.
+_FORWARDED = ("compiler_name", "get_compiler_config", "reset", "backend_ctx_ctor", "dynamic", "kwargs", "_export")
+
+
 class CapturingBackend:
-    """The callable ``capture`` returns. Attributes it lacks are looked up on the wrapped backend,
-    so Dynamo still finds ``compiler_name``, ``backend_ctx_ctor``, ``reset`` and the like."""
+    """The callable ``capture`` returns, carrying the wrapped backend's Dynamo-visible attributes.
+
+    No ``__getattr__`` forwarding: Dynamo reads backend attributes from inside its frame
+    callback, where running Python code for a missing attribute crashes the interpreter.
+    """
 
     def __init__(self, backend, dump_dir, *, mode, budget_bytes, rtol, atol):
         self.backend_ref = backend_reference(backend)
-        self.backend = backend
+        if isinstance(backend, str):
+            from torch._dynamo import lookup_backend
+
+            resolved = lookup_backend(backend)
+            self.compiler_name = backend
+        else:
+            resolved = backend
+        self.backend = resolved
+        for name in _FORWARDED:
+            if name not in self.__dict__ and hasattr(resolved, name):
+                setattr(self, name, getattr(resolved, name))
+        # Dynamo names the backend in BackendCompilerFailed by __name__; keep the user's name there.
+        self.__name__ = backend if isinstance(backend, str) else getattr(backend, "__name__", type(backend).__name__)
         self.dump_dir = Path(dump_dir or os.environ.get(ENV_DUMP_DIR) or "graphdbg_dumps")
         self.mode = mode
         self.budget_bytes = budget_bytes
@@ -187,24 +206,6 @@ class CapturingBackend:
         self.dumps: list[Path] = []
         self._seq = itertools.count()
         self._lock = threading.Lock()
-        if isinstance(backend, str):
-            self.compiler_name = backend
-        # Dynamo names the backend in BackendCompilerFailed by __name__; keep the user's name there.
-        self.__name__ = backend if isinstance(backend, str) else getattr(backend, "__name__", type(backend).__name__)
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "backend" or name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(self._resolved(), name)
-
-    def _resolved(self) -> Callable[..., Any]:
-        backend = self.__dict__["backend"]
-        if isinstance(backend, str):
-            from torch._dynamo import lookup_backend
-
-            backend = lookup_backend(backend)
-            self.__dict__["backend"] = backend
-        return backend
 
     def __call__(self, gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
         with self._lock:
@@ -212,9 +213,8 @@ class CapturingBackend:
         snap = self._guarded(lambda: GraphSnapshot.take(seq, gm, keep_eager=self.mode == "accuracy"), "snapshot the graph")
         if snap is not None and self.mode == "always":
             self._dump(snap, list(example_inputs), "captured", None, inputs_state="at_compile")
-        backend = self._resolved()
         try:
-            compiled = backend(gm, example_inputs, **kwargs)
+            compiled = self.backend(gm, example_inputs, **kwargs)
         except Exception as e:
             if snap is not None:
                 self._dump(snap, list(example_inputs), "compile_error", e, inputs_state="at_compile")

@@ -1,0 +1,71 @@
+"""Wrap every torch.compile backend of a process without editing its code.
+
+``graphdbg capture -- python script.py`` puts ``capture/site`` on ``PYTHONPATH``; its
+``sitecustomize`` calls :func:`install`, which waits for ``torch._dynamo.eval_frame`` to be
+imported and then wraps the function through which torch.compile and torch._dynamo.optimize
+resolve their backend. Settings come from the environment (``GRAPHDBG_DUMP_DIR``,
+``GRAPHDBG_MODE``, ``GRAPHDBG_BUDGET``), so child processes (torchrun workers) inherit them.
+
+Importing torch in sitecustomize would slow down every Python process the command starts,
+including those that never use torch; the import hook costs nothing until torch is used.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+from typing import Any
+
+TARGET = "torch._dynamo.eval_frame"
+ENV_MODE = "GRAPHDBG_MODE"
+ENV_BUDGET = "GRAPHDBG_BUDGET"
+
+
+def patch(eval_frame: Any) -> None:
+    original = eval_frame.get_compiler_fn
+    if getattr(original, "_graphdbg_wrapped", False):
+        return
+
+    def get_compiler_fn(compiler_fn: Any) -> Any:
+        # Imported here, not at patch time: torch._dynamo is still being initialised then.
+        from graphdbg.capture.hook import DEFAULT_BUDGET, CapturingBackend, capture
+
+        if compiler_fn is not None and not isinstance(compiler_fn, CapturingBackend):
+            compiler_fn = capture(
+                compiler_fn,
+                mode=os.environ.get(ENV_MODE, "error"),
+                budget_bytes=int(os.environ.get(ENV_BUDGET, DEFAULT_BUDGET)),
+            )
+        return original(compiler_fn)
+
+    get_compiler_fn._graphdbg_wrapped = True  # type: ignore[attr-defined]
+    eval_frame.get_compiler_fn = get_compiler_fn
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != TARGET:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_then_patch(module: Any) -> None:
+            exec_module(module)
+            try:
+                patch(module)
+            except Exception as e:
+                sys.stderr.write(f"graphdbg: could not wrap torch.compile backends ({type(e).__name__}: {e})\n")
+
+        spec.loader.exec_module = exec_then_patch  # type: ignore[method-assign]
+        return spec
+
+
+def install() -> None:
+    if TARGET in sys.modules:
+        patch(sys.modules[TARGET])
+    elif not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchOnImport())

@@ -1,0 +1,38 @@
+"""Run a command with every torch.compile backend in it wrapped by capture."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import graphdbg
+from graphdbg.capture.autowrap import ENV_BUDGET, ENV_MODE
+from graphdbg.capture.hook import DEFAULT_BUDGET, ENV_DUMP_DIR, MODES
+from graphdbg.errors import GraphdbgError
+
+SITE_DIR = Path(__file__).parent / "site"
+
+
+def capture_env(dump_dir: str | os.PathLike, mode: str = "error", budget_bytes: int = DEFAULT_BUDGET) -> dict[str, str]:
+    """The environment under which any Python process wraps its torch.compile backends."""
+    if mode not in MODES:
+        raise GraphdbgError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
+    env = dict(os.environ)
+    package_root = str(Path(graphdbg.__file__).resolve().parent.parent)
+    parts = [str(SITE_DIR), *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p), package_root]
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+    env[ENV_DUMP_DIR] = str(Path(dump_dir).resolve())
+    env[ENV_MODE] = mode
+    env[ENV_BUDGET] = str(budget_bytes)
+    return env
+
+
+def run_captured(command: list[str], dump_dir: str | os.PathLike, mode: str = "error", budget_bytes: int = DEFAULT_BUDGET) -> int:
+    """Run ``command``; returns its exit code. Dumps land in ``dump_dir/rank<R>/``."""
+    if not command:
+        raise GraphdbgError("give the command to run after --, e.g. graphdbg capture -- python train.py")
+    try:
+        return subprocess.call(command, env=capture_env(dump_dir, mode, budget_bytes))
+    except FileNotFoundError as e:
+        raise GraphdbgError(f"cannot run {command[0]!r}: {e.strerror}") from e

@@ -1,0 +1,709 @@
+"""Printed FX graphs back into ``GraphModule``s, by reading their AST and never running them.
+
+A printed graph (``GraphModule.print_readable()`` output, ours or a stranger's) is Python
+source, but it may come from anyone, so we treat it as data: every statement is matched
+against the few shapes fx codegen emits and turned into a node; every function it names is
+looked up by walking attributes from allow-listed roots. Nothing in the file is exec'd,
+eval'd or compiled.
+
+    >>> pg = parse_printed_graph('''
+    ... class GraphModule(torch.nn.Module):
+    ...     def forward(self, L_x_: "f32[2, 8][8, 1]cpu"):
+    ...         l_x_ = L_x_
+    ...         y: "f32[2, 8][8, 1]cpu" = torch.relu(l_x_);  l_x_ = None
+    ...         return (y,)
+    ... ''')
+    >>> gm = pg.to_module()
+    >>> [n.name for n in gm.graph.nodes]
+    ['l_x_', 'y', 'output']
+
+What resolves (see ``resolve_target``): attribute paths under ``torch``, ``operator`` and
+``math``; the builtins in ``ALLOWED_BUILTINS``; the mangled globals fx codegen writes for
+functions it can't spell as a ``torch.*`` path (``math_sqrt``, ``_operator_not_``,
+``torch__dynamo_..._get_external_object_by_index``). Anything else goes to the caller's
+``resolve`` hook, except what is refused outright: dunder names, the entry points in
+``DENIED_PREFIXES`` and ``DENIED_NAMES`` (loading, saving, compiling, code execution), and
+any module reached through ``torch`` that does not itself live under an allowed root
+(``torch.os`` exists!).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import functools
+import importlib
+import math
+import operator
+import re
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import torch
+import torch.fx as fx
+
+from graphdbg.errors import GraphSourceError
+from graphdbg.specs import SymSpec, TensorSpec, parse_annotation
+
+__all__ = ["PrintedGraph", "parse_printed_graph", "resolve_target", "mangled_name"]
+
+ALLOWED_ROOTS: dict[str, types.ModuleType] = {"torch": torch, "operator": operator, "_operator": operator, "math": math}
+
+# Builtins fx graphs actually call (getattr/getitem on shapes, symbolic arithmetic); nothing
+# that touches files, imports or code objects.
+ALLOWED_BUILTINS: dict[str, Any] = {
+    name: getattr(builtins, name)
+    for name in ("abs", "bool", "float", "getattr", "int", "isinstance", "len", "list",
+                 "max", "min", "range", "round", "slice", "tuple")
+}
+
+# Names fx codegen binds in the generated module's globals (torch.fx.graph._custom_builtins).
+CONSTANT_NAMES: dict[str, Any] = {"inf": math.inf, "nan": math.nan, "Ellipsis": ..., "NoneType": type(None)}
+
+# Torch entry points that load, save, compile or run code. Prefix match on the dotted path.
+DENIED_PREFIXES: tuple[str, ...] = (
+    "torch.load", "torch.save", "torch.hub", "torch.compile", "torch.package", "torch.serialization",
+    "torch.ops.load_library", "torch.ops.import_module", "torch.classes",
+    "torch.utils.cpp_extension", "torch.utils.data", "torch.jit.load", "torch.jit.save",
+    "torch.jit._serialization", "torch.export.load", "torch.export.save", "torch._inductor",
+    "torch.fx.graph_module", "torch._dynamo.eval_frame", "torch._dynamo.convert_frame",
+    "torch._dynamo.optimize", "torch._C._jit", "torch.library", "torch._library",
+    "torch.distributed.rpc", "torch.multiprocessing", "torch._C._set_print", "torch._C._dynamo",
+    "torch.cuda.memory._dump_snapshot", "torch.cuda.memory._record_memory_history", "torch.profiler",
+    "torch.autograd.profiler", "torch.utils.tensorboard", "torch.onnx", "torch.utils.benchmark",
+    "torch.testing._internal", "operator.attrgetter", "operator.methodcaller", "operator.call",
+    "_operator.attrgetter", "_operator.methodcaller", "_operator.call",
+)
+# Names refused anywhere in a path (but not as an op name under torch.ops.<ns>, where a
+# custom op may well be called "load").
+# Also refused as method names (`x.numpy().tofile(path)`).
+DENIED_NAMES = frozenset({"load", "save", "load_library", "compile", "eval", "exec", "system", "popen",
+                          "open", "import_module", "remove", "unlink", "rmtree", "spawn", "tofile", "dump",
+                          "dumps", "write", "export_chrome_trace", "attrgetter", "methodcaller"})
+# Roots refused before the user's hook is consulted, so a catch-all hook can't let them in.
+DENIED_ROOTS = frozenset({"os", "posix", "nt", "subprocess", "sys", "shutil", "importlib", "builtins", "pickle",
+                          "marshal", "ctypes", "socket", "io", "pathlib", "runpy", "code", "codeop", "signal",
+                          "multiprocessing", "threading", "tempfile", "urllib", "http", "shelve", "types",
+                          "inspect", "gc", "dill", "requests"} | (set(dir(builtins)) - set(ALLOWED_BUILTINS)))
+# Tensor methods starting with "_" that a graph may call; none were needed in the corpus.
+ALLOWED_PRIVATE_METHODS: frozenset[str] = frozenset()
+
+_OPERATORS: dict[type, Callable[..., Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow, ast.MatMult: operator.matmul,
+    ast.LShift: operator.lshift, ast.RShift: operator.rshift, ast.BitAnd: operator.and_, ast.BitOr: operator.or_,
+    ast.BitXor: operator.xor, ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert,
+    ast.Not: operator.not_, ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
+    ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_,
+    ast.IsNot: operator.is_not,
+}
+_SOURCE_COMMENT = re.compile(r"^\s*# File: (?P<file>.+?):(?P<line>\d+) in (?P<fn>.+?), code: (?P<code>.*)$")
+_NO_SOURCE_COMMENT = re.compile(r"^\s*# No stacktrace found for following nodes")
+
+
+class _Refused(Exception):
+    """A name that must never resolve, whatever the user's hook says."""
+
+
+def mangled_name(qualname: str) -> str:
+    """The global name fx codegen gives a function it can't spell as a torch path.
+
+        >>> mangled_name("math.sqrt"), mangled_name("torch._dynamo.utils.foo")
+        ('math_sqrt', 'torch__dynamo_utils_foo')
+    """
+    name = re.sub(r"[^0-9a-zA-Z_]+", "_", qualname) or "_unnamed"
+    return f"_{name}" if name[0].isdigit() else name
+
+
+def _check_path(qualname: str) -> None:
+    parts = qualname.split(".")
+    if any(p.startswith("__") and p.endswith("__") or p == "" for p in parts):
+        raise _Refused(f"refusing {qualname}: dunder or empty names are never resolved")
+    if parts[0] in DENIED_ROOTS or any(qualname == p or qualname.startswith(p + ".") for p in DENIED_PREFIXES):
+        raise _Refused(f"refusing {qualname}: not allowed in a replayed graph")
+    checked = parts[:3] if qualname.startswith("torch.ops.") else parts
+    if any(p in DENIED_NAMES for p in checked):
+        raise _Refused(f"refusing {qualname}: not allowed in a replayed graph")
+
+
+def _module_allowed(obj: Any) -> bool:
+    root = (getattr(obj, "__name__", "") or "").split(".")[0]
+    return root in ALLOWED_ROOTS
+
+
+def _check_object(qualname: str, obj: Any) -> Any:
+    # Attribute walks can leave the allowed roots through re-exports (torch.os, torch.hub.urlopen);
+    # judge the object by where it was defined, not by the path that reached it.
+    if isinstance(obj, types.ModuleType):
+        raise _Refused(f"refusing {qualname}: a module is not a graph target")
+    module = getattr(obj, "__module__", None)
+    if isinstance(module, str) and module.split(".")[0] not in ALLOWED_ROOTS:
+        if not (module == "builtins" and any(obj is b for b in ALLOWED_BUILTINS.values())):
+            if callable(obj) or not isinstance(obj, (int, float, bool, str)):
+                raise _Refused(f"refusing {qualname}: defined in {module}, outside torch/operator/math")
+    return obj
+
+
+def _walk(qualname: str) -> Any:
+    """Resolve a dotted path from an allowed root; LookupError if it isn't there."""
+    _check_path(qualname)
+    parts = qualname.split(".")
+    if parts[0] not in ALLOWED_ROOTS:
+        raise LookupError(qualname)
+    obj: Any = ALLOWED_ROOTS[parts[0]]
+    for i, part in enumerate(parts[1:], start=2):
+        try:
+            obj = getattr(obj, part)
+        except Exception:  # torch.ops raises AttributeError or RuntimeError for unknown ops
+            if qualname.startswith("torch.ops.higher_order.") and i == 4 and _import_hop(part):
+                obj = getattr(obj, part)
+            else:
+                raise LookupError(qualname) from None
+        if isinstance(obj, types.ModuleType) and not _module_allowed(obj):
+            raise _Refused(f"refusing {'.'.join(parts[:i])}: module {obj.__name__} is outside torch/operator/math")
+    return _check_object(qualname, obj)
+
+
+def _import_hop(name: str) -> bool:
+    # Some higher-order ops register only when their module is imported (Triton's wrapper
+    # is one); import those modules, which are torch's own, and look again.
+    modules = {"triton_kernel_wrapper_mutation": "triton_kernel_wrap", "triton_kernel_wrapper_functional": "triton_kernel_wrap"}
+    try:
+        importlib.import_module(f"torch._higher_order_ops.{modules.get(name, name)}")
+    except Exception:
+        return False
+    return hasattr(torch.ops.higher_order, name)
+
+
+@functools.lru_cache(maxsize=1024)
+def _unmangle(name: str) -> str | None:
+    """The dotted path behind a mangled global, found by walking real attributes, or None."""
+    for root in ("torch", "_operator", "operator", "math"):
+        if name.startswith(root + "_"):
+            found = _search(ALLOWED_ROOTS[root], root, name[len(root) + 1:], depth=6)
+            if found:
+                return found
+    return None
+
+
+def _search(obj: Any, qual: str, rest: str, depth: int) -> str | None:
+    # "torch__dynamo_x_y" could be torch._dynamo.x_y or torch._dynamo_x.y: try each split,
+    # longest first, keeping only those that name real attributes.
+    cuts = [i for i, ch in enumerate(rest) if ch == "_" and i > 0] + [len(rest)]
+    for cut in sorted(cuts, reverse=True):
+        head, tail = rest[:cut], rest[cut + 1:]
+        path = f"{qual}.{head}"
+        try:
+            _check_path(path)
+        except _Refused:
+            continue
+        child = getattr(obj, head, None)
+        if child is None and isinstance(obj, types.ModuleType) and qual.startswith("torch"):
+            try:
+                child = importlib.import_module(path)
+            except Exception:
+                child = None
+        if child is None or isinstance(child, types.ModuleType) and not _module_allowed(child):
+            continue
+        if cut == len(rest):
+            return path
+        if depth > 0 and isinstance(child, (types.ModuleType, type)):
+            found = _search(child, path, tail, depth - 1)
+            if found:
+                return found
+    return None
+
+
+def resolve_target(qualname: str) -> Any:
+    """The object a printed graph means by ``qualname``, if it is allow-listed.
+
+    Accepts dotted paths (``torch.ops.aten.add.Tensor``), allowed builtins (``getattr``),
+    fx's custom builtins (``inf``, ``device``) and mangled globals (``math_sqrt``).
+
+        >>> resolve_target("torch.ops.aten.add.Tensor")
+        <OpOverload(op='aten.add', overload='Tensor')>
+        >>> resolve_target("torch.load")
+        Traceback (most recent call last):
+        graphdbg.errors.GraphSourceError: refusing torch.load: not allowed in a replayed graph
+
+    Raises GraphSourceError (without a location) for refused or unknown names.
+    """
+    try:
+        return _resolve(qualname)
+    except _Refused as e:
+        raise GraphSourceError(str(e)) from None
+    except LookupError:
+        raise GraphSourceError(f"cannot resolve {qualname}") from None
+
+
+def _resolve(qualname: str) -> Any:
+    if "." not in qualname:
+        if qualname in ALLOWED_BUILTINS:
+            return ALLOWED_BUILTINS[qualname]
+        if qualname in CONSTANT_NAMES:
+            return CONSTANT_NAMES[qualname]
+        if qualname == "device":
+            return torch.device
+        _check_path(qualname)
+        if qualname.startswith("builtins_") and qualname[9:] in ALLOWED_BUILTINS:
+            return ALLOWED_BUILTINS[qualname[9:]]
+        dotted = _unmangle(qualname)
+        if dotted is None:
+            raise LookupError(qualname)
+        return _walk(dotted)
+    return _walk(qualname)
+
+
+@dataclass
+class PrintedGraph:
+    """One class of a printed graph: its forward as an ``fx.Graph``, plus nested classes.
+
+        >>> pg = parse_printed_graph(open("rank0_0.py").read(), filename="rank0_0.py", resolve=stand_in)
+        >>> sorted(pg.submodules), [n.name for n in pg.submodules["thunder_0"].graph.find_nodes(op="placeholder")]
+        (['inductor_1', 'thunder_0'], ['l_input_', 'l_self_parameters_weight_'])
+        >>> gm = pg.to_module(missing_attr=lambda name, spec: torch.zeros(spec.concrete_shape()))
+    """
+
+    name: str
+    graph: fx.Graph
+    submodules: dict[str, PrintedGraph] = field(default_factory=dict)
+    attrs: dict[str, TensorSpec | None] = field(default_factory=dict)
+    header: list[str] = field(default_factory=list)
+    filename: str = "<graph>"
+
+    def to_module(
+        self,
+        attr_values: Mapping[str, Any] | None = None,
+        missing_attr: Callable[[str, TensorSpec | None], Any] | None = None,
+    ) -> fx.GraphModule:
+        """A fresh GraphModule (the graph is copied, so this can be called again).
+
+        ``attr_values`` and ``missing_attr`` see qualified names: ``"_tensor_constant0"`` for
+        this class, ``"thunder_0._tensor_constant0"`` for a nested one.
+        """
+        return self._build("", attr_values or {}, missing_attr)
+
+    def _build(self, prefix: str, values: Mapping[str, Any], missing: Callable | None) -> fx.GraphModule:
+        root = torch.nn.Module()
+        children = {name: sub._build(f"{prefix}{name}.", values, missing) for name, sub in self.submodules.items()}
+        for name, child in children.items():
+            setattr(root, name, child)
+        for target, spec in self.attrs.items():
+            qualname = prefix + target
+            if qualname in values:
+                value = values[qualname]
+            elif missing is not None:
+                value = missing(qualname, spec)
+            else:
+                raise GraphSourceError(f"no value for attribute {qualname} of {self.name}", file=self.filename)
+            *path, leaf = target.split(".")
+            owner = root
+            for part in path:
+                if not hasattr(owner, part):
+                    owner.add_module(part, torch.nn.Module())
+                owner = getattr(owner, part)
+            if isinstance(value, torch.nn.Module):
+                owner.add_module(leaf, value)
+            else:
+                setattr(owner, leaf, value)
+        gm = fx.GraphModule(root, _copy_graph(self.graph), class_name=self.name)
+        # GraphModule only copies what the graph references; an unused nested class stays too.
+        for name, child in children.items():
+            if not hasattr(gm, name):
+                gm.add_submodule(name, child)
+        return gm
+
+
+def _copy_graph(graph: fx.Graph) -> fx.Graph:
+    new = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for node in graph.nodes:
+        env[node] = new.node_copy(node, lambda n: env[n])
+    return new
+
+
+def parse_printed_graph(
+    source: str, *, filename: str = "<graph>", resolve: Callable[[str], Any] | None = None
+) -> PrintedGraph:
+    """Read ``print_readable()`` output into a PrintedGraph, without running any of it.
+
+        >>> pg = parse_printed_graph(text, filename="rank0_0.py",
+        ...                          resolve=lambda q: my_stand_ins.get(q))
+        >>> pg.graph.find_nodes(op="call_module")[0].target
+        'thunder_0'
+
+    ``resolve`` is asked for names the allow-list doesn't know (custom ops this machine
+    lacks); it returns a callable, or None. Refused names never reach it. Raises
+    GraphSourceError with file and line for anything that isn't a readable printed graph.
+    """
+    return _Reader(source, filename, resolve).read()
+
+
+class _Reader:
+    def __init__(self, source: str, filename: str, resolve: Callable[[str], Any] | None):
+        self.source, self.filename, self.hook = source, filename, resolve
+        self.lines = source.splitlines()
+        self.resolved: dict[str, Any] = {}
+
+    def fail(self, message: str, where: ast.AST | int | None) -> GraphSourceError:
+        line = where if isinstance(where, int) else getattr(where, "lineno", None)
+        return GraphSourceError(message, file=self.filename, line=line or 1)
+
+    def read(self) -> PrintedGraph:
+        try:
+            tree = ast.parse(self.source, filename=self.filename)
+        except SyntaxError as e:
+            raise self.fail(f"not a readable printed graph (truncated?): {e.msg}", e.lineno or 1) from None
+        classes = []
+        for stmt in tree.body:
+            if isinstance(stmt, ast.ClassDef):
+                classes.append(stmt)
+            elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                self._check_import(stmt)
+            elif not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+                      and isinstance(stmt.value.value, str)):
+                raise self.fail(f"unexpected statement outside the graph class: {_show(stmt)}", stmt)
+        if not classes:
+            raise self.fail("not a printed graph: no `class ...(torch.nn.Module)` with a forward", 1)
+        if len(classes) > 1:
+            lines = ", ".join(str(c.lineno) for c in classes)
+            raise self.fail(f"expected one graph class, found {len(classes)} (lines {lines})", classes[1])
+        header = [ln.strip() for ln in self.lines[: classes[0].lineno - 1] if ln.strip().startswith("#")]
+        return self._read_class(classes[0], header)
+
+    def _check_import(self, stmt: ast.Import | ast.ImportFrom) -> None:
+        names = [a.name for a in stmt.names] if isinstance(stmt, ast.Import) else [stmt.module or ""]
+        if stmt.__class__ is ast.ImportFrom and stmt.level:
+            names = [""]
+        for name in names:
+            if name.split(".")[0] not in ALLOWED_ROOTS:
+                raise self.fail(f"refusing import of {name or 'a relative module'}", stmt)
+
+    def _read_class(self, cls: ast.ClassDef, header: list[str]) -> PrintedGraph:
+        if cls.decorator_list or cls.keywords:
+            raise self.fail(f"unexpected decorator or keyword on class {cls.name}", cls)
+        if not any(_dotted(b, "").endswith("Module") for b in cls.bases):
+            raise self.fail(f"class {cls.name} is not a torch.nn.Module", cls)
+        forward, nested = None, {}
+        for stmt in cls.body:
+            if isinstance(stmt, ast.FunctionDef) and stmt.name == "forward":
+                forward = stmt
+            elif isinstance(stmt, ast.ClassDef):
+                nested[stmt.name] = stmt
+            elif isinstance(stmt, ast.Pass) or (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
+                continue
+            else:
+                raise self.fail(f"unexpected statement in class {cls.name}: {_show(stmt)}", stmt)
+        if forward is not None and (forward.decorator_list or forward.returns is not None and
+                                    not isinstance(forward.returns, (ast.Constant, ast.Name, ast.Attribute))):
+            raise self.fail(f"unexpected decorator or return annotation on {cls.name}.forward", forward)
+        if forward is None:
+            raise self.fail(f"class {cls.name} has no forward (truncated?)", cls)
+        submodules = {name: self._read_class(c, []) for name, c in nested.items()}
+        graph, attrs = _ForwardReader(self, forward, set(nested)).read()
+        return PrintedGraph(cls.name, graph, submodules, attrs, header, self.filename)
+
+    def resolve(self, qualname: str, at: ast.AST) -> Any:
+        if qualname in self.resolved:
+            return self.resolved[qualname]
+        try:
+            target = _resolve(qualname)
+        except _Refused as e:
+            raise self.fail(f"{e} (in `{_show(at)}`)", at) from None
+        except LookupError:
+            target = None
+            if self.hook is not None:
+                try:
+                    target = self.hook(qualname)
+                except Exception:
+                    target = None
+            if target is None:
+                raise self.fail(f"cannot resolve {qualname} (in `{_show(at)}`)", at) from None
+        self.resolved[qualname] = target
+        return target
+
+
+class _ForwardReader:
+    """Turns one ``def forward`` into an fx.Graph, statement by statement."""
+
+    def __init__(self, reader: _Reader, fn: ast.FunctionDef, nested: set[str]):
+        self.r, self.fn, self.nested = reader, fn, nested
+        self.graph = fx.Graph()
+        self.env: dict[str, fx.Node] = {}
+        self.attrs: dict[str, TensorSpec | None] = {}
+        self.source: dict[str, Any] | None = None
+        self.lineno = fn.lineno
+        self.self_name = ""
+
+    def fail(self, message: str, where: ast.AST | int) -> GraphSourceError:
+        return self.r.fail(message, where)
+
+    def read(self) -> tuple[fx.Graph, dict[str, TensorSpec | None]]:
+        self._placeholders(self.fn.args)
+        prev_end, returned = self.fn.lineno, False
+        setitem: tuple[fx.Node, str, int] | None = None
+        for stmt in self.fn.body:
+            self._scan_comments(prev_end, stmt.lineno)
+            prev_end, self.lineno = stmt.end_lineno or stmt.lineno, stmt.lineno
+            if returned:
+                raise self.fail(f"statement after return: {_show(stmt)}", stmt)
+            if setitem and _is_alias(stmt) and stmt.value.id == setitem[1] and stmt.lineno == setitem[2]:
+                # fx prints `x[0] = v;  setitem = x`: the second half names the setitem node.
+                setitem[0]._rename(stmt.targets[0].id)
+                self.env[stmt.targets[0].id], setitem = setitem[0], None
+                continue
+            setitem = None
+            if isinstance(stmt, ast.Return):
+                self._set_meta(self.graph.output(self._value(stmt.value) if stmt.value is not None else None), None)
+                returned = True
+            elif isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Subscript) and len(stmt.targets) == 1:
+                tgt = stmt.targets[0]
+                node = self._create("call_function", operator.setitem,
+                                    (self._node(tgt.value), self._value(tgt.slice), self._value(stmt.value)), {}, None, stmt)
+                setitem = (node, _dotted(tgt.value, ""), stmt.lineno)
+            elif isinstance(stmt, ast.Assign) and all(isinstance(t, ast.Name) for t in stmt.targets):
+                if isinstance(stmt.value, ast.Constant) and stmt.value.value is None:
+                    continue  # `a = b = None`: fx freeing references early
+                if len(stmt.targets) != 1:
+                    raise self.fail(f"unexpected multiple assignment: {_show(stmt)}", stmt)
+                self._statement(stmt, stmt.value, stmt.targets[0].id, None)
+            elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
+                self._statement(stmt, stmt.value, stmt.target.id, stmt.annotation)
+            elif isinstance(stmt, ast.Expr):
+                if not (isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)):
+                    self._statement(stmt, stmt.value, None, None)
+            elif not isinstance(stmt, ast.Pass):
+                raise self.fail(f"unsupported statement in forward: {_show(stmt)}", stmt)
+        if not returned:
+            raise self.fail("forward has no return statement (truncated?)", self.fn.body[-1].end_lineno or self.fn)
+        return self.graph, self.attrs
+
+    def _scan_comments(self, after: int, before: int) -> None:
+        # Comments are not in the AST; the `# File:` lines fx prints before each group of
+        # statements are the only record of where the user's code was.
+        for text in self.r.lines[after: before - 1]:
+            if m := _SOURCE_COMMENT.match(text):
+                self.source = {"file": m["file"], "line": int(m["line"]), "fn": m["fn"], "code": m["code"]}
+            elif _NO_SOURCE_COMMENT.match(text):
+                self.source = None
+
+    def _placeholders(self, args: ast.arguments) -> None:
+        positional = args.posonlyargs + args.args
+        if not positional:
+            raise self.fail("forward has no `self` argument", self.fn)
+        self.self_name = positional[0].arg
+        defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+        entries = [(a, d, a.arg) for a, d in zip(positional[1:], defaults[1:])]
+        if args.vararg:
+            entries.append((args.vararg, None, "*" + args.vararg.arg))
+        entries += [(a, d, a.arg) for a, d in zip(args.kwonlyargs, args.kw_defaults)]
+        for arg, default, target in entries:
+            self.lineno = arg.lineno
+            extra = {} if default is None else {"default_value": self._constant_only(default)}
+            node = self.graph.placeholder(target, **extra)
+            self._set_meta(node, arg.annotation)
+            self.env[arg.arg] = node
+
+    def _constant_only(self, expr: ast.expr) -> Any:
+        value = self._value(expr)
+        if any(True for _ in _nodes_in(value)):
+            raise self.fail(f"default value is not a constant: {_show(expr)}", expr)
+        return value
+
+    def _statement(self, stmt: ast.stmt, expr: ast.expr, name: str | None, annotation: ast.expr | None) -> fx.Node:
+        if name is not None and isinstance(expr, ast.Name) and expr.id in self.env and annotation is None:
+            node = self.env[expr.id]
+            if node.op == "placeholder" and node.name == node.target:
+                # `l_x_ = L_x_`: Dynamo's alias of an input; fx prints a renamed placeholder this way.
+                node._rename(name)
+            self.env[name] = node
+            return node
+        node = self._call_node(expr, name)
+        self._set_meta(node, annotation)
+        if name is not None:
+            self.env[name] = node
+        return node
+
+    def _set_meta(self, node: fx.Node, annotation: ast.expr | None) -> None:
+        text = annotation.value if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str) else None
+        node.meta["graphdbg_spec"] = parse_annotation(text) if text else None
+        node.meta["graphdbg_lineno"] = self.lineno
+        if self.source is not None:
+            node.meta["graphdbg_source"] = dict(self.source)
+
+    def _create(self, op: str, target: Any, args: tuple, kwargs: dict, name: str | None, at: ast.AST) -> fx.Node:
+        try:
+            node = self.graph.create_node(op, target, args, kwargs, name=name)
+        except Exception as e:
+            raise self.fail(f"cannot build a node for `{_show(at)}`: {e}", at) from None
+        if node.meta.get("graphdbg_lineno") is None:
+            self._set_meta(node, None)
+        return node
+
+    def _call_node(self, expr: ast.expr, name: str | None) -> fx.Node:
+        """The node computing ``expr``; ``name`` is the statement's variable, if any."""
+        if isinstance(expr, ast.Call):
+            if any(isinstance(a, ast.Starred) for a in expr.args) or any(k.arg is None for k in expr.keywords):
+                raise self.fail(f"unsupported */** arguments in `{_show(expr)}`", expr)
+            args = tuple(self._value(a) for a in expr.args)
+            kwargs = {k.arg: self._value(k.value) for k in expr.keywords}
+            func = expr.func
+            if (path := self._self_path(func)) is not None:
+                if path not in self.nested:
+                    self.attrs.setdefault(path, None)
+                return self._create("call_module", path, args, kwargs, name, expr)
+            if isinstance(func, ast.Attribute) and self._is_node_rooted(func.value):
+                if func.attr.startswith("_") and func.attr not in ALLOWED_PRIVATE_METHODS or func.attr in DENIED_NAMES:
+                    raise self.fail(f"refusing method call .{func.attr}() in `{_show(expr)}`", expr)
+                return self._create("call_method", func.attr, (self._node(func.value), *args), kwargs, name, expr)
+            qualname = _dotted(func, None)
+            if qualname is None:
+                raise self.fail(f"unsupported call `{_show(expr)}`", expr)
+            target = self.r.resolve(qualname, expr)
+            if target is builtins.getattr:
+                self._check_getattr(args, expr)
+            return self._create("call_function", target, args, kwargs, name, expr)
+        if isinstance(expr, ast.Attribute):
+            if (path := self._self_path(expr)) is not None:
+                if path not in self.nested:
+                    self.attrs.setdefault(path, None)
+                return self._create("get_attr", path, (), {}, name, expr)
+            if self._is_node_rooted(expr.value):
+                if expr.attr.startswith("__"):
+                    raise self.fail(f"refusing dunder attribute .{expr.attr} in `{_show(expr)}`", expr)
+                return self._create("call_function", builtins.getattr, (self._node(expr.value), expr.attr), {}, name, expr)
+        if isinstance(expr, ast.Subscript):
+            return self._create("call_function", operator.getitem,
+                                (self._value(expr.value), self._value(expr.slice)), {}, name, expr)
+        if isinstance(expr, ast.BinOp) and type(expr.op) in _OPERATORS:
+            return self._create("call_function", _OPERATORS[type(expr.op)],
+                                (self._value(expr.left), self._value(expr.right)), {}, name, expr)
+        if isinstance(expr, ast.UnaryOp) and type(expr.op) in _OPERATORS:
+            return self._create("call_function", _OPERATORS[type(expr.op)], (self._value(expr.operand),), {}, name, expr)
+        if isinstance(expr, ast.Compare) and len(expr.ops) == 1:
+            op, right = expr.ops[0], expr.comparators[0]
+            if isinstance(op, (ast.In, ast.NotIn)):
+                node = self._create("call_function", operator.contains, (self._value(right), self._value(expr.left)),
+                                    {}, None if isinstance(op, ast.NotIn) else name, expr)
+                return node if isinstance(op, ast.In) else self._create("call_function", operator.not_, (node,), {}, name, expr)
+            if type(op) in _OPERATORS:
+                return self._create("call_function", _OPERATORS[type(op)],
+                                    (self._value(expr.left), self._value(right)), {}, name, expr)
+        raise self.fail(f"unsupported expression `{_show(expr)}`", expr)
+
+    def _check_getattr(self, args: tuple, expr: ast.expr) -> None:
+        if len(args) < 2 or not isinstance(args[0], fx.Node) or not isinstance(args[1], str):
+            raise self.fail(f"getattr needs a graph value and a constant name: `{_show(expr)}`", expr)
+        if args[1].startswith("__"):
+            raise self.fail(f"refusing dunder attribute {args[1]!r} in `{_show(expr)}`", expr)
+
+    def _self_path(self, expr: ast.expr) -> str | None:
+        """``"a.b"`` for ``self.a.b``, else None."""
+        path = _dotted(expr, None)
+        if path is None or not path.startswith(self.self_name + ".") or self.self_name in self.env:
+            return None
+        path = path[len(self.self_name) + 1:]
+        if any(p.startswith("__") for p in path.split(".")):
+            raise self.fail(f"refusing dunder attribute in `{_show(expr)}`", expr)
+        return path
+
+    def _is_node_rooted(self, expr: ast.expr) -> bool:
+        """Whether ``expr`` computes from graph values (so ``expr.m()`` is a method call)."""
+        while isinstance(expr, ast.Attribute):
+            expr = expr.value
+        if isinstance(expr, ast.Name):
+            return expr.id in self.env or expr.id == self.self_name
+        return isinstance(expr, (ast.Call, ast.Subscript, ast.BinOp, ast.UnaryOp))
+
+    def _node(self, expr: ast.expr) -> fx.Node:
+        value = self._value(expr)
+        if not isinstance(value, fx.Node):
+            raise self.fail(f"expected a graph value, got `{_show(expr)}`", expr)
+        return value
+
+    def _value(self, expr: ast.expr) -> Any:
+        """An argument: a constant, a container, a known node, or a node for a nested expression."""
+        if isinstance(expr, ast.Constant):
+            return expr.value
+        if isinstance(expr, ast.Name):
+            if expr.id in self.env:
+                return self.env[expr.id]
+            if expr.id in CONSTANT_NAMES:
+                return CONSTANT_NAMES[expr.id]
+            if expr.id == self.self_name:
+                raise self.fail(f"`{expr.id}` itself is not a graph value", expr)
+            # Bare names in argument position are only mangled globals fx wrote (functions
+            # handed to higher-order ops); an unknown one is a typo or a truncation, so the
+            # user's catch-all hook is not asked.
+            try:
+                return _resolve(expr.id)
+            except _Refused as e:
+                raise self.fail(f"{e} (in `{_show(expr)}`)", expr) from None
+            except LookupError:
+                raise self.fail(f"unknown name {expr.id} (used before it is assigned?)", expr) from None
+        if isinstance(expr, (ast.Tuple, ast.List)):
+            if any(isinstance(e, ast.Starred) for e in expr.elts):
+                raise self.fail(f"unsupported starred element in `{_show(expr)}`", expr)
+            items = [self._value(e) for e in expr.elts]
+            return tuple(items) if isinstance(expr, ast.Tuple) else items
+        if isinstance(expr, ast.Dict):
+            if any(k is None for k in expr.keys):
+                raise self.fail(f"unsupported ** in `{_show(expr)}`", expr)
+            keys = [self._value(k) for k in expr.keys]
+            if any(isinstance(k, fx.Node) for k in keys):
+                raise self.fail(f"dict keys must be constants in `{_show(expr)}`", expr)
+            return dict(zip(keys, (self._value(v) for v in expr.values)))
+        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, (ast.USub, ast.UAdd)) and _is_literal(expr.operand):
+            # `-1`, `-inf` are constants in printed args, not neg nodes.
+            operand = expr.operand.value if isinstance(expr.operand, ast.Constant) else CONSTANT_NAMES[expr.operand.id]
+            if isinstance(operand, (int, float, complex)) and not isinstance(operand, bool):
+                return -operand if isinstance(expr.op, ast.USub) else operand
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in ("slice", "device"):
+            if not any(isinstance(a, ast.Starred) for a in expr.args) and all(k.arg for k in expr.keywords):
+                args = [self._value(a) for a in expr.args]
+                kwargs = {k.arg: self._value(k.value) for k in expr.keywords}
+                if expr.func.id == "slice":
+                    return slice(*args)
+                try:
+                    return torch.device(*args, **kwargs)
+                except Exception as e:
+                    raise self.fail(f"bad device literal `{_show(expr)}`: {e}", expr) from None
+        if isinstance(expr, ast.Attribute) and not self._is_node_rooted(expr.value):
+            path = _dotted(expr, None)
+            if path is None:
+                raise self.fail(f"unsupported expression `{_show(expr)}`", expr)
+            # dtypes, layouts, memory formats, and functions passed to higher-order ops.
+            return self.r.resolve(path, expr)
+        return self._call_node(expr, None)
+
+
+def _nodes_in(value: Any):
+    nodes: list[fx.Node] = []
+    fx.node.map_arg(value, nodes.append)
+    return nodes
+
+
+def _is_literal(expr: ast.expr) -> bool:
+    return isinstance(expr, ast.Constant) or isinstance(expr, ast.Name) and expr.id in ("inf", "nan")
+
+
+def _is_alias(stmt: ast.stmt) -> bool:
+    return (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+            and isinstance(stmt.value, ast.Name))
+
+
+def _dotted(expr: ast.expr, default: Any) -> Any:
+    parts = []
+    while isinstance(expr, ast.Attribute):
+        parts.append(expr.attr)
+        expr = expr.value
+    if not isinstance(expr, ast.Name):
+        return default
+    return ".".join([expr.id, *reversed(parts)])
+
+
+def _show(node: ast.AST, limit: int = 100) -> str:
+    text = ast.unparse(node).split("\n")[0]
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import operator
 from pathlib import Path
 
@@ -22,6 +23,11 @@ CORPUS_FILES = sorted(CORPUS.rglob("*.py")) if CORPUS.is_dir() else []
 
 def printed(gm: fx.GraphModule) -> str:
     return gm.print_readable(print_output=False, include_stride=True, include_device=True)
+
+
+def untyped(code: str) -> str:
+    # Dynamo sets node.type on placeholders (torch.Tensor, Parameter); the printed form keeps only specs.
+    return re.sub(r" : [\w.]+", "", code)
 
 
 def stand_in(qualname: str):
@@ -71,7 +77,7 @@ def test_round_trip_dynamo_graph(dynamic):
 
     torch.testing.assert_close(parsed(*inputs), gm(*inputs))
     # Names, placeholder targets and the printed form survive the trip.
-    assert parsed.code == gm.code
+    assert untyped(parsed.code) == untyped(gm.code)
     placeholders = pg.graph.find_nodes(op="placeholder")
     x = next(n for n in placeholders if n.target == "L_x_")
     assert x.name == "l_x_"
@@ -116,7 +122,7 @@ def hand_built() -> fx.GraphModule:
 def test_round_trip_hand_built_graph():
     gm = hand_built()
     text = printed(gm)
-    mangled = next(w for w in text.split() if w.endswith("_combine("))[:-1]
+    mangled = re.search(r"(\w+_combine)\(", text)[1]  # fx names it after this test module
     pg = parse_printed_graph(text, resolve=lambda q: combine if q == mangled else None)
 
     assert set(pg.submodules) == {"sub"} and set(pg.attrs) == {"_tensor_constant0"}
@@ -223,7 +229,7 @@ def test_corpus_split_graph_facts():
 def test_corpus_unknown_custom_op_without_hook_names_file_line_and_call():
     path = CORPUS / "Qwen/Qwen3-Next-80B-A3B-Instruct/rank0_0.py"
     text = path.read_text()
-    line = next(i for i, ln in enumerate(text.splitlines(), 1) if "inplace_all_reduce(" in ln)
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if "= torch.ops.sglang.inplace_all_reduce(" in ln)
     with pytest.raises(GraphSourceError, match="torch.ops.sglang.inplace_all_reduce") as info:
         parse_printed_graph(text, filename=str(path))
     assert info.value.file == str(path) and info.value.line == line

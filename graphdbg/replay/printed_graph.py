@@ -36,7 +36,6 @@ import importlib
 import math
 import operator
 import re
-import sys
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -45,7 +44,7 @@ import torch
 import torch.fx as fx
 
 from graphdbg.errors import GraphSourceError
-from graphdbg.specs import SymSpec, TensorSpec, parse_annotation
+from graphdbg.specs import TensorSpec, parse_annotation
 
 __all__ = ["PrintedGraph", "parse_printed_graph", "resolve_target", "mangled_name"]
 
@@ -522,6 +521,8 @@ class _ForwardReader:
             return node
         node = self._call_node(expr, name)
         self._set_meta(node, annotation)
+        if node.op == "get_attr" and node.target in self.attrs and isinstance(node.meta["graphdbg_spec"], TensorSpec):
+            self.attrs[node.target] = node.meta["graphdbg_spec"]
         if name is not None:
             self.env[name] = node
         return node

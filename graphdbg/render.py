@@ -1,0 +1,162 @@
+"""rich renderables for dumps, cases and listings; the CLI and notebooks both print these."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
+if TYPE_CHECKING:
+    from graphdbg.replay.case import Case
+    from graphdbg.replay.dump import Dump
+
+def _txt(value: Any) -> str:
+    """Table cell text; pandas gives NaN for missing strings."""
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    return str(value)
+
+
+KIND_STYLE = {"compile_error": "red", "runtime_error": "magenta", "accuracy": "yellow", "captured": "green"}
+
+
+def rank_ranges(ranks: list[int]) -> str:
+    """[0, 1, 2, 5, 6] -> '0-2,5-6'."""
+    ranks = sorted(set(ranks))
+    parts: list[str] = []
+    i = 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        parts.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def listing_table(groups: list[dict[str, Any]]) -> Table:
+    table = Table(title="graphdbg dumps", show_lines=False)
+    for col, kw in (("path", {"overflow": "fold"}), ("ranks", {}), ("id", {"overflow": "fold"}), ("nodes", {"justify": "right"}),
+                    ("failure", {}), ("error", {}), ("message", {"overflow": "fold", "max_width": 60})):
+        table.add_column(col, **kw)
+    for g in groups:
+        paths = g["paths"]
+        path_text = paths[0] if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} more)"
+        table.add_row(
+            path_text,
+            rank_ranges(g["ranks"]),
+            g["id"],
+            str(g["nodes"]),
+            Text(g["kind"], style=KIND_STYLE.get(g["kind"], "")),
+            g["error_type"] or "",
+            g["message"] or "",
+        )
+    return table
+
+
+def dump_panel(dump: Dump) -> Panel:
+    lines = Text()
+    lines.append(f"{dump.failure_kind}", style=KIND_STYLE.get(dump.failure_kind, "bold"))
+    lines.append(f" in backend {dump.backend!r}, rank {dump.rank} of {dump.world_size}\n")
+    if dump.signature:
+        lines.append(f"{dump.signature}\n", style="bold")
+    env = dump.manifest.get("env", {})
+    lines.append(f"torch {env.get('torch')}, python {env.get('python')}, {env.get('device_name')}; "
+                 f"{dump.node_count} nodes, graph {dump.graph_hash[:12]}", style="dim")
+    return Panel(lines, title=f"[bold]{dump.id}[/]", subtitle=str(dump.path), expand=False)
+
+
+def _arg_text(value: Any) -> str:
+    import torch.fx as fx
+
+    if isinstance(value, fx.Node):
+        return value.name
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(_arg_text(v) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {_arg_text(v)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
+def graph_tree(dump: Dump) -> Tree:
+    """The graph grouped under the user source line each node came from."""
+    from graphdbg.graph_hash import target_name
+
+    info = dump.manifest["graph"].get("node_info", {})
+    tree = Tree(Text(f"graph: {dump.node_count} nodes", style="bold"))
+    branch = tree.add(Text("inputs", style="cyan"))
+    current: tuple | None = ("inputs",)
+    for node in dump.printed.graph.nodes:
+        spec = node.meta.get("graphdbg_spec")
+        ann = spec.annotation() if spec is not None else ""
+        module = info.get(node.name, {}).get("module")
+        if node.op == "placeholder":
+            line = Text(node.name)
+            line.append(f"  {ann}", style="green")
+            if module:
+                line.append(f"  {module}", style="dim")
+            branch.add(line)
+            continue
+        src = node.meta.get("graphdbg_source") or {}
+        key = (src.get("file"), src.get("line")) if node.op != "output" else ("output",)
+        if key != current:
+            current = key
+            if node.op == "output":
+                label = Text("return", style="cyan")
+            elif src.get("file"):
+                label = Text(f"{src['file']}:{src['line']}", style="cyan")
+                if src.get("code"):
+                    label.append(f"  {src['code'].strip()}", style="italic")
+            else:
+                label = Text("(no source line)", style="dim")
+            branch = tree.add(label)
+        args = ", ".join([_arg_text(a) for a in node.args] + [f"{k}={_arg_text(v)}" for k, v in node.kwargs.items()])
+        if node.op == "output":
+            branch.add(Text(args))
+            continue
+        line = Text(f"{node.name} = ")
+        line.append(target_name(node), style="bold")
+        line.append(f"({args})")
+        if ann:
+            line.append(f"  {ann}", style="green")
+        if module:
+            line.append(f"  {module}", style="dim")
+        branch.add(line)
+    return tree
+
+
+def inputs_table(dump: Dump) -> Table:
+    df = dump.inputs_table()
+    table = Table(title="inputs")
+    for col in ("name", "kind", "type", "value / stats", "stored"):
+        table.add_column(col, overflow="fold")
+    for row in df.itertuples(index=False):
+        typ = f"{_txt(row.dtype)}{_txt(row.shape)} {_txt(row.device)}" if row.kind == "tensor" else ""
+        if row.kind == "tensor" and _txt(row.mean):
+            detail = f"min {row.min:.3g} max {row.max:.3g} mean {row.mean:.3g} std {row.std:.3g}"
+        else:
+            detail = _txt(row.value)
+        stored = {True: "yes", False: Text("no: stats only", style="yellow")}.get(row.stored, "")
+        table.add_row(Text(_txt(row.name)), Text(_txt(row.kind)), Text(typ), Text(detail), stored)
+    return table
+
+
+def show(dump: Dump) -> Group:
+    parts: list[Any] = [dump_panel(dump)]
+    message = dump.message.strip()
+    if message:
+        parts.append(Panel(Text(message[:2000]), title="error", border_style="red", expand=False))
+    parts.extend([graph_tree(dump), inputs_table(dump)])
+    return Group(*parts)
+
+
+def case_panel(case: Case) -> Panel:
+    text = Text(f"{len(case.placeholders)} inputs on {case.device}, {len(case.gm.graph.nodes)} nodes\n")
+    for s in case.stand_ins:
+        text.append(f"stand-in {s.describe()}\n", style="yellow")
+    return Panel(text, title="Case", expand=False)

@@ -55,7 +55,7 @@ def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps."
     if as_json:
         _print_json(listing.to_json())
     else:
-        console.print(listing_table(listing.groups))
+        console.print(listing_table(listing.groups, str(listing.root)))
     for p in listing.problems:
         Console(stderr=True).print(f"graphdbg: skipped {p['error']}", highlight=False, soft_wrap=True)
     if listing.problems:

@@ -38,23 +38,22 @@ def rank_ranges(ranks: list[int]) -> str:
     return ",".join(parts)
 
 
-def listing_table(groups: list[dict[str, Any]]) -> Table:
-    table = Table(title="graphdbg dumps", show_lines=False)
-    for col, kw in (("path", {"overflow": "fold"}), ("ranks", {}), ("id", {"overflow": "fold"}), ("nodes", {"justify": "right"}),
-                    ("failure", {}), ("error", {}), ("message", {"overflow": "fold", "max_width": 60})):
-        table.add_column(col, **kw)
+def listing_table(groups: list[dict[str, Any]], root: str | None = None) -> Table:
+    """One row per group of identical failures; paths shown relative to ``root``."""
+    import os
+
+    table = Table(title=f"graphdbg dumps under {root}" if root else "graphdbg dumps")
+    table.add_column("dump", overflow="fold", ratio=3)
+    table.add_column("ranks", no_wrap=True)
+    table.add_column("nodes", justify="right", no_wrap=True)
+    table.add_column("failure", no_wrap=True)
+    table.add_column("error", overflow="fold", ratio=4)
     for g in groups:
-        paths = g["paths"]
-        path_text = paths[0] if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} more)"
-        table.add_row(
-            path_text,
-            rank_ranges(g["ranks"]),
-            g["id"],
-            str(g["nodes"]),
-            Text(g["kind"], style=KIND_STYLE.get(g["kind"], "")),
-            g["error_type"] or "",
-            g["message"] or "",
-        )
+        paths = [os.path.relpath(p, root) if root else p for p in g["paths"]]
+        path_text = paths[0] if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1})"
+        error = ": ".join(x for x in (g["error_type"], g["message"]) if x)
+        table.add_row(Text(path_text), rank_ranges(g["ranks"]), str(g["nodes"]),
+                      Text(g["kind"], style=KIND_STYLE.get(g["kind"], "")), Text(error))
     return table
 
 

@@ -20,6 +20,7 @@ from graphdbg.capture.describe import describe_value, tensor_stats
 from graphdbg.capture.environment import distributed_info, environment
 from graphdbg.manifest import GRAPH, INPUTS, SCHEMA, SCHEMA_VERSION, write_manifest
 from graphdbg.signature import signature
+from graphdbg.specs import TensorSpec
 from graphdbg.tensor_file import storable, write_tensors
 
 if TYPE_CHECKING:
@@ -121,7 +122,12 @@ def _describe_inputs(snap: GraphSnapshot, inputs: list[Any], budget: int) -> tup
     descs: list[dict[str, Any]] = []
     for i, node in enumerate(snap.placeholders):
         value = inputs[i] if i < len(inputs) else None
-        d = describe_value(value, symbolic=node.meta.get("example_value"))
+        example = node.meta.get("example_value")
+        d = describe_value(value, symbolic=example)
+        if d["kind"] == "tensor" and isinstance(example, torch.Tensor):
+            symbolic = TensorSpec.of(example)
+            if not symbolic.is_static():  # dynamic dims, as Dynamo saw them: "s77", "8*s27"
+                d["symbolic_shape"], d["symbolic_stride"] = symbolic.shape, symbolic.stride
         descs.append({"name": str(node.target), "node": node.name, "index": i, **d})
     storage_owner: dict[tuple[str, int], str] = {}
     tensors: dict[str, torch.Tensor] = {}

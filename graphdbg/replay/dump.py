@@ -20,7 +20,7 @@ import torch
 
 from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.graph_hash import target_name
-from graphdbg.manifest import GRAPH, INPUTS, read_manifest
+from graphdbg.manifest import GRAPH, INPUTS, MANIFEST, find_dumps, read_manifest
 from graphdbg.specs import SymSpec, TensorSpec
 from graphdbg.tensor_file import check_tensor_file, read_tensors
 
@@ -117,7 +117,6 @@ class Dump:
         dev = torch.device(device) if device is not None else self.default_device()
         if dev.type == "cuda" and not (torch.cuda.is_available() and (dev.index or 0) < torch.cuda.device_count()):
             raise GraphdbgError(f"device {dev} is not available on this machine")
-        self.check()
         tensor_path = self.path / self.manifest.get("inputs_file", INPUTS)
         descs = self.manifest["inputs"]
         builder = InputBuilder(dev, lambda keys: read_tensors(tensor_path, keys, device="cpu"), symbol_env(descs), seed=seed)
@@ -242,4 +241,13 @@ def load(path: str | Path) -> Dump:
         raise DumpError(f"{path}: no such file or folder")
     if path.is_file():
         raise DumpError(f"{path}: not a dump folder (printed graph files are read by a later graphdbg)")
-    return Dump(path, read_manifest(path))
+    if not (path / MANIFEST).exists():
+        # A folder holding exactly one dump (a fixture, a one-graph run) stands for that dump.
+        found = find_dumps(path)
+        if len(found) == 1:
+            path = found[0]
+        elif len(found) > 1:
+            raise DumpError(f"{path}: holds {len(found)} dumps; name one (graphdbg ls {path} lists them)")
+    dump = Dump(path, read_manifest(path))
+    dump.check()
+    return dump

@@ -183,6 +183,8 @@ class InputBuilder:
         return out
 
     def _stream(self, name: str, d: Mapping[str, Any]) -> Any:
+        if str(d.get("device", "")).startswith("cpu"):
+            return torch.Stream(device="cpu")
         if self.device.type == "cuda":
             kwargs = {"priority": d["priority"]} if isinstance(d.get("priority"), int) else {}
             s = torch.cuda.Stream(device=self.device, **kwargs)

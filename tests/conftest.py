@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "graphdbg" / "fixtures"
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture
+def fixture_copy(tmp_path):
+    """Copy a committed fixture dump somewhere a test may damage it; returns the dump folder."""
+
+    def copy(name: str) -> Path:
+        src = next((FIXTURES / name).glob("rank*/*"))
+        dst = tmp_path / name / src.parent.name / src.name
+        shutil.copytree(src, dst)
+        return dst
+
+    return copy
+
+
+class CliResult:
+    def __init__(self, code: int, out: str, err: str):
+        self.code, self.out, self.err = code, out, err
+
+    def __repr__(self) -> str:
+        return f"CliResult(code={self.code}, out={self.out[-2000:]!r}, err={self.err[-2000:]!r})"
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """Run the graphdbg CLI in-process, exactly as the console script does."""
+    from graphdbg.cli import main
+
+    def run(*args: str) -> CliResult:
+        monkeypatch.setattr(sys, "argv", ["graphdbg", *map(str, args)])
+        monkeypatch.setenv("COLUMNS", "200")
+        code = 0
+        try:
+            main()
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
+
+
+def run_python(code: str, *args: str, env: dict | None = None, cwd: Path | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([sys.executable, "-c", code, *args], env=full_env, cwd=cwd, capture_output=True, text=True, timeout=timeout)

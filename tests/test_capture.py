@@ -1,0 +1,320 @@
+"""capture(): dumps on real failures of real programs, and stays out of the user's way."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import traceback
+
+import pytest
+import torch
+
+import graphdbg
+from graphdbg.fixtures import programs
+from graphdbg.manifest import SCHEMA_VERSION, find_dumps
+
+from conftest import ROOT, run_python
+
+
+def _call(fn, *args):
+    try:
+        with torch.no_grad():
+            return fn(*args), None
+    except Exception as e:  # noqa: BLE001 - we compare what the user sees
+        return None, e
+
+
+def _only_dump(dump_dir):
+    dumps = find_dumps(dump_dir)
+    assert len(dumps) == 1, dumps
+    return graphdbg.load(dumps[0])
+
+
+def test_compile_error_is_dumped_and_the_user_error_is_unchanged(tmp_path):
+    model, x = programs.tiny_block()
+    backend = programs.unsupported_op_backend("gelu")
+    _, bare = _call(torch.compile(model, backend=backend), x)
+    torch._dynamo.reset()
+    _, wrapped = _call(torch.compile(model, backend=graphdbg.capture(backend, dump_dir=tmp_path)), x)
+
+    assert type(wrapped) is type(bare)
+    assert str(wrapped) == str(bare)
+    # the backend's own frame is still in the traceback
+    frames = traceback.extract_tb(wrapped.__cause__.__traceback__ if wrapped.__cause__ else wrapped.__traceback__)
+    assert any(f.name == "unsupported_op" for f in frames)
+
+    dump = _only_dump(tmp_path)
+    m = dump.manifest
+    assert m["schema_version"] == SCHEMA_VERSION
+    assert dump.failure_kind == "compile_error"
+    assert dump.error_type == "NotImplementedError"
+    assert "no lowering for gelu" in dump.message
+    assert "unsupported_op" in m["failure"]["exception"]["traceback"]
+    assert m["env"]["torch"] == torch.__version__ and m["env"]["python"]
+    assert m["dist"] == {**m["dist"], "rank": 0, "world_size": 1}
+    assert m["graph"]["nodes"] == len(dump.printed.graph.nodes)
+    assert m["graph"]["ops"]["torch._C._nn.gelu"] == 1
+    assert m["inputs_state"] == "at_compile"
+    # parameters are inputs of a Dynamo graph, and their real values are stored
+    params = [d for d in m["inputs"] if d.get("parameter")]
+    assert len(params) == len(list(model.parameters()))
+    case = dump.case()
+    weight = dict(model.named_parameters())["attn.qkv.weight"]
+    assert any(isinstance(v, torch.Tensor) and v.shape == weight.shape and torch.equal(v, weight) for v in case.inputs)
+    # the dumped graph, replayed eagerly, computes what the model computes
+    torch.testing.assert_close(case.run_eager()[0], model(x))
+    # and the backend, given the replayed graph, fails the same way
+    with pytest.raises(NotImplementedError, match="no lowering for gelu"):
+        backend(case.gm, case.inputs)
+
+
+def test_graph_py_carries_annotations_and_source_lines(tmp_path):
+    model, x = programs.tiny_block()
+    _call(torch.compile(model, backend=graphdbg.capture(programs.unsupported_op_backend("gelu"), dump_dir=tmp_path)), x)
+    dump = _only_dump(tmp_path)
+    text = dump.source
+    assert 'f32[2, 8, 32][256, 32, 1]cpu' in text  # dtype, shape, stride, device
+    assert "programs.py" in text and "# File:" in text and "code: return self.down(F.gelu(self.up(x)))" in text
+    nodes = dump.nodes()
+    gelu = nodes[nodes.target == "torch._C._nn.gelu"].iloc[0]
+    assert gelu.source.endswith(f"programs.py:{_line_of('return self.down(F.gelu(self.up(x)))')}")
+    assert gelu.module == "mlp"
+    assert nodes[nodes.name == "linear"].iloc[0].module == "attn.qkv"
+    assert list(nodes.columns) == ["name", "op", "target", "dtype", "shape", "source", "code", "module"]
+
+
+def _line_of(code: str) -> int:
+    lines = (ROOT / "graphdbg" / "fixtures" / "programs.py").read_text().splitlines()
+    return next(i + 1 for i, line in enumerate(lines) if code in line)
+
+
+def test_runtime_error_of_compiled_code(tmp_path):
+    model, x = programs.tiny_block()
+    _, bare = _call(torch.compile(model, backend=programs.broken_transpose_backend), x)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=graphdbg.capture(programs.broken_transpose_backend, dump_dir=tmp_path))
+    _, wrapped = _call(compiled, x)
+    assert type(wrapped) is type(bare) is RuntimeError and str(wrapped) == str(bare)
+    # a second failing call does not write a second dump
+    _call(compiled, x)
+    dump = _only_dump(tmp_path)
+    assert dump.failure_kind == "runtime_error"
+    assert dump.signature == "RuntimeError: mat1 and mat2 shapes cannot be multiplied (?x? and ?x?)"
+    assert dump.manifest["inputs_state"] == "after_failed_call"
+    case = dump.case()
+    with pytest.raises(RuntimeError, match="mat1 and mat2 shapes cannot be multiplied"):
+        programs.broken_transpose_backend(case.gm, case.inputs)(*case.inputs)
+
+
+def test_accuracy_mode_dumps_wrong_numbers_and_returns_them_unchanged(tmp_path):
+    model, x = programs.tiny_block()
+    expected_wrong, _ = _call(torch.compile(model, backend=programs.bad_rewrite_backend), x)
+    torch._dynamo.reset()
+    got, err = _call(torch.compile(model, backend=graphdbg.capture(programs.bad_rewrite_backend, dump_dir=tmp_path, mode="accuracy")), x)
+    assert err is None
+    assert torch.equal(got, expected_wrong)
+    dump = _only_dump(tmp_path)
+    assert dump.failure_kind == "accuracy"
+    (mismatch,) = dump.manifest["failure"]["mismatches"]
+    assert mismatch["index"] == 0 and mismatch["reason"] == "value" and mismatch["max_abs_error"] > 1e-3
+    assert dump.manifest["inputs_state"] == "before_call"
+    torch.testing.assert_close(dump.case().run_eager()[0], model(x))
+
+
+def test_accuracy_mode_is_quiet_when_the_backend_is_right(tmp_path):
+    model, x = programs.tiny_block()
+    got, err = _call(torch.compile(model, backend=graphdbg.capture("eager", dump_dir=tmp_path, mode="accuracy")), x)
+    assert err is None
+    torch.testing.assert_close(got, model(x))
+    assert not tmp_path.exists() or find_dumps(tmp_path) == []
+
+
+def test_always_mode_dumps_every_graph(tmp_path):
+    def two_graphs(x):
+        y = x.sin()
+        torch._dynamo.graph_break()
+        return y.cos() + 1
+
+    be = graphdbg.capture("eager", dump_dir=tmp_path, mode="always")
+    out, err = _call(torch.compile(two_graphs, backend=be), torch.randn(4))
+    assert err is None and out.shape == (4,)
+    dumps = [graphdbg.load(p) for p in find_dumps(tmp_path)]
+    assert sorted(d.failure_kind for d in dumps) == ["captured", "captured"]
+    assert {d.id.split("-")[0] for d in dumps} == {"g0", "g1"}
+    assert len(be.dumps) == 2
+
+
+def test_success_path_is_transparent_under_inductor(tmp_path):
+    model, x = programs.tiny_block()
+    out, err = _call(torch.compile(model, backend=graphdbg.capture("inductor", dump_dir=tmp_path)), x)
+    assert err is None
+    torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
+    assert not tmp_path.exists() or find_dumps(tmp_path) == []
+
+
+def test_dynamic_shapes_record_symints(tmp_path):
+    model, x = programs.tiny_block()
+    _call(torch.compile(model, backend=graphdbg.capture(programs.broken_transpose_backend, dump_dir=tmp_path), dynamic=True), x)
+    dump = _only_dump(tmp_path)
+    syms = [d for d in dump.manifest["inputs"] if d["kind"] == "symint"]
+    assert syms and all(d["expr"].startswith("s") for d in syms)
+    assert sorted(d["hint"] for d in syms) == sorted({2, 8})
+    (x_desc,) = [d for d in dump.manifest["inputs"] if d["name"] == "L_x_"]
+    assert x_desc["shape"] == [2, 8, 32]  # the real value's shape
+    assert [type(dim) for dim in x_desc["symbolic_shape"]] == [str, str, int]  # and Dynamo's view of it
+    case = dump.case()
+    assert sorted(v for v in case.inputs if isinstance(v, int)) == [2, 8]
+    torch.testing.assert_close(case.run_eager()[0], model(x))
+
+
+def test_budget_keeps_small_inputs_and_statistics_of_the_rest(tmp_path):
+    model, x = programs.tiny_block()
+    _call(torch.compile(model, backend=graphdbg.capture(programs.unsupported_op_backend("gelu"), dump_dir=tmp_path, budget_bytes=4096)), x)
+    dump = _only_dump(tmp_path)
+    inputs = [d for d in dump.manifest["inputs"] if d["kind"] == "tensor"]
+    stored = [d for d in inputs if d["stored"]]
+    skipped = [d for d in inputs if not d["stored"]]
+    assert stored and skipped
+    assert dump.manifest["stored_bytes"] <= 4096
+    big = max(skipped, key=lambda d: d["shape"][0] * (d["shape"][1] if len(d["shape"]) > 1 else 1))
+    assert big["reason"] == "over the size budget"
+    assert set(big["stats"]) >= {"min", "max", "mean", "std", "nan", "inf"}
+    case = dump.case()
+    regenerated = {s.name for s in case.stand_ins if s.kind == "regenerated"}
+    assert regenerated == {d["node"] for d in skipped}
+    value = case.inputs[big["index"]]
+    assert value.shape == tuple(big["shape"])
+    assert abs(float(value.mean()) - big["stats"]["mean"]) < 0.05
+    assert float(value.min()) >= big["stats"]["min"] and float(value.max()) <= big["stats"]["max"]
+
+
+def test_non_tensor_inputs_are_described(tmp_path):
+    """A CPU stream built inside the graph is fetched by index from Dynamo's side table."""
+
+    def with_stream(x, scale: float):
+        s = torch.Stream(device="cpu")
+        with s:
+            y = x * scale
+        return y + 1
+
+    be = graphdbg.capture(programs.unsupported_op_backend("add"), dump_dir=tmp_path)
+    _call(torch.compile(with_stream, backend=be, dynamic=False), torch.randn(3), 2.5)
+    dump = _only_dump(tmp_path)
+    (ext,) = dump.manifest["external_objects"]
+    assert ext["kind"] == "stream" and ext["device"] == "cpu" and ext["used_by"]
+    assert "get_external_object_by_index" in dump.source
+    case = dump.case()
+    assert 0 in case.external_objects
+    out = case.run_eager()[0]
+    assert out.shape == (3,)
+
+
+def test_descriptors_of_things_that_cannot_travel():
+    from graphdbg.capture.describe import describe_value
+
+    assert describe_value(torch.device("cuda", 5)) == {"kind": "device", "value": "cuda:5"}
+    assert describe_value(torch.bfloat16) == {"kind": "dtype", "value": "bfloat16"}
+    assert describe_value(None) == {"kind": "none"}
+    assert describe_value(float("inf")) == {"kind": "float", "value": "inf"}
+    assert describe_value(torch.Stream(device="cpu"))["kind"] == "stream"
+    opaque = describe_value(object())
+    assert opaque["kind"] == "opaque" and opaque["type"] == "builtins.object"
+
+
+def test_process_group_descriptor(tmp_path):
+    import torch.distributed as dist
+
+    from graphdbg.capture.describe import describe_value
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    try:
+        d = describe_value(dist.group.WORLD)
+        assert d["kind"] == "process_group" and d["rank"] == 0 and d["size"] == 1 and d["ranks"] == [0]
+        from graphdbg.capture.environment import distributed_info
+
+        info = distributed_info()
+        assert info["source"] == "torch.distributed" and info["backend"] == "gloo"
+    finally:
+        dist.destroy_process_group()
+
+
+def test_failing_to_dump_costs_one_line_and_keeps_the_user_error(tmp_path, capfd):
+    blocker = tmp_path / "not_a_dir"
+    blocker.write_text("a file where the dump folder should go")
+    model, x = programs.tiny_block()
+    _, err = _call(torch.compile(model, backend=graphdbg.capture(programs.unsupported_op_backend("gelu"), dump_dir=blocker)), x)
+    assert "no lowering for gelu" in str(err)
+    lines = [ln for ln in capfd.readouterr().err.splitlines() if ln.startswith("graphdbg:")]
+    assert len(lines) == 1 and "could not write a dump" in lines[0]
+
+
+def test_rank_comes_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "5")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    model, x = programs.tiny_block()
+    _call(torch.compile(model, backend=graphdbg.capture(programs.unsupported_op_backend("gelu"), dump_dir=tmp_path)), x)
+    (path,) = find_dumps(tmp_path)
+    assert path.parent.name == "rank5"
+    m = json.loads((path / "manifest.json").read_text())
+    assert (m["dist"]["rank"], m["dist"]["local_rank"], m["dist"]["world_size"], m["dist"]["source"]) == (5, 1, 8, "env")
+
+
+WRITER = """
+import os, sys, torch, graphdbg
+from graphdbg.fixtures import programs
+model, x = programs.tiny_block(seed=int(sys.argv[2]))
+be = graphdbg.capture(programs.unsupported_op_backend("gelu"), dump_dir=sys.argv[1])
+for i in range(3):
+    torch._dynamo.reset()
+    try:
+        torch.compile(model, backend=be)(x)
+    except Exception:
+        pass
+"""
+
+
+def test_concurrent_writers_never_collide(tmp_path):
+    """Four processes, two of them claiming the same rank, each dumping three times at once."""
+    procs = []
+    for i, rank in enumerate((0, 1, 2, 2)):
+        env = {"RANK": str(rank), "WORLD_SIZE": "3", "PYTHONPATH": str(ROOT)}
+        procs.append(subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), str(rank)],
+                                      env={**__import__("os").environ, **env}, stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        p.communicate(timeout=300)
+    dumps = find_dumps(tmp_path)
+    assert len(dumps) == 12
+    assert len({d.name for d in dumps if d.parent.name == "rank2"}) == 6
+    assert not [p for p in tmp_path.rglob(".tmp-*")]
+    for d in dumps:
+        graphdbg.load(d).case()  # every one complete and loadable
+
+
+SCRIPT = """
+import sys, torch
+sys.path.insert(0, {root!r})
+from graphdbg.fixtures import programs
+model, x = programs.tiny_block()
+backend = sys.argv[1]
+backend = programs.broken_transpose_backend if backend == "broken" else backend
+out = torch.compile(model, backend=backend)(x)
+print("finished", tuple(out.shape))
+"""
+
+
+def test_capture_command_wraps_an_unmodified_script(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(root=str(ROOT)))
+    dump_dir = tmp_path / "dumps"
+    cmd = [sys.executable, "-m", "graphdbg.cli", "capture", "--dump-dir", str(dump_dir), "--", sys.executable, str(script)]
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
+    failed = subprocess.run([*cmd, "broken"], env=env, capture_output=True, text=True, timeout=300)
+    assert failed.returncode == 1
+    assert "RuntimeError: mat1 and mat2 shapes cannot be multiplied" in failed.stderr
+    (path,) = find_dumps(dump_dir)
+    assert graphdbg.load(path).backend == "__main__:broken_transpose_backend" or "broken_transpose" in graphdbg.load(path).backend
+    ok = subprocess.run([*cmd, "eager"], env=env, capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0 and "finished (2, 8, 32)" in ok.stdout
+    assert len(find_dumps(dump_dir)) == 1

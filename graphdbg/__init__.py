@@ -20,4 +20,13 @@ def load(path):
     return _load(path)
 
 
-__all__ = ["capture", "load", "GraphdbgError", "DumpError", "GraphSourceError", "__version__"]
+def compare(dump, backends=("eager", "aot_eager", "inductor"), **options):
+    """Replay ``dump`` (a Dump or a path) under each backend; a pandas DataFrame, one row each."""
+    from graphdbg.replay.run import compare_backends
+
+    if not hasattr(dump, "manifest"):
+        dump = load(dump)
+    return compare_backends(dump, list(backends), **options)
+
+
+__all__ = ["compare", "capture", "load", "GraphdbgError", "DumpError", "GraphSourceError", "__version__"]

@@ -76,6 +76,66 @@ def show(dump: Annotated[Path, typer.Argument(help="A dump folder.")], as_json: 
     console.print(render_show(d))
 
 
+BackendOpt = Annotated[str, typer.Option("--backend", "-b", help="eager, aot_eager, inductor, thunder, any registered backend, or package.module:callable.")]
+PassesOpt = Annotated[Optional[str], typer.Option("--passes", "-p", help="Comma-separated package.module:callable FX passes; suffix @post_grad to run one inside Inductor.")]
+DeviceOpt = Annotated[Optional[str], typer.Option("--device", "-d", help="cpu, cuda, cuda:N (default: the capture device if present, else cpu).")]
+IsolateOpt = Annotated[bool, typer.Option("--isolate/--no-isolate", help="Run in a child process, so a segfault or hang becomes an outcome.")]
+TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", help="Seconds before an isolated replay counts as a timeout.")]
+
+
+@app.command()
+def replay(
+    dump: Annotated[Path, typer.Argument(help="A dump folder.")],
+    backend: BackendOpt = "eager",
+    passes: PassesOpt = None,
+    device: DeviceOpt = None,
+    isolate: IsolateOpt = True,
+    timeout: TimeoutOpt = None,
+    direct: Annotated[bool, typer.Option("--direct", help="Call backend(gm, inputs) on the dumped graph instead of re-tracing it with torch.compile.")] = False,
+    accuracy: Annotated[bool, typer.Option("--accuracy/--no-accuracy", help="Compare outputs with eager (float64 where possible).")] = True,
+    rtol: Annotated[Optional[float], typer.Option(help="Relative tolerance (default: by dtype).")] = None,
+    atol: Annotated[Optional[float], typer.Option(help="Absolute tolerance (default: by dtype).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Replay a dump under a backend; exit 0 on pass, 1 on a reproduced failure, 2 if it can't run."""
+    import graphdbg
+    from graphdbg.replay.run import replay_dump
+
+    d = graphdbg.load(dump)
+    outcome = replay_dump(d, backend, passes, device=device, isolate=isolate, timeout=timeout, direct=direct,
+                          accuracy=accuracy, rtol=rtol, atol=atol)
+    if as_json:
+        _print_json({"dump": str(d.path), "reproduces": outcome.reproduces(d), **outcome.to_dict()})
+    else:
+        console.print(outcome)
+        if outcome.failed:
+            same = "the same failure as captured" if outcome.reproduces(d) else f"captured was: {d.signature or d.failure_kind}"
+            console.print(f"[dim]{same}[/]")
+    raise typer.Exit(outcome.exit_code)
+
+
+@app.command()
+def compare(
+    dump: Annotated[Path, typer.Argument(help="A dump folder.")],
+    backends: Annotated[str, typer.Option("--backends", help="Comma-separated backends.")] = "eager,aot_eager,inductor",
+    device: DeviceOpt = None,
+    isolate: IsolateOpt = True,
+    timeout: TimeoutOpt = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Replay a dump under several backends; one row per backend. Exit 1 if any fails."""
+    import graphdbg
+    from graphdbg.render import compare_table
+
+    df = graphdbg.compare(graphdbg.load(dump), [b.strip() for b in backends.split(",") if b.strip()],
+                          device=device, isolate=isolate, timeout=timeout)
+    if as_json:
+        _print_json({"dump": str(dump), "rows": df.to_dict(orient="records")})
+    else:
+        console.print(compare_table(df))
+    raise typer.Exit(0 if (df.status == "pass").all() else 1)
+
+
 def main() -> None:
     """Entry point: user errors become one line and exit code 2, never a traceback.
 

@@ -159,3 +159,52 @@ def case_panel(case: Case) -> Panel:
     for s in case.stand_ins:
         text.append(f"stand-in {s.describe()}\n", style="yellow")
     return Panel(text, title="Case", expand=False)
+
+
+STATUS_STYLE = {"pass": "green", "crash": "red", "mismatch": "yellow", "timeout": "magenta"}
+
+
+def outcome_panel(outcome: Any) -> Panel:
+    text = Text()
+    text.append(outcome.status.upper(), style=f"bold {STATUS_STYLE.get(outcome.status, '')}")
+    text.append(f"  backend {outcome.backend} on {outcome.device}")
+    if outcome.isolated:
+        text.append("  (isolated)", style="dim")
+    text.append("\n")
+    if outcome.signature:
+        text.append(f"{outcome.signature}\n", style="bold")
+    if outcome.stage:
+        text.append(f"failed in: {outcome.stage}\n")
+    if outcome.node:
+        text.append(f"node: {outcome.node} ({outcome.node_target})\n")
+    for m in outcome.mismatches:
+        err = m.get("max_abs_error")
+        rel = m.get("max_rel_error")
+        detail = f"max abs error {err:.3g}" + (f", max rel error {rel:.3g}" if rel is not None else "") if err is not None else m.get("detail", "")
+        text.append(f"output {m['index']}: {m['reason']} {detail}\n", style="yellow")
+    if outcome.reference:
+        text.append(f"reference: eager ({outcome.reference})\n", style="dim")
+    for p in outcome.passes:
+        delta = ", ".join(f"{k} {v:+d}" for k, v in list(p.get("ops_delta", {}).items())[:6])
+        result = f", returned {p['result']}" if p.get("result") is not None else ""
+        text.append(f"pass {p['name']} [{p['stage']}]: {p['nodes_before']} -> {p['nodes_after']} nodes{result}" + (f" ({delta})" if delta else "") + "\n")
+    for s in outcome.stand_ins:
+        text.append(f"stand-in {s}\n", style="yellow")
+    if outcome.exit_signal or outcome.exit_code_child is not None:
+        tail = (outcome.stderr_tail or "").strip().splitlines()[-5:]
+        text.append("child stderr:\n" + "\n".join(tail) + "\n", style="dim")
+    timing = ", ".join(f"{k} {getattr(outcome, k):.2f}s" for k in ("compile_s", "run_s", "total_s") if getattr(outcome, k) is not None)
+    if timing:
+        text.append(timing, style="dim")
+    return Panel(text, title="Outcome", expand=False, border_style=STATUS_STYLE.get(outcome.status, ""))
+
+
+def compare_table(df: Any) -> Table:
+    table = Table(title="backends")
+    for col in ("backend", "outcome", "signature", "seconds", "max abs error"):
+        table.add_column(col, overflow="fold")
+    for row in df.itertuples(index=False):
+        err = "" if row.max_abs_error is None or row.max_abs_error != row.max_abs_error else f"{row.max_abs_error:.3g}"
+        secs = "" if row.seconds is None or row.seconds != row.seconds else f"{row.seconds:.2f}"
+        table.add_row(Text(row.backend), Text(row.status, style=STATUS_STYLE.get(row.status, "")), Text(_txt(row.signature)), secs, err)
+    return table

@@ -49,3 +49,15 @@ def signature(exc_type: str, message: str, node_target: str | None = None) -> st
     if node_target:
         sig += f" @ {node_target}"
     return sig
+
+
+def same_signature(a: str | None, b: str | None) -> bool:
+    """Equal, or equal once the failing node is dropped from the one that knows it (a capture
+    often can't tell which node failed where a replay can)."""
+    if a is None or b is None:
+        return a == b
+    if a == b:
+        return True
+    base_a, _, node_a = a.partition(" @ ")
+    base_b, _, node_b = b.partition(" @ ")
+    return base_a == base_b and not (node_a and node_b)

@@ -39,6 +39,7 @@ def write_dump(
     budget_bytes: int,
     inputs_state: str,
     mismatches: list | None = None,
+    manifest_overrides: dict[str, Any] | None = None,
 ) -> Path:
     from graphdbg.capture.hook import format_exception
 
@@ -86,6 +87,7 @@ def write_dump(
             "dist": dist,
             "backend": backend,
             "mode": mode,
+            "grad_enabled": torch.is_grad_enabled(),
             "failure": failure,
             "graph": {
                 "file": GRAPH,
@@ -102,6 +104,7 @@ def write_dump(
             "attrs": attr_descs,
             "external_objects": snap.external_objects,
         }
+        manifest.update(manifest_overrides or {})
         write_manifest(tmp, manifest)
         return _publish(tmp, rank_dir, dump_id)
     except BaseException:

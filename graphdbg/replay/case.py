@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import weakref
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ class Case:
     stand_ins: list[StandIn] = field(default_factory=list)
     external_objects: dict[int, Any] = field(default_factory=dict)
     dump: Dump | None = None
+    modified: bool = False  # True once the graph or inputs differ from ``dump`` (a minified candidate)
 
     @property
     def placeholders(self) -> list[fx.Node]:
@@ -42,6 +44,12 @@ class Case:
         for idx, obj in self.external_objects.items():
             side_table.index_to_external_object_weakref[idx] = weakref.ref(obj)
 
+    def run(self, backend: Any = "eager", passes: Any = None, **options: Any):
+        """Replay under ``backend`` after ``passes``; returns an Outcome (see ``run_case``)."""
+        from graphdbg.replay.run import run_case
+
+        return run_case(self, backend, passes, **options)
+
     def run_eager(self) -> Any:
         """Run the graph as it is, in eager mode, on the case's inputs."""
         self.install_external_objects()
@@ -52,6 +60,21 @@ class Case:
         from graphdbg.render import case_panel
 
         return case_panel(self)
+
+
+def save_case(case: Case, dump_dir: Path | str, *, kind: str | None = None) -> Path:
+    """Write ``case`` as a dump folder under ``dump_dir`` (``rank<R>/<id>/``); returns its path."""
+    from graphdbg.capture.hook import GraphSnapshot
+    from graphdbg.capture.write import write_dump
+
+    origin = case.dump.manifest if case.dump is not None else {}
+    case.install_external_objects()
+    snap = GraphSnapshot.take(0, case.gm, keep_eager=False)
+    return write_dump(
+        Path(dump_dir), snap=snap, inputs=list(case.inputs), kind=kind or origin.get("failure", {}).get("kind", "captured"),
+        exc=None, backend=str(origin.get("backend", "replay")), mode="replay", budget_bytes=1 << 62,
+        inputs_state="replay", manifest_overrides={"grad_enabled": origin.get("grad_enabled", False)},
+    )
 
 
 def retarget_devices(gm: fx.GraphModule, device: torch.device) -> list[str]:

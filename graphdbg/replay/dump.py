@@ -109,14 +109,23 @@ class Dump:
             return dev
         return torch.device("cpu")
 
+    def resolve_device(self, device: str | torch.device | None) -> torch.device:
+        try:
+            dev = torch.device(device) if device is not None else self.default_device()
+        except RuntimeError as e:
+            raise GraphdbgError(f"{device!r} is not a device") from e
+        if dev.type == "cuda" and not (torch.cuda.is_available() and (dev.index or 0) < torch.cuda.device_count()):
+            raise GraphdbgError(f"device {dev} is not available on this machine (captured on {self.captured_device})")
+        if dev.type not in ("cpu", "cuda"):
+            raise GraphdbgError(f"device {dev} is not supported for replay")
+        return dev
+
     def case(self, device: str | torch.device | None = None, *, seed: int = 0):
         """The graph and its inputs on ``device`` (default: the capture device if present, else CPU)."""
         from graphdbg.replay.case import Case, retarget_devices
         from graphdbg.replay.inputs import InputBuilder, symbol_env
 
-        dev = torch.device(device) if device is not None else self.default_device()
-        if dev.type == "cuda" and not (torch.cuda.is_available() and (dev.index or 0) < torch.cuda.device_count()):
-            raise GraphdbgError(f"device {dev} is not available on this machine")
+        dev = self.resolve_device(device)
         tensor_path = self.path / self.manifest.get("inputs_file", INPUTS)
         descs = self.manifest["inputs"]
         builder = InputBuilder(dev, lambda keys: read_tensors(tensor_path, keys, device="cpu"), symbol_env(descs), seed=seed)

@@ -1,0 +1,28 @@
+"""The child side of an isolated replay: python -m graphdbg.replay.child REQUEST OUTCOME."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def main(request_path: str, outcome_path: str) -> int:
+    from graphdbg.errors import GraphdbgError
+
+    request = json.loads(Path(request_path).read_text())
+    try:
+        import graphdbg
+        from graphdbg.replay.run import run_case
+
+        case = graphdbg.load(request["dump"]).case(device=request["device"])
+        outcome = run_case(case, request["backend"], request["passes"], isolate=False, **request["options"])
+        data = outcome.to_dict()
+    except GraphdbgError as e:
+        data = {"error": str(e)}
+    Path(outcome_path).write_text(json.dumps(data, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))

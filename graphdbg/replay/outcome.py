@@ -1,0 +1,97 @@
+"""Outcome: what one replay did. pass | crash (with a signature) | mismatch | timeout.
+
+    >>> outcome = case.run("inductor")
+    >>> outcome.status, outcome.signature
+    ('crash', 'NotImplementedError: argument of type: <class ...Stream> @ torch.cuda.set_stream')
+    >>> outcome.exit_code       # 0 pass, 1 a reproduced failure
+
+An Outcome is plain data: it goes to JSON and back, so a child process can hand it to its
+parent, and the CLI can print it for CI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+STATUSES = ("pass", "crash", "mismatch", "timeout")
+
+
+@dataclass
+class Outcome:
+    status: str
+    backend: str
+    signature: str | None = None
+    stage: str | None = None  # where it failed: "pass:<name>", "compile", "run", "reference", "child"
+    error_type: str | None = None
+    message: str | None = None
+    traceback: str | None = None
+    node: str | None = None  # the failing node's name, when known
+    node_target: str | None = None
+    mismatches: list[dict[str, Any]] = field(default_factory=list)
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    reference: str | None = None  # "float64" or the graph's own dtypes
+    passes: list[dict[str, Any]] = field(default_factory=list)
+    stand_ins: list[str] = field(default_factory=list)
+    device: str | None = None
+    isolated: bool = False
+    exit_signal: str | None = None
+    exit_code_child: int | None = None
+    stderr_tail: str | None = None
+    compile_s: float | None = None
+    run_s: float | None = None
+    total_s: float | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.status != "pass"
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.status == "pass" else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Outcome:
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+    def same_failure(self, other: Outcome) -> bool:
+        """Do two outcomes show the same bug? Crashes compare by signature, mismatches by output."""
+        if self.status != other.status:
+            return False
+        if self.status == "crash":
+            from graphdbg.signature import same_signature
+
+            return same_signature(self.signature, other.signature)
+        if self.status == "mismatch":
+            return {m["index"] for m in self.mismatches} == {m["index"] for m in other.mismatches} or not self.mismatches
+        return True
+
+    def reproduces(self, dump: Any) -> bool:
+        """Does this outcome show the failure ``dump`` recorded?"""
+        from graphdbg.signature import same_signature
+
+        kind = dump.failure_kind
+        if kind == "accuracy":
+            return self.status == "mismatch"
+        if kind in ("compile_error", "runtime_error"):
+            return self.status == "crash" and same_signature(self.signature, dump.signature)
+        return False
+
+    def summary(self) -> str:
+        if self.status == "pass":
+            return f"pass ({self.backend}, {self.total_s or 0:.2f}s)"
+        if self.status == "mismatch":
+            worst = max(self.mismatches, key=lambda m: m.get("max_abs_error") or 0, default=None)
+            where = f"output {worst['index']}" if worst else "outputs"
+            return f"mismatch at {where}: max abs error {self.max_abs_error:.3g}" if self.max_abs_error is not None else f"mismatch at {where}"
+        return f"{self.status}: {self.signature}"
+
+    def __rich__(self) -> Any:
+        from graphdbg.render import outcome_panel
+
+        return outcome_panel(self)

@@ -36,6 +36,8 @@ def target_name(node: fx.Node) -> str:
     name = getattr(t, "__qualname__", None) or getattr(t, "__name__", None) or repr(t)
     if module in ("_operator", "operator"):
         module = "operator"
+    if name.startswith("_VariableFunctionsClass."):  # torch.relu and friends are methods of a C class
+        module, name = "torch", name.split(".", 1)[1]
     if module.startswith("torch._C._VariableFunctions") or module == "torch._C":
         module = "torch"
     return f"{module}.{name}" if module else name

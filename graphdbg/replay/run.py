@@ -57,7 +57,13 @@ def run_case(
 
         return run_isolated(case, backend, passes, timeout=timeout, accuracy=accuracy, rtol=rtol, atol=atol,
                             direct=direct, pass_stage=pass_stage)
-    from graphdbg.replay.passes import PassFailed, apply_passes, inductor_post_grad_patch, resolve_passes
+    from graphdbg.replay.passes import (
+        PassFailed,
+        apply_passes,
+        find_pass_failure,
+        inductor_post_grad_patch,
+        resolve_passes,
+    )
 
     name, be = resolve_backend(backend)
     specs = resolve_passes(passes, default_stage=pass_stage)
@@ -123,6 +129,14 @@ def run_case(
     except GraphdbgError:
         raise
     except Exception as e:
+        failed_pass = find_pass_failure(e)  # a post_grad pass, raised from inside Inductor
+        if failed_pass is not None:
+            reports.extend(r for r in failed_pass.reports if r not in reports)
+            _crash(outcome, failed_pass.__cause__ or failed_pass, f"pass:{failed_pass.report.name}", None)
+            outcome.passes = [r.to_dict() for r in reports]
+            outcome.compile_s = state["compile_s"]
+            outcome.total_s = time.perf_counter() - started
+            return outcome
         inner = _unwrap(e)
         node = state["node"]
         if node is None and state["compiled"]:

@@ -1,0 +1,188 @@
+"""Replaying dumps: backends, outcomes, accuracy, isolation, devices, CLI exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+import torch
+
+import graphdbg
+from graphdbg.replay.outcome import Outcome
+
+from conftest import FIXTURES, ROOT
+
+BROKEN = "graphdbg.fixtures.programs:broken_transpose_backend"
+BAD_REWRITE = "graphdbg.fixtures.programs:bad_rewrite_backend"
+
+
+@pytest.fixture(autouse=True)
+def _tests_importable_in_children(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+
+
+def test_eager_and_aot_eager_pass_on_a_real_graph():
+    case = graphdbg.load(FIXTURES / "block_compile_error").case()
+    for backend in ("eager", "aot_eager"):
+        outcome = case.run(backend)
+        assert outcome.status == "pass", outcome
+        assert outcome.reference == "float64"
+
+
+@pytest.mark.slow
+def test_inductor_cpp_backend_passes_and_matches_eager():
+    outcome = graphdbg.load(FIXTURES / "block_dynamic").case().run("inductor")
+    assert outcome.status == "pass", outcome
+    assert outcome.compile_s > 0
+
+
+def test_crash_reproduces_the_captured_signature(cli):
+    r = cli("replay", FIXTURES / "block_runtime_error", "--backend", BROKEN, "--json")
+    assert r.code == 1, r
+    data = json.loads(r.out)
+    assert data["status"] == "crash" and data["stage"] == "run" and data["isolated"]
+    assert data["reproduces"] is True
+    assert data["signature"] == "RuntimeError: mat1 and mat2 shapes cannot be multiplied (?x? and ?x?) @ torch._C._nn.linear"
+    assert data["node"] == "linear"
+
+
+def test_signature_is_stable_across_runs_and_ranks(tmp_path, monkeypatch):
+    case = graphdbg.load(FIXTURES / "block_compile_error").case()
+    a = case.run("backends_for_tests:crash_on_call")
+    b = case.run("backends_for_tests:crash_on_call")
+    assert a.status == b.status == "crash"
+    assert a.message != b.message  # the raw messages carry an object address
+    assert a.signature == b.signature == "ValueError: compiled code failed on 9 inputs at 0x?"
+
+
+def test_compile_error_is_unwrapped_from_dynamo(cli):
+    r = cli("replay", FIXTURES / "block_compile_error", "--backend",
+            "graphdbg.fixtures.programs:unsupported_op_backend", "--no-isolate", "--json")
+    # unsupported_op_backend is a factory: called with (gm, inputs) it is not a backend, and says so
+    data = json.loads(r.out)
+    assert data["status"] == "crash" and data["stage"] == "compile"
+
+
+def test_mismatch_reports_the_output_and_error_size(cli):
+    r = cli("replay", FIXTURES / "block_accuracy", "--backend", BAD_REWRITE, "--no-isolate", "--json")
+    assert r.code == 1
+    data = json.loads(r.out)
+    assert data["status"] == "mismatch" and data["reproduces"]
+    (m,) = data["mismatches"]
+    assert m["index"] == 0 and m["max_abs_error"] == pytest.approx(data["max_abs_error"]) and m["max_abs_error"] > 1e-3
+    r = cli("replay", FIXTURES / "block_accuracy", "--backend", BAD_REWRITE, "--no-isolate", "--no-accuracy", "--json")
+    assert r.code == 0 and json.loads(r.out)["status"] == "pass"
+
+
+@pytest.mark.parametrize("backend,signal_name", [("segfault", "SIGSEGV"), ("abort", "SIGABRT")])
+def test_a_backend_that_kills_the_process_is_an_outcome(backend, signal_name):
+    outcome = graphdbg.load(FIXTURES / "block_compile_error").case().run(f"backends_for_tests:{backend}", isolate=True)
+    assert outcome.status == "crash"
+    assert outcome.signature == f"Signal {signal_name}"
+    assert outcome.exit_signal == signal_name and outcome.isolated
+
+
+def test_a_hang_is_a_timeout_and_the_child_is_killed(cli):
+    r = cli("replay", FIXTURES / "block_compile_error", "--backend", "backends_for_tests:hang", "--timeout", "8", "--json")
+    assert r.code == 1
+    data = json.loads(r.out)
+    assert data["status"] == "timeout" and data["signature"] == "Timeout after 8s"
+
+
+def test_unknown_backend_and_missing_thunder_are_errors_not_outcomes(cli):
+    r = cli("replay", FIXTURES / "block_compile_error", "--backend", "no_such_backend")
+    assert r.code == 2 and "unknown backend 'no_such_backend'" in r.err and len(r.err.strip().splitlines()) == 1
+    try:
+        import thunder  # noqa: F401
+    except ImportError:
+        r = cli("replay", FIXTURES / "block_compile_error", "--backend", "thunder")
+        assert r.code == 2 and "backend 'thunder' is not available here" in r.err
+
+
+def test_a_dump_from_a_device_this_machine_lacks(fixture_copy, cli):
+    """Captured on cuda:5 (inputs and a device literal); replays on the CPU with the move listed."""
+    path = fixture_copy("block_compile_error")
+    m = json.loads((path / "manifest.json").read_text())
+    for d in m["inputs"]:
+        d["device"] = "cuda:5"
+    (path / "manifest.json").write_text(json.dumps(m))
+    graph = path / "graph.py"
+    text = graph.read_text().replace("torch.ones(8, 8, dtype = torch.bool, device = device(type='cpu'))",
+                                     "torch.ones(8, 8, dtype = torch.bool, device = device(type='cuda', index=5))")
+    assert "index=5" in text
+    graph.write_text(text)
+    dump = graphdbg.load(path)
+    assert dump.captured_device == torch.device("cuda", 5)
+    case = dump.case()
+    assert case.device == torch.device("cpu")
+    assert any(s.kind == "device" for s in case.stand_ins)
+    assert case.run("eager").status == "pass"
+    if not torch.cuda.is_available():
+        r = cli("replay", path, "--device", "cuda:0")
+        assert r.code == 2 and "device cuda:0 is not available" in r.err
+
+
+def test_compare_table_and_dataframe(cli):
+    df = graphdbg.compare(FIXTURES / "block_accuracy", ["eager", BAD_REWRITE], isolate=False)
+    assert list(df.backend) == ["eager", BAD_REWRITE]
+    assert list(df.status) == ["pass", "mismatch"]
+    assert df.max_abs_error.iloc[1] > 1e-3
+    r = cli("compare", FIXTURES / "block_accuracy", "--backends", f"eager,{BAD_REWRITE}", "--no-isolate", "--json")
+    assert r.code == 1
+    assert [row["status"] for row in json.loads(r.out)["rows"]] == ["pass", "mismatch"]
+
+
+def test_outcome_renders_and_round_trips():
+    from rich.console import Console
+
+    outcome = graphdbg.load(FIXTURES / "block_accuracy").case().run(BAD_REWRITE)
+    console = Console(record=True, width=120)
+    console.print(outcome)
+    text = console.export_text()
+    assert "MISMATCH" in text and "output 0" in text
+    assert Outcome.from_dict(json.loads(json.dumps(outcome.to_dict()))) == outcome
+
+
+def test_an_isolated_replay_of_a_modified_case_goes_through_a_temporary_dump():
+    case = graphdbg.load(FIXTURES / "block_runtime_error").case()
+    case.modified = True
+    outcome = case.run(BROKEN, isolate=True)
+    assert outcome.status == "crash" and outcome.isolated
+    assert outcome.signature.startswith("RuntimeError: mat1 and mat2 shapes cannot be multiplied")
+
+
+def test_a_pass_pipeline_where_only_the_second_pass_breaks_numerics(cli):
+    dump = FIXTURES / "block_compile_error"
+    r = cli("replay", dump, "--passes", "passes_for_tests:clone_output", "--no-isolate", "--json")
+    assert r.code == 0, r
+    (report,) = json.loads(r.out)["passes"]
+    assert report["nodes_after"] == report["nodes_before"] + 1 and report["ops_delta"] == {"Tensor.clone": 1}
+
+    r = cli("replay", dump, "--passes", "passes_for_tests:clone_output,passes_for_tests:gelu_to_relu", "--json")
+    assert r.code == 1, r
+    data = json.loads(r.out)
+    assert data["status"] == "mismatch"
+    first, second = data["passes"]
+    assert first["name"] == "passes_for_tests:clone_output" and second["name"] == "passes_for_tests:gelu_to_relu"
+    assert second["ops_delta"] == {"torch._C._nn.gelu": -1, "torch.relu": 1}
+
+
+def test_a_pass_that_raises_is_a_crash_in_that_pass():
+    outcome = graphdbg.load(FIXTURES / "block_compile_error").case().run(
+        "eager", ["passes_for_tests:clone_output", "passes_for_tests:boom"])
+    assert outcome.status == "crash" and outcome.stage == "pass:passes_for_tests:boom"
+    assert [p["name"] for p in outcome.passes] == ["passes_for_tests:clone_output", "passes_for_tests:boom"]
+    assert outcome.passes[1]["error"]
+
+
+@pytest.mark.slow
+def test_a_post_grad_pass_runs_inside_inductor(cli):
+    r = cli("replay", FIXTURES / "block_compile_error", "--backend", "inductor",
+            "--passes", "passes_for_tests:count_nodes@post_grad", "--no-isolate", "--json")
+    assert r.code == 0, r
+    (report,) = json.loads(r.out)["passes"]
+    assert report["stage"] == "post_grad" and report["result"] == report["nodes_before"] > 10
+    r = cli("replay", FIXTURES / "block_compile_error", "--backend", "eager", "--passes", "passes_for_tests:count_nodes@post_grad")
+    assert r.code == 2 and "post_grad passes run inside Inductor" in r.err

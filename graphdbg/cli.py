@@ -76,7 +76,6 @@ def show(dump: Annotated[Path, typer.Argument(help="A dump folder.")], as_json: 
     console.print(render_show(d))
 
 
-BackendOpt = Annotated[str, typer.Option("--backend", "-b", help="eager, aot_eager, inductor, thunder, any registered backend, or package.module:callable.")]
 PassesOpt = Annotated[Optional[str], typer.Option("--passes", "-p", help="Comma-separated package.module:callable FX passes; suffix @post_grad to run one inside Inductor.")]
 DeviceOpt = Annotated[Optional[str], typer.Option("--device", "-d", help="cpu, cuda, cuda:N (default: the capture device if present, else cpu).")]
 IsolateOpt = Annotated[bool, typer.Option("--isolate/--no-isolate", help="Run in a child process, so a segfault or hang becomes an outcome.")]
@@ -86,7 +85,7 @@ TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", help="Seconds 
 @app.command()
 def replay(
     dump: Annotated[Path, typer.Argument(help="A dump folder.")],
-    backend: BackendOpt = "eager",
+    backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="eager, aot_eager, inductor, thunder, any registered backend, or package.module:callable (default: the dump's own backend).")] = None,
     passes: PassesOpt = None,
     device: DeviceOpt = None,
     isolate: IsolateOpt = True,
@@ -102,7 +101,7 @@ def replay(
     from graphdbg.replay.run import replay_dump
 
     d = graphdbg.load(dump)
-    outcome = replay_dump(d, backend, passes, device=device, isolate=isolate, timeout=timeout, direct=direct,
+    outcome = replay_dump(d, backend or d.backend, passes, device=device, isolate=isolate, timeout=timeout, direct=direct,
                           accuracy=accuracy, rtol=rtol, atol=atol)
     if as_json:
         _print_json({"dump": str(d.path), "reproduces": outcome.reproduces(d), **outcome.to_dict()})

@@ -33,7 +33,7 @@ def _only_dump(dump_dir):
 
 def test_compile_error_is_dumped_and_the_user_error_is_unchanged(tmp_path):
     model, x = programs.tiny_block()
-    backend = programs.unsupported_op_backend("gelu")
+    backend = programs.refuses_gelu
     _, bare = _call(torch.compile(model, backend=backend), x)
     torch._dynamo.reset()
     _, wrapped = _call(torch.compile(model, backend=graphdbg.capture(backend, dump_dir=tmp_path)), x)
@@ -71,7 +71,7 @@ def test_compile_error_is_dumped_and_the_user_error_is_unchanged(tmp_path):
 
 def test_graph_py_carries_annotations_and_source_lines(tmp_path):
     model, x = programs.tiny_block()
-    _call(torch.compile(model, backend=graphdbg.capture(programs.unsupported_op_backend("gelu"), dump_dir=tmp_path)), x)
+    _call(torch.compile(model, backend=graphdbg.capture(programs.refuses_gelu, dump_dir=tmp_path)), x)
     dump = _only_dump(tmp_path)
     text = dump.source
     assert 'f32[2, 8, 32][256, 32, 1]cpu' in text  # dtype, shape, stride, device
@@ -170,7 +170,7 @@ def test_dynamic_shapes_record_symints(tmp_path):
 
 def test_budget_keeps_small_inputs_and_statistics_of_the_rest(tmp_path):
     model, x = programs.tiny_block()
-    _call(torch.compile(model, backend=graphdbg.capture(programs.unsupported_op_backend("gelu"), dump_dir=tmp_path, budget_bytes=4096)), x)
+    _call(torch.compile(model, backend=graphdbg.capture(programs.refuses_gelu, dump_dir=tmp_path, budget_bytes=4096)), x)
     dump = _only_dump(tmp_path)
     inputs = [d for d in dump.manifest["inputs"] if d["kind"] == "tensor"]
     stored = [d for d in inputs if d["stored"]]
@@ -198,16 +198,22 @@ def test_non_tensor_inputs_are_described(tmp_path):
             y = x * scale
         return y + 1
 
-    be = graphdbg.capture(programs.unsupported_op_backend("add"), dump_dir=tmp_path)
+    be = graphdbg.capture(programs.refuses_add, dump_dir=tmp_path)
     _call(torch.compile(with_stream, backend=be, dynamic=False), torch.randn(3), 2.5)
     dump = _only_dump(tmp_path)
     (ext,) = dump.manifest["external_objects"]
     assert ext["kind"] == "stream" and ext["device"] == "cpu" and ext["used_by"]
     assert "get_external_object_by_index" in dump.source
     case = dump.case()
-    assert 0 in case.external_objects
-    out = case.run_eager()[0]
-    assert out.shape == (3,)
+    # replay passes the recreated stream in as an input: Dynamo's side table is gone by now
+    assert isinstance(case.inputs[-1], torch.Stream) and len(case.inputs) == len(dump.manifest["inputs"]) + 1
+    assert "get_external_object_by_index" not in {getattr(n.target, "__name__", "") for n in case.gm.graph.nodes}
+    torch.testing.assert_close(case.run_eager()[0], case.inputs[0] * 2.5 + 1)
+    # and compiled again, Dynamo takes the stream input back into its side table
+    assert case.run("eager").status == "pass"
+    outcome = case.run(dump.backend)
+    assert dump.backend == "graphdbg.fixtures.programs:refuses_add"
+    assert outcome.status == "crash" and outcome.reproduces(dump)
 
 
 def test_descriptors_of_things_that_cannot_travel():
@@ -243,7 +249,7 @@ def test_failing_to_dump_costs_one_line_and_keeps_the_user_error(tmp_path, capfd
     blocker = tmp_path / "not_a_dir"
     blocker.write_text("a file where the dump folder should go")
     model, x = programs.tiny_block()
-    _, err = _call(torch.compile(model, backend=graphdbg.capture(programs.unsupported_op_backend("gelu"), dump_dir=blocker)), x)
+    _, err = _call(torch.compile(model, backend=graphdbg.capture(programs.refuses_gelu, dump_dir=blocker)), x)
     assert "no lowering for gelu" in str(err)
     lines = [ln for ln in capfd.readouterr().err.splitlines() if ln.startswith("graphdbg:")]
     assert len(lines) == 1 and "could not write a dump" in lines[0]
@@ -254,7 +260,7 @@ def test_rank_comes_from_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "8")
     model, x = programs.tiny_block()
-    _call(torch.compile(model, backend=graphdbg.capture(programs.unsupported_op_backend("gelu"), dump_dir=tmp_path)), x)
+    _call(torch.compile(model, backend=graphdbg.capture(programs.refuses_gelu, dump_dir=tmp_path)), x)
     (path,) = find_dumps(tmp_path)
     assert path.parent.name == "rank5"
     m = json.loads((path / "manifest.json").read_text())
@@ -265,7 +271,7 @@ WRITER = """
 import os, sys, torch, graphdbg
 from graphdbg.fixtures import programs
 model, x = programs.tiny_block(seed=int(sys.argv[2]))
-be = graphdbg.capture(programs.unsupported_op_backend("gelu"), dump_dir=sys.argv[1])
+be = graphdbg.capture(programs.refuses_gelu, dump_dir=sys.argv[1])
 for i in range(3):
     torch._dynamo.reset()
     try:

@@ -57,12 +57,13 @@ def test_signature_is_stable_across_runs_and_ranks(tmp_path, monkeypatch):
     assert a.signature == b.signature == "ValueError: compiled code failed on 9 inputs at 0x?"
 
 
-def test_compile_error_is_unwrapped_from_dynamo(cli):
-    r = cli("replay", FIXTURES / "block_compile_error", "--backend",
-            "graphdbg.fixtures.programs:unsupported_op_backend", "--no-isolate", "--json")
-    # unsupported_op_backend is a factory: called with (gm, inputs) it is not a backend, and says so
+def test_compile_error_is_unwrapped_from_dynamo_and_the_backend_defaults_to_the_dumps(cli):
+    r = cli("replay", FIXTURES / "block_compile_error", "--no-isolate", "--json")
+    assert r.code == 1, r
     data = json.loads(r.out)
-    assert data["status"] == "crash" and data["stage"] == "compile"
+    assert data["backend"] == "graphdbg.fixtures.programs:refuses_gelu"
+    assert data["status"] == "crash" and data["stage"] == "compile" and data["reproduces"]
+    assert data["signature"] == "NotImplementedError: no lowering for gelu"
 
 
 def test_mismatch_reports_the_output_and_error_size(cli):
@@ -155,12 +156,12 @@ def test_an_isolated_replay_of_a_modified_case_goes_through_a_temporary_dump():
 
 def test_a_pass_pipeline_where_only_the_second_pass_breaks_numerics(cli):
     dump = FIXTURES / "block_compile_error"
-    r = cli("replay", dump, "--passes", "passes_for_tests:clone_output", "--no-isolate", "--json")
+    r = cli("replay", dump, "--backend", "eager", "--passes", "passes_for_tests:clone_output", "--no-isolate", "--json")
     assert r.code == 0, r
     (report,) = json.loads(r.out)["passes"]
     assert report["nodes_after"] == report["nodes_before"] + 1 and report["ops_delta"] == {"Tensor.clone": 1}
 
-    r = cli("replay", dump, "--passes", "passes_for_tests:clone_output,passes_for_tests:gelu_to_relu", "--json")
+    r = cli("replay", dump, "-b", "eager", "--passes", "passes_for_tests:clone_output,passes_for_tests:gelu_to_relu", "--json")
     assert r.code == 1, r
     data = json.loads(r.out)
     assert data["status"] == "mismatch"

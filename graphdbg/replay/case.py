@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import weakref
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.fx as fx
 
+from graphdbg.errors import GraphdbgError
 from graphdbg.replay.inputs import StandIn
 
 if TYPE_CHECKING:
@@ -27,22 +27,12 @@ class Case:
     inputs: list[Any]
     device: torch.device
     stand_ins: list[StandIn] = field(default_factory=list)
-    external_objects: dict[int, Any] = field(default_factory=dict)
     dump: Dump | None = None
     modified: bool = False  # True once the graph or inputs differ from ``dump`` (a minified candidate)
 
     @property
     def placeholders(self) -> list[fx.Node]:
         return [n for n in self.gm.graph.nodes if n.op == "placeholder"]
-
-    def install_external_objects(self) -> None:
-        """Put recreated streams/events where ``get_external_object_by_index`` looks for them."""
-        if not self.external_objects:
-            return
-        from torch._dynamo import graph_bytecode_inputs as side_table
-
-        for idx, obj in self.external_objects.items():
-            side_table.index_to_external_object_weakref[idx] = weakref.ref(obj)
 
     def run(self, backend: Any = "eager", passes: Any = None, **options: Any):
         """Replay under ``backend`` after ``passes``; returns an Outcome (see ``run_case``)."""
@@ -52,7 +42,6 @@ class Case:
 
     def run_eager(self) -> Any:
         """Run the graph as it is, in eager mode, on the case's inputs."""
-        self.install_external_objects()
         with torch.no_grad():
             return self.gm(*self.inputs)
 
@@ -68,13 +57,43 @@ def save_case(case: Case, dump_dir: Path | str, *, kind: str | None = None) -> P
     from graphdbg.capture.write import write_dump
 
     origin = case.dump.manifest if case.dump is not None else {}
-    case.install_external_objects()
     snap = GraphSnapshot.take(0, case.gm, keep_eager=False)
     return write_dump(
         Path(dump_dir), snap=snap, inputs=list(case.inputs), kind=kind or origin.get("failure", {}).get("kind", "captured"),
         exc=None, backend=str(origin.get("backend", "replay")), mode="replay", budget_bytes=1 << 62,
         inputs_state="replay", manifest_overrides={"grad_enabled": origin.get("grad_enabled", False)},
     )
+
+
+def lift_external_objects(gm: fx.GraphModule, objects: dict[int, Any]) -> list[Any]:
+    """Turn ``get_external_object_by_index(i)`` calls into graph inputs; returns the new inputs.
+
+    Dynamo's side table is process state that each new compile resets, so a replayed graph
+    can't read it. Passed as inputs instead, the recreated streams reach the graph directly,
+    and when the graph is compiled again Dynamo puts them back in its side table itself, so
+    the backend sees the same kind of graph as in the user's run.
+    """
+    calls = [n for n in gm.graph.nodes
+             if n.op == "call_function" and getattr(n.target, "__name__", "") == "get_external_object_by_index"]
+    if not calls:
+        return []
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    new_inputs: list[Any] = []
+    anchor = placeholders[-1] if placeholders else None
+    for node in calls:
+        idx = node.args[0] if node.args else node.kwargs.get("index")
+        if idx not in objects:
+            raise GraphdbgError(f"the graph fetches external object {idx}, which the dump does not describe")
+        ctx = gm.graph.inserting_after(anchor) if anchor is not None else gm.graph.inserting_before(next(iter(gm.graph.nodes)))
+        with ctx:
+            ph = gm.graph.placeholder(f"external_object_{idx}_{node.name}")
+        ph.meta.update(node.meta)
+        node.replace_all_uses_with(ph)
+        gm.graph.erase_node(node)
+        anchor = ph
+        new_inputs.append(objects[idx])
+    gm.recompile()
+    return new_inputs
 
 
 def retarget_devices(gm: fx.GraphModule, device: torch.device) -> list[str]:

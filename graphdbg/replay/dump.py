@@ -122,7 +122,7 @@ class Dump:
 
     def case(self, device: str | torch.device | None = None, *, seed: int = 0):
         """The graph and its inputs on ``device`` (default: the capture device if present, else CPU)."""
-        from graphdbg.replay.case import Case, retarget_devices
+        from graphdbg.replay.case import Case, lift_external_objects, retarget_devices
         from graphdbg.replay.inputs import InputBuilder, symbol_env
 
         dev = self.resolve_device(device)
@@ -145,8 +145,9 @@ class Dump:
         for d in self.manifest.get("external_objects", []):
             if d.get("kind") not in ("missing", None):
                 externals[int(d["index"])] = builder.build(f"external object {d['index']}", d, {})
+        inputs += lift_external_objects(gm, externals)
         moved = retarget_devices(gm, dev)
-        case = Case(gm=gm, inputs=inputs, device=dev, stand_ins=builder.stand_ins, external_objects=externals, dump=self)
+        case = Case(gm=gm, inputs=inputs, device=dev, stand_ins=builder.stand_ins, dump=self)
         if moved and dev != self.captured_device:
             from graphdbg.replay.inputs import StandIn
 

@@ -77,7 +77,6 @@ def run_case(
     reports: list[Any] = []
     state: dict[str, Any] = {"compiled": False, "compile_s": 0.0, "gm": case.gm, "node": None}
     started = time.perf_counter()
-    case.install_external_objects()
     grad = bool(case.dump.manifest.get("grad_enabled", False)) if case.dump is not None else False
 
     def staged(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:

@@ -187,3 +187,20 @@ def test_a_post_grad_pass_runs_inside_inductor(cli):
     assert report["stage"] == "post_grad" and report["result"] == report["nodes_before"] > 10
     r = cli("replay", FIXTURES / "block_compile_error", "--backend", "eager", "--passes", "passes_for_tests:count_nodes@post_grad")
     assert r.code == 2 and "post_grad passes run inside Inductor" in r.err
+
+
+def test_a_real_cuda_dump_with_streams_replays_on_the_cpu(cli):
+    """Captured on an H200 (torch 2.11) where Thunder failed on a two-stream block."""
+    dump = graphdbg.load(FIXTURES / "cuda_streams_thunder")
+    assert dump.captured_device == torch.device("cuda", 0)
+    assert dump.signature == "AssertionError: Failed to find method wait_stream"
+    streams = [d for d in dump.manifest["external_objects"] if d["kind"] == "stream"]
+    assert len(streams) == 2 and {d["device"] for d in streams} == {"cuda:0"}
+    if torch.cuda.is_available():
+        pytest.skip("this test is about a machine without CUDA")
+    case = dump.case()
+    kinds = sorted(s.kind for s in case.stand_ins)
+    assert kinds == ["device", "stream", "stream"]
+    r = cli("replay", FIXTURES / "cuda_streams_thunder", "--backend", "aot_eager", "--json")
+    assert r.code == 0, r
+    assert sum("NullStream" in s for s in json.loads(r.out)["stand_ins"]) == 2

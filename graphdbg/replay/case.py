@@ -96,19 +96,25 @@ def lift_external_objects(gm: fx.GraphModule, objects: dict[int, Any]) -> list[A
     return new_inputs
 
 
-def retarget_devices(gm: fx.GraphModule, device: torch.device) -> list[str]:
-    """Point device literals in the graph (``device(type='cuda', index=5)``) at ``device``.
+def retarget_devices(gm: fx.GraphModule, source: torch.device, device: torch.device) -> list[str]:
+    """Point the graph's device literals for the capture device at the replay device.
 
-    Returns the nodes changed. A cuda literal on a CPU replay becomes the CPU, so that a
-    graph captured on rank 5 runs anywhere; cpu literals stay, as the program asked for them.
+    ``device(type='cuda', index=5)`` in a graph captured on cuda:5 becomes ``device``, so a
+    graph captured on rank 5 runs on cuda:0 or the CPU; a CPU-captured graph's ``'cpu'``
+    literals (``torch.ones(..., device=x.device)`` traced on the CPU) follow it onto a GPU.
+    Literals of another device type stay: the program asked for them. Returns the nodes changed.
     """
     changed: list[str] = []
 
+    def follows(d: torch.device) -> bool:
+        return d.type == source.type and d != device
+
     def move(value: Any) -> Any:
-        if isinstance(value, torch.device) and value.type == "cuda" and value != device:
+        if isinstance(value, torch.device) and follows(value):
             return device
-        if isinstance(value, str) and value.startswith("cuda") and _is_device_string(value) and torch.device(value) != device:
-            return str(device)
+        if isinstance(value, str) and value.split(":")[0] in ("cpu", "cuda") and _is_device_string(value) and follows(torch.device(value)):
+            # "cuda" may be a device_type (autocast) that must not gain an index
+            return str(device) if ":" in value else device.type
         if isinstance(value, (list, tuple)):
             return type(value)(move(v) for v in value)
         if isinstance(value, dict):

@@ -146,12 +146,15 @@ class Dump:
             if d.get("kind") not in ("missing", None):
                 externals[int(d["index"])] = builder.build(f"external object {d['index']}", d, {})
         inputs += lift_external_objects(gm, externals)
-        moved = retarget_devices(gm, dev)
+        moved = retarget_devices(gm, self.captured_device, dev)
         case = Case(gm=gm, inputs=inputs, device=dev, stand_ins=builder.stand_ins, dump=self)
-        if moved and dev != self.captured_device:
+        if dev != self.captured_device:
             from graphdbg.replay.inputs import StandIn
 
-            case.stand_ins.append(StandIn(", ".join(moved[:5]) + (" ..." if len(moved) > 5 else ""), "device", f"device literals moved to {dev}"))
+            what = f"captured on {self.captured_device}, replayed on {dev}"
+            if moved:
+                what += f"; device literals moved in {', '.join(moved[:5])}" + (" ..." if len(moved) > 5 else "")
+            case.stand_ins.append(StandIn("graph", "device", what))
         return case
 
     # Tables -----------------------------------------------------------------------

@@ -1,0 +1,85 @@
+"""On a CUDA machine: Inductor (Triton) and Thunder replays, and streams recreated on the GPU.
+
+Run them all with the README's GPU command (scripts/gpu-tests.sh on the GPU machine).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import graphdbg
+from graphdbg.fixtures import programs
+from graphdbg.manifest import find_dumps
+
+from conftest import FIXTURES
+
+pytestmark = pytest.mark.gpu
+
+
+def _compile_and_fail(model, x, backend, dump_dir, mode="error"):
+    torch._dynamo.reset()
+    error = None
+    try:
+        with torch.no_grad():
+            torch.compile(model, backend=graphdbg.capture(backend, dump_dir=dump_dir, mode=mode))(x)
+    except Exception as e:  # noqa: BLE001
+        error = e
+    torch._dynamo.reset()
+    return error
+
+
+def test_cuda_dump_replays_under_triton_inductor_and_reproduces_the_backend_bug(tmp_path, cli):
+    model, x = programs.tiny_block()
+    err = _compile_and_fail(model.cuda(), x.cuda(), programs.broken_transpose_backend, tmp_path)
+    assert isinstance(err, RuntimeError)
+    (path,) = find_dumps(tmp_path)
+    dump = graphdbg.load(path)
+    assert dump.captured_device == torch.device("cuda", 0) and "H" in dump.manifest["env"]["device_name"]
+    r = cli("replay", path, "--backend", "inductor", "--json")
+    data = json.loads(r.out)
+    assert r.code == 0 and data["status"] == "pass" and data["device"] == "cuda:0", r
+    r = cli("replay", path, "--json")
+    data = json.loads(r.out)
+    assert r.code == 1 and data["reproduces"] and data["node"] == "linear", r
+    # the same dump on the CPU: inputs move, the failure stays the same
+    r = cli("replay", path, "--device", "cpu", "--json")
+    assert json.loads(r.out)["signature"] == data["signature"]
+
+
+def test_thunder_replays_a_plain_block_on_cuda(cli):
+    pytest.importorskip("thunder")
+    r = cli("replay", FIXTURES / "block_compile_error", "--backend", "thunder", "--device", "cuda", "--json")
+    data = json.loads(r.out)
+    assert r.code == 0 and data["status"] == "pass", r
+
+
+def test_thunder_stream_failure_is_captured_and_reproduced_with_recreated_streams(tmp_path, cli):
+    pytest.importorskip("thunder")
+    from thunder.dynamo import ThunderCompiler
+
+    model, x = programs.two_stream_block()
+    err = _compile_and_fail(model, x, ThunderCompiler(), tmp_path)
+    assert err is not None and "Failed to find method wait_stream" in str(err)
+    (path,) = find_dumps(tmp_path)
+    dump = graphdbg.load(path)
+    streams = [d for d in dump.manifest["external_objects"] if d["kind"] == "stream"]
+    assert len(streams) == 2 and all(d["device"] == "cuda:0" for d in streams)
+
+    case = dump.case()
+    assert sum(isinstance(v, torch.cuda.Stream) for v in case.inputs) >= 1
+    assert all(s.kind == "stream" and "recreated on cuda:0" in s.detail for s in case.stand_ins)
+
+    r = cli("replay", path, "--backend", "thunder", "--json")
+    data = json.loads(r.out)
+    assert r.code == 1 and data["reproduces"] and data["signature"] == "AssertionError: Failed to find method wait_stream", r
+    r = cli("replay", path, "--backend", "inductor", "--json")
+    data = json.loads(r.out)
+    assert r.code == 0 and data["status"] == "pass" and data["reference"] == "float64", r
+
+
+def test_committed_cuda_fixture_replays_on_cuda():
+    outcome = graphdbg.load(FIXTURES / "cuda_streams_thunder").case().run("inductor")
+    assert outcome.status == "pass", outcome

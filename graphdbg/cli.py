@@ -94,12 +94,25 @@ def replay(
     accuracy: Annotated[bool, typer.Option("--accuracy/--no-accuracy", help="Compare outputs with eager (float64 where possible).")] = True,
     rtol: Annotated[Optional[float], typer.Option(help="Relative tolerance (default: by dtype).")] = None,
     atol: Annotated[Optional[float], typer.Option(help="Absolute tolerance (default: by dtype).")] = None,
+    all_ranks: Annotated[bool, typer.Option("--all-ranks", help="Replay every rank's dump under DUMP at once, with real collectives.")] = False,
+    nproc: Annotated[Optional[int], typer.Option("--nproc", help="Processes for --all-ranks (default: the world size).")] = None,
+    graph: Annotated[Optional[str], typer.Option("--graph", help="With --all-ranks: which graph (e.g. g0-compile_error) when there are several.")] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Replay a dump under a backend; exit 0 on pass, 1 on a reproduced failure, 2 if it can't run."""
     import graphdbg
     from graphdbg.replay.run import replay_dump
 
+    if all_ranks:
+        from graphdbg.replay.world import replay_world
+
+        world = replay_world(dump, backend, passes, graph=graph, nproc=nproc, device=device, timeout=timeout or 300.0,
+                             direct=direct, accuracy=accuracy, rtol=rtol, atol=atol)
+        if as_json:
+            _print_json(world.to_dict())
+        else:
+            console.print(world)
+        raise typer.Exit(world.exit_code)
     d = graphdbg.load(dump)
     outcome = replay_dump(d, backend or d.backend, passes, device=device, isolate=isolate, timeout=timeout, direct=direct,
                           accuracy=accuracy, rtol=rtol, atol=atol)

@@ -208,3 +208,14 @@ def compare_table(df: Any) -> Table:
         secs = "" if row.seconds is None or row.seconds != row.seconds else f"{row.seconds:.2f}"
         table.add_row(Text(row.backend), Text(row.status, style=STATUS_STYLE.get(row.status, "")), Text(_txt(row.signature)), secs, err)
     return table
+
+
+def world_table(world: Any) -> Table:
+    table = Table(title=f"{world.graph}: {world.world_size} ranks under {world.backend} on {world.device} ({world.seconds:.1f}s)")
+    for col in ("rank", "outcome", "signature", "seconds"):
+        table.add_column(col, overflow="fold")
+    for r in world.ranks:
+        o = r.outcome
+        table.add_row(str(r.rank), Text(o.status, style=STATUS_STYLE.get(o.status, "")), Text(o.signature or ""),
+                      f"{o.total_s:.2f}" if o.total_s is not None else "")
+    return table

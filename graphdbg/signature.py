@@ -15,6 +15,7 @@ from typing import Any
 
 _RULES: list[tuple[re.Pattern[str], Any]] = [
     (re.compile(r"0x[0-9a-fA-F]+"), "0x?"),
+    (re.compile(r"\[?\b\d{1,3}(?:\.\d{1,3}){3}\]?:\d+"), "?:?"),  # peer address and port
     (re.compile(r"(/tmp|/var/folders|/private/var)/[^\s'\",:)]+"), r"\1/?"),
     (re.compile(r"\b(?:at|id|object at)\s+\d{6,}\b"), "id ?"),
     (re.compile(r"\b\d{7,}\b"), "?"),

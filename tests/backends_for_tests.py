@@ -22,3 +22,51 @@ def crash_on_call(gm, example_inputs):
         raise ValueError(f"compiled code failed on {len(args)} inputs at 0x{id(args):x}")
 
     return run
+
+
+def refuses_collectives(gm, example_inputs):
+    for node in gm.graph.nodes:
+        if "_c10d_functional" in str(node.target):
+            raise NotImplementedError(f"no lowering for {node.target}")
+    return gm.forward
+
+
+def crash_on_rank1(gm, example_inputs):
+    """Rank 1 fails to compile; the other ranks go on into the graph's all-reduce and wait."""
+    if os.environ.get("RANK") == "1":
+        raise RuntimeError("rank 1 backend failure")
+    return gm.forward
+
+
+def hang_on_rank1(gm, example_inputs):
+    """Rank 1 never finishes compiling; the other ranks wait in the graph's all-reduce."""
+    if os.environ.get("RANK") == "1":
+        time.sleep(3600)
+    return gm.forward
+
+
+# For minify and bisect tests ---------------------------------------------------------
+def _calls(gm, name):
+    return any(n.op in ("call_function", "call_method") and getattr(n.target, "__name__", n.target) == name
+               for n in gm.graph.nodes)
+
+
+def refuses_rsqrt_with_gelu(gm, example_inputs):
+    """Fails only when the graph holds an rsqrt and a gelu together (a fusion-pair bug)."""
+    if _calls(gm, "rsqrt") and _calls(gm, "gelu"):
+        raise NotImplementedError("no fused lowering for rsqrt feeding gelu")
+    return gm.forward
+
+
+def segfault_on_softmax_refuses_gelu(gm, example_inputs):
+    """Refuses gelu; but a graph with a softmax and no gelu crashes the process (SIGSEGV)."""
+    if _calls(gm, "gelu"):
+        raise NotImplementedError("no lowering for gelu")
+    if _calls(gm, "softmax"):
+        segfault(gm, example_inputs)
+    return gm.forward
+
+
+def fixed(gm, example_inputs):
+    """The backend once the bug is fixed: runs the graph as it is."""
+    return gm.forward

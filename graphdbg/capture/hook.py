@@ -79,6 +79,7 @@ class GraphSnapshot:
     node_info: dict[str, dict[str, Any]]
     attrs: dict[str, torch.Tensor]
     external_objects: list[dict[str, Any]]
+    collectives: list[dict[str, Any]] = field(default_factory=list)
     eager: fx.GraphModule | None = None
     dumped: set[str] = field(default_factory=set)
 
@@ -95,6 +96,7 @@ class GraphSnapshot:
             node_info=_node_info(gm),
             attrs=_tensor_attrs(gm),
             external_objects=_external_objects(gm),
+            collectives=collective_groups(gm),
             eager=copy.deepcopy(gm) if keep_eager else None,
         )
 
@@ -175,6 +177,50 @@ def _external_objects(gm: fx.GraphModule) -> list[dict[str, Any]]:
 
 # Attributes Dynamo looks up on a backend; copied from the wrapped one so it behaves the same.
 _FORWARDED = ("compiler_name", "get_compiler_config", "reset", "backend_ctx_ctor", "dynamic", "kwargs", "_export")
+
+
+def _group_name_args(node: fx.Node) -> list[str]:
+    """The string arguments a collective names its process group with."""
+    names = [v for k, v in node.kwargs.items() if k in ("group_name", "tag", "group") and isinstance(v, str)]
+    target = node.target
+    if isinstance(target, torch._ops.OpOverloadPacket):  # Dynamo keeps the packet: all_reduce, not .default
+        target = getattr(target, "default", target)
+    schema = getattr(target, "_schema", None)
+    if schema is not None:
+        for arg, value in zip(schema.arguments, node.args):
+            if arg.name in ("group_name", "tag") and isinstance(value, str):
+                names.append(value)
+    return names
+
+
+def collective_groups(gm: fx.GraphModule) -> list[dict[str, Any]]:
+    """Each process group the graph's collectives use: its name, the ops, and (when this process
+    can resolve it) its ranks. Covers torch.ops._c10d_functional.* and custom ops such as
+    torch.ops.sglang.inplace_all_reduce(x, group_name='tp:0')."""
+    groups: dict[str, dict[str, Any]] = {}
+    for mod in gm.modules():
+        if not isinstance(mod, fx.GraphModule):
+            continue
+        for node in mod.graph.nodes:
+            if node.op != "call_function":
+                continue
+            for name in _group_name_args(node):
+                g = groups.setdefault(name, {"name": name, "ops": []})
+                op = target_name(node)
+                if op not in g["ops"]:
+                    g["ops"].append(op)
+    for g in groups.values():
+        try:
+            import torch.distributed as dist
+            from torch.distributed.distributed_c10d import _resolve_process_group
+
+            if dist.is_initialized():
+                pg = _resolve_process_group(g["name"])
+                g["ranks"] = dist.get_process_group_ranks(pg)
+                g["size"] = pg.size()
+        except Exception:
+            pass
+    return sorted(groups.values(), key=lambda g: g["name"])
 
 
 class CapturingBackend:

@@ -43,7 +43,7 @@ def write_dump(
 ) -> Path:
     from graphdbg.capture.hook import format_exception
 
-    dist = distributed_info()
+    dist = {**distributed_info(), "collectives": snap.collectives}
     dump_id = f"g{snap.seq}-{kind}-{snap.graph_hash[:8]}"
     rank_dir = Path(dump_dir) / f"rank{dist['rank']}"
     rank_dir.mkdir(parents=True, exist_ok=True)

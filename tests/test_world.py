@@ -1,0 +1,82 @@
+"""Many ranks on the CPU with gloo: capture every rank, replay one rank, replay the whole world."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+import graphdbg
+from graphdbg.manifest import find_dumps
+
+from conftest import ROOT
+from dist_programs import capture_world
+
+
+@pytest.fixture(autouse=True)
+def _children_find_test_modules(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+
+
+@pytest.fixture(scope="module")
+def world2(tmp_path_factory):
+    return capture_world(2, str(tmp_path_factory.mktemp("world2")), "backends_for_tests:refuses_collectives")
+
+
+def test_each_rank_writes_its_own_dump_with_its_groups(world2):
+    dumps = [graphdbg.load(p) for p in find_dumps(world2)]
+    assert sorted(d.rank for d in dumps) == [0, 1]
+    for d in dumps:
+        dist = d.manifest["dist"]
+        assert dist["world_size"] == 2 and dist["backend"] == "gloo" and dist["source"] == "torch.distributed"
+        (group,) = dist["collectives"]
+        assert group["name"] == "0" and group["ranks"] == [0, 1] and group["size"] == 2
+        assert group["ops"] == ["torch.ops._c10d_functional.all_reduce"]
+        assert d.signature == "NotImplementedError: no lowering for _c10d_functional.all_reduce"
+    # the same failure on both ranks: one group in ls
+    from graphdbg.listing import list_dumps
+
+    (g,) = [g for g in list_dumps(world2).groups]
+    assert sorted(g["ranks"]) == [0, 1]
+
+
+def test_replay_all_ranks_with_real_collectives(world2, cli):
+    r = cli("replay", world2, "--all-ranks", "--backend", "eager", "--json")
+    assert r.code == 0, r
+    data = json.loads(r.out)
+    assert data["world_size"] == 2 and data["device"] == "cpu"
+    assert [(row["rank"], row["status"]) for row in data["ranks"]] == [(0, "pass"), (1, "pass")]
+    r = cli("replay", world2, "--all-ranks", "--json")  # the dumps' own backend: the captured failure, on every rank
+    rows = json.loads(r.out)["ranks"]
+    assert r.code == 1 and {row["signature"] for row in rows} == {"NotImplementedError: no lowering for _c10d_functional.all_reduce"}
+
+
+def test_a_rank_stuck_in_a_collective_is_a_timeout(world2, cli):
+    r = cli("replay", world2, "--all-ranks", "--backend", "backends_for_tests:hang_on_rank1", "--timeout", "25", "--json")
+    assert r.code == 1, r
+    data = json.loads(r.out)
+    assert [(row["rank"], row["status"]) for row in data["ranks"]] == [(0, "timeout"), (1, "timeout")]
+    assert data["seconds"] < 60  # every child was ended, none left running
+
+
+def test_when_one_rank_crashes_gloo_tells_the_others(world2, cli):
+    r = cli("replay", world2, "--all-ranks", "--backend", "backends_for_tests:crash_on_rank1", "--timeout", "60", "--json")
+    assert r.code == 1, r
+    rows = {row["rank"]: row for row in json.loads(r.out)["ranks"]}
+    assert rows[1]["status"] == "crash" and rows[1]["signature"] == "RuntimeError: rank 1 backend failure"
+    assert rows[0]["status"] == "crash" and "Connection closed by peer ?:?" in rows[0]["signature"]
+
+
+def test_fewer_processes_than_ranks_is_refused_with_the_way_out(world2, cli):
+    r = cli("replay", world2, "--all-ranks", "--nproc", "1")
+    assert r.code == 2 and "need all 2 ranks" in r.err and "graphdbg replay" in r.err
+
+
+@pytest.mark.slow
+def test_four_ranks(tmp_path, cli):
+    dumps = capture_world(4, str(tmp_path), "backends_for_tests:refuses_collectives")
+    assert len(find_dumps(dumps)) == 4
+    r = cli("replay", dumps, "--all-ranks", "--backend", "aot_eager", "--json")
+    assert r.code == 0, r
+    assert [row["status"] for row in json.loads(r.out)["ranks"]] == ["pass"] * 4

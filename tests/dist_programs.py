@@ -22,14 +22,17 @@ class TPBlock(torch.nn.Module):
         return fc.all_reduce(self.row(h), "sum", dist.group.WORLD) + x
 
 
-def capture_rank(rank: int, world: int, store: str, dump_dir: str, backend: str, differ_rank: int = -1) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+def capture_rank(rank: int, world: int, store: str, dump_dir: str, backend: str, differ_rank: int = -1,
+                 device: str = "cpu") -> None:
+    if device == "cuda":
+        torch.cuda.set_device(rank)
+    dist.init_process_group("nccl" if device == "cuda" else "gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         torch.manual_seed(rank)
         hidden = 64 if rank != differ_rank else 96  # one rank built with the wrong shard size
-        model = TPBlock(16, hidden, world).eval()
+        model = TPBlock(16, hidden, world).eval().to(device)
         torch.manual_seed(1234)
-        x = torch.randn(4, 16)
+        x = torch.randn(4, 16, device=device)
         module, _, attr = backend.partition(":")
         be = getattr(__import__(module, fromlist=[attr]), attr) if attr else backend
         try:
@@ -41,9 +44,9 @@ def capture_rank(rank: int, world: int, store: str, dump_dir: str, backend: str,
         dist.destroy_process_group()
 
 
-def capture_world(world: int, tmp: str, backend: str, differ_rank: int = -1) -> str:
+def capture_world(world: int, tmp: str, backend: str, differ_rank: int = -1, device: str = "cpu") -> str:
     import torch.multiprocessing as mp
 
     dump_dir = f"{tmp}/dumps"
-    mp.spawn(capture_rank, args=(world, f"{tmp}/store", dump_dir, backend, differ_rank), nprocs=world, join=True)
+    mp.spawn(capture_rank, args=(world, f"{tmp}/store", dump_dir, backend, differ_rank, device), nprocs=world, join=True)
     return dump_dir

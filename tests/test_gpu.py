@@ -83,3 +83,24 @@ def test_thunder_stream_failure_is_captured_and_reproduced_with_recreated_stream
 def test_committed_cuda_fixture_replays_on_cuda():
     outcome = graphdbg.load(FIXTURES / "cuda_streams_thunder").case().run("inductor")
     assert outcome.status == "pass", outcome
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs (nvidia-h200-x2)")
+def test_two_gpu_world_with_nccl(tmp_path, cli, monkeypatch):
+    import os
+
+    from conftest import ROOT
+    from dist_programs import capture_world
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    dumps = capture_world(2, str(tmp_path), "backends_for_tests:refuses_collectives", device="cuda")
+    loaded = sorted((graphdbg.load(p) for p in find_dumps(dumps)), key=lambda d: d.rank)
+    assert [d.captured_device for d in loaded] == [torch.device("cuda", 0), torch.device("cuda", 1)]
+    assert all(d.manifest["dist"]["backend"] == "nccl" for d in loaded)
+    r = cli("replay", dumps, "--all-ranks", "--backend", "inductor", "--timeout", "300", "--json")
+    data = json.loads(r.out)
+    assert r.code == 0 and data["device"] == "cuda", r
+    assert [row["status"] for row in data["ranks"]] == ["pass", "pass"]
+    assert [row["device"] for row in data["ranks"]] == ["cuda:0", "cuda:1"]
+    r = cli("replay", dumps, "--all-ranks", "--json")
+    assert r.code == 1 and {row["status"] for row in json.loads(r.out)["ranks"]} == {"crash"}

@@ -38,7 +38,10 @@ import torch.fx as fx
 from graphdbg.errors import GraphdbgError
 from graphdbg.graph_hash import op_histogram
 
-STAGES = ("pre", "post_grad")
+# "post_grad_pre" runs before Inductor's own post-grad patterns (which, e.g., fold a residual
+# add into addmm and so hide an add+RMSNorm pattern), "post_grad" after them.
+STAGES = ("pre", "post_grad_pre", "post_grad")
+INDUCTOR_STAGES = {"post_grad_pre": "post_grad_custom_pre_pass", "post_grad": "post_grad_custom_post_pass"}
 
 
 @dataclass
@@ -402,7 +405,7 @@ def inductor_post_grad_patch(passes: Sequence[PassSpec], reports: list[PassRepor
 
     Returns ``{}`` if no pass is at the ``post_grad`` stage.
     """
-    post = [p for p in passes if p.stage == "post_grad"]
+    post = [p for p in passes if p.stage in INDUCTOR_STAGES]
     if not post:
         return {}
     from torch._inductor import custom_graph_pass as cgp
@@ -433,7 +436,11 @@ def inductor_post_grad_patch(passes: Sequence[PassSpec], reports: list[PassRepor
         def __repr__(self) -> str:
             return f"graphdbg post_grad pass {self.spec.name}"
 
-    settings: dict[str, Any] = {"post_grad_custom_post_pass": [ReportingPass(p) for p in post]}
+    settings: dict[str, Any] = {}
+    for stage, key in INDUCTOR_STAGES.items():
+        wrapped = [ReportingPass(p) for p in post if p.stage == stage]
+        if wrapped:
+            settings[key] = wrapped
     if not cache:
         settings["fx_graph_cache"] = False
         settings["fx_graph_remote_cache"] = False

@@ -68,7 +68,7 @@ def run_case(
     name, be = resolve_backend(backend)
     specs = resolve_passes(passes, default_stage=pass_stage)
     pre = [p for p in specs if p.stage == "pre"]
-    post = [p for p in specs if p.stage == "post_grad"]
+    post = [p for p in specs if p.stage != "pre"]
     if post and name != "inductor":
         raise GraphdbgError(f"post_grad passes run inside Inductor; backend {name!r} is not inductor")
     backend_fn = _backend_callable(be)

@@ -41,7 +41,7 @@ def _int8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal
 
 
 LIB.impl("int8_attention", _int8_attention, "CompositeExplicitAutograd")
-torch.library.register_fake("graphdbg_attention::int8_attention", lambda q, k, v, is_causal: torch.empty_like(q), lib=LIB)
+torch.library.register_fake("graphdbg_attention::int8_attention", lambda q, k, v, is_causal: q.new_empty(q.shape), lib=LIB)
 
 
 def select_int8_attention(gm: fx.GraphModule) -> int:

@@ -274,8 +274,10 @@ class CapturingBackend:
         accuracy = self.mode == "accuracy" and snap.eager is not None
 
         def run(*args: Any) -> Any:
-            # A boxed callee may empty the list it is given; keep our own references first.
-            inputs = list(args[0]) if boxed and args else list(args)
+            # Dynamo calls with positional inputs even when the compiled function is boxed; an
+            # AOT caller passes one list, which a boxed callee may empty: keep our own references.
+            boxed_list = boxed and len(args) == 1 and isinstance(args[0], list)
+            inputs = list(args[0]) if boxed_list else list(args)
             before = self._guarded(lambda: _clone_all(inputs), "copy inputs") if accuracy and "accuracy" not in snap.dumped else None
             try:
                 out = compiled(*args)

@@ -145,11 +145,12 @@ def test_always_mode_dumps_every_graph(tmp_path):
     assert len(be.dumps) == 2
 
 
-def test_success_path_is_transparent_under_inductor(tmp_path):
+def test_success_path_is_transparent_under_inductor(tmp_path, capfd):
     """Accuracy mode too: Inductor's compiled function is boxed, yet Dynamo calls it with positional inputs."""
     model, x = programs.tiny_block()
     out, err = _call(torch.compile(model, backend=graphdbg.capture("inductor", dump_dir=tmp_path, mode="accuracy")), x)
     assert err is None
+    assert "graphdbg:" not in capfd.readouterr().err  # the eager reference ran, nothing was skipped
     torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
     assert not tmp_path.exists() or find_dumps(tmp_path) == []
 

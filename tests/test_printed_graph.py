@@ -336,3 +336,80 @@ def test_unknown_name_is_an_error_not_a_hook_call():
 def test_printed_graph_is_public_dataclass():
     pg = parse_printed_graph(forward_with("        y = x * 2"))
     assert isinstance(pg, PrintedGraph) and pg.filename == "<graph>" and pg.header == []
+
+
+# --- parse_module_class: one class of a larger script (torch's minifier `class Repro`) -------
+
+
+REPRO_CLASS = '''
+import torch
+from torch.nn import *
+torch._inductor.config.some_flag = True   # never run: only the class is read
+class Repro(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer('_tensor_constant0', tensor([0.5000, -inf, 2.0000], dtype=torch.float64))
+        self.register_buffer('_tensor_constant1', torch.randn([4, 8], dtype=torch.float16).to("cuda:0"))
+        self.w = torch.nn.Parameter(torch.randn([8, 8], dtype=torch.float32, device="cuda:0"))
+        self.fc = Linear(in_features=8, out_features=8, bias=True)
+
+    def helper(self):
+        import os
+
+    def forward(self, x):
+        _tensor_constant0 = self._tensor_constant0
+        return (torch.ops.aten.relu.default(x), _tensor_constant0)
+def load_args(reader):
+    pass
+'''
+
+
+def test_parse_module_class_reads_init_as_data_and_skips_the_rest():
+    from graphdbg.replay.printed_graph import parse_module_class
+
+    pg = parse_module_class(REPRO_CLASS, "Repro", filename="repro.py")
+    got = {c.name: (c.kind, c.func, c.args, c.kwargs, c.device) for c in pg.inits}
+    assert got["_tensor_constant0"] == ("buffer", "tensor", ([0.5, -math.inf, 2.0],), {"dtype": torch.float64}, None)
+    assert got["_tensor_constant1"] == ("buffer", "torch.randn", ([4, 8],), {"dtype": torch.float16}, "cuda:0")
+    assert got["w"] == ("parameter", "torch.randn", ([8, 8],), {"dtype": torch.float32, "device": "cuda:0"}, None)
+    assert got["fc"] == ("module", "Linear", (), {"in_features": 8, "out_features": 8, "bias": True}, None)
+    assert [n.op for n in pg.graph.nodes] == ["placeholder", "get_attr", "call_function", "output"]
+    gm = pg.to_module({"_tensor_constant0": torch.tensor([1.0])})
+    assert gm(torch.tensor([-1.0, 2.0]))[0].tolist() == [0.0, 2.0]
+
+
+@pytest.mark.parametrize("init, message", [
+    ("import os", "unsupported statement in __init__"),
+    ("self.x = torch.load('f')", "refusing torch.load"),
+    ("self.x = torch.randn([2], dtype=os.environ)", "cannot resolve os.environ|refusing os"),
+    ("self.register_buffer('b', tensor([1.0]).to(open('f')))", r"not a constant"),
+    ("self.__class__ = Linear(1, 1)", "refusing dunder attribute"),
+])
+def test_parse_module_class_refuses_init_statements_it_cannot_read_as_data(init, message):
+    from graphdbg.replay.printed_graph import parse_module_class
+
+    source = REPRO_CLASS.replace("self.fc = Linear(in_features=8, out_features=8, bias=True)", init)
+    with pytest.raises(GraphSourceError, match=rf"repro\.py:\d+: .*({message})"):
+        parse_module_class(source, "Repro", filename="repro.py")
+
+
+def test_parse_module_class_errors_name_file_and_line():
+    from graphdbg.replay.printed_graph import parse_module_class
+
+    with pytest.raises(GraphSourceError, match=r"^repro\.py:1: no `class Missing"):
+        parse_module_class(REPRO_CLASS, "Missing", filename="repro.py")
+    with pytest.raises(GraphSourceError, match=r"^repro\.py:\d+: not a readable Python file \(truncated\?\)"):
+        parse_module_class(REPRO_CLASS[:300], "Repro", filename="repro.py")
+
+
+def test_future_import_header_of_compile_cache_files_is_accepted():
+    # vLLM and SGLang write `from __future__ import annotations\nimport torch\n` before print_readable output.
+    pg = parse_printed_graph('from __future__ import annotations\nimport torch\n' + '''
+class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[2]"):
+        relu: "f32[2]" = torch.relu(x);  x = None
+        return (relu,)
+''', filename="computation_graph.py")
+    assert [n.name for n in pg.graph.nodes] == ["x", "relu", "output"]
+    with pytest.raises(GraphSourceError, match="refusing import of a relative module"):
+        parse_printed_graph("from .__future__ import annotations\n", filename="x.py")

@@ -46,7 +46,7 @@ import torch.fx as fx
 from graphdbg.errors import GraphSourceError
 from graphdbg.specs import TensorSpec, parse_annotation
 
-__all__ = ["PrintedGraph", "parse_printed_graph", "resolve_target", "mangled_name"]
+__all__ = ["AttrConstruction", "PrintedGraph", "parse_module_class", "parse_printed_graph", "resolve_target", "mangled_name"]
 
 ALLOWED_ROOTS: dict[str, types.ModuleType] = {"torch": torch, "operator": operator, "_operator": operator, "math": math}
 
@@ -256,6 +256,27 @@ def _resolve(qualname: str) -> Any:
 
 
 @dataclass
+class AttrConstruction:
+    """One attribute a module's ``__init__`` builds, read from the source as data.
+
+    ``self.register_buffer('_tensor_constant0', tensor([0.5, 2.]))`` reads as
+    ``AttrConstruction('_tensor_constant0', 'buffer', 'tensor', ([0.5, 2.0],), {}, None, 12)``;
+    ``self.w = torch.nn.Parameter(torch.randn([8, 8], dtype=torch.float32))`` as kind
+    ``'parameter'``, func ``'torch.randn'``; ``self.fc = Linear(in_features=8, ...)`` as kind
+    ``'module'``, func ``'Linear'``. A trailing ``.to("cuda:0")`` becomes ``device``. Arguments
+    are literals (numbers, strings, lists, dtypes, devices); nothing is called.
+    """
+
+    name: str
+    kind: str  # "buffer" | "parameter" | "module" | "attribute"
+    func: str
+    args: tuple
+    kwargs: dict[str, Any]
+    device: str | None
+    lineno: int
+
+
+@dataclass
 class PrintedGraph:
     """One class of a printed graph: its forward as an ``fx.Graph``, plus nested classes.
 
@@ -271,6 +292,8 @@ class PrintedGraph:
     attrs: dict[str, TensorSpec | None] = field(default_factory=dict)
     header: list[str] = field(default_factory=list)
     filename: str = "<graph>"
+    # What ``__init__`` builds (``parse_module_class`` only): read as data, never run.
+    inits: list[AttrConstruction] = field(default_factory=list)
 
     def to_module(
         self,
@@ -340,6 +363,37 @@ def parse_printed_graph(
     return _Reader(source, filename, resolve).read()
 
 
+def parse_module_class(
+    source: str, class_name: str, *, filename: str = "<graph>", resolve: Callable[[str], Any] | None = None,
+    tree: ast.Module | None = None,
+) -> PrintedGraph:
+    """Read one named ``nn.Module`` class of a larger script (a minifier's ``class Repro``).
+
+        >>> pg = parse_module_class(open("repro.py").read(), "Repro", filename="repro.py")
+        >>> [(c.name, c.kind, c.func) for c in pg.inits]
+        [('_tensor_constant0', 'buffer', 'tensor')]
+        >>> gm = pg.to_module({"_tensor_constant0": torch.tensor([0.5, 2.0])})
+
+    Unlike ``parse_printed_graph``, the rest of the file (imports, config lines, helper
+    functions, the ``__main__`` block) is not judged: it is never run, only skipped. In the
+    class, ``forward`` is read as a printed graph; ``__init__`` is read into ``inits`` as data
+    (see ``AttrConstruction``); other methods are ignored. ``tree`` saves a second parse when
+    the caller already has the module's AST.
+    """
+    reader = _Reader(source, filename, resolve)
+    if tree is None:
+        try:
+            tree = ast.parse(source, filename=filename)
+        except SyntaxError as e:
+            raise reader.fail(f"not a readable Python file (truncated?): {e.msg}", e.lineno or 1) from None
+    classes = [s for s in tree.body if isinstance(s, ast.ClassDef) and s.name == class_name]
+    if not classes:
+        raise reader.fail(f"no `class {class_name}(torch.nn.Module)` in this file", 1)
+    if len(classes) > 1:
+        raise reader.fail(f"class {class_name} is defined {len(classes)} times", classes[1])
+    return reader._read_class(classes[0], [], lenient=True)
+
+
 class _Reader:
     def __init__(self, source: str, filename: str, resolve: Callable[[str], Any] | None):
         self.source, self.filename, self.hook = source, filename, resolve
@@ -373,6 +427,8 @@ class _Reader:
         return self._read_class(classes[0], header)
 
     def _check_import(self, stmt: ast.Import | ast.ImportFrom) -> None:
+        if isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__" and not stmt.level:
+            return  # a compiler directive (vLLM and SGLang write `from __future__ import annotations`)
         names = [a.name for a in stmt.names] if isinstance(stmt, ast.Import) else [stmt.module or ""]
         if stmt.__class__ is ast.ImportFrom and stmt.level:
             names = [""]
@@ -380,12 +436,12 @@ class _Reader:
             if name.split(".")[0] not in ALLOWED_ROOTS:
                 raise self.fail(f"refusing import of {name or 'a relative module'}", stmt)
 
-    def _read_class(self, cls: ast.ClassDef, header: list[str]) -> PrintedGraph:
+    def _read_class(self, cls: ast.ClassDef, header: list[str], lenient: bool = False) -> PrintedGraph:
         if cls.decorator_list or cls.keywords:
             raise self.fail(f"unexpected decorator or keyword on class {cls.name}", cls)
         if not any(_dotted(b, "").endswith("Module") for b in cls.bases):
             raise self.fail(f"class {cls.name} is not a torch.nn.Module", cls)
-        forward, nested = None, {}
+        forward, nested, inits = None, {}, []
         for stmt in cls.body:
             if isinstance(stmt, ast.FunctionDef) and stmt.name == "forward":
                 forward = stmt
@@ -393,6 +449,10 @@ class _Reader:
                 nested[stmt.name] = stmt
             elif isinstance(stmt, ast.Pass) or (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
                 continue
+            elif lenient and isinstance(stmt, ast.FunctionDef) and stmt.name == "__init__":
+                inits = self._read_init(stmt)
+            elif lenient and isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue  # other methods of a script's class: never called by the graph, never run
             else:
                 raise self.fail(f"unexpected statement in class {cls.name}: {_show(stmt)}", stmt)
         if forward is not None and (forward.decorator_list or forward.returns is not None and
@@ -402,7 +462,91 @@ class _Reader:
             raise self.fail(f"class {cls.name} has no forward (truncated?)", cls)
         submodules = {name: self._read_class(c, []) for name, c in nested.items()}
         graph, attrs = _ForwardReader(self, forward, set(nested)).read()
-        return PrintedGraph(cls.name, graph, submodules, attrs, header, self.filename)
+        return PrintedGraph(cls.name, graph, submodules, attrs, header, self.filename, inits)
+
+    def _read_init(self, fn: ast.FunctionDef) -> list[AttrConstruction]:
+        """The attributes ``__init__`` builds, as data. Only the shapes torch's minifier
+        writes are accepted; anything else is an error, not something to skip, since the
+        graph would then miss an attribute."""
+        positional = fn.args.posonlyargs + fn.args.args
+        this = positional[0].arg if positional else "self"
+        out: list[AttrConstruction] = []
+        for stmt in fn.body:
+            if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+                continue  # a docstring
+            if isinstance(stmt, ast.Pass):
+                continue
+            call = stmt.value if isinstance(stmt, ast.Expr) else None
+            if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "__init__"
+                    and isinstance(call.func.value, ast.Call) and _dotted(call.func.value.func, "") == "super"):
+                continue  # super().__init__()
+            if (isinstance(call, ast.Call) and _dotted(call.func, "") == f"{this}.register_buffer"
+                    and len(call.args) >= 2 and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)):
+                out.append(self._construction(call.args[0].value, "buffer", call.args[1], stmt))
+                continue
+            if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Attribute)
+                    and _dotted(stmt.targets[0], "") == f"{this}.{stmt.targets[0].attr}"):
+                value, kind = stmt.value, "attribute"
+                if isinstance(value, ast.Call) and _dotted(value.func, "") in ("torch.nn.Parameter", "nn.Parameter", "Parameter"):
+                    if not value.args:
+                        raise self.fail(f"Parameter without a value: {_show(stmt)}", stmt)
+                    value, kind = value.args[0], "parameter"
+                out.append(self._construction(stmt.targets[0].attr, kind, value, stmt))
+                continue
+            raise self.fail(f"unsupported statement in __init__: {_show(stmt)}", stmt)
+        return out
+
+    def _construction(self, name: str, kind: str, expr: ast.expr, stmt: ast.stmt) -> AttrConstruction:
+        if name.startswith("__"):
+            raise self.fail(f"refusing dunder attribute {name!r}", stmt)
+        device = None
+        # `<value>.to("cuda:0")`: the minifier's way of saying where a buffer or module lives.
+        if (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "to"
+                and isinstance(expr.func.value, ast.Call) and len(expr.args) == 1 and not expr.keywords):
+            device = self._literal(expr.args[0], stmt)
+            if not isinstance(device, (str, torch.device)):
+                raise self.fail(f"unsupported .to() argument in `{_show(stmt)}`", stmt)
+            device, expr = str(device), expr.func.value
+        if not isinstance(expr, ast.Call) or _dotted(expr.func, None) is None:
+            raise self.fail(f"unsupported value for {name}: `{_show(expr)}`", stmt)
+        if any(isinstance(a, ast.Starred) for a in expr.args) or any(k.arg is None for k in expr.keywords):
+            raise self.fail(f"unsupported */** arguments in `{_show(stmt)}`", stmt)
+        try:
+            _check_path(_dotted(expr.func, ""))  # never called, but a torch.load here is no repro
+        except _Refused as e:
+            raise self.fail(f"{e} (in `{_show(stmt)}`)", stmt) from None
+        args = tuple(self._literal(a, stmt) for a in expr.args)
+        kwargs = {k.arg: self._literal(k.value, stmt) for k in expr.keywords}
+        if kind == "attribute" and _dotted(expr.func, "")[:1].isupper():
+            kind = "module"  # `Linear(in_features=...)`: a torch.nn class, by the minifier's `from torch.nn import *`
+        return AttrConstruction(name, kind, _dotted(expr.func, ""), args, kwargs, device, stmt.lineno)
+
+    def _literal(self, expr: ast.expr, stmt: ast.stmt) -> Any:
+        """A constant argument: numbers (inf and nan too), strings, containers, dtypes, devices."""
+        if isinstance(expr, ast.Constant):
+            return expr.value
+        if isinstance(expr, ast.Name) and expr.id in CONSTANT_NAMES:
+            return CONSTANT_NAMES[expr.id]
+        if isinstance(expr, (ast.List, ast.Tuple)):
+            items = [self._literal(e, stmt) for e in expr.elts]
+            return items if isinstance(expr, ast.List) else tuple(items)
+        if isinstance(expr, ast.Dict) and all(k is not None for k in expr.keys):
+            return {self._literal(k, stmt): self._literal(v, stmt) for k, v in zip(expr.keys, expr.values)}
+        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, (ast.USub, ast.UAdd)):
+            value = self._literal(expr.operand, stmt)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return -value if isinstance(expr.op, ast.USub) else value
+        if isinstance(expr, ast.Attribute) and (path := _dotted(expr, None)) is not None:
+            value = self.resolve(path, expr)  # torch.float32, torch.contiguous_format
+            if isinstance(value, (torch.dtype, torch.layout, torch.memory_format, int, float, bool, str)):
+                return value
+        if (isinstance(expr, ast.Call) and _dotted(expr.func, "") in ("device", "torch.device")
+                and all(isinstance(a, ast.Constant) for a in expr.args) and all(k.arg for k in expr.keywords)):
+            try:
+                return torch.device(*[a.value for a in expr.args], **{k.arg: self._literal(k.value, stmt) for k in expr.keywords})
+            except Exception as e:
+                raise self.fail(f"bad device literal `{_show(expr)}`: {e}", expr) from None
+        raise self.fail(f"not a constant: `{_show(expr)}` (in `{_show(stmt)}`)", expr)
 
     def resolve(self, qualname: str, at: ast.AST) -> Any:
         if qualname in self.resolved:

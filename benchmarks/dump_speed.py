@@ -99,9 +99,11 @@ def bench_success_path(backend: str, calls: int) -> dict:
         return first, steady
 
     run(backend)  # warm up imports and caches for both
-    bare = [run(backend) for _ in range(3)]
+    bare, wrapped = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        wrapped = [run(graphdbg.capture(backend, dump_dir=tmp)) for _ in range(3)]
+        for _ in range(3):  # interleaved, so that both see the same machine load
+            bare.append(run(backend))
+            wrapped.append(run(graphdbg.capture(backend, dump_dir=tmp)))
     bf, bs = (statistics.median(v) for v in zip(*bare))
     wf, ws = (statistics.median(v) for v in zip(*wrapped))
     return {"backend": backend, "compile_bare_s": bf, "compile_wrapped_s": wf, "compile_ratio": wf / bf,

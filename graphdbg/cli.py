@@ -25,6 +25,20 @@ app = typer.Typer(
 )
 console = Console()
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON (stable; see README) instead of tables.")]
+OpsOpt = Annotated[Optional[str], typer.Option("--ops", help="Comma-separated modules defining real implementations of custom ops (instead of stand-ins).")]
+SeedOpt = Annotated[Optional[int], typer.Option("--seed", help="Seed for inputs synthesised from annotations (printed graphs).")]
+
+
+def _inputs_setup(ops: str | None, seed: int | None = None) -> None:
+    """--ops and --seed reach isolated children through the environment."""
+    import os
+
+    if ops:
+        from graphdbg.replay.stand_ins import register_ops
+
+        register_ops([m.strip() for m in ops.split(",") if m.strip()])
+    if seed is not None:
+        os.environ["GRAPHDBG_SEED"] = str(seed)
 
 
 def _print_json(data: object) -> None:
@@ -46,10 +60,14 @@ def capture(
 
 
 @app.command("ls")
-def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps.")], as_json: JsonFlag = False) -> None:
+def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps or printed graphs.")], as_json: JsonFlag = False,
+       ops: OpsOpt = None) -> None:
     """List dumps under PATH; identical failures on several ranks are one row."""
     from graphdbg.listing import list_dumps
+
     from graphdbg.render import listing_table
+
+    _inputs_setup(ops)
 
     listing = list_dumps(path)
     if as_json:
@@ -63,11 +81,13 @@ def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps."
 
 
 @app.command()
-def show(dump: Annotated[Path, typer.Argument(help="A dump folder.")], as_json: JsonFlag = False) -> None:
+def show(dump: Annotated[Path, typer.Argument(help="A dump folder or a graph file.")], as_json: JsonFlag = False,
+         ops: OpsOpt = None) -> None:
     """Show a dump: what failed, the graph with its source lines, and its inputs."""
     import graphdbg
     from graphdbg.render import show as render_show
 
+    _inputs_setup(ops)
     d = graphdbg.load(dump)
     if as_json:
         _print_json({**d.summary(), "nodes_table": d.nodes().to_dict(orient="records"),
@@ -84,7 +104,7 @@ TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", help="Seconds 
 
 @app.command()
 def replay(
-    dump: Annotated[Path, typer.Argument(help="A dump folder.")],
+    dump: Annotated[Path, typer.Argument(help="A dump folder, a folder of rank dumps (--all-ranks), or a graph file.")],
     backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="eager, aot_eager, inductor, thunder, any registered backend, or package.module:callable (default: the dump's own backend).")] = None,
     passes: PassesOpt = None,
     device: DeviceOpt = None,
@@ -97,12 +117,15 @@ def replay(
     all_ranks: Annotated[bool, typer.Option("--all-ranks", help="Replay every rank's dump under DUMP at once, with real collectives.")] = False,
     nproc: Annotated[Optional[int], typer.Option("--nproc", help="Processes for --all-ranks (default: the world size).")] = None,
     graph: Annotated[Optional[str], typer.Option("--graph", help="With --all-ranks: which graph (e.g. g0-compile_error) when there are several.")] = None,
+    ops: OpsOpt = None,
+    seed: SeedOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Replay a dump under a backend; exit 0 on pass, 1 on a reproduced failure, 2 if it can't run."""
     import graphdbg
     from graphdbg.replay.run import replay_dump
 
+    _inputs_setup(ops, seed)
     if all_ranks:
         from graphdbg.replay.world import replay_world
 
@@ -133,12 +156,15 @@ def compare(
     device: DeviceOpt = None,
     isolate: IsolateOpt = True,
     timeout: TimeoutOpt = None,
+    ops: OpsOpt = None,
+    seed: SeedOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Replay a dump under several backends; one row per backend. Exit 1 if any fails."""
     import graphdbg
     from graphdbg.render import compare_table
 
+    _inputs_setup(ops, seed)
     df = graphdbg.compare(graphdbg.load(dump), [b.strip() for b in backends.split(",") if b.strip()],
                           device=device, isolate=isolate, timeout=timeout)
     if as_json:

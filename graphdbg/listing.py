@@ -1,19 +1,31 @@
-"""Find dumps under a folder and group the ones that are the same failure of the same graph.
+"""Find dumps and printed graph files under a folder, and group the ones that are the same.
+
+Dump folders group by (graph hash, failure kind, signature). Printed graph files (SGLang's
+``rank{R}_{G}.py``, Dynamo's ``graph_module_*.py``) group by model and by their graph with
+rank-specific literals masked (device index, vocab-shard offsets), so eight ranks printing
+the same layer are one row with their ranks.
 
     >>> listing = list_dumps("dumps/")
     >>> [(g["ranks"], g["kind"]) for g in listing.groups]
     [([0, 1, 2, 3, 4, 5, 6, 7], 'compile_error')]
+    >>> listing = list_dumps("corpus/sglang-thunderfx")
+    >>> g = listing.groups[0]
+    >>> g["model"], g["graphs"], g["ranks"], g["constructs"][:1]
+    ('Llama-4-Maverick-17B-128E-Instruct', [0], [0, 1, 2, 3], ['torch.ops.sglang.inplace_all_reduce'])
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from graphdbg.errors import DumpError, GraphdbgError
-from graphdbg.manifest import find_dumps
+from graphdbg.manifest import MANIFEST, find_dumps
 from graphdbg.replay.dump import Dump, load
+
+_SUMMARY_KEYS = ("id", "nodes", "kind", "backend", "error_type", "message", "signature", "graph_hash")
 
 
 @dataclass
@@ -24,17 +36,37 @@ class Listing:
 
     @property
     def groups(self) -> list[dict[str, Any]]:
-        """One group per (graph hash, failure kind, signature), with the ranks and paths in it."""
+        """One group per (graph hash, failure kind, signature), with the ranks and paths in it.
+
+        Printed graph files group per (model, graph with rank literals masked); their groups
+        also carry ``model``, ``graphs`` (graph numbers from the headers), ``files``,
+        ``constructs`` (what needs stand-ins) and ``rank_literals`` (the literals that differ
+        between the members, one list of values per literal, in member order).
+        """
         groups: dict[tuple, dict[str, Any]] = {}
+        members: dict[tuple, list[Dump]] = {}
         for d in self.dumps:
             s = d.summary()
-            key = (s["graph_hash"], s["kind"], s["signature"])
+            foreign = s.get("format") == "printed_graph"
+            key = ("printed_graph", s["model"], s["group_hash"]) if foreign else (s["graph_hash"], s["kind"], s["signature"])
             g = groups.get(key)
             if g is None:
-                g = groups[key] = {**{k: s[k] for k in ("id", "nodes", "kind", "backend", "error_type", "message", "signature", "graph_hash")},
-                                   "ranks": [], "paths": []}
+                g = groups[key] = {**{k: s[k] for k in _SUMMARY_KEYS}, "ranks": [], "paths": []}
+                if foreign:
+                    g.update({"format": "printed_graph", "model": s["model"], "graphs": [], "files": [],
+                              "constructs": s["constructs"], "rank_literals": []})
+                members[key] = []
             g["ranks"].append(s["rank"])
             g["paths"].append(s["path"])
+            members[key].append(d)
+            if foreign:
+                g["files"].append(Path(s["path"]).name)
+                if s["graph"] is not None and s["graph"] not in g["graphs"]:
+                    g["graphs"].append(s["graph"])
+        for key, g in groups.items():
+            if g.get("format") == "printed_graph":
+                g["graphs"].sort()
+                g["rank_literals"] = _differing_literals(members[key])
         return list(groups.values())
 
     def to_json(self) -> dict[str, Any]:
@@ -49,18 +81,61 @@ class Listing:
         }
 
 
+def _differing_literals(dumps: list[Dump]) -> list[list[Any]]:
+    lists = [getattr(d, "rank_literals", []) for d in dumps]
+    if len(lists) < 2 or len({len(x) for x in lists}) != 1:
+        return []
+    return [list(values) for values in zip(*lists) if len(set(values)) > 1]
+
+
 def list_dumps(path: str | Path) -> Listing:
+    """Every dump and printed graph file under ``path`` (or ``path`` itself), read and grouped.
+
+    A file that can't be read is a ``problems`` entry (one line, with file and line), not an
+    exception; a folder with neither dumps nor printed graphs is a DumpError.
+    """
+    from graphdbg.replay.foreign import load_printed_graph
+
     root = Path(path)
     if not root.exists():
         raise GraphdbgError(f"{root}: no such file or folder")
     listing = Listing(root)
-    folders = find_dumps(root)
-    if not folders:
+    folders = find_dumps(root) if root.is_dir() else []
+    files = printed_graph_files(root)
+    if not folders and not files:
         raise DumpError(f"{root}: no graphdbg dumps here")
     for folder in folders:
         try:
             listing.dumps.append(load(folder))
         except DumpError as e:
             listing.problems.append({"path": str(folder), "error": str(e)})
-    listing.dumps.sort(key=lambda d: (d.id, d.rank))
+    dumps = listing.dumps
+    foreign = []
+    for file in files:
+        try:
+            foreign.append(load_printed_graph(file))
+        except GraphdbgError as e:
+            listing.problems.append({"path": str(file), "error": str(e)})
+    dumps.sort(key=lambda d: (d.id, d.rank))
+    foreign.sort(key=lambda d: (d.model, d.graph_number if d.graph_number is not None else -1, d.id.rstrip("0123456789"), d.rank, d.id))
+    listing.dumps = dumps + foreign
     return listing
+
+
+def printed_graph_files(root: Path) -> list[Path]:
+    """Printed graph files under ``root`` (or ``root`` itself), skipping dump folders' graph.py."""
+    from graphdbg.replay.foreign import looks_like_printed_graph
+
+    if root.is_file():
+        return [root] if looks_like_printed_graph(root) else []
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        # A dump's own graph.py belongs to the dump; hidden folders are dumps being written.
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        if MANIFEST in filenames:
+            dirnames[:] = []
+            continue
+        for name in sorted(filenames):
+            if name.endswith(".py") and looks_like_printed_graph(Path(dirpath) / name):
+                found.append(Path(dirpath) / name)
+    return found

@@ -43,18 +43,33 @@ def listing_table(groups: list[dict[str, Any]], root: str | None = None) -> Tabl
     import os
 
     table = Table(title=f"graphdbg dumps under {root}" if root else "graphdbg dumps")
+    # Printed graph files (graphdbg.replay.foreign) add a graph number and the stand-ins they need.
+    foreign = any(g.get("format") == "printed_graph" for g in groups)
     table.add_column("dump", overflow="fold", ratio=3)
+    if foreign:
+        table.add_column("graph", no_wrap=True)
     table.add_column("ranks", no_wrap=True)
     table.add_column("nodes", justify="right", no_wrap=True)
     table.add_column("failure", no_wrap=True)
     table.add_column("error", overflow="fold", ratio=4)
+    if foreign:
+        table.add_column("needs stand-ins", overflow="fold", ratio=4)
     for g in groups:
         paths = [os.path.relpath(p, root) if root else p for p in g["paths"]]
         path_text = paths[0] if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1})"
         error = ": ".join(x for x in (g["error_type"], g["message"]) if x)
-        table.add_row(Text(path_text), rank_ranges(g["ranks"]), str(g["nodes"]),
-                      Text(g["kind"], style=KIND_STYLE.get(g["kind"], "")), Text(error))
+        row = [Text(path_text)]
+        if foreign:
+            row.append(",".join(map(str, g.get("graphs") or [])) or "-")
+        row += [rank_ranges(g["ranks"]), str(g["nodes"]), Text(g["kind"], style=KIND_STYLE.get(g["kind"], "")), Text(error)]
+        if foreign:
+            row.append(Text(", ".join(_short_construct(c) for c in g.get("constructs", [])), style="yellow"))
+        table.add_row(*row)
     return table
+
+
+def _short_construct(name: str) -> str:
+    return name.removeprefix("torch.ops.higher_order.").removeprefix("torch.ops.").removeprefix("torch.")
 
 
 def dump_panel(dump: Dump) -> Panel:

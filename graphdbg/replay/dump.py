@@ -248,12 +248,27 @@ def _scalar_text(d: dict[str, Any]) -> str | None:
 
 
 def load(path: str | Path) -> Dump:
-    """Load a dump folder. A printed-graph file is read by the foreign-file reader."""
+    """Load a dump folder, or a printed graph file (a ``ForeignDump``, see ``replay.foreign``).
+
+        >>> load("dumps/rank0/g0-compile_error-1a2b3c4d").failure_kind
+        'compile_error'
+        >>> load("corpus/Qwen/Qwen3-0.6B/rank0_0.py").failure_kind
+        'foreign'
+    """
     path = Path(path)
     if not path.exists():
         raise DumpError(f"{path}: no such file or folder")
     if path.is_file():
-        raise DumpError(f"{path}: not a dump folder (printed graph files are read by a later graphdbg)")
+        # A file another tool wrote: parsed, never run. The specific formats first, because a
+        # computation_graph.py or a minifier repro is also a printed GraphModule.
+        from graphdbg.replay import compile_cache, torch_repro
+        from graphdbg.replay.foreign import load_printed_graph
+
+        if torch_repro.detect_format(path):
+            return torch_repro.load_torch_repro(path)
+        if compile_cache.detect_format(path):
+            return compile_cache.load_computation_graph(path)
+        return load_printed_graph(path)
     if not (path / MANIFEST).exists():
         # A folder holding exactly one dump (a fixture, a one-graph run) stands for that dump.
         found = find_dumps(path)

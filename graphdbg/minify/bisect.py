@@ -1,0 +1,405 @@
+"""Bisect a failure: which pass, which node, which rank.
+
+    >>> bisect_passes(case, "eager", "mypkg:good,mypkg:buggy").culprit
+    'mypkg:buggy'
+    >>> d = bisect_nodes(dump, "eager", passes="mypkg:fast_rsqrt")
+    >>> d.node, d.source, d.module          # first value off the reference, and where it came from
+    ('mul', 'programs.py:31', 'norm1')
+    >>> bisect_ranks("dumps/").odd          # ranks whose graph, inputs or error differ
+
+``bisect_nodes`` compares per-node values, recorded by ``ValueRecorder`` (an fx.Interpreter),
+between the reference (the graph as captured, in float64 where it can) and the candidate:
+the graph after the passes, or, when the backend hands back a GraphModule's own ``forward``
+(backends that rewrite the FX graph and run it), the graph the backend actually runs. A
+backend whose compiled code is opaque (Inductor) can't show its intermediates; then the
+search runs the backend on prefixes of the graph that return one node each and bisects for
+the first prefix whose output is off, about log2(nodes) compiles.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from graphdbg.accuracy import judge_outputs
+from graphdbg.errors import GraphdbgError
+from graphdbg.graph_hash import target_name
+from graphdbg.minify.candidates import COMPUTE_OPS, Candidate, Origin
+from graphdbg.minify.shrinker import as_case
+from graphdbg.minify.values import ValueRecorder
+from graphdbg.replay.case import Case
+from graphdbg.replay.outcome import Outcome
+from graphdbg.replay.run import run_case
+
+
+# Passes -------------------------------------------------------------------------------
+@dataclass
+class PassBisection:
+    """The first pass after which the outcome goes bad; for a pattern matcher, which pattern
+    (and which of its matches)."""
+
+    culprit: str | None
+    index: int | None
+    outcome: Outcome | None  # the first bad outcome
+    good_outcome: Outcome | None  # with the passes before the culprit
+    pattern: str | None = None
+    pattern_index: int | None = None
+    match_index: int | None = None  # 0-based: the first match whose replacement breaks it
+    runs: int = 0
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["outcome"] = self.outcome.to_dict() if self.outcome else None
+        d["good_outcome"] = self.good_outcome.to_dict() if self.good_outcome else None
+        return d
+
+
+def bisect_passes(case_or_dump: Any, backend: Any = "eager", passes: Any = None, *, isolate: bool = False,
+                  timeout: float | None = None, direct: bool = True, rtol: float | None = None,
+                  atol: float | None = None) -> PassBisection:
+    """Binary search over pipeline prefixes for the first pass that makes the outcome go bad.
+
+        >>> r = bisect_passes(dump, "eager", "passes:gelu_to_relu,passes:broken")
+        >>> r.culprit, r.outcome.summary()
+
+    Assumes the pipeline is good with no passes and bad with all of them (both checked). For a
+    ``PatternMatcherPass`` culprit, its patterns are then tried one at a time (in-process), and
+    the bad pattern's matches are bisected by letting only the first k of them apply.
+    """
+    from graphdbg.replay.passes import resolve_passes
+
+    case = as_case(case_or_dump)
+    specs = resolve_passes(passes)
+    if not specs:
+        raise GraphdbgError("bisect passes needs a pipeline (--passes a:f,b:g)")
+    runs = 0
+
+    def run(fns: list[Any]) -> Outcome:
+        nonlocal runs
+        runs += 1
+        ps = [s.name if isolate else s.fn for s in fns] if fns else None
+        return run_case(case, backend, ps, isolate=isolate, timeout=timeout, rtol=rtol, atol=atol, direct=direct)
+
+    base = run([])
+    if base.failed:
+        return PassBisection(None, None, base, None, runs=runs, note="fails without any pass: the backend, not the passes")
+    full = run(specs)
+    if not full.failed:
+        return PassBisection(None, None, None, base, runs=runs, note="the whole pipeline passes")
+    lo, hi, outcomes = 0, len(specs), {0: base, len(specs): full}  # prefix lo good, prefix hi bad
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        outcomes[mid] = run(specs[:mid])
+        if outcomes[mid].failed:
+            hi = mid
+        else:
+            lo = mid
+    result = PassBisection(specs[hi - 1].name, hi - 1, outcomes[hi], outcomes[lo], runs=runs)
+    culprit = specs[hi - 1]
+    if _is_pattern_pass(culprit.fn) and not isolate:
+        _bisect_patterns(result, culprit, specs[:hi - 1], run)
+    result.runs = runs
+    return result
+
+
+def _is_pattern_pass(fn: Any) -> bool:
+    obj = getattr(fn, "__self__", fn)  # resolve_passes hands a PatternMatcherPass over as its bound `apply`
+    return any(c.__name__ == "PatternMatcherPass" for c in type(obj).__mro__)
+
+
+def _bisect_patterns(result: PassBisection, culprit: Any, before: list[Any], run: Any) -> None:
+    from graphdbg.replay.passes import PassSpec
+
+    pmp = getattr(culprit.fn, "__self__", culprit.fn)
+    entries = [(key, e) for key, es in pmp.patterns.items() for e in es]
+
+    def only(key: Any, entry: Any, limit: int | None = None) -> Any:
+        one = type(pmp)(pass_name=f"{pmp.pass_name or 'patterns'}[{len(entries)}]")
+        if limit is not None:
+            entry = copy.copy(entry)
+            check, seen = entry.extra_check, {"n": 0}
+
+            def limited(match: Any) -> bool:
+                if not check(match):
+                    return False
+                seen["n"] += 1
+                return seen["n"] <= limit
+
+            entry.extra_check = limited
+        one.patterns[key].append(entry)
+        return PassSpec(culprit.name, one, culprit.stage)
+
+    for i, (key, entry) in enumerate(entries):
+        outcome = run(before + [only(key, entry)])
+        if outcome.failed:
+            result.pattern_index, result.pattern = i, _describe_entry(entry)
+            lo, hi = 0, None
+            for k in (1, 2, 4, 8, 16, 32, 64, 128, 256):  # grow until bad, then bisect
+                if run(before + [only(key, entry, k)]).failed:
+                    hi = k
+                    break
+                lo = k
+            if hi is not None:
+                while hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    if run(before + [only(key, entry, mid)]).failed:
+                        hi = mid
+                    else:
+                        lo = mid
+                result.match_index = hi - 1
+            return
+    result.note = "no single pattern breaks it alone: patterns interact"
+
+
+def _describe_entry(entry: Any) -> str:
+    handler = getattr(entry, "handler", None)
+    name = getattr(handler, "__name__", None) or type(entry).__name__
+    return f"{name}: {entry.pattern!s}"[:300]
+
+
+# Nodes --------------------------------------------------------------------------------
+@dataclass
+class NodeDivergence:
+    """The first node whose value is off the reference, where it came from, and how far off."""
+
+    node: str | None
+    target: str | None = None
+    source: str | None = None  # file:line
+    code: str | None = None
+    module: str | None = None
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    replaced: str | None = None  # the reference node a pass or backend rewrote away
+    new_nodes: list[str] = field(default_factory=list)  # nodes the rewrite put in its place
+    method: str = "interpreter"  # or "prefix-bisect" (opaque backends)
+    compared: int = 0
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        if self.node is None:
+            return f"no node diverges ({self.note})" if self.note else "no node diverges"
+        where = f" at {self.source}" if self.source else ""
+        what = f" (rewritten from {self.replaced})" if self.replaced else ""
+        return f"{self.node}{what}{where}: max abs error {self.max_abs_error:.3g}" + (f", in {self.module}" if self.module else "")
+
+
+def bisect_nodes(case_or_dump: Any, backend: Any = "eager", passes: Any = None, *, rtol: float | None = None,
+                 atol: float | None = None) -> NodeDivergence:
+    """The first node whose value diverges from the reference beyond tolerance."""
+    from graphdbg.replay.passes import apply_passes, resolve_passes
+
+    case = as_case(case_or_dump)
+    grad = bool(case.dump.manifest.get("grad_enabled", False)) if case.dump is not None else False
+    ref = ValueRecorder(case.gm)
+    ref64 = ValueRecorder(case.gm)
+    with torch.set_grad_enabled(grad):
+        ref.run(*_clone(case.inputs))
+        try:
+            ref64.run(*[v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in _clone(case.inputs)])
+        except Exception:
+            ref64.values = {}  # an op without a float64 kernel: eager's own values are the reference
+    gm, _ = apply_passes(copy.deepcopy(case.gm), resolve_passes(passes))
+    runs_gm = _backend_graph(gm, case.inputs, backend)
+    if runs_gm is None:
+        return _bisect_opaque(case, backend, gm, ref, rtol, atol)
+    cand = ValueRecorder(runs_gm)
+    with torch.set_grad_enabled(grad):
+        cand.run(*_clone(case.inputs))
+    ref_nodes = {n.name: n for n in case.gm.graph.nodes}
+    compared = 0
+    for node in runs_gm.graph.nodes:
+        if node.op not in COMPUTE_OPS or node.name not in ref_nodes or node.name not in ref.values:
+            continue
+        bad = judge_outputs(ref.values[node.name], cand.values[node.name], ref64=ref64.values.get(node.name), rtol=rtol, atol=atol)
+        compared += 1
+        if not bad:
+            continue
+        result = _describe(case, ref_nodes[node.name], bad, compared)
+        # an argument renamed away from the reference is a rewrite: name what it replaced
+        ref_args = ref_nodes[node.name].all_input_nodes
+        for mine, theirs in zip(node.all_input_nodes, ref_args):
+            if mine.name != theirs.name and mine.name not in ref_nodes:
+                result.replaced = theirs.name
+                result.new_nodes = _new_ancestors(mine, ref_nodes)
+                origin = _describe(case, theirs, bad, compared)
+                result.source, result.code, result.module = origin.source, origin.code, origin.module
+                break
+        return result
+    return NodeDivergence(None, compared=compared, note="every node agrees with the reference")
+
+
+def _clone(values: list[Any]) -> list[Any]:
+    return [v.detach().clone() if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def _backend_graph(gm: fx.GraphModule, inputs: list[Any], backend: Any) -> fx.GraphModule | None:
+    """The GraphModule the backend runs, when it hands back a GraphModule's own forward."""
+    if backend in (None, "eager"):
+        return gm
+    from graphdbg.replay.backends import resolve_backend
+    from graphdbg.replay.run import _backend_callable
+
+    _, be = resolve_backend(backend)
+    work = copy.deepcopy(gm)
+    try:
+        compiled = _backend_callable(be)(work, _clone(inputs))
+    except Exception:
+        return None
+    owner = getattr(compiled, "__self__", None) or compiled
+    return owner if isinstance(owner, fx.GraphModule) else None
+
+
+def _new_ancestors(node: fx.Node, ref_nodes: dict[str, fx.Node]) -> list[str]:
+    out, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        if n.name in ref_nodes or n.name in out:
+            continue
+        out.append(n.name)
+        stack.extend(n.all_input_nodes)
+    return list(reversed(out))
+
+
+def _describe(case: Case, node: fx.Node, bad: list[Any], compared: int, method: str = "interpreter") -> NodeDivergence:
+    src = node.meta.get("graphdbg_source") or {}
+    info = (case.dump.manifest.get("graph", {}).get("node_info", {}) if case.dump is not None else {}).get(node.name, {})
+    errs = [m.max_abs_error for m in bad if m.max_abs_error is not None]
+    rels = [m.max_rel_error for m in bad if m.max_rel_error is not None]
+    return NodeDivergence(node=node.name, target=target_name(node),
+                          source=f"{src['file']}:{src['line']}" if src.get("file") else None, code=src.get("code"),
+                          module=info.get("module"), max_abs_error=max(errs) if errs else None,
+                          max_rel_error=max(rels) if rels else None, method=method, compared=compared)
+
+
+def _bisect_opaque(case: Case, backend: Any, gm: fx.GraphModule, ref: ValueRecorder, rtol: Any, atol: Any) -> NodeDivergence:
+    """Run the backend on prefixes that return one node; bisect for the first that's off."""
+    pass_case = Case(gm=gm, inputs=case.inputs, device=case.device, stand_ins=case.stand_ins, dump=case.dump, modified=True)
+    origin = Origin.of(pass_case)
+    names = [n for n in origin.compute if isinstance(origin.values.get(n), torch.Tensor) and n in ref.values]
+    outcomes: dict[int, Outcome] = {}
+
+    def bad(i: int) -> bool:
+        sub = origin.build(Candidate(keep=frozenset(origin.compute[: origin.compute.index(names[i]) + 1]), outputs=(names[i],)))
+        outcomes[i] = run_case(sub, backend, direct=True, rtol=rtol, atol=atol) if sub is not None else Outcome("pass", str(backend))
+        return outcomes[i].status == "mismatch"
+
+    if not names or not bad(len(names) - 1):
+        return NodeDivergence(None, method="prefix-bisect", compared=len(outcomes), note="the backend agrees on every prefix")
+    lo, hi = -1, len(names) - 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if bad(mid):
+            hi = mid
+        else:
+            lo = mid
+    o = outcomes[hi]
+    node = next(n for n in case.gm.graph.nodes if n.name == names[hi]) if names[hi] in {n.name for n in case.gm.graph.nodes} else gm.graph.find_nodes(op="call_function")[0]
+    from graphdbg.accuracy import OutputMismatch
+
+    d = _describe(case, node, [OutputMismatch(0, "value", o.max_abs_error, o.max_rel_error)], len(outcomes), "prefix-bisect")
+    return d
+
+
+# Ranks --------------------------------------------------------------------------------
+@dataclass
+class RankReport:
+    """Per rank: what differs from the majority of ranks (graph, input specs, input values, error)."""
+
+    ranks: list[int]
+    graphs: dict[int, str]
+    signatures: dict[int, str | None]
+    differences: dict[int, list[str]]  # rank -> human-readable differences from the majority
+
+    @property
+    def odd(self) -> list[int]:
+        return sorted(r for r, d in self.differences.items() if d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ranks": self.ranks, "odd": self.odd, "graphs": self.graphs, "signatures": self.signatures,
+                "differences": {str(k): v for k, v in self.differences.items()}}
+
+
+def bisect_ranks(paths: Any) -> RankReport:
+    """Compare one dump per rank: a folder holding them all, or a list of dump folders.
+
+        >>> report = bisect_ranks("dumps/")
+        >>> report.odd, report.differences[3]
+        ([3], ['graph: hash 1a2b3c4d vs 9f8e7d6c (majority); ops Tensor.relu +1, torch._C._nn.gelu -1'])
+    """
+    import graphdbg
+    from graphdbg.manifest import find_dumps
+
+    if isinstance(paths, (str, Path)):
+        folders = find_dumps(Path(paths))
+    else:
+        folders = [graphdbg.load(p).path for p in paths]
+    dumps = [graphdbg.load(f) for f in folders]
+    by_rank: dict[int, Any] = {}
+    for d in sorted(dumps, key=lambda d: (d.rank, d.id)):
+        by_rank.setdefault(d.rank, d)  # the first graph of each rank
+    if len(by_rank) < 2:
+        raise GraphdbgError(f"bisect ranks needs dumps of at least two ranks (found {sorted(by_rank)})")
+    facts = {r: _rank_facts(d) for r, d in by_rank.items()}
+    diffs: dict[int, list[str]] = {r: [] for r in by_rank}
+    for key in ("graph", "specs", "values", "signature"):
+        majority = _majority([facts[r][key] for r in by_rank])
+        for r in by_rank:
+            if facts[r][key] != majority:
+                diffs[r].append(_explain(key, facts[r], _majority_facts(facts, key, majority), by_rank[r]))
+    return RankReport(ranks=sorted(by_rank), graphs={r: d.graph_hash for r, d in by_rank.items()},
+                      signatures={r: d.signature for r, d in by_rank.items()}, differences=diffs)
+
+
+def _rank_facts(d: Any) -> dict[str, Any]:
+    from graphdbg.manifest import INPUTS
+    from graphdbg.tensor_file import read_tensors
+
+    specs = tuple((i.get("name") or i.get("node"), i.get("kind"), i.get("dtype"), str(i.get("shape")), str(i.get("value")))
+                  for i in d.manifest["inputs"])
+    stored = {i["stored"]: (i.get("name") or i.get("node")) for i in d.manifest["inputs"] if i.get("stored")}
+    tensors = read_tensors(d.path / d.manifest.get("inputs_file", INPUTS), list(stored)) if stored else {}
+    values = tuple(sorted((stored[k], hashlib.sha256(t.contiguous().view(torch.uint8).numpy().tobytes()
+                                                    if t.numel() else b"").hexdigest()[:16]) for k, t in tensors.items()))
+    unstored = tuple(sorted((i.get("name") or i.get("node"), str(i.get("stats"))) for i in d.manifest["inputs"] if i.get("stats")))
+    return {"graph": d.graph_hash, "specs": specs, "values": values + unstored, "signature": d.signature,
+            "ops": d.manifest["graph"].get("ops", {})}
+
+
+def _majority(values: list[Any]) -> Any:
+    counts: dict[str, tuple[int, Any]] = {}
+    for v in values:
+        k = repr(v)
+        counts[k] = (counts.get(k, (0, v))[0] + 1, v)
+    return max(counts.values(), key=lambda c: c[0])[1]
+
+
+def _majority_facts(facts: dict[int, dict[str, Any]], key: str, value: Any) -> dict[str, Any]:
+    return next(f for f in facts.values() if f[key] == value)
+
+
+def _explain(key: str, mine: dict[str, Any], major: dict[str, Any], dump: Any) -> str:
+    if key == "graph":
+        ops = {k: mine["ops"].get(k, 0) - major["ops"].get(k, 0) for k in set(mine["ops"]) | set(major["ops"])}
+        delta = ", ".join(f"{k} {v:+d}" for k, v in sorted(ops.items()) if v)
+        return f"graph: hash {mine['graph'][:8]} vs {major['graph'][:8]} (majority)" + (f"; ops {delta}" if delta else "")
+    if key == "specs":
+        changed = [f"{a[0]} {a[2]}{a[3]} vs {b[2]}{b[3]}" if a[1] == "tensor" else f"{a[0]} {a[4]} vs {b[4]}"
+                   for a, b in zip(mine["specs"], major["specs"]) if a != b]
+        if len(mine["specs"]) != len(major["specs"]):
+            changed.append(f"{len(mine['specs'])} inputs vs {len(major['specs'])}")
+        return "input specs: " + "; ".join(changed)
+    if key == "values":
+        theirs = dict(major["values"])
+        changed = [name for name, h in mine["values"] if theirs.get(name) != h]
+        return "input values: " + ", ".join(changed[:10]) + (" ..." if len(changed) > 10 else "")
+    return f"error: {mine['signature']} vs {major['signature']} (majority)"

@@ -1,0 +1,164 @@
+"""A candidate is a subset of the original graph; ``Origin.build`` turns one into a runnable Case.
+
+Every candidate the shrinker tries is described relative to the graph it started from: which
+compute nodes it keeps, which of them it returns, which scalar inputs it inlines and how it
+narrows its tensor inputs. A kept node whose argument was dropped reads that argument's real
+value (recorded once by ``ValueRecorder``) as a new graph input, so cutting the graph anywhere
+gives a graph that computes exactly what the original computed there.
+
+    >>> origin = Origin.of(case)
+    >>> cand = Candidate(keep=frozenset({"gelu"}))
+    >>> small = origin.build(cand)          # placeholder up_1 -> gelu -> output
+    >>> [n.op for n in small.gm.graph.nodes]
+    ['placeholder', 'call_function', 'output']
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from graphdbg.replay.case import Case
+from graphdbg.minify.values import record_values
+
+COMPUTE_OPS = ("call_function", "call_method", "call_module", "get_attr")
+# values a graph input can hold in a dump (a tuple from split(), say, can't: its producer stays)
+_INPUTABLE = (torch.Tensor, bool, int, float)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    keep: frozenset[str]
+    outputs: tuple[str, ...] | None = None  # None: every kept node no kept node uses
+    inline: frozenset[str] = frozenset()  # scalar inputs written into the graph as literals
+    narrow: tuple[tuple[str, tuple[int, ...]], ...] = ()  # input name -> shape it is cut down to
+
+    def with_(self, **changes: Any) -> Candidate:
+        return Candidate(**{**self.__dict__, **changes})
+
+
+@dataclass
+class Origin:
+    """The graph minification started from, with every node's value on its inputs."""
+
+    case: Case
+    values: dict[str, Any]
+    nodes: list[fx.Node] = field(default_factory=list)
+    by_name: dict[str, fx.Node] = field(default_factory=dict)
+    index: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, case: Case) -> Origin:
+        grad = bool(case.dump.manifest.get("grad_enabled", False)) if case.dump is not None else False
+        values = record_values(case.gm, list(case.inputs), grad=grad)
+        nodes = list(case.gm.graph.nodes)
+        return cls(case=case, values=values, nodes=nodes, by_name={n.name: n for n in nodes},
+                   index={n.name: i for i, n in enumerate(nodes)})
+
+    @property
+    def compute(self) -> list[str]:
+        return [n.name for n in self.nodes if n.op in COMPUTE_OPS]
+
+    def initial(self) -> Candidate:
+        out = self.nodes[-1]
+        outputs: list[str] = []
+        fx.node.map_arg(out.args, lambda n: outputs.append(n.name) or n)
+        return Candidate(keep=frozenset(self.compute), outputs=tuple(dict.fromkeys(outputs)))
+
+    def order(self, names: Any) -> list[str]:
+        return sorted(names, key=self.index.__getitem__)
+
+    # ---------------------------------------------------------------------------------
+    def resolve(self, cand: Candidate) -> tuple[list[str], list[str], list[str]] | None:
+        """(inputs, live nodes, outputs) in graph order, or None for an empty graph."""
+        keep = set(cand.keep)
+        # A value that can't be an input (a tuple, None) pulls its producer back in.
+        changed = True
+        while changed:
+            changed = False
+            for name in list(keep):
+                for arg in self.by_name[name].all_input_nodes:
+                    if arg.name not in keep and arg.op != "placeholder" and not isinstance(self.values.get(arg.name), _INPUTABLE):
+                        keep.add(arg.name)
+                        changed = True
+        if cand.outputs is None:
+            used = {a.name for k in keep for a in self.by_name[k].all_input_nodes}
+            outputs = [k for k in self.order(keep) if k not in used]
+        else:
+            outputs = [o for o in cand.outputs if o in keep or self.by_name[o].op == "placeholder"]
+        # outputs that hold no tensor (None from an in-place op, a tuple) say nothing a test can check
+        outputs = [o for o in outputs if isinstance(self.values.get(o), (torch.Tensor, int, float, bool))]
+        if not outputs:
+            return None
+        live: set[str] = set()
+        stack = [o for o in outputs if o in keep]
+        while stack:
+            name = stack.pop()
+            if name in live:
+                continue
+            live.add(name)
+            stack.extend(a.name for a in self.by_name[name].all_input_nodes if a.name in keep)
+        inputs = {a.name for k in live for a in self.by_name[k].all_input_nodes if a.name not in live}
+        inputs |= {o for o in outputs if o not in keep}
+        return self.order(inputs), self.order(live), outputs
+
+    def build(self, cand: Candidate) -> Case | None:
+        """The Case for ``cand``; None when it leaves nothing to run."""
+        resolved = self.resolve(cand)
+        if resolved is None:
+            return None
+        inputs, live, outputs = resolved
+        narrow = dict(cand.narrow)
+        graph = fx.Graph()
+        env: dict[str, Any] = {}
+        values: list[Any] = []
+        for name in inputs:
+            value = self.values[name]
+            if name in cand.inline and isinstance(value, (bool, int, float)):
+                env[name] = value
+                continue
+            if name in narrow and isinstance(value, torch.Tensor):
+                value = value[tuple(slice(0, d) for d in narrow[name])].clone()
+            ph = graph.placeholder(name)
+            _describe_placeholder(ph, self.by_name[name], value)
+            env[name] = ph
+            values.append(value)
+        for name in live:
+            node = self.by_name[name]
+            new = graph.node_copy(node, lambda n: env[n.name])
+            _keep_source_comment(new)
+            env[name] = new
+        result = tuple(env[o] for o in outputs)
+        graph.output(result)
+        gm = fx.GraphModule(self.case.gm, graph)
+        return Case(gm=gm, inputs=values, device=self.case.device, stand_ins=list(self.case.stand_ins),
+                    dump=self.case.dump, modified=True)
+
+
+def _describe_placeholder(ph: fx.Node, original: fx.Node, value: Any) -> None:
+    """The meta a dump's printer and the graph hash read: spec, example value, source line."""
+    from graphdbg.specs import TensorSpec
+
+    for key in ("graphdbg_source", "nn_module_stack", "stack_trace"):
+        if key in original.meta:
+            ph.meta[key] = copy.copy(original.meta[key])
+    if isinstance(value, torch.Tensor):
+        ph.meta["graphdbg_spec"] = TensorSpec.of(value)
+        ph.meta["example_value"] = value
+        ph.meta["val"] = value
+    else:
+        ph.meta["example_value"] = value
+
+
+def _keep_source_comment(node: fx.Node) -> None:
+    """print_readable writes '# File: ...' comments from ``stack_trace``; a parsed dump keeps the
+    source as ``graphdbg_source`` instead, so a minified dump would lose its source lines."""
+    src = node.meta.get("graphdbg_source")
+    if not src or node.meta.get("stack_trace") or not src.get("file"):
+        return
+    node.meta["stack_trace"] = (f'  File "{src["file"]}", line {src.get("line", 0)}, in {src.get("fn") or src.get("function") or "forward"}\n'
+                                f'    {src.get("code", "")}\n')

@@ -1,0 +1,140 @@
+"""The Oracle: "does this candidate still fail the way the original did?", asked once per graph.
+
+    >>> oracle = Oracle.for_outcome(first_outcome, "mypkg:backend")
+    >>> oracle(candidate_case)        # True: still the same failure
+    True
+    >>> oracle.queries, oracle.cache_hits
+
+A crash is the same failure when its signature is (``same_signature``); in accuracy mode any
+mismatch is, since a cut graph's outputs are numbered differently. Answers are cached by the
+candidate's structural graph hash plus its input specs, so two passes proposing the same
+graph (which happens all the time after dead-code elimination) cost one backend run.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Sequence
+
+import torch
+
+from graphdbg.graph_hash import module_hash
+from graphdbg.replay.case import Case
+from graphdbg.replay.outcome import Outcome
+from graphdbg.replay.run import run_case
+from graphdbg.signature import same_signature
+
+
+def case_key(case: Case) -> str:
+    """The cache key: graph structure and what goes in (dtype, shape, stride, scalar values)."""
+    parts = [module_hash(case.gm)]
+    for v in case.inputs:
+        if isinstance(v, torch.Tensor):
+            parts.append(f"{v.dtype}{tuple(v.shape)}{tuple(v.stride())}")
+        else:
+            parts.append(repr(v))
+    return "|".join(parts)
+
+
+def is_same_failure(target: Outcome, outcome: Outcome, accuracy: bool) -> bool:
+    if outcome.stage == "reference":  # the graph fails even eagerly: a broken cut, not the bug
+        return False
+    if accuracy:
+        return outcome.status == "mismatch"
+    if outcome.status != target.status:
+        return False
+    if outcome.status == "crash":
+        return same_signature(target.signature, outcome.signature)
+    return outcome.status != "pass"
+
+
+class Oracle:
+    """A cached predicate over Cases, with the run options minify and bisect share."""
+
+    def __init__(self, target: Outcome, backend: Any, passes: Any = None, *, accuracy: bool = False,
+                 isolate: bool = False, timeout: float | None = None, direct: bool = True,
+                 rtol: float | None = None, atol: float | None = None, jobs: int = 1,
+                 on_query: Callable[[Oracle, Outcome], None] | None = None):
+        self.target = target
+        self.backend, self.passes = backend, passes
+        self.accuracy = accuracy
+        self.jobs = max(1, int(jobs))
+        # Threads can't share an in-process Dynamo, so parallel candidates run in children.
+        self.isolate = isolate or self.jobs > 1
+        self.timeout, self.direct, self.rtol, self.atol = timeout, direct, rtol, atol
+        self.on_query = on_query
+        self.cache: dict[str, bool] = {}
+        self.outcomes: dict[str, Outcome] = {}
+        self.queries = 0
+        self.cache_hits = 0
+        self.tested: list[str] = []  # keys in the order they were run (each at most once)
+        self._lock = threading.Lock()
+
+    def run(self, case: Case) -> Outcome:
+        return run_case(case, self.backend, self.passes, isolate=self.isolate, timeout=self.timeout,
+                        accuracy=True, rtol=self.rtol, atol=self.atol, direct=self.direct)
+
+    def interesting(self, outcome: Outcome) -> bool:
+        return is_same_failure(self.target, outcome, self.accuracy)
+
+    def __call__(self, case: Case) -> bool:
+        return self.test_many([case])[0]
+
+    def test_many(self, cases: Sequence[Case], *, stop_at_first: bool = False) -> list[bool | None]:
+        """Answer each case, ``jobs`` at a time. With ``stop_at_first`` the answers after the
+        first True batch are None (not run): a pass that takes the first success needs no more."""
+        answers: list[bool | None] = [None] * len(cases)
+        pending: list[tuple[int, str, Case]] = []
+        for i, case in enumerate(cases):
+            key = case_key(case)
+            if key in self.cache:
+                self.cache_hits += 1
+                answers[i] = self.cache[key]
+            elif any(key == k for _, k, _ in pending):
+                self.cache_hits += 1
+                pending.append((i, key, case))  # answered with its twin below, never run twice
+            else:
+                pending.append((i, key, case))
+        if stop_at_first and any(a for a in answers):
+            first = next(i for i, a in enumerate(answers) if a)
+            pending = [p for p in pending if p[0] < first]
+        run_keys: dict[str, int] = {}
+        batch: list[tuple[int, str, Case]] = []
+        for item in pending:
+            if item[1] in run_keys or item[1] in self.cache:
+                continue
+            run_keys[item[1]] = item[0]
+            batch.append(item)
+        for start in range(0, len(batch), self.jobs):
+            chunk = batch[start:start + self.jobs]
+            outcomes = self._run_chunk([c for _, _, c in chunk])
+            hit = False
+            for (i, key, _), outcome in zip(chunk, outcomes):
+                ok = self.interesting(outcome)
+                self.cache[key], self.outcomes[key] = ok, outcome
+                hit = hit or ok
+            if stop_at_first and hit:
+                break
+        for i, key, _ in pending:
+            if key in self.cache:
+                answers[i] = self.cache[key]
+        return answers
+
+    def _run_chunk(self, cases: list[Case]) -> list[Outcome]:
+        def one(case: Case) -> Outcome:
+            outcome = self.run(case)
+            with self._lock:
+                self.queries += 1
+                self.tested.append(case_key(case))
+            if self.on_query is not None:
+                self.on_query(self, outcome)
+            return outcome
+
+        if len(cases) == 1 or self.jobs == 1:
+            return [one(c) for c in cases]
+        with ThreadPoolExecutor(max_workers=self.jobs) as pool:
+            return list(pool.map(one, cases))
+
+    def summary(self) -> dict[str, Any]:
+        return {"queries": self.queries, "cache_hits": self.cache_hits}

@@ -1,0 +1,242 @@
+"""write_repro: a repro.py that needs torch (and the backend) and nothing of graphdbg.
+
+    >>> write_repro(result.case, "mypkg.backends:mine", "bug/repro.py", outcome=result.outcome)
+    $ python bug/repro.py        # exit 1 while the bug is there, 0 once it is fixed, 2 for another failure
+
+The graph is embedded as Python source (fx's generated ``forward``, with an import line for
+every global it uses). Inputs go to ``repro_inputs.pt`` next to it through ``torch.save`` of
+plain tensors and scalars, loaded back with ``weights_only=True``: torch alone reads it (no
+safetensors dependency for whoever receives the bug report), and weights-only loading
+unpickles nothing but tensors and containers.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from graphdbg.accuracy import TOLERANCES
+from graphdbg.errors import GraphdbgError
+from graphdbg.replay.case import Case
+from graphdbg.replay.outcome import Outcome
+
+INPUTS_FILE = "repro_inputs.pt"
+
+
+def _global_line(name: str, obj: Any) -> str:
+    """Python that binds ``name`` to ``obj`` in the repro, or GraphdbgError."""
+    if isinstance(obj, types.ModuleType):
+        return f"import {obj.__name__}" if name == obj.__name__ else f"import {obj.__name__} as {name}"
+    if isinstance(obj, torch._ops.OpOverload):
+        return f"{name} = torch.ops.{obj.namespace}.{obj._schema.name.split('::')[-1]}.{obj._overloadname}"
+    if isinstance(obj, torch._ops.OpOverloadPacket):
+        return f"{name} = torch.ops.{obj._qualified_op_name.replace('::', '.')}"
+    if isinstance(obj, (torch.dtype, torch.device)):
+        return f"{name} = {obj!r}".replace("device(", "torch.device(")
+    if obj is type(None):
+        return f"{name} = type(None)"
+    if isinstance(obj, float) and (math.isinf(obj) or math.isnan(obj)):
+        return f"{name} = float({str(obj)!r})"
+    module, qual = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if module and qual and "<" not in qual:
+        return f"{name} = _resolve({module!r}, {qual!r})"
+    raise GraphdbgError(f"the repro can't name {name} = {obj!r}")
+
+
+def graph_source(gm: fx.GraphModule) -> tuple[str, str]:
+    """(prelude binding the globals, the ``forward`` source) for a GraphModule."""
+    code = gm.graph.python_code(root_module="self")
+    lines = []
+    for name, obj in sorted(code.globals.items()):
+        if name == "torch":
+            continue
+        lines.append(_global_line(name, obj))
+    return "\n".join(lines), code.src
+
+
+def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome | None = None, direct: bool = True,
+                passes: Any = None) -> Path:
+    """Write ``path`` (a standalone repro.py) and its inputs file beside it; returns ``path``.
+
+    ``outcome`` is the failure to recognise (default: run once now). A crash is recognised by
+    exception type plus message with numbers and addresses masked; a mismatch by comparing
+    against eager (float64 where it can) with graphdbg's per-dtype tolerances.
+    """
+    if passes:
+        raise GraphdbgError("repro.py runs the backend alone; minify without --passes, or bisect the passes")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if outcome is None:
+        outcome = case.run(backend, direct=direct)
+    prelude, forward = graph_source(case.gm)
+    attrs = {}
+    for node in case.gm.graph.nodes:
+        if node.op == "get_attr":
+            value = _get_attr(case.gm, node.target)
+            if isinstance(value, torch.Tensor):
+                attrs[node.target] = value.detach().cpu()
+    inputs = [v.detach().cpu() if isinstance(v, torch.Tensor) else v for v in case.inputs]
+    for v in inputs:
+        if not isinstance(v, (torch.Tensor, int, float, bool, type(None))):
+            raise GraphdbgError(f"repro.py can't store an input of type {type(v).__name__}")
+    torch.save({"inputs": inputs, "attrs": attrs, "device": str(case.device)}, path.parent / INPUTS_FILE)
+    backend_ref = backend if isinstance(backend, str) else f"{backend.__module__}:{backend.__qualname__}"
+    expect = {"status": outcome.status, "error_type": outcome.error_type,
+              "message": (outcome.message or "").strip().splitlines()[0] if outcome.message else ""}
+    tol = {str(k).replace("torch.", ""): v for k, v in TOLERANCES.items()}
+    text = _TEMPLATE.format(prelude=prelude, forward=_indent(forward.strip("\n")), backend=backend_ref,
+                            direct=direct, expect=expect, tol=tol, inputs=INPUTS_FILE,
+                            nodes=len(case.gm.graph.nodes), captured=str(case.device), summary=outcome.summary().replace('"""', "'''"))
+    path.write_text(text)
+    return path
+
+
+def _get_attr(gm: torch.nn.Module, target: str) -> Any:
+    obj: Any = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _indent(src: str) -> str:
+    return "\n".join(("    " + ln) if ln.strip() else "" for ln in src.splitlines())
+
+
+_TEMPLATE = '''#!/usr/bin/env python
+"""Standalone repro written by graphdbg minify: torch and the backend, nothing else.
+
+Failure: {summary}
+Graph: {nodes} nodes. Inputs: {inputs} (torch.save, loaded with weights_only=True).
+Exit codes: 1 while the bug is there, 0 once it is fixed, 2 when it fails some other way.
+Run with another backend: python repro.py --backend eager
+"""
+import argparse
+import importlib
+import re
+import sys
+from pathlib import Path
+
+import torch
+import torch.fx
+
+
+def _resolve(module, qualname):
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+{prelude}
+
+BACKEND = {backend!r}
+DIRECT = {direct!r}  # True: backend(GraphModule, inputs), as graphdbg minify ran it; False: torch.compile
+EXPECT = {expect!r}
+TOLERANCES = {tol!r}
+
+
+class Repro(torch.nn.Module):
+{forward}
+
+
+def load_backend(ref):
+    if ":" in ref:
+        module, _, qualname = ref.partition(":")
+        obj = _resolve(module, qualname)
+        return obj() if isinstance(obj, type) else obj
+    from torch._dynamo import lookup_backend
+
+    return lookup_backend(ref)
+
+
+def masked(text):
+    text = (text.strip().splitlines() or [""])[0]
+    text = re.sub(r"0x[0-9a-fA-F]+", "0x?", text)
+    return re.sub(r"\\d+", "?", text)
+
+
+def build(device):
+    data = torch.load(Path(__file__).with_name({inputs!r}), weights_only=True)
+    mod = Repro()
+    for name, value in data["attrs"].items():
+        owner = mod
+        *path, last = name.split(".")
+        for part in path:
+            if not hasattr(owner, part):
+                owner.add_module(part, torch.nn.Module())
+            owner = getattr(owner, part)
+        owner.register_buffer(last, value.to(device))
+    inputs = [v.to(device) if isinstance(v, torch.Tensor) else v for v in data["inputs"]]
+    return torch.fx.symbolic_trace(mod), inputs
+
+
+def run_backend(gm, inputs, backend):
+    fn = load_backend(backend)
+    if DIRECT:
+        return fn(gm, [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])(*inputs)
+    torch._dynamo.reset()
+    return torch.compile(gm, backend=fn, dynamic=False)(*inputs)
+
+
+def leaves(out):
+    return [o for o in (out if isinstance(out, (tuple, list)) else [out])]
+
+
+def mismatched(ref, ref64, got):
+    for i, (r, g) in enumerate(zip(leaves(ref), leaves(got))):
+        if not isinstance(r, torch.Tensor):
+            if r != g:
+                return f"output {{i}}: {{g!r}} != {{r!r}}"
+            continue
+        if not isinstance(g, torch.Tensor) or g.shape != r.shape or g.dtype != r.dtype:
+            return f"output {{i}}: shape/dtype differ"
+        rtol, atol = TOLERANCES.get(str(r.dtype).replace("torch.", ""), (0.0, 0.0))
+        if torch.isnan(r).ne(torch.isnan(g)).any():
+            return f"output {{i}}: NaNs differ"
+        if torch.allclose(g, r, rtol=rtol, atol=atol, equal_nan=True):
+            continue
+        if ref64 is not None:
+            r64 = leaves(ref64)[i].to(torch.float64)
+            own = (r.to(torch.float64) - r64).abs().max()
+            if (g.to(torch.float64) - r64).abs().max() <= 2 * own + atol:
+                continue  # as close to float64 as eager itself
+        return f"output {{i}}: max abs error {{(g.double() - r.double()).abs().max().item():.3g}}"
+    return None
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--backend", default=BACKEND)
+    parser.add_argument("--device", default=None)
+    args = parser.parse_args()
+    device = args.device or ("cuda" if torch.cuda.is_available() and "cuda" in {captured!r} else "cpu")
+    gm, inputs = build(device)
+    with torch.no_grad():
+        ref = gm(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+        try:
+            ref64 = gm(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs])
+        except Exception:
+            ref64 = None
+        try:
+            got = run_backend(gm, inputs, args.backend)
+        except Exception as e:
+            inner = getattr(e, "inner_exception", None) or e
+            same = EXPECT["status"] == "crash" and type(inner).__name__ == EXPECT["error_type"] and masked(str(inner)) == masked(EXPECT["message"])
+            print(("REPRODUCED: " if same else "FAILED DIFFERENTLY: ") + f"{{type(inner).__name__}}: {{str(inner).strip().splitlines()[0] if str(inner).strip() else ''}}")
+            return 1 if same else 2
+    bad = mismatched(ref, ref64, got)
+    if bad:
+        print(("REPRODUCED: " if EXPECT["status"] == "mismatch" else "FAILED DIFFERENTLY: ") + bad)
+        return 1 if EXPECT["status"] == "mismatch" else 2
+    print("FIXED: the backend compiled and ran, and its outputs agree with eager")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''

@@ -1,0 +1,173 @@
+"""The shrink passes: each proposes smaller candidates around the current best one.
+
+A pass is a small function of the Shrinker; it asks ``shrinker.test`` / ``test_many`` about
+candidates, and every interesting candidate smaller than the best becomes the new best on the
+spot (so a pass never has to say what it found). Passes assume nothing they can't check: a
+bisection assumes the failure is monotone in the cut point, and when it isn't, the search
+still ends on a candidate the oracle confirmed, just not the smallest; delta debugging after
+it cleans up.
+
+    >>> for p in PASSES: p(shrinker)      # the driver repeats this until no pass wins
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import torch
+
+from graphdbg.minify.candidates import Candidate
+
+if TYPE_CHECKING:
+    from graphdbg.minify.shrinker import Shrinker
+
+
+def _first_true(lo: int, hi: int, probe_many: Callable[[list[int]], list[bool | None]], ways: int) -> int:
+    """Smallest i in (lo, hi] with probe(i) True, given probe(lo) False and probe(hi) True
+    (assumed, not asked). With ``ways`` > 1 it asks that many points per round: a k-ary search
+    whose rounds run in parallel."""
+    while hi - lo > 1:
+        k = min(ways, hi - lo - 1)
+        points = sorted({lo + (hi - lo) * (i + 1) // (k + 1) for i in range(k)} - {lo, hi})
+        answers = probe_many(points)
+        new_hi = next((p for p, a in zip(points, answers) if a), hi)
+        falses = [p for p, a in zip(points, answers) if a is False and p < new_hi]
+        lo, hi = (max(falses) if falses else lo), new_hi
+    return hi
+
+
+def focus_failing_node(s: Shrinker) -> None:
+    """A crash the replay pinned to a node (or to a target, from its signature): try that node
+    alone, its arguments as inputs; for a target, its first few calls in turn."""
+    if s.focused:
+        return
+    s.focused = True
+    target = s.oracle.target
+    from graphdbg.graph_hash import target_name
+
+    if target.node is not None and target.node in s.origin.by_name:
+        names = [target.node]
+    elif target.node_target:
+        names = [n.name for n in s.origin.nodes if n.op != "placeholder" and target_name(n) == target.node_target][:3]
+    else:
+        return
+    s.test_many([s.best.with_(keep=frozenset({n}), outputs=None) for n in names], stop_at_first=True)
+
+
+def truncate_suffix(s: Shrinker) -> None:
+    """Bisect for the shortest prefix of the graph that still fails (everything it computes is returned)."""
+    nodes = s.live()
+    if len(nodes) < 2:
+        return
+
+    def probe_many(ks: list[int]) -> list[bool | None]:
+        return s.test_many([s.best.with_(keep=frozenset(nodes[:k]), outputs=None) for k in ks])
+
+    _first_true(0, len(nodes), probe_many, s.oracle.jobs)
+
+
+def cut_prefix(s: Shrinker) -> None:
+    """Search for the latest start: the nodes before it become inputs holding their real values.
+
+    After ``truncate_suffix`` the failure sits at the end of the graph and usually needs only a
+    few nodes before it, so this gallops from the end (1, 2, 4, ... nodes) and bisects the last
+    step: about 2*log2(nodes needed) queries instead of log2(graph size)."""
+    nodes = s.live()
+    if len(nodes) < 2:
+        return
+    n = len(nodes)
+
+    def probe_many(ts: list[int]) -> list[bool | None]:
+        return s.test_many([s.best.with_(keep=frozenset(nodes[n - t:]), outputs=None) for t in ts])
+
+    lo, t = 0, 1
+    while t < n:
+        if probe_many([t])[0]:
+            _first_true(lo, t, probe_many, s.oracle.jobs)
+            return
+        lo, t = t, t * 2
+    _first_true(lo, n, probe_many, s.oracle.jobs)
+
+
+def drop_middle(s: Shrinker) -> None:
+    """Keep only the first and the last node: after both ends are cut tight, the two ends are
+    what a failure of two nodes together needs, and everything between them is often not."""
+    nodes = s.live()
+    if len(nodes) > 2:
+        s.test(s.best.with_(keep=frozenset({nodes[0], nodes[-1]}), outputs=None))
+
+
+def delta_debug(s: Shrinker) -> None:
+    """ddmin over the live nodes: drop chunks of consecutive nodes, halving the chunk size."""
+    nodes = s.live()
+    parts = 2
+    while len(nodes) >= 2:
+        size = max(1, -(-len(nodes) // parts))
+        chunks = [nodes[i:i + size] for i in range(0, len(nodes), size)]
+        cands = [s.best.with_(keep=frozenset(set(nodes) - set(c)), outputs=_outputs_without(s, c)) for c in chunks]
+        if any(s.test_many(cands, stop_at_first=True)):
+            nodes = s.live()
+            parts = max(parts - 1, 2)
+            continue
+        if size == 1:
+            break
+        parts = min(parts * 2, len(nodes))
+
+
+def _outputs_without(s: Shrinker, dropped: list[str]) -> tuple[str, ...] | None:
+    if s.best.outputs is None:
+        return None
+    kept = tuple(o for o in s.best.outputs if o not in set(dropped))
+    return kept or None
+
+
+def drop_outputs(s: Shrinker) -> None:
+    """ddmin over the outputs: fewer outputs let dead-code elimination drop what fed them."""
+    outputs = s.outputs()
+    parts = 2
+    while len(outputs) >= 2:
+        # a single output first: the common answer, and one query
+        singles = [s.best.with_(outputs=(o,)) for o in reversed(outputs)][: max(1, s.oracle.jobs)]
+        if any(s.test_many(singles, stop_at_first=True)):
+            return
+        size = max(1, -(-len(outputs) // parts))
+        chunks = [outputs[i:i + size] for i in range(0, len(outputs), size)]
+        cands = [s.best.with_(outputs=tuple(o for o in outputs if o not in c)) for c in chunks]
+        if any(s.test_many(cands, stop_at_first=True)):
+            outputs = s.outputs()
+            parts = max(parts - 1, 2)
+            continue
+        if size == 1:
+            break
+        parts = min(parts * 2, len(outputs))
+
+
+def inline_scalars(s: Shrinker) -> None:
+    """Write scalar inputs (ints, floats, bools) into the graph as literals."""
+    scalars = [n for n in s.inputs() if isinstance(s.origin.values.get(n), (bool, int, float)) and n not in s.best.inline]
+    if scalars:
+        s.test(s.best.with_(inline=s.best.inline | frozenset(scalars)))
+
+
+def shrink_inputs(s: Shrinker) -> None:
+    """Cut every tensor input down (to one element per dimension, else once to half) where the failure allows."""
+    names = [n for n in s.inputs() if isinstance(s.origin.values.get(n), torch.Tensor) and s.origin.values[n].dim() > 0]
+    if not names:
+        return
+    current = dict(s.best.narrow)
+    shapes = {n: tuple(current.get(n, tuple(s.origin.values[n].shape))) for n in names}
+    ones = {n: tuple(1 if d > 0 else 0 for d in shape) for n, shape in shapes.items()}
+    if ones != shapes and s.test(s.best.with_(narrow=tuple(sorted({**current, **ones}.items())))):
+        return
+    # one halving per run: shape-dependent failures rarely survive more, and each try is a backend run
+    if s.halved:
+        return
+    s.halved = True
+    halves = {n: tuple(max(1, d // 2) if d > 1 else d for d in shape) for n, shape in shapes.items()}
+    if halves != shapes:
+        s.test(s.best.with_(narrow=tuple(sorted({**current, **halves}.items()))))
+
+
+PASSES: list[Callable[[Shrinker], None]] = [
+    focus_failing_node, truncate_suffix, cut_prefix, drop_middle, delta_debug, drop_outputs, inline_scalars, shrink_inputs,
+]

@@ -174,6 +174,109 @@ def compare(
     raise typer.Exit(0 if (df.status == "pass").all() else 1)
 
 
+@app.command()
+def minify(
+    dump: Annotated[Path, typer.Argument(help="A dump folder or a graph file.")],
+    backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="The backend that fails (default: the dump's own).")] = None,
+    passes: PassesOpt = None,
+    accuracy: Annotated[Optional[bool], typer.Option("--accuracy/--no-accuracy", help="Keep a numeric mismatch (default: what the dump recorded).")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Candidates tried at once (isolated).")] = 1,
+    isolate: Annotated[Optional[bool], typer.Option("--isolate/--no-isolate", help="Try candidates in child processes (for backends that may crash).")] = None,
+    timeout: TimeoutOpt = None,
+    device: DeviceOpt = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where the smallest dump and repro.py go.")] = None,
+    ops: OpsOpt = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Shrink a failing graph to the smallest one that fails the same way; writes a dump and repro.py."""
+    from graphdbg.minify import minify as run_minify
+
+    _inputs_setup(ops)
+    out = out or Path(f"{dump.name.removesuffix('.py')}-min")
+    result = run_minify(dump, backend, passes, accuracy=accuracy, jobs=jobs, isolate=isolate, timeout=timeout,
+                        device=device, out=out, progress=not as_json)
+    if as_json:
+        _print_json(result.to_dict())
+    else:
+        console.print(result)
+
+
+bisect_app = typer.Typer(help="Find what broke it: which pass, which node, which rank.", no_args_is_help=True)
+app.add_typer(bisect_app, name="bisect")
+
+
+@bisect_app.command("passes")
+def bisect_passes(
+    dump: Annotated[Path, typer.Argument(help="A dump folder or a graph file.")],
+    passes: Annotated[str, typer.Option("--passes", "-p", help="The pipeline, in order: package.module:callable[@stage],...")],
+    backend: Annotated[str, typer.Option("--backend", "-b", help="Backend the passes feed.")] = "eager",
+    device: DeviceOpt = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """The first pass after which the outcome goes bad (and, for a pattern pass, which replacement)."""
+    import graphdbg
+    from graphdbg.minify import bisect_passes as run
+
+    result = run(graphdbg.load(dump).case(device), backend, passes)
+    _report(result, as_json)
+    raise typer.Exit(0 if result.culprit is None else 1)
+
+
+@bisect_app.command("nodes")
+def bisect_nodes(
+    dump: Annotated[Path, typer.Argument(help="A dump folder or a graph file.")],
+    backend: Annotated[str, typer.Option("--backend", "-b", help="Backend whose values are compared with the reference.")] = "eager",
+    passes: PassesOpt = None,
+    device: DeviceOpt = None,
+    rtol: Annotated[Optional[float], typer.Option(help="Relative tolerance (default: by dtype).")] = None,
+    atol: Annotated[Optional[float], typer.Option(help="Absolute tolerance (default: by dtype).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """The first node whose value diverges from the reference, with its source line and module."""
+    import graphdbg
+    from graphdbg.minify import bisect_nodes as run
+
+    result = run(graphdbg.load(dump).case(device), backend, passes, rtol=rtol, atol=atol)
+    _report(result, as_json)
+    raise typer.Exit(0 if result.node is None else 1)
+
+
+@bisect_app.command("ranks")
+def bisect_ranks(path: Annotated[Path, typer.Argument(help="A folder of rank dumps.")], as_json: JsonFlag = False) -> None:
+    """Which ranks' graphs, inputs or errors differ from the others, and how."""
+    from graphdbg.minify import bisect_ranks as run
+
+    result = run(path)
+    _report(result, as_json)
+    raise typer.Exit(1 if result.odd else 0)
+
+
+@app.command("export-test")
+def export_test(
+    dump: Annotated[Path, typer.Argument(help="A dump folder.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The test file to write, e.g. tests/test_gelu_lowering.py.")],
+    backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="Backend under test (default: the dump's own).")] = None,
+    passes: PassesOpt = None,
+) -> None:
+    """Write a pytest regression test from a dump, with its data next to it; it fails while the bug is there."""
+    import graphdbg
+    from graphdbg.minify import export_test as run
+
+    path = run(graphdbg.load(dump), out, backend=backend, passes=passes)
+    console.print(f"wrote {path}")
+
+
+def _report(result: object, as_json: bool) -> None:
+    if as_json:
+        _print_json(result.to_dict())
+    elif hasattr(result, "__rich__"):
+        console.print(result)
+    elif hasattr(result, "summary"):
+        console.print(result.summary(), highlight=False)
+    else:
+        _print_json(result.to_dict())
+
+
 def main() -> None:
     """Entry point: user errors become one line and exit code 2, never a traceback.
 

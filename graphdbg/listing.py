@@ -67,6 +67,10 @@ class Listing:
             if g.get("format") == "printed_graph":
                 g["graphs"].sort()
                 g["rank_literals"] = _differing_literals(members[key])
+        odd = _odd_ranks([d for d in self.dumps if type(d) is Dump])  # captured dumps, not foreign files
+        for key, g in groups.items():
+            if g.get("format") != "printed_graph":
+                g["differs"] = sorted({what for d in members[key] for what in odd.get(d.path, [])})
         return list(groups.values())
 
     def to_json(self) -> dict[str, Any]:
@@ -79,6 +83,36 @@ class Listing:
             "groups": self.groups,
             "problems": self.problems,
         }
+
+
+def _input_specs(d: Dump) -> tuple:
+    return tuple((i.get("kind"), i.get("dtype"), str(i.get("shape")), str(i.get("value")) if i.get("kind") != "symint" else None)
+                 for i in d.manifest.get("inputs", []))
+
+
+def _odd_ranks(dumps: list[Dump]) -> dict[Path, list[str]]:
+    """For each graph of a world (same g<N> on every rank), what of a rank's dump differs from
+    what most ranks have: "graph" (hash), "inputs" (specs) or "error" (signature)."""
+    from collections import Counter
+
+    worlds: dict[str, list[Dump]] = {}
+    for d in dumps:
+        if d.world_size > 1:
+            worlds.setdefault(d.id.split("-")[0], []).append(d)
+    flags: dict[Path, list[str]] = {}
+    for members in worlds.values():
+        if len({d.rank for d in members}) < 2:
+            continue
+        facts = {d.path: {"graph": d.graph_hash, "inputs": _input_specs(d), "error": d.signature} for d in members}
+        for what in ("graph", "inputs", "error"):
+            counts = Counter(repr(f[what]) for f in facts.values())
+            majority, n = counts.most_common(1)[0]
+            if n == len(members):
+                continue
+            for path, f in facts.items():
+                if repr(f[what]) != majority:
+                    flags.setdefault(path, []).append(what)
+    return flags
 
 
 def _differing_literals(dumps: list[Dump]) -> list[list[Any]]:

@@ -54,6 +54,9 @@ def listing_table(groups: list[dict[str, Any]], root: str | None = None) -> Tabl
     table.add_column("error", overflow="fold", ratio=4)
     if foreign:
         table.add_column("needs stand-ins", overflow="fold", ratio=4)
+    odd = any(g.get("differs") for g in groups)
+    if odd:
+        table.add_column("differs from the other ranks", overflow="fold", ratio=2)
     for g in groups:
         paths = [os.path.relpath(p, root) if root else p for p in g["paths"]]
         path_text = paths[0] if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1})"
@@ -64,6 +67,8 @@ def listing_table(groups: list[dict[str, Any]], root: str | None = None) -> Tabl
         row += [rank_ranges(g["ranks"]), str(g["nodes"]), Text(g["kind"], style=KIND_STYLE.get(g["kind"], "")), Text(error)]
         if foreign:
             row.append(Text(", ".join(_short_construct(c) for c in g.get("constructs", [])), style="yellow"))
+        if odd:
+            row.append(Text(", ".join(g.get("differs") or []), style="bold red"))
         table.add_row(*row)
     return table
 

@@ -55,6 +55,9 @@ def cli(capsys, monkeypatch):
     """Run the graphdbg CLI in-process, exactly as the console script does."""
     from graphdbg.cli import main
 
+    # child processes (isolated replays) import the test passes and backends by name
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+
     def run(*args: str) -> CliResult:
         monkeypatch.setattr(sys, "argv", ["graphdbg", *map(str, args)])
         monkeypatch.setenv("COLUMNS", "200")

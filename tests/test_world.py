@@ -74,9 +74,26 @@ def test_fewer_processes_than_ranks_is_refused_with_the_way_out(world2, cli):
 
 
 @pytest.mark.slow
-def test_four_ranks(tmp_path, cli):
+def test_four_ranks_replay(tmp_path, cli):
     dumps = capture_world(4, str(tmp_path), "backends_for_tests:refuses_collectives")
     assert len(find_dumps(dumps)) == 4
     r = cli("replay", dumps, "--all-ranks", "--backend", "aot_eager", "--json")
     assert r.code == 0, r
     assert [row["status"] for row in json.loads(r.out)["ranks"]] == ["pass"] * 4
+
+
+def test_triage_flags_the_rank_that_differs(tmp_path, cli):
+    """Rank 2 was built with the wrong shard size: its graph and inputs differ from ranks 0, 1 and 3."""
+    dumps = capture_world(4, str(tmp_path), "backends_for_tests:refuses_collectives", differ_rank=2)
+    r = cli("ls", dumps, "--json")
+    assert r.code == 0, r
+    groups = json.loads(r.out)["groups"]
+    by_ranks = {tuple(sorted(g["ranks"])): g for g in groups}
+    assert set(by_ranks) == {(0, 1, 3), (2,)}
+    assert by_ranks[(0, 1, 3)]["differs"] == []
+    assert by_ranks[(2,)]["differs"] == ["graph", "inputs"]
+    r = cli("ls", dumps)
+    assert "differs from the other ranks" in r.out and "graph, inputs" in r.out
+    r = cli("bisect", "ranks", dumps, "--json")
+    assert r.code == 1, r
+    assert json.loads(r.out)["odd"] == [2]

@@ -319,6 +319,7 @@ class RankReport:
     graphs: dict[int, str]
     signatures: dict[int, str | None]
     differences: dict[int, list[str]]  # rank -> human-readable differences from the majority
+    notes: list[str] = field(default_factory=list)  # what differs everywhere, so flags no rank
 
     @property
     def odd(self) -> list[int]:
@@ -326,7 +327,7 @@ class RankReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"ranks": self.ranks, "odd": self.odd, "graphs": self.graphs, "signatures": self.signatures,
-                "differences": {str(k): v for k, v in self.differences.items()}}
+                "differences": {str(k): v for k, v in self.differences.items()}, "notes": self.notes}
 
 
 def bisect_ranks(paths: Any) -> RankReport:
@@ -351,13 +352,20 @@ def bisect_ranks(paths: Any) -> RankReport:
         raise GraphdbgError(f"bisect ranks needs dumps of at least two ranks (found {sorted(by_rank)})")
     facts = {r: _rank_facts(d) for r, d in by_rank.items()}
     diffs: dict[int, list[str]] = {r: [] for r in by_rank}
+    notes: list[str] = []
     for key in ("graph", "specs", "values", "signature"):
-        majority = _majority([facts[r][key] for r in by_rank])
+        values = [facts[r][key] for r in by_rank]
+        if len(by_rank) > 2 and len({repr(v) for v in values}) == len(values):
+            # No two ranks agree: that is the design (tensor-parallel shards hold different
+            # weights), not one rank gone wrong; flagging all but one would point nowhere.
+            notes.append(f"{key}: different on every rank")
+            continue
+        majority = _majority(values)
         for r in by_rank:
             if facts[r][key] != majority:
                 diffs[r].append(_explain(key, facts[r], _majority_facts(facts, key, majority), by_rank[r]))
     return RankReport(ranks=sorted(by_rank), graphs={r: d.graph_hash for r, d in by_rank.items()},
-                      signatures={r: d.signature for r, d in by_rank.items()}, differences=diffs)
+                      signatures={r: d.signature for r, d in by_rank.items()}, differences=diffs, notes=notes)
 
 
 def _rank_facts(d: Any) -> dict[str, Any]:

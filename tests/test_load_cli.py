@@ -15,7 +15,7 @@ from graphdbg.manifest import find_dumps
 from conftest import FIXTURES
 
 LS_KEYS = {"path", "rank", "world_size", "id", "nodes", "kind", "backend", "error_type", "message", "signature", "graph_hash"}
-GROUP_KEYS = {"id", "nodes", "kind", "backend", "error_type", "message", "signature", "graph_hash", "ranks", "paths"}
+GROUP_KEYS = {"id", "nodes", "kind", "backend", "error_type", "message", "signature", "graph_hash", "ranks", "paths", "differs"}
 
 
 def test_load_fixture_and_run_it():

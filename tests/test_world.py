@@ -97,3 +97,13 @@ def test_triage_flags_the_rank_that_differs(tmp_path, cli):
     r = cli("bisect", "ranks", dumps, "--json")
     assert r.code == 1, r
     assert json.loads(r.out)["odd"] == [2]
+
+
+def test_one_rank_alone_gets_world_of_one_collectives(world2, cli):
+    (rank1,) = [p for p in find_dumps(world2) if p.parent.name == "rank1"]
+    r = cli("replay", rank1, "--backend", "eager", "--json")
+    assert r.code == 0, r
+    data = json.loads(r.out)
+    collectives = [s for s in data["stand_ins"] if "collective" in s]
+    assert len(collectives) == 2 and all("world of one" in s for s in collectives)
+    assert any("_c10d_functional.all_reduce" in s for s in collectives)

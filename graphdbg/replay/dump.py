@@ -97,7 +97,10 @@ class Dump:
     def printed(self):
         from graphdbg.replay.printed_graph import parse_printed_graph
 
-        return parse_printed_graph(self.source, filename=str(self.path / GRAPH))
+        from graphdbg.replay.stand_ins import resolver
+
+        # ops this machine lacks (a custom op of the user's server) parse into named stand-ins
+        return parse_printed_graph(self.source, filename=str(self.path / GRAPH), resolve=resolver())
 
     def check(self) -> None:
         """Validate what can be validated without loading values: the tensor file's size and header."""
@@ -146,8 +149,14 @@ class Dump:
             if d.get("kind") not in ("missing", None):
                 externals[int(d["index"])] = builder.build(f"external object {d['index']}", d, {})
         inputs += lift_external_objects(gm, externals)
+        stand_ins = list(builder.stand_ins)
+        if not _distributed():
+            # one rank on its own: collectives act as on a world of one, missing ops are stood in for
+            from graphdbg.replay.stand_ins import install_stand_ins
+
+            stand_ins += install_stand_ins(gm, dev, zero_uninitialized=False)
         moved = retarget_devices(gm, self.captured_device, dev)
-        case = Case(gm=gm, inputs=inputs, device=dev, stand_ins=builder.stand_ins, dump=self)
+        case = Case(gm=gm, inputs=inputs, device=dev, stand_ins=stand_ins, dump=self)
         if dev != self.captured_device:
             from graphdbg.replay.inputs import StandIn
 
@@ -224,6 +233,15 @@ class Dump:
         from graphdbg.render import dump_panel
 
         return dump_panel(self)
+
+
+def _distributed() -> bool:
+    try:
+        import torch.distributed as dist
+
+        return dist.is_available() and dist.is_initialized()
+    except Exception:
+        return False
 
 
 def _shape_text(spec: Any) -> str | None:

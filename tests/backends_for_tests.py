@@ -70,3 +70,11 @@ def segfault_on_softmax_refuses_gelu(gm, example_inputs):
 def fixed(gm, example_inputs):
     """The backend once the bug is fixed: runs the graph as it is."""
     return gm.forward
+
+
+def refuses_copy_(gm, example_inputs):
+    """Fails on an in-place copy_, a node no other node reads: only its effect matters."""
+    for node in gm.graph.nodes:
+        if node.op == "call_method" and node.target == "copy_":
+            raise NotImplementedError("no lowering for copy_")
+    return gm.forward

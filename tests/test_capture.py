@@ -326,3 +326,15 @@ def test_capture_command_wraps_an_unmodified_script(tmp_path):
     ok = subprocess.run([*cmd, "eager"], env=env, capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0 and "finished (2, 8, 32)" in ok.stdout
     assert len(find_dumps(dump_dir)) == 1
+
+
+def test_an_instance_backend_fails_with_the_same_message(tmp_path):
+    class Compiler:  # like thunder.dynamo.ThunderCompiler: an object, no __name__
+        def __call__(self, gm, example_inputs):
+            raise AssertionError("Failed to find method wait_stream")
+
+    model, x = programs.tiny_block()
+    _, bare = _call(torch.compile(model, backend=Compiler()), x)
+    torch._dynamo.reset()
+    _, wrapped = _call(torch.compile(model, backend=graphdbg.capture(Compiler(), dump_dir=tmp_path)), x)
+    assert type(bare) is type(wrapped) and str(bare) == str(wrapped)

@@ -207,3 +207,32 @@ def test_save_writes_one_dump_that_reproduces(tmp_path):
     assert saved.case().run(P.broken_transpose_backend, direct=True).reproduces(saved)
     summary = result.to_dict()
     assert {"start_nodes", "final_nodes", "oracle_queries", "cache_hits", "seconds"} <= set(summary)
+
+
+def test_a_node_kept_for_its_effect_survives_minification(tmp_path):
+    """copy_ into a buffer is read by no node; the failure is about it, so minify keeps it."""
+    import torch
+
+    import graphdbg
+    from graphdbg.minify import minify
+    from graphdbg.manifest import find_dumps
+
+    def program(x, buf):
+        buf.copy_(x.sin() * 3)
+        h = x.cos()
+        for _ in range(6):
+            h = torch.tanh(h) + x
+        return h
+
+    torch._dynamo.reset()
+    try:
+        from backends_for_tests import refuses_copy_
+
+        torch.compile(program, backend=graphdbg.capture(refuses_copy_, dump_dir=tmp_path))(torch.randn(8), torch.zeros(8))
+    except Exception:
+        pass
+    (path,) = find_dumps(tmp_path)
+    result = minify(path, "backends_for_tests:refuses_copy_")
+    targets = [str(n.target) for n in result.case.gm.graph.nodes if n.op in ("call_function", "call_method")]
+    assert "copy_" in targets and not any("tanh" in t for t in targets)
+    assert result.final_nodes < result.start_nodes / 2

@@ -243,8 +243,11 @@ class CapturingBackend:
         for name in _FORWARDED:
             if name not in self.__dict__ and hasattr(resolved, name):
                 setattr(self, name, getattr(resolved, name))
-        # Dynamo names the backend in BackendCompilerFailed by __name__; keep the user's name there.
-        self.__name__ = backend if isinstance(backend, str) else getattr(backend, "__name__", type(backend).__name__)
+        # Dynamo names the backend in BackendCompilerFailed by __name__; keep the user's name
+        # there, and none where the backend has none (a ThunderCompiler() instance), as Dynamo would.
+        name = backend if isinstance(backend, str) else getattr(backend, "__name__", None)
+        if name is not None:
+            self.__name__ = name
         self.dump_dir = Path(dump_dir or os.environ.get(ENV_DUMP_DIR) or "graphdbg_dumps")
         self.mode = mode
         self.budget_bytes = budget_bytes

@@ -92,10 +92,13 @@ class Origin:
             outputs = [o for o in cand.outputs if o in keep or self.by_name[o].op == "placeholder"]
         # outputs that hold no tensor (None from an in-place op, a tuple) say nothing a test can check
         outputs = [o for o in outputs if isinstance(self.values.get(o), (torch.Tensor, int, float, bool))]
-        if not outputs:
+        # Nodes nothing reads are there for their effect (stream.wait_stream, copy_, set_stream):
+        # kept ones stay, or a failure that is about the effect could never be isolated.
+        effects = [k for k in keep if not self.by_name[k].users]
+        if not outputs and not effects:
             return None
         live: set[str] = set()
-        stack = [o for o in outputs if o in keep]
+        stack = [o for o in outputs if o in keep] + effects
         while stack:
             name = stack.pop()
             if name in live:

@@ -39,7 +39,14 @@ def main() -> dict:
     bare = compile_and_run(ThunderCompiler())
     wrapped_backend = graphdbg.capture(ThunderCompiler(), dump_dir=dump_dir)
     wrapped = compile_and_run(wrapped_backend)
-    result["user_error_unchanged"] = type(bare) is type(wrapped) and str(bare) == str(wrapped)
+    from graphdbg.signature import normalize_message
+
+    # the same type and message; a backend object's address in the message may differ
+    result["user_error_unchanged"] = (type(bare) is type(wrapped) and
+                                      [normalize_message(ln) for ln in str(bare).splitlines()] ==
+                                      [normalize_message(ln) for ln in str(wrapped).splitlines()])
+    result["bare_error_first_line"] = str(bare).splitlines()[0] if bare else None
+    result["wrapped_error_first_line"] = str(wrapped).splitlines()[0] if wrapped else None
     result["user_error"] = f"{type(wrapped).__name__}: {str(wrapped).splitlines()[1] if wrapped else None}"
     (path,) = wrapped_backend.dumps
     dump = graphdbg.load(path)
@@ -56,7 +63,7 @@ def main() -> dict:
     result["replay_inductor"] = {"exit": code, "status": inductor.get("status"), "reference": inductor.get("reference"),
                                  "stand_ins": inductor.get("stand_ins"), "seconds": round(secs, 1)}
     code, mini, secs = _story.graphdbg("minify", path, "--backend", "thunder", "-o", _story.OUT / "story1_min")
-    result["minify_thunder"] = {"exit": code, **{k: mini.get(k) for k in ("start_nodes", "final_nodes", "queries", "cache_hits", "seconds", "out")},
+    result["minify_thunder"] = {"exit": code, **{k: mini.get(k) for k in ("start_nodes", "final_nodes", "oracle_queries", "cache_hits", "seconds", "out")},
                                 "wall_s": round(secs, 1)}
     if mini.get("out"):
         try:

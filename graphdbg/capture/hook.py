@@ -256,6 +256,10 @@ class CapturingBackend:
         self._seq = itertools.count()
         self._lock = threading.Lock()
 
+    def __repr__(self) -> str:
+        # Dynamo prints a backend without __name__ by its repr; the user should see theirs.
+        return repr(self.backend) if not isinstance(self.backend_ref, str) or ":" in self.backend_ref else self.backend_ref
+
     def __call__(self, gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
         with self._lock:
             seq = next(self._seq)

@@ -78,3 +78,11 @@ def refuses_copy_(gm, example_inputs):
         if node.op == "call_method" and node.target == "copy_":
             raise NotImplementedError("no lowering for copy_")
     return gm.forward
+
+
+def refuses_wait_stream(gm, example_inputs):
+    """Fails as Thunder 0.2.6 does on a graph that calls stream.wait_stream."""
+    for node in gm.graph.nodes:
+        if node.op == "call_method" and node.target == "wait_stream":
+            raise AssertionError("Failed to find method wait_stream")
+    return gm.forward

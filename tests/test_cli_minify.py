@@ -55,3 +55,17 @@ def test_export_test(tmp_path, cli):
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)], cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=240)
     assert done.returncode == 1 and "1 failed" in done.stdout, done.stdout[-2000:]
+
+
+def test_minify_a_stream_failure_to_the_wait(tmp_path, cli):
+    """The captured Thunder stream failure (a real CUDA dump), with a CPU backend that fails the same way."""
+    out = tmp_path / "min"
+    r = cli("minify", FIXTURES / "cuda_streams_thunder", "--backend", "backends_for_tests:refuses_wait_stream", "-o", out, "--json")
+    assert r.code == 0, r
+    data = json.loads(r.out)
+    assert data["final_nodes"] <= 4 and data["signature"] == "AssertionError: Failed to find method wait_stream"
+    small = graphdbg.load(data["out"])
+    assert "wait_stream" in small.source and "linear" not in small.source
+    done = subprocess.run([sys.executable, str(out / "repro.py")], cwd=tmp_path,
+                          env={**_env_without_graphdbg(), "PYTHONPATH": str(ROOT / "tests")}, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 1 and "REPRODUCED" in done.stdout + done.stderr, done.stderr[-2000:]

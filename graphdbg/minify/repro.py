@@ -59,6 +59,22 @@ def graph_source(gm: fx.GraphModule) -> tuple[str, str]:
     return "\n".join(lines), code.src
 
 
+def _storable(value: Any) -> Any:
+    """What repro_inputs.pt holds for an input: tensors on the CPU, streams and events as a note
+    to make a new one (they can't be saved, and a fresh one on the replay device is what
+    graphdbg's own replay uses too)."""
+    from graphdbg.replay.inputs import NullEvent, NullStream
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, (torch.Stream, NullStream)):
+        return {"recreate": "stream"}
+    event_types = tuple(t for t in (getattr(torch, "Event", None), getattr(torch._C, "_CudaEventBase", None), NullEvent) if t)
+    if isinstance(value, event_types):
+        return {"recreate": "event"}
+    return value
+
+
 def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome | None = None, direct: bool = True,
                 passes: Any = None) -> Path:
     """Write ``path`` (a standalone repro.py) and its inputs file beside it; returns ``path``.
@@ -80,9 +96,9 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
             value = _get_attr(case.gm, node.target)
             if isinstance(value, torch.Tensor):
                 attrs[node.target] = value.detach().cpu()
-    inputs = [v.detach().cpu() if isinstance(v, torch.Tensor) else v for v in case.inputs]
+    inputs = [_storable(v) for v in case.inputs]
     for v in inputs:
-        if not isinstance(v, (torch.Tensor, int, float, bool, type(None))):
+        if not isinstance(v, (torch.Tensor, int, float, bool, type(None), dict)):
             raise GraphdbgError(f"repro.py can't store an input of type {type(v).__name__}")
     torch.save({"inputs": inputs, "attrs": attrs, "device": str(case.device)}, path.parent / INPUTS_FILE)
     backend_ref = backend if isinstance(backend, str) else f"{backend.__module__}:{backend.__qualname__}"
@@ -171,8 +187,39 @@ def build(device):
                 owner.add_module(part, torch.nn.Module())
             owner = getattr(owner, part)
         owner.register_buffer(last, value.to(device))
-    inputs = [v.to(device) if isinstance(v, torch.Tensor) else v for v in data["inputs"]]
+    inputs = [_rebuild(v, device) for v in data["inputs"]]
     return torch.fx.symbolic_trace(mod), inputs
+
+
+class _NoOpStream:
+    """Stands in for a CUDA stream or event on a machine without CUDA: waits do nothing."""
+
+    def wait_stream(self, other):
+        return None
+
+    def wait_event(self, event):
+        return None
+
+    def record_event(self, event=None):
+        return event
+
+    def record(self, stream=None):
+        return None
+
+    def wait(self, stream=None):
+        return None
+
+    def synchronize(self):
+        return None
+
+
+def _rebuild(value, device):
+    if isinstance(value, dict) and "recreate" in value:  # a stream or event: made anew here
+        device = torch.device(device)
+        if device.type != "cuda":
+            return _NoOpStream()
+        return torch.cuda.Stream(device=device) if value["recreate"] == "stream" else torch.cuda.Event()
+    return value.to(device) if isinstance(value, torch.Tensor) else value
 
 
 def run_backend(gm, inputs, backend):

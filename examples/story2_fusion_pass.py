@@ -36,10 +36,12 @@ def main() -> dict:
                     "flashinfer": llama_fusion._flashinfer() is not None}
 
     code, good, secs = _story.graphdbg("replay", path, "--backend", "inductor", "--passes", GOOD)
-    result["replay_good"] = {"exit": code, "status": good.get("status"), "seconds": round(secs, 1),
+    result["replay_good"] = {"exit": code, "status": good.get("status"), "signature": good.get("signature"),
+                             "stage": good.get("stage"), "seconds": round(secs, 1),
                              "passes": [{k: p.get(k) for k in ("name", "result", "nodes_before", "nodes_after")} for p in good.get("passes", [])]}
     code, both, secs = _story.graphdbg("replay", path, "--backend", "inductor", "--passes", f"{GOOD},{BUGGY}")
-    result["replay_good_buggy"] = {"exit": code, "status": both.get("status"), "max_abs_error": both.get("max_abs_error"),
+    result["replay_good_buggy"] = {"exit": code, "status": both.get("status"), "signature": both.get("signature"),
+                                   "traceback_tail": (both.get("traceback") or "")[-1500:], "max_abs_error": both.get("max_abs_error"),
                                    "mismatches": both.get("mismatches"), "seconds": round(secs, 1)}
     code, bis, secs = _story.graphdbg("bisect", "passes", path, "--backend", "inductor", "--passes", f"{GOOD},{BUGGY}")
     result["bisect_passes"] = {"exit": code, **bis, "wall_s": round(secs, 1)}

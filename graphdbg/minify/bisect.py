@@ -84,7 +84,8 @@ def bisect_passes(case_or_dump: Any, backend: Any = "eager", passes: Any = None,
     def run(fns: list[Any]) -> Outcome:
         nonlocal runs
         runs += 1
-        ps = [s.name if isolate else s.fn for s in fns] if fns else None
+        # PassSpecs, not bare functions: a pass's stage (pre, post_grad_pre, post_grad) must survive
+        ps = [(s.name if "@" in s.name else f"{s.name}@{s.stage}") if isolate else s for s in fns] if fns else None
         return run_case(case, backend, ps, isolate=isolate, timeout=timeout, rtol=rtol, atol=atol, direct=direct)
 
     base = run([])
@@ -134,7 +135,7 @@ def _bisect_patterns(result: PassBisection, culprit: Any, before: list[Any], run
 
             entry.extra_check = limited
         one.patterns[key].append(entry)
-        return PassSpec(culprit.name, one, culprit.stage)
+        return PassSpec(culprit.name, one.apply, culprit.stage)  # as resolve_passes hands a PatternMatcherPass over
 
     for i, (key, entry) in enumerate(entries):
         outcome = run(before + [only(key, entry)])

@@ -38,6 +38,7 @@ def main() -> dict:
     code, good, secs = _story.graphdbg("replay", path, "--backend", "inductor", "--passes", GOOD)
     result["replay_good"] = {"exit": code, "status": good.get("status"), "signature": good.get("signature"),
                              "stage": good.get("stage"), "seconds": round(secs, 1),
+                             "traceback_tail": (good.get("traceback") or "")[-1500:], "stderr_tail": (good.get("stderr_tail") or "")[-1500:],
                              "passes": [{k: p.get(k) for k in ("name", "result", "nodes_before", "nodes_after")} for p in good.get("passes", [])]}
     code, both, secs = _story.graphdbg("replay", path, "--backend", "inductor", "--passes", f"{GOOD},{BUGGY}")
     result["replay_good_buggy"] = {"exit": code, "status": both.get("status"), "signature": both.get("signature"),

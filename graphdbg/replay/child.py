@@ -20,6 +20,15 @@ def main(request_path: str, outcome_path: str) -> int:
         data = outcome.to_dict()
     except GraphdbgError as e:
         data = {"error": str(e)}
+    except Exception as e:  # the replay could not even start here (an import, a device): say what
+        import traceback
+
+        from graphdbg.replay.outcome import Outcome
+        from graphdbg.signature import signature
+
+        data = Outcome(status="crash", backend=str(request["backend"]), stage="child", error_type=type(e).__name__,
+                       message=str(e), signature=signature(type(e).__name__, str(e)), device=request["device"],
+                       traceback="".join(traceback.format_exception(type(e), e, e.__traceback__))[-8000:]).to_dict()
     Path(outcome_path).write_text(json.dumps(data, default=str))
     return 0
 

@@ -450,7 +450,8 @@ def inductor_post_grad_patch(passes: Sequence[PassSpec], reports: list[PassRepor
 def _pass_uuid(p: PassSpec, cgp: Any) -> str | None:
     h = hashlib.sha256(f"graphdbg.passes\0{p.name}\0{p.stage}".encode())
     fn = p.fn
-    if isinstance(fn, cgp.CustomPassBase):
+    # CustomPassBase is torch 2.13's common base; torch 2.11 has only CustomGraphPass
+    if isinstance(fn, getattr(cgp, "CustomPassBase", cgp.CustomGraphPass)):
         own = fn.uuid()
         if own is None:  # the pass itself says "don't cache me"
             return None

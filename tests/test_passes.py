@@ -227,7 +227,8 @@ def test_post_grad_passes_run_inside_inductor():
     patch = inductor_post_grad_patch(passes, reports)
     # A cache hit would skip the passes without a word; the patch turns the cache off.
     assert patch["fx_graph_cache"] is False
-    assert all(p.uuid() for p in patch["post_grad_custom_post_pass"])
+    chain = patch["post_grad_custom_post_pass"]
+    assert chain.uuid() and all(p.uuid() for p in chain.members)
 
     with torch._inductor.config.patch(patch):
         compiled = compile_fx(gm, [x])

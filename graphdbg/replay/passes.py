@@ -436,11 +436,28 @@ def inductor_post_grad_patch(passes: Sequence[PassSpec], reports: list[PassRepor
         def __repr__(self) -> str:
             return f"graphdbg post_grad pass {self.spec.name}"
 
+    class Chain(base):  # type: ignore[misc, valid-type]
+        """The stage's passes as one pass: torch 2.11 takes a single pass per hook, not a list."""
+
+        def __init__(self, members: list[Any]):
+            self.members = members
+
+        def __call__(self, graph: fx.Graph, is_inference: bool | None = None) -> None:
+            for member in self.members:
+                member(graph, is_inference)
+
+        def uuid(self) -> Any:
+            uuids = [m.uuid() for m in self.members]
+            return None if any(u is None for u in uuids) else hashlib.sha256(repr(uuids).encode()).hexdigest()
+
+        def __repr__(self) -> str:
+            return f"graphdbg passes {[m.spec.name for m in self.members]}"
+
     settings: dict[str, Any] = {}
     for stage, key in INDUCTOR_STAGES.items():
         wrapped = [ReportingPass(p) for p in post if p.stage == stage]
         if wrapped:
-            settings[key] = wrapped
+            settings[key] = Chain(wrapped)
     if not cache:
         settings["fx_graph_cache"] = False
         settings["fx_graph_remote_cache"] = False

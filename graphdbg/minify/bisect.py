@@ -220,7 +220,7 @@ def bisect_nodes(case_or_dump: Any, backend: Any = "eager", passes: Any = None, 
             found.method = "interpreter, graph after passes"
             return found
     if runs_gm is None:
-        return _bisect_opaque(case, backend, gm, ref, ref64, rtol, atol)
+        return _bisect_opaque(case, backend, gm, ref, ref64, rtol, atol, [p for p in specs if p.stage != "pre"])
     return _compare_graph(case, runs_gm, ref, ref64, grad, rtol, atol)
 
 
@@ -300,11 +300,15 @@ def _describe(case: Case, node: fx.Node, bad: list[Any], compared: int, method: 
 
 
 def _bisect_opaque(case: Case, backend: Any, gm: fx.GraphModule, ref: ValueRecorder, ref64: ValueRecorder,
-                   rtol: Any, atol: Any) -> NodeDivergence:
-    """Compile prefixes that return one node with the backend; bisect for the first whose
-    value is off from the reference's value of that node (about log2(n) compiles)."""
+                   rtol: Any, atol: Any, inductor_passes: list[Any] = ()) -> NodeDivergence:
+    """Compile prefixes that return one node with the backend (with the passes that run inside
+    Inductor hooked in); bisect for the first whose value is off from the reference's value of
+    that node (about log2(n) compiles)."""
     from graphdbg.replay.backends import resolve_backend
-    from graphdbg.replay.run import _backend_callable
+    from graphdbg.replay.passes import inductor_post_grad_patch
+    from graphdbg.replay.run import _backend_callable, _inductor_patch
+
+    patch = inductor_post_grad_patch(list(inductor_passes), []) if inductor_passes else {}
 
     pass_case = Case(gm=gm, inputs=case.inputs, device=case.device, stand_ins=case.stand_ins, dump=case.dump, modified=True)
     origin = Origin.of(pass_case)
@@ -317,7 +321,8 @@ def _bisect_opaque(case: Case, backend: Any, gm: fx.GraphModule, ref: ValueRecor
         if sub is None:
             return False
         try:
-            out = backend_fn(copy.deepcopy(sub.gm), _clone(sub.inputs))(*_clone(sub.inputs))
+            with _inductor_patch(patch):
+                out = backend_fn(copy.deepcopy(sub.gm), _clone(sub.inputs))(*_clone(sub.inputs))
         except Exception:
             return False  # a crash is not a divergence; minify is the tool for crashes
         value = out[0] if isinstance(out, (list, tuple)) else out

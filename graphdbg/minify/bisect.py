@@ -35,7 +35,7 @@ from graphdbg.minify.shrinker import as_case
 from graphdbg.minify.values import ValueRecorder
 from graphdbg.replay.case import Case
 from graphdbg.replay.outcome import Outcome
-from graphdbg.replay.run import run_case
+from graphdbg.replay.run import _clone, run_case
 
 
 # Passes -------------------------------------------------------------------------------
@@ -254,10 +254,6 @@ def _compare_graph(case: Case, runs_gm: fx.GraphModule, ref: ValueRecorder, ref6
                 break
         return result
     return NodeDivergence(None, compared=compared, note="every node agrees with the reference")
-
-
-def _clone(values: list[Any]) -> list[Any]:
-    return [v.detach().clone() if isinstance(v, torch.Tensor) else v for v in values]
 
 
 def _backend_graph(gm: fx.GraphModule, inputs: list[Any], backend: Any) -> fx.GraphModule | None:

@@ -37,7 +37,7 @@ import torch
 from graphdbg.errors import GraphdbgError, GraphSourceError
 from graphdbg.replay.file_dump import FileDump, manifest_for
 from graphdbg.replay.inputs import StandIn
-from graphdbg.replay.printed_graph import AttrConstruction, PrintedGraph, parse_module_class, resolve_target
+from graphdbg.replay.printed_graph import AttrConstruction, PrintedGraph, _dotted, parse_module_class, resolve_target
 from graphdbg.specs import TensorSpec, dtype_name, eval_dim
 
 __all__ = ["ReproDump", "detect_format", "load_torch_repro", "read_storage_bytes"]
@@ -524,13 +524,7 @@ def _constant(expr: ast.expr) -> Any:
 
 
 def _name_of(expr: ast.expr) -> str | None:
-    parts = []
-    while isinstance(expr, ast.Attribute):
-        parts.append(expr.attr)
-        expr = expr.value
-    if not isinstance(expr, ast.Name):
-        return None
-    return ".".join([expr.id, *reversed(parts)])
+    return _dotted(expr, None)
 
 
 def _is_main_guard(stmt: ast.stmt) -> bool:

@@ -16,7 +16,6 @@ from graphdbg.replay.case import save_case
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "graphdbg" / "fixtures"
-PROGRAMS = str(ROOT / "graphdbg" / "fixtures" / "programs.py")
 
 
 @pytest.fixture(autouse=True)
@@ -73,7 +72,8 @@ def test_bisect_nodes_names_the_rewritten_rsqrt_with_its_source_line():
     d = bisect_nodes(FIXTURES / "block_accuracy", "eager", passes=[fast_rsqrt])
     assert d.replaced == "rsqrt"
     assert d.node == "mul"  # the first reference node whose value is off reads the rewrite
-    assert d.source == f"{PROGRAMS}:31" and "torch.rsqrt" in d.code
+    # the committed fixture was captured in another checkout: its source paths are that checkout's
+    assert d.source.endswith("graphdbg/fixtures/programs.py:31") and "torch.rsqrt" in d.code
     assert d.module == "norm1"
     assert set(d.new_nodes) >= {"reciprocal", "sqrt"}
     assert d.max_abs_error > 1e-3

@@ -69,29 +69,37 @@ def run_isolated(case: Case | Dump, backend: str | Callable[..., Any], passes: s
             _, err = proc.communicate()
             return Outcome(status="timeout", backend=str(request["backend"]), signature=f"Timeout after {timeout:g}s",
                            stage="child", device=request["device"], isolated=True, stderr_tail=(err or "")[-STDERR_TAIL:])
-        err = err or ""
-        if outcome_path.exists():
-            data = json.loads(outcome_path.read_text())
-            if "error" in data:
-                raise GraphdbgError(data["error"])
-            outcome = Outcome.from_dict(data)
-            outcome.isolated = True
-            outcome.stderr_tail = err[-STDERR_TAIL:] or None
-            return outcome
-        outcome = Outcome(status="crash", backend=str(request["backend"]), stage="child", device=request["device"],
-                          isolated=True, stderr_tail=err[-STDERR_TAIL:])
-        if proc.returncode < 0:
-            name = signal.Signals(-proc.returncode).name
-            outcome.exit_signal = name
-            outcome.error_type = name
-            outcome.signature = f"Signal {name}"
-            outcome.message = f"the replay process was killed by {name}"
-        else:
-            outcome.exit_code_child = proc.returncode
-            outcome.error_type = "ChildExited"
-            outcome.signature = f"ChildExited: exit code {proc.returncode}"
-            outcome.message = f"the replay process exited with code {proc.returncode} without an outcome"
+        outcome = child_outcome(proc.returncode, outcome_path, err or "", str(request["backend"]), request["device"])
+        if outcome.stage == "child" and outcome.error_type == "GraphdbgError":
+            raise GraphdbgError(outcome.message)  # the replay could not start: an error, not an outcome
         return outcome
+
+
+def child_outcome(returncode: int | None, outcome_path: Path, err: str, backend: str, device: str | None) -> Outcome:
+    """What a replay child left behind, as an Outcome: its own, else what its exit says
+    (a signal: crash ``Signal SIGSEGV``; a plain exit without an outcome: ``ChildExited``)."""
+    tail = err[-STDERR_TAIL:]
+    if outcome_path.exists():
+        data = json.loads(outcome_path.read_text())
+        if "error" in data:
+            return Outcome(status="crash", backend=backend, stage="child", error_type="GraphdbgError", device=device,
+                           signature=f"GraphdbgError: {data['error']}", message=data["error"], isolated=True, stderr_tail=tail)
+        outcome = Outcome.from_dict(data)
+        outcome.isolated = True
+        outcome.stderr_tail = tail or None
+        return outcome
+    outcome = Outcome(status="crash", backend=backend, stage="child", device=device, isolated=True, stderr_tail=tail)
+    if returncode is not None and returncode < 0:
+        name = signal.Signals(-returncode).name
+        outcome.exit_signal = outcome.error_type = name
+        outcome.signature = f"Signal {name}"
+        outcome.message = f"the replay process was killed by {name}"
+    else:
+        outcome.exit_code_child = returncode
+        outcome.error_type = "ChildExited"
+        outcome.signature = f"ChildExited: exit code {returncode}"
+        outcome.message = f"the replay process exited with code {returncode} without an outcome"
+    return outcome
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

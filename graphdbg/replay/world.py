@@ -160,25 +160,13 @@ def replay_world(root: str | Path, backend: str | None = None, passes: str | Non
 
 
 def _rank_outcome(proc: subprocess.Popen, out: Path, err: str, backend: str, timeout: float) -> Outcome:
-    tail = (err or "")[-3000:]
-    if out.exists():
-        data = json.loads(out.read_text())
-        if "error" in data:
-            return Outcome(status="crash", backend=backend, stage="child", error_type="GraphdbgError",
-                           signature=f"GraphdbgError: {data['error']}", message=data["error"], isolated=True, stderr_tail=tail)
-        o = Outcome.from_dict(data)
-        o.isolated = True
-        return o
-    if proc.returncode == -signal.SIGKILL:
+    from graphdbg.replay.isolation import child_outcome
+
+    if not out.exists() and proc.returncode == -signal.SIGKILL:  # ended by us when the world's time ran out
         return Outcome(status="timeout", backend=backend, stage="child", signature=f"Timeout after {timeout:g}s",
                        message="still running when the world's time ran out (a collective waiting for a peer?)",
-                       isolated=True, stderr_tail=tail)
-    if proc.returncode is not None and proc.returncode < 0:
-        name = signal.Signals(-proc.returncode).name
-        return Outcome(status="crash", backend=backend, stage="child", signature=f"Signal {name}", exit_signal=name,
-                       error_type=name, isolated=True, stderr_tail=tail)
-    return Outcome(status="crash", backend=backend, stage="child", signature=f"ChildExited: exit code {proc.returncode}",
-                   error_type="ChildExited", exit_code_child=proc.returncode, isolated=True, stderr_tail=tail)
+                       isolated=True, stderr_tail=(err or "")[-3000:])
+    return child_outcome(proc.returncode, out, err or "", backend, None)
 
 
 def _child(request_path: str, outcome_path: str) -> int:

@@ -12,7 +12,7 @@ it cleans up.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -97,21 +97,30 @@ def drop_middle(s: Shrinker) -> None:
         s.test(s.best.with_(keep=frozenset({nodes[0], nodes[-1]}), outputs=None))
 
 
-def delta_debug(s: Shrinker) -> None:
-    """ddmin over the live nodes: drop chunks of consecutive nodes, halving the chunk size."""
-    nodes = s.live()
+def _ddmin(s: Shrinker, current: Callable[[], list[str]], without: Callable[[list[str], list[str]], Any],
+           first: Callable[[list[str]], bool] | None = None) -> None:
+    """Delta debugging over ``current()``: try dropping chunks, halving the chunk size when none
+    can go. ``without(items, chunk)`` is the candidate with ``chunk`` gone; ``first(items)``, if
+    given, is tried on each round before the chunks and ends the search when it succeeds."""
+    items = current()
     parts = 2
-    while len(nodes) >= 2:
-        size = max(1, -(-len(nodes) // parts))
-        chunks = [nodes[i:i + size] for i in range(0, len(nodes), size)]
-        cands = [s.best.with_(keep=frozenset(set(nodes) - set(c)), outputs=_outputs_without(s, c)) for c in chunks]
-        if any(s.test_many(cands, stop_at_first=True)):
-            nodes = s.live()
+    while len(items) >= 2:
+        if first is not None and first(items):
+            return
+        size = max(1, -(-len(items) // parts))
+        chunks = [items[i:i + size] for i in range(0, len(items), size)]
+        if any(s.test_many([without(items, c) for c in chunks], stop_at_first=True)):
+            items = current()
             parts = max(parts - 1, 2)
             continue
         if size == 1:
             break
-        parts = min(parts * 2, len(nodes))
+        parts = min(parts * 2, len(items))
+
+
+def delta_debug(s: Shrinker) -> None:
+    """ddmin over the live nodes: drop chunks of consecutive nodes, halving the chunk size."""
+    _ddmin(s, s.live, lambda nodes, c: s.best.with_(keep=frozenset(set(nodes) - set(c)), outputs=_outputs_without(s, c)))
 
 
 def _outputs_without(s: Shrinker, dropped: list[str]) -> tuple[str, ...] | None:
@@ -123,23 +132,12 @@ def _outputs_without(s: Shrinker, dropped: list[str]) -> tuple[str, ...] | None:
 
 def drop_outputs(s: Shrinker) -> None:
     """ddmin over the outputs: fewer outputs let dead-code elimination drop what fed them."""
-    outputs = s.outputs()
-    parts = 2
-    while len(outputs) >= 2:
-        # a single output first: the common answer, and one query
-        singles = [s.best.with_(outputs=(o,)) for o in reversed(outputs)][: max(1, s.oracle.jobs)]
-        if any(s.test_many(singles, stop_at_first=True)):
-            return
-        size = max(1, -(-len(outputs) // parts))
-        chunks = [outputs[i:i + size] for i in range(0, len(outputs), size)]
-        cands = [s.best.with_(outputs=tuple(o for o in outputs if o not in c)) for c in chunks]
-        if any(s.test_many(cands, stop_at_first=True)):
-            outputs = s.outputs()
-            parts = max(parts - 1, 2)
-            continue
-        if size == 1:
-            break
-        parts = min(parts * 2, len(outputs))
+
+    def single(outputs: list[str]) -> bool:  # a single output first: the common answer, and one query
+        return any(s.test_many([s.best.with_(outputs=(o,)) for o in reversed(outputs)][: max(1, s.oracle.jobs)],
+                               stop_at_first=True))
+
+    _ddmin(s, s.outputs, lambda outputs, c: s.best.with_(outputs=tuple(o for o in outputs if o not in c)), first=single)
 
 
 def inline_scalars(s: Shrinker) -> None:

@@ -1,5 +1,5 @@
 """Exploration on the GPU machine: what Thunder and Inductor do with streams, and real CUDA dumps."""
-import os, sys, json, shutil, traceback
+import os, shutil, traceback
 from pathlib import Path
 import torch
 import graphdbg
@@ -15,7 +15,7 @@ def attempt(name, backend, model_and_input, mode="error"):
     be = graphdbg.capture(backend, dump_dir=dumps / name, mode=mode)
     try:
         with torch.no_grad():
-            y = torch.compile(model, backend=be)(x)
+            torch.compile(model, backend=be)(x)
         print(f"== {name}: no error", flush=True)
     except Exception as e:
         print(f"== {name}: USER SAW {type(e).__name__}: {str(e)[:600]}", flush=True)

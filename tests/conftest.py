@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -70,8 +69,3 @@ def cli(capsys, monkeypatch):
         return CliResult(code, captured.out, captured.err)
 
     return run
-
-
-def run_python(code: str, *args: str, env: dict | None = None, cwd: Path | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run([sys.executable, "-c", code, *args], env=full_env, cwd=cwd, capture_output=True, text=True, timeout=timeout)

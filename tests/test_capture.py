@@ -15,7 +15,7 @@ from graphdbg.fixtures import programs
 from graphdbg.signature import normalize_message
 from graphdbg.manifest import SCHEMA_VERSION, find_dumps
 
-from conftest import ROOT, run_python
+from conftest import ROOT
 
 
 def _call(fn, *args):

@@ -182,7 +182,7 @@ def test_repro_for_an_accuracy_bug(tmp_path):
 
 @pytest.mark.slow
 def test_export_test_fails_while_the_bug_is_there(tmp_path):
-    result = minify(FIXTURES / "block_compile_error", "backends_for_tests:refuses_rsqrt_with_gelu", out=tmp_path / "min")
+    minify(FIXTURES / "block_compile_error", "backends_for_tests:refuses_rsqrt_with_gelu", out=tmp_path / "min")
     test_file = export_test(tmp_path / "min", tmp_path / "regress" / "test_rsqrt_gelu.py")
     assert (test_file.parent / "test_rsqrt_gelu_data" / "manifest.json").exists()
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{TESTS}"}

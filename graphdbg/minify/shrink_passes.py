@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from graphdbg.minify.candidates import Candidate
 
 if TYPE_CHECKING:
     from graphdbg.minify.shrinker import Shrinker

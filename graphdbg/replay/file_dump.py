@@ -16,7 +16,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
 
 from graphdbg.graph_hash import graph_hash, op_histogram
 from graphdbg.manifest import SCHEMA, SCHEMA_VERSION
@@ -58,9 +57,8 @@ def manifest_for(path: Path, printed: PrintedGraph, *, fmt: str, inputs: list[di
     """
     extra = dict(extra or {})
     env = {"torch": None, "python": None, "device_name": None, **extra.pop("env", {})}
-    gm_hash = graph_hash(printed.graph, {n: sub.to_module(missing_attr=_placeholder_attr)
-                                         for n, sub in printed.submodules.items()} if printed.submodules else None)
-    nodes = len(printed.graph.nodes) + sum(len(s.graph.nodes) for s in printed.submodules.values())
+    gm_hash = graph_hash(printed.graph) if not printed.submodules else printed.structural_hash()
+    nodes = sum(len(g.nodes) for g in printed.graphs())
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -78,8 +76,3 @@ def manifest_for(path: Path, printed: PrintedGraph, *, fmt: str, inputs: list[di
         "grad_enabled": False,
         **extra,
     }
-
-
-def _placeholder_attr(name: str, spec: Any) -> Any:
-    # Hashing needs modules, not values: an empty tensor stands for any attribute.
-    return torch.empty(0)

@@ -156,7 +156,7 @@ class ForeignDump(Dump):
         device = f"cuda:{device_indices[0] if len(device_indices) == 1 else rank}" if device_indices or _uses_cuda(pg) else None
         masked, literals = _masked_structure(pg)
         placeholders = [n for n in pg.graph.nodes if n.op == "placeholder"]
-        graphs = _all_graphs(pg)
+        graphs = pg.graphs()
         return {
             "schema": "graphdbg.foreign",
             "id": self.path.stem,
@@ -165,7 +165,7 @@ class ForeignDump(Dump):
             "backend": "eager",
             "failure": {"kind": FAILURE_KIND, "exception": None, "signature": None,
                         "message": "no error recorded (a printed graph)"},
-            "graph": {"hash": graph_hash(pg.graph) if not pg.submodules else _combined_hash(pg), "file": self.path.name,
+            "graph": {"hash": graph_hash(pg.graph) if not pg.submodules else pg.structural_hash(), "file": self.path.name,
                       "nodes": sum(len(g.nodes) for g in graphs), "node_info": {}},
             "inputs": [_descriptor(n, device) for n in placeholders],
             "attrs": {},
@@ -251,7 +251,7 @@ class ForeignDump(Dump):
         from graphdbg.replay.stand_ins import MissingOp
 
         df = super().nodes()
-        missing = {n.name: n.target.qualname for g in _all_graphs(self.printed) for n in g.nodes
+        missing = {n.name: n.target.qualname for g in self.printed.graphs() for n in g.nodes
                    if isinstance(n.target, MissingOp)}
         if missing:
             df["target"] = [missing.get(name, target) for name, target in zip(df["name"], df["target"])]
@@ -286,21 +286,6 @@ def _check_annotations(source: str, filename: str) -> None:
 
 
 
-def _all_graphs(pg: Any) -> list[fx.Graph]:
-    out = [pg.graph]
-    for sub in pg.submodules.values():
-        out += _all_graphs(sub)
-    return out
-
-
-def _combined_hash(pg: Any) -> str:
-    h = hashlib.sha256(graph_hash(pg.graph).encode())
-    for name in sorted(pg.submodules):
-        h.update(name.encode())
-        h.update(_combined_hash(pg.submodules[name]).encode())
-    return h.hexdigest()
-
-
 def _values(node: fx.Node) -> list[Any]:
     out: list[Any] = []
     fx.node.map_aggregate((node.args, node.kwargs), lambda v: out.append(v) or v)
@@ -312,7 +297,7 @@ def _cuda_indices(pg: Any) -> set[int]:
     from graphdbg.replay.stand_ins import construct_of
 
     found: set[int] = set()
-    for graph in _all_graphs(pg):
+    for graph in pg.graphs():
         for node in graph.nodes:
             if node.op not in ("call_function", "call_method"):
                 continue
@@ -348,7 +333,7 @@ def _rank_from_shard(pg: Any) -> int | None:
 def _uses_cuda(pg: Any) -> bool:
     from graphdbg.replay.stand_ins import construct_of
 
-    for graph in _all_graphs(pg):
+    for graph in pg.graphs():
         for node in graph.nodes:
             qual = construct_of(node.target) if node.op == "call_function" else None
             if qual and ("cuda" in qual or "triton" in qual):

@@ -307,6 +307,25 @@ class PrintedGraph:
         """
         return self._build("", attr_values or {}, missing_attr)
 
+    def graphs(self) -> list[fx.Graph]:
+        """This class's forward graph and those of every nested class, outermost first."""
+        out = [self.graph]
+        for sub in self.submodules.values():
+            out += sub.graphs()
+        return out
+
+    def structural_hash(self) -> str:
+        """graph_hash of the forward, with each nested class's hash folded in by name."""
+        import hashlib
+
+        from graphdbg.graph_hash import graph_hash
+
+        h = hashlib.sha256(graph_hash(self.graph).encode())
+        for name in sorted(self.submodules):
+            h.update(name.encode())
+            h.update(self.submodules[name].structural_hash().encode())
+        return h.hexdigest()
+
     def _build(self, prefix: str, values: Mapping[str, Any], missing: Callable | None) -> fx.GraphModule:
         root = torch.nn.Module()
         children = {name: sub._build(f"{prefix}{name}.", values, missing) for name, sub in self.submodules.items()}

@@ -25,7 +25,6 @@ from their repr) is a named stand-in.
 from __future__ import annotations
 
 import ast
-import math
 import re
 import zipfile
 from dataclasses import dataclass, field

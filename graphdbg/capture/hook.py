@@ -26,6 +26,7 @@ import torch.fx as fx
 from graphdbg.accuracy import OutputMismatch, compare_outputs
 from graphdbg.capture.write import write_dump
 from graphdbg.graph_hash import module_hash, op_histogram, target_name
+from graphdbg.replay.inputs import clone_values
 
 MODES = ("error", "accuracy", "always")
 DEFAULT_BUDGET = 4 << 30  # bytes of input values stored per graph; past it, spec and statistics only
@@ -285,7 +286,7 @@ class CapturingBackend:
             # AOT caller passes one list, which a boxed callee may empty: keep our own references.
             boxed_list = boxed and len(args) == 1 and isinstance(args[0], list)
             inputs = list(args[0]) if boxed_list else list(args)
-            before = self._guarded(lambda: _clone_all(inputs), "copy inputs") if accuracy and "accuracy" not in snap.dumped else None
+            before = self._guarded(lambda: clone_values(inputs), "copy inputs") if accuracy and "accuracy" not in snap.dumped else None
             try:
                 out = compiled(*args)
             except Exception as e:
@@ -304,7 +305,7 @@ class CapturingBackend:
     def _check_accuracy(self, snap: GraphSnapshot, before: list[Any], out: Any) -> None:
         def check() -> list[OutputMismatch]:
             with torch.no_grad():
-                expected = snap.eager(*_clone_all(before))
+                expected = snap.eager(*clone_values(before))
             return compare_outputs(expected, out, rtol=self.rtol, atol=self.atol)
 
         bad = self._guarded(check, "run the eager reference")
@@ -333,9 +334,6 @@ class CapturingBackend:
             _say(f"graphdbg: could not {what} ({type(e).__name__}: {first}); the original behaviour is unchanged")
             return None
 
-
-def _clone_all(values: list[Any]) -> list[Any]:
-    return [v.detach().clone() if isinstance(v, torch.Tensor) else v for v in values]
 
 
 def _say(line: str) -> None:

@@ -35,7 +35,8 @@ from graphdbg.minify.shrinker import as_case
 from graphdbg.minify.values import ValueRecorder
 from graphdbg.replay.case import Case
 from graphdbg.replay.outcome import Outcome
-from graphdbg.replay.run import _clone, run_case
+from graphdbg.replay.inputs import clone_values, to_float64
+from graphdbg.replay.run import run_case
 
 
 # Passes -------------------------------------------------------------------------------
@@ -204,9 +205,9 @@ def bisect_nodes(case_or_dump: Any, backend: Any = "eager", passes: Any = None, 
     ref = ValueRecorder(case.gm)
     ref64 = ValueRecorder(case.gm)
     with torch.set_grad_enabled(grad):
-        ref.run(*_clone(case.inputs))
+        ref.run(*clone_values(case.inputs))
         try:
-            ref64.run(*[v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in _clone(case.inputs)])
+            ref64.run(*to_float64(clone_values(case.inputs)))
         except Exception:
             ref64.values = {}  # an op without a float64 kernel: eager's own values are the reference
     specs = resolve_passes(passes)
@@ -230,7 +231,7 @@ def _compare_graph(case: Case, runs_gm: fx.GraphModule, ref: ValueRecorder, ref6
     reference node of the same name."""
     cand = ValueRecorder(runs_gm)
     with torch.set_grad_enabled(grad):
-        cand.run(*_clone(case.inputs))
+        cand.run(*clone_values(case.inputs))
     ref_nodes = {n.name: n for n in case.gm.graph.nodes}
     compared = 0
     for node in runs_gm.graph.nodes:
@@ -266,7 +267,7 @@ def _backend_graph(gm: fx.GraphModule, inputs: list[Any], backend: Any) -> fx.Gr
     _, be = resolve_backend(backend)
     work = copy.deepcopy(gm)
     try:
-        compiled = _backend_callable(be)(work, _clone(inputs))
+        compiled = _backend_callable(be)(work, clone_values(inputs))
     except Exception:
         return None
     owner = getattr(compiled, "__self__", None) or compiled
@@ -318,7 +319,7 @@ def _bisect_opaque(case: Case, backend: Any, gm: fx.GraphModule, ref: ValueRecor
             return False
         try:
             with _inductor_patch(patch):
-                out = backend_fn(copy.deepcopy(sub.gm), _clone(sub.inputs))(*_clone(sub.inputs))
+                out = backend_fn(copy.deepcopy(sub.gm), clone_values(sub.inputs))(*clone_values(sub.inputs))
         except Exception:
             return False  # a crash is not a divergence; minify is the tool for crashes
         value = out[0] if isinstance(out, (list, tuple)) else out

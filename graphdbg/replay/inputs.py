@@ -75,6 +75,25 @@ class NullEvent:
         return True
 
 
+def clone_values(values: list[Any]) -> list[Any]:
+    """Fresh copies of the tensors among ``values`` (requires_grad kept), the rest as they are:
+    what every run of a graph gets, so that in-place ops and donated buffers touch no one else's."""
+    out = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            c = v.detach().clone()
+            c.requires_grad_(v.requires_grad)
+            out.append(c)
+        else:
+            out.append(v)
+    return out
+
+
+def to_float64(values: list[Any]) -> list[Any]:
+    """The inputs of a float64 reference run: floating tensors upcast, everything else as is."""
+    return [v.detach().to(torch.float64) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in values]
+
+
 def symbol_env(descs: list[Mapping[str, Any]]) -> dict[str, int]:
     """Concrete values of size symbols (s0, s77, ...) from the SymInt inputs' hints."""
     env: dict[str, int] = {}

@@ -33,6 +33,7 @@ from graphdbg.errors import GraphdbgError
 from graphdbg.graph_hash import target_name
 from graphdbg.replay.backends import resolve_backend
 from graphdbg.replay.case import Case
+from graphdbg.replay.inputs import clone_values, to_float64
 from graphdbg.replay.outcome import Outcome
 from graphdbg.signature import signature
 
@@ -108,7 +109,7 @@ def run_case(
             return reference
 
     gm = copy.deepcopy(case.gm)
-    inputs = _clone(case.inputs)
+    inputs = clone_values(case.inputs)
     patch = inductor_post_grad_patch(post, reports) if post else {}
     try:
         with torch.set_grad_enabled(grad), _inductor_patch(patch):
@@ -197,27 +198,11 @@ def _inductor_patch(patch: dict[str, Any]):
         yield
 
 
-def _clone(values: list[Any]) -> list[Any]:
-    out = []
-    for v in values:
-        if isinstance(v, torch.Tensor):
-            c = v.detach().clone()
-            c.requires_grad_(v.requires_grad)
-            out.append(c)
-        else:
-            out.append(v)
-    return out
-
-
-def _to_float64(values: list[Any]) -> list[Any]:
-    return [v.detach().to(torch.float64) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in values]
-
-
 def _reference(case: Case, grad: bool) -> Any:
     """(eager outputs, float64 outputs or None), or a crash Outcome if the graph fails eagerly."""
     try:
         with torch.set_grad_enabled(grad):
-            ref = case.gm(*_clone(case.inputs))
+            ref = case.gm(*clone_values(case.inputs))
     except Exception as e:
         out = Outcome(status="pass", backend="eager")
         _crash(out, e, "reference", case.gm)
@@ -226,7 +211,7 @@ def _reference(case: Case, grad: bool) -> Any:
     if any(isinstance(v, torch.Tensor) and v.is_floating_point() and v.dtype != torch.float64 for v in case.inputs):
         try:
             with torch.no_grad():
-                ref64 = copy.deepcopy(case.gm)(*_to_float64(_clone(case.inputs)))
+                ref64 = copy.deepcopy(case.gm)(*to_float64(clone_values(case.inputs)))
         except Exception:
             ref64 = None  # some ops have no float64 kernel; the graph's own dtypes are the reference then
     return ref, ref64
@@ -279,7 +264,7 @@ def _locate_with_interpreter(gm: fx.GraphModule, inputs: list[Any], exc: BaseExc
     so the frames alone can't say.)"""
     try:
         with torch.set_grad_enabled(grad):
-            fx.Interpreter(gm).run(*_clone(inputs))
+            fx.Interpreter(gm).run(*clone_values(inputs))
     except Exception as e:
         if type(e) is type(exc) and signature(type(e).__name__, str(e)).split("\n")[0] == signature(type(exc).__name__, str(exc)):
             return failing_node(e, gm)

@@ -24,9 +24,9 @@ import torch
 import torch.fx as fx
 
 import graphdbg
-from graphdbg.capture.hook import GraphSnapshot
+from graphdbg.capture.snapshot import GraphSnapshot
 from graphdbg.capture.write import write_dump
-from graphdbg.fixtures import programs
+from fixtures import programs
 
 
 def large_inputs(gib: float) -> dict[str, torch.Tensor]:

@@ -45,7 +45,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from graphdbg.fixtures import programs as P  # noqa: E402
+from fixtures import programs as P  # noqa: E402
 
 
 def _count_call() -> None:

@@ -23,13 +23,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DUMP = ROOT / "graphdbg" / "fixtures" / "block_compile_error"
+DUMP = ROOT / "fixtures" / "block_compile_error"
 
 PLAIN = """
 import sys, torch
 from safetensors.torch import load_file
 sys.path.insert(0, {root!r})
-from graphdbg.fixtures import programs
+from fixtures import programs
 tensors = load_file({tensors!r})
 model, _ = programs.tiny_block()
 x = tensors["input/l_x_"]

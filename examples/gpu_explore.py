@@ -3,7 +3,7 @@ import os, shutil, traceback
 from pathlib import Path
 import torch
 import graphdbg
-from graphdbg.fixtures import programs
+from fixtures import programs
 
 out = Path(os.environ.get("OUT", "/tmp/out"))
 print("torch", torch.__version__, torch.cuda.get_device_name(0))

@@ -16,7 +16,7 @@ import torch
 
 import _story
 import graphdbg
-from graphdbg.fixtures import programs
+from fixtures import programs
 
 
 def main() -> dict:

@@ -14,8 +14,8 @@ from graphdbg.errors import DumpError, GraphdbgError, GraphSourceError  # noqa: 
 
 
 def load(path):
-    """Load a dump folder (or a printed graph file) as a :class:`~graphdbg.replay.dump.Dump`."""
-    from graphdbg.replay.dump import load as _load
+    """Load a dump folder (or a printed graph file) as a :class:`~graphdbg.dump.Dump`."""
+    from graphdbg.formats import load as _load
 
     return _load(path)
 

@@ -34,7 +34,7 @@ def _inputs_setup(ops: str | None, seed: int | None = None) -> None:
     import os
 
     if ops:
-        from graphdbg.replay.stand_ins import register_ops
+        from graphdbg.rebuild.stand_ins import register_ops
 
         register_ops([m.strip() for m in ops.split(",") if m.strip()])
     if seed is not None:

@@ -23,7 +23,8 @@ from typing import Any
 
 from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.manifest import MANIFEST, find_dumps
-from graphdbg.replay.dump import Dump, load
+from graphdbg.dump import Dump
+from graphdbg.formats import load
 
 _SUMMARY_KEYS = ("id", "nodes", "kind", "backend", "error_type", "message", "signature", "graph_hash")
 
@@ -128,7 +129,7 @@ def list_dumps(path: str | Path) -> Listing:
     A file that can't be read is a ``problems`` entry (one line, with file and line), not an
     exception; a folder with neither dumps nor printed graphs is a DumpError.
     """
-    from graphdbg.replay.foreign import load_printed_graph
+    from graphdbg.formats.printed_graph import load_printed_graph
 
     root = Path(path)
     if not root.exists():
@@ -158,7 +159,7 @@ def list_dumps(path: str | Path) -> Listing:
 
 def printed_graph_files(root: Path) -> list[Path]:
     """Printed graph files under ``root`` (or ``root`` itself), skipping dump folders' graph.py."""
-    from graphdbg.replay.foreign import looks_like_printed_graph
+    from graphdbg.formats.printed_graph import looks_like_printed_graph
 
     if root.is_file():
         return [root] if looks_like_printed_graph(root) else []

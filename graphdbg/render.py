@@ -11,8 +11,8 @@ from rich.text import Text
 from rich.tree import Tree
 
 if TYPE_CHECKING:
-    from graphdbg.replay.case import Case
-    from graphdbg.replay.dump import Dump
+    from graphdbg.case import Case
+    from graphdbg.dump import Dump
 
 def _txt(value: Any) -> str:
     """Table cell text; pandas gives NaN for missing strings."""
@@ -43,7 +43,7 @@ def listing_table(groups: list[dict[str, Any]], root: str | None = None) -> Tabl
     import os
 
     table = Table(title=f"graphdbg dumps under {root}" if root else "graphdbg dumps")
-    # Printed graph files (graphdbg.replay.foreign) add a graph number and the stand-ins they need.
+    # Printed graph files (graphdbg.formats.printed_graph) add a graph number and the stand-ins they need.
     foreign = any(g.get("format") == "printed_graph" for g in groups)
     table.add_column("dump", overflow="fold", ratio=3)
     if foreign:
@@ -239,3 +239,32 @@ def world_table(world: Any) -> Table:
         table.add_row(str(r.rank), Text(o.status, style=STATUS_STYLE.get(o.status, "")), Text(o.signature or ""),
                       f"{o.total_s:.2f}" if o.total_s is not None else "")
     return table
+
+
+RENDERERS = {"Dump": lambda d: dump_panel(d), "Case": lambda c: case_panel(c), "Outcome": lambda o: outcome_panel(o)}
+
+
+def renderable(obj: Any) -> Any:
+    """The rich renderable of a graphdbg noun: the first renderer registered for a class in its MRO."""
+    for cls in type(obj).__mro__:
+        fn = RENDERERS.get(cls.__name__)
+        if fn is not None:
+            return fn(obj)
+    return Text(repr(obj))
+
+
+def html_of(obj: Any, width: int = 120) -> str:
+    """``renderable(obj)`` as an HTML fragment, for notebooks."""
+    from rich.console import Console
+
+    console = Console(record=True, width=width, file=_Null(), force_jupyter=False)
+    console.print(renderable(obj))
+    return console.export_html(inline_styles=True, code_format="<pre style=\"font-family:monospace\">{code}</pre>")
+
+
+class _Null:
+    def write(self, _: str) -> int:
+        return 0
+
+    def flush(self) -> None:
+        pass

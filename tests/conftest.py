@@ -9,7 +9,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT / "graphdbg" / "fixtures"
+FIXTURES = ROOT / "fixtures"
 
 
 def pytest_collection_modifyitems(config, items):

@@ -10,12 +10,12 @@ import torch
 import torch.fx as fx
 
 import graphdbg
-from graphdbg.fixtures import programs as P
+from fixtures import programs as P
 from graphdbg.minify import bisect_nodes, bisect_passes, bisect_ranks
-from graphdbg.replay.case import save_case
+from graphdbg.capture.write import save_case
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT / "graphdbg" / "fixtures"
+FIXTURES = ROOT / "fixtures"
 
 
 @pytest.fixture(autouse=True)
@@ -73,7 +73,7 @@ def test_bisect_nodes_names_the_rewritten_rsqrt_with_its_source_line():
     assert d.replaced == "rsqrt"
     assert d.node == "mul"  # the first reference node whose value is off reads the rewrite
     # the committed fixture was captured in another checkout: its source paths are that checkout's
-    assert d.source.endswith("graphdbg/fixtures/programs.py:31") and "torch.rsqrt" in d.code
+    assert d.source.endswith("fixtures/programs.py:31") and "torch.rsqrt" in d.code
     assert d.module == "norm1"
     assert set(d.new_nodes) >= {"reciprocal", "sqrt"}
     assert d.max_abs_error > 1e-3

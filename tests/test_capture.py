@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import graphdbg
-from graphdbg.fixtures import programs
+from fixtures import programs
 from graphdbg.signature import normalize_message
 from graphdbg.manifest import SCHEMA_VERSION, find_dumps
 
@@ -86,7 +86,7 @@ def test_graph_py_carries_annotations_and_source_lines(tmp_path):
 
 
 def _line_of(code: str) -> int:
-    lines = (ROOT / "graphdbg" / "fixtures" / "programs.py").read_text().splitlines()
+    lines = (ROOT / "fixtures" / "programs.py").read_text().splitlines()
     return next(i + 1 for i, line in enumerate(lines) if code in line)
 
 
@@ -215,7 +215,7 @@ def test_non_tensor_inputs_are_described(tmp_path):
     # and compiled again, Dynamo takes the stream input back into its side table
     assert case.run("eager").status == "pass"
     outcome = case.run(dump.backend)
-    assert dump.backend == "graphdbg.fixtures.programs:refuses_add"
+    assert dump.backend == "fixtures.programs:refuses_add"
     assert outcome.status == "crash" and outcome.reproduces(dump)
 
 
@@ -272,7 +272,7 @@ def test_rank_comes_from_the_environment(tmp_path, monkeypatch):
 
 WRITER = """
 import os, sys, torch, graphdbg
-from graphdbg.fixtures import programs
+from fixtures import programs
 model, x = programs.tiny_block(seed=int(sys.argv[2]))
 be = graphdbg.capture(programs.refuses_gelu, dump_dir=sys.argv[1])
 for i in range(3):
@@ -304,7 +304,7 @@ def test_concurrent_writers_never_collide(tmp_path):
 SCRIPT = """
 import sys, torch
 sys.path.insert(0, {root!r})
-from graphdbg.fixtures import programs
+from fixtures import programs
 model, x = programs.tiny_block()
 backend = sys.argv[1]
 backend = programs.broken_transpose_backend if backend == "broken" else backend

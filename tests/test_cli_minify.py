@@ -41,7 +41,7 @@ def test_bisect_passes_names_the_breaking_pass(cli):
 
 
 def test_bisect_nodes_names_the_first_diverging_node_with_its_source(cli):
-    r = cli("bisect", "nodes", FIXTURES / "block_accuracy", "--backend", "graphdbg.fixtures.programs:bad_rewrite_backend", "--json")
+    r = cli("bisect", "nodes", FIXTURES / "block_accuracy", "--backend", "fixtures.programs:bad_rewrite_backend", "--json")
     assert r.code == 1, r
     data = json.loads(r.out)
     assert data["source"].endswith("programs.py:31") and data["module"] == "norm1"

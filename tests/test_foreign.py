@@ -1,6 +1,6 @@
 """Printed GraphModule files from real SGLang + ThunderFX runs, read and replayed as users would.
 
-The fixtures under graphdbg/fixtures/corpus are byte-for-byte copies of files from the shared
+The fixtures under fixtures/corpus are byte-for-byte copies of files from the shared
 corpus (../shared/corpus/sglang-thunderfx); tests over the whole corpus skip without it.
 """
 
@@ -16,11 +16,11 @@ import torch
 
 import graphdbg
 from graphdbg.errors import GraphSourceError
-from graphdbg.replay import stand_ins
-from graphdbg.replay.foreign import ForeignDump
+from graphdbg.rebuild import stand_ins
+from graphdbg.formats.printed_graph import ForeignDump
 
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS_FIXTURES = ROOT / "graphdbg" / "fixtures" / "corpus"
+CORPUS_FIXTURES = ROOT / "fixtures" / "corpus"
 SHARED_CORPUS = ROOT.parent / "shared" / "corpus" / "sglang-thunderfx"
 NEXT = CORPUS_FIXTURES / "Qwen3-Next-80B-A3B-Instruct"
 FIXTURE_FILES = sorted(CORPUS_FIXTURES.rglob("*.py"))

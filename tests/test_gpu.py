@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import graphdbg
-from graphdbg.fixtures import programs
+from fixtures import programs
 from graphdbg.manifest import find_dumps
 
 from conftest import FIXTURES

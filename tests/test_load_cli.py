@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import graphdbg
-from graphdbg.fixtures import programs
+from fixtures import programs
 from graphdbg.manifest import find_dumps
 
 from conftest import FIXTURES

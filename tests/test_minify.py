@@ -12,12 +12,12 @@ import pytest
 import torch
 
 import graphdbg
-from graphdbg.fixtures import programs as P
+from fixtures import programs as P
 from graphdbg.minify import MinifyInterrupted, export_test, minify
 from graphdbg.minify.oracle import case_key
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT / "graphdbg" / "fixtures"
+FIXTURES = ROOT / "fixtures"
 TESTS = Path(__file__).resolve().parent
 
 
@@ -175,7 +175,7 @@ def test_repro_for_an_accuracy_bug(tmp_path):
     result = minify(FIXTURES / "block_accuracy")
     path = write_repro(result.case, P.bad_rewrite_backend, tmp_path / "repro.py", outcome=result.outcome)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(ROOT)  # only for the backend, which lives in graphdbg.fixtures
+    env["PYTHONPATH"] = str(ROOT)  # only for the backend, which lives in fixtures
     proc = subprocess.run([sys.executable, str(path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 1 and "REPRODUCED: output 0" in proc.stdout, proc.stdout + proc.stderr
 

@@ -15,13 +15,13 @@ import torch
 
 import graphdbg
 from graphdbg.errors import GraphdbgError, GraphSourceError
-from graphdbg.fixtures.programs import Block
-from graphdbg.fixtures.torch_minifier.make_fixture import ReluMLP, relu_mlp
-from graphdbg.replay import compile_cache, torch_repro
-from graphdbg.replay.compile_cache import load_computation_graph
-from graphdbg.replay.torch_repro import load_torch_repro, read_storage_bytes
+from fixtures.programs import Block
+from fixtures.torch_minifier.make_fixture import ReluMLP, relu_mlp
+from graphdbg.formats import compile_cache, torch_repro
+from graphdbg.formats.compile_cache import load_computation_graph
+from graphdbg.formats.torch_repro import load_torch_repro, read_storage_bytes
 
-FIXTURES = Path(__file__).resolve().parent.parent / "graphdbg" / "fixtures"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 AOT = FIXTURES / "torch_minifier" / "after_aot"
 DYNAMO = FIXTURES / "torch_minifier" / "after_dynamo"
 VLLM = next((FIXTURES / "compile_cache" / "vllm").rglob("computation_graph.py"))
@@ -246,7 +246,7 @@ def test_not_a_repro(tmp_path):
 
 
 def _load_or_skip(path: Path):
-    from graphdbg.replay.file_dump import FileDump
+    from graphdbg.formats.file_dump import FileDump
 
     try:
         dump = graphdbg.load(path)

@@ -188,7 +188,7 @@ def test_a_pass_returning_a_new_graph_module(case):
 
 
 def test_graph_passes_on_the_dynamo_graph_of_a_live_model():
-    from graphdbg.fixtures.programs import tiny_block
+    from fixtures.programs import tiny_block
 
     graphs = []
 

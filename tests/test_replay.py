@@ -13,8 +13,8 @@ from graphdbg.replay.outcome import Outcome
 
 from conftest import FIXTURES, ROOT
 
-BROKEN = "graphdbg.fixtures.programs:broken_transpose_backend"
-BAD_REWRITE = "graphdbg.fixtures.programs:bad_rewrite_backend"
+BROKEN = "fixtures.programs:broken_transpose_backend"
+BAD_REWRITE = "fixtures.programs:bad_rewrite_backend"
 
 
 @pytest.fixture(autouse=True)
@@ -60,7 +60,7 @@ def test_compile_error_is_unwrapped_from_dynamo_and_the_backend_defaults_to_the_
     r = cli("replay", FIXTURES / "block_compile_error", "--no-isolate", "--json")
     assert r.code == 1, r
     data = json.loads(r.out)
-    assert data["backend"] == "graphdbg.fixtures.programs:refuses_gelu"
+    assert data["backend"] == "fixtures.programs:refuses_gelu"
     assert data["status"] == "crash" and data["stage"] == "compile" and data["reproduces"]
     assert data["signature"] == "NotImplementedError: no lowering for gelu"
 

@@ -12,19 +12,17 @@ import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from graphdbg.capture.describe import describe_value, tensor_stats
 from graphdbg.capture.environment import distributed_info, environment
+from graphdbg.capture.snapshot import GraphSnapshot, format_exception
 from graphdbg.manifest import GRAPH, INPUTS, SCHEMA, SCHEMA_VERSION, write_manifest
 from graphdbg.signature import signature
 from graphdbg.specs import TensorSpec
 from graphdbg.tensor_file import storable, write_tensors
-
-if TYPE_CHECKING:
-    from graphdbg.capture.hook import GraphSnapshot
 
 
 def write_dump(
@@ -41,8 +39,6 @@ def write_dump(
     mismatches: list | None = None,
     manifest_overrides: dict[str, Any] | None = None,
 ) -> Path:
-    from graphdbg.capture.hook import format_exception
-
     dist = {**distributed_info(), "collectives": snap.collectives}
     dump_id = f"g{snap.seq}-{kind}-{snap.graph_hash[:8]}"
     rank_dir = Path(dump_dir) / f"rank{dist['rank']}"
@@ -192,3 +188,14 @@ def _publish(tmp: Path, rank_dir: Path, dump_id: str) -> Path:
                 continue
             raise
     raise OSError(f"no free dump name for {dump_id} in {rank_dir}")
+
+
+def save_case(case: Any, dump_dir: Path | str, *, kind: str | None = None) -> Path:
+    """Write ``case`` as a dump folder under ``dump_dir`` (``rank<R>/<id>/``); returns its path."""
+    origin = case.dump.manifest if case.dump is not None else {}
+    snap = GraphSnapshot.take(0, case.gm, keep_eager=False)
+    return write_dump(
+        Path(dump_dir), snap=snap, inputs=list(case.inputs), kind=kind or origin.get("failure", {}).get("kind", "captured"),
+        exc=None, backend=str(origin.get("backend", "replay")), mode="replay", budget_bytes=1 << 62,
+        inputs_state="replay", manifest_overrides={"grad_enabled": origin.get("grad_enabled", False)},
+    )

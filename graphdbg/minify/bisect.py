@@ -33,9 +33,9 @@ from graphdbg.graph_hash import target_name
 from graphdbg.minify.candidates import COMPUTE_OPS, Candidate, Origin
 from graphdbg.minify.shrinker import as_case
 from graphdbg.minify.values import ValueRecorder
-from graphdbg.replay.case import Case
+from graphdbg.case import Case
 from graphdbg.replay.outcome import Outcome
-from graphdbg.replay.inputs import clone_values, to_float64
+from graphdbg.rebuild.inputs import clone_values, to_float64
 from graphdbg.replay.run import run_case
 
 

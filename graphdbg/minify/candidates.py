@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from graphdbg.replay.case import Case
+from graphdbg.case import Case
 from graphdbg.minify.values import record_values
 
 COMPUTE_OPS = ("call_function", "call_method", "call_module", "get_attr")

@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from graphdbg.graph_hash import module_hash
-from graphdbg.replay.case import Case
+from graphdbg.case import Case
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.run import run_case
 from graphdbg.signature import same_signature

@@ -26,7 +26,7 @@ def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any
     called it in ``manifest["minified"]``).
     """
     import graphdbg
-    from graphdbg.replay.dump import Dump
+    from graphdbg.dump import Dump
 
     d = dump if isinstance(dump, Dump) else graphdbg.load(dump)
     path = Path(path)

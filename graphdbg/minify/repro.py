@@ -22,7 +22,7 @@ import torch.fx as fx
 
 from graphdbg.accuracy import TOLERANCES
 from graphdbg.errors import GraphdbgError
-from graphdbg.replay.case import Case
+from graphdbg.case import Case
 from graphdbg.replay.outcome import Outcome
 
 INPUTS_FILE = "repro_inputs.pt"
@@ -63,7 +63,7 @@ def _storable(value: Any) -> Any:
     """What repro_inputs.pt holds for an input: tensors on the CPU, streams and events as a note
     to make a new one (they can't be saved, and a fresh one on the replay device is what
     graphdbg's own replay uses too)."""
-    from graphdbg.replay.inputs import NullEvent, NullStream
+    from graphdbg.rebuild.inputs import NullEvent, NullStream
 
     if isinstance(value, torch.Tensor):
         return value.detach().cpu()

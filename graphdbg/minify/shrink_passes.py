@@ -12,13 +12,12 @@ it cleans up.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import torch
 
-
-if TYPE_CHECKING:
-    from graphdbg.minify.shrinker import Shrinker
+# Passes take the Shrinker (``minify.shrinker``) as their argument; they only call its
+# ``test``/``test_many``/``best`` surface, so this module doesn't import it.
 
 
 def _first_true(lo: int, hi: int, probe_many: Callable[[list[int]], list[bool | None]], ways: int) -> int:

@@ -25,7 +25,8 @@ import torch
 from graphdbg.errors import GraphdbgError
 from graphdbg.minify.candidates import Candidate, Origin
 from graphdbg.minify.oracle import Oracle, case_key
-from graphdbg.replay.case import Case, save_case
+from graphdbg.capture.write import save_case
+from graphdbg.case import Case
 from graphdbg.replay.outcome import Outcome
 
 
@@ -262,7 +263,7 @@ def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, accura
     ``progress``: a callable ``(queries, best_nodes, line)``, or True for a rich progress line.
     """
     from graphdbg.minify.shrink_passes import PASSES
-    from graphdbg.replay.dump import Dump
+    from graphdbg.dump import Dump
     from graphdbg.replay.run import run_case
 
     started = time.perf_counter()

@@ -19,12 +19,15 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from graphdbg.errors import GraphdbgError
-from graphdbg.replay.case import Case, save_case
-from graphdbg.replay.dump import Dump
+from graphdbg.capture.write import save_case
 from graphdbg.replay.outcome import Outcome
+
+if TYPE_CHECKING:
+    from graphdbg.case import Case
+    from graphdbg.dump import Dump
 
 STDERR_TAIL = 3000
 
@@ -44,14 +47,14 @@ def run_isolated(case: Case | Dump, backend: str | Callable[..., Any], passes: s
     """Replay a Case, or a Dump on ``device`` (its inputs then load only in the child)."""
     if passes is not None and not isinstance(passes, str):
         passes = ",".join(_spec_of(p) for p in passes)
-    if isinstance(case, Dump):
+    if _is_dump(case):
         device = case.resolve_device(device)
     else:
         device = case.device
     request: dict[str, Any] = {"backend": _spec_of(backend), "passes": passes, "device": str(device), "options": options}
     with tempfile.TemporaryDirectory(prefix="graphdbg-child-") as tmp:
         tmpdir = Path(tmp)
-        if isinstance(case, Dump):
+        if _is_dump(case):
             request["dump"] = str(case.path)
         elif case.dump is not None and not case.modified:
             request["dump"] = str(case.dump.path)
@@ -107,3 +110,9 @@ def _kill_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         proc.kill()
+
+
+def _is_dump(obj: Any) -> bool:
+    # A Dump has a manifest and no graph module yet; a Case has ``gm``. Told apart by shape so
+    # that isolation, which the Case's own ``run`` reaches, needn't import the nouns.
+    return hasattr(obj, "manifest") and not hasattr(obj, "gm")

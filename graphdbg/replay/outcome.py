@@ -14,11 +14,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from graphdbg.display import Displayed
+
 STATUSES = ("pass", "crash", "mismatch", "timeout")
 
 
 @dataclass
-class Outcome:
+class Outcome(Displayed):
     status: str
     backend: str
     signature: str | None = None
@@ -90,8 +92,3 @@ class Outcome:
             where = f"output {worst['index']}" if worst else "outputs"
             return f"mismatch at {where}: max abs error {self.max_abs_error:.3g}" if self.max_abs_error is not None else f"mismatch at {where}"
         return f"{self.status}: {self.signature}"
-
-    def __rich__(self) -> Any:
-        from graphdbg.render import outcome_panel
-
-        return outcome_panel(self)

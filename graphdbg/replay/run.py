@@ -23,7 +23,7 @@ import re
 import time
 import traceback as tb
 from collections.abc import Sequence
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.fx as fx
@@ -32,10 +32,12 @@ from graphdbg.accuracy import judge_outputs
 from graphdbg.errors import GraphdbgError
 from graphdbg.graph_hash import target_name
 from graphdbg.replay.backends import resolve_backend
-from graphdbg.replay.case import Case
-from graphdbg.replay.inputs import clone_values, to_float64
+from graphdbg.rebuild.inputs import clone_values, to_float64
 from graphdbg.replay.outcome import Outcome
 from graphdbg.signature import signature
+
+if TYPE_CHECKING:
+    from graphdbg.case import Case
 
 
 def run_case(

@@ -1,0 +1,185 @@
+"""GraphSnapshot: the graph as a backend received it, taken before the backend can change it.
+
+What the dump writer needs from a graph (its printed source, hash, node metadata, the tensors
+it reaches, Dynamo's side-table objects, the collective groups it uses) is read here, at
+compile time, because some of it (weak references in Dynamo's side table) is gone later.
+"""
+
+from __future__ import annotations
+
+import copy
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from graphdbg.graph_hash import module_hash, op_histogram, target_name
+
+
+@dataclass
+class GraphSnapshot:
+    """The graph as the backend received it, taken before the backend can change it."""
+
+    seq: int
+    source: str
+    graph_hash: str
+    node_count: int
+    ops: dict[str, int]
+    placeholders: list[fx.Node]
+    node_info: dict[str, dict[str, Any]]
+    attrs: dict[str, torch.Tensor]
+    external_objects: list[dict[str, Any]]
+    collectives: list[dict[str, Any]] = field(default_factory=list)
+    eager: fx.GraphModule | None = None
+    dumped: set[str] = field(default_factory=set)
+
+    @classmethod
+    def take(cls, seq: int, gm: fx.GraphModule, keep_eager: bool) -> GraphSnapshot:
+        source = gm.print_readable(print_output=False, include_stride=True, include_device=True)
+        return cls(
+            seq=seq,
+            source=source,
+            graph_hash=module_hash(gm),
+            node_count=len(gm.graph.nodes),
+            ops=op_histogram(gm.graph),
+            placeholders=[n for n in gm.graph.nodes if n.op == "placeholder"],
+            node_info=_node_info(gm),
+            attrs=_tensor_attrs(gm),
+            external_objects=_external_objects(gm),
+            collectives=collective_groups(gm),
+            eager=copy.deepcopy(gm) if keep_eager else None,
+        )
+
+
+def _node_info(gm: fx.GraphModule) -> dict[str, dict[str, Any]]:
+    info: dict[str, dict[str, Any]] = {}
+    for node in gm.graph.nodes:
+        entry: dict[str, Any] = {}
+        stack = node.meta.get("nn_module_stack")
+        if stack:
+            path, mod_type = list(stack.values())[-1]
+            entry["module"] = _clean_module_path(path)
+            entry["module_type"] = mod_type if isinstance(mod_type, str) else f"{mod_type.__module__}.{mod_type.__qualname__}"
+        if entry:
+            info[node.name] = entry
+    return info
+
+
+def _clean_module_path(path: str) -> str:
+    # Dynamo spells paths as L['self'].layers[0].attn; people read layers.0.attn.
+    import re
+
+    path = re.sub(r"^L\['[^']+'\]\.?", "", path)
+    path = re.sub(r"\[(\d+)\]", r".\1", path)
+    path = re.sub(r"\['([^']+)'\]", r".\1", path)
+    return path.strip(".")
+
+
+def _tensor_attrs(gm: fx.GraphModule) -> dict[str, torch.Tensor]:
+    """Tensors the graphs reach with get_attr, by qualified name from the root module."""
+    attrs: dict[str, torch.Tensor] = {}
+    for prefix, mod in gm.named_modules():
+        if not isinstance(mod, fx.GraphModule):
+            continue
+        for node in mod.graph.nodes:
+            if node.op != "get_attr":
+                continue
+            obj = mod
+            try:
+                for part in str(node.target).split("."):
+                    obj = getattr(obj, part)
+            except AttributeError:
+                continue
+            if isinstance(obj, torch.Tensor):
+                attrs[f"{prefix}.{node.target}" if prefix else str(node.target)] = obj
+    return attrs
+
+
+def _external_objects(gm: fx.GraphModule) -> list[dict[str, Any]]:
+    """Objects Dynamo keeps out of the inputs and fetches by index (torch 2.11+ streams, events).
+
+    The side table holds weak references that may be dead by the time a failure is dumped,
+    so it is read now, while the graph is being compiled.
+    """
+    from graphdbg.capture.describe import describe_value
+
+    try:
+        from torch._dynamo import graph_bytecode_inputs as side_table
+    except ImportError:
+        return []
+    used: dict[int, list[str]] = {}
+    for mod in gm.modules():
+        if isinstance(mod, fx.GraphModule):
+            for node in mod.graph.nodes:
+                if node.op == "call_function" and getattr(node.target, "__name__", "") == "get_external_object_by_index":
+                    idx = node.args[0] if node.args else node.kwargs.get("index")
+                    if isinstance(idx, int):
+                        used.setdefault(idx, []).append(node.name)
+    table = getattr(side_table, "index_to_external_object_weakref", {})
+    out = []
+    for idx in sorted(set(table) | set(used)):
+        ref = table.get(idx)
+        obj = ref() if ref is not None else None
+        desc = describe_value(obj) if obj is not None else {"kind": "missing"}
+        out.append({"index": idx, **desc, "used_by": used.get(idx, [])})
+    return out
+
+
+# Attributes Dynamo looks up on a backend; copied from the wrapped one so it behaves the same.
+def _group_name_args(node: fx.Node) -> list[str]:
+    """The string arguments a collective names its process group with."""
+    names = [v for k, v in node.kwargs.items() if k in ("group_name", "tag", "group") and isinstance(v, str)]
+    target = node.target
+    if isinstance(target, torch._ops.OpOverloadPacket):  # Dynamo keeps the packet: all_reduce, not .default
+        target = getattr(target, "default", target)
+    schema = getattr(target, "_schema", None)
+    if schema is not None:
+        for arg, value in zip(schema.arguments, node.args):
+            if arg.name in ("group_name", "tag") and isinstance(value, str):
+                names.append(value)
+    return names
+
+
+def collective_groups(gm: fx.GraphModule) -> list[dict[str, Any]]:
+    """Each process group the graph's collectives use: its name, the ops, and (when this process
+    can resolve it) its ranks. Covers torch.ops._c10d_functional.* and custom ops such as
+    torch.ops.sglang.inplace_all_reduce(x, group_name='tp:0')."""
+    groups: dict[str, dict[str, Any]] = {}
+    for mod in gm.modules():
+        if not isinstance(mod, fx.GraphModule):
+            continue
+        for node in mod.graph.nodes:
+            if node.op != "call_function":
+                continue
+            for name in _group_name_args(node):
+                g = groups.setdefault(name, {"name": name, "ops": []})
+                op = target_name(node)
+                if op not in g["ops"]:
+                    g["ops"].append(op)
+    for g in groups.values():
+        try:
+            import torch.distributed as dist
+            from torch.distributed.distributed_c10d import _resolve_process_group
+
+            if dist.is_initialized():
+                pg = _resolve_process_group(g["name"])
+                g["ranks"] = dist.get_process_group_ranks(pg)
+                g["size"] = pg.size()
+        except Exception:
+            pass
+    return sorted(groups.values(), key=lambda g: g["name"])
+
+
+def format_exception(exc: BaseException) -> dict[str, Any]:
+    t = type(exc)
+    return {
+        "type": t.__name__,
+        "qualified_type": f"{t.__module__}.{t.__qualname__}",
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(t, exc, exc.__traceback__)),
+    }
+
+
+__all__ = ["GraphSnapshot", "collective_groups", "format_exception"]

@@ -1,0 +1,426 @@
+"""A printed GraphModule someone else's tool wrote, read as a Dump.
+
+SGLang, Thunder and Dynamo's own logs print graphs with ``print_readable()``: a
+``class GraphModule(torch.nn.Module)`` with annotated placeholders, nested submodule classes,
+``# File:`` comments, maybe a ``# Rank: R, Graph G`` header, and nothing else: no inputs, no
+error. ``ForeignDump`` is a Dump whose manifest is made up from the file itself, so ``show``,
+``replay``, ``nodes()`` and ``case()`` work on it unchanged; its Case gets synthesized inputs
+and stand-ins, all of them listed.
+
+    >>> dump = graphdbg.load("corpus/Qwen/Qwen3-Next-80B-A3B-Instruct/rank3_0.py")
+    >>> dump.model, dump.rank, dump.graph_number, dump.failure_kind
+    ('Qwen3-Next-80B-A3B-Instruct', 3, 0, 'foreign')
+    >>> case = dump.case("cpu", seed=1)
+    >>> case.run("eager").status, [s.kind for s in case.stand_ins][:3]
+    ('pass', ['synthesized', 'synthesized', 'custom_op'])
+
+The file is parsed (``printed_graph``), never executed.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from graphdbg.formats import register
+from graphdbg.errors import GraphSourceError
+from graphdbg.graph_hash import graph_hash
+from graphdbg.dump import Dump
+from graphdbg.specs import SymSpec, TensorSpec
+
+__all__ = ["ForeignDump", "load_printed_graph", "looks_like_printed_graph", "SEED_ENV"]
+
+SEED_ENV = "GRAPHDBG_SEED"  # the seed an isolated replay's child uses for synthesized inputs
+FAILURE_KIND = "foreign"
+_HEADER = re.compile(r"#\s*Rank:\s*(\d+),\s*Graph\s*(\d+)")
+_RANK_FILE = re.compile(r"rank(\d+)_\d+\.py$")
+MAX_BYTES = 64 << 20  # a printed graph of a real model is well under a MB; anything huge is not one
+
+
+def looks_like_printed_graph(path: Path) -> bool:
+    """A cheap check for listing folders: a ``.py`` file whose first code line is a
+    ``class ...(torch.nn.Module):``, as ``print_readable()`` writes it (comments may come first).
+    A module with imports or a docstring first (a program, a minifier repro) is not one."""
+    if path.suffix != ".py" or not path.is_file():
+        return False
+    try:
+        with path.open("rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    for raw in head.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(b"#"):
+            continue
+        return line.startswith(b"class ") and b"(torch.nn.Module)" in line
+    return False
+
+
+def load_printed_graph(path: str | Path) -> ForeignDump:
+    """Read a printed graph file; GraphSourceError (exit code 2) with file and line if it isn't one.
+
+        >>> load_printed_graph("rank0_0.py").summary()["kind"]
+        'foreign'
+    """
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise GraphSourceError(f"not a printed graph ({size} bytes)", file=str(path))
+        source = path.read_text()
+    except UnicodeDecodeError:
+        raise GraphSourceError("not a printed graph: not UTF-8 text", file=str(path), line=1) from None
+    except OSError as e:
+        raise GraphSourceError(f"cannot read ({e.strerror})", file=str(path)) from None
+    dump = ForeignDump(path, source)
+    dump.printed  # parse now: a bad file fails at load, with its line, not later inside a replay
+    _check_annotations(source, str(path))
+    dump.manifest = dump._manifest()
+    return dump
+
+
+class ForeignDump(Dump):
+    """A printed graph file as a Dump: ``failure_kind`` is ``"foreign"``, inputs are synthesized.
+
+    Extra attributes: ``model`` (the folder name), ``graph_number`` (from the header, else
+    None), ``rank_source`` (``header``, ``device_index``, ``shard_offset`` or ``default``), ``group_hash`` (the
+    graph's hash with rank-specific literals masked), ``rank_literals`` and ``constructs``
+    (what needs stand-ins).
+    """
+
+    def __init__(self, path: Path, source: str):
+        super().__init__(path, {})
+        self._source = source
+
+    # The graph ----------------------------------------------------------------------
+    @property
+    def source(self) -> str:
+        return self._source
+
+    @functools.cached_property
+    def printed(self):
+        from graphdbg.graph_parser import parse_printed_graph
+        from graphdbg.rebuild.stand_ins import resolver
+
+        return parse_printed_graph(self._source, filename=str(self.path), resolve=resolver())
+
+    def check(self) -> None:
+        """Nothing beyond parsing, which load already did."""
+
+    # Where it came from -------------------------------------------------------------
+    @property
+    def model(self) -> str:
+        return self.manifest["foreign"]["model"]
+
+    @property
+    def graph_number(self) -> int | None:
+        return self.manifest["foreign"]["graph_number"]
+
+    @property
+    def rank_source(self) -> str:
+        return self.manifest["dist"]["source"]
+
+    @property
+    def group_hash(self) -> str:
+        return self.manifest["foreign"]["group_hash"]
+
+    @property
+    def rank_literals(self) -> list[Any]:
+        return self.manifest["foreign"]["rank_literals"]
+
+    @property
+    def constructs(self) -> list[str]:
+        return self.manifest["foreign"]["constructs"]
+
+    def _manifest(self) -> dict[str, Any]:
+        from graphdbg.rebuild.stand_ins import constructs
+
+        pg = self.printed
+        header = next((m for line in pg.header if (m := _HEADER.search(line))), None)
+        device_indices = sorted(_cuda_indices(pg))
+        if header:
+            rank, rank_source, number = int(header[1]), "header", int(header[2])
+        elif len(device_indices) == 1:
+            rank, rank_source, number = device_indices[0], "device_index", None
+        elif (shard := _rank_from_shard(pg)) is not None:
+            rank, rank_source, number = shard, "shard_offset", None
+        else:
+            rank, rank_source, number = 0, "default", None
+        device = f"cuda:{device_indices[0] if len(device_indices) == 1 else rank}" if device_indices or _uses_cuda(pg) else None
+        masked, literals = _masked_structure(pg)
+        placeholders = [n for n in pg.graph.nodes if n.op == "placeholder"]
+        graphs = pg.graphs()
+        return {
+            "schema": "graphdbg.foreign",
+            "id": self.path.stem,
+            "dist": {"rank": rank, "world_size": _world_size(self.path, rank), "source": rank_source},
+            # Nothing records which backend failed; eager replays the graph as it was printed.
+            "backend": "eager",
+            "failure": {"kind": FAILURE_KIND, "exception": None, "signature": None,
+                        "message": "no error recorded (a printed graph)"},
+            "graph": {"hash": graph_hash(pg.graph) if not pg.submodules else pg.structural_hash(), "file": self.path.name,
+                      "nodes": sum(len(g.nodes) for g in graphs), "node_info": {}},
+            "inputs": [_descriptor(n, device) for n in placeholders],
+            "attrs": {},
+            "external_objects": [],
+            "env": {},
+            "foreign": {"model": self.path.parent.name, "graph_number": number,
+                        "group_hash": hashlib.sha256(masked.encode()).hexdigest(), "rank_literals": literals,
+                        "constructs": constructs(pg), "captured_device": device},
+        }
+
+    @property
+    def captured_device(self) -> torch.device:
+        dev = self.manifest["foreign"]["captured_device"]
+        return torch.device(dev) if dev else torch.device("cpu")
+
+    def default_device(self) -> torch.device:
+        """The capture GPU if this machine has it, else its first GPU, else the CPU: rank 5's
+        graph from an 8-GPU server replays on this machine's cuda:0."""
+        dev = self.captured_device
+        if dev.type == "cuda" and torch.cuda.is_available():
+            return dev if (dev.index or 0) < torch.cuda.device_count() else torch.device("cuda", 0)
+        return torch.device("cpu")
+
+    # The Case ---------------------------------------------------------------------
+    def case(self, device: str | torch.device | None = None, *, seed: int | None = None):
+        """The graph with stand-ins installed and synthesized inputs on ``device``.
+
+        ``seed`` defaults to ``$GRAPHDBG_SEED`` (so an isolated replay's child makes the same
+        inputs), else 0.
+        """
+        from graphdbg.case import Case, retarget_devices
+        from graphdbg.rebuild.inputs import StandIn
+        from graphdbg.rebuild.stand_ins import install_stand_ins
+        from graphdbg.rebuild.synthesize import plan_inputs, synthesize
+
+        dev = self.resolve_device(device)
+        if seed is None:
+            seed = int(os.environ.get(SEED_ENV, "0") or 0)
+        gm = self.printed.to_module(missing_attr=self._missing_attr(dev, seed))
+        plans = plan_inputs(gm)
+        used = install_stand_ins(gm, dev)
+        inputs, synthesized = synthesize(plans, dev, seed=seed)
+        moved: list[str] = []
+        for source in sorted(_cuda_devices(gm), key=str):
+            moved += retarget_devices(gm, source, dev)
+        case = Case(gm=gm, inputs=inputs, device=dev, stand_ins=synthesized + used, dump=self)
+        if moved:
+            case.stand_ins.append(StandIn("graph", "device", f"device literals of {self.captured_device} moved to {dev} in "
+                                          + ", ".join(moved[:5]) + (" ..." if len(moved) > 5 else "")))
+        return case
+
+    def _missing_attr(self, dev: torch.device, seed: int):
+        # get_attr constants a printed graph names but can't carry (tensor constants): synthesized too.
+        from graphdbg.rebuild.synthesize import InputPlan, synthesize
+
+        def make(qualname: str, spec: TensorSpec | None) -> Any:
+            if spec is None:
+                raise GraphSourceError(f"attribute {qualname} has no annotation to make it from", file=str(self.path))
+            kind = "normal" if spec.torch_dtype.is_floating_point else "mask" if spec.torch_dtype == torch.bool else "integers"
+            (value,), _ = synthesize([InputPlan(qualname, spec, kind, 0, 8, f"attribute, {kind}")], dev, seed=seed)
+            return value
+
+        return make
+
+    # Tables -----------------------------------------------------------------------
+    def inputs_table(self):
+        """As Dump's, with ``value`` saying how each input will be synthesized."""
+        import pandas as pd
+
+        from graphdbg.rebuild.synthesize import plan_inputs
+
+        plans = plan_inputs(self.printed.to_module(missing_attr=lambda q, s: None))
+        rows = []
+        for plan, d in zip(plans, self.manifest["inputs"]):
+            rows.append({"name": plan.name, "kind": d["kind"], "dtype": d.get("dtype"),
+                         "shape": "[" + ", ".join(map(str, d["shape"])) + "]" if d["kind"] == "tensor" else None,
+                         "device": d.get("device"), "value": f"synthesized: {plan.how}", "stored": None,
+                         "min": None, "max": None, "mean": None, "std": None})
+        return pd.DataFrame(rows, columns=["name", "kind", "dtype", "shape", "device", "value", "stored", "min", "max", "mean", "std"]).astype(object)
+
+    def nodes(self):
+        """As Dump's; a custom op this machine lacks shows under its own name."""
+        from graphdbg.rebuild.stand_ins import MissingOp
+
+        df = super().nodes()
+        missing = {n.name: n.target.qualname for g in self.printed.graphs() for n in g.nodes
+                   if isinstance(n.target, MissingOp)}
+        if missing:
+            df["target"] = [missing.get(name, target) for name, target in zip(df["name"], df["target"])]
+        return df
+
+    def summary(self) -> dict[str, Any]:
+        """Dump's row, plus ``model``, ``graph``, ``format``, ``group_hash`` and ``constructs``."""
+        row = super().summary()
+        row.update({"format": "printed_graph", "model": self.model, "graph": self.graph_number,
+                    "rank_source": self.rank_source, "group_hash": self.group_hash, "constructs": self.constructs})
+        return row
+
+    def __repr__(self) -> str:
+        return f"ForeignDump({str(self.path)!r}, model={self.model!r}, rank={self.rank}, graph={self.graph_number})"
+
+
+# Reading facts out of the graph -----------------------------------------------------------
+
+def _check_annotations(source: str, filename: str) -> None:
+    """Every string annotation must read as a spec: inputs and stand-ins are made from them,
+    so one that doesn't (``"bf16[1, 2048"``) is an error at its line, not a silent None."""
+    import ast
+
+    from graphdbg.specs import parse_annotation
+
+    bad = [node.annotation for node in ast.walk(ast.parse(source, filename=filename))
+           if isinstance(node, (ast.arg, ast.AnnAssign)) and isinstance(node.annotation, ast.Constant)
+           and isinstance(node.annotation.value, str) and parse_annotation(node.annotation.value) is None]
+    if bad:
+        first = min(bad, key=lambda a: a.lineno)
+        raise GraphSourceError(f"cannot read the annotation {first.value!r}", file=filename, line=first.lineno)
+
+
+
+def _values(node: fx.Node) -> list[Any]:
+    out: list[Any] = []
+    fx.node.map_aggregate((node.args, node.kwargs), lambda v: out.append(v) or v)
+    return out
+
+
+def _cuda_indices(pg: Any) -> set[int]:
+    """Device indices a graph baked in: device literals, streams, device switches."""
+    from graphdbg.rebuild.stand_ins import construct_of
+
+    found: set[int] = set()
+    for graph in pg.graphs():
+        for node in graph.nodes:
+            if node.op not in ("call_function", "call_method"):
+                continue
+            for v in _values(node):
+                if isinstance(v, torch.device) and v.type == "cuda" and v.index is not None:
+                    found.add(v.index)
+                elif isinstance(v, str) and re.fullmatch(r"cuda:\d+", v):
+                    found.add(int(v.split(":")[1]))
+            qual = construct_of(node.target) if node.op == "call_function" else None
+            if qual == "torch.cuda.streams.Stream" and isinstance(node.kwargs.get("device_index"), int):
+                found.add(node.kwargs["device_index"])
+            elif qual in ("torch._C._cuda_exchangeDevice", "torch.cuda.get_device_capability") and node.args and isinstance(node.args[0], int):
+                found.add(node.args[0])
+    return found
+
+
+def _rank_from_shard(pg: Any) -> int | None:
+    """The rank a vocab-parallel graph tests for: ``x >= start & x < end`` with ``start`` a
+    multiple of the shard size ``end - start`` is shard ``start // (end - start)``."""
+    from graphdbg.rebuild.synthesize import plan_inputs
+
+    try:
+        plans = plan_inputs(pg.to_module(missing_attr=lambda q, s: None))
+    except Exception:
+        return None
+    for plan in plans:
+        size = plan.high - plan.low
+        if plan.kind in ("range", "index") and "range the graph tests" in plan.how and size > 1 and plan.low % size == 0:
+            return plan.low // size
+    return None
+
+
+def _uses_cuda(pg: Any) -> bool:
+    from graphdbg.rebuild.stand_ins import construct_of
+
+    for graph in pg.graphs():
+        for node in graph.nodes:
+            qual = construct_of(node.target) if node.op == "call_function" else None
+            if qual and ("cuda" in qual or "triton" in qual):
+                return True
+    return False
+
+
+def _cuda_devices(gm: fx.GraphModule) -> set[torch.device]:
+    found: set[torch.device] = set()
+    for mod in gm.modules():
+        if isinstance(mod, fx.GraphModule):
+            for node in mod.graph.nodes:
+                for v in _values(node):
+                    if isinstance(v, torch.device) and v.type == "cuda":
+                        found.add(v)
+    return found
+
+
+def _descriptor(node: fx.Node, device: str | None) -> dict[str, Any]:
+    spec = node.meta.get("graphdbg_spec")
+    if isinstance(spec, TensorSpec):
+        d = {"kind": "tensor", "name": node.name, "node": node.name, **spec.to_dict()}
+        d["device"] = spec.device or device or "cpu"
+        d["synthesized"] = True
+        return d
+    if isinstance(spec, SymSpec):
+        return {"kind": spec.kind, "name": node.name, "node": node.name, "expr": spec.expr, "hint": spec.hint}
+    return {"kind": "none", "name": node.name, "node": node.name}
+
+
+def _world_size(path: Path, rank: int) -> int:
+    # Printed files don't say; the rank files next to this one do (rank0_*.py ... rank7_*.py).
+    try:
+        ranks = {int(m[1]) for p in path.parent.iterdir() if (m := _RANK_FILE.match(p.name))}
+    except OSError:
+        ranks = set()
+    return max([rank, *ranks]) + 1
+
+
+def _masked_structure(pg: Any) -> tuple[str, list[Any]]:
+    """The graph's structure as text with integer literals masked, and those literals in order.
+
+    Ranks of one tensor-parallel model print the same graph but for the literals that place
+    them: device indices, vocab-shard offsets, stream ids. Masking every integer argument
+    (shapes stay, in the annotations) makes those graphs equal; the literal list then says
+    what differs between ranks.
+    """
+    literals: list[Any] = []
+    parts: list[Any] = []
+
+    def canon(value: Any, index: dict[fx.Node, int]) -> Any:
+        if isinstance(value, fx.Node):
+            return f"%{index[value]}"
+        if isinstance(value, bool) or value is None or isinstance(value, str):
+            return value
+        if isinstance(value, int):
+            literals.append(value)
+            return "#"
+        if isinstance(value, torch.device):
+            if value.index is not None:
+                literals.append(value.index)
+            return f"device:{value.type}"
+        if isinstance(value, (list, tuple)):
+            return [canon(v, index) for v in value]
+        if isinstance(value, dict):
+            return [[str(k), canon(v, index)] for k, v in value.items()]
+        if isinstance(value, slice):
+            return ["slice", canon(value.start, index), canon(value.stop, index), canon(value.step, index)]
+        if isinstance(value, float):
+            return repr(value)
+        return str(value) if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)) else type(value).__name__
+
+    def walk(p: Any, prefix: str) -> None:
+        from graphdbg.graph_hash import target_name
+
+        index = {n: i for i, n in enumerate(p.graph.nodes)}
+        for node in p.graph.nodes:
+            spec = node.meta.get("graphdbg_spec")
+            target = target_name(node) if node.op not in ("placeholder", "output") else node.op
+            parts.append([prefix, node.op, target, canon(node.args, index), canon(dict(node.kwargs), index),
+                          spec.annotation() if spec is not None else None])
+        for name in sorted(p.submodules):
+            walk(p.submodules[name], f"{prefix}{name}.")
+
+    walk(pg, "")
+    return json.dumps(parts, default=str), literals
+
+
+register('printed_graph', lambda p: p.is_file(), load_printed_graph, priority=90)

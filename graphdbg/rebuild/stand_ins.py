@@ -1,0 +1,538 @@
+"""Stand-ins for what a printed graph calls but this machine can't run as it was.
+
+A graph printed on an 8-GPU SGLang server calls custom ops this machine lacks
+(``torch.ops.sglang.inplace_all_reduce``), Triton kernels Dynamo kept only by index
+(``triton_kernel_wrapper_mutation(kernel_idx=31, ...)``), collectives over a process group
+that does not exist here, and CUDA streams and device switches of a GPU this machine may not
+have. Each of those nodes gets a named stand-in: a plain Python function (so eager runs it and
+Dynamo can trace it again) that does what the construct does on a one-device world, shaped by
+the node's own annotation. Every stand-in is reported; none is silent.
+
+    >>> hook = resolver()                                  # for parse_printed_graph(resolve=...)
+    >>> pg = parse_printed_graph(text, filename="rank0_0.py", resolve=hook)
+    >>> gm = pg.to_module()
+    >>> used = install_stand_ins(gm, torch.device("cpu"))
+    >>> [s.describe() for s in used][:1]
+    ['inductor_1.inplace_all_reduce: custom_op (torch.ops.sglang.inplace_all_reduce is not on this machine: in-place, does nothing)']
+
+Real implementations replace stand-ins: ``register_ops(["mypkg.sglang_ops"])`` imports modules
+that define the ops with ``torch.library``; a registered op resolves like any torch op.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from graphdbg.errors import GraphdbgError
+from graphdbg.rebuild.inputs import NullStream, StandIn
+from graphdbg.specs import TensorSpec
+
+__all__ = ["MissingOp", "register_ops", "allowed_namespaces", "resolver", "install_stand_ins", "constructs",
+           "OPS_ENV", "construct_of"]
+
+# Isolated replays run in a child process; it reads the registrations from here.
+OPS_ENV = "GRAPHDBG_OPS"
+
+# Python module paths whose functions may be graph targets, besides torch/operator/math.
+_allowed_namespaces: list[str] = []
+
+# Names under torch that a CPU-only torch lacks but a printed CUDA graph calls. They parse as
+# MissingOp markers and become stand-ins (on a CUDA replay they resolve to the real thing).
+CUDA_ONLY_NAMES = frozenset({"torch._C._cuda_exchangeDevice", "torch._C._cuda_maybeExchangeDevice"})
+
+COLLECTIVE_NAMESPACES = frozenset({"_c10d_functional", "_c10d_functional_autograd"})
+_COLLECTIVE = re.compile(r"all_reduce|allreduce|all_gather|allgather|reduce_scatter|all_to_all|broadcast|wait_tensor")
+
+
+class MissingOp:
+    """Marks a call the parser found but this machine can't resolve; replaced before any run.
+
+        >>> MissingOp("torch.ops.sglang.inplace_all_reduce").__name__
+        'sglang_inplace_all_reduce'
+    """
+
+    def __init__(self, qualname: str):
+        self.qualname = qualname
+        # fx codegen names the global after __name__ and reads __module__; target_name shows both.
+        self.__name__ = re.sub(r"\W+", "_", qualname.removeprefix("torch.ops.").removeprefix("torch."))
+        self.__qualname__ = self.__name__
+        self.__module__ = "graphdbg.missing"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise GraphdbgError(f"{self.qualname} is not on this machine and has no stand-in installed")
+
+    def __repr__(self) -> str:
+        return f"MissingOp({self.qualname!r})"
+
+
+def register_ops(modules: Iterable[str]) -> list[str]:
+    """Import modules that define real implementations (``torch.library`` ops, or plain functions
+    a graph calls); their ops then resolve instead of getting stand-ins. Returns the modules.
+
+        >>> register_ops(["mypkg.sglang_ops"])   # defines torch.ops.sglang.inplace_all_reduce
+        ['mypkg.sglang_ops']
+
+    The modules are also allow-listed as namespaces (a graph may call ``mypkg.sglang_ops.f``),
+    and exported in ``$GRAPHDBG_OPS`` so an isolated replay's child process imports them too.
+    This runs the user's own code, never code from a graph file.
+    """
+    names = [m.strip() for m in modules if m and m.strip()]
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as e:
+            raise GraphdbgError(f"cannot import ops module {name}: {type(e).__name__}: {e}") from None
+        if name not in _allowed_namespaces:
+            _allowed_namespaces.append(name)
+    os.environ[OPS_ENV] = ",".join(_allowed_namespaces)
+    return names
+
+
+def allowed_namespaces() -> list[str]:
+    """The user's allow-listed namespaces (registered modules), after those in ``$GRAPHDBG_OPS``."""
+    pending = [m for m in os.environ.get(OPS_ENV, "").split(",") if m.strip() and m.strip() not in _allowed_namespaces]
+    if pending:
+        register_ops(pending)
+    return list(_allowed_namespaces)
+
+
+def resolver() -> Callable[[str], Any]:
+    """The ``resolve`` hook for ``parse_printed_graph``: names the allow-list doesn't know.
+
+    - a function under a registered namespace (dotted, or fx's mangled global): the function;
+    - an op under ``torch.ops.<any namespace>`` that this machine lacks: a MissingOp marker;
+    - CUDA runtime calls a CPU-only torch lacks (``torch._C._cuda_exchangeDevice``): a marker;
+    - anything else: None, so the parser refuses it with the file and line.
+    """
+    namespaces = allowed_namespaces()
+
+    def resolve(qualname: str) -> Any:
+        for ns in namespaces:
+            found = _from_namespace(ns, qualname)
+            if found is not None:
+                return found
+        if qualname.startswith("torch.ops.") and qualname.count(".") >= 3:
+            parts = qualname.split(".")
+            # torch.ops.ns.op or torch.ops.ns.op.overload: the op is what the stand-in stands for
+            return MissingOp(".".join(parts[:4]))
+        if qualname in CUDA_ONLY_NAMES:
+            return MissingOp(qualname)
+        return None
+
+    return resolve
+
+
+def _from_namespace(ns: str, qualname: str) -> Any:
+    mangled = re.sub(r"\W+", "_", ns) + "_"
+    if qualname.startswith(ns + "."):
+        attr_path = qualname[len(ns) + 1:].split(".")
+    elif qualname.startswith(mangled):
+        attr_path = [qualname[len(mangled):]]
+    else:
+        return None
+    if any(p.startswith("_") for p in attr_path):
+        return None  # private or dunder: a registered namespace is not a way around the deny rules
+    obj: Any = importlib.import_module(ns)
+    for part in attr_path:
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj if callable(obj) else None
+
+
+# What a target is, by name -------------------------------------------------------------
+
+def _known_callables() -> dict[int, str]:
+    known = {}
+    for qual in ("torch.cuda.streams.Stream", "torch.cuda.Stream", "torch.cuda.current_stream", "torch.cuda.set_stream",
+                 "torch.cuda.get_device_capability", "torch._C._cuda_exchangeDevice", "torch._C._cuda_maybeExchangeDevice"):
+        obj: Any = torch
+        for part in qual.split(".")[1:]:
+            obj = getattr(obj, part, None)
+        if obj is not None:
+            known[id(obj)] = qual.replace("torch.cuda.Stream", "torch.cuda.streams.Stream")
+    return known
+
+
+_KNOWN: dict[int, str] | None = None
+
+
+def construct_of(target: Any) -> str | None:
+    """The dotted name of a target that may need a stand-in, or None for ordinary torch code.
+
+        >>> construct_of(torch.cuda.set_stream), construct_of(torch.relu)
+        ('torch.cuda.set_stream', None)
+    """
+    global _KNOWN
+    if isinstance(target, MissingOp):
+        return target.qualname
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        name = target.name()
+        return f"torch.ops.higher_order.{name}" if name.startswith("triton_kernel_wrapper") else None
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        ns, _, op = (target._schema.name if isinstance(target, torch._ops.OpOverload) else target._qualified_op_name).partition("::")
+        return f"torch.ops.{ns}.{op}" if ns in COLLECTIVE_NAMESPACES else None
+    if _KNOWN is None:
+        _KNOWN = _known_callables()
+    try:
+        return _KNOWN.get(id(target))
+    except TypeError:
+        return None
+
+
+def constructs(gm_or_graphs: Any) -> list[str]:
+    """The distinct constructs in a graph (and its nested graphs) that replay stands in for.
+
+    Streams and device switches are listed whatever the replay device (they are remapped on
+    a GPU, replaced on the CPU); custom ops only when this machine lacks them.
+    """
+    found: dict[str, None] = {}
+    for graph in _graphs(gm_or_graphs):
+        for node in graph.nodes:
+            if node.op == "call_function" and (name := construct_of(node.target)) is not None:
+                found.setdefault(name)
+            elif node.op in ("call_function", "call_method") and any(isinstance(a, torch.device) and a.type == "cuda" for a in _flat(node.args, node.kwargs)):
+                found.setdefault("device(type='cuda')")
+    return list(found)
+
+
+def _graphs(obj: Any) -> list[fx.Graph]:
+    if isinstance(obj, fx.GraphModule):
+        return [m.graph for m in obj.modules() if isinstance(m, fx.GraphModule)]
+    if hasattr(obj, "submodules") and hasattr(obj, "graph"):  # a PrintedGraph
+        out = [obj.graph]
+        for sub in obj.submodules.values():
+            out += _graphs(sub)
+        return out
+    return [obj]
+
+
+def _flat(*values: Any) -> list[Any]:
+    out: list[Any] = []
+    fx.node.map_aggregate(values, lambda v: out.append(v) or v)
+    return out
+
+
+# Installing stand-ins -------------------------------------------------------------------
+
+@dataclass
+class _Context:
+    device: torch.device
+    streams: dict[tuple, Any]
+    used: list[StandIn]
+
+    def stream_for(self, key: tuple, what: str, path: str) -> Any:
+        if key not in self.streams:
+            if self.device.type == "cuda":
+                self.streams[key] = torch.cuda.Stream(device=self.device)
+                detail = f"{what}: a new stream on {self.device}"
+            else:
+                self.streams[key] = NullStream({"device": f"cuda:{key[1]}" if key[1] is not None else "cuda"})
+                detail = f"{what}: no CUDA here, a no-op NullStream"
+            self.used.append(StandIn(path, "stream", detail))
+        return self.streams[key]
+
+
+def install_stand_ins(gm: fx.GraphModule, device: torch.device, *, zero_uninitialized: bool = True) -> list[StandIn]:
+    """Replace, in ``gm`` and its nested GraphModules, every call this machine can't make as it
+    was with a stand-in for a replay on ``device``; returns what was replaced, one per node.
+
+    GPU-bound calls are remapped rather than replaced on a CUDA replay: a device index the
+    graph baked in (``_cuda_exchangeDevice(3)``) becomes the replay device's. With
+    ``zero_uninitialized``, ``torch.empty``-style allocations are zeroed (one stand-in entry
+    names them): a printed graph often returns buffers a kernel elsewhere would fill.
+    """
+    ctx = _Context(device, {}, [])
+    zeroed: list[str] = []
+    for prefix, mod in _graph_modules(gm):
+        changed = False
+        for node in list(mod.graph.nodes):
+            if zero_uninitialized and _zero_allocation(node):
+                zeroed.append(f"{prefix}{node.name}")
+                changed = True
+                continue
+            qual = construct_of(node.target) if node.op == "call_function" else None
+            if qual is None:
+                continue
+            path = f"{prefix}{node.name}"
+            changed |= _replace(node, qual, path, ctx)
+        if changed:
+            mod.recompile()
+    if zeroed:
+        ctx.used.append(StandIn("graph", "zeroed_allocation", f"torch.empty-style allocations made zeros in {len(zeroed)} nodes "
+                                f"({', '.join(zeroed[:6])}{' ...' if len(zeroed) > 6 else ''}): uninitialised memory would "
+                                "make two runs of the same graph differ"))
+    return ctx.used
+
+
+_EMPTY_FUNCTIONS = {"empty", "empty_like", "empty_strided"}
+_EMPTY_METHODS = {"new_empty", "new_empty_strided"}
+
+
+def _zero_allocation(node: fx.Node) -> bool:
+    """Turn ``torch.empty(...)`` / ``x.new_empty(...)`` into the same allocation, zeroed."""
+    if node.op == "call_function" and getattr(node.target, "__module__", None) in ("torch", "torch._C._VariableFunctions", None) \
+            and getattr(node.target, "__name__", "") in _EMPTY_FUNCTIONS and getattr(torch, node.target.__name__) is node.target:
+        node.target = _zeroed_function(node.target)
+        return True
+    if node.op == "call_method" and node.target in _EMPTY_METHODS:
+        node.op, node.target = "call_function", _zeroed_method(str(node.target))
+        return True
+    return False
+
+
+@functools.lru_cache(maxsize=None)
+def _zeroed_function(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def zeroed(*args: Any, **kwargs: Any) -> torch.Tensor:
+        return fn(*args, **kwargs).zero_()
+
+    zeroed.__name__ = zeroed.__qualname__ = f"stand_in_{fn.__name__}_zeroed"
+    zeroed.__module__ = __name__
+    return zeroed
+
+
+@functools.lru_cache(maxsize=None)
+def _zeroed_method(name: str) -> Callable[..., Any]:
+    def zeroed(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return getattr(self, name)(*args, **kwargs).zero_()
+
+    zeroed.__name__ = zeroed.__qualname__ = f"stand_in_{name}_zeroed"
+    zeroed.__module__ = __name__
+    return zeroed
+
+
+def _graph_modules(gm: fx.GraphModule) -> list[tuple[str, fx.GraphModule]]:
+    return [(f"{name}." if name else "", m) for name, m in gm.named_modules() if isinstance(m, fx.GraphModule)]
+
+
+def _replace(node: fx.Node, qual: str, path: str, ctx: _Context) -> bool:
+    cuda = ctx.device.type == "cuda"
+    index = ctx.device.index or 0
+    short = qual.rsplit(".", 1)[-1]
+    if qual == "torch.cuda.streams.Stream":
+        key = (node.kwargs.get("stream_id"), node.kwargs.get("device_index"), node.kwargs.get("device_type"))
+        stream = ctx.stream_for(key, f"{_call_text(node, qual)}", path)
+        node.target, node.args, node.kwargs = _named(f"stream_{key[0]}", lambda *a, **k: stream), (), {}
+        return True
+    if qual == "torch.cuda.current_stream":
+        if cuda:
+            return False
+        node.target = _named("current_stream", lambda *a, **k: _NULL_STREAM)
+        ctx.used.append(StandIn(path, "stream", "torch.cuda.current_stream(): no CUDA here, a no-op NullStream"))
+        return True
+    if qual == "torch.cuda.set_stream":
+        if cuda:
+            return False
+        node.target = _named("set_stream", _does_nothing)
+        ctx.used.append(StandIn(path, "stream", "torch.cuda.set_stream: no CUDA here, does nothing"))
+        return True
+    if qual in ("torch._C._cuda_exchangeDevice", "torch.cuda.get_device_capability"):
+        if cuda and not isinstance(node.target, MissingOp):
+            if node.args and isinstance(node.args[0], int) and node.args[0] != index:
+                ctx.used.append(StandIn(path, "device", f"{_call_text(node, qual)} remapped to device index {index}"))
+                node.args = (index, *node.args[1:])
+                return True
+            return False
+        if short == "_cuda_exchangeDevice":
+            node.target = _named("cuda_exchange_device", lambda *a, **k: -1)
+            ctx.used.append(StandIn(path, "device", f"{_call_text(node, qual)}: no CUDA here, returns -1 (no switch)"))
+        else:
+            node.target = _named("get_device_capability", lambda *a, **k: (9, 0))
+            ctx.used.append(StandIn(path, "device", f"{_call_text(node, qual)}: no CUDA here, returns (9, 0) (Hopper)"))
+        return True
+    if qual == "torch._C._cuda_maybeExchangeDevice":
+        if cuda and not isinstance(node.target, MissingOp):
+            return False
+        node.target = _named("cuda_maybe_exchange_device", lambda *a, **k: -1)
+        ctx.used.append(StandIn(path, "device", f"{qual}: no CUDA here, does nothing"))
+        return True
+    if qual == "torch.ops.higher_order.triton_kernel_wrapper_mutation":
+        fresh = _fresh_buffers(node)
+        node.target = _named("triton_kernel_wrapper_mutation", _triton_mutation_stand_in(fresh))
+        ctx.used.append(StandIn(path, "triton_kernel", f"kernel_idx={node.kwargs.get('kernel_idx')} was kept only in Dynamo's "
+                                "side table: does nothing" + (f", zero-fills its fresh buffers {', '.join(fresh)}" if fresh else "")))
+        return True
+    if qual == "torch.ops.higher_order.triton_kernel_wrapper_functional":
+        node.target = _named("triton_kernel_wrapper_functional", _triton_functional_stand_in)
+        ctx.used.append(StandIn(path, "triton_kernel", f"kernel_idx={node.kwargs.get('kernel_idx')} is lost: returns copies of its outputs unchanged"))
+        return True
+    ns = qual.split(".")[2] if qual.startswith("torch.ops.") else ""
+    if ns in COLLECTIVE_NAMESPACES or (isinstance(node.target, MissingOp) and _COLLECTIVE.search(short)):
+        fn, how = _collective(node, short, ctx.device)
+        node.target = _named(short, fn)
+        where = "" if ns in COLLECTIVE_NAMESPACES else " is not on this machine"
+        ctx.used.append(StandIn(path, "collective", f"{qual}{where}: as on a world of one, {how}"))
+        return True
+    if isinstance(node.target, MissingOp):
+        fn, how = _from_annotation(node, ctx.device)
+        node.target = _named(short, fn)
+        ctx.used.append(StandIn(path, "custom_op", f"{qual} is not on this machine: {how}"))
+        return True
+    return False
+
+
+_NULL_STREAM = NullStream({"device": "cuda"})
+
+
+def _does_nothing(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+def _named(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A fresh function object named ``stand_in_<name>``, so signatures and tables say what it is."""
+    def stand_in(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    stand_in.__name__ = stand_in.__qualname__ = "stand_in_" + re.sub(r"\W+", "_", name)
+    stand_in.__module__ = __name__
+    return stand_in
+
+
+def _call_text(node: fx.Node, qual: str) -> str:
+    parts = [repr(a) for a in node.args if not isinstance(a, fx.Node)]
+    parts += [f"{k}={v!r}" for k, v in node.kwargs.items() if not isinstance(v, fx.Node)]
+    return f"{qual}({', '.join(parts)})"
+
+
+_ALLOCATORS = {"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided"}
+_VIEWS = {"view", "reshape", "unsqueeze", "squeeze", "flatten", "contiguous", "transpose", "permute", "getitem"}
+
+
+def _fresh_buffers(node: fx.Node) -> tuple[str, ...]:
+    """Kernel arguments allocated uninitialised just for it (``torch.empty``): its outputs.
+
+    The lost kernel would have written them; zero-filling keeps the replay deterministic, so
+    eager and a compiled run of the same stand-in agree.
+    """
+    fresh = []
+    for key, value in (node.kwargs.get("kwargs") or {}).items():
+        src = value
+        while isinstance(src, fx.Node) and _node_fn_name(src) in _VIEWS:
+            src = src.args[0] if src.args else None
+        if isinstance(src, fx.Node) and _node_fn_name(src) in _ALLOCATORS:
+            fresh.append(key)
+    return tuple(fresh)
+
+
+def _node_fn_name(node: fx.Node) -> str:
+    if node.op == "call_method":
+        return str(node.target)
+    if node.op == "call_function":
+        return getattr(node.target, "__name__", "")
+    return ""
+
+
+def _triton_mutation_stand_in(fresh: tuple[str, ...]) -> Callable[..., Any]:
+    def run(*args: Any, kwargs: dict | None = None, **rest: Any) -> None:
+        for key in fresh:
+            kwargs[key].zero_()
+        return None
+
+    return run
+
+
+def _triton_functional_stand_in(*args: Any, kwargs: dict | None = None, tensors_to_clone: Any = (), **rest: Any) -> dict:
+    return {key: kwargs[key].clone() for key in tensors_to_clone}
+
+
+def _result_specs(node: fx.Node) -> Any:
+    """The annotated result: a TensorSpec, a tuple of them (from getitem users), or None."""
+    spec = node.meta.get("graphdbg_spec")
+    if isinstance(spec, TensorSpec):
+        return spec
+    items: dict[int, TensorSpec] = {}
+    for user in node.users:
+        if user.op == "call_function" and getattr(user.target, "__name__", "") == "getitem" and isinstance(user.args[1], int):
+            s = user.meta.get("graphdbg_spec")
+            if isinstance(s, TensorSpec):
+                items[user.args[1]] = s
+    if items:
+        if set(items) != set(range(max(items) + 1)):
+            raise GraphdbgError(f"node {node.name}: result items {sorted(items)} have no annotation for every index")
+        return tuple(items[i] for i in range(len(items)))
+    return None
+
+
+def _concrete(spec: TensorSpec, node: fx.Node) -> tuple[list[int], torch.dtype]:
+    if not spec.is_static():
+        raise GraphdbgError(f"node {node.name}: a stand-in needs a static annotation, got {spec.annotation()}")
+    return spec.concrete_shape(), spec.torch_dtype
+
+
+def _from_annotation(node: fx.Node, device: torch.device) -> tuple[Callable[..., Any], str]:
+    specs = _result_specs(node)
+    if specs is None:
+        return _does_nothing, "in-place or unused result, does nothing"
+    if isinstance(specs, TensorSpec):
+        shape, dtype = _concrete(specs, node)
+
+        def zeros(*args: Any, **kwargs: Any) -> torch.Tensor:
+            return torch.zeros(shape, dtype=dtype, device=device)
+
+        return zeros, f"returns zeros {specs.annotation()}"
+    made = [_concrete(s, node) for s in specs]
+
+    def zeros_tuple(*args: Any, **kwargs: Any) -> tuple:
+        return tuple(torch.zeros(shape, dtype=dtype, device=device) for shape, dtype in made)
+
+    return zeros_tuple, "returns zeros " + ", ".join(s.annotation() for s in specs)
+
+
+def _collective(node: fx.Node, name: str, device: torch.device) -> tuple[Callable[..., Any], str]:
+    """A collective over one rank: all_reduce is the identity, all_gather repeats this rank's
+    data to the gathered size (every rank holds the same), reduce_scatter keeps this rank's part."""
+    spec = node.meta.get("graphdbg_spec")
+    shape = spec.concrete_shape() if isinstance(spec, TensorSpec) and spec.is_static() else None
+    returns = isinstance(spec, TensorSpec) or any(u for u in node.users)
+    tensor_positions = [i for i, a in enumerate(node.args) if isinstance(a, fx.Node)]
+    if name == "wait_tensor" or ("all_reduce" in name or "allreduce" in name) and name.endswith("_"):
+        return (lambda x, *a, **k: x), "returns its input"
+    if not returns or name.startswith("inplace_") or name.startswith("reg_"):
+        if len(tensor_positions) >= 2 and ("gather" in name or "scatter" in name or "to_all" in name):
+            out_i, in_i = tensor_positions[0], tensor_positions[1]
+
+            def into(*args: Any, **kwargs: Any) -> None:
+                _fill_from(args[out_i], args[in_i])
+                return None
+
+            return into, f"writes argument {in_i} into argument {out_i} (repeated to its size), in place"
+        return _does_nothing, "in place, leaves its input as it is"
+    group_size = next((a for a in node.args[1:] if isinstance(a, int) and not isinstance(a, bool)), None)
+
+    def functional(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return _resize_like(x, shape, name, group_size)
+
+    return functional, ("returns its input" if shape is None else f"returns its input as {spec.annotation()}")
+
+
+def _fill_from(out: torch.Tensor, src: torch.Tensor) -> None:
+    flat = src.reshape(-1)
+    n = out.numel()
+    reps = -(-n // max(flat.numel(), 1))
+    out.copy_(flat.repeat(reps)[:n].view(out.shape))
+
+
+def _resize_like(x: torch.Tensor, shape: list[int] | None, name: str, group_size: int | None) -> torch.Tensor:
+    if shape is None:
+        if "gather" in name and group_size:
+            return torch.cat([x] * group_size)
+        if "scatter" in name and group_size:
+            return x.chunk(group_size)[0].clone()
+        return x.clone()
+    n = 1
+    for d in shape:
+        n *= d
+    flat = x.reshape(-1)
+    if n >= flat.numel():
+        reps = -(-n // max(flat.numel(), 1))
+        return flat.repeat(reps)[:n].view(shape).clone()
+    return flat[:n].view(shape).clone()

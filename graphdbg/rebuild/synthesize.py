@@ -1,0 +1,405 @@
+"""Inputs for a graph that came without any: made from its annotations, with a seed.
+
+A printed graph says only ``l_input_: "i64[1]"``. Random int64s would index far outside an
+embedding table, so each integer input is first traced to what it indexes (embedding,
+``index_select``, ``gather``, advanced indexing ``w[topk_ids]``, ``buf[loc] = v``...), through
+views and constant shifts and into nested graphs, and gets values inside that dimension. An
+input the graph compares against constants (``x >= 75968``, ``x < 94960``: a vocab shard) gets
+values in that range. Offsets (``cu_seqlens``, ``query_start_loc``) start at 0, never decrease
+and end at the number of tokens; masks are fair coins; floats are small normals.
+
+    >>> plans = plan_inputs(gm)                 # what each input will be, nothing allocated yet
+    >>> plans[0].how
+    'integers in [0, 18992): indexes dim 0 of torch.nn.functional.embedding(..., weight bf16[18992, 2048])'
+    >>> values, stand_ins = synthesize(plans, torch.device("cuda"), seed=0)
+
+Values are made on the target device directly (weights can be many GB). A tensor past
+``random_limit_bytes`` is zeros, which costs nothing to allocate on the CPU until touched.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import mmap
+import operator
+import re
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from graphdbg.errors import GraphdbgError
+from graphdbg.rebuild.inputs import StandIn
+from graphdbg.specs import SymSpec, TensorSpec
+
+__all__ = ["InputPlan", "plan_inputs", "synthesize", "FLOAT_STD", "DEFAULT_SYMBOL_SIZE"]
+
+FLOAT_STD = 0.1
+DEFAULT_SYMBOL_SIZE = 8  # a dynamic dim nothing pins down: small, and not 0 or 1 (which Dynamo specialises)
+FALLBACK_INT_RANGE = (0, 8)  # integers whose use is unknown: small non-negative, valid as an index into most things
+_OFFSET_NAME = re.compile(r"cu_seqlens|query_start_loc|start_loc|indptr|offsets")
+_TOKEN_NAME = re.compile(r"hidden_states|input_ids|positions|l_input_|l_x_")
+
+
+@dataclass
+class InputPlan:
+    """What one input will be: its spec and how its values are chosen (``how`` says why)."""
+
+    name: str
+    spec: TensorSpec | SymSpec | None
+    kind: str  # "index" | "range" | "offsets" | "mask" | "normal" | "integers" | "symint" | "none"
+    low: int = 0
+    high: int = 0
+    how: str = ""
+
+
+def plan_inputs(gm: fx.GraphModule) -> list[InputPlan]:
+    """One plan per placeholder of ``gm`` (in order), from annotations and how the graph uses each."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    env = symbol_sizes(placeholders)
+    tokens = _token_count(placeholders, env)
+    plans = []
+    for node in placeholders:
+        spec = node.meta.get("graphdbg_spec")
+        plans.append(_plan(node, spec, gm, env, tokens))
+    return plans
+
+
+def symbol_sizes(placeholders: list[fx.Node]) -> dict[str, int]:
+    """A value for every size symbol the annotations use (none of them has a recorded hint)."""
+    env: dict[str, int] = {}
+    for node in placeholders:
+        spec = node.meta.get("graphdbg_spec")
+        dims = spec.shape + (spec.stride or []) if isinstance(spec, TensorSpec) else [spec.expr] if isinstance(spec, SymSpec) else []
+        for d in dims:
+            if isinstance(d, str):
+                for name in _names_in(d):
+                    env.setdefault(name, DEFAULT_SYMBOL_SIZE)
+    return env
+
+
+def _names_in(expr: str) -> list[str]:
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError:
+        raise GraphdbgError(f"cannot read symbolic size {expr!r}") from None
+    funcs = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    return [n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id not in funcs]
+
+
+def _token_count(placeholders: list[fx.Node], env: dict[str, int]) -> int | None:
+    for node in placeholders:
+        spec = node.meta.get("graphdbg_spec")
+        if isinstance(spec, TensorSpec) and spec.shape and _TOKEN_NAME.search(node.name):
+            return spec.concrete_shape(env)[0]
+    return None
+
+
+def _plan(node: fx.Node, spec: Any, gm: fx.GraphModule, env: dict[str, int], tokens: int | None) -> InputPlan:
+    name = node.name
+    if isinstance(spec, SymSpec):
+        value = spec.hint if spec.hint is not None else env.get(spec.expr, DEFAULT_SYMBOL_SIZE)
+        return InputPlan(name, spec, "symint", int(value), int(value), f"{spec.expr} = {value}")
+    if not isinstance(spec, TensorSpec):
+        return InputPlan(name, None, "none", how="no annotation: passed as None")
+    dtype = spec.torch_dtype
+    if dtype == torch.bool:
+        return InputPlan(name, spec, "mask", how="mask: each element True with probability 1/2")
+    if dtype.is_floating_point or dtype.is_complex:
+        return InputPlan(name, spec, "normal", how=f"normal(0, {FLOAT_STD})")
+    shape = spec.concrete_shape(env)
+    uses = IndexUses()
+    uses.follow(node, gm, 0)
+    lo_dtype, hi_dtype = _dtype_range(dtype)
+    if uses.index:
+        lo = max(r[0] for r in uses.index)
+        hi = min(r[1] for r in uses.index)
+        why = uses.index_why[0]
+        if hi > 0:
+            lo = max(lo, 0)  # negative indices are legal, but a real program's indices are not
+        if uses.has_range() and max(lo, uses.low) < min(hi, uses.high):
+            lo, hi = max(lo, uses.low), min(hi, uses.high)
+            why += f", within the range the graph tests ({uses.range_why()})"
+        if lo < hi:
+            return InputPlan(name, spec, "index", max(lo, lo_dtype), min(hi, hi_dtype), f"integers in [{lo}, {hi}): {why}")
+    if uses.has_range():
+        return InputPlan(name, spec, "range", max(uses.low, lo_dtype), min(uses.high, hi_dtype),
+                         f"integers in [{uses.low}, {uses.high}): the range the graph tests ({uses.range_why()})")
+    if uses.low is not None and uses.high is None:
+        return InputPlan(name, spec, "range", uses.low, uses.low + 8, f"integers in [{uses.low}, {uses.low + 8}): the graph tests >= {uses.low}")
+    if len(shape) == 1 and shape[0] >= 2 and _OFFSET_NAME.search(name):
+        total = tokens if tokens is not None else shape[0] - 1
+        return InputPlan(name, spec, "offsets", 0, total,
+                         f"offsets: 0 to {total} tokens over {shape[0] - 1} sequences, nondecreasing")
+    lo, hi = FALLBACK_INT_RANGE
+    return InputPlan(name, spec, "integers", lo, min(hi, hi_dtype), f"integers in [{lo}, {hi}): no indexing use found")
+
+
+def _dtype_range(dtype: torch.dtype) -> tuple[int, int]:
+    info = torch.iinfo(dtype)
+    return int(info.min), int(info.max) + 1
+
+
+# How an integer input is used ---------------------------------------------------------
+
+_SAME_VALUES_METHODS = {"view", "reshape", "flatten", "unsqueeze", "squeeze", "contiguous", "long", "int", "to", "clone",
+                        "expand", "expand_as", "repeat", "t", "permute", "transpose", "narrow", "select", "view_as",
+                        "reshape_as", "detach", "type", "cuda", "cpu"}
+_SAME_VALUES_FUNCTIONS = {"flatten", "reshape", "squeeze", "unsqueeze", "clone", "narrow", "select", "t", "permute",
+                          "transpose", "detach", "contiguous", "_to_copy", "view", "_unsafe_view", "expand", "slice",
+                          "alias", "repeat"}
+_COMPARE = {operator.ge: "ge", operator.gt: "gt", operator.lt: "lt", operator.le: "le"}
+_FLIPPED = {"ge": "le", "gt": "lt", "lt": "gt", "le": "ge"}
+
+
+def _fn_name(target: Any) -> str:
+    if isinstance(target, torch._ops.OpOverload):
+        return target._schema.name.split("::")[-1]
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return target._qualified_op_name.split("::")[-1]
+    return getattr(target, "__name__", "")
+
+
+class IndexUses:
+    """Walks the users of one integer value: what it indexes (bounds) and what it is compared with."""
+
+    def __init__(self) -> None:
+        self.index: list[tuple[int, int]] = []
+        self.index_why: list[str] = []
+        self.low: int | None = None
+        self.high: int | None = None
+        self._why: list[str] = []
+        self._tests: dict[fx.Node, tuple[str, int, str]] = {}
+        self._seen: set[tuple[int, int]] = set()
+
+    def has_range(self) -> bool:
+        return self.low is not None and self.high is not None and self.low < self.high
+
+    def range_why(self) -> str:
+        return ", ".join(self._why)
+
+    def follow(self, node: fx.Node, gm: fx.GraphModule, offset: int) -> None:
+        """``node`` holds the input's values plus ``offset``."""
+        if (id(node), offset) in self._seen or len(self._seen) > 10_000:
+            return
+        self._seen.add((id(node), offset))
+        for user in list(node.users):
+            self._use(node, user, gm, offset)
+
+    def _bound(self, size: Any, offset: int, why: str) -> None:
+        if isinstance(size, int) and size > 0:
+            self.index.append((-offset, size - offset))
+            self.index_why.append(why)
+
+    def _use(self, node: fx.Node, user: fx.Node, gm: fx.GraphModule, offset: int) -> None:
+        args = user.args
+        if user.op == "call_module":
+            sub = gm.get_submodule(str(user.target))
+            if isinstance(sub, fx.GraphModule):
+                inner = [n for n in sub.graph.nodes if n.op == "placeholder"]
+                for i, a in enumerate(args):
+                    if a is node and i < len(inner):
+                        self.follow(inner[i], sub, offset)
+            return
+        if user.op == "output":
+            return
+        name = str(user.target) if user.op == "call_method" else _fn_name(user.target)
+        if user.op == "call_method":
+            args = args[1:]  # after self
+            this = user.args[0]
+            if name in _SAME_VALUES_METHODS and this is node:
+                self.follow(user, gm, offset)
+            elif name in ("index_select", "gather", "index_add", "index_add_", "index_copy", "index_copy_", "index_fill",
+                          "index_fill_", "scatter", "scatter_", "scatter_add", "scatter_add_") and len(args) >= 2 and args[1] is node:
+                dim = args[0] if isinstance(args[0], int) else 0
+                self._bound(_dim_of(this, dim), offset, f"indexes dim {dim} of {_describe(this)}.{name}")
+            elif name in ("index_put", "index_put_") and args and isinstance(args[0], (tuple, list)):
+                self._indices(this, args[0], node, offset, name)
+            return
+        if user.op != "call_function":
+            return
+        if name in _SAME_VALUES_FUNCTIONS and args and args[0] is node:
+            self.follow(user, gm, offset)
+        elif name == "getitem" and len(args) == 2 and args[0] is node and not _nodes_in(args[1]):
+            self.follow(user, gm, offset)  # a slice of the values: x[:2], x[0]
+        elif name == "embedding":
+            # F.embedding(input, weight) vs torch.embedding / aten.embedding(weight, indices)
+            weight = user.kwargs.get("weight")
+            if weight is None and len(args) >= 2:
+                weight = args[1] if args[0] is node else args[0]
+            self._bound(_dim_of(weight, 0), offset, f"indexes dim 0 of embedding(..., weight {_describe(weight)})")
+        elif name in ("index_select", "gather", "index_add", "index_copy", "scatter", "scatter_add") and len(args) >= 3 and args[2] is node:
+            dim = args[1] if isinstance(args[1], int) else 0
+            self._bound(_dim_of(args[0], dim), offset, f"indexes dim {dim} of {_describe(args[0])} in {name}")
+        elif name in ("getitem", "setitem") and len(args) >= 2 and args[0] is not node:
+            self._indices(args[0], args[1], node, offset, "[]" if name == "getitem" else "[] =")
+        elif name in ("index", "index_put", "index_put_", "_index_put_impl_") and len(args) >= 2:
+            self._indices(args[0], args[1], node, offset, name)
+        elif name in ("add", "sub", "iadd", "isub") and len(args) == 2:
+            other = args[1] if args[0] is node else args[0]
+            if isinstance(other, int) and not isinstance(other, bool):
+                if name in ("sub", "isub") and args[1] is not node:
+                    return  # c - x reverses the order; not followed
+                shift = other if name in ("add", "iadd") else -other
+                self.follow(user, gm, offset + shift)
+        elif user.target in _COMPARE and len(args) == 2:
+            kind = _COMPARE[user.target]
+            other = args[1] if args[0] is node else args[0]
+            if args[0] is not node:
+                kind = _FLIPPED[kind]
+            if isinstance(other, int) and not isinstance(other, bool):
+                value = other - offset
+                bound = ("low", value + (kind == "gt")) if kind in ("ge", "gt") else ("high", value + (kind == "le"))
+                self._tests[user] = (*bound, f"{user.name}: {_COMPARE_TEXT[kind]} {other}")
+                self._settle()
+
+    def _settle(self) -> None:
+        """The range the graph tests: a lower and an upper test joined by ``&`` (SGLang's
+        ``(x >= start) & (x < end)`` shard masks; a graph may test several, some empty), else
+        the tightest bounds of all tests."""
+        pairs = []
+        for node, (side, value, why) in self._tests.items():
+            for user in node.users:
+                if user.op == "call_function" and user.target is operator.and_:
+                    other = next((a for a in user.args if a is not node), None)
+                    if other in self._tests and self._tests[other][0] != side and side == "low":
+                        high, high_why = self._tests[other][1], self._tests[other][2]
+                        if value < high:
+                            pairs.append((value, high, f"{why}, {high_why}"))
+        if pairs:
+            self.low, self.high, why = pairs[0]
+            self._why = [why]
+            return
+        lows = [(v, w) for s, v, w in self._tests.values() if s == "low"]
+        highs = [(v, w) for s, v, w in self._tests.values() if s == "high"]
+        self.low = max(lows)[0] if lows else None
+        self.high = min(highs)[0] if highs else None
+        self._why = [w for _, w in ([max(lows)] if lows else []) + ([min(highs)] if highs else [])]
+
+    def _indices(self, base: Any, index: Any, node: fx.Node, offset: int, what: str) -> None:
+        items = list(index) if isinstance(index, (tuple, list)) else [index]
+        dim = 0
+        for item in items:
+            if item is Ellipsis:
+                return  # dims after ... count from the end; the shape alone can't place them reliably
+            if item is node:
+                self._bound(_dim_of(base, dim), offset, f"indexes dim {dim} of {_describe(base)}{what}")
+                return
+            if item is None:
+                continue
+            dim += 1
+
+
+_COMPARE_TEXT = {"ge": ">=", "gt": ">", "lt": "<", "le": "<="}
+
+
+def _nodes_in(value: Any) -> list[fx.Node]:
+    found: list[fx.Node] = []
+    fx.node.map_arg(value, found.append)
+    return found
+
+
+def _dim_of(value: Any, dim: int) -> int | None:
+    spec = value.meta.get("graphdbg_spec") if isinstance(value, fx.Node) else None
+    if isinstance(spec, TensorSpec) and -len(spec.shape) <= dim < len(spec.shape):
+        size = spec.shape[dim]
+        return size if isinstance(size, int) else None
+    return None
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, fx.Node):
+        spec = value.meta.get("graphdbg_spec")
+        return f"{value.name} {spec.annotation()}" if spec is not None else value.name
+    return repr(value)
+
+
+# Making the values --------------------------------------------------------------------
+
+def synthesize(plans: list[InputPlan], device: torch.device, *, seed: int = 0,
+               random_limit_bytes: int | None = None) -> tuple[list[Any], list[StandIn]]:
+    """The values for ``plans`` on ``device``, and one ``synthesized`` stand-in per input.
+
+    The same seed gives the same values on the same kind of device. Tensors larger than
+    ``random_limit_bytes`` (default: 256 MiB on the CPU, 64 GiB on a GPU) are zeros.
+    """
+    if random_limit_bytes is None:
+        random_limit_bytes = (64 << 30) if device.type == "cuda" else (256 << 20)
+    env = {}
+    for p in plans:
+        if p.kind == "symint" and isinstance(p.spec, SymSpec) and p.spec.expr.isidentifier():
+            env[p.spec.expr] = p.low
+    values, stand_ins = [], []
+    for p in plans:
+        value, detail = _make(p, device, seed, env, random_limit_bytes)
+        values.append(value)
+        stand_ins.append(StandIn(p.name, "synthesized", detail))
+    return values, stand_ins
+
+
+def _make(p: InputPlan, device: torch.device, seed: int, env: dict[str, int], limit: int) -> tuple[Any, str]:
+    if p.kind == "symint":
+        return p.low, p.how
+    if p.kind == "none":
+        return None, p.how
+    spec = p.spec
+    assert isinstance(spec, TensorSpec)
+    shape = spec.concrete_shape(_with_defaults(spec, env))
+    stride = spec.concrete_stride(_with_defaults(spec, env))
+    dtype = spec.torch_dtype
+    if stride is not None and _is_contiguous(shape, stride):
+        stride = None
+    nbytes = math.prod(shape) * dtype.itemsize
+    label = f"{spec.annotation()}: "
+    if nbytes > limit and p.kind in ("normal", "mask", "integers"):
+        # Zeros, not random: a many-GB cache filled on the CPU would take longer than the replay.
+        return _zeros(shape, stride, dtype, device, nbytes), \
+            label + f"zeros ({nbytes / (1 << 30):.1f} GiB is over the {limit / (1 << 20):.0f} MiB random-fill limit)"
+    out = torch.empty_strided(shape, stride, dtype=dtype, device=device) if stride else torch.empty(shape, dtype=dtype, device=device)
+    gen = torch.Generator(device=device).manual_seed((seed * 1_000_003 + zlib.crc32(p.name.encode())) & 0x7FFF_FFFF_FFFF)
+    if p.kind == "normal":
+        if dtype.is_complex:
+            out.copy_(torch.randn(shape, generator=gen, dtype=dtype, device=device) * FLOAT_STD)
+        else:
+            out.normal_(0.0, FLOAT_STD, generator=gen)
+    elif p.kind == "mask":
+        out.copy_(torch.rand(shape, generator=gen, device=device) < 0.5)
+    elif p.kind == "offsets":
+        n = shape[0] - 1
+        cuts = [round(i * p.high / n) for i in range(n + 1)]
+        out.copy_(torch.tensor(cuts, dtype=dtype))
+    else:  # index, range, integers
+        out.copy_(torch.randint(p.low, max(p.high, p.low + 1), shape, generator=gen, device=device, dtype=torch.int64))
+    return out, label + p.how
+
+
+def _zeros(shape: list[int], stride: list[int] | None, dtype: torch.dtype, device: torch.device, nbytes: int) -> torch.Tensor:
+    if device.type == "cpu" and stride is None and nbytes > 0:
+        # Anonymous memory is zero and costs nothing until touched: a 5 GB Mamba cache of which
+        # the graph reads one slot takes that slot's pages only.
+        buffer = mmap.mmap(-1, nbytes)
+        return torch.frombuffer(buffer, dtype=dtype).view(shape)
+    if stride is None:
+        return torch.zeros(shape, dtype=dtype, device=device)
+    return torch.empty_strided(shape, stride, dtype=dtype, device=device).zero_()
+
+
+def _with_defaults(spec: TensorSpec, env: dict[str, int]) -> dict[str, int]:
+    full = dict(env)
+    for d in spec.shape + (spec.stride or []):
+        if isinstance(d, str):
+            for name in _names_in(d):
+                full.setdefault(name, DEFAULT_SYMBOL_SIZE)
+    return full
+
+
+def _is_contiguous(shape: list[int], stride: list[int]) -> bool:
+    expected = 1
+    for size, st in reversed(list(zip(shape, stride))):
+        if size != 1 and st != expected:
+            return False
+        expected *= size
+    return True

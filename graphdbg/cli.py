@@ -185,6 +185,7 @@ def minify(
     timeout: TimeoutOpt = None,
     device: DeviceOpt = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where the smallest dump and repro.py go.")] = None,
+    any_failure: Annotated[bool, typer.Option("--any-failure", help="Shrink whatever failure the backend shows, not only the captured one.")] = False,
     ops: OpsOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
@@ -194,7 +195,7 @@ def minify(
     _inputs_setup(ops)
     out = out or Path(f"{dump.name.removesuffix('.py')}-min")
     result = run_minify(dump, backend, passes, accuracy=accuracy, jobs=jobs, isolate=isolate, timeout=timeout,
-                        device=device, out=out, progress=not as_json)
+                        device=device, out=out, progress=not as_json, any_failure=any_failure)
     if as_json:
         _print_json(result.to_dict())
     else:

@@ -69,3 +69,16 @@ def test_minify_a_stream_failure_to_the_wait(tmp_path, cli):
     done = subprocess.run([sys.executable, str(out / "repro.py")], cwd=tmp_path,
                           env={**_env_without_graphdbg(), "PYTHONPATH": str(ROOT / "tests")}, capture_output=True, text=True, timeout=240)
     assert done.returncode == 1 and "REPRODUCED" in done.stdout + done.stderr, done.stderr[-2000:]
+
+
+def test_minify_keeps_the_captured_bug_under_another_backend(tmp_path, cli):
+    # The dump recorded "no lowering for gelu"; this backend breaks the graph another way.
+    other = "fixtures.programs:broken_transpose_backend"
+    r = cli("minify", FIXTURES / "block_compile_error", "--backend", other, "-o", tmp_path / "a", "--json")
+    assert r.code == 2, r
+    assert "fails differently from the captured failure" in r.err and "--any-failure" in r.err
+    assert not (tmp_path / "a").exists()
+    r = cli("minify", FIXTURES / "block_compile_error", "--backend", other, "--any-failure", "-o", tmp_path / "b", "--json")
+    assert r.code == 0, r
+    data = json.loads(r.out)
+    assert data["final_nodes"] < data["start_nodes"] and "gelu" not in (data["signature"] or "")

@@ -245,7 +245,7 @@ def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, accura
            jobs: int = 1, isolate: bool | None = None, timeout: float | None = None, out: str | Path | None = None,
            progress: Any = None, direct: bool | None = None, rtol: float | None = None, atol: float | None = None,
            device: Any = None, log: Callable[[str], None] | None = None,
-           on_query: Callable[[Oracle, Outcome], None] | None = None) -> MinifyResult:
+           on_query: Callable[[Oracle, Outcome], None] | None = None, any_failure: bool = False) -> MinifyResult:
     """Shrink a failing graph to the smallest one that still fails the same way.
 
         >>> result = minify("dumps/rank0/g0-compile_error-1a2b3c4d", out="minified")
@@ -261,6 +261,11 @@ def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, accura
     inputs)`` instead of going through ``torch.compile``. With ``out``, the best graph so far is
     saved after every winning step, so Ctrl-C (``MinifyInterrupted``) loses nothing.
     ``progress``: a callable ``(queries, best_nodes, line)``, or True for a rich progress line.
+
+    A dump that recorded a failure keeps it: whatever ``backend`` is, a candidate counts only
+    when it fails with the captured signature (for an accuracy dump: still mismatches), so
+    another backend can't "minify" a different bug it happens to hit first. ``any_failure``
+    lifts that, for shrinking whatever ``backend`` does to the graph.
     """
     from graphdbg.minify.shrink_passes import PASSES
     from graphdbg.dump import Dump
@@ -270,9 +275,11 @@ def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, accura
     dump = case_or_dump if isinstance(case_or_dump, Dump) else None
     case = as_case(case_or_dump, device)
     dump = dump or case.dump
-    # Under the dump's own backend the failure to keep is the one it recorded; under another
-    # backend, it is whatever that backend does to the graph first.
+    # The failure to keep is the one the dump recorded, under any backend; only with
+    # ``any_failure`` (or a Case with nothing recorded) is it whatever the backend does first.
     own_backend = dump is not None and (backend is None or _backend_ref(backend) == dump.backend)
+    recorded = (dump is not None and not any_failure and not case.modified
+                and dump.failure_kind in ("compile_error", "runtime_error", "accuracy"))
     if backend is None:
         if dump is None:
             raise GraphdbgError("minify needs a backend for a Case that did not come from a dump")
@@ -286,7 +293,7 @@ def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, accura
                         rtol=rtol, atol=atol, direct=use_direct)
 
     def fails(o: Outcome) -> bool:
-        if own_backend and not case.modified and dump.failure_kind in ("compile_error", "runtime_error", "accuracy"):
+        if recorded:
             return o.reproduces(dump)
         return o.failed and o.stage != "reference"
 
@@ -306,7 +313,14 @@ def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, accura
             target, direct = o, d
             break
     if target is None:
+        if recorded and o.failed:
+            raise GraphdbgError(f"{_backend_ref(backend)} fails differently from the captured failure "
+                                f"({o.summary()}; captured: {dump.signature or dump.failure_kind}); "
+                                "pass --any-failure to minify that failure instead")
         raise GraphdbgError(f"the graph does not fail under {_backend_ref(backend)} (last outcome: {o.summary()})")
+    if recorded and target.status == "crash" and not lazy:
+        # the oracle compares candidates with the captured signature, not with this backend's first words
+        target = _recorded_failure(dump, backend)
     if accuracy is None:
         accuracy = target.status == "mismatch"
 
@@ -355,7 +369,8 @@ def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, accura
                 if not fails(first_run(False)):
                     raise GraphdbgError(f"the graph does not fail under {_backend_ref(backend)} as the dump recorded")
                 retry = minify(case, backend, passes, accuracy=accuracy, jobs=jobs, isolate=isolate, timeout=timeout,
-                               out=out, progress=progress, direct=False, rtol=rtol, atol=atol, log=log, on_query=on_query)
+                               out=out, progress=progress, direct=False, rtol=rtol, atol=atol, log=log, on_query=on_query,
+                               any_failure=any_failure)
                 retry.queries += oracle.queries + 1
                 return retry
             oracle.queries += 1

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs every gpu-marked test, on the GPU machine (torch, triton, rich, typer, pandas,
-# safetensors and pytest already installed there, no network). Thunder comes as wheels:
-# first, on your own machine, `bash ../shared/device/fetch-wheels.sh` puts them in .whl/thunder
-# (add --flashinfer for .whl/fi); take .whl along to the GPU machine.
+# safetensors and pytest already installed there, no network). Wheels come along in .whl/:
+# first, on your own machine, `bash scripts/fetch-gpu-wheels.sh` puts Thunder in .whl/thunder
+# and pytest-xdist in .whl/test (add --flashinfer for .whl/fi); take .whl along.
+# The suite must fit in one device call (10 minutes): with xdist the tests run side by side on
+# the one GPU (each needs little memory), which is what keeps it well under that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if compgen -G ".whl/*/*.whl" >/dev/null; then
@@ -10,4 +12,8 @@ if compgen -G ".whl/*/*.whl" >/dev/null; then
 fi
 export PYTHONPATH="$PWD/.site:$PWD:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
-python3 -m pytest -m gpu -q -p no:cacheprovider "$@"
+workers=()
+if python3 -c "import xdist" 2>/dev/null; then
+  workers=(-n "${GRAPHDBG_GPU_WORKERS:-6}")
+fi
+python3 -m pytest -m gpu -q -p no:cacheprovider "${workers[@]}" "$@"

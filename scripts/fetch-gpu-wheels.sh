@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# On this machine (with network): the wheels the GPU machine lacks, into .whl/ (ignored by git).
+#   .whl/thunder  lightning-thunder and what it needs (../shared/device/fetch-wheels.sh)
+#   .whl/test     pytest-xdist and execnet, so that scripts/gpu-tests.sh runs tests side by side
+# Pass --flashinfer for .whl/fi (63 MB; the device tool carries 64 MiB in all).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p .git/info .whl/test 2>/dev/null || true
+bash ../shared/device/fetch-wheels.sh "$@"
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux2014_x86_64 -d .whl/test pytest-xdist==3.8.0 execnet==2.1.2
+du -sh .whl/*

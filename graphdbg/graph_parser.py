@@ -611,10 +611,14 @@ class _ForwardReader:
             prev_end, self.lineno = stmt.end_lineno or stmt.lineno, stmt.lineno
             if returned:
                 raise self.fail(f"statement after return: {_show(stmt)}", stmt)
-            if setitem and _is_alias(stmt) and stmt.value.id == setitem[1] and stmt.lineno == setitem[2]:
-                # fx prints `x[0] = v;  setitem = x`: the second half names the setitem node.
-                setitem[0]._rename(stmt.targets[0].id)
-                self.env[stmt.targets[0].id], setitem = setitem[0], None
+            if setitem and _is_alias(stmt) and _alias_source(stmt) == setitem[1] and stmt.lineno == setitem[2]:
+                # fx prints `x[0] = v;  setitem = x` and `x += y;  x_1: "f32[3]" = x`: the second
+                # half names the node the first half made (and annotates it).
+                alias = _alias_target(stmt)
+                setitem[0]._rename(alias)
+                if isinstance(stmt, ast.AnnAssign):
+                    self._set_meta(setitem[0], stmt.annotation)
+                self.env[alias], setitem = setitem[0], None
                 continue
             setitem = None
             if isinstance(stmt, ast.Return):
@@ -625,6 +629,13 @@ class _ForwardReader:
                 node = self._create("call_function", operator.setitem,
                                     (self._node(tgt.value), self._value(tgt.slice), self._value(stmt.value)), {}, None, stmt)
                 setitem = (node, _dotted(tgt.value, ""), stmt.lineno)
+            elif isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name) and type(stmt.op) in _INPLACE_OPS:
+                # Dynamo keeps in-place Python operators (`x += y`) as operator.iadd & co.
+                tgt = stmt.target.id
+                node = self._create("call_function", _INPLACE_OPS[type(stmt.op)],
+                                    (self._node(stmt.target), self._value(stmt.value)), {}, None, stmt)
+                self.env[tgt] = node
+                setitem = (node, tgt, stmt.lineno)
             elif isinstance(stmt, ast.Assign) and all(isinstance(t, ast.Name) for t in stmt.targets):
                 if isinstance(stmt.value, ast.Constant) and stmt.value.value is None:
                     continue  # `a = b = None`: fx freeing references early
@@ -854,8 +865,26 @@ def _is_literal(expr: ast.expr) -> bool:
 
 
 def _is_alias(stmt: ast.stmt) -> bool:
+    if isinstance(stmt, ast.AnnAssign):
+        return isinstance(stmt.target, ast.Name) and isinstance(stmt.value, ast.Name)
     return (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
             and isinstance(stmt.value, ast.Name))
+
+
+def _alias_source(stmt: ast.stmt) -> str:
+    return stmt.value.id  # type: ignore[union-attr]
+
+
+def _alias_target(stmt: ast.stmt) -> str:
+    return stmt.target.id if isinstance(stmt, ast.AnnAssign) else stmt.targets[0].id  # type: ignore[union-attr]
+
+
+_INPLACE_OPS = {
+    ast.Add: operator.iadd, ast.Sub: operator.isub, ast.Mult: operator.imul, ast.Div: operator.itruediv,
+    ast.FloorDiv: operator.ifloordiv, ast.Mod: operator.imod, ast.Pow: operator.ipow, ast.MatMult: operator.imatmul,
+    ast.BitAnd: operator.iand, ast.BitOr: operator.ior, ast.BitXor: operator.ixor, ast.LShift: operator.ilshift,
+    ast.RShift: operator.irshift,
+}
 
 
 def _dotted(expr: ast.expr, default: Any) -> Any:

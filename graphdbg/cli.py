@@ -146,7 +146,20 @@ def replay(
         if outcome.failed:
             same = "the same failure as captured" if outcome.reproduces(d) else f"captured was: {d.signature or d.failure_kind}"
             console.print(f"[dim]{same}[/]")
-    raise typer.Exit(outcome.exit_code)
+    raise typer.Exit(replay_exit_code(d, outcome))
+
+
+DIFFERENT_FAILURE = 4  # it failed, but not the way the dump recorded: not "the bug is still there"
+
+
+def replay_exit_code(dump: object, outcome: object) -> int:
+    """0 pass, 1 the captured failure again (any failure, for a dump that recorded none), 4 a
+    different failure, 2/timeout as the Outcome says."""
+    code = outcome.exit_code
+    recorded = dump.failure_kind in ("compile_error", "runtime_error", "accuracy")
+    if code == 1 and recorded and not outcome.reproduces(dump):
+        return DIFFERENT_FAILURE
+    return code
 
 
 @app.command()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -165,15 +164,13 @@ def test_ls_groups_ranks_of_the_same_graph_and_names_what_needs_stand_ins(cli):
 
 
 @needs_corpus
-def test_ls_over_the_whole_shared_corpus_is_fast_and_groups_every_rank():
+def test_ls_over_the_whole_shared_corpus_groups_every_rank():
+    # how fast: benchmarks/corpus_ls.py (a timed assertion here only measures CI's neighbours)
     from graphdbg.listing import list_dumps
 
-    started = time.perf_counter()
     listing = list_dumps(SHARED_CORPUS)
     groups = listing.groups
-    seconds = time.perf_counter() - started
     assert len(listing.dumps) == 152 and not listing.problems
-    assert seconds < 5, seconds
     world = {"Qwen3-Next-80B-A3B-Instruct": 8, "Qwen3-0.6B": 4, "Llama-4-Maverick-17B-128E-Instruct": 4, "Mixtral-8x7B-Instruct-v0.1": 4}
     for g in groups:
         assert sorted(set(g["ranks"])) == list(range(world[g["model"]])), (g["model"], g["files"])

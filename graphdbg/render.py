@@ -91,11 +91,12 @@ def log_notes(logs: list[dict[str, Any]], root: str | None = None) -> Text:
             text.append(f"log {name}: no failure\n", style="dim")
         attached = entry.get("attached", [])
         for f in entry["failures"]:
-            ranks = f"ranks {rank_ranges(f['ranks'])}" if f["ranks"] else "rank unknown"
+            ranks = f["ranks"] or []
+            where = f"rank{'s' if len(ranks) > 1 else ''} {rank_ranges(ranks)}" if ranks else "an unknown rank"
             text.append(f"log {name}:{f['first_line']}: ", style="dim")
             text.append(f["signature"], style="bold")
-            text.append(f" on {ranks}" + (f" (backend {f['backend']})" if f["backend"] else "")
-                        + f", {f['occurrences']} tracebacks\n")
+            text.append(f" on {where}" + (f" (backend {f['backend']})" if f["backend"] else "")
+                        + f", {f['occurrences']} traceback{'s' if f['occurrences'] != 1 else ''}\n")
             if f["rank_how"]:
                 text.append(f"  ranks: {f['rank_how']}\n", style="dim")
             mine = [a for a in attached if a["signature"] == f["signature"]]
@@ -123,7 +124,7 @@ def dump_panel(dump: Dump) -> Panel:
     if dump.signature:
         lines.append(f"{dump.signature}\n", style="bold")
     if log:
-        lines.append(f"from the run's log {log['path']}:{log['line']} ({log['occurrences']} tracebacks); {log['how']}\n", style="yellow")
+        lines.append(f"from the run's log {log['path']}:{log['line']} ({log['occurrences']} traceback{'s' if log['occurrences'] != 1 else ''}); {log['how']}\n", style="yellow")
         if log.get("rank_how"):
             lines.append(f"ranks {rank_ranges(log['ranks'] or [])}: {log['rank_how']}\n", style="yellow")
     env = dump.manifest.get("env", {})

@@ -39,6 +39,7 @@ MAX_SCAN = 256 << 20  # a longer log is read from its tail
 MAX_FAILURES = 256  # distinct failures kept per log
 MAX_OPEN = 256  # tracebacks open at once (interleaved ranks); the oldest is dropped past it
 MAX_TEXT = 2000  # characters of an exception's own lines kept for show
+MAX_RANK = 1 << 16  # a larger number in a rank prefix is not a rank
 LOG_NAMES = ("log.txt",)
 LOG_SUFFIXES = (".log",)
 
@@ -47,10 +48,10 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # [2025-10-21 19:07:30 TP3], vLLM's (VllmWorker rank=3 pid=12) or (Worker_TP3 pid=12), mpirun's
 # [1,3]<stderr>:. Groups without a rank (timestamps, [Gloo], [W1021 ...]) are stripped as well.
 _GROUP = re.compile(r"(?:\[(?P<sq>[^\]\n]{0,200})\]|\((?P<par>[^)\n]{0,200})\))(?P<tag><std(?:out|err)>)?:?")
-_RANK_IN_GROUP = re.compile(r"(?:\brank\s*[=:]?\s*|\bRANK\s*[=:]?\s*|(?:^|(?<=[\s_(\[-]))TP[_-]?|\bdefault)(\d+)\b", re.I)
-_MPI_GROUP = re.compile(r"^\d+,(\d+)$")
-_BARE_RANK = re.compile(r"^rank\s?(\d+)\s*[:|]\s?", re.I)
-_PROCESS_HEADER = re.compile(r"^Process (\w*Process-(\d+)(?::\d+)*):$")
+_RANK_IN_GROUP = re.compile(r"(?:\brank\s*[=:]?\s*|\bRANK\s*[=:]?\s*|(?:^|(?<=[\s_(\[-]))TP[_-]?|\bdefault)(\d{1,9})\b", re.I)
+_MPI_GROUP = re.compile(r"^\d{1,9},(\d{1,9})$")
+_BARE_RANK = re.compile(r"^rank\s?(\d{1,9})\s*[:|]\s?", re.I)
+_PROCESS_HEADER = re.compile(r"^Process (\w*Process-(\d{1,9})(?::\d+)*):$")
 _TRACEBACK = "Traceback (most recent call last):"
 _FRAME = re.compile(r'^\s+File "([^"]*)", line \d+, in (\S+)')
 _EXCEPTION = re.compile(r"^(?P<qual>(?:[A-Za-z_]\w*\.)*(?P<name>[A-Z]\w*))(?::\s?(?P<msg>.*))?$")
@@ -59,7 +60,7 @@ _RAISED = re.compile(r"""(?:^|\s)backend=(?P<q>['"]?)(?P<backend>.+?)(?P=q)\s+ra
 _RAISED_OLD = re.compile(r"^(?P<backend>[\w.<>]+) raised (?P<type>[A-Z]\w*): (?P<msg>.*)$")
 _OBJECT_REPR = re.compile(r"^<(?P<dotted>[\w.]+) object at (?P<addr>0x[0-9a-fA-F]+)>$")
 _FUNCTION_REPR = re.compile(r"^<function (?P<name>[\w.<>]+) at (?P<addr>0x[0-9a-fA-F]+)>$")
-_RANK_FILE = re.compile(r"rank[_-]?(\d+)", re.I)
+_RANK_FILE = re.compile(r"(?<![a-z])rank[_-]?(\d{1,9})", re.I)
 # Frames that say the failing code was compiling a graph, or running a compiled one.
 _COMPILE_FRAMES = re.compile(r"_call_user_compiler|compile_fx|standalone_compile|aot_autograd|/_dynamo/backends/"
                              r"|thunder/dynamo/(?:compiler|splitter)|/compilation/|_inductor/__init__")
@@ -255,9 +256,11 @@ class _Scanner:
     def line(self, lineno: int, text: str) -> None:
         self.lineno = lineno
         rank, body = split_prefix(text)
+        if rank is not None and rank >= MAX_RANK:
+            rank = None  # not a rank: a hostile or garbled prefix must not grow the tables
         if rank is None:
             rank = self.file_rank
-        elif rank < 1 << 16:
+        else:
             self.ranks.add(rank)
         stripped = body.strip()
         if not stripped:
@@ -278,8 +281,9 @@ class _Scanner:
                     tb.names.add(name)
         if (h := _PROCESS_HEADER.match(stripped)) is not None:
             number = int(h.group(2))
-            self.processes.add(number)
-            self.pending_headers.append((number, lineno))
+            if len(self.processes) < MAX_RANK:
+                self.processes.add(number)
+            self.pending_headers = [*self.pending_headers[-15:], (number, lineno)]
         elif stripped.endswith(_TRACEBACK):
             self._open(rank, lineno)
         elif (fr := _FRAME.match(body)) is not None:
@@ -326,8 +330,10 @@ class _Scanner:
         tb = self._close(rank)
         if tb is None:
             return  # an error-like line outside any traceback: a log message, not a failure
+        # a logger may prefix only a traceback's first line: the rest is that rank's
+        owner = rank if rank is not None else tb.owner
         occ = {"qual": m.group("qual"), "type": m.group("name"), "msg": (m.group("msg") or "")[:1000],
-               "backend": None, "instance": None, "text": m.group(0)[:MAX_TEXT], "tb": tb, "rank": rank, "line": lineno}
+               "backend": None, "instance": None, "text": m.group(0)[:MAX_TEXT], "tb": tb, "rank": owner, "line": lineno}
         raised = _RAISED.search(occ["msg"])
         if raised is not None:
             self._backend(occ, raised.group("backend"))
@@ -421,7 +427,7 @@ class _Scanner:
                 elif not world:
                     f.rank_how = "the log names no ranks"
                 else:
-                    f.rank_how = f"the log has no rank prefix on this failure ({f.occurrences} occurrences)"
+                    f.rank_how = f"the log has no rank prefix on this failure ({f.occurrences} traceback{'s' if f.occurrences != 1 else ''})"
             f.ranks = sorted(ranks) if ranks else None
             f.rank_source = "+".join(sources) if sources else "unknown"
         log = RunLog(self.path, ranks=sorted(world), failures=failures, lines=self.lineno)

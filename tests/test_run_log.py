@@ -271,11 +271,11 @@ def test_a_log_with_no_exceptions_and_a_gigantic_line(cli, stream_graphs):
 
 
 @pytest.mark.parametrize("style", ["[rank{r}]:", "[default{r}]:", "(VllmWorker rank={r} pid=4242) ", "(Worker_TP{r} pid=77) ",
-                                   "[2025-10-21 19:07:51 TP{r}] ", "[1,{r}]<stderr>:"])
+                                   "[2025-10-21 19:07:51 TP{r}] ", "[1,{r}]<stderr>:", "rank={r} ", "[rank: {r}] "])
 def test_rank_prefixes_of_common_launchers(cli, stream_graphs, style):
-    """The real log's first Stream traceback, written by two ranks with each launcher's prefix."""
+    """The real log's first BackendCompilerFailed traceback, written by two ranks with each launcher's prefix."""
     lines = (NEXT / "log.txt").read_text().splitlines()
-    block = lines[lines.index("Traceback (most recent call last):", 190):260]  # one process's first traceback
+    block = lines[lines.index("Traceback (most recent call last):", 190):260]  # lines 253-260
     assert block[-1].startswith("NotImplementedError")
     text = "".join(style.format(r=r) + line + "\n" for r in (2, 5) for line in block)
     (stream_graphs / "log.txt").write_text(text)
@@ -283,3 +283,37 @@ def test_rank_prefixes_of_common_launchers(cli, stream_graphs, style):
     (f,) = data["logs"][0]["failures"]
     assert f["signature"] == STREAM_SIGNATURE and f["ranks"] == [2, 5] and f["rank_source"] == "prefix"
     assert f["occurrences"] == 2
+
+
+def test_a_logger_that_prefixes_only_a_tracebacks_first_line(cli, stream_graphs):
+    """SGLang's scheduler logs "[... TP3] Scheduler hit an exception: Traceback ..." and the rest bare."""
+    lines = (NEXT / "log.txt").read_text().splitlines()
+    first = lines.index("Traceback (most recent call last):", 190)
+    block = lines[first + 1:260]  # lines 254-260, ending in the BackendCompilerFailed
+    # "During handling ...", then SGLang's wrapper traceback (lines 266-290), less line 288: a
+    # "Traceback (most recent call last):" that another process interleaved there
+    chained = lines[265:287] + lines[288:290]
+    assert chained[0].startswith("During handling") and chained[-1].startswith("NotImplementedError")
+    text = "".join(f"[2025-10-21 19:07:51 TP{r}] Scheduler hit an exception: Traceback (most recent call last):\n"
+                   + "\n".join(block + [""] + chained) + "\n" for r in (1, 6))
+    (stream_graphs / "log.txt").write_text(text)
+    data = _ls(cli, stream_graphs)
+    (f,) = data["logs"][0]["failures"]  # the wrapper's traceback is the same rank's, the same failure
+    assert f["signature"] == STREAM_SIGNATURE and f["ranks"] == [1, 6] and f["rank_source"] == "prefix"
+    assert f["occurrences"] == 4
+
+
+def test_a_chained_traceback_keeps_the_rank_of_the_one_before(cli, stream_graphs):
+    """Python prints "During handling of the above exception ..." and the next traceback bare."""
+    (stream_graphs / "worker.log").write_text(
+        "[2025-10-21 19:07:51 TP3] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/opt/sglang/python/sglang/srt/managers/scheduler.py", line 10, in event_loop\n'
+        "KeyError: 'req_42'\n\n"
+        "During handling of the above exception, another exception occurred:\n\n"
+        "Traceback (most recent call last):\n"
+        '  File "/opt/sglang/python/sglang/srt/managers/scheduler.py", line 12, in event_loop\n'
+        "RuntimeError: scheduler died\n")
+    data = _ls(cli, stream_graphs)
+    failures = {f["type"]: f for f in data["logs"][0]["failures"]}
+    assert failures["KeyError"]["ranks"] == failures["RuntimeError"]["ranks"] == [3]
+    assert data["logs"][0]["attached"] == []  # neither is a graph's failure

@@ -50,9 +50,11 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _GROUP = re.compile(r"(?:\[(?P<sq>[^\]\n]{0,200})\]|\((?P<par>[^)\n]{0,200})\))(?P<tag><std(?:out|err)>)?:?")
 _RANK_IN_GROUP = re.compile(r"(?:\brank\s*[=:]?\s*|\bRANK\s*[=:]?\s*|(?:^|(?<=[\s_(\[-]))TP[_-]?|\bdefault)(\d{1,9})\b", re.I)
 _MPI_GROUP = re.compile(r"^\d{1,9},(\d{1,9})$")
-_BARE_RANK = re.compile(r"^rank\s?(\d{1,9})\s*[:|]\s?", re.I)
+_BARE_RANK = re.compile(r"^rank(?:\s?(\d{1,9})\s*[:|]|\s*=\s*(\d{1,9})\b:?)\s?", re.I)  # "rank3: ...", "rank=3 ..."
 _PROCESS_HEADER = re.compile(r"^Process (\w*Process-(\d{1,9})(?::\d+)*):$")
 _TRACEBACK = "Traceback (most recent call last):"
+_CHAINED = ("During handling of the above exception, another exception occurred:",
+            "The above exception was the direct cause of the following exception:")
 _FRAME = re.compile(r'^\s+File "([^"]*)", line \d+, in (\S+)')
 _EXCEPTION = re.compile(r"^(?P<qual>(?:[A-Za-z_]\w*\.)*(?P<name>[A-Z]\w*))(?::\s?(?P<msg>.*))?$")
 _EXC_NAME = re.compile(r"(?:Error|Exception|Failed|Failure|Exit|Interrupt|Iteration|Unsupported|Timeout|Fault)$")
@@ -218,7 +220,7 @@ def split_prefix(text: str) -> tuple[int | None, str]:
         body = body[m.end():]
         body = body[1:] if body.startswith(" ") else body
     if rank is None and (m := _BARE_RANK.match(body)):
-        rank, body = int(m.group(1)), body[m.end():]
+        rank, body = int(m.group(1) or m.group(2)), body[m.end():]
     return rank, body
 
 
@@ -252,6 +254,8 @@ class _Scanner:
         self.names_re = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, names)) + r")(?![\w])") if names else None
         self.lineno = 0
         self.last_by_rank: dict[int | None, int] = {}
+        self.last_closed: _Traceback | None = None
+        self.chained: tuple[int, _Traceback | None] | None = None  # (line, traceback it continues)
 
     def line(self, lineno: int, text: str) -> None:
         self.lineno = lineno
@@ -286,6 +290,9 @@ class _Scanner:
             self.pending_headers = [*self.pending_headers[-15:], (number, lineno)]
         elif stripped.endswith(_TRACEBACK):
             self._open(rank, lineno)
+        elif stripped in _CHAINED:
+            # the next traceback is the same process's: it inherits the closed one's rank
+            self.chained = (lineno, self.last_closed)
         elif (fr := _FRAME.match(body)) is not None:
             tb = self._current(rank)
             if tb is not None:
@@ -307,7 +314,10 @@ class _Scanner:
         # headers followed by interleaved tracebacks names none of them.
         if len(self.pending_headers) == 1 and self.pending_headers[0][1] == self.last_line_with_text and rank is None:
             process = self.pending_headers[0][0]
+        elif rank is None and self.chained is not None and self.chained[0] == self.last_line_with_text and self.chained[1]:
+            rank, process = self.chained[1].owner, self.chained[1].process
         self.pending_headers = []
+        self.chained = None
         tb = _Traceback(rank, process, lineno, named_before=self.last_named.get(rank) or self.last_named.get(None))
         self.open.append(tb)
         if len(self.open) > MAX_OPEN:
@@ -323,6 +333,7 @@ class _Scanner:
         tb = self._current(rank)
         if tb is not None:
             self.open.remove(tb)
+            self.last_closed = tb
         return tb
 
     # Exceptions ---------------------------------------------------------------------

@@ -317,3 +317,22 @@ def test_a_chained_traceback_keeps_the_rank_of_the_one_before(cli, stream_graphs
     failures = {f["type"]: f for f in data["logs"][0]["failures"]}
     assert failures["KeyError"]["ranks"] == failures["RuntimeError"]["ranks"] == [3]
     assert data["logs"][0]["attached"] == []  # neither is a graph's failure
+
+
+def test_a_traceback_through_a_graph_file_names_it(cli, stream_graphs):
+    """Someone ran a printed graph and it crashed: the traceback goes through the file itself."""
+    (stream_graphs / "log.txt").write_text(
+        "Traceback (most recent call last):\n"
+        '  File "/home/me/run_graph.py", line 9, in <module>\n'
+        "    out = gm(*inputs)\n"
+        f'  File "/home/me/gm/graph_module_216725.py", line 30, in forward\n'
+        "    sglang_inplace_all_reduce = torch.ops.sglang.inplace_all_reduce(x, group_name = 'tp:0')\n"
+        "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, unhandled cuda error\n")
+    data = _ls(cli, stream_graphs)
+    (f,) = data["logs"][0]["failures"]
+    assert f["kind"] == "runtime_error" and f["ranks"] is None  # no ranks in this log
+    rows = {Path(d["path"]).name: d for d in data["dumps"]}
+    named = rows["graph_module_216725.py"]
+    assert named["kind"] == "runtime_error" and named["signature"] == f["signature"]
+    assert named["log_inferred"] is False and "names graph_module_216725.py" in named["log_how"]
+    assert sum(1 for d in data["dumps"] if d["log"]) == 1

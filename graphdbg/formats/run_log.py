@@ -449,7 +449,7 @@ def _kind(occ: dict[str, Any]) -> str:
     tb: _Traceback = occ["tb"]
     if occ["backend"] is not None or occ["type"] == "BackendCompilerFailed" or tb.compile:
         return "compile_error"
-    if tb.runtime:
+    if tb.runtime or tb.names:  # a traceback through a graph file ran that graph
         return "runtime_error"
     return "error"
 
@@ -459,7 +459,7 @@ def _kind(occ: dict[str, Any]) -> str:
 def attach_log(log: RunLog, dumps: list[Any]) -> list[dict[str, Any]]:
     """Give each graph file that has no recorded failure the log failure it belongs to.
 
-    Each failure from compiling (or running) a graph is attached, on each of its ranks, to one
+    Each failure from compiling or running a graph is attached, on each of its ranks, to one
     file, by the first of these that picks a file on any rank:
 
     1. ``named``: the failure's traceback names the file;
@@ -485,7 +485,10 @@ def attach_log(log: RunLog, dumps: list[Any]) -> list[dict[str, Any]]:
             picks = strategy(f, eligible)
             if picks:
                 break
+        # which ranks failed is itself inferred unless prefixes say so; a file the log names needs no rank
+        ranks_inferred = f.rank_source not in ("prefix", "file_name") and strategy is not _by_name
         for d, how, inferred in picks:
+            inferred = inferred or ranks_inferred
             taken.add(id(d))
             d.manifest["failure"] = failure_entry(log, f, how, inferred)
             records.append({"path": str(d.path), "rank": d.rank, "signature": f.signature, "inferred": inferred, "how": how})
@@ -502,8 +505,7 @@ def failure_entry(log: RunLog, f: LogFailure, how: str, inferred: bool) -> dict[
         "backend": f.backend,
         "source": "log",
         "log": {"path": str(log.path), "line": f.first_line, "occurrences": f.occurrences, "ranks": f.ranks,
-                "rank_source": f.rank_source, "rank_how": f.rank_how, "inferred": inferred or f.rank_source
-                not in ("prefix", "file_name"), "how": how, "text": f.text},
+                "rank_source": f.rank_source, "rank_how": f.rank_how, "inferred": inferred, "how": how, "text": f.text},
     }
 
 

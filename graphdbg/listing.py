@@ -57,10 +57,12 @@ class Listing:
             key = ("printed_graph", s["model"], s["group_hash"], s["signature"]) if foreign else (s["graph_hash"], s["kind"], s["signature"])
             g = groups.get(key)
             if g is None:
-                g = groups[key] = {**{k: s[k] for k in _SUMMARY_KEYS + _LOG_KEYS}, "ranks": [], "paths": []}
+                g = groups[key] = {**{k: s[k] for k in _SUMMARY_KEYS}, "ranks": [], "paths": []}
                 if foreign:
                     g.update({"format": "printed_graph", "model": s["model"], "graphs": [], "files": [],
                               "constructs": s["constructs"], "rank_literals": []})
+                if "log" in s:  # another tool's file: its failure may come from the run's log
+                    g.update({k: s[k] for k in _LOG_KEYS})
                 members[key] = []
             g["ranks"].append(s["rank"])
             g["paths"].append(s["path"])
@@ -88,15 +90,17 @@ class Listing:
             "dumps": [summary_row(d) for d in self.dumps],
             "groups": self.groups,
             "problems": self.problems,
-            "logs": self.logs,
+            **({"logs": self.logs} if self.logs else {}),
         }
 
 
 def summary_row(d: Dump) -> dict[str, Any]:
-    """``d.summary()`` plus where its failure came from when a run's log gave it: ``log`` (the
-    log's path), ``log_line``, ``log_inferred`` and ``log_how``; all None otherwise. The
-    backend is then the log's."""
+    """``d.summary()``; for a file of another tool's, plus where its failure came from when a
+    run's log gave it: ``log`` (the log's path), ``log_line``, ``log_inferred`` and ``log_how``
+    (all None otherwise). The backend is then the log's. A captured dump's row is unchanged."""
     row = d.summary()
+    if type(d) is Dump:
+        return row
     failure = d.manifest.get("failure") or {}
     log = failure.get("log") if failure.get("source") == "log" else None
     row.update({"log": log["path"], "log_line": log["line"], "log_inferred": log["inferred"], "log_how": log["how"]}

@@ -204,7 +204,7 @@ def test_explicit_log_from_elsewhere(cli, torchrun_run, tmp_path):
     elsewhere.parent.mkdir()
     shutil.copy(torchrun_run / "log.txt", elsewhere)
     data = _ls(cli, graphs)
-    assert data["logs"] == [] and all(d["kind"] == "foreign" for d in data["dumps"])
+    assert "logs" not in data and all(d["kind"] == "foreign" and d["log"] is None for d in data["dumps"])
 
     data = _ls(cli, graphs, "--log", elsewhere)
     assert data["logs"][0]["path"] == str(elsewhere)

@@ -336,3 +336,21 @@ def test_a_traceback_through_a_graph_file_names_it(cli, stream_graphs):
     assert named["kind"] == "runtime_error" and named["signature"] == f["signature"]
     assert named["log_inferred"] is False and "names graph_module_216725.py" in named["log_how"]
     assert sum(1 for d in data["dumps"] if d["log"]) == 1
+
+
+def test_a_log_too_big_to_scan_is_read_from_its_tail(cli, stream_graphs, monkeypatch):
+    from graphdbg.formats import run_log
+
+    shutil.copy(NEXT / "log.txt", stream_graphs / "log.txt")
+    monkeypatch.setattr(run_log, "MAX_SCAN", 64 << 10)  # the real log is 93 KB; its failures are in the last 64 KB
+    data = _ls(cli, stream_graphs)
+    (log,) = data["logs"]
+    assert log["truncated"] is True
+    (f,) = log["failures"]
+    assert f["signature"] == STREAM_SIGNATURE and f["backend"] == THUNDER
+    # the tail holds fewer distinct backend objects than ranks: which ranks failed is unknown, so
+    # the failure goes to every rank's graph that holds a Stream, as inferred
+    assert f["ranks"] is None and f["rank_source"] == "unknown" and f["occurrences"] < 16
+    rows = {Path(d["path"]).name: d for d in data["dumps"]}
+    assert {n for n, d in rows.items() if d["signature"]} == {"graph_module_170076.py", "graph_module_956955.py"}
+    assert rows["graph_module_170076.py"]["log_inferred"] is True

@@ -151,7 +151,7 @@ def read_log(path: str | Path, graph_names: Iterable[str] = ()) -> RunLog:
             raise GraphdbgError(f"{path}: not a text log (binary data)")
         f.seek(0)
         truncated = size > MAX_SCAN
-        if truncated:
+        if truncated:  # failures are at the end; line numbers then count from where reading began
             f.seek(size - MAX_SCAN)
             _skip_rest_of_line(f)
         scan = _Scanner(path, graph_names)

@@ -194,7 +194,7 @@ def apply_logs(dumps: list[Dump], root: Path, log: str | Path | None = None) -> 
 
     # captured dumps speak for themselves, even those of mode="always" that record no failure
     bare = [d for d in dumps if type(d) is not Dump and not (d.manifest.get("failure") or {}).get("signature")]
-    if not bare:
+    if not bare and log is None:
         return []
     by_log: dict[Path, list[Dump]] = {}
     if log is not None:

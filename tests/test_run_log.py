@@ -241,6 +241,8 @@ def test_a_binary_log_is_one_line_and_exit_2_when_given_and_skipped_when_found(c
     assert r.code == 2 and "not a text log" in r.err and r.err.count("\n") == 1, r
     r = cli("ls", stream_graphs, "--log", tmp_path / "missing.log")
     assert r.code == 2 and "missing.log" in r.err and r.err.count("\n") == 1, r
+    r = cli("ls", ROOT / "fixtures" / "block_compile_error", "--log", junk)  # captured dumps only: still checked
+    assert r.code == 2 and "not a text log" in r.err, r
 
     shutil.copy(junk, stream_graphs / "core.log")  # found beside the graphs: noted, not fatal
     data = _ls(cli, stream_graphs)

@@ -26,6 +26,7 @@ app = typer.Typer(
 console = Console()
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON (stable; see README) instead of tables.")]
 OpsOpt = Annotated[Optional[str], typer.Option("--ops", help="Comma-separated modules defining real implementations of custom ops (instead of stand-ins).")]
+LogOpt = Annotated[Optional[Path], typer.Option("--log", help="The run's log, for graph files that record no failure (default: log.txt or *.log beside them).")]
 SeedOpt = Annotated[Optional[int], typer.Option("--seed", help="Seed for inputs synthesised from annotations (printed graphs).")]
 
 
@@ -61,7 +62,7 @@ def capture(
 
 @app.command("ls")
 def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps or printed graphs.")], as_json: JsonFlag = False,
-       ops: OpsOpt = None) -> None:
+       ops: OpsOpt = None, log: LogOpt = None) -> None:
     """List dumps under PATH; identical failures on several ranks are one row."""
     from graphdbg.listing import list_dumps
 
@@ -69,11 +70,15 @@ def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps o
 
     _inputs_setup(ops)
 
-    listing = list_dumps(path)
+    listing = list_dumps(path, log=log)
     if as_json:
         _print_json(listing.to_json())
     else:
         console.print(listing_table(listing.groups, str(listing.root)))
+        if listing.logs:
+            from graphdbg.render import log_notes
+
+            console.print(log_notes(listing.logs, str(listing.root)))
     for p in listing.problems:
         Console(stderr=True).print(f"graphdbg: skipped {p['error']}", highlight=False, soft_wrap=True)
     if listing.problems:
@@ -82,15 +87,15 @@ def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps o
 
 @app.command()
 def show(dump: Annotated[Path, typer.Argument(help="A dump folder or a graph file.")], as_json: JsonFlag = False,
-         ops: OpsOpt = None) -> None:
+         ops: OpsOpt = None, log: LogOpt = None) -> None:
     """Show a dump: what failed, the graph with its source lines, and its inputs."""
-    import graphdbg
+    from graphdbg.listing import load_with_log, summary_row
     from graphdbg.render import show as render_show
 
     _inputs_setup(ops)
-    d = graphdbg.load(dump)
+    d = load_with_log(dump, log)
     if as_json:
-        _print_json({**d.summary(), "nodes_table": d.nodes().to_dict(orient="records"),
+        _print_json({**summary_row(d), "nodes_table": d.nodes().to_dict(orient="records"),
                      "inputs_table": d.inputs_table().to_dict(orient="records")})
         return
     console.print(render_show(d))

@@ -12,6 +12,9 @@ the same layer are one row with their ranks.
     >>> g = listing.groups[0]
     >>> g["model"], g["graphs"], g["ranks"], g["constructs"][:1]
     ('Llama-4-Maverick-17B-128E-Instruct', [0], [0, 1, 2, 3], ['torch.ops.sglang.inplace_all_reduce'])
+
+Graph files that record no failure take theirs from the run's log beside them (``log.txt``,
+``*.log``, or ``log=``; ``graphdbg.formats.run_log``), which also says whether that was inferred.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from graphdbg.dump import Dump
 from graphdbg.formats import load
 
 _SUMMARY_KEYS = ("id", "nodes", "kind", "backend", "error_type", "message", "signature", "graph_hash")
+_LOG_KEYS = ("log", "log_line", "log_inferred", "log_how")
 
 
 @dataclass
@@ -34,6 +38,7 @@ class Listing:
     root: Path
     dumps: list[Dump] = field(default_factory=list)
     problems: list[dict[str, str]] = field(default_factory=list)
+    logs: list[dict[str, Any]] = field(default_factory=list)  # each log read: RunLog.to_json(), or path + error
 
     @property
     def groups(self) -> list[dict[str, Any]]:
@@ -47,15 +52,17 @@ class Listing:
         groups: dict[tuple, dict[str, Any]] = {}
         members: dict[tuple, list[Dump]] = {}
         for d in self.dumps:
-            s = d.summary()
+            s = summary_row(d)
             foreign = s.get("format") == "printed_graph"
-            key = ("printed_graph", s["model"], s["group_hash"]) if foreign else (s["graph_hash"], s["kind"], s["signature"])
+            key = ("printed_graph", s["model"], s["group_hash"], s["signature"]) if foreign else (s["graph_hash"], s["kind"], s["signature"])
             g = groups.get(key)
             if g is None:
                 g = groups[key] = {**{k: s[k] for k in _SUMMARY_KEYS}, "ranks": [], "paths": []}
                 if foreign:
                     g.update({"format": "printed_graph", "model": s["model"], "graphs": [], "files": [],
                               "constructs": s["constructs"], "rank_literals": []})
+                if "log" in s:  # another tool's file: its failure may come from the run's log
+                    g.update({k: s[k] for k in _LOG_KEYS})
                 members[key] = []
             g["ranks"].append(s["rank"])
             g["paths"].append(s["path"])
@@ -80,10 +87,27 @@ class Listing:
         return {
             "graphdbg": graphdbg.__version__,
             "root": str(self.root),
-            "dumps": [d.summary() for d in self.dumps],
+            "dumps": [summary_row(d) for d in self.dumps],
             "groups": self.groups,
             "problems": self.problems,
+            **({"logs": self.logs} if self.logs else {}),
         }
+
+
+def summary_row(d: Dump) -> dict[str, Any]:
+    """``d.summary()``; for a file of another tool's, plus where its failure came from when a
+    run's log gave it: ``log`` (the log's path), ``log_line``, ``log_inferred`` and ``log_how``
+    (all None otherwise). The backend is then the log's. A captured dump's row is unchanged."""
+    row = d.summary()
+    if type(d) is Dump:
+        return row
+    failure = d.manifest.get("failure") or {}
+    log = failure.get("log") if failure.get("source") == "log" else None
+    row.update({"log": log["path"], "log_line": log["line"], "log_inferred": log["inferred"], "log_how": log["how"]}
+               if log else dict.fromkeys(_LOG_KEYS))
+    if log and failure.get("backend"):
+        row["backend"] = failure["backend"]
+    return row
 
 
 def _input_specs(d: Dump) -> tuple:
@@ -123,11 +147,13 @@ def _differing_literals(dumps: list[Dump]) -> list[list[Any]]:
     return [list(values) for values in zip(*lists) if len(set(values)) > 1]
 
 
-def list_dumps(path: str | Path) -> Listing:
+def list_dumps(path: str | Path, log: str | Path | None = None) -> Listing:
     """Every dump and printed graph file under ``path`` (or ``path`` itself), read and grouped.
 
     A file that can't be read is a ``problems`` entry (one line, with file and line), not an
-    exception; a folder with neither dumps nor printed graphs is a DumpError.
+    exception; a folder with neither dumps nor printed graphs is a DumpError. Graph files
+    with no recorded failure take it from ``log``, or from the logs found beside them; a
+    ``log`` that can't be read is a GraphdbgError, a found one a ``logs`` entry with its error.
     """
     from graphdbg.formats.printed_graph import load_printed_graph
 
@@ -154,7 +180,91 @@ def list_dumps(path: str | Path) -> Listing:
     dumps.sort(key=lambda d: (d.id, d.rank))
     foreign.sort(key=lambda d: (d.model, d.graph_number if d.graph_number is not None else -1, d.id.rstrip("0123456789"), d.rank, d.id))
     listing.dumps = dumps + foreign
+    listing.logs = apply_logs(listing.dumps, root, log)
     return listing
+
+
+def apply_logs(dumps: list[Dump], root: Path, log: str | Path | None = None) -> list[dict[str, Any]]:
+    """Attach the failures of run logs to the dumps that record none; one entry per log read.
+
+    With ``log``, that log serves every dump. Otherwise each dump's folder, then its parents up
+    to ``root``, are searched for ``log.txt`` / ``*.log``; the nearest folder with one wins.
+    """
+    from graphdbg.formats.run_log import attach_log, find_logs, read_log
+
+    # captured dumps speak for themselves, even those of mode="always" that record no failure
+    bare = [d for d in dumps if type(d) is not Dump and not (d.manifest.get("failure") or {}).get("signature")]
+    if not bare and log is None:
+        return []
+    by_log: dict[Path, list[Dump]] = {}
+    if log is not None:
+        by_log[Path(log)] = bare
+    else:
+        top = root if root.is_dir() else root.parent
+        found: dict[Path, list[Path]] = {}
+        for d in bare:
+            folder = Path(d.path).parent if Path(d.path).is_file() else Path(d.path)
+            while True:
+                if folder not in found:
+                    found[folder] = find_logs(folder)
+                if found[folder] or folder == top or top not in folder.parents:
+                    break
+                folder = folder.parent
+            for p in found[folder]:
+                by_log.setdefault(p, []).append(d)
+    entries = []
+    for path, members in by_log.items():
+        names = {n for d in members for n in (Path(d.path).name, Path(d.path).stem)}
+        try:
+            run_log = read_log(path, names)
+        except GraphdbgError as e:
+            if log is not None:
+                raise
+            entries.append({"path": str(path), "error": str(e)})
+            continue
+        attach_log(run_log, members)
+        entries.append(run_log.to_json())
+    return entries
+
+
+def load_with_log(path: str | Path, log: str | Path | None = None) -> Dump:
+    """``load(path)``, with the failure the run's log gives it when it records none.
+
+    The log is ``log`` or one found beside the file; which graph a failure belongs to is
+    decided among the printed graphs in the file's folder, as ``graphdbg ls`` would.
+    """
+    from graphdbg.formats.printed_graph import load_printed_graph
+    from graphdbg.formats.run_log import find_logs, read_log
+
+    dump = load(path)
+    if type(dump) is Dump or (dump.manifest.get("failure") or {}).get("signature"):
+        return dump
+    folder = Path(dump.path).parent if Path(dump.path).is_file() else Path(dump.path)
+    logs = [Path(log)] if log is not None else find_logs(folder)
+    if not logs:
+        return dump
+    siblings = printed_graph_files(folder) if Path(dump.path).is_file() else []
+    names = {n for p in [Path(dump.path), *siblings] for n in (p.name, p.stem)}
+    attachable = []
+    for p in logs:
+        try:
+            attachable.append(any(f.kind != "error" for f in read_log(p, names).failures))
+        except GraphdbgError:
+            if log is not None:
+                raise
+            attachable.append(False)
+    if not any(attachable):
+        return dump
+    others: list[Dump] = []
+    for p in siblings:
+        if p.resolve() == Path(dump.path).resolve():
+            continue
+        try:
+            others.append(load_printed_graph(p))
+        except GraphdbgError:
+            continue  # a sibling that doesn't parse is ls's problem, not this file's
+    apply_logs([dump, *others], folder, log)
+    return dump
 
 
 def printed_graph_files(root: Path) -> list[Path]:

@@ -64,13 +64,51 @@ def listing_table(groups: list[dict[str, Any]], root: str | None = None) -> Tabl
         row = [Text(path_text)]
         if foreign:
             row.append(",".join(map(str, g.get("graphs") or [])) or "-")
-        row += [rank_ranges(g["ranks"]), str(g["nodes"]), Text(g["kind"], style=KIND_STYLE.get(g["kind"], "")), Text(error)]
+        kind = Text(g["kind"], style=KIND_STYLE.get(g["kind"], ""))
+        if g.get("log"):  # the failure comes from the run's log (graphdbg.formats.run_log)
+            kind.append("\nfrom log, inferred" if g.get("log_inferred") else "\nfrom log", style="dim")
+        row += [rank_ranges(g["ranks"]), str(g["nodes"]), kind, Text(error)]
         if foreign:
             row.append(Text(", ".join(_short_construct(c) for c in g.get("constructs", [])), style="yellow"))
         if odd:
             row.append(Text(", ".join(g.get("differs") or []), style="bold red"))
         table.add_row(*row)
     return table
+
+
+def log_notes(logs: list[dict[str, Any]], root: str | None = None) -> Text:
+    """One line per distinct failure of each run log read by ``ls``: its ranks, backend, and
+    which graphs it was attached to and how (``graphdbg.formats.run_log``)."""
+    import os
+
+    text = Text()
+    for entry in logs:
+        name = os.path.relpath(entry["path"], root) if root else entry["path"]
+        if entry.get("error"):
+            text.append(f"log {entry['error']}: not used\n", style="yellow")
+            continue
+        if not entry["failures"]:
+            text.append(f"log {name}: no failure\n", style="dim")
+        attached = entry.get("attached", [])
+        for f in entry["failures"]:
+            ranks = f["ranks"] or []
+            where = f"rank{'s' if len(ranks) > 1 else ''} {rank_ranges(ranks)}" if ranks else "an unknown rank"
+            text.append(f"log {name}:{f['first_line']}: ", style="dim")
+            text.append(f["signature"], style="bold")
+            text.append(f" on {where}" + (f" (backend {f['backend']})" if f["backend"] else "")
+                        + f", {f['occurrences']} traceback{'s' if f['occurrences'] != 1 else ''}\n")
+            if f["rank_how"]:
+                text.append(f"  ranks: {f['rank_how']}\n", style="dim")
+            mine = [a for a in attached if a["signature"] == f["signature"]]
+            if mine:
+                files = [os.path.basename(a["path"]) for a in mine]
+                text.append(f"  attached to {files[0]}" + (f" (+{len(files) - 1})" if len(files) > 1 else "")
+                            + f": {mine[0]['how']}\n", style="dim")
+            elif f["kind"] == "error":
+                text.append("  not attached: it happened outside compiling or running a graph\n", style="dim")
+            else:
+                text.append("  not attached: no graph beside the log fits it\n", style="dim")
+    return text
 
 
 def _short_construct(name: str) -> str:
@@ -80,9 +118,15 @@ def _short_construct(name: str) -> str:
 def dump_panel(dump: Dump) -> Panel:
     lines = Text()
     lines.append(f"{dump.failure_kind}", style=KIND_STYLE.get(dump.failure_kind, "bold"))
-    lines.append(f" in backend {dump.backend!r}, rank {dump.rank} of {dump.world_size}\n")
+    failure = dump.manifest.get("failure") or {}
+    log = failure.get("log") if failure.get("source") == "log" else None
+    lines.append(f" in backend {(failure.get('backend') if log else None) or dump.backend!r}, rank {dump.rank} of {dump.world_size}\n")
     if dump.signature:
         lines.append(f"{dump.signature}\n", style="bold")
+    if log:
+        lines.append(f"from the run's log {log['path']}:{log['line']} ({log['occurrences']} traceback{'s' if log['occurrences'] != 1 else ''}); {log['how']}\n", style="yellow")
+        if log.get("rank_how"):
+            lines.append(f"ranks {rank_ranges(log['ranks'] or [])}: {log['rank_how']}\n", style="yellow")
     env = dump.manifest.get("env", {})
     lines.append(f"torch {env.get('torch')}, python {env.get('python')}, {env.get('device_name')}; "
                  f"{dump.node_count} nodes, graph {dump.graph_hash[:12]}", style="dim")

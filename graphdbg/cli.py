@@ -252,11 +252,13 @@ def bisect_nodes(
 
 
 @bisect_app.command("ranks")
-def bisect_ranks(path: Annotated[Path, typer.Argument(help="A folder of rank dumps.")], as_json: JsonFlag = False) -> None:
+def bisect_ranks(path: Annotated[Path, typer.Argument(help="A folder of rank dumps, or of printed graphs (rank<R>_<G>.py).")],
+                 graph: Annotated[Optional[str], typer.Option("--graph", help="Printed graphs: only this graph (e.g. 9).")] = None,
+                 as_json: JsonFlag = False) -> None:
     """Which ranks' graphs, inputs or errors differ from the others, and how."""
     from graphdbg.minify import bisect_ranks as run
 
-    result = run(path)
+    result = run(path, graph=graph)
     _report(result, as_json)
     raise typer.Exit(1 if result.odd else 0)
 

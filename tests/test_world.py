@@ -79,7 +79,9 @@ def test_four_ranks_replay(tmp_path, cli):
     assert len(find_dumps(dumps)) == 4
     r = cli("replay", dumps, "--all-ranks", "--backend", "aot_eager", "--json")
     assert r.code == 0, r
-    assert [row["status"] for row in json.loads(r.out)["ranks"]] == ["pass"] * 4
+    data = json.loads(r.out)
+    assert [row["status"] for row in data["ranks"]] == ["pass"] * 4
+    assert data["pg_backend"] == "gloo" and [row["device"] for row in data["ranks"]] == ["cpu"] * 4
 
 
 def test_triage_flags_the_rank_that_differs(tmp_path, cli):

@@ -126,38 +126,38 @@ def _implementation(node: fx.Node, short: str, group: Any, size: int) -> tuple[C
                 _on_host(gloo, lambda t: dist.all_reduce(t, group=group), out)
                 return out
 
-            return all_reduce_out, "all_reduce, returning the sum"
+            return all_reduce_out, "all_reduce (returns the sum)"
 
         def all_reduce_in_place(x: torch.Tensor, *args: Any, **kwargs: Any) -> None:
             _on_host(gloo, lambda t: dist.all_reduce(t, group=group), x)
 
-        return all_reduce_in_place, "all_reduce, in place"
+        return all_reduce_in_place, "all_reduce (in place)"
     if ("all_gather" in short or "allgather" in short) and len(tensors) >= 2:
         out_i, in_i = tensors[0], tensors[1]
 
         def all_gather_into(*args: Any, **kwargs: Any) -> None:
             _gather(args[out_i], args[in_i], group, gloo)
 
-        return all_gather_into, f"all_gather of argument {in_i} into argument {out_i}"
+        return all_gather_into, f"all_gather (argument {in_i} into argument {out_i})"
     if "all_gather" in short or "allgather" in short:
         def all_gather_out(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
             out = x.new_empty((x.shape[0] * size, *x.shape[1:]))
             _gather(out, x, group, gloo)
             return out
 
-        return all_gather_out, "all_gather along dim 0, returning the gathered tensor"
+        return all_gather_out, "all_gather (along dim 0, returns the gathered tensor)"
     if "reduce_scatter" in short and len(tensors) >= 2:
         out_i, in_i = tensors[0], tensors[1]
 
         def reduce_scatter_into(*args: Any, **kwargs: Any) -> None:
             args[out_i].copy_(_reduce_scatter(args[in_i], group, size, gloo))
 
-        return reduce_scatter_into, f"reduce_scatter of argument {in_i} into argument {out_i}"
+        return reduce_scatter_into, f"reduce_scatter (argument {in_i} into argument {out_i})"
     if "reduce_scatter" in short:
         def reduce_scatter_out(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
             return _reduce_scatter(x, group, size, gloo)
 
-        return reduce_scatter_out, "reduce_scatter along dim 0, returning this rank's part"
+        return reduce_scatter_out, "reduce_scatter (along dim 0, returns this rank's part)"
     return None, ""
 
 

@@ -309,9 +309,10 @@ def replay_world(root: str | Path, backend: str | None = None, passes: str | Non
     backend = backend or first.backend
     port = master_port or DEFAULT_MASTER_PORT
     if nnodes > 1 and announce is not None:
-        others = ", ".join(str(n) for n in range(nnodes) if n != node_rank)
-        announce(f"on each other node (--node-rank {others}), run: "
-                 + other_node_command(sys.argv, port, placement.pg_backend))
+        others = [n for n in range(nnodes) if n != node_rank]
+        which = str(others[0]) if len(others) == 1 else "R"
+        where = f"node {others[0]}" if len(others) == 1 else f"each other node R ({', '.join(map(str, others))})"
+        announce(f"on {where}, run: " + other_node_command(sys.argv, port, placement.pg_backend, which))
     result = WorldReplay(world_size=world, graph=graph, backend=backend, device=placement.device_type,
                          pg_backend=placement.pg_backend, devices=placement.devices, nnodes=nnodes, node_rank=node_rank)
     groups = [g for d in dumps.values() for g in d.manifest.get("dist", {}).get("collectives", [])]
@@ -338,7 +339,7 @@ def replay_world(root: str | Path, backend: str | None = None, passes: str | Non
     return result
 
 
-def other_node_command(argv: list[str], port: int, pg_backend: str) -> str:
+def other_node_command(argv: list[str], port: int, pg_backend: str, node_rank: str = "R") -> str:
     """This command line as another node runs it: its own ``--node-rank``, and the port and
     process-group backend pinned so that every node agrees."""
     args = list(argv[1:])
@@ -353,7 +354,7 @@ def other_node_command(argv: list[str], port: int, pg_backend: str) -> str:
             skip = "=" not in a
             continue
         out.append(a)
-    return shlex.join(["graphdbg", *out]) + f" --master-port {port} --pg-backend {pg_backend} --node-rank R"
+    return shlex.join(["graphdbg", *out]) + f" --master-port {port} --pg-backend {pg_backend} --node-rank {node_rank}"
 
 
 def _run_torchrun(cmd: list[str], out: Path, ranks: list[int], timeout: float) -> tuple[dict[int, int], bool, str]:

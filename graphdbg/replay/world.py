@@ -126,7 +126,8 @@ def world_dumps(root: str | Path, graph: str | None = None) -> tuple[str, dict[i
 
 def printed_worlds(root: Path) -> dict[str, dict[int, Any]]:
     """Printed graph files under ``root`` by graph: ``'<model>/<graph number>'`` (from the
-    ``# Rank: R, Graph G`` header, else the file name's ``_G``) -> rank -> ForeignDump. A rank
+    ``# Rank: R, Graph G`` header, else ``rank<R>_<G>.py``, else the masked graph hash) -> rank
+    -> ForeignDump. A rank
     whose file of that graph differs from the others is still in it: that is what to debug."""
     from graphdbg.listing import list_dumps
 
@@ -135,8 +136,8 @@ def printed_worlds(root: Path) -> dict[str, dict[int, Any]]:
         if d.failure_kind != "foreign":
             continue
         number = d.graph_number
-        if number is None:
-            m = re.search(r"_(\d+)$", d.path.stem)
+        if number is None:  # no header: SGLang's file name, else the graph itself (Dynamo's graph_module_<pid>.py)
+            m = re.fullmatch(r"rank\d+_(\d+)", d.path.stem)
             number = m.group(1) if m else d.group_hash[:8]
         worlds.setdefault(f"{d.model}/{number}", {}).setdefault(d.rank, d)
     return worlds

@@ -115,7 +115,7 @@ def replay(
     rtol: Annotated[Optional[float], typer.Option(help="Relative tolerance (default: by dtype).")] = None,
     atol: Annotated[Optional[float], typer.Option(help="Absolute tolerance (default: by dtype).")] = None,
     all_ranks: Annotated[bool, typer.Option("--all-ranks", help="Replay every rank's dump under DUMP at once, with real collectives.")] = False,
-    nproc: Annotated[Optional[int], typer.Option("--nproc", help="Processes for --all-ranks (default: the world size).")] = None,
+    nproc: Annotated[Optional[int], typer.Option("--nproc", help="Rank processes on this node for --all-ranks (default: world size / --nnodes).")] = None,
     graph: Annotated[Optional[str], typer.Option("--graph", help="With --all-ranks: which graph (e.g. g0-compile_error, or 9 for rank*_9.py) when there are several.")] = None,
     gpus: Annotated[Optional[int], typer.Option("--gpus", help="With --all-ranks: GPUs to spread the ranks over (default: all); ranks share them.")] = None,
     pg_backend: Annotated[Optional[str], typer.Option("--pg-backend", help="With --all-ranks: gloo or nccl (default: nccl with one GPU per rank, else gloo).")] = None,

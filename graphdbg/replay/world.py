@@ -409,6 +409,12 @@ def _rank_outcome(rank: int, out: Path, exit_codes: dict[int, int], timed_out: b
         return Outcome(status="timeout", backend=backend, stage="child", signature=f"Timeout after {timeout:g}s",
                        message="still running when the world's time ran out (a collective waiting for a peer?)",
                        isolated=True, stderr_tail=err[-3000:] or None)
-    if not outcome_file.exists() and not err and rank not in exit_codes:
-        err = launcher_err  # never started as a rank (rendezvous failed): torchrun's own words
-    return child_outcome(exit_codes.get(rank, 0 if outcome_file.exists() else None), outcome_file, err, backend, None)
+    if not outcome_file.exists() and rank not in exit_codes:
+        # torch reports the ranks that failed first and ends the rest; or the rank never started
+        failed = sorted(exit_codes)
+        why = (f"ended by torchrun after rank{'s' if len(failed) > 1 else ''} {', '.join(map(str, failed))} failed" if failed
+               else "torchrun ended without starting it: " + ((launcher_err.strip().splitlines() or ["no message"])[-1]))
+        return Outcome(status="crash", backend=backend, stage="child", error_type="TorchrunEnded",
+                       signature="TorchrunEnded: " + ("a peer failed" if failed else "never started"), message=why,
+                       isolated=True, stderr_tail=(err or launcher_err)[-3000:] or None)
+    return child_outcome(exit_codes.get(rank, 0), outcome_file, err, backend, None)

@@ -77,7 +77,7 @@ def test_a_rank_killed_by_a_signal_gets_its_exit_code_from_torchrun(world2, cli)
     assert "Fatal Python error: Segmentation fault" in rows[1]["stderr_tail"]
     # rank 0 hears it from gloo, or is ended by torchrun: a crash either way, never a hang
     sig = rows[0]["signature"]
-    assert rows[0]["status"] == "crash" and (sig == "TorchrunEnded: a peer failed" or "Connection closed by peer" in sig), rows[0]
+    assert rows[0]["status"] == "crash" and (sig == "TorchrunEnded: a peer failed" or "by peer" in sig), rows[0]
 
 
 def test_fewer_processes_than_ranks_is_refused_with_the_way_out(world2, cli):

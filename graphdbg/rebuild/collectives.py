@@ -12,7 +12,7 @@ initialised with more than one rank, ``install_stand_ins`` asks this module firs
     >>> dist.init_process_group("gloo")                       # rank 2 of 4
     >>> use_groups([{"name": "tp:0", "ranks": [0, 1, 2, 3]}])  # same call, same order, on every rank
     >>> install_stand_ins(gm, torch.device("cpu"))[0].describe()
-    "l.inplace_all_reduce: collective (torch.ops.sglang.inplace_all_reduce is not on this machine: a real all_reduce over group 'tp:0' (ranks 0-3, gloo), in place)"
+    "inductor_0.inplace_all_reduce: collective (torch.ops.sglang.inplace_all_reduce is not on this machine: a real all_reduce (in place) over group 'tp:0' (ranks 0-3, gloo))"
 
 A group name nothing describes (printed graphs don't say who is in ``tp:0``) spans the whole
 world. Under gloo, CUDA tensors go through host memory, so ranks that share a GPU still
@@ -163,10 +163,11 @@ def _implementation(node: fx.Node, short: str, group: Any, size: int) -> tuple[C
 
 def _on_host(gloo: bool, op: Callable[[torch.Tensor], Any], t: torch.Tensor) -> None:
     """Run ``op`` on ``t`` in place; under gloo a CUDA tensor makes the trip through host memory."""
-    if gloo and t.is_cuda or not t.is_contiguous():
-        host = t.detach().to("cpu", copy=True).contiguous()
-        op(host)
-        t.copy_(host)
+    via_host = gloo and t.is_cuda
+    if via_host or not t.is_contiguous():
+        staged = t.detach().to("cpu" if via_host else t.device, copy=True).contiguous()
+        op(staged)
+        t.copy_(staged)
     else:
         op(t)
 

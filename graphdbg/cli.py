@@ -120,8 +120,15 @@ def replay(
     rtol: Annotated[Optional[float], typer.Option(help="Relative tolerance (default: by dtype).")] = None,
     atol: Annotated[Optional[float], typer.Option(help="Absolute tolerance (default: by dtype).")] = None,
     all_ranks: Annotated[bool, typer.Option("--all-ranks", help="Replay every rank's dump under DUMP at once, with real collectives.")] = False,
-    nproc: Annotated[Optional[int], typer.Option("--nproc", help="Processes for --all-ranks (default: the world size).")] = None,
-    graph: Annotated[Optional[str], typer.Option("--graph", help="With --all-ranks: which graph (e.g. g0-compile_error) when there are several.")] = None,
+    nproc: Annotated[Optional[int], typer.Option("--nproc", help="Rank processes on this node for --all-ranks (default: world size / --nnodes).")] = None,
+    graph: Annotated[Optional[str], typer.Option("--graph", help="With --all-ranks: which graph (e.g. g0-compile_error, or 9 for rank*_9.py) when there are several.")] = None,
+    gpus: Annotated[Optional[int], typer.Option("--gpus", help="With --all-ranks: GPUs to spread the ranks over (default: all); ranks share them.")] = None,
+    pg_backend: Annotated[Optional[str], typer.Option("--pg-backend", help="With --all-ranks: gloo or nccl (default: nccl with one GPU per rank, else gloo).")] = None,
+    max_memory_gb: Annotated[Optional[float], typer.Option("--max-memory-gb", help="With --all-ranks: GiB of inputs each device may hold (default: its free memory).")] = None,
+    nnodes: Annotated[int, typer.Option("--nnodes", help="With --all-ranks: nodes taking part (run the same command on each).")] = 1,
+    node_rank: Annotated[int, typer.Option("--node-rank", help="With --nnodes: this node's index.")] = 0,
+    master_addr: Annotated[Optional[str], typer.Option("--master-addr", help="With --nnodes: host of node 0.")] = None,
+    master_port: Annotated[Optional[int], typer.Option("--master-port", help="With --nnodes: port on node 0 (default 29500).")] = None,
     ops: OpsOpt = None,
     seed: SeedOpt = None,
     as_json: JsonFlag = False,
@@ -135,6 +142,9 @@ def replay(
         from graphdbg.replay.world import replay_world
 
         world = replay_world(dump, backend, passes, graph=graph, nproc=nproc, device=device, timeout=timeout or 300.0,
+                             gpus=gpus, pg_backend=pg_backend, nnodes=nnodes, node_rank=node_rank, master_addr=master_addr,
+                             master_port=master_port, max_memory=int(max_memory_gb * (1 << 30)) if max_memory_gb is not None else None,
+                             announce=lambda line: Console(stderr=True).print(f"graphdbg: {line}", highlight=False, soft_wrap=True, markup=False),
                              direct=direct, accuracy=accuracy, rtol=rtol, atol=atol)
         if as_json:
             _print_json(world.to_dict())
@@ -261,11 +271,13 @@ def bisect_nodes(
 
 
 @bisect_app.command("ranks")
-def bisect_ranks(path: Annotated[Path, typer.Argument(help="A folder of rank dumps.")], as_json: JsonFlag = False) -> None:
+def bisect_ranks(path: Annotated[Path, typer.Argument(help="A folder of rank dumps, or of printed graphs (rank<R>_<G>.py).")],
+                 graph: Annotated[Optional[str], typer.Option("--graph", help="Printed graphs: only this graph (e.g. 9).")] = None,
+                 as_json: JsonFlag = False) -> None:
     """Which ranks' graphs, inputs or errors differ from the others, and how."""
     from graphdbg.minify import bisect_ranks as run
 
-    result = run(path)
+    result = run(path, graph=graph)
     _report(result, as_json)
     raise typer.Exit(1 if result.odd else 0)
 

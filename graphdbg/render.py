@@ -275,12 +275,14 @@ def compare_table(df: Any) -> Table:
 
 
 def world_table(world: Any) -> Table:
-    table = Table(title=f"{world.graph}: {world.world_size} ranks under {world.backend} on {world.device} ({world.seconds:.1f}s)")
-    for col in ("rank", "outcome", "signature", "seconds"):
+    node = f", node {world.node_rank} of {world.nnodes}" if world.nnodes > 1 else ""
+    table = Table(title=f"{world.graph}: {world.world_size} ranks under {world.backend} on {world.device}, "
+                        f"process group {world.pg_backend}{node} ({world.seconds:.1f}s)")
+    for col in ("rank", "device", "outcome", "signature", "seconds"):
         table.add_column(col, overflow="fold")
     for r in world.ranks:
         o = r.outcome
-        table.add_row(str(r.rank), Text(o.status, style=STATUS_STYLE.get(o.status, "")), Text(o.signature or ""),
+        table.add_row(str(r.rank), r.device, Text(o.status, style=STATUS_STYLE.get(o.status, "")), Text(o.signature or ""),
                       f"{o.total_s:.2f}" if o.total_s is not None else "")
     return table
 

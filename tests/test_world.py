@@ -68,6 +68,18 @@ def test_when_one_rank_crashes_gloo_tells_the_others(world2, cli):
     assert rows[0]["status"] == "crash" and "Connection closed by peer ?:?" in rows[0]["signature"]
 
 
+def test_a_rank_killed_by_a_signal_gets_its_exit_code_from_torchrun(world2, cli):
+    r = cli("replay", world2, "--all-ranks", "--backend", "world_backends:segfault_on_rank1", "--direct", "--timeout", "120",
+            "--json")
+    assert r.code == 1, r
+    rows = {row["rank"]: row for row in json.loads(r.out)["ranks"]}
+    assert rows[1]["status"] == "crash" and rows[1]["signature"] == "Signal SIGSEGV", rows[1]
+    assert "Fatal Python error: Segmentation fault" in rows[1]["stderr_tail"]
+    # rank 0 hears it from gloo, or is ended by torchrun: a crash either way, never a hang
+    sig = rows[0]["signature"]
+    assert rows[0]["status"] == "crash" and (sig == "TorchrunEnded: a peer failed" or "by peer" in sig), rows[0]
+
+
 def test_fewer_processes_than_ranks_is_refused_with_the_way_out(world2, cli):
     r = cli("replay", world2, "--all-ranks", "--nproc", "1")
     assert r.code == 2 and "need all 2 ranks" in r.err and "graphdbg replay" in r.err
@@ -79,7 +91,9 @@ def test_four_ranks_replay(tmp_path, cli):
     assert len(find_dumps(dumps)) == 4
     r = cli("replay", dumps, "--all-ranks", "--backend", "aot_eager", "--json")
     assert r.code == 0, r
-    assert [row["status"] for row in json.loads(r.out)["ranks"]] == ["pass"] * 4
+    data = json.loads(r.out)
+    assert [row["status"] for row in data["ranks"]] == ["pass"] * 4
+    assert data["pg_backend"] == "gloo" and [row["device"] for row in data["ranks"]] == ["cpu"] * 4
 
 
 def test_triage_flags_the_rank_that_differs(tmp_path, cli):

@@ -360,18 +360,23 @@ class RankReport:
                 "differences": {str(k): v for k, v in self.differences.items()}, "notes": self.notes}
 
 
-def bisect_ranks(paths: Any) -> RankReport:
-    """Compare one dump per rank: a folder holding them all, or a list of dump folders.
+def bisect_ranks(paths: Any, graph: str | None = None) -> RankReport:
+    """Compare one dump per rank: a folder holding them all, or a list of dump folders; or a
+    folder of printed graph files (``rank<R>_<G>.py``), each graph across its ranks.
 
         >>> report = bisect_ranks("dumps/")
         >>> report.odd, report.differences[3]
         ([3], ['graph: hash 1a2b3c4d vs 9f8e7d6c (majority); ops Tensor.relu +1, torch._C._nn.gelu -1'])
+        >>> bisect_ranks("corpus/Qwen3-0.6B", graph="0").differences[2]
+        ['Qwen3-0.6B/0: literal 113000 in thunder_0.lt, where ranks 0, 1, 3 follow 37984 * rank + 37984 (rank 2: 113952)']
     """
     import graphdbg
     from graphdbg.manifest import find_dumps
 
     if isinstance(paths, (str, Path)):
-        folders = find_dumps(Path(paths))
+        folders = find_dumps(Path(paths)) if Path(paths).is_dir() else []
+        if not folders:
+            return _printed_rank_report(Path(paths), graph)
     else:
         folders = [graphdbg.load(p).path for p in paths]
     dumps = [graphdbg.load(f) for f in folders]
@@ -441,3 +446,141 @@ def _explain(key: str, mine: dict[str, Any], major: dict[str, Any], dump: Any) -
         changed = [name for name, h in mine["values"] if theirs.get(name) != h]
         return "input values: " + ", ".join(changed[:10]) + (" ..." if len(changed) > 10 else "")
     return f"error: {mine['signature']} vs {major['signature']} (majority)"
+
+
+# Ranks of a printed graph ------------------------------------------------------------------
+def _printed_rank_report(root: Path, graph: str | None) -> RankReport:
+    """Each printed graph across the ranks that printed it: which rank's structure, input
+    annotations or literals differ. A literal is judged against the pattern the other ranks
+    follow (``offset + step * rank``: device indices, vocab-shard bounds, constants), so what
+    differs on every rank by design flags no one."""
+    from graphdbg.replay.world import printed_worlds
+
+    worlds = {k: v for k, v in printed_worlds(root).items() if len(v) >= 2}
+    if graph is not None:
+        worlds = {k: v for k, v in worlds.items() if k == graph or k.rsplit("/", 1)[1] == graph.removeprefix("g")}
+    if not worlds:
+        raise GraphdbgError(f"bisect ranks needs dumps, or printed graphs of at least two ranks, under {root}"
+                            + (f" (graph {graph})" if graph else ""))
+    ranks = sorted({r for members in worlds.values() for r in members})
+    diffs: dict[int, list[str]] = {r: [] for r in ranks}
+    notes: list[str] = []
+    hashes: dict[int, list[str]] = {r: [] for r in ranks}
+    for key, members in sorted(worlds.items()):
+        facts = {r: _printed_facts(d) for r, d in sorted(members.items())}
+        for r, d in members.items():
+            hashes[r].append(d.group_hash)
+        for what in ("structure", "inputs"):
+            values = [f[what] for f in facts.values()]
+            if len({repr(v) for v in values}) == 1:
+                continue
+            if len(values) > 2 and len({repr(v) for v in values}) == len(values):
+                notes.append(f"{key}: {what} different on every rank")
+                continue
+            majority = _majority(values)
+            for r, f in facts.items():
+                if f[what] != majority:
+                    diffs[r].append(f"{key}: " + _first_difference(what, f[what], majority))
+        lengths = {len(f["literals"]) for f in facts.values()}
+        if len(lengths) == 1:
+            odd, by_rank = _odd_literals(facts)
+            for r, text in odd:
+                diffs[r].append(f"{key}: {text}")
+            if by_rank:
+                notes.append(f"{key}: {by_rank} literal{'s' if by_rank > 1 else ''} follow the rank (device index, "
+                             "shard offset): expected to differ, not counted")
+    graphs = {r: hashlib.sha256(" ".join(h).encode()).hexdigest() if len(h) > 1 else (h[0] if h else "")
+              for r, h in hashes.items()}
+    return RankReport(ranks=ranks, graphs=graphs, signatures={r: None for r in ranks}, differences=diffs, notes=notes)
+
+
+def _printed_facts(d: Any) -> dict[str, Any]:
+    """The graph with its integer literals taken out (structure), its input annotations, and
+    those literals with where they are."""
+    structure: list[tuple] = []
+    literals: list[tuple[str, int]] = []
+    inputs: list[tuple] = []
+
+    def mask(value: Any, where: str) -> Any:
+        if isinstance(value, fx.Node):
+            return "%" + value.name
+        if isinstance(value, bool) or value is None or isinstance(value, (str, float)):
+            return value
+        if isinstance(value, int):
+            literals.append((where, value))
+            return "#"
+        if isinstance(value, torch.device):
+            if value.index is not None:
+                literals.append((where, value.index))
+            return f"device:{value.type}"
+        if isinstance(value, (list, tuple)):
+            return tuple(mask(v, where) for v in value)
+        if isinstance(value, dict):
+            return tuple((k, mask(v, where)) for k, v in value.items())
+        if isinstance(value, slice):
+            return ("slice", mask(value.start, where), mask(value.stop, where), mask(value.step, where))
+        return str(value)
+
+    def walk(pg: Any, prefix: str) -> None:
+        for node in pg.graph.nodes:
+            spec = node.meta.get("graphdbg_spec")
+            note = spec.annotation() if spec is not None else None
+            where = prefix + node.name
+            if node.op == "placeholder":
+                if not prefix:
+                    inputs.append((node.name, note))
+                continue
+            target = target_name(node) if node.op != "output" else "output"
+            structure.append((where, node.op, target, mask(node.args, where), mask(dict(node.kwargs), where), note))
+        for name in sorted(pg.submodules):
+            walk(pg.submodules[name], f"{prefix}{name}.")
+
+    walk(d.printed, "")
+    return {"structure": tuple(structure), "inputs": tuple(inputs), "literals": literals}
+
+
+def _first_difference(what: str, mine: tuple, major: tuple) -> str:
+    for a, b in zip(mine, major):
+        if a != b:
+            if what == "inputs":
+                return f"input {a[0]} {a[1]} vs {b[1]} (majority)"
+            return f"graph: node {a[0]} {a[2]} {a[5] or ''} vs {b[0]} {b[2]} {b[5] or ''} (majority)".replace("  ", " ")
+    return f"{what}: {len(mine)} vs {len(major)} (majority)" if what == "inputs" else f"graph: {len(mine)} nodes vs {len(major)} (majority)"
+
+
+def _odd_literals(facts: dict[int, dict[str, Any]]) -> tuple[list[tuple[int, str]], int]:
+    """Per literal position, the line ``offset + step * rank`` most ranks are on; a rank off a
+    line that a strict majority follows is odd. Two ranks always fit a line: nothing to say.
+    Returns the odd ones, and how many positions follow the rank on every rank."""
+    ranks = list(facts)
+    found: list[tuple[int, str]] = []
+    by_rank = 0
+    if len(ranks) < 3:
+        return found, by_rank
+    count = len(next(iter(facts.values()))["literals"])
+    for i in range(count):
+        values = {r: facts[r]["literals"][i][1] for r in ranks}
+        best: tuple[int, int, int] | None = None  # (ranks on it, offset, step)
+        for a in range(len(ranks)):
+            for b in range(a + 1, len(ranks)):
+                ra, rb = ranks[a], ranks[b]
+                step, rem = divmod(values[rb] - values[ra], rb - ra)
+                if rem:
+                    continue
+                offset = values[ra] - step * ra
+                on = sum(values[r] == offset + step * r for r in ranks)
+                if best is None or on > best[0]:
+                    best = (on, offset, step)
+        if best is not None and best[0] == len(ranks) and best[2] != 0:
+            by_rank += 1
+        if best is None or best[0] == len(ranks) or best[0] * 2 <= len(ranks):
+            continue
+        _, offset, step = best
+        followers = [r for r in ranks if values[r] == offset + step * r]
+        rule = str(offset) if step == 0 else f"{step} * rank + {offset}" if offset else f"{step} * rank"
+        for r in ranks:
+            if r not in followers:
+                where = facts[r]["literals"][i][0]
+                found.append((r, f"literal {values[r]} in {where}, where ranks {', '.join(map(str, followers))} "
+                                 f"follow {rule} (rank {r}: {offset + step * r})"))
+    return found, by_rank

@@ -15,6 +15,9 @@ the node's own annotation. Every stand-in is reported; none is silent.
     >>> [s.describe() for s in used][:1]
     ['inductor_1.inplace_all_reduce: custom_op (torch.ops.sglang.inplace_all_reduce is not on this machine: in-place, does nothing)']
 
+In a world (torch.distributed initialised, several ranks: ``replay --all-ranks``) collectives
+are real instead, on the group the graph names (``collectives.real_collective``).
+
 Real implementations replace stand-ins: ``register_ops(["mypkg.sglang_ops"])`` imports modules
 that define the ops with ``torch.library``; a registered op resolves like any torch op.
 """
@@ -367,6 +370,14 @@ def _replace(node: fx.Node, qual: str, path: str, ctx: _Context) -> bool:
         return True
     ns = qual.split(".")[2] if qual.startswith("torch.ops.") else ""
     if ns in COLLECTIVE_NAMESPACES or (isinstance(node.target, MissingOp) and _COLLECTIVE.search(short)):
+        from graphdbg.rebuild.collectives import in_world, real_collective
+
+        if in_world():  # every rank is here: the real collective, on the group the graph names
+            changed, detail = real_collective(node, qual, short)
+            if detail:
+                ctx.used.append(StandIn(path, "collective", detail))
+            if changed or ns in COLLECTIVE_NAMESPACES:
+                return changed
         fn, how = _collective(node, short, ctx.device)
         node.target = _named(short, fn)
         where = "" if ns in COLLECTIVE_NAMESPACES else " is not on this machine"

@@ -1,14 +1,24 @@
-"""Replay every rank of a captured world at once, with real collectives.
+"""Replay every rank of a captured world at once, with real collectives, launched by torchrun.
 
     >>> world = replay_world("dumps/", backend="inductor", timeout=120)
-    >>> [(r.rank, r.outcome.status) for r in world.ranks]
-    [(0, 'crash'), (1, 'crash'), (2, 'timeout'), (3, 'crash')]
+    >>> [(r.rank, r.device, r.outcome.status) for r in world.ranks], world.pg_backend
+    ([(0, 'cuda:0', 'crash'), (1, 'cuda:1', 'crash'), (2, 'cuda:0', 'timeout'), (3, 'cuda:1', 'crash')], 'gloo')
 
-One process per rank, each loading its own rank's dump, joined in a process group (gloo on
-the CPU, NCCL on GPUs) so that the graph's collectives really communicate. Dynamo's default
-group is named "0" in every process, so a graph that all-reduces over group "0" finds its peers.
-A rank that never returns (stuck in a collective whose peer crashed) becomes a timeout, and
-every child is ended before this returns.
+``torch.distributed.run`` (elastic, restarts off) starts one process per rank on this node
+(``rank_main``); rendezvous, process-group teardown and exit codes are torch's. Each rank
+loads its own rank's dump, or its own file of a printed graph, joins the process group and
+replays with real collectives (``rebuild.collectives``), and writes its Outcome as JSON into a
+folder this process reads back.
+
+- **Devices.** Ranks spread round-robin over the GPUs given (``gpus``, default all), or all
+  run on the CPU. One GPU per rank gets NCCL; ranks that share a device get gloo, which runs
+  the common collectives on CUDA tensors too. The map is in the result.
+- **Memory.** The inputs of the ranks that share a device must fit in its free memory, or
+  the replay is refused before it starts, naming the largest world that fits.
+- **Several nodes.** The same call on each node with ``nnodes``, ``node_rank`` and
+  ``master_addr`` (passed to torchrun, static rendezvous); each node reports its own ranks.
+- **Timeouts.** A rank without an outcome when the time is up (stuck in a collective whose
+  peer hangs) is a ``timeout``, and every rank process is killed.
 """
 
 from __future__ import annotations
@@ -16,12 +26,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,15 +43,19 @@ from graphdbg.errors import GraphdbgError
 from graphdbg.manifest import find_dumps
 from graphdbg.replay.outcome import Outcome
 
+DEFAULT_MASTER_PORT = 29500  # torchrun's own default
+KILL_GRACE_S = 20.0
+
 
 @dataclass
 class RankReplay:
     rank: int
     dump: str
     outcome: Outcome
+    device: str = "cpu"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "dump": self.dump, **self.outcome.to_dict()}
+        return {"rank": self.rank, "dump": self.dump, **self.outcome.to_dict(), "device": self.device}
 
 
 @dataclass
@@ -48,7 +63,11 @@ class WorldReplay:
     world_size: int
     graph: str
     backend: str
-    device: str
+    device: str  # cpu | cuda
+    pg_backend: str = "gloo"
+    devices: dict[int, str] = field(default_factory=dict)  # rank -> device, for this node's ranks
+    nnodes: int = 1
+    node_rank: int = 0
     ranks: list[RankReplay] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -58,13 +77,17 @@ class WorldReplay:
 
     def to_dict(self) -> dict[str, Any]:
         return {"world_size": self.world_size, "graph": self.graph, "backend": self.backend, "device": self.device,
-                "seconds": self.seconds, "ranks": [r.to_dict() for r in self.ranks]}
+                "pg_backend": self.pg_backend, "devices": {str(r): d for r, d in self.devices.items()},
+                "nnodes": self.nnodes, "node_rank": self.node_rank, "seconds": self.seconds,
+                "ranks": [r.to_dict() for r in self.ranks]}
 
     def __rich__(self) -> Any:
         from graphdbg.render import world_table
 
         return world_table(self)
 
+
+# Which files make the world ----------------------------------------------------------------
 
 def _graph_key(path: Path) -> str:
     """'g0-compile_error' from 'g0-compile_error-1a2b3c4d[-1]': the same graph of each rank."""
@@ -73,12 +96,16 @@ def _graph_key(path: Path) -> str:
 
 
 def world_dumps(root: str | Path, graph: str | None = None) -> tuple[str, dict[int, Path]]:
-    """One dump per rank for one graph; errors name what to choose when that is ambiguous."""
+    """One dump per rank for one graph: dump folders, else the files of one printed graph.
+
+        >>> world_dumps("corpus/Qwen3-0.6B", graph="9")
+        ('Qwen3-0.6B/9', {0: PosixPath('.../rank0_9.py'), 1: ..., 2: ..., 3: ...})
+    """
     import graphdbg
 
-    found = find_dumps(Path(root))
+    found = find_dumps(Path(root)) if Path(root).is_dir() else []
     if not found:
-        raise GraphdbgError(f"{root}: no graphdbg dumps here")
+        return _printed_world(Path(root), graph)
     keys = sorted({_graph_key(p) for p in found})
     if graph is None:
         if len(keys) > 1:
@@ -97,106 +124,297 @@ def world_dumps(root: str | Path, graph: str | None = None) -> tuple[str, dict[i
     return graph, dict(sorted(by_rank.items()))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def printed_worlds(root: Path) -> dict[str, dict[int, Any]]:
+    """Printed graph files under ``root`` by graph: ``'<model>/<graph number>'`` (from the
+    ``# Rank: R, Graph G`` header, else ``rank<R>_<G>.py``, else the masked graph hash) -> rank
+    -> ForeignDump. A rank
+    whose file of that graph differs from the others is still in it: that is what to debug."""
+    from graphdbg.listing import list_dumps
 
+    worlds: dict[str, dict[int, Any]] = {}
+    for d in list_dumps(root).dumps:
+        if d.failure_kind != "foreign":
+            continue
+        number = d.graph_number
+        if number is None:  # no header: SGLang's file name, else the graph itself (Dynamo's graph_module_<pid>.py)
+            m = re.fullmatch(r"rank\d+_(\d+)", d.path.stem)
+            number = m.group(1) if m else d.group_hash[:8]
+        worlds.setdefault(f"{d.model}/{number}", {}).setdefault(d.rank, d)
+    return worlds
+
+
+def _printed_world(root: Path, graph: str | None) -> tuple[str, dict[int, Path]]:
+    worlds = {k: v for k, v in printed_worlds(root).items() if len(v) > 1 or graph is not None}
+    if not worlds:
+        raise GraphdbgError(f"{root}: no dumps here, and no printed graph with files of several ranks")
+    if graph is not None:
+        wanted = graph.removeprefix("g")
+        chosen = [k for k in worlds if k == graph or k.rsplit("/", 1)[1] == wanted]
+        if len(chosen) != 1:
+            raise GraphdbgError(f"{root}: {'no' if not chosen else 'several'} printed graphs match --graph {graph} "
+                                f"(graphs here: {', '.join(sorted(worlds, key=_natural))})")
+        key = chosen[0]
+    elif len(worlds) > 1:
+        raise GraphdbgError(f"{root} holds several printed graphs ({', '.join(sorted(worlds, key=_natural))}); choose one with --graph")
+    else:
+        key = next(iter(worlds))
+    return key, {r: d.path for r, d in sorted(worlds[key].items())}
+
+
+def _natural(key: str) -> list[Any]:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", key)]
+
+
+# Where each rank runs ------------------------------------------------------------------
+
+@dataclass
+class Placement:
+    devices: dict[int, str]  # global rank -> device
+    pg_backend: str
+    device_type: str
+
+
+def place_ranks(ranks: list[int], device: str | None, *, gpus: int | None = None, pg_backend: str | None = None,
+                captured_cuda: bool = False) -> Placement:
+    """Ranks to devices, round-robin, and the process-group backend that allows that map.
+
+        >>> place_ranks([0, 1, 2, 3], "cuda", gpus=2).devices
+        {0: 'cuda:0', 1: 'cuda:1', 2: 'cuda:0', 3: 'cuda:1'}
+    """
+    try:
+        dev = torch.device(device) if device else torch.device("cuda" if captured_cuda and torch.cuda.is_available() else "cpu")
+    except RuntimeError:
+        raise GraphdbgError(f"{device!r} is not a device") from None
+    if dev.type == "cpu":
+        if gpus:
+            raise GraphdbgError("--gpus needs a CUDA device (--device cuda)")
+        devices = {r: "cpu" for r in ranks}
+    elif dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise GraphdbgError(f"device {dev} is not available on this machine (no CUDA GPU)")
+        if dev.index is not None:
+            if dev.index >= count:
+                raise GraphdbgError(f"device {dev} is not available on this machine ({count} GPUs)")
+            pool = [dev.index]
+        else:
+            if gpus is not None and not 1 <= gpus <= count:
+                raise GraphdbgError(f"--gpus {gpus}: this machine has {count} GPUs")
+            pool = list(range(min(gpus or count, len(ranks))))
+        devices = {r: f"cuda:{pool[i % len(pool)]}" for i, r in enumerate(ranks)}
+    else:
+        raise GraphdbgError(f"device {dev} is not supported for replay")
+    shared = len(set(devices.values())) < len(devices)
+    chosen = pg_backend or ("nccl" if dev.type == "cuda" and not shared else "gloo")
+    if chosen not in ("gloo", "nccl"):
+        raise GraphdbgError(f"--pg-backend {chosen}: use gloo or nccl")
+    if chosen == "nccl" and (dev.type != "cuda" or shared):
+        raise GraphdbgError(f"NCCL needs one GPU per rank; here {len(devices)} ranks share "
+                            f"{len(set(devices.values()))} {'GPUs' if dev.type == 'cuda' else 'CPU'}: use --pg-backend gloo")
+    return Placement(devices, chosen, dev.type)
+
+
+def input_bytes(dump: Any) -> int:
+    """The bytes of a dump's tensor inputs (and stored attributes), from the manifest alone."""
+    from graphdbg.rebuild.inputs import symbol_env
+    from graphdbg.specs import TensorSpec
+
+    descs = dump.manifest.get("inputs", [])
+    env = symbol_env(descs)
+    total = 0
+    for d in [*descs, *dump.manifest.get("attrs", {}).values()]:
+        if d.get("kind") == "tensor" and "shape" in d:
+            try:
+                total += TensorSpec.from_dict(d).nbytes(env)
+            except Exception:
+                continue  # a size symbol without a hint: nothing to count
+    return total
+
+
+def free_bytes(device: str) -> int:
+    """What ``device`` has free now: CUDA's own count, or the host's MemAvailable."""
+    if device.startswith("cuda"):
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        return int(free)
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_memory(need: dict[int, int], placement: Placement, limit: int | None = None) -> None:
+    """Refuse, with the largest world that fits, when the ranks sharing a device can't all hold
+    their inputs in its free memory (or in ``limit`` bytes per device)."""
+    pool = list(dict.fromkeys(placement.devices.values()))
+    free = {d: limit if limit is not None else free_bytes(d) for d in pool}
+
+    def overflow(k: int) -> tuple[str, int] | None:
+        used: dict[str, int] = {}
+        for i, rank in enumerate(sorted(need)[:k]):
+            dev = pool[i % len(pool)]
+            used[dev] = used.get(dev, 0) + need[rank]
+        return next(((d, u) for d, u in used.items() if u > free[d]), None)
+
+    worst = overflow(len(need))
+    if worst is None:
+        return
+    fits = next((k for k in range(len(need) - 1, 0, -1) if overflow(k) is None), 0)
+    dev, used = worst
+    sharing = sum(1 for d in placement.devices.values() if d == dev)
+    raise GraphdbgError(f"the inputs of the {sharing} ranks on {dev} need {_gib(used)}, it has {_gib(free[dev])} free; "
+                        f"the largest world that fits is {fits} rank{'s' if fits != 1 else ''} on "
+                        f"{len(pool)} device{'s' if len(pool) != 1 else ''} (add GPUs with --gpus, or replay one rank alone)")
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.2f} GiB" if n >= 1 << 24 else f"{n / 1024:.1f} KiB"
+
+
+# The launch --------------------------------------------------------------------------
 
 def replay_world(root: str | Path, backend: str | None = None, passes: str | None = None, *, graph: str | None = None,
-                 nproc: int | None = None, device: str | None = None, timeout: float = 300.0, **options: Any) -> WorldReplay:
+                 nproc: int | None = None, device: str | None = None, timeout: float = 300.0, gpus: int | None = None,
+                 pg_backend: str | None = None, nnodes: int = 1, node_rank: int = 0, master_addr: str | None = None,
+                 master_port: int | None = None, max_memory: int | None = None,
+                 announce: Callable[[str], None] | None = None, **options: Any) -> WorldReplay:
+    """Replay every rank of one graph under ``root``; this node's ranks come back as rows.
+
+    ``announce`` receives, on a multi-node replay, the command each other node runs.
+    """
     import graphdbg
 
-    graph, dumps = world_dumps(root, graph)
-    first = graphdbg.load(next(iter(dumps.values())))
+    graph, paths = world_dumps(root, graph)
+    dumps = {r: graphdbg.load(p) for r, p in paths.items()}
+    first = next(iter(dumps.values()))
     world = first.world_size
     missing = sorted(set(range(world)) - set(dumps))
     if missing:
         raise GraphdbgError(f"{root}: world of {world} ranks, but no dump for rank(s) {missing}; replay one rank instead")
-    nproc = nproc or world
-    if nproc != world:
+    if nnodes < 1 or not 0 <= node_rank < nnodes:
+        raise GraphdbgError(f"--node-rank {node_rank} is not a node of --nnodes {nnodes}")
+    if world % nnodes:
+        raise GraphdbgError(f"{world} ranks don't split evenly over {nnodes} nodes")
+    per_node = world // nnodes
+    if nproc is not None and nproc != per_node:
         raise GraphdbgError(f"the graph's collectives need all {world} ranks; --nproc {nproc} can't run them "
-                            f"(replay one rank alone with: graphdbg replay {dumps[0]})")
-    dev_type = torch.device(device).type if device else ("cuda" if first.captured_device.type == "cuda" and torch.cuda.is_available() else "cpu")
-    if dev_type == "cuda" and torch.cuda.device_count() < world:
-        raise GraphdbgError(f"{world} ranks need {world} GPUs for NCCL, this machine has {torch.cuda.device_count()}; "
-                            f"replay one rank alone with: graphdbg replay {dumps[0]} (collectives then act as on a world of one)")
+                            f"(replay one rank alone with: graphdbg replay {paths[min(paths)]})")
+    if nnodes > 1 and not master_addr:
+        raise GraphdbgError(f"--nnodes {nnodes} needs --master-addr (the host of node 0)")
+    mine = list(range(node_rank * per_node, (node_rank + 1) * per_node))  # torchrun's static rendezvous order
+    placement = place_ranks(mine, device, gpus=gpus, pg_backend=pg_backend,
+                            captured_cuda=any(d.captured_device.type == "cuda" for d in dumps.values()))
+    check_memory({r: input_bytes(dumps[r]) for r in mine}, placement, max_memory)
     backend = backend or first.backend
-    result = WorldReplay(world_size=world, graph=graph, backend=backend, device=dev_type)
-    port = _free_port()
+    port = master_port or DEFAULT_MASTER_PORT
+    if nnodes > 1 and announce is not None:
+        others = [n for n in range(nnodes) if n != node_rank]
+        which = str(others[0]) if len(others) == 1 else "R"
+        where = f"node {others[0]}" if len(others) == 1 else f"each other node R ({', '.join(map(str, others))})"
+        announce(f"on {where}, run: " + other_node_command(sys.argv, port, placement.pg_backend, which))
+    result = WorldReplay(world_size=world, graph=graph, backend=backend, device=placement.device_type,
+                         pg_backend=placement.pg_backend, devices=placement.devices, nnodes=nnodes, node_rank=node_rank)
+    groups = [g for d in dumps.values() for g in d.manifest.get("dist", {}).get("collectives", [])]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="graphdbg-world-") as tmp:
-        procs: dict[int, tuple[subprocess.Popen, Path]] = {}
-        for rank, path in dumps.items():
-            out = Path(tmp) / f"rank{rank}.json"
-            request = {"dump": str(path), "backend": backend, "passes": passes, "rank": rank, "world_size": world,
-                       "device": dev_type, "options": options}
-            req = Path(tmp) / f"rank{rank}.request.json"
-            req.write_text(json.dumps(request))
-            env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
-                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "PYTHONFAULTHANDLER": "1"}
-            procs[rank] = (subprocess.Popen([sys.executable, "-m", "graphdbg.replay.world", str(req), str(out)], env=env,
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                            start_new_session=True), out)
-        deadline = time.monotonic() + timeout
-        errs: dict[int, str] = {}
-        for rank, (proc, _) in procs.items():
-            try:
-                _, errs[rank] = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                break
-        for rank, (proc, _) in procs.items():  # end every child still running, whatever happened
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    proc.kill()
-                _, err = proc.communicate()
-                errs[rank] = errs.get(rank) or err or ""
-        for rank, (proc, out) in procs.items():
-            result.ranks.append(RankReplay(rank, str(dumps[rank]), _rank_outcome(proc, out, errs.get(rank, ""), backend, timeout)))
+        out = Path(tmp)
+        request = {"dumps": {str(r): str(p) for r, p in paths.items()}, "backend": backend, "passes": passes,
+                   "options": options, "devices": {str(i): placement.devices[r] for i, r in enumerate(mine)},
+                   "pg_backend": placement.pg_backend, "groups": groups, "timeout": timeout, "out": str(out)}
+        (out / "request.json").write_text(json.dumps(request))
+        launch = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(per_node), "--max-restarts", "0",
+                  "--monitor-interval", "0.2"]
+        if nnodes == 1 and not master_addr:
+            launch += ["--standalone"]  # torchrun picks the port: two replays on one host don't collide
+        else:
+            launch += ["--nnodes", str(nnodes), "--node-rank", str(node_rank), "--master-addr", master_addr or "127.0.0.1",
+                       "--master-port", str(port)]
+        launch += ["-m", "graphdbg.replay.rank_main", str(out / "request.json")]
+        exit_codes, timed_out, launcher_err = _run_torchrun(launch, out, mine, timeout)
+        for r in mine:
+            result.ranks.append(RankReplay(r, str(paths[r]), _rank_outcome(r, out, exit_codes, timed_out, launcher_err,
+                                                                           backend, timeout), placement.devices[r]))
     result.seconds = time.perf_counter() - started
     return result
 
 
-def _rank_outcome(proc: subprocess.Popen, out: Path, err: str, backend: str, timeout: float) -> Outcome:
+def other_node_command(argv: list[str], port: int, pg_backend: str, node_rank: str = "R") -> str:
+    """This command line as another node runs it: its own ``--node-rank``, and the port and
+    process-group backend pinned so that every node agrees."""
+    args = list(argv[1:])
+    out: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        name = a.split("=", 1)[0]
+        if name in ("--node-rank", "--master-port", "--pg-backend"):
+            skip = "=" not in a
+            continue
+        out.append(a)
+    return shlex.join(["graphdbg", *out]) + f" --master-port {port} --pg-backend {pg_backend} --node-rank {node_rank}"
+
+
+def _run_torchrun(cmd: list[str], out: Path, ranks: list[int], timeout: float) -> tuple[dict[int, int], bool, str]:
+    """Run torchrun until every rank is done or the time is up; then nothing of it is left running.
+    Returns torch's exit code per failed rank, whether time ran out, and torchrun's stderr."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+    timed_out = False
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        # Ranks are session leaders (torch starts them so): end each group, then torchrun.
+        for r in ranks:
+            if not (out / f"rank{r}.json").exists():
+                _kill_group(out / f"rank{r}.pid")
+        proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = proc.communicate(timeout=KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            for r in ranks:
+                _kill_group(out / f"rank{r}.pid")
+            os.killpg(proc.pid, signal.SIGKILL)
+            _, err = proc.communicate()
+    return _failed_ranks(err or ""), timed_out, err or ""
+
+
+def _kill_group(pid_file: Path) -> None:
+    try:
+        os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+    except (OSError, ValueError):
+        pass  # not started yet, or gone already: torchrun's own teardown covers it
+
+
+_FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
+
+
+def _failed_ranks(stderr: str) -> dict[int, int]:
+    """Rank -> exit code, from torchrun's failure report (ChildFailedError's table)."""
+    return {int(r): int(code) for r, code in _FAILURE.findall(stderr)}
+
+
+def _rank_outcome(rank: int, out: Path, exit_codes: dict[int, int], timed_out: bool, launcher_err: str, backend: str,
+                  timeout: float) -> Outcome:
     from graphdbg.replay.isolation import child_outcome
 
-    if not out.exists() and proc.returncode == -signal.SIGKILL:  # ended by us when the world's time ran out
+    err_file = out / f"rank{rank}.stderr"
+    err = err_file.read_text(errors="replace") if err_file.exists() else ""
+    outcome_file = out / f"rank{rank}.json"
+    if not outcome_file.exists() and timed_out:
         return Outcome(status="timeout", backend=backend, stage="child", signature=f"Timeout after {timeout:g}s",
                        message="still running when the world's time ran out (a collective waiting for a peer?)",
-                       isolated=True, stderr_tail=(err or "")[-3000:])
-    return child_outcome(proc.returncode, out, err or "", backend, None)
-
-
-def _child(request_path: str, outcome_path: str) -> int:
-    """One rank: join the group, replay this rank's dump in-process, write the Outcome."""
-    import torch.distributed as dist
-
-    import graphdbg
-    from graphdbg.errors import GraphdbgError
-    from graphdbg.replay.run import run_case
-
-    request = json.loads(Path(request_path).read_text())
-    rank, world = request["rank"], request["world_size"]
-    if request["device"] == "cuda":
-        torch.cuda.set_device(rank % torch.cuda.device_count())
-        device, pg_backend = f"cuda:{rank % torch.cuda.device_count()}", "nccl"
-    else:
-        device, pg_backend = "cpu", "gloo"
-    dist.init_process_group(pg_backend, rank=rank, world_size=world)
-    try:
-        case = graphdbg.load(request["dump"]).case(device=device)
-        data = run_case(case, request["backend"], request["passes"], isolate=False, **request["options"]).to_dict()
-    except GraphdbgError as e:
-        data = {"error": str(e)}
-    Path(outcome_path).write_text(json.dumps(data, default=str))
-    try:
-        dist.destroy_process_group()
-    except Exception:
-        pass
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_child(sys.argv[1], sys.argv[2]))
+                       isolated=True, stderr_tail=err[-3000:] or None)
+    if not outcome_file.exists() and rank not in exit_codes:
+        # torch reports the ranks that failed first and ends the rest; or the rank never started
+        failed = sorted(exit_codes)
+        why = (f"ended by torchrun after rank{'s' if len(failed) > 1 else ''} {', '.join(map(str, failed))} failed" if failed
+               else "torchrun ended without starting it: " + ((launcher_err.strip().splitlines() or ["no message"])[-1]))
+        return Outcome(status="crash", backend=backend, stage="child", error_type="TorchrunEnded",
+                       signature="TorchrunEnded: " + ("a peer failed" if failed else "never started"), message=why,
+                       isolated=True, stderr_tail=(err or launcher_err)[-3000:] or None)
+    return child_outcome(exit_codes.get(rank, 0), outcome_file, err, backend, None)

@@ -246,14 +246,8 @@ def test_not_a_repro(tmp_path):
 
 
 def _load_or_skip(path: Path):
-    from graphdbg.formats.file_dump import FileDump
-
-    try:
-        dump = graphdbg.load(path)
-    except GraphdbgError:
-        dump = None
-    if not isinstance(dump, FileDump):
-        pytest.skip("graphdbg.load does not dispatch to torch_repro / compile_cache yet")
+    dump = graphdbg.load(path)  # the loader dispatches to torch_repro / compile_cache
+    assert dump.format in ("torch_minifier", "vllm_compile_cache", "sglang_compile_cache")
     return dump
 
 

@@ -263,7 +263,9 @@ class Dump(Displayed):
         if any(made_up(d) for d in descs):
             plans = {p.name: p for p in plan_inputs(gm)}
 
-            def synthesize_one(name: str) -> tuple[Any, StandIn]:
+            def synthesize_one(name: str) -> tuple[Any, StandIn] | None:
+                if name not in plans:
+                    return None
                 (value,), (made,) = synthesize([plans[name]], dev, seed=seed)
                 return value, made
 
@@ -275,8 +277,8 @@ class Dump(Displayed):
 
         if not _distributed():
             # One rank on its own: collectives act as on a world of one, missing ops are stood in
-            # for. A graph whose inputs are all made up returns buffers nothing fills: zero them,
-            # so that two runs of it agree.
+            # for. A graph whose inputs were made up from annotations returns buffers that kernels
+            # elsewhere would fill: zero them, so that two runs of it agree.
             from graphdbg.rebuild.stand_ins import install_stand_ins
 
             stand_ins += install_stand_ins(gm, dev, zero_uninitialized=bool(builder.synthesized))

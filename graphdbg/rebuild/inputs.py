@@ -132,7 +132,8 @@ class InputBuilder:
 
     ``read(keys)`` fetches stored tensors (or a storage's raw bytes, as uint8) by key;
     ``env`` gives every size symbol a value; ``synthesize(name)`` makes an input nothing
-    recorded and returns it with its stand-in; ``where`` names the file in errors.
+    recorded and returns it with its stand-in (None where it can't: the input is then
+    regenerated from its descriptor alone); ``where`` names the file in errors.
     """
 
     device: torch.device
@@ -140,14 +141,14 @@ class InputBuilder:
     env: dict[str, int]
     seed: int = 0
     stand_ins: list[StandIn] = field(default_factory=list)
-    synthesize: Callable[[str], tuple[Any, StandIn]] | None = None
+    synthesize: Callable[[str], tuple[Any, StandIn] | None] | None = None
     where: str = ""
     synthesized: list[str] = field(default_factory=list)  # inputs made from annotations alone
-    _storages: dict[str, torch.Tensor] = field(default_factory=dict)
-    _regenerated: set[str] = field(default_factory=set)
+    _storages: dict[str, torch.Tensor] = field(default_factory=dict, init=False, repr=False)
+    _regenerated: set[str] = field(default_factory=set, init=False, repr=False)
 
     def build_all(self, descs: list[Mapping[str, Any]], names: list[str] | None = None) -> list[Any]:
-        keys = sorted({d["stored"] for d in descs if d.get("kind") == "tensor" and d.get("stored")})
+        keys = sorted(_stored_keys(descs))
         stored = self.read(keys) if keys else {}
         names = [(names[i] if names else None) or d.get("node") or d.get("name") or f"input{i}" for i, d in enumerate(descs)]
         out = [self.build(name, d, stored) for name, d in zip(names, descs)]
@@ -163,8 +164,8 @@ class InputBuilder:
         if kind in ("symint", "symfloat", "symbool"):
             if d.get("hint") is not None:
                 return d["hint"]
-            if self.synthesize is not None:
-                return self._synthesized(name)
+            if (made := self._synthesized(name)) is not None:
+                return made[0]
             try:
                 return eval_dim(str(d.get("expr")), self.env)
             except Exception:
@@ -200,18 +201,21 @@ class InputBuilder:
         dev = torch.device(text)
         return self.device if dev.type == "cuda" else dev
 
-    def _synthesized(self, name: str) -> Any:
-        assert self.synthesize is not None
-        value, stand_in = self.synthesize(name)
+    def _synthesized(self, name: str) -> tuple[Any] | None:
+        """``(value,)`` from ``synthesize``, or None where it has no plan for ``name``."""
+        made = self.synthesize(name) if self.synthesize is not None else None
+        if made is None:
+            return None
+        value, stand_in = made
         self.stand_ins.append(stand_in)
         self.synthesized.append(name)
-        return value
+        return (value,)
 
     def _tensor(self, name: str, d: Mapping[str, Any], stored: Mapping[str, torch.Tensor]) -> torch.Tensor:
         if d.get("storage"):
             return self._view(name, d, stored)
-        if made_up(d) and self.synthesize is not None:
-            return self._synthesized(name)
+        if made_up(d) and (made := self._synthesized(name)) is not None:
+            return made[0]
         spec = TensorSpec.from_dict(d)
         device = self.device if (spec.device or "cpu") != "meta" else torch.device("meta")
         shape = spec.concrete_shape(self.env)
@@ -325,6 +329,17 @@ class InputBuilder:
             return e
         self.stand_ins.append(StandIn(name, "event", "no CUDA here: a no-op NullEvent stands in"))
         return NullEvent(d)
+
+
+def _stored_keys(descs: list[Mapping[str, Any]]) -> set[str]:
+    """The stored values ``descs`` name, inside lists and tuples too."""
+    keys: set[str] = set()
+    for d in descs:
+        if d.get("kind") == "tensor" and d.get("stored"):
+            keys.add(d["stored"])
+        elif d.get("kind") in ("list", "tuple"):
+            keys |= _stored_keys(d.get("items", []))
+    return keys
 
 
 def _random_bytes(nbytes: int, dtype: torch.dtype, seed: int) -> torch.Tensor:

@@ -167,9 +167,11 @@ class InputBuilder:
             if (made := self._synthesized(name)) is not None:
                 return made[0]
             try:
-                return eval_dim(str(d.get("expr")), self.env)
+                value = eval_dim(str(d.get("expr")), self.env)
             except Exception:
                 raise DumpError(f"input {name}: symbolic value {d.get('expr')} has no recorded hint") from None
+            self.stand_ins.append(StandIn(name, "synthesized", f"{d.get('expr')} = {value} (no hint recorded)"))
+            return value
         if kind in ("int", "bool", "str"):
             return d["value"]
         if kind == "float":

@@ -1,42 +1,93 @@
-"""Dump: a dump folder on disk, read without executing anything from it.
+"""Dump: one graph and what is known about it, from whatever file it came from.
 
-    >>> dump = graphdbg.load("dumps/rank5/g0-compile_error-1a2b3c4d")
-    >>> dump.failure_kind, dump.error_type, dump.rank
-    ('compile_error', 'NotImplementedError', 5)
+    >>> dump = graphdbg.load("dumps/rank5/g0-compile_error-1a2b3c4d")   # or a printed graph, a repro.py, ...
+    >>> dump.failure_kind, dump.error_type, dump.rank, dump.format
+    ('compile_error', 'NotImplementedError', 5, 'dump')
     >>> dump.nodes().head()        # name, op, target, dtype, shape, source, module
     >>> case = dump.case()         # GraphModule + inputs, on cuda:5 if this machine has it, else CPU
 
-The graph comes from parsing ``graph.py`` (``printed_graph``), tensors from
-``inputs.safetensors`` (``tensor_file``); the manifest is JSON. No pickle, no exec.
+Every reader (``graphdbg.formats``) returns this one class: a ``manifest`` (a plain dict,
+the same keys for every source; format-specific facts under their own key) and the file's
+``Contents`` (the graph, and whatever values the file stored). ``case()`` is one code path
+for every source. No pickle, no exec: graphs are parsed, tensors come from safetensors or
+raw storage bytes.
 """
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from graphdbg.display import Displayed
 from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.graph_hash import target_name
-from graphdbg.manifest import GRAPH, INPUTS
 from graphdbg.specs import SymSpec, TensorSpec
-from graphdbg.tensor_file import check_tensor_file, read_tensors
+
+if TYPE_CHECKING:
+    from graphdbg.graph_parser import PrintedGraph
+
+
+class Contents:
+    """What a file holds besides its manifest: the graph (source text, parsed) and stored values.
+
+    This base serves files that hold a graph and no values (printed graphs, compile caches);
+    a reader whose files store values subclasses it and overrides ``read`` (and ``check``).
+
+        >>> contents = Contents(Path("rank0_0.py"))
+        >>> contents.graph().graphs()[0]          # parsed on first use, never run
+    """
+
+    def __init__(self, graph_file: Path, text: str | None = None, printed: PrintedGraph | None = None):
+        self.graph_file = Path(graph_file)
+        self._text = text
+        self._printed = printed
+
+    def text(self) -> str:
+        if self._text is None:
+            try:
+                self._text = self.graph_file.read_text()
+            except (OSError, UnicodeDecodeError) as e:
+                raise DumpError(f"{self.graph_file}: cannot read the graph ({type(e).__name__})") from e
+        return self._text
+
+    def graph(self) -> PrintedGraph:
+        if self._printed is None:
+            from graphdbg.graph_parser import parse_printed_graph
+            from graphdbg.rebuild.stand_ins import resolver
+
+            # ops this machine lacks (a custom op of the user's server) parse into named stand-ins
+            self._printed = parse_printed_graph(self.text(), filename=str(self.graph_file), resolve=resolver())
+        return self._printed
+
+    def read(self, keys: list[str]) -> dict[str, torch.Tensor]:
+        """The stored values named ``keys`` (tensors, or a storage's bytes as uint8), on the CPU."""
+        if keys:
+            raise DumpError(f"{self.graph_file}: holds no stored values (asked for {keys[0]!r})")
+        return {}
+
+    def check(self) -> None:
+        """Validate what can be validated without loading values (nothing, for a bare graph file)."""
 
 
 class Dump(Displayed):
-    """One captured failure: manifest, printed graph, stored tensors."""
+    """One graph: its manifest, its file's contents, and how to make a Case of it."""
 
-    def __init__(self, path: Path, manifest: dict[str, Any]):
-        self.path = path
+    def __init__(self, path: Path, manifest: dict[str, Any], contents: Contents):
+        self.path = Path(path)
         self.manifest = manifest
+        self.contents = contents
 
     # What failed, where --------------------------------------------------------------
     @property
     def id(self) -> str:
         return self.manifest["id"]
+
+    @property
+    def format(self) -> str:
+        """``dump`` for graphdbg's own folders, else the reader's name (``printed_graph``, ...)."""
+        return str(self.manifest.get("format", "dump"))
 
     @property
     def rank(self) -> int:
@@ -45,6 +96,11 @@ class Dump(Displayed):
     @property
     def world_size(self) -> int:
         return int(self.manifest.get("dist", {}).get("world_size", 1))
+
+    @property
+    def rank_source(self) -> str:
+        """How the rank was found: ``env`` at capture, a printed ``header``, a ``device_index``, a ``path``, ..."""
+        return str(self.manifest.get("dist", {}).get("source") or "default")
 
     @property
     def backend(self) -> str:
@@ -80,32 +136,66 @@ class Dump(Displayed):
 
     @property
     def captured_device(self) -> torch.device:
+        """Where the graph ran: a printed graph's baked-in device, else its first GPU input's."""
+        if self._foreign:  # a printed graph: only its device literals say (its annotations may not)
+            return torch.device(self._foreign.get("captured_device") or "cpu")
         for d in self.manifest.get("inputs", []):
             if d.get("kind") == "tensor" and str(d.get("device", "cpu")).startswith("cuda"):
                 return torch.device(d["device"])
         return torch.device("cpu")
 
+    # What a printed graph's file says about itself (None / [] for other sources) ----------
+    @property
+    def _foreign(self) -> dict[str, Any]:
+        return self.manifest.get("foreign") or {}
+
+    @property
+    def model(self) -> str | None:
+        """The model a printed graph belongs to (its folder's name)."""
+        return self._foreign.get("model")
+
+    @property
+    def graph_number(self) -> int | None:
+        """G of a printed ``# Rank: R, Graph G`` header."""
+        return self._foreign.get("graph_number")
+
+    @property
+    def group_hash(self) -> str | None:
+        """The graph's hash with rank-specific literals masked: equal on every rank of one graph."""
+        return self._foreign.get("group_hash")
+
+    @property
+    def rank_literals(self) -> list[Any]:
+        return list(self._foreign.get("rank_literals", []))
+
+    @property
+    def constructs(self) -> list[str]:
+        """What in the graph replay stands in for (streams, custom ops, collectives, ...)."""
+        return list(self._foreign.get("constructs", []))
+
+    def symbols(self) -> set[str]:
+        """The size symbols the inputs' shapes use (``s77``, ...): what ``case(sizes=...)`` can set."""
+        import re
+
+        names: set[str] = set()
+        for d in self.manifest.get("inputs", []):
+            dims = (d.get("symbolic_shape") or d.get("shape") or []) if d.get("kind") == "tensor" else [d.get("expr", "")]
+            for text in map(str, dims):
+                names.update(re.findall(r"\b[a-z]\d+\b", text))
+        return names
+
     # The graph --------------------------------------------------------------------
     @property
     def source(self) -> str:
-        path = self.path / self.manifest["graph"].get("file", GRAPH)
-        try:
-            return path.read_text()
-        except (OSError, UnicodeDecodeError) as e:
-            raise DumpError(f"{path}: cannot read the graph ({type(e).__name__})") from e
+        return self.contents.text()
 
-    @functools.cached_property
-    def printed(self):
-        from graphdbg.graph_parser import parse_printed_graph
-
-        from graphdbg.rebuild.stand_ins import resolver
-
-        # ops this machine lacks (a custom op of the user's server) parse into named stand-ins
-        return parse_printed_graph(self.source, filename=str(self.path / GRAPH), resolve=resolver())
+    @property
+    def printed(self) -> PrintedGraph:
+        return self.contents.graph()
 
     def check(self) -> None:
-        """Validate what can be validated without loading values: the tensor file's size and header."""
-        check_tensor_file(self.path / self.manifest.get("inputs_file", INPUTS))
+        """Validate what can be validated without loading values (a dump's tensor file header)."""
+        self.contents.check()
 
     def default_device(self) -> torch.device:
         dev = self.captured_device
@@ -124,53 +214,89 @@ class Dump(Displayed):
             raise GraphdbgError(f"device {dev} is not supported for replay")
         return dev
 
-    def case(self, device: str | torch.device | None = None, *, seed: int = 0):
-        """The graph and its inputs on ``device`` (default: the capture device if present, else CPU)."""
+    def case(self, device: str | torch.device | None = None, *, seed: int | None = None,
+             sizes: dict[str, int] | None = None):
+        """The graph and its inputs on ``device`` (default: the capture device if present, else CPU).
+
+        The same steps for every source: give size symbols values (``sizes``, else recorded
+        hints, else a default); build the module (attributes the file stores or constructs,
+        the rest from annotations); build the inputs (stored values, storage views, statistics,
+        else index-aware synthesis seeded by ``seed``, default ``$GRAPHDBG_SEED`` or 0);
+        install stand-ins for what this machine lacks; move device literals. Every value or
+        call that is not the captured one is in ``case.stand_ins``.
+        """
         from graphdbg.case import Case, lift_external_objects, retarget_devices
-        from graphdbg.rebuild.inputs import InputBuilder, symbol_env
+        from graphdbg.rebuild.attributes import build_attribute, synthesized_attribute
+        from graphdbg.rebuild.inputs import InputBuilder, StandIn, default_seed, made_up
+        from graphdbg.rebuild.sizes import bind_sizes, bound_spec, size_env
+        from graphdbg.rebuild.synthesize import plan_inputs, synthesize
 
         dev = self.resolve_device(device)
-        tensor_path = self.path / self.manifest.get("inputs_file", INPUTS)
-        descs = self.manifest["inputs"]
-        builder = InputBuilder(dev, lambda keys: read_tensors(tensor_path, keys, device="cpu"), symbol_env(descs), seed=seed)
+        seed = default_seed(seed)
         printed = self.printed
+        descs = self.manifest["inputs"]
         placeholders = [n for n in printed.graph.nodes if n.op == "placeholder"]
         if len(placeholders) != len(descs):
-            raise DumpError(f"{self.path}: graph.py has {len(placeholders)} inputs, the manifest describes {len(descs)}")
-        inputs = builder.build_all(descs, names=[n.name for n in placeholders])
+            raise DumpError(f"{self.path}: the graph has {len(placeholders)} inputs, the manifest describes {len(descs)}")
+        env, stand_ins = size_env(placeholders, descs, sizes)
+        builder = InputBuilder(dev, self.contents.read, env, seed=seed, stand_ins=stand_ins, where=str(self.path))
 
-        attr_descs = self.manifest.get("attrs", {})
-        stored_attrs = [d["stored"] for d in attr_descs.values() if d.get("stored")]
-        attr_tensors = read_tensors(tensor_path, stored_attrs) if stored_attrs else {}
-        attr_values = {q: builder.build(q, d, attr_tensors) for q, d in attr_descs.items()}
-        gm = printed.to_module(attr_values)
+        # The module: attributes the file builds or stores, the rest made from their annotations.
+        attrs: dict[str, Any] = {}
+        for c in printed.inits:
+            attrs[c.name], made = build_attribute(c, dev, seed, str(self.path))
+            stand_ins += [made] if made else []
+        attr_descs = {q: d for q, d in self.manifest.get("attrs", {}).items() if q not in attrs}
+        keys = [d["stored"] for d in attr_descs.values() if d.get("stored")]
+        attr_tensors = self.contents.read(keys) if keys else {}
+        attrs.update({q: builder.build(q, d, attr_tensors) for q, d in attr_descs.items()})
 
-        externals: dict[int, Any] = {}
-        for d in self.manifest.get("external_objects", []):
-            if d.get("kind") not in ("missing", None):
-                externals[int(d["index"])] = builder.build(f"external object {d['index']}", d, {})
+        def missing_attr(qualname: str, spec: Any) -> Any:
+            value, made = synthesized_attribute(qualname, bound_spec(spec, env), dev, seed, str(self.path))
+            stand_ins.append(made)
+            return value
+
+        gm = printed.to_module(attrs, missing_attr=missing_attr)
+        bind_sizes(gm, env)
+
+        # The inputs: what the file recorded, else synthesized from the graph's own annotations.
+        if any(made_up(d) for d in descs):
+            plans = {p.name: p for p in plan_inputs(gm)}
+
+            def synthesize_one(name: str) -> tuple[Any, StandIn] | None:
+                if name not in plans:
+                    return None
+                (value,), (made,) = synthesize([plans[name]], dev, seed=seed)
+                return value, made
+
+            builder.synthesize = synthesize_one
+        inputs = builder.build_all(descs, names=[n.name for n in gm.graph.nodes if n.op == "placeholder"])
+        externals = {int(d["index"]): builder.build(f"external object {d['index']}", d, {})
+                     for d in self.manifest.get("external_objects", []) if d.get("kind") not in ("missing", None)}
         inputs += lift_external_objects(gm, externals)
-        stand_ins = list(builder.stand_ins)
+
         if not _distributed():
-            # one rank on its own: collectives act as on a world of one, missing ops are stood in for
+            # One rank on its own: collectives act as on a world of one, missing ops are stood in
+            # for. A graph whose inputs were made up from annotations returns buffers that kernels
+            # elsewhere would fill: zero them, so that two runs of it agree.
             from graphdbg.rebuild.stand_ins import install_stand_ins
 
-            stand_ins += install_stand_ins(gm, dev, zero_uninitialized=False)
+            stand_ins += install_stand_ins(gm, dev, zero_uninitialized=bool(builder.synthesized))
         moved = retarget_devices(gm, self.captured_device, dev)
-        case = Case(gm=gm, inputs=inputs, device=dev, stand_ins=stand_ins, dump=self)
-        if dev != self.captured_device:
-            from graphdbg.rebuild.inputs import StandIn
-
+        if dev != self.captured_device or moved:
             what = f"captured on {self.captured_device}, replayed on {dev}"
             if moved:
                 what += f"; device literals moved in {', '.join(moved[:5])}" + (" ..." if len(moved) > 5 else "")
-            case.stand_ins.append(StandIn("graph", "device", what))
-        return case
+            stand_ins.append(StandIn("graph", "device", what))
+        return Case(gm=gm, inputs=inputs, device=dev, stand_ins=stand_ins, dump=self)
 
     # Tables -----------------------------------------------------------------------
     def nodes(self):
-        """A pandas DataFrame, one row per node: name, op, target, dtype, shape, source, code, module."""
+        """A pandas DataFrame, one row per node: name, op, target, dtype, shape, source, code, module.
+        A custom op this machine lacks shows under its own name."""
         import pandas as pd
+
+        from graphdbg.rebuild.stand_ins import MissingOp
 
         info = self.manifest["graph"].get("node_info", {})
         rows = []
@@ -180,7 +306,7 @@ class Dump(Displayed):
             rows.append({
                 "name": node.name,
                 "op": node.op,
-                "target": target_name(node),
+                "target": node.target.qualname if isinstance(node.target, MissingOp) else target_name(node),
                 "dtype": spec.dtype if isinstance(spec, TensorSpec) else ("sym" if isinstance(spec, SymSpec) else None),
                 "shape": _shape_text(spec),
                 "source": f"{src['file']}:{src['line']}" if src.get("file") else None,
@@ -190,30 +316,43 @@ class Dump(Displayed):
         return pd.DataFrame(rows, columns=["name", "op", "target", "dtype", "shape", "source", "code", "module"]).astype(object)
 
     def inputs_table(self):
-        """A pandas DataFrame of the inputs: name, kind, dtype, shape, stored, and statistics."""
+        """A pandas DataFrame of the inputs: name, kind, dtype, shape, device, value, stored, and
+        statistics. ``value`` says how an input nothing recorded will be synthesized."""
         import pandas as pd
 
+        from graphdbg.rebuild.inputs import made_up
+
+        descs = self.manifest["inputs"]
+        plans = self._plans() if any(made_up(d) for d in descs) else {}
+        names = [n.name for n in self.printed.graph.nodes if n.op == "placeholder"] if plans else []
         rows = []
-        for d in self.manifest["inputs"]:
+        for i, d in enumerate(descs):
             stats = d.get("stats") or {}
+            plan = plans.get(names[i]) if i < len(names) else None
             rows.append({
                 "name": d.get("node") or d.get("name"),
                 "kind": d.get("kind"),
                 "dtype": d.get("dtype"),
                 "shape": _shape_text(TensorSpec.from_dict(d)) if d.get("kind") == "tensor" else None,
                 "device": d.get("device"),
-                "value": _scalar_text(d),
+                "value": f"synthesized: {plan.how}" if plan is not None and made_up(d) else _scalar_text(d),
                 "stored": bool(d.get("stored")) if d.get("kind") == "tensor" else None,
                 "min": stats.get("min"),
                 "max": stats.get("max"),
                 "mean": stats.get("mean"),
                 "std": stats.get("std"),
             })
-        return pd.DataFrame(rows).astype(object)
+        return pd.DataFrame(rows, columns=_INPUT_COLUMNS).astype(object)
+
+    def _plans(self) -> dict[str, Any]:
+        from graphdbg.rebuild.synthesize import plan_inputs
+
+        return {p.name: p for p in plan_inputs(self.printed.to_module(missing_attr=lambda q, s: None))}
 
     def summary(self) -> dict[str, Any]:
-        """The stable JSON row used by ``graphdbg ls --json``."""
-        return {
+        """The stable JSON row used by ``graphdbg ls --json``; other tools' files add ``format``,
+        and printed graphs ``model``, ``graph``, ``rank_source``, ``group_hash``, ``constructs``."""
+        row = {
             "path": str(self.path),
             "rank": self.rank,
             "world_size": self.world_size,
@@ -226,10 +365,19 @@ class Dump(Displayed):
             "signature": self.signature,
             "graph_hash": self.graph_hash,
         }
+        if "format" in self.manifest:
+            row["format"] = self.format
+        if self._foreign:
+            row.update({"model": self.model, "graph": self.graph_number, "rank_source": self.rank_source,
+                        "group_hash": self.group_hash, "constructs": self.constructs})
+        return row
 
     def __repr__(self) -> str:
-        return f"Dump({str(self.path)!r}, {self.failure_kind}, {self.error_type})"
+        where = f"{self.format}, " if self.format != "dump" else ""
+        return f"Dump({str(self.path)!r}, {where}{self.failure_kind}, {self.error_type})"
 
+
+_INPUT_COLUMNS = ["name", "kind", "dtype", "shape", "device", "value", "stored", "min", "max", "mean", "std"]
 
 
 def _distributed() -> bool:

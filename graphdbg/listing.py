@@ -75,7 +75,7 @@ class Listing:
             if g.get("format") == "printed_graph":
                 g["graphs"].sort()
                 g["rank_literals"] = _differing_literals(members[key])
-        odd = _odd_ranks([d for d in self.dumps if type(d) is Dump])  # captured dumps, not foreign files
+        odd = _odd_ranks([d for d in self.dumps if d.format == "dump"])  # captured dumps, not foreign files
         for key, g in groups.items():
             if g.get("format") != "printed_graph":
                 g["differs"] = sorted({what for d in members[key] for what in odd.get(d.path, [])})

@@ -16,7 +16,7 @@ import torch
 import graphdbg
 from graphdbg.errors import GraphSourceError
 from graphdbg.rebuild import stand_ins
-from graphdbg.formats.printed_graph import ForeignDump
+from graphdbg.dump import Dump
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS_FIXTURES = ROOT / "fixtures" / "corpus"
@@ -36,7 +36,7 @@ def _kinds(case) -> set[str]:
 @pytest.mark.parametrize("path", [p for p in FIXTURE_FILES if p.name not in STREAM_GRAPHS], ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_fixture_loads_and_replays_under_eager_with_its_stand_ins(path):
     dump = graphdbg.load(path)
-    assert isinstance(dump, ForeignDump) and dump.failure_kind == "foreign"
+    assert type(dump) is Dump and dump.format == "printed_graph" and dump.failure_kind == "foreign"
     case = dump.case("cpu", seed=0)
     outcome = case.run("eager")
     assert outcome.status == "pass", outcome.summary()

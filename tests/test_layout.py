@@ -140,3 +140,32 @@ def test_each_reader_is_one_file_in_formats():
     assert {"dump", "printed_graph", "torch_minifier", "compile_cache"} <= set(names)
     for reader in names.values():
         assert reader.module.startswith("graphdbg.formats."), reader
+
+
+def test_one_dump_class_serves_every_source():
+    """Readers return ``graphdbg.dump.Dump`` itself; what differs per format is its manifest and
+    its ``Contents``. Checked at run time (every reader imported) and in the source (a class
+    whose bases name ``Dump``, in any module, imported or not)."""
+    import importlib
+    import pkgutil
+
+    import graphdbg.formats as formats
+    from graphdbg.dump import Dump
+    from graphdbg.formats import readers
+
+    readers()
+    for info in pkgutil.iter_modules(formats.__path__, "graphdbg.formats."):
+        importlib.import_module(info.name)
+
+    def subclasses(cls: type) -> list[type]:
+        return [s for sub in cls.__subclasses__() for s in (sub, *subclasses(sub))]
+
+    assert [f"{c.__module__}.{c.__qualname__}" for c in subclasses(Dump)] == []
+    declared = []
+    for path in PKG.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ClassDef):
+                bases = {b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else "" for b in node.bases}
+                if "Dump" in bases:
+                    declared.append(f"{_module_name(path)}.{node.name}")
+    assert declared == []

@@ -246,14 +246,8 @@ def test_not_a_repro(tmp_path):
 
 
 def _load_or_skip(path: Path):
-    from graphdbg.formats.file_dump import FileDump
-
-    try:
-        dump = graphdbg.load(path)
-    except GraphdbgError:
-        dump = None
-    if not isinstance(dump, FileDump):
-        pytest.skip("graphdbg.load does not dispatch to torch_repro / compile_cache yet")
+    dump = graphdbg.load(path)  # the loader dispatches to torch_repro / compile_cache
+    assert dump.format in ("torch_minifier", "vllm_compile_cache", "sglang_compile_cache")
     return dump
 
 
@@ -265,3 +259,37 @@ def test_graphdbg_load_and_cli(path, cli):
     assert r.code == 0, r
     r = cli("show", str(path), "--json")
     assert r.code == 0, r
+
+
+def test_regenerated_repeats_still_add_up_to_the_traced_output_size(tmp_path):
+    # torch's after_aot writer adds this fixup to load_args when a graph has
+    # repeat_interleave(repeats, output_size=n); random repeats would not sum to n.
+    body = (AOT / "repro.py").read_text()
+    start, end = body.index("    def forward(self, addmm):"), body.index("load_args._version = 0")
+    script = body[:start] + (
+        "    def forward(self, arg0_1, arg1_1):\n"
+        "        repeat_interleave = torch.ops.aten.repeat_interleave.Tensor(arg0_1, output_size = arg1_1);  arg0_1 = arg1_1 = None\n"
+        "        return (repeat_interleave,)\n\n"
+        "def load_args(reader):\n"
+        "    buf0 = reader.storage(None, 24, dtype_hint=torch.int64)\n"
+        "    reader.tensor(buf0, (3,), dtype=torch.int64, is_leaf=True)  # arg0_1\n"
+        "    reader.symint(7)  # arg1_1\n"
+        "    # Fixup: ensure sum(repeats) == output_size for repeat_interleave\n"
+        "    if hasattr(reader, 'args'):\n"
+        "        _repeats = reader.args[0]\n"
+        "        _output_size = reader.args[1]\n"
+        "        if isinstance(_repeats, torch.Tensor) and _repeats.dtype == torch.int64:\n"
+        "            _n = _repeats.numel()\n"
+        "            _repeats.fill_(_output_size // _n)\n"
+        "            _repeats[:_output_size % _n] += 1\n"
+    ) + body[end:]
+    path = tmp_path / "repro.py"
+    path.write_text(script)
+    dump = graphdbg.load(path)
+    assert dump.format == "torch_minifier" and dump.manifest["inputs"][0]["sums_to"] == 1
+    case = dump.case("cpu", seed=5)
+    assert [(s.name, s.kind) for s in case.stand_ins] == [("arg0_1", "regenerated")]
+    repeats, size = case.inputs
+    assert size == 7 and repeats.tolist() == [3, 2, 2]
+    (out,) = case.run_eager()
+    assert out.tolist() == [0, 0, 0, 1, 1, 2, 2]

@@ -11,6 +11,9 @@ path cheaply (a name, a first line), ``load(path) -> Dump`` parses it, never run
 most specific readers have the lowest priority number and are asked first: a minifier repro
 or a compile-cache file is also a printed GraphModule. Adding a format is one new module
 here that calls ``register`` and is named in ``BUILTIN``; a plugin can call ``register`` too.
+
+Every reader returns the one ``Dump``: a manifest (``manifest_for`` fills the common keys for
+a file another tool wrote) and a ``Contents`` (the graph, and the values the file stored).
 """
 
 from __future__ import annotations
@@ -18,12 +21,13 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from graphdbg.errors import DumpError
 
 if TYPE_CHECKING:
     from graphdbg.dump import Dump
+    from graphdbg.graph_parser import PrintedGraph
 
 # Modules imported on first use, so that ``Dump`` and the readers never import each other at
 # import time: each of them imports ``graphdbg.dump``; nothing below imports them back.
@@ -81,4 +85,44 @@ def load(path: str | Path) -> "Dump":
     return reader_for(path).load(Path(path))
 
 
-__all__ = ["Reader", "register", "readers", "reader_for", "load", "BUILTIN"]
+def manifest_for(path: Path, printed: PrintedGraph, *, fmt: str, inputs: list[dict[str, Any]], dump_id: str | None = None,
+                 attrs: dict[str, dict[str, Any]] | None = None, backend: str = "?", kind: str = "captured",
+                 message: str = "", rank: int = 0, world_size: int = 1, rank_source: str = "default",
+                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The manifest of a file another tool wrote: the keys a dump's manifest has, filled from
+    what the file says, plus the reader's own facts under their key (``extra``).
+
+    The failure is ``captured`` unless the file says more (a minifier repro made for an
+    accuracy failure says ``accuracy``; a printed graph says ``foreign``): these files record
+    a graph, not an exception.
+
+        >>> manifest_for(Path("repro.py"), printed, fmt="torch_minifier", inputs=descs)["id"]
+        'repro-torch_minifier-1a2b3c4d'
+    """
+    from graphdbg.graph_hash import graph_hash, op_histogram
+    from graphdbg.manifest import SCHEMA, SCHEMA_VERSION
+
+    extra = dict(extra or {})
+    env = {"torch": None, "python": None, "device_name": None, **extra.pop("env", {})}
+    gm_hash = graph_hash(printed.graph) if not printed.submodules else printed.structural_hash()
+    nodes = sum(len(g.nodes) for g in printed.graphs())
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "id": dump_id or f"{path.stem}-{fmt}-{gm_hash[:8]}",
+        "format": fmt,
+        "source_file": str(path),
+        "dist": {"rank": rank, "local_rank": rank, "world_size": world_size, "source": rank_source},
+        "backend": backend,
+        "failure": {"kind": kind, "exception": None, "signature": None, "message": message},
+        "graph": {"hash": gm_hash, "nodes": nodes, "file": path.name, "ops": op_histogram(printed.graph), "node_info": {}},
+        "inputs": inputs,
+        "attrs": attrs or {},
+        "external_objects": [],
+        "env": env,
+        "grad_enabled": False,
+        **extra,
+    }
+
+
+__all__ = ["Reader", "register", "readers", "reader_for", "load", "manifest_for", "BUILTIN"]

@@ -1,16 +1,37 @@
 """graphdbg's own dump folders: ``manifest.json``, ``graph.py``, ``inputs.safetensors``.
 
     >>> dump = graphdbg.load("dumps/rank0/g0-compile_error-1a2b3c4d")   # or a folder holding one dump
+    >>> dump.contents.read(["input/l_x_"])["input/l_x_"].shape
+    torch.Size([2, 8, 32])
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from graphdbg.dump import Dump
+import torch
+
+from graphdbg.dump import Contents, Dump
 from graphdbg.errors import DumpError
 from graphdbg.formats import register
-from graphdbg.manifest import MANIFEST, find_dumps, read_manifest
+from graphdbg.manifest import GRAPH, INPUTS, MANIFEST, find_dumps, read_manifest
+from graphdbg.tensor_file import check_tensor_file, read_tensors
+
+
+class DumpFolder(Contents):
+    """A dump folder's graph (``graph.py``) and its stored tensors (``inputs.safetensors``)."""
+
+    def __init__(self, folder: Path, manifest: dict[str, Any]):
+        super().__init__(folder / manifest["graph"].get("file", GRAPH))
+        self.tensor_file = folder / manifest.get("inputs_file", INPUTS)
+
+    def read(self, keys: list[str]) -> dict[str, torch.Tensor]:
+        return read_tensors(self.tensor_file, keys, device="cpu") if keys else {}
+
+    def check(self) -> None:
+        """The tensor file's size and header, without reading values."""
+        check_tensor_file(self.tensor_file)
 
 
 def detect(path: Path) -> bool:
@@ -26,7 +47,8 @@ def load_dump_folder(path: Path) -> Dump:
             path = found[0]
         elif len(found) > 1:
             raise DumpError(f"{path}: holds {len(found)} dumps; name one (graphdbg ls {path} lists them)")
-    dump = Dump(path, read_manifest(path))
+    manifest = read_manifest(path)
+    dump = Dump(path, manifest, DumpFolder(path, manifest))
     dump.check()
     return dump
 

@@ -3,9 +3,10 @@
 SGLang, Thunder and Dynamo's own logs print graphs with ``print_readable()``: a
 ``class GraphModule(torch.nn.Module)`` with annotated placeholders, nested submodule classes,
 ``# File:`` comments, maybe a ``# Rank: R, Graph G`` header, and nothing else: no inputs, no
-error. ``ForeignDump`` is a Dump whose manifest is made up from the file itself, so ``show``,
-``replay``, ``nodes()`` and ``case()`` work on it unchanged; its Case gets synthesized inputs
-and stand-ins, all of them listed.
+error. The reader makes the manifest up from the file itself (``failure_kind`` is
+``"foreign"``; what it learns goes under ``manifest["foreign"]``), so ``show``, ``replay``,
+``nodes()`` and ``case()`` work on it unchanged; its Case gets synthesized inputs and
+stand-ins, all of them listed.
 
     >>> dump = graphdbg.load("corpus/Qwen/Qwen3-Next-80B-A3B-Instruct/rank3_0.py")
     >>> dump.model, dump.rank, dump.graph_number, dump.failure_kind
@@ -19,10 +20,8 @@ The file is parsed (``printed_graph``), never executed.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -30,15 +29,15 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from graphdbg.formats import register
+from graphdbg.dump import Contents, Dump
 from graphdbg.errors import GraphSourceError
-from graphdbg.graph_hash import graph_hash
-from graphdbg.dump import Dump
+from graphdbg.formats import manifest_for, register
+from graphdbg.rebuild.inputs import SEED_ENV
 from graphdbg.specs import SymSpec, TensorSpec
 
-__all__ = ["ForeignDump", "load_printed_graph", "looks_like_printed_graph", "SEED_ENV"]
+__all__ = ["load_printed_graph", "looks_like_printed_graph", "SEED_ENV"]
 
-SEED_ENV = "GRAPHDBG_SEED"  # the seed an isolated replay's child uses for synthesized inputs
+FORMAT = "printed_graph"
 FAILURE_KIND = "foreign"
 _HEADER = re.compile(r"#\s*Rank:\s*(\d+),\s*Graph\s*(\d+)")
 _RANK_FILE = re.compile(r"rank(\d+)_\d+\.py$")
@@ -64,7 +63,7 @@ def looks_like_printed_graph(path: Path) -> bool:
     return False
 
 
-def load_printed_graph(path: str | Path) -> ForeignDump:
+def load_printed_graph(path: str | Path) -> Dump:
     """Read a printed graph file; GraphSourceError (exit code 2) with file and line if it isn't one.
 
         >>> load_printed_graph("rank0_0.py").summary()["kind"]
@@ -80,193 +79,38 @@ def load_printed_graph(path: str | Path) -> ForeignDump:
         raise GraphSourceError("not a printed graph: not UTF-8 text", file=str(path), line=1) from None
     except OSError as e:
         raise GraphSourceError(f"cannot read ({e.strerror})", file=str(path)) from None
-    dump = ForeignDump(path, source)
-    dump.printed  # parse now: a bad file fails at load, with its line, not later inside a replay
+    contents = Contents(path, text=source)
+    pg = contents.graph()  # parse now: a bad file fails at load, with its line, not later inside a replay
     _check_annotations(source, str(path))
-    dump.manifest = dump._manifest()
-    return dump
+    return Dump(path, printed_graph_manifest(path, pg), contents)
 
 
-class ForeignDump(Dump):
-    """A printed graph file as a Dump: ``failure_kind`` is ``"foreign"``, inputs are synthesized.
+def printed_graph_manifest(path: Path, pg: Any) -> dict[str, Any]:
+    """What the file says about itself: rank (and how it was found), graph number, model, the
+    device it ran on, the inputs' specs, and the facts ``ls`` groups ranks by."""
+    from graphdbg.rebuild.stand_ins import constructs
 
-    Extra attributes: ``model`` (the folder name), ``graph_number`` (from the header, else
-    None), ``rank_source`` (``header``, ``device_index``, ``shard_offset`` or ``default``), ``group_hash`` (the
-    graph's hash with rank-specific literals masked), ``rank_literals`` and ``constructs``
-    (what needs stand-ins).
-    """
-
-    def __init__(self, path: Path, source: str):
-        super().__init__(path, {})
-        self._source = source
-
-    # The graph ----------------------------------------------------------------------
-    @property
-    def source(self) -> str:
-        return self._source
-
-    @functools.cached_property
-    def printed(self):
-        from graphdbg.graph_parser import parse_printed_graph
-        from graphdbg.rebuild.stand_ins import resolver
-
-        return parse_printed_graph(self._source, filename=str(self.path), resolve=resolver())
-
-    def check(self) -> None:
-        """Nothing beyond parsing, which load already did."""
-
-    # Where it came from -------------------------------------------------------------
-    @property
-    def model(self) -> str:
-        return self.manifest["foreign"]["model"]
-
-    @property
-    def graph_number(self) -> int | None:
-        return self.manifest["foreign"]["graph_number"]
-
-    @property
-    def rank_source(self) -> str:
-        return self.manifest["dist"]["source"]
-
-    @property
-    def group_hash(self) -> str:
-        return self.manifest["foreign"]["group_hash"]
-
-    @property
-    def rank_literals(self) -> list[Any]:
-        return self.manifest["foreign"]["rank_literals"]
-
-    @property
-    def constructs(self) -> list[str]:
-        return self.manifest["foreign"]["constructs"]
-
-    def _manifest(self) -> dict[str, Any]:
-        from graphdbg.rebuild.stand_ins import constructs
-
-        pg = self.printed
-        header = next((m for line in pg.header if (m := _HEADER.search(line))), None)
-        device_indices = sorted(_cuda_indices(pg))
-        if header:
-            rank, rank_source, number = int(header[1]), "header", int(header[2])
-        elif len(device_indices) == 1:
-            rank, rank_source, number = device_indices[0], "device_index", None
-        elif (shard := _rank_from_shard(pg)) is not None:
-            rank, rank_source, number = shard, "shard_offset", None
-        else:
-            rank, rank_source, number = 0, "default", None
-        device = f"cuda:{device_indices[0] if len(device_indices) == 1 else rank}" if device_indices or _uses_cuda(pg) else None
-        masked, literals = _masked_structure(pg)
-        placeholders = [n for n in pg.graph.nodes if n.op == "placeholder"]
-        graphs = pg.graphs()
-        return {
-            "schema": "graphdbg.foreign",
-            "id": self.path.stem,
-            "dist": {"rank": rank, "world_size": _world_size(self.path, rank), "source": rank_source},
-            # Nothing records which backend failed; eager replays the graph as it was printed.
-            "backend": "eager",
-            "failure": {"kind": FAILURE_KIND, "exception": None, "signature": None,
-                        "message": "no error recorded (a printed graph)"},
-            "graph": {"hash": graph_hash(pg.graph) if not pg.submodules else pg.structural_hash(), "file": self.path.name,
-                      "nodes": sum(len(g.nodes) for g in graphs), "node_info": {}},
-            "inputs": [_descriptor(n, device) for n in placeholders],
-            "attrs": {},
-            "external_objects": [],
-            "env": {},
-            "foreign": {"model": self.path.parent.name, "graph_number": number,
-                        "group_hash": hashlib.sha256(masked.encode()).hexdigest(), "rank_literals": literals,
-                        "constructs": constructs(pg), "captured_device": device},
-        }
-
-    @property
-    def captured_device(self) -> torch.device:
-        dev = self.manifest["foreign"]["captured_device"]
-        return torch.device(dev) if dev else torch.device("cpu")
-
-    def default_device(self) -> torch.device:
-        """The capture GPU if this machine has it, else its first GPU, else the CPU: rank 5's
-        graph from an 8-GPU server replays on this machine's cuda:0."""
-        dev = self.captured_device
-        if dev.type == "cuda" and torch.cuda.is_available():
-            return dev if (dev.index or 0) < torch.cuda.device_count() else torch.device("cuda", 0)
-        return torch.device("cpu")
-
-    # The Case ---------------------------------------------------------------------
-    def case(self, device: str | torch.device | None = None, *, seed: int | None = None):
-        """The graph with stand-ins installed and synthesized inputs on ``device``.
-
-        ``seed`` defaults to ``$GRAPHDBG_SEED`` (so an isolated replay's child makes the same
-        inputs), else 0.
-        """
-        from graphdbg.case import Case, retarget_devices
-        from graphdbg.rebuild.inputs import StandIn
-        from graphdbg.rebuild.stand_ins import install_stand_ins
-        from graphdbg.rebuild.synthesize import plan_inputs, synthesize
-
-        dev = self.resolve_device(device)
-        if seed is None:
-            seed = int(os.environ.get(SEED_ENV, "0") or 0)
-        gm = self.printed.to_module(missing_attr=self._missing_attr(dev, seed))
-        plans = plan_inputs(gm)
-        used = install_stand_ins(gm, dev)
-        inputs, synthesized = synthesize(plans, dev, seed=seed)
-        moved: list[str] = []
-        for source in sorted(_cuda_devices(gm), key=str):
-            moved += retarget_devices(gm, source, dev)
-        case = Case(gm=gm, inputs=inputs, device=dev, stand_ins=synthesized + used, dump=self)
-        if moved:
-            case.stand_ins.append(StandIn("graph", "device", f"device literals of {self.captured_device} moved to {dev} in "
-                                          + ", ".join(moved[:5]) + (" ..." if len(moved) > 5 else "")))
-        return case
-
-    def _missing_attr(self, dev: torch.device, seed: int):
-        # get_attr constants a printed graph names but can't carry (tensor constants): synthesized too.
-        from graphdbg.rebuild.synthesize import InputPlan, synthesize
-
-        def make(qualname: str, spec: TensorSpec | None) -> Any:
-            if spec is None:
-                raise GraphSourceError(f"attribute {qualname} has no annotation to make it from", file=str(self.path))
-            kind = "normal" if spec.torch_dtype.is_floating_point else "mask" if spec.torch_dtype == torch.bool else "integers"
-            (value,), _ = synthesize([InputPlan(qualname, spec, kind, 0, 8, f"attribute, {kind}")], dev, seed=seed)
-            return value
-
-        return make
-
-    # Tables -----------------------------------------------------------------------
-    def inputs_table(self):
-        """As Dump's, with ``value`` saying how each input will be synthesized."""
-        import pandas as pd
-
-        from graphdbg.rebuild.synthesize import plan_inputs
-
-        plans = plan_inputs(self.printed.to_module(missing_attr=lambda q, s: None))
-        rows = []
-        for plan, d in zip(plans, self.manifest["inputs"]):
-            rows.append({"name": plan.name, "kind": d["kind"], "dtype": d.get("dtype"),
-                         "shape": "[" + ", ".join(map(str, d["shape"])) + "]" if d["kind"] == "tensor" else None,
-                         "device": d.get("device"), "value": f"synthesized: {plan.how}", "stored": None,
-                         "min": None, "max": None, "mean": None, "std": None})
-        return pd.DataFrame(rows, columns=["name", "kind", "dtype", "shape", "device", "value", "stored", "min", "max", "mean", "std"]).astype(object)
-
-    def nodes(self):
-        """As Dump's; a custom op this machine lacks shows under its own name."""
-        from graphdbg.rebuild.stand_ins import MissingOp
-
-        df = super().nodes()
-        missing = {n.name: n.target.qualname for g in self.printed.graphs() for n in g.nodes
-                   if isinstance(n.target, MissingOp)}
-        if missing:
-            df["target"] = [missing.get(name, target) for name, target in zip(df["name"], df["target"])]
-        return df
-
-    def summary(self) -> dict[str, Any]:
-        """Dump's row, plus ``model``, ``graph``, ``format``, ``group_hash`` and ``constructs``."""
-        row = super().summary()
-        row.update({"format": "printed_graph", "model": self.model, "graph": self.graph_number,
-                    "rank_source": self.rank_source, "group_hash": self.group_hash, "constructs": self.constructs})
-        return row
-
-    def __repr__(self) -> str:
-        return f"ForeignDump({str(self.path)!r}, model={self.model!r}, rank={self.rank}, graph={self.graph_number})"
+    header = next((m for line in pg.header if (m := _HEADER.search(line))), None)
+    device_indices = sorted(_cuda_indices(pg))
+    if header:
+        rank, rank_source, number = int(header[1]), "header", int(header[2])
+    elif len(device_indices) == 1:
+        rank, rank_source, number = device_indices[0], "device_index", None
+    elif (shard := _rank_from_shard(pg)) is not None:
+        rank, rank_source, number = shard, "shard_offset", None
+    else:
+        rank, rank_source, number = 0, "default", None
+    device = f"cuda:{device_indices[0] if len(device_indices) == 1 else rank}" if device_indices or _uses_cuda(pg) else None
+    masked, literals = _masked_structure(pg)
+    placeholders = [n for n in pg.graph.nodes if n.op == "placeholder"]
+    return manifest_for(
+        path, pg, fmt=FORMAT, dump_id=path.stem, inputs=[_descriptor(n, device) for n in placeholders],
+        # Nothing records which backend failed; eager replays the graph as it was printed.
+        backend="eager", kind=FAILURE_KIND, message="no error recorded (a printed graph)",
+        rank=rank, world_size=_world_size(path, rank), rank_source=rank_source,
+        extra={"foreign": {"model": path.parent.name, "graph_number": number,
+                           "group_hash": hashlib.sha256(masked.encode()).hexdigest(), "rank_literals": literals,
+                           "constructs": constructs(pg), "captured_device": device}})
 
 
 # Reading facts out of the graph -----------------------------------------------------------
@@ -342,17 +186,6 @@ def _uses_cuda(pg: Any) -> bool:
     return False
 
 
-def _cuda_devices(gm: fx.GraphModule) -> set[torch.device]:
-    found: set[torch.device] = set()
-    for mod in gm.modules():
-        if isinstance(mod, fx.GraphModule):
-            for node in mod.graph.nodes:
-                for v in _values(node):
-                    if isinstance(v, torch.device) and v.type == "cuda":
-                        found.add(v)
-    return found
-
-
 def _descriptor(node: fx.Node, device: str | None) -> dict[str, Any]:
     spec = node.meta.get("graphdbg_spec")
     if isinstance(spec, TensorSpec):
@@ -423,4 +256,4 @@ def _masked_structure(pg: Any) -> tuple[str, list[Any]]:
     return json.dumps(parts, default=str), literals
 
 
-register('printed_graph', lambda p: p.is_file(), load_printed_graph, priority=90)
+register(FORMAT, lambda p: p.is_file(), load_printed_graph, priority=90)

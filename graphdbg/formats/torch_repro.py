@@ -12,9 +12,11 @@ file is a zip archive whose ``<name>/data/<key>`` entry holds the storage's raw 
 content-store file holds exactly one storage, so those bytes are the whole value; the pickle
 (``data.pkl``) that describes them is never opened. Whatever the file does not bring back
 (a storage not found, weights the minifier replaced with ``torch.randn``, nn modules rebuilt
-from their repr) is a named stand-in.
+from their repr) is a named stand-in. The reader describes each input as a view of a named
+storage (``storage``, ``storage_offset``, ``stride``) and hands the store to the Dump as its
+``Contents``; ``Dump.case()`` does the rest, as for every other file.
 
-    >>> dump = load_torch_repro("graphdbg/fixtures/torch_minifier/after_aot/repro.py")
+    >>> dump = load_torch_repro("fixtures/torch_minifier/after_aot/repro.py")
     >>> dump.backend, [d["stored"] is not None for d in dump.manifest["inputs"]]
     ('inductor', [True])
     >>> case = dump.case("cpu", seed=0)
@@ -33,24 +35,17 @@ from typing import Any
 
 import torch
 
-from graphdbg.formats import register
+from graphdbg.dump import Contents, Dump
 from graphdbg.errors import GraphdbgError, GraphSourceError
-from graphdbg.formats.file_dump import FileDump, manifest_for
-from graphdbg.rebuild.inputs import StandIn
-from graphdbg.graph_parser import AttrConstruction, PrintedGraph, _dotted, parse_module_class, resolve_target
+from graphdbg.formats import manifest_for, register
+from graphdbg.graph_parser import PrintedGraph, _dotted, parse_module_class, resolve_target
 from graphdbg.specs import TensorSpec, dtype_name, eval_dim
 
-__all__ = ["ReproDump", "detect_format", "load_torch_repro", "read_storage_bytes"]
+__all__ = ["MinifierStore", "detect_format", "load_torch_repro", "read_storage_bytes"]
 
 FORMAT = "torch_minifier"
 # load_args._version this reader understands (torch writes 0; a bump means an FC-breaking change).
 LOAD_ARGS_VERSION = 0
-# The nn classes torch's minifier prints as constructors (NNModuleToString.safe_reprs).
-SAFE_MODULES = frozenset({
-    "Linear", "Conv1d", "Conv2d", "Conv3d", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "Dropout",
-    "Softmax", "ReLU", "GELU", "Identity", "MaxPool2d", "Embedding", "Tanh", "ConvTranspose1d", "GLU", "LSTM",
-    "Flatten", "AdaptiveAvgPool2d",
-})
 _MAX_DETECT_BYTES = 64 << 20
 
 
@@ -270,220 +265,79 @@ def find_store(repro: ReproFile) -> Path | None:
 # --- the Dump --------------------------------------------------------------------------
 
 
-class ReproDump(FileDump):
-    """A minifier script as a Dump: ``case()`` rebuilds its module and inputs."""
+class MinifierStore(Contents):
+    """A minifier script's ``class Repro`` and its content store: ``read`` gives back each
+    saved storage's raw bytes (as uint8) by its hash."""
 
-    def __init__(self, repro: ReproFile):
-        self.repro = repro
-        self.store = find_store(repro)
-        inputs = [self._describe(a) for a in repro.args]
-        placeholders = [n for n in repro.printed.graph.nodes if n.op == "placeholder"]
-        if len(placeholders) != len(repro.args):
-            raise GraphSourceError(f"Repro.forward takes {len(placeholders)} inputs, load_args gives {len(repro.args)}",
-                                   file=str(repro.path), line=repro.args[-1].lineno if repro.args else 1)
-        for node, arg, desc in zip(placeholders, repro.args, inputs):
-            desc["node"] = node.name
-            if arg.kind == "tensor":  # forward has no annotations; load_args has the specs
-                node.meta["graphdbg_spec"] = TensorSpec.from_dict(desc)
-        opts = repro.options
-        accuracy = opts.get("accuracy")
-        kind = "accuracy" if accuracy not in (None, False, "") else "captured"
-        backend = opts.get("backend") if repro.variant == "after_dynamo" else "inductor"
-        message = (f"PyTorch minifier script ({repro.variant}, command {opts.get('command', 'run')!r}); "
-                   "it records the graph and its inputs, not the error")
-        attrs = {c.name: {"kind": c.kind, "func": c.func, "device": c.device, "line": c.lineno} for c in repro.printed.inits}
-        manifest = manifest_for(repro.path, repro.printed, fmt=FORMAT, inputs=inputs, attrs=attrs,
-                                backend=str(backend or "eager"), kind=kind, message=message,
-                                extra={"env": {"torch": repro.torch_version}, "minifier": {
-                                    "variant": repro.variant, "store": str(self.store) if self.store else None,
-                                    **{k: v for k, v in opts.items() if isinstance(v, (str, bool, int, type(None)))}}})
-        super().__init__(repro.path, manifest, repro.printed)
+    def __init__(self, repro: ReproFile, store: Path | None):
+        super().__init__(repro.path, printed=repro.printed)
+        self.store = store
 
-    def _describe(self, a: ArgCall) -> dict[str, Any]:
-        if a.kind == "tensor":
-            st = self.repro.storages[a.storage]
-            found = self.store is not None and st.hash is not None and (self.store / "storages" / st.hash).is_file()
-            return {"name": a.name, "kind": "tensor", "dtype": dtype_name(a.dtype), "shape": a.shape, "stride": a.stride,
-                    "device": st.device, "requires_grad": a.requires_grad, "storage_offset": a.storage_offset,
-                    "stored": st.hash if found else None, "storage": a.storage,
-                    **({} if found else {"reason": "not saved" if st.hash is None else "storage not found"})}
-        if a.kind == "symint":
-            return {"name": a.name, "kind": "symint", "expr": a.expr or str(a.value), "hint": a.value}
-        if a.kind == "generator":
-            return {"name": a.name, "kind": "opaque", "type": "torch.Generator", "device": a.value[0]}
-        if a.kind == "const":
-            return {"name": a.name, "kind": "none"}
-        return {"name": a.name, "kind": "opaque", "type": str(a.value or a.kind)}
-
-    def case(self, device: str | torch.device | None = None, *, seed: int = 0):
-        """The Repro module and its inputs on ``device``; stand-ins for what the file lacks."""
-        from graphdbg.case import Case, retarget_devices
-
-        dev = self.resolve_device(device)
-        stand_ins: list[StandIn] = []
-        storages = self._storages(dev, seed, stand_ins)
-        inputs: list[Any] = []
-        for a, d in zip(self.repro.args, self.manifest["inputs"]):
-            inputs.append(self._input(a, d, storages, dev, stand_ins))
-        self._apply_fixups(inputs, stand_ins)
-        attrs = {c.name: self._attr(c, dev, seed, stand_ins) for c in self.repro.printed.inits}
-        gm = self.repro.printed.to_module(attrs, missing_attr=self._missing_attr)
-        moved = retarget_devices(gm, self.captured_device, dev)
-        if dev != self.captured_device:
-            what = f"captured on {self.captured_device}, replayed on {dev}"
-            if moved:
-                what += f"; device literals moved in {', '.join(moved[:5])}" + (" ..." if len(moved) > 5 else "")
-            stand_ins.append(StandIn("graph", "device", what))
-        return Case(gm=gm, inputs=inputs, device=dev, stand_ins=stand_ins, dump=self)
-
-    def _missing_attr(self, name: str, spec: Any) -> Any:
-        raise GraphSourceError(f"Repro.forward uses self.{name}, which __init__ does not build", file=str(self.path))
-
-    def _storages(self, dev: torch.device, seed: int, stand_ins: list[StandIn]) -> dict[str, torch.Tensor]:
-        """Each storage as a uint8 tensor on ``dev``; tensors are views of these, so inputs that
-        shared a storage in the user's run share it here too."""
-        out: dict[str, torch.Tensor] = {}
-        users: dict[str, list[str]] = {}
-        for a in self.repro.args:
-            if a.kind == "tensor":
-                users.setdefault(a.storage, []).append(a.name)
-        for var, st in self.repro.storages.items():
-            raw = None
-            if self.store is not None and st.hash is not None and (self.store / "storages" / st.hash).is_file():
-                raw = read_storage_bytes(self.store / "storages" / st.hash)
-                if len(raw) != st.nbytes:
-                    raise GraphdbgError(f"{self.store / 'storages' / st.hash}: {len(raw)} bytes, load_args says {st.nbytes}")
-                data = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
-            else:
-                data = _random_bytes(st, seed, var)
-                why = "not saved by the minifier" if st.hash is None else f"storage {st.hash} not found"
-                for name in users.get(var, []):
-                    stand_ins.append(StandIn(name, "regenerated", f"random {dtype_name(st.dtype_hint)} data ({why})"))
-            out[var] = data.to(dev)
+    def read(self, keys: list[str]) -> dict[str, torch.Tensor]:
+        out = {}
+        for key in keys:
+            if self.store is None:
+                raise GraphdbgError(f"{self.graph_file}: storage {key} asked for, but no content store was found")
+            raw = read_storage_bytes(self.store / "storages" / key)
+            out[key] = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
         return out
 
-    def _input(self, a: ArgCall, d: dict[str, Any], storages: dict[str, torch.Tensor], dev: torch.device,
-               stand_ins: list[StandIn]) -> Any:
-        if a.kind == "tensor":
-            base = storages[a.storage]
-            itemsize = a.dtype.itemsize
-            extent = a.storage_offset + 1 + sum((s - 1) * st for s, st in zip(a.shape, a.stride)) if all(a.shape) else 0
-            if extent * itemsize > base.numel():
-                raise GraphSourceError(f"input {a.name}: {a.shape} with stride {a.stride} needs {extent * itemsize} bytes, "
-                                       f"its storage has {base.numel()}", file=str(self.path), line=a.lineno)
-            t = torch.empty(0, dtype=a.dtype, device=dev)
-            t.set_(base.untyped_storage(), a.storage_offset, a.shape, a.stride)
-            if a.requires_grad and (a.dtype.is_floating_point or a.dtype.is_complex):
-                t.requires_grad_(True)
-            return t
-        if a.kind == "symint":
-            return a.value
-        if a.kind == "generator":
-            stand_ins.append(StandIn(a.name, "generator", f"a fresh torch.Generator on {dev}"))
-            return torch.Generator(device=dev)
-        if a.kind != "const":
-            stand_ins.append(StandIn(a.name, a.kind, f"{a.value or a.kind} could not be saved by the minifier; passed as None"))
-        return None
 
-    def _apply_fixups(self, inputs: list[Any], stand_ins: list[StandIn]) -> None:
-        # What the minifier's own load_args does for repeat_interleave: random repeats must
-        # still add up to the output size the graph was traced with.
-        regenerated = {s.name for s in stand_ins if s.kind == "regenerated"}
-        for ri, oi in self.repro.fixups:
-            if ri < len(inputs) and oi < len(inputs) and self.repro.args[ri].name in regenerated:
-                rep, size = inputs[ri], inputs[oi]
-                if isinstance(rep, torch.Tensor) and rep.dtype == torch.int64 and isinstance(size, int) and rep.numel():
-                    rep.fill_(size // rep.numel())
-                    rep.view(-1)[: size % rep.numel()] += 1
-
-    def _attr(self, c: AttrConstruction, dev: torch.device, seed: int, stand_ins: list[StandIn]) -> Any:
-        where = f"{self.path}:{c.lineno}"
-        if c.kind == "module":
-            if c.func not in SAFE_MODULES:
-                raise GraphSourceError(f"refusing module constructor {c.func} for self.{c.name} (not one torch's minifier prints)",
-                                       file=str(self.path), line=c.lineno)
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed + c.lineno)
-                try:
-                    mod = getattr(torch.nn, c.func)(*c.args, **c.kwargs)
-                except Exception as e:
-                    raise GraphSourceError(f"cannot build {c.func} for self.{c.name}: {e}", file=str(self.path), line=c.lineno) from None
-            if any(True for _ in mod.parameters()) or any(True for _ in mod.buffers()):
-                stand_ins.append(StandIn(c.name, "regenerated", f"{c.func} with fresh weights (the minifier does not save module weights)"))
-            return mod.to(dev)
-        value = _factory(c, seed, where)
-        exact = c.func in ("tensor", "torch.tensor", "torch.zeros", "torch.ones", "torch.full")
-        if not exact:
-            stand_ins.append(StandIn(c.name, "regenerated", f"{c.func}{list(value.shape)} as the script writes it "
-                                                           f"(the minifier does not save {c.kind}s over 4 elements)"))
-        value = value.to(dev)
-        if c.kind == "parameter":
-            return torch.nn.Parameter(value, requires_grad=value.is_floating_point())
-        return value
-
-
-def load_torch_repro(path: str | Path) -> ReproDump:
+def load_torch_repro(path: str | Path) -> Dump:
     """Read a minifier script as a Dump without running any of it.
 
         >>> dump = load_torch_repro("minifier_launcher.py")
         >>> dump.inputs_table()[["name", "dtype", "shape", "stored"]]
     """
-    return ReproDump(read_repro(path))
+    repro = read_repro(path)
+    store = find_store(repro)
+    placeholders = [n for n in repro.printed.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(repro.args):
+        raise GraphSourceError(f"Repro.forward takes {len(placeholders)} inputs, load_args gives {len(repro.args)}",
+                               file=str(repro.path), line=repro.args[-1].lineno if repro.args else 1)
+    inputs = [_describe(repro, store, a) for a in repro.args]
+    for ri, oi in repro.fixups:
+        if ri < len(inputs):
+            inputs[ri]["sums_to"] = oi
+    for node, arg, desc in zip(placeholders, repro.args, inputs):
+        desc["node"] = node.name
+        if arg.kind == "tensor":  # forward has no annotations; load_args has the specs
+            node.meta["graphdbg_spec"] = TensorSpec.from_dict(desc)
+    opts = repro.options
+    accuracy = opts.get("accuracy")
+    kind = "accuracy" if accuracy not in (None, False, "") else "captured"
+    backend = opts.get("backend") if repro.variant == "after_dynamo" else "inductor"
+    message = (f"PyTorch minifier script ({repro.variant}, command {opts.get('command', 'run')!r}); "
+               "it records the graph and its inputs, not the error")
+    attrs = {c.name: {"kind": c.kind, "func": c.func, "device": c.device, "line": c.lineno} for c in repro.printed.inits}
+    manifest = manifest_for(repro.path, repro.printed, fmt=FORMAT, inputs=inputs, attrs=attrs,
+                            backend=str(backend or "eager"), kind=kind, message=message,
+                            extra={"env": {"torch": repro.torch_version}, "minifier": {
+                                "variant": repro.variant, "store": str(store) if store else None,
+                                **{k: v for k, v in opts.items() if isinstance(v, (str, bool, int, type(None)))}}})
+    return Dump(repro.path, manifest, MinifierStore(repro, store))
+
+
+def _describe(repro: ReproFile, store: Path | None, a: ArgCall) -> dict[str, Any]:
+    """One input's descriptor: a tensor is a view of a named storage (saved or not)."""
+    if a.kind == "tensor":
+        st = repro.storages[a.storage]
+        found = store is not None and st.hash is not None and (store / "storages" / st.hash).is_file()
+        reason = {} if found else {"reason": "not saved by the minifier" if st.hash is None else f"storage {st.hash} not found"}
+        return {"name": a.name, "kind": "tensor", "dtype": dtype_name(a.dtype), "shape": a.shape, "stride": a.stride,
+                "device": st.device, "requires_grad": a.requires_grad, "storage_offset": a.storage_offset,
+                "stored": st.hash if found else None, "storage": a.storage, "storage_nbytes": st.nbytes,
+                "storage_dtype": dtype_name(st.dtype_hint), "line": a.lineno, **reason}
+    if a.kind == "symint":
+        return {"name": a.name, "kind": "symint", "expr": a.expr or str(a.value), "hint": a.value}
+    if a.kind == "generator":
+        return {"name": a.name, "kind": "opaque", "type": "torch.Generator", "device": a.value[0]}
+    if a.kind == "const":
+        return {"name": a.name, "kind": "none"}
+    return {"name": a.name, "kind": "opaque", "type": f"{a.value or a.kind} (the minifier could not save it)"}
 
 
 # --- small readers ------------------------------------------------------------------------
-
-
-def _factory(c: AttrConstruction, seed: int, where: str) -> torch.Tensor:
-    """The tensor one of the minifier's buffer expressions describes, made by graphdbg:
-    literal data for ``tensor([...])``, seeded random data for ``torch.randn``/``randint``."""
-    kw = dict(c.kwargs)
-    dtype = kw.pop("dtype", None)
-    kw.pop("device", None)  # the replay device decides
-    kw.pop("requires_grad", None)
-    if c.func in ("tensor", "torch.tensor"):
-        if len(c.args) != 1:
-            raise GraphdbgError(f"{where}: tensor() takes one literal")
-        return torch.tensor(c.args[0], dtype=dtype)
-    gen = torch.Generator().manual_seed(seed + _crc(c.name))
-    size = kw.pop("size", None)
-    if c.func in ("torch.randn", "torch.rand", "torch.zeros", "torch.ones", "torch.empty"):
-        shape = size if size is not None else (c.args[0] if len(c.args) == 1 and isinstance(c.args[0], (list, tuple)) else c.args)
-        shape = [int(s) for s in shape]
-        dtype = dtype or torch.float32
-        if c.func == "torch.randn":
-            return torch.randn(shape, generator=gen, dtype=torch.float32).to(dtype)
-        if c.func == "torch.rand":
-            return torch.rand(shape, generator=gen, dtype=torch.float32).to(dtype)
-        if c.func == "torch.ones":
-            return torch.ones(shape, dtype=dtype)
-        return torch.zeros(shape, dtype=dtype)  # empty: any value is right, zeros are reproducible
-    if c.func == "torch.randint":
-        # the minifier writes torch.randint(1, size=[...]) (all zeros) or randint(low, high, size)
-        bounds = [int(b) for b in c.args]
-        low, high = (0, bounds[0]) if len(bounds) == 1 else (bounds[0], bounds[1])
-        return torch.randint(low, max(high, low + 1), [int(s) for s in size or []], generator=gen).to(dtype or torch.int64)
-    if c.func == "torch.full" and len(c.args) == 2:
-        return torch.full([int(s) for s in c.args[0]], c.args[1], dtype=dtype)
-    raise GraphdbgError(f"{where}: unsupported constructor {c.func} for self.{c.name}")
-
-
-def _random_bytes(st: StorageCall, seed: int, var: str) -> torch.Tensor:
-    """Random data of the storage's dtype hint, as bytes; what torch's own reader does, seeded."""
-    dtype = st.dtype_hint
-    n = st.nbytes // dtype.itemsize
-    gen = torch.Generator().manual_seed(seed + _crc(var))
-    if dtype == torch.bool:
-        vals = torch.rand(n, generator=gen) < 0.5
-    elif dtype.is_floating_point or dtype.is_complex:
-        vals = torch.randn(n, generator=gen).to(dtype)
-    else:
-        # small non-negative integers: valid indices and counts for any dimension of size >= 2
-        vals = torch.randint(0, 2, (n,), generator=gen).to(dtype)
-    raw = vals.view(torch.uint8) if n else torch.empty(0, dtype=torch.uint8)
-    if raw.numel() < st.nbytes:
-        raw = torch.cat([raw, torch.zeros(st.nbytes - raw.numel(), dtype=torch.uint8)])
-    return raw
 
 
 def _literal(expr: ast.expr, symbols: dict[str, int]) -> Any:
@@ -545,12 +399,6 @@ def _contiguous(shape: list[int]) -> list[int]:
         stride.append(acc)
         acc *= max(s, 1)
     return list(reversed(stride))
-
-
-def _crc(text: str) -> int:
-    import zlib
-
-    return zlib.crc32(text.encode()) & 0x7FFFFFFF
 
 
 def _failer(path: Path):

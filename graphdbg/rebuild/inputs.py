@@ -1,24 +1,39 @@
 """Rebuild a graph's inputs on this machine from a manifest's descriptors.
 
-Stored tensors come back from inputs.safetensors with their stride; tensors that were over
-the budget are regenerated from their statistics; streams, events and other things that
-can't travel are recreated on the target device or replaced by a named stand-in. Every
-value that is not the captured one is reported, never silently substituted.
+One descriptor, one value, whatever file it came from:
+- a stored tensor comes back with its stride (a dump's safetensors);
+- a view of a stored storage comes back as that view, so inputs that shared memory still do
+  (a minifier's content store); a storage nobody saved is random bytes of its dtype;
+- a tensor over the capture budget is regenerated from its statistics;
+- a tensor nothing recorded (a printed graph's annotation) is synthesized by the caller's
+  ``synthesize`` (index-aware plans, ``rebuild/synthesize.py``);
+- streams, events and generators are recreated on the target device, or stood in for.
+Every value that is not the captured one is reported, never silently substituted.
 
-    >>> values, stand_ins = rebuild_inputs(manifest["inputs"], tensor_file, torch.device("cpu"))
+    >>> builder = InputBuilder(torch.device("cpu"), read, env={"s0": 8}, seed=0)
+    >>> values = builder.build_all(manifest["inputs"])
+    >>> [s.describe() for s in builder.stand_ins]
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from graphdbg.errors import DumpError
-from graphdbg.specs import TensorSpec, dtype_from_name
+from graphdbg.errors import DumpError, GraphSourceError
+from graphdbg.specs import TensorSpec, dtype_from_name, eval_dim
+
+SEED_ENV = "GRAPHDBG_SEED"  # the seed an isolated replay's child uses for values it makes up
+
+
+def default_seed(seed: int | None) -> int:
+    """``seed``, else ``$GRAPHDBG_SEED`` (so an isolated child makes the same values), else 0."""
+    return int(seed) if seed is not None else int(os.environ.get(SEED_ENV, "0") or 0)
 
 
 @dataclass
@@ -103,23 +118,43 @@ def symbol_env(descs: list[Mapping[str, Any]]) -> dict[str, int]:
     return env
 
 
+def made_up(d: Mapping[str, Any]) -> bool:
+    """An input nothing recorded: a tensor with no stored value, storage or statistics, or a
+    symbolic size with no hint. Replay synthesizes it from the graph's annotations."""
+    if d.get("kind") == "tensor":
+        return not (d.get("stored") or d.get("storage") or d.get("stats"))
+    return d.get("kind") in ("symint", "symfloat", "symbool") and d.get("hint") is None
+
+
 @dataclass
 class InputBuilder:
-    """Turns descriptors into values on ``device``; ``read`` fetches stored tensors by key."""
+    """Turns descriptors into values on ``device``.
+
+    ``read(keys)`` fetches stored tensors (or a storage's raw bytes, as uint8) by key;
+    ``env`` gives every size symbol a value; ``synthesize(name)`` makes an input nothing
+    recorded and returns it with its stand-in (None where it can't: the input is then
+    regenerated from its descriptor alone); ``where`` names the file in errors.
+    """
 
     device: torch.device
     read: Callable[[list[str]], dict[str, torch.Tensor]]
     env: dict[str, int]
     seed: int = 0
     stand_ins: list[StandIn] = field(default_factory=list)
+    synthesize: Callable[[str], tuple[Any, StandIn] | None] | None = None
+    where: str = ""
+    synthesized: list[str] = field(default_factory=list)  # inputs made from annotations alone
+    _storages: dict[str, torch.Tensor] = field(default_factory=dict, init=False, repr=False)
+    _regenerated: set[str] = field(default_factory=set, init=False, repr=False)
 
     def build_all(self, descs: list[Mapping[str, Any]], names: list[str] | None = None) -> list[Any]:
-        keys = [d["stored"] for d in descs if d.get("kind") == "tensor" and d.get("stored")]
+        keys = sorted(_stored_keys(descs))
         stored = self.read(keys) if keys else {}
-        out = []
+        names = [(names[i] if names else None) or d.get("node") or d.get("name") or f"input{i}" for i, d in enumerate(descs)]
+        out = [self.build(name, d, stored) for name, d in zip(names, descs)]
         for i, d in enumerate(descs):
-            name = (names[i] if names else None) or d.get("node") or d.get("name") or f"input{i}"
-            out.append(self.build(name, d, stored))
+            if isinstance(d.get("sums_to"), int):
+                self._sum_to(out, i, d["sums_to"], names[i])
         return out
 
     def build(self, name: str, d: Mapping[str, Any], stored: Mapping[str, torch.Tensor]) -> Any:
@@ -127,9 +162,16 @@ class InputBuilder:
         if kind == "tensor":
             return self._tensor(name, d, stored)
         if kind in ("symint", "symfloat", "symbool"):
-            if d.get("hint") is None:
-                raise DumpError(f"input {name}: symbolic value {d.get('expr')} has no recorded hint")
-            return d["hint"]
+            if d.get("hint") is not None:
+                return d["hint"]
+            if (made := self._synthesized(name)) is not None:
+                return made[0]
+            try:
+                value = eval_dim(str(d.get("expr")), self.env)
+            except Exception:
+                raise DumpError(f"input {name}: symbolic value {d.get('expr')} has no recorded hint") from None
+            self.stand_ins.append(StandIn(name, "synthesized", f"{d.get('expr')} = {value} (no hint recorded)"))
+            return value
         if kind in ("int", "bool", "str"):
             return d["value"]
         if kind == "float":
@@ -151,6 +193,9 @@ class InputBuilder:
         if kind == "process_group":
             self.stand_ins.append(StandIn(name, "process_group", f"group {d.get('name')!r} of size {d.get('size')} passed as None"))
             return None
+        if kind == "generator" or d.get("type") == "torch.Generator":
+            self.stand_ins.append(StandIn(name, "generator", f"a fresh torch.Generator on {self.device}"))
+            return torch.Generator(device=self.device)
         self.stand_ins.append(StandIn(name, "opaque", f"{d.get('type', kind)} passed as None"))
         return None
 
@@ -158,13 +203,29 @@ class InputBuilder:
         dev = torch.device(text)
         return self.device if dev.type == "cuda" else dev
 
+    def _synthesized(self, name: str) -> tuple[Any] | None:
+        """``(value,)`` from ``synthesize``, or None where it has no plan for ``name``."""
+        made = self.synthesize(name) if self.synthesize is not None else None
+        if made is None:
+            return None
+        value, stand_in = made
+        self.stand_ins.append(stand_in)
+        self.synthesized.append(name)
+        return (value,)
+
     def _tensor(self, name: str, d: Mapping[str, Any], stored: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        if d.get("storage"):
+            return self._view(name, d, stored)
+        if made_up(d) and (made := self._synthesized(name)) is not None:
+            return made[0]
         spec = TensorSpec.from_dict(d)
         device = self.device if (spec.device or "cpu") != "meta" else torch.device("meta")
         shape = spec.concrete_shape(self.env)
         stride = spec.concrete_stride(self.env)
         key = d.get("stored")
         if key:
+            if key not in stored:
+                raise DumpError(f"{self.where or 'dump'}: input {name}: stored value {key!r} is missing")
             data = stored[key]
             if list(data.shape) != shape:
                 raise DumpError(f"input {name}: stored shape {list(data.shape)} does not match the manifest's {shape}")
@@ -178,6 +239,56 @@ class InputBuilder:
         if spec.requires_grad and (data.is_floating_point() or data.is_complex()):
             data.requires_grad_(True)
         return data
+
+    def _view(self, name: str, d: Mapping[str, Any], stored: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """A tensor on a storage that several inputs may share (a minifier's ``reader.tensor``)."""
+        var = str(d["storage"])
+        base = self._storage(var, d, stored)
+        spec = TensorSpec.from_dict(d)
+        dtype = spec.torch_dtype
+        shape = spec.concrete_shape(self.env)
+        stride = spec.concrete_stride(self.env) or _contiguous(shape)
+        offset = int(d.get("storage_offset") or 0)
+        extent = offset + 1 + sum((s - 1) * st for s, st in zip(shape, stride)) if all(shape) else 0
+        if extent * dtype.itemsize > base.numel():
+            raise GraphSourceError(f"input {name}: {shape} with stride {stride} needs {extent * dtype.itemsize} bytes, "
+                                   f"its storage has {base.numel()}", file=self.where or None, line=d.get("line"))
+        t = torch.empty(0, dtype=dtype, device=self.device)
+        t.set_(base.untyped_storage(), offset, shape, stride)
+        if var in self._regenerated:
+            self.stand_ins.append(StandIn(name, "regenerated", f"random {d.get('storage_dtype', spec.dtype)} data "
+                                                               f"({d.get('reason', 'not stored')})"))
+        if spec.requires_grad and (dtype.is_floating_point or dtype.is_complex):
+            t.requires_grad_(True)
+        return t
+
+    def _storage(self, var: str, d: Mapping[str, Any], stored: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        if var in self._storages:
+            return self._storages[var]
+        nbytes = int(d.get("storage_nbytes") or 0)
+        key = d.get("stored")
+        if key:
+            if key not in stored:
+                raise DumpError(f"{self.where or 'dump'}: storage {key!r} is missing")
+            raw = stored[key].reshape(-1).view(torch.uint8)
+            if raw.numel() != nbytes:
+                raise DumpError(f"{self.where or 'dump'}: storage {key}: {raw.numel()} bytes, the file says {nbytes}")
+        else:
+            raw = _random_bytes(nbytes, dtype_from_name(d.get("storage_dtype") or "float32"), self.seed + _stable_int(var))
+            self._regenerated.add(var)
+        # a copy per storage: two storages with the same content (and hash) are still two
+        self._storages[var] = raw.to(self.device, copy=True)
+        return self._storages[var]
+
+    def _sum_to(self, values: list[Any], i: int, j: Any, name: str) -> None:
+        """Regenerated repeat counts must still add up to the output size the graph was traced
+        with (what the minifier's own ``load_args`` does for ``repeat_interleave``)."""
+        rep, size = values[i], values[j] if 0 <= j < len(values) else None
+        regenerated = any(s.name == name and s.kind in ("regenerated", "synthesized") for s in self.stand_ins)
+        if regenerated and isinstance(rep, torch.Tensor) and rep.dtype == torch.int64 and isinstance(size, int) and rep.numel():
+            with torch.no_grad():
+                rep.fill_(size // rep.numel())
+                rep.view(-1)[: size % rep.numel()] += 1
 
     def _regenerate(self, name, spec: TensorSpec, shape, stride, stats, device, why) -> torch.Tensor:
         dtype = spec.torch_dtype
@@ -198,7 +309,8 @@ class InputBuilder:
             flat = torch.randint(low, max(high, low + 1), (n,), generator=gen, dtype=torch.int64)
         out = torch.empty_strided(shape, stride, dtype=dtype, device=device) if stride else torch.empty(shape, dtype=dtype, device=device)
         out.copy_(flat.reshape(shape).to(dtype))
-        self.stand_ins.append(StandIn(name, "regenerated", f"{spec.annotation()} from statistics ({why})"))
+        what = "from statistics" if stats else "random"
+        self.stand_ins.append(StandIn(name, "regenerated", f"{spec.annotation()} {what} ({why})"))
         return out
 
     def _stream(self, name: str, d: Mapping[str, Any]) -> Any:
@@ -219,6 +331,42 @@ class InputBuilder:
             return e
         self.stand_ins.append(StandIn(name, "event", "no CUDA here: a no-op NullEvent stands in"))
         return NullEvent(d)
+
+
+def _stored_keys(descs: list[Mapping[str, Any]]) -> set[str]:
+    """The stored values ``descs`` name, inside lists and tuples too."""
+    keys: set[str] = set()
+    for d in descs:
+        if d.get("kind") == "tensor" and d.get("stored"):
+            keys.add(d["stored"])
+        elif d.get("kind") in ("list", "tuple"):
+            keys |= _stored_keys(d.get("items", []))
+    return keys
+
+
+def _random_bytes(nbytes: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """Random data of ``dtype`` as ``nbytes`` bytes: what torch's own repro reader does, seeded.
+    Integers are 0 or 1, valid indices and counts for any dimension of size >= 2."""
+    n = nbytes // dtype.itemsize
+    gen = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        vals = torch.rand(n, generator=gen) < 0.5
+    elif dtype.is_floating_point or dtype.is_complex:
+        vals = torch.randn(n, generator=gen).to(dtype)
+    else:
+        vals = torch.randint(0, 2, (n,), generator=gen).to(dtype)
+    raw = vals.view(torch.uint8) if n else torch.empty(0, dtype=torch.uint8)
+    if raw.numel() < nbytes:
+        raw = torch.cat([raw, torch.zeros(nbytes - raw.numel(), dtype=torch.uint8)])
+    return raw
+
+
+def _contiguous(shape: list[int]) -> list[int]:
+    stride, acc = [], 1
+    for s in reversed(shape):
+        stride.append(acc)
+        acc *= max(s, 1)
+    return list(reversed(stride))
 
 
 def _stable_int(text: str) -> int:

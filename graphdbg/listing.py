@@ -99,7 +99,7 @@ def summary_row(d: Dump) -> dict[str, Any]:
     run's log gave it: ``log`` (the log's path), ``log_line``, ``log_inferred`` and ``log_how``
     (all None otherwise). The backend is then the log's. A captured dump's row is unchanged."""
     row = d.summary()
-    if type(d) is Dump:
+    if d.format == "dump":
         return row
     failure = d.manifest.get("failure") or {}
     log = failure.get("log") if failure.get("source") == "log" else None
@@ -193,7 +193,7 @@ def apply_logs(dumps: list[Dump], root: Path, log: str | Path | None = None) -> 
     from graphdbg.formats.run_log import attach_log, find_logs, read_log
 
     # captured dumps speak for themselves, even those of mode="always" that record no failure
-    bare = [d for d in dumps if type(d) is not Dump and not (d.manifest.get("failure") or {}).get("signature")]
+    bare = [d for d in dumps if d.format != "dump" and not (d.manifest.get("failure") or {}).get("signature")]
     if not bare and log is None:
         return []
     by_log: dict[Path, list[Dump]] = {}
@@ -237,7 +237,7 @@ def load_with_log(path: str | Path, log: str | Path | None = None) -> Dump:
     from graphdbg.formats.run_log import find_logs, read_log
 
     dump = load(path)
-    if type(dump) is Dump or (dump.manifest.get("failure") or {}).get("signature"):
+    if dump.format == "dump" or (dump.manifest.get("failure") or {}).get("signature"):
         return dump
     folder = Path(dump.path).parent if Path(dump.path).is_file() else Path(dump.path)
     logs = [Path(log)] if log is not None else find_logs(folder)

@@ -22,6 +22,7 @@ import torch.fx as fx
 
 from graphdbg.accuracy import OutputMismatch, compare_outputs
 from graphdbg.capture.snapshot import GraphSnapshot, format_exception
+from graphdbg.capture.training import mutation_mismatches, watch_backward
 from graphdbg.capture.write import write_dump
 from graphdbg.rebuild.inputs import clone_values
 
@@ -110,15 +111,17 @@ class CapturingBackend:
         snap = self._guarded(lambda: GraphSnapshot.take(seq, gm, keep_eager=self.mode == "accuracy"), "snapshot the graph")
         if snap is not None and self.mode == "always":
             self._dump(snap, list(example_inputs), "captured", None, inputs_state="at_compile")
+        watch = watch_backward(self, snap)  # training: the lazily compiled backward (capture/training.py)
         try:
-            compiled = self.backend(gm, example_inputs, **kwargs)
+            with watch:
+                compiled = self.backend(gm, example_inputs, **kwargs)
         except Exception as e:
             if snap is not None:
                 self._dump(snap, list(example_inputs), "compile_error", e, inputs_state="at_compile")
             raise
         if snap is None:
             return compiled
-        return self._wrap(compiled, snap)
+        return watch.wrap_forward(self._wrap(compiled, snap))
 
     def _wrap(self, compiled: Callable[..., Any], snap: GraphSnapshot) -> Callable[..., Any]:
         boxed = bool(getattr(compiled, "_boxed_call", False))
@@ -138,18 +141,21 @@ class CapturingBackend:
                     self._dump(snap, inputs, "runtime_error", e, inputs_state="after_failed_call")
                 raise
             if before is not None:
-                self._check_accuracy(snap, before, out)
+                self._check_accuracy(snap, before, out, inputs)
             return out
 
         if boxed:
             run._boxed_call = True  # type: ignore[attr-defined]
         return run
 
-    def _check_accuracy(self, snap: GraphSnapshot, before: list[Any], out: Any) -> None:
+    def _check_accuracy(self, snap: GraphSnapshot, before: list[Any], out: Any, inputs: list[Any]) -> None:
         def check() -> list[OutputMismatch]:
             with torch.no_grad():
-                expected = snap.eager(*clone_values(before))
-            return compare_outputs(expected, out, rtol=self.rtol, atol=self.atol)
+                eager_inputs = clone_values(before)
+                expected = snap.eager(*eager_inputs)
+            bad = compare_outputs(expected, out, rtol=self.rtol, atol=self.atol)
+            # training: in-place writes to inputs (an optimizer step) against eager's copies
+            return bad + mutation_mismatches(snap.eager, eager_inputs, inputs, rtol=self.rtol, atol=self.atol)
 
         bad = self._guarded(check, "run the eager reference")
         if bad:

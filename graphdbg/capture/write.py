@@ -68,7 +68,7 @@ def write_dump(
             failure["signature"] = signature(err["type"], err["message"])
         if mismatches:
             failure["mismatches"] = [m.to_dict() for m in mismatches]
-            failure["signature"] = "accuracy: " + "; ".join(f"output {m.index} {m.reason}" for m in mismatches)
+            failure["signature"] = "accuracy: " + "; ".join(f"{getattr(m, 'what', 'output')} {m.index} {m.reason}" for m in mismatches)
             failure["message"] = "; ".join(m.describe() for m in mismatches)
 
         header = _graph_header(dump_id, kind, backend, failure, dist)

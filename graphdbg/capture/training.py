@@ -47,13 +47,13 @@ _installed: dict[str, Any] = {}
 
 @dataclass
 class InputMismatch(OutputMismatch):
-    """A mutated input that ends up different from eager's copy of it."""
+    """A mutated input (or attribute) that ends up different from eager's copy of it."""
 
     name: str = ""
     what: str = "input"
 
     def describe(self) -> str:
-        label = f"input {self.index} ({self.name}) after mutation"
+        label = f"{self.what} {self.index} ({self.name}) after mutation"
         if self.reason == "value":
             return (f"{label}: max abs error {self.max_abs_error:.3g}, max rel error "
                     f"{self.max_rel_error:.3g} (rtol {self.rtol:g}, atol {self.atol:g})")
@@ -91,22 +91,36 @@ def compare_mutations(names: list[str], expected: list[Any], actual: list[Any], 
 
 
 def mutation_mismatches(gm: fx.GraphModule | None, expected: list[Any], actual: list[Any], *,
-                        rtol: float | None = None, atol: float | None = None) -> list[InputMismatch]:
-    """``compare_mutations`` over the inputs ``gm`` writes to in place; none for a pure graph."""
+                        rtol: float | None = None, atol: float | None = None,
+                        expected_attrs: dict[str, torch.Tensor] | None = None,
+                        actual_attrs: dict[str, torch.Tensor] | None = None) -> list[InputMismatch]:
+    """``compare_mutations`` over what ``gm`` writes in place: its inputs, and the attributes
+    (an optimizer's parameters and states, which Dynamo keeps as ``get_attr``) given here."""
     if gm is None:
         return []
-    written = mutated_inputs(gm)
-    if not written:
-        return []
+    written, attrs = written_state(gm)
     names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-    return compare_mutations(names, expected, actual, rtol=rtol, atol=atol, only=written)
+    bad = compare_mutations(names, expected, actual, rtol=rtol, atol=atol, only=written) if written else []
+    if attrs and expected_attrs is not None and actual_attrs is not None:
+        keys = [k for k in attrs if k in expected_attrs and k in actual_attrs]
+        for m in compare_mutations(keys, [expected_attrs[k] for k in keys], [actual_attrs[k] for k in keys],
+                                   rtol=rtol, atol=atol):
+            m.what, m.index = "attr", len(names) + m.index
+            bad.append(m)
+    return bad
 
 
 def mutated_inputs(gm: fx.GraphModule) -> set[int]:
     """Indices of placeholders an in-place op of ``gm`` writes to (``add_``, ``_foreach_mul_``, ``copy_``)."""
+    return written_state(gm)[0]
+
+
+def written_state(gm: fx.GraphModule) -> tuple[set[int], list[str]]:
+    """(indices of the placeholders, names of the ``get_attr`` tensors) that ``gm`` writes in place."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     index = {n: i for i, n in enumerate(placeholders)}
     written: set[int] = set()
+    attrs: list[str] = []
     for node in gm.graph.nodes:
         if node.op not in ("call_function", "call_method") or not _in_place(node):
             continue
@@ -115,7 +129,30 @@ def mutated_inputs(gm: fx.GraphModule) -> set[int]:
             root = _alias_root(arg)
             if root in index:
                 written.add(index[root])
-    return written
+            elif isinstance(root, fx.Node) and root.op == "get_attr" and str(root.target) not in attrs:
+                attrs.append(str(root.target))
+    return written, attrs
+
+
+def attrs_before_call(gm: fx.GraphModule | None, attrs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Copies of the attributes ``gm`` writes, taken from ``attrs`` (the live ones) before a call."""
+    if gm is None:
+        return {}
+    names = written_state(gm)[1]
+    return {k: attrs[k].detach().clone() for k in names if isinstance(attrs.get(k), torch.Tensor)}
+
+
+def load_attrs(gm: fx.GraphModule, values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Write ``values`` into ``gm``'s attributes in place; returns those attributes (live)."""
+    live = {}
+    with torch.no_grad():
+        for name, value in values.items():
+            obj: Any = gm
+            for part in name.split("."):
+                obj = getattr(obj, part)
+            obj.copy_(value)
+            live[name] = obj
+    return live
 
 
 def _in_place(node: fx.Node) -> bool:
@@ -132,9 +169,9 @@ _VIEWS = {"view", "reshape", "transpose", "t", "permute", "narrow", "select", "e
 
 
 def _alias_root(arg: Any) -> Any:
-    """The placeholder a view chain starts from (``p.view(-1).add_`` writes to ``p``)."""
+    """The placeholder or attribute a view chain starts from (``p.view(-1).add_`` writes to ``p``)."""
     seen = 0
-    while isinstance(arg, fx.Node) and arg.op != "placeholder" and seen < 16:
+    while isinstance(arg, fx.Node) and arg.op not in ("placeholder", "get_attr") and seen < 16:
         name = arg.target if isinstance(arg.target, str) else getattr(arg.target, "__name__", "")
         if name.split(".")[0] not in _VIEWS or not arg.args:
             return None
@@ -277,10 +314,12 @@ class BackwardWatch:
             # the forward as its own normal dump, inside the backward one (hidden while written)
             scratch = path.parent / f".forward-{uuid.uuid4().hex[:8]}"
             try:
-                fw = write_dump(scratch, snap=self.snap, inputs=self.last_inputs, kind="captured", exc=None,
+                # same failure: replayed with --backward, the forward reproduces it
+                fw = write_dump(scratch, snap=self.snap, inputs=self.last_inputs, kind=kind, exc=exc,
                                 backend=owner.backend_ref, mode=owner.mode, budget_bytes=owner.budget_bytes,
-                                inputs_state="last_forward_call",
-                                manifest_overrides={"stage": "forward", "backward_dump": "..", "grad_enabled": True})
+                                inputs_state="last_forward_call", mismatches=extra.get("mismatches"),
+                                manifest_overrides={"stage": "forward", "failed": "backward", "backward_dump": "..",
+                                                    "grad_enabled": True})
                 fw.rename(path / FORWARD_FOLDER)
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
@@ -410,4 +449,4 @@ def no_watch():
 
 
 __all__ = ["BackwardWatch", "GradientMismatch", "InputMismatch", "compare_mutations", "mutated_inputs",
-           "mutation_mismatches", "watch_backward"]
+           "mutation_mismatches", "watch_backward", "written_state", "attrs_before_call", "load_attrs"]

@@ -107,6 +107,21 @@ def is_backward_dump(dump: Any) -> bool:
     return dump is not None and dump.manifest.get("stage") == "backward"
 
 
+def as_graph_backend(backend_fn: Callable[..., Any], name: str, dump: Any) -> Callable[..., Any]:
+    """``backend_fn`` as torch.compile calls a backend; for the AOT bw_compiler a backward dump
+    names, whose code AOTAutograd calls boxed (one list), that code is unboxed."""
+    if not is_backward_dump(dump) or name != (dump.manifest.get("backward") or {}).get("compiler"):
+        return backend_fn
+
+    def compile_backward(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
+        compiled = backend_fn(gm, example_inputs, **kwargs)
+        if not getattr(compiled, "_boxed_call", False):
+            return compiled
+        return lambda *args: compiled(list(args))
+
+    return compile_backward
+
+
 def run_training_case(case: Case, backend: str | Callable[..., Any] = "eager", passes: Any = None, *,
                       accuracy: bool = True, rtol: float | None = None, atol: float | None = None,
                       direct: bool = False, pass_stage: str = "pre", tangents: list[torch.Tensor] | None = None,
@@ -338,4 +353,4 @@ def _crash(outcome: Outcome, e: BaseException, stage: str) -> None:
     outcome.signature = signature(type(e).__name__, str(e))
 
 
-__all__ = ["is_backward_dump", "judge_mutations", "restore_attrs", "run_training_case", "written_attrs_before"]
+__all__ = ["as_graph_backend", "is_backward_dump", "judge_mutations", "restore_attrs", "run_training_case", "written_attrs_before"]

@@ -62,7 +62,7 @@ def run_case(
         return run_isolated(case, backend, passes, timeout=timeout, accuracy=accuracy, rtol=rtol, atol=atol,
                             direct=direct, pass_stage=pass_stage, **({"backward": True} if backward else {}))
     # training (replay/backward.py): forward + backward, and the graphs that write in place
-    from graphdbg.replay.backward import is_backward_dump, judge_mutations, restore_attrs, run_training_case, written_attrs_before
+    from graphdbg.replay.backward import as_graph_backend, is_backward_dump, judge_mutations, restore_attrs, run_training_case, written_attrs_before
 
     if backward and not is_backward_dump(case.dump):  # a backward dump's graph replays alone
         return run_training_case(case, backend, passes, accuracy=accuracy, rtol=rtol, atol=atol, direct=direct,
@@ -81,7 +81,7 @@ def run_case(
     post = [p for p in specs if p.stage != "pre"]
     if post and name != "inductor":
         raise GraphdbgError(f"post_grad passes run inside Inductor; backend {name!r} is not inductor")
-    backend_fn = _backend_callable(be)
+    backend_fn = as_graph_backend(_backend_callable(be), name, case.dump)  # an AOT bw_compiler replaying its backward dump
 
     outcome = Outcome(status="pass", backend=name, device=str(case.device), stand_ins=[s.describe() for s in case.stand_ins])
     reports: list[Any] = []
@@ -98,17 +98,16 @@ def run_case(
         state["compile_s"] += time.perf_counter() - t0
         state["compiled"] = True
 
-        boxed = bool(getattr(compiled, "_boxed_call", False))
-
         def run(*args: Any) -> Any:
             # Dynamo trims its callers' frames from tracebacks; find the node while they are here.
             try:
-                # a boxed compiler's code (an AOT bw_compiler's, replaying a backward dump) takes one list
-                return compiled(list(args)) if boxed else compiled(*args)
+                return compiled(*args)
             except Exception as e:
                 state["node"] = failing_node(e, gm)
                 raise
 
+        if getattr(compiled, "_boxed_call", False):
+            run._boxed_call = True  # type: ignore[attr-defined]
         return run
 
     reference = None

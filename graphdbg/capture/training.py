@@ -421,7 +421,9 @@ def _install() -> None:
             return original(mod, args, fw_compiler, bw_compiler, *rest, **kwargs)
         bw = stack[-1].wrap_bw_compiler(bw_compiler)
         # A cached backward is never compiled again, so nothing could check it.
-        with torch._functorch.config.patch(enable_autograd_cache=False):
+        cfg = torch._functorch.config
+        no_cache = cfg.patch(enable_autograd_cache=False) if hasattr(cfg, "enable_autograd_cache") else contextlib.nullcontext()
+        with no_cache:
             return original(mod, args, fw_compiler, bw, *rest, **kwargs)
 
     for module in (common, aot):

@@ -231,12 +231,15 @@ def bisect_nodes(
     device: DeviceOpt = None,
     rtol: Annotated[Optional[float], typer.Option(help="Relative tolerance (default: by dtype).")] = None,
     atol: Annotated[Optional[float], typer.Option(help="Absolute tolerance (default: by dtype).")] = None,
+    backward: Annotated[bool, typer.Option("--backward", help="Training: if no forward node diverges, bisect the backward graph.")] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """The first node whose value diverges from the reference, with its source line and module."""
     import graphdbg
     from graphdbg.minify import bisect_nodes as run
 
+    if backward:
+        from graphdbg.minify.backward import bisect_training_nodes as run  # noqa: F811
     result = run(graphdbg.load(dump).case(device), backend, passes, rtol=rtol, atol=atol)
     _report(result, as_json)
     raise typer.Exit(0 if result.node is None else 1)

@@ -173,9 +173,12 @@ def test_inductor_wrong_backward_is_bisected_to_its_relu(tmp_path, cli, relu_bug
     train_steps(model, x, backend=graphdbg.capture("inductor", tmp_path / "dumps", mode="accuracy"), steps=1)
     dump = _only_dump(tmp_path / "dumps")
     assert _manifest(dump)["failure"]["kind"] == "accuracy" and _manifest(dump)["stage"] == "backward"
-    r = cli("bisect", "nodes", dump, "--backend", "inductor", "--json")
+    # from the forward: no forward node is off, so the backward graph is bisected, to the relu
+    r = cli("bisect", "nodes", dump / "forward", "--backward", "--backend", "inductor", "--json")
     assert r.code == 1, r
-    assert json.loads(r.out)["node"] == "relu"
+    found = json.loads(r.out)
+    assert found["node"] == "relu" and found["note"].startswith("backward graph of")
+    assert found["code"] == "return torch.relu(grad)"
 
 
 @pytest.mark.gpu

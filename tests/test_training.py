@@ -12,6 +12,7 @@ import torch
 import graphdbg
 from fixtures.training import (
     BackwardLoweringError,
+    backward_crash_backend,
     corrupt_foreach_backend,
     gated_mlp,
     gelu_refusing_backend,
@@ -74,6 +75,33 @@ def test_backward_compile_error_is_dumped_with_forward_and_replays(tmp_path, cli
     # and a backend that can lower it passes, gradients included
     r = cli("replay", dump / "forward", "--backward", "--backend", "aot_eager", "--no-isolate", "--json")
     assert r.code == 0 and json.loads(r.out)["status"] == "pass", r
+
+
+def test_backward_runtime_error_is_dumped_once_with_what_it_received(tmp_path, cli):
+    model, x = mlp()
+    backend = graphdbg.capture(backward_crash_backend, tmp_path / "dumps")
+    with pytest.raises(RuntimeError, match=r"^backward kernel failed on 5 inputs$"):
+        train_steps(model, x, backend=backend)
+    dump = _only_dump(tmp_path / "dumps")
+    m = _manifest(dump)
+    assert m["failure"]["kind"] == "runtime_error" and m["stage"] == "backward"
+    assert m["inputs_state"] == "backward_after_failed_call" and all(d["stored"] for d in m["inputs"])
+    r = cli("replay", dump, "--no-isolate", "--json")
+    assert r.code == 1 and json.loads(r.out)["reproduces"], r
+
+
+def test_dynamic_shapes_backward_gets_its_symints_and_one_dump(tmp_path):
+    """With symints saved for the backward, AOT first tries the backward inside the forward's
+    compile (with fakes) and retries at loss.backward(): the dump is the retry's, with values."""
+    model, _ = mlp()
+    compiled = torch.compile(model, backend=graphdbg.capture(gelu_refusing_backend, tmp_path / "dumps"), dynamic=True)
+    for rows in (4, 4):
+        with pytest.raises(BackwardLoweringError):
+            compiled(torch.randn(rows, 8)).square().mean().backward()
+    m = _manifest(_only_dump(tmp_path / "dumps"))
+    assert m["inputs_state"] == "backward_at_compile"
+    (sym,) = [d for d, role in zip(m["inputs"], m["backward"]["roles"]) if role == "symint"]
+    assert sym["kind"] == "symint" and sym["hint"] == 4 and sym["expr"].startswith("s")
 
 
 def test_backward_dump_minifies_to_the_op_it_cannot_lower(tmp_path, cli):

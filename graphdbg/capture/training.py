@@ -191,6 +191,7 @@ class BackwardWatch:
         self.last_inputs: list[Any] | None = None
         self.compiling = False
         self.bw_count = 0
+        self.dumped: set[tuple[str, str]] = set()  # (kind, graph hash): AOT retries a failed compile each backward
         self.bw_reference: str | None = None
 
     @property
@@ -288,6 +289,9 @@ class BackwardWatch:
 
     def dump(self, bsnap: GraphSnapshot, inputs: list[Any], kind: str, exc: BaseException | None, **extra: Any) -> None:
         owner = self.owner
+        if (kind, bsnap.graph_hash) in self.dumped:
+            return
+        self.dumped.add((kind, bsnap.graph_hash))
         path = owner._guarded(lambda: self._write(bsnap, inputs, kind, exc, **extra), "write a backward dump")
         if path is not None:
             owner.dumps.append(path)
@@ -333,6 +337,9 @@ def watch_backward(owner: CapturingBackend, snap: GraphSnapshot | None) -> Backw
 
 def _backward_snapshot(fw_snap: GraphSnapshot | None, gm: fx.GraphModule, keep_eager: bool) -> GraphSnapshot:
     seq = fw_snap.seq if fw_snap is not None else 0
+    for node in gm.graph.nodes:  # AOT's graphs keep SymInts in "val"; the dump writer reads "example_value"
+        if node.op == "placeholder" and "example_value" not in node.meta and isinstance(node.meta.get("val"), torch.SymInt):
+            node.meta["example_value"] = node.meta["val"]
     bsnap = GraphSnapshot.take(seq, gm, keep_eager=keep_eager)
     bsnap.seq = f"{seq}-backward"  # type: ignore[assignment]  # the dump id: g3-backward-compile_error-<hash>
     return bsnap

@@ -141,6 +141,20 @@ def test_wrong_gradients_of_tiny_gpt2_are_dumped_and_replayed(tmp_path, cli):
     assert r.code == 0, r
 
 
+def test_gradient_mismatch_minifies(tmp_path, cli):
+    model, x = mlp()
+    train_steps(model, x, backend=graphdbg.capture(wrong_gradient_backend, tmp_path / "dumps", mode="accuracy"))
+    dump = _only_dump(tmp_path / "dumps")
+    r = cli("minify", dump, "--no-isolate", "-o", tmp_path / "min", "--json")
+    assert r.code == 0, r
+    small = _only_dump(tmp_path / "min")
+    assert _manifest(small)["graph"]["nodes"] < _manifest(dump)["graph"]["nodes"] / 3
+    r = cli("replay", small, "--no-isolate", "--json")  # still wrong under the bw_compiler it names
+    assert r.code == 1 and json.loads(r.out)["status"] == "mismatch", r
+    r = cli("replay", small, "--backend", "eager", "--no-isolate", "--json")
+    assert r.code == 0, r
+
+
 def test_correct_backend_gives_no_training_dumps(tmp_path):
     model, batch = tiny_gpt2()
     backend = graphdbg.capture("aot_eager", tmp_path / "dumps", mode="accuracy")

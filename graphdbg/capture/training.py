@@ -161,7 +161,7 @@ def _in_place(node: fx.Node) -> bool:
     if schema is not None:
         return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
     name = target if isinstance(target, str) else getattr(target, "__name__", "")
-    return name.endswith("_") and not name.endswith("__")
+    return (name.endswith("_") and not name.endswith("__")) or name == "setitem"  # x[i] = v
 
 
 _VIEWS = {"view", "reshape", "transpose", "t", "permute", "narrow", "select", "expand", "__getitem__", "getitem",
@@ -444,17 +444,6 @@ def _say(line: str) -> None:
         sys.stderr.flush()
     except Exception:
         pass
-
-
-@contextlib.contextmanager
-def no_watch():
-    """Compiles inside this block are not watched (replay's own compiles of a captured graph)."""
-    stack = getattr(_current, "stack", None)
-    _current.stack = []
-    try:
-        yield
-    finally:
-        _current.stack = stack
 
 
 __all__ = ["BackwardWatch", "GradientMismatch", "InputMismatch", "compare_mutations", "mutated_inputs",

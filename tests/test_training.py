@@ -223,6 +223,19 @@ def test_inductor_wrong_backward_is_bisected_to_its_relu(tmp_path, cli, relu_bug
     assert found["code"] == "return torch.relu(grad)"
 
 
+def test_bisect_backward_of_a_forward_dump_traces_its_backward(tmp_path, cli, relu_bug):
+    """A forward captured on its own (mode="always") has no backward dump: its backward graph is
+    traced with AOTAutograd and compiled by the backend, prefix by prefix, to the bad relu."""
+    model, x = gated_mlp()
+    train_steps(model, x, backend=graphdbg.capture("inductor", tmp_path / "dumps", mode="always"), steps=1)
+    forward = _only_dump(tmp_path / "dumps")
+    relu_bug("accuracy")
+    r = cli("bisect", "nodes", forward, "--backward", "--backend", "inductor", "--json")
+    assert r.code == 1, r
+    found = json.loads(r.out)
+    assert found["node"] == "relu" and found["note"].startswith("backward graph traced by AOTAutograd")
+
+
 @pytest.mark.gpu
 def test_gpu_inductor_triton_backward_bug_captured_replayed_minified(tmp_path, cli):
     """Item 5: a bug in a Triton kernel of the backward only (Inductor's injected relu bug in

@@ -131,6 +131,7 @@ def replay(
     master_port: Annotated[Optional[int], typer.Option("--master-port", help="With --nnodes: port on node 0 (default 29500).")] = None,
     ops: OpsOpt = None,
     seed: SeedOpt = None,
+    backward: Annotated[bool, typer.Option("--backward", help="Training: run the forward, then the backward with recorded (else seeded) tangents; compare gradients too.")] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Replay a dump under a backend; exit 0 on pass, 1 on a reproduced failure, 2 if it can't run."""
@@ -153,7 +154,7 @@ def replay(
         raise typer.Exit(world.exit_code)
     d = graphdbg.load(dump)
     outcome = replay_dump(d, backend or d.backend, passes, device=device, isolate=isolate, timeout=timeout, direct=direct,
-                          accuracy=accuracy, rtol=rtol, atol=atol)
+                          accuracy=accuracy, rtol=rtol, atol=atol, **({"backward": True} if backward else {}))
     if as_json:
         _print_json({"dump": str(d.path), "reproduces": outcome.reproduces(d), **outcome.to_dict()})
     else:
@@ -259,12 +260,15 @@ def bisect_nodes(
     device: DeviceOpt = None,
     rtol: Annotated[Optional[float], typer.Option(help="Relative tolerance (default: by dtype).")] = None,
     atol: Annotated[Optional[float], typer.Option(help="Absolute tolerance (default: by dtype).")] = None,
+    backward: Annotated[bool, typer.Option("--backward", help="Training: if no forward node diverges, bisect the backward graph.")] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """The first node whose value diverges from the reference, with its source line and module."""
     import graphdbg
     from graphdbg.minify import bisect_nodes as run
 
+    if backward:
+        from graphdbg.minify.backward import bisect_training_nodes as run  # noqa: F811
     result = run(graphdbg.load(dump).case(device), backend, passes, rtol=rtol, atol=atol)
     _report(result, as_json)
     raise typer.Exit(0 if result.node is None else 1)

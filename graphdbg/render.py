@@ -245,7 +245,7 @@ def outcome_panel(outcome: Any) -> Panel:
         err = m.get("max_abs_error")
         rel = m.get("max_rel_error")
         detail = f"max abs error {err:.3g}" + (f", max rel error {rel:.3g}" if rel is not None else "") if err is not None else m.get("detail", "")
-        text.append(f"output {m['index']}: {m['reason']} {detail}\n", style="yellow")
+        text.append(f"{m.get('what', 'output')} {m['index']}: {m['reason']} {detail}\n", style="yellow")
     if outcome.reference:
         text.append(f"reference: eager ({outcome.reference})\n", style="dim")
     for p in outcome.passes:

@@ -69,6 +69,8 @@ def _write_tensor_bytes(f, t: torch.Tensor) -> None:
     if t.numel() == 0:
         return
     flat = t.detach().reshape(-1) if t.is_contiguous() else t.detach().contiguous().reshape(-1)
+    if flat.numel() == 1 and flat.stride(-1) != 1:  # one element keeps any stride, "contiguous" or not
+        flat = flat.as_strided((1,), (1,))
     if flat.device.type != "cpu":
         per = max(1, _WRITE_CHUNK // flat.element_size())
         for start in range(0, flat.numel(), per):

@@ -10,6 +10,7 @@ on top is guarded, so a failure to dump costs one line on stderr and nothing els
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import sys
@@ -22,6 +23,7 @@ import torch.fx as fx
 
 from graphdbg.accuracy import OutputMismatch, compare_outputs
 from graphdbg.capture.snapshot import GraphSnapshot, format_exception
+from graphdbg.capture.training import attrs_before_call, load_attrs, mutation_mismatches, watch_backward
 from graphdbg.capture.write import write_dump
 from graphdbg.rebuild.inputs import clone_values
 
@@ -110,15 +112,17 @@ class CapturingBackend:
         snap = self._guarded(lambda: GraphSnapshot.take(seq, gm, keep_eager=self.mode == "accuracy"), "snapshot the graph")
         if snap is not None and self.mode == "always":
             self._dump(snap, list(example_inputs), "captured", None, inputs_state="at_compile")
+        watch = watch_backward(self, snap)  # training: the lazily compiled backward (capture/training.py)
         try:
-            compiled = self.backend(gm, example_inputs, **kwargs)
+            with watch:
+                compiled = self.backend(gm, example_inputs, **kwargs)
         except Exception as e:
             if snap is not None:
                 self._dump(snap, list(example_inputs), "compile_error", e, inputs_state="at_compile")
             raise
         if snap is None:
             return compiled
-        return self._wrap(compiled, snap)
+        return watch.wrap_forward(self._wrap(compiled, snap))
 
     def _wrap(self, compiled: Callable[..., Any], snap: GraphSnapshot) -> Callable[..., Any]:
         boxed = bool(getattr(compiled, "_boxed_call", False))
@@ -130,6 +134,8 @@ class CapturingBackend:
             boxed_list = boxed and len(args) == 1 and isinstance(args[0], list)
             inputs = list(args[0]) if boxed_list else list(args)
             before = self._guarded(lambda: clone_values(inputs), "copy inputs") if accuracy and "accuracy" not in snap.dumped else None
+            # training: attributes the graph writes (an optimizer's parameters and states)
+            attrs = self._guarded(lambda: attrs_before_call(snap.eager, snap.attrs), "copy attributes") if before is not None else None
             try:
                 out = compiled(*args)
             except Exception as e:
@@ -138,23 +144,30 @@ class CapturingBackend:
                     self._dump(snap, inputs, "runtime_error", e, inputs_state="after_failed_call")
                 raise
             if before is not None:
-                self._check_accuracy(snap, before, out)
+                self._check_accuracy(snap, before, out, inputs, attrs or {})
             return out
 
         if boxed:
             run._boxed_call = True  # type: ignore[attr-defined]
         return run
 
-    def _check_accuracy(self, snap: GraphSnapshot, before: list[Any], out: Any) -> None:
+    def _check_accuracy(self, snap: GraphSnapshot, before: list[Any], out: Any, inputs: list[Any],
+                        attrs: dict[str, torch.Tensor]) -> None:
         def check() -> list[OutputMismatch]:
             with torch.no_grad():
-                expected = snap.eager(*clone_values(before))
-            return compare_outputs(expected, out, rtol=self.rtol, atol=self.atol)
+                eager_attrs = load_attrs(snap.eager, attrs)
+                eager_inputs = clone_values(before)
+                expected = snap.eager(*eager_inputs)
+            bad = compare_outputs(expected, out, rtol=self.rtol, atol=self.atol)
+            # training: in-place writes (an optimizer step) against eager's copies
+            return bad + mutation_mismatches(snap.eager, eager_inputs, inputs, rtol=self.rtol, atol=self.atol,
+                                             expected_attrs=eager_attrs, actual_attrs=snap.attrs)
 
         bad = self._guarded(check, "run the eager reference")
         if bad:
             snap.dumped.add("accuracy")
-            self._dump(snap, before, "accuracy", None, inputs_state="before_call", mismatches=bad)
+            dumped = dataclasses.replace(snap, attrs={**snap.attrs, **attrs}) if attrs else snap  # values before the call
+            self._dump(dumped, before, "accuracy", None, inputs_state="before_call", mismatches=bad)
 
     def _dump(self, snap: GraphSnapshot, inputs: list[Any], kind: str, exc: BaseException | None, **extra: Any) -> None:
         def write() -> Path:

@@ -68,7 +68,7 @@ def write_dump(
             failure["signature"] = signature(err["type"], err["message"])
         if mismatches:
             failure["mismatches"] = [m.to_dict() for m in mismatches]
-            failure["signature"] = "accuracy: " + "; ".join(f"output {m.index} {m.reason}" for m in mismatches)
+            failure["signature"] = "accuracy: " + "; ".join(f"{getattr(m, 'what', 'output')} {m.index} {m.reason}" for m in mismatches)
             failure["message"] = "; ".join(m.describe() for m in mismatches)
 
         header = _graph_header(dump_id, kind, backend, failure, dist)
@@ -197,5 +197,7 @@ def save_case(case: Any, dump_dir: Path | str, *, kind: str | None = None) -> Pa
     return write_dump(
         Path(dump_dir), snap=snap, inputs=list(case.inputs), kind=kind or origin.get("failure", {}).get("kind", "captured"),
         exc=None, backend=str(origin.get("backend", "replay")), mode="replay", budget_bytes=1 << 62,
-        inputs_state="replay", manifest_overrides={"grad_enabled": origin.get("grad_enabled", False)},
+        inputs_state="replay", manifest_overrides={"grad_enabled": origin.get("grad_enabled", False),
+                                                   # training: a backward graph stays one (replay/backward.py)
+                                                   **{k: origin[k] for k in ("stage", "backward") if k in origin}},
     )

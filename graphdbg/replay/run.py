@@ -52,6 +52,7 @@ def run_case(
     atol: float | None = None,
     direct: bool = False,
     pass_stage: str = "pre",
+    backward: bool = False,
 ) -> Outcome:
     """Replay ``case`` under ``backend`` after ``passes``; never raises for a failure of the
     graph or backend (that is the Outcome), only for a replay that can't start (GraphdbgError)."""
@@ -59,7 +60,13 @@ def run_case(
         from graphdbg.replay.isolation import run_isolated
 
         return run_isolated(case, backend, passes, timeout=timeout, accuracy=accuracy, rtol=rtol, atol=atol,
-                            direct=direct, pass_stage=pass_stage)
+                            direct=direct, pass_stage=pass_stage, **({"backward": True} if backward else {}))
+    # training (replay/backward.py): forward + backward, and the graphs that write in place
+    from graphdbg.replay.backward import as_graph_backend, is_backward_dump, judge_mutations, restore_attrs, run_training_case, written_attrs_before
+
+    if backward and not is_backward_dump(case.dump):  # a backward dump's graph replays alone
+        return run_training_case(case, backend, passes, accuracy=accuracy, rtol=rtol, atol=atol, direct=direct,
+                                 pass_stage=pass_stage)
     from graphdbg.replay.passes import (
         PassFailed,
         apply_passes,
@@ -74,7 +81,7 @@ def run_case(
     post = [p for p in specs if p.stage != "pre"]
     if post and name != "inductor":
         raise GraphdbgError(f"post_grad passes run inside Inductor; backend {name!r} is not inductor")
-    backend_fn = _backend_callable(be)
+    backend_fn = as_graph_backend(_backend_callable(be), name, case.dump)  # an AOT bw_compiler replaying its backward dump
 
     outcome = Outcome(status="pass", backend=name, device=str(case.device), stand_ins=[s.describe() for s in case.stand_ins])
     reports: list[Any] = []
@@ -104,8 +111,10 @@ def run_case(
         return run
 
     reference = None
+    attrs_before = written_attrs_before(case.gm) if accuracy else None
     if accuracy:
         reference = _reference(case, grad)
+        restore_attrs(case.gm, attrs_before)
         if isinstance(reference, Outcome):  # the graph fails even eagerly
             reference.backend, reference.device, reference.stand_ins = name, outcome.device, outcome.stand_ins
             return reference
@@ -147,6 +156,7 @@ def run_case(
     else:
         if reference is not None:
             _judge(outcome, reference, result, rtol, atol)
+            judge_mutations(outcome, case, attrs_before, gm, inputs, grad, rtol, atol)
     finally:
         if not direct:
             torch._dynamo.reset()

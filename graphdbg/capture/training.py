@@ -1,0 +1,450 @@
+"""Training capture: the backward AOTAutograd compiles lazily, and the mutations of a step.
+
+    >>> backend = graphdbg.capture(aot_autograd(fw_compiler=fw, bw_compiler=bw), mode="accuracy")
+    >>> loss = torch.compile(model, backend=backend)(x).sum()
+    >>> loss.backward()   # bw raises: dumps/rank0/g0-backward-compile_error-<hash>/ (+ forward/)
+
+AOTAutograd compiles the backward graph only when ``loss.backward()`` first runs, outside the
+backend call ``CapturingBackend`` wraps. While a captured backend compiles, the
+``bw_compiler`` handed to ``aot_module_simplified`` (Inductor's own, or a custom
+``aot_autograd`` one) is wrapped here, so its compile error, its compiled code's run-time
+error and (in accuracy mode) its wrong gradients leave a *backward dump*: a normal dump of the
+backward graph with the values it received (saved tensors, tangents, symints), and a
+``forward/`` dump of the forward graph with the inputs of its last call. The user's exception
+is re-raised unchanged.
+
+``compare_mutations`` covers the other half of training: graphs with no outputs whose work is
+in-place (``Adam(foreach=True).step()``), compared input by input against eager on copies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import shutil
+import sys
+import threading
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+import torch.fx as fx
+
+from graphdbg.accuracy import OutputMismatch, compare_value
+from graphdbg.capture.snapshot import GraphSnapshot
+from graphdbg.rebuild.inputs import clone_values
+
+if TYPE_CHECKING:
+    from graphdbg.capture.hook import CapturingBackend
+
+FORWARD_FOLDER = "forward"
+_current = threading.local()
+_installed: dict[str, Any] = {}
+
+
+@dataclass
+class InputMismatch(OutputMismatch):
+    """A mutated input (or attribute) that ends up different from eager's copy of it."""
+
+    name: str = ""
+    what: str = "input"
+
+    def describe(self) -> str:
+        label = f"{self.what} {self.index} ({self.name}) after mutation"
+        if self.reason == "value":
+            return (f"{label}: max abs error {self.max_abs_error:.3g}, max rel error "
+                    f"{self.max_rel_error:.3g} (rtol {self.rtol:g}, atol {self.atol:g})")
+        return f"{label}: {self.reason} differs ({self.detail})"
+
+
+@dataclass
+class GradientMismatch(OutputMismatch):
+    """A backward output (a gradient) off eager's on the same saved tensors and tangents."""
+
+    name: str = ""
+    what: str = "gradient"
+
+    def describe(self) -> str:
+        return f"gradient {self.index} ({self.name}): " + OutputMismatch.describe(self).split(": ", 1)[1]
+
+
+def compare_mutations(names: list[str], expected: list[Any], actual: list[Any], *, rtol: float | None = None,
+                      atol: float | None = None, only: set[int] | None = None) -> list[InputMismatch]:
+    """Inputs whose value after the compiled call differs from eager's copy after the eager call.
+
+        >>> compare_mutations(["p"], [torch.ones(2)], [torch.zeros(2)])[0].describe()
+        'input 0 (p) after mutation: max abs error 1, ...'
+    """
+    bad: list[InputMismatch] = []
+    for i, (e, a) in enumerate(zip(expected, actual)):
+        if only is not None and i not in only:
+            continue
+        if not (isinstance(e, torch.Tensor) and isinstance(a, torch.Tensor)):
+            continue
+        m = compare_value(i, e.detach(), a.detach(), rtol=rtol, atol=atol)
+        if m is not None:
+            bad.append(InputMismatch(**m.to_dict(), name=names[i] if i < len(names) else str(i)))
+    return bad
+
+
+def mutation_mismatches(gm: fx.GraphModule | None, expected: list[Any], actual: list[Any], *,
+                        rtol: float | None = None, atol: float | None = None,
+                        expected_attrs: dict[str, torch.Tensor] | None = None,
+                        actual_attrs: dict[str, torch.Tensor] | None = None) -> list[InputMismatch]:
+    """``compare_mutations`` over what ``gm`` writes in place: its inputs, and the attributes
+    (an optimizer's parameters and states, which Dynamo keeps as ``get_attr``) given here."""
+    if gm is None:
+        return []
+    written, attrs = written_state(gm)
+    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    bad = compare_mutations(names, expected, actual, rtol=rtol, atol=atol, only=written) if written else []
+    if attrs and expected_attrs is not None and actual_attrs is not None:
+        keys = [k for k in attrs if k in expected_attrs and k in actual_attrs]
+        for m in compare_mutations(keys, [expected_attrs[k] for k in keys], [actual_attrs[k] for k in keys],
+                                   rtol=rtol, atol=atol):
+            m.what, m.index = "attr", len(names) + m.index
+            bad.append(m)
+    return bad
+
+
+def mutated_inputs(gm: fx.GraphModule) -> set[int]:
+    """Indices of placeholders an in-place op of ``gm`` writes to (``add_``, ``_foreach_mul_``, ``copy_``)."""
+    return written_state(gm)[0]
+
+
+def written_state(gm: fx.GraphModule) -> tuple[set[int], list[str]]:
+    """(indices of the placeholders, names of the ``get_attr`` tensors) that ``gm`` writes in place."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    index = {n: i for i, n in enumerate(placeholders)}
+    written: set[int] = set()
+    attrs: list[str] = []
+    for node in gm.graph.nodes:
+        if node.op not in ("call_function", "call_method") or not _in_place(node):
+            continue
+        first = node.args[0] if node.args else None
+        for arg in (first if isinstance(first, (list, tuple)) else [first]):
+            root = _alias_root(arg)
+            if root in index:
+                written.add(index[root])
+            elif isinstance(root, fx.Node) and root.op == "get_attr" and str(root.target) not in attrs:
+                attrs.append(str(root.target))
+    return written, attrs
+
+
+def attrs_before_call(gm: fx.GraphModule | None, attrs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Copies of the attributes ``gm`` writes, taken from ``attrs`` (the live ones) before a call."""
+    if gm is None:
+        return {}
+    names = written_state(gm)[1]
+    return {k: attrs[k].detach().clone() for k in names if isinstance(attrs.get(k), torch.Tensor)}
+
+
+def load_attrs(gm: fx.GraphModule, values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Write ``values`` into ``gm``'s attributes in place; returns those attributes (live)."""
+    live = {}
+    with torch.no_grad():
+        for name, value in values.items():
+            obj: Any = gm
+            for part in name.split("."):
+                obj = getattr(obj, part)
+            obj.copy_(value)
+            live[name] = obj
+    return live
+
+
+def _in_place(node: fx.Node) -> bool:
+    target = node.target
+    schema = getattr(target, "_schema", None)
+    if schema is not None:
+        return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    return (name.endswith("_") and not name.endswith("__")) or name == "setitem"  # x[i] = v
+
+
+_VIEWS = {"view", "reshape", "transpose", "t", "permute", "narrow", "select", "expand", "__getitem__", "getitem",
+          "unsqueeze", "squeeze", "as_strided", "unbind", "split", "chunk", "flatten", "view_as", "contiguous", "alias"}
+
+
+def _alias_root(arg: Any) -> Any:
+    """The placeholder or attribute a view chain starts from (``p.view(-1).add_`` writes to ``p``)."""
+    seen = 0
+    while isinstance(arg, fx.Node) and arg.op not in ("placeholder", "get_attr") and seen < 16:
+        name = arg.target if isinstance(arg.target, str) else getattr(arg.target, "__name__", "")
+        if name.split(".")[0] not in _VIEWS or not arg.args:
+            return None
+        arg, seen = arg.args[0], seen + 1
+        if isinstance(arg, (list, tuple)):
+            return None
+    return arg
+
+
+# Backward capture ---------------------------------------------------------------------
+class BackwardWatch:
+    """Set up by ``CapturingBackend`` around one backend call: wraps the AOT bw_compiler it
+    hands out, and remembers the forward's inputs of the last call for a backward dump."""
+
+    def __init__(self, owner: CapturingBackend | None, snap: GraphSnapshot | None):
+        self.owner, self.snap = owner, snap
+        self.last_inputs: list[Any] | None = None
+        self.compiling = False
+        self.bw_count = 0
+        self.dumped: set[tuple[str, str]] = set()  # (kind, graph hash): AOT retries a failed compile each backward
+        self.bw_reference: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.owner is not None and self.snap is not None
+
+    def __enter__(self) -> BackwardWatch:
+        if self.active:
+            _install()
+            stack = getattr(_current, "stack", None) or []
+            _current.stack = [*stack, self]
+            self.compiling = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.active:
+            self.compiling = False
+            _current.stack = _current.stack[:-1]
+
+    def wrap_forward(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` that remembers its inputs when a backward may follow (references, not copies)."""
+        if not self.active:
+            return fn
+        boxed = bool(getattr(fn, "_boxed_call", False))
+
+        @functools.wraps(fn)
+        def run(*args: Any) -> Any:
+            if self.bw_count:
+                values = list(args[0]) if boxed and len(args) == 1 and isinstance(args[0], list) else list(args)
+                if torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in values):
+                    self.last_inputs = values
+            return fn(*args)
+
+        if boxed:
+            run._boxed_call = True  # type: ignore[attr-defined]
+        return run
+
+    # the bw_compiler wrapper ------------------------------------------------------------
+    def wrap_bw_compiler(self, bw_compiler: Any) -> Any:
+        watch = self
+        self.bw_count += 1
+        self.bw_reference = _function_reference(bw_compiler)
+
+        def compile_backward(gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
+            owner = watch.owner
+            accuracy = owner.mode == "accuracy"
+            bsnap = owner._guarded(lambda: _backward_snapshot(watch.snap, gm, accuracy), "snapshot the backward graph")
+            try:
+                compiled = bw_compiler(gm, example_inputs)
+            except Exception as e:
+                # AOT tries a non-lazy compile inside the forward's compile and retries lazily
+                # at backward time: dump the retry, which has the real values.
+                args = _backward_args_in_flight()
+                if bsnap is not None and (args is not None or not watch.compiling):
+                    watch.dump(bsnap, args if args is not None else list(example_inputs), "compile_error", e,
+                               inputs_state="backward_at_compile" if args is not None else "backward_fake")
+                raise
+            if bsnap is None:
+                return compiled
+            return watch.wrap_compiled_backward(compiled, bsnap)
+
+        if type(bw_compiler).__name__ == "SerializableAOTDispatchCompiler":
+            wrapped = copy.copy(bw_compiler)
+            wrapped.compiler_fn = compile_backward  # keeps Inductor's OutputCode contract
+            return wrapped
+        return compile_backward
+
+    def wrap_compiled_backward(self, compiled: Callable[..., Any], bsnap: GraphSnapshot) -> Callable[..., Any]:
+        boxed = bool(getattr(compiled, "_boxed_call", False))
+        owner = self.owner
+        accuracy = owner.mode == "accuracy" and bsnap.eager is not None
+
+        def run(*args: Any) -> Any:
+            values = list(args[0]) if boxed and len(args) == 1 and isinstance(args[0], list) else list(args)
+            before = owner._guarded(lambda: clone_values(values), "copy the backward's inputs") \
+                if accuracy and "accuracy" not in bsnap.dumped else None
+            try:
+                grads = compiled(*args)
+            except Exception as e:
+                if "runtime_error" not in bsnap.dumped:
+                    bsnap.dumped.add("runtime_error")
+                    self.dump(bsnap, values, "runtime_error", e, inputs_state="backward_after_failed_call")
+                raise
+            if before is not None:
+                bad = owner._guarded(lambda: _gradient_mismatches(bsnap, before, grads, owner.rtol, owner.atol),
+                                     "run the eager backward")
+                if bad:
+                    bsnap.dumped.add("accuracy")
+                    self.dump(bsnap, before, "accuracy", None, inputs_state="backward_before_call", mismatches=bad)
+            return grads
+
+        if boxed:
+            run._boxed_call = True  # type: ignore[attr-defined]
+        return run
+
+    def dump(self, bsnap: GraphSnapshot, inputs: list[Any], kind: str, exc: BaseException | None, **extra: Any) -> None:
+        owner = self.owner
+        if (kind, bsnap.graph_hash) in self.dumped:
+            return
+        self.dumped.add((kind, bsnap.graph_hash))
+        path = owner._guarded(lambda: self._write(bsnap, inputs, kind, exc, **extra), "write a backward dump")
+        if path is not None:
+            owner.dumps.append(path)
+            what = type(exc).__name__ if exc is not None else "gradients differ"
+            _say(f"graphdbg: backward {kind} in backend {owner.backend_ref!r} ({what}); dump written to {path}")
+
+    def _write(self, bsnap: GraphSnapshot, inputs: list[Any], kind: str, exc: BaseException | None, **extra: Any) -> Path:
+        from graphdbg.capture.write import write_dump
+
+        owner = self.owner
+        roles = [_input_role(n, inputs[i] if i < len(inputs) else None) for i, n in enumerate(bsnap.placeholders)]
+        backend = self.bw_reference or owner.backend_ref
+        overrides = {
+            "stage": "backward",
+            "failed": "backward",
+            "grad_enabled": False,
+            "forward": FORWARD_FOLDER if self.last_inputs is not None else None,
+            "backward": {"roles": roles, "compiler": self.bw_reference, "forward_backend": owner.backend_ref},
+        }
+        common = dict(backend=backend, mode=owner.mode, budget_bytes=owner.budget_bytes)
+        path = write_dump(owner.dump_dir, snap=bsnap, inputs=inputs, kind=kind, exc=exc,
+                          manifest_overrides=overrides, **common, **extra)
+        if self.last_inputs is not None:
+            # the forward as its own normal dump, inside the backward one (hidden while written)
+            scratch = path.parent / f".forward-{uuid.uuid4().hex[:8]}"
+            try:
+                # same failure: replayed with --backward, the forward reproduces it
+                fw = write_dump(scratch, snap=self.snap, inputs=self.last_inputs, kind=kind, exc=exc,
+                                backend=owner.backend_ref, mode=owner.mode, budget_bytes=owner.budget_bytes,
+                                inputs_state="last_forward_call", mismatches=extra.get("mismatches"),
+                                manifest_overrides={"stage": "forward", "failed": "backward", "backward_dump": "..",
+                                                    "grad_enabled": True})
+                fw.rename(path / FORWARD_FOLDER)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+        return path
+
+
+def watch_backward(owner: CapturingBackend, snap: GraphSnapshot | None) -> BackwardWatch:
+    """The watch ``CapturingBackend`` enters around its backend call (inert without a snapshot)."""
+    return BackwardWatch(owner, snap)
+
+
+def _backward_snapshot(fw_snap: GraphSnapshot | None, gm: fx.GraphModule, keep_eager: bool) -> GraphSnapshot:
+    seq = fw_snap.seq if fw_snap is not None else 0
+    for node in gm.graph.nodes:  # AOT's graphs keep SymInts in "val"; the dump writer reads "example_value"
+        if node.op == "placeholder" and "example_value" not in node.meta and isinstance(node.meta.get("val"), torch.SymInt):
+            node.meta["example_value"] = node.meta["val"]
+    bsnap = GraphSnapshot.take(seq, gm, keep_eager=keep_eager)
+    bsnap.seq = f"{seq}-backward"  # type: ignore[assignment]  # the dump id: g3-backward-compile_error-<hash>
+    return bsnap
+
+
+def _gradient_mismatches(bsnap: GraphSnapshot, before: list[Any], grads: Any, rtol: float | None,
+                         atol: float | None) -> list[GradientMismatch]:
+    with torch.no_grad():
+        expected = bsnap.eager(*clone_values(before))
+    exp = list(expected) if isinstance(expected, (list, tuple)) else [expected]
+    act = list(grads) if isinstance(grads, (list, tuple)) else [grads]
+    names = _output_names(bsnap.eager)
+    if len(exp) != len(act):
+        return [GradientMismatch(0, "structure", detail=f"{len(exp)} gradients vs {len(act)}", name="")]
+    bad = []
+    for i, (e, a) in enumerate(zip(exp, act)):
+        if e is None or a is None:
+            continue
+        m = compare_value(i, e, a, rtol=rtol, atol=atol)
+        if m is not None:
+            bad.append(GradientMismatch(**m.to_dict(), name=names[i] if i < len(names) else str(i)))
+    return bad
+
+
+def _output_names(gm: fx.GraphModule) -> list[str]:
+    out = next((n for n in gm.graph.nodes if n.op == "output"), None)
+    if out is None:
+        return []
+    values = out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
+    return [v.name if isinstance(v, fx.Node) else repr(v) for v in values]
+
+
+def _input_role(node: fx.Node, value: Any) -> str:
+    if node.name.startswith("tangents"):
+        return "tangent"
+    if isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool):
+        return "symint"
+    return "saved"
+
+
+def _backward_args_in_flight() -> list[Any] | None:
+    """The real arguments of the backward AOTAutograd is compiling for, from its frame.
+
+    The lazy compile runs inside ``CompiledFunction._backward_impl(ctx, all_args)``: the
+    saved tensors, symints and tangents are there, though the compiler only gets fakes.
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_backward_impl":
+            args = frame.f_locals.get("all_args")
+            if isinstance(args, list):
+                return list(args)
+        frame = frame.f_back
+    return None
+
+
+def _function_reference(fn: Any) -> str | None:
+    """``module:qualname`` of the user's bw_compiler under AOT's wrappers, when importable."""
+    for _ in range(4):
+        fn = getattr(fn, "compiler_fn", fn)
+        if fn is None or not getattr(fn, "_is_wrapped_bw_compiler", False):
+            break
+        cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if callable(c.cell_contents)]
+        fn = cells[0] if cells else None
+    fn = getattr(fn, "compiler_fn", fn)
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if not module or not qualname or "<locals>" in qualname or "<lambda>" in qualname:
+        return None
+    return f"{module}:{qualname}"
+
+
+def _install() -> None:
+    """Route ``aot_module_simplified`` through ``_watched`` (a pass-through outside a capture)."""
+    if _installed:
+        return
+    import torch._dynamo.backends.common as common
+    import torch._functorch.aot_autograd as aot
+
+    original = aot.aot_module_simplified
+    _installed["original"] = original
+
+    @functools.wraps(original)
+    def watched(mod: Any, args: Any, fw_compiler: Any, bw_compiler: Any = None, *rest: Any, **kwargs: Any) -> Any:
+        stack = getattr(_current, "stack", None)
+        if not stack or bw_compiler is None:
+            return original(mod, args, fw_compiler, bw_compiler, *rest, **kwargs)
+        bw = stack[-1].wrap_bw_compiler(bw_compiler)
+        # A cached backward is never compiled again, so nothing could check it.
+        cfg = torch._functorch.config
+        no_cache = cfg.patch(enable_autograd_cache=False) if hasattr(cfg, "enable_autograd_cache") else contextlib.nullcontext()
+        with no_cache:
+            return original(mod, args, fw_compiler, bw, *rest, **kwargs)
+
+    for module in (common, aot):
+        if getattr(module, "aot_module_simplified", None) is original:
+            module.aot_module_simplified = watched
+
+
+def _say(line: str) -> None:
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except Exception:
+        pass
+
+
+__all__ = ["BackwardWatch", "GradientMismatch", "InputMismatch", "compare_mutations", "mutated_inputs",
+           "mutation_mismatches", "watch_backward", "written_state", "attrs_before_call", "load_attrs"]

@@ -1,0 +1,104 @@
+"""``bisect nodes --backward``: the first forward node whose value, or else the first backward
+node whose value (a gradient on its way), diverges.
+
+    >>> found = bisect_training_nodes("dumps/rank0/g0-backward-accuracy-1a2b/forward", "inductor")
+    >>> found.node, found.note
+    ('relu', 'backward graph of dumps/rank0/g0-backward-accuracy-1a2b')
+
+The forward is bisected as any graph. If no forward node is off, the backward graph is: the
+backward dump the forward belongs to (with the backward compiler it names), or, for a forward
+dump on its own, the backward graph AOTAutograd makes of it, traced here with the recorded
+inputs and seeded tangents, and compiled by ``backend`` like any graph.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from graphdbg.case import Case
+from graphdbg.errors import GraphdbgError
+from graphdbg.minify.bisect import NodeDivergence, bisect_nodes
+from graphdbg.minify.shrinker import as_case
+from graphdbg.replay.backward import TANGENT_SEED, is_backward_dump
+
+
+def bisect_training_nodes(case_or_dump: Any, backend: Any = "eager", passes: Any = None, *,
+                          rtol: float | None = None, atol: float | None = None) -> NodeDivergence:
+    """The first forward node off the reference; if none, the first backward node."""
+    case = as_case(case_or_dump)
+    if is_backward_dump(case.dump):
+        return _noted(bisect_nodes(case, backend, passes, rtol=rtol, atol=atol), "backward graph")
+    found = bisect_nodes(case, backend, passes, rtol=rtol, atol=atol)
+    if found.node is not None:
+        return _noted(found, "forward graph")
+    bw_case, bw_backend, where = backward_case(case, backend)
+    found = bisect_nodes(bw_case, bw_backend, None, rtol=rtol, atol=atol)
+    return _noted(found, where if found.node is not None else "no forward or backward node diverges")
+
+
+def backward_case(case: Case, backend: Any) -> tuple[Case, Any, str]:
+    """(the backward graph as a Case, the backend that compiles it, where it came from)."""
+    dump = case.dump
+    if dump is not None and dump.manifest.get("backward_dump"):
+        import graphdbg
+
+        parent = graphdbg.load((Path(dump.path) / dump.manifest["backward_dump"]).resolve())
+        if backend in (None, dump.backend):  # the user's backend: its bw_compiler compiles the backward
+            backend = parent.backend
+            if backend == (parent.manifest.get("backward") or {}).get("compiler"):
+                from graphdbg.replay.backends import resolve_backend
+                from graphdbg.replay.backward import as_graph_backend
+
+                backend = as_graph_backend(resolve_backend(backend)[1], backend, parent)
+        return parent.case(case.device), backend, f"backward graph of {parent.path}"
+    return traced_backward(case), backend, "backward graph traced by AOTAutograd"
+
+
+def traced_backward(case: Case) -> Case:
+    """The backward graph AOTAutograd makes of ``case``'s graph, with the values it gets."""
+    from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
+
+    from graphdbg.rebuild.inputs import clone_values
+    from graphdbg.replay.backward import _differentiable, _leaves
+
+    got: dict[str, Any] = {}
+
+    def forward_compiler(gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
+        return make_boxed_func(gm.forward)
+
+    def backward_compiler(gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
+        got["gm"] = gm
+
+        def run(args: list[Any]) -> Any:
+            got["inputs"] = clone_values(list(args))
+            return gm(*args)
+
+        run._boxed_call = True  # type: ignore[attr-defined]
+        return run
+
+    inputs = _differentiable(case.inputs)
+    compiled = aot_module_simplified(case.gm, inputs, forward_compiler, backward_compiler)
+    with torch.enable_grad():
+        out = compiled(*inputs)
+    leaves = _leaves(out)
+    if not leaves:
+        raise GraphdbgError("no output of this graph requires grad; it has no backward")
+    gen = torch.Generator().manual_seed(TANGENT_SEED)
+    tangents = [torch.randn(t.shape, generator=gen, dtype=torch.float64).to(t.device, t.dtype) for t in leaves]
+    torch.autograd.grad(leaves, [v for v in inputs if isinstance(v, torch.Tensor) and v.requires_grad], tangents,
+                        allow_unused=True)
+    if "inputs" not in got:
+        raise GraphdbgError("AOTAutograd made no backward graph of this graph")
+    return Case(gm=got["gm"], inputs=got["inputs"], device=case.device, stand_ins=list(case.stand_ins))
+
+
+def _noted(found: NodeDivergence, where: str) -> NodeDivergence:
+    found.note = f"{where}; {found.note}" if found.note else where
+    return found
+
+
+__all__ = ["backward_case", "bisect_training_nodes", "traced_backward"]

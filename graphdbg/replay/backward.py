@@ -1,0 +1,356 @@
+"""Training replay: forward, then backward with recorded or synthesised tangents; gradients and
+in-place writes judged against eager.
+
+    >>> outcome = run_training_case(graphdbg.load("dumps/rank0/g0-backward-accuracy-1a2b/forward").case(), "inductor")
+    >>> outcome.status, outcome.stage, outcome.signature
+    ('mismatch', 'backward', 'mismatch: gradient 1 value')
+
+A backward dump (``manifest["stage"] == "backward"``) holds the backward graph itself; it is
+replayed alone, like any graph (``run_case``). Its ``forward/`` dump replays here: the
+forward compiled by the backend, ``torch.autograd.grad`` through it, so the backend compiles
+the backward the way ``loss.backward()`` made it. Tangents come from the backward dump when
+they fit the forward's outputs (``tangents: recorded``), else from a seeded ``randn``.
+
+``written_attrs_before``/``restore_attrs``/``judge_mutations`` are what ``run_case`` calls to
+judge graphs that work in place (an optimizer step has no outputs, only writes).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import traceback as tb
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+import torch.fx as fx
+
+from graphdbg.accuracy import OutputMismatch, judge_outputs
+from graphdbg.capture.training import GradientMismatch, compare_mutations, written_state
+from graphdbg.errors import GraphdbgError
+from graphdbg.rebuild.inputs import clone_values, to_float64
+from graphdbg.replay.backends import resolve_backend
+from graphdbg.replay.outcome import Outcome
+from graphdbg.signature import signature
+
+if TYPE_CHECKING:
+    from graphdbg.case import Case
+
+TANGENT_SEED = 0
+
+
+# In-place writes, for run_case ------------------------------------------------------------
+def written_attrs_before(gm: fx.GraphModule) -> dict[str, torch.Tensor] | None:
+    """Copies of the attributes ``gm`` writes in place (None when it writes none)."""
+    names = written_state(gm)[1]
+    if not names:
+        return None
+    return {n: _attr(gm, n).detach().clone() for n in names if isinstance(_attr(gm, n), torch.Tensor)}
+
+
+def restore_attrs(gm: fx.GraphModule, values: dict[str, torch.Tensor] | None) -> None:
+    """Put ``values`` back into ``gm``'s attributes (undo the eager reference's writes)."""
+    with torch.no_grad():
+        for name, value in (values or {}).items():
+            _attr(gm, name).copy_(value)
+
+
+def judge_mutations(outcome: Outcome, case: Case, attrs_before: dict[str, torch.Tensor] | None, compiled_gm: fx.GraphModule,
+                    inputs: list[Any], grad: bool, rtol: float | None, atol: float | None) -> None:
+    """Compare what the compiled run wrote (``inputs``, ``compiled_gm``'s attributes) with
+    what an eager run writes on copies; a difference makes ``outcome`` a mismatch."""
+    written, attrs = written_state(case.gm)
+    if not written and not attrs:
+        return
+    eager = copy.deepcopy(case.gm)
+    restore_attrs(eager, attrs_before)
+    eager_inputs = clone_values(case.inputs)
+    with torch.set_grad_enabled(grad):
+        eager(*eager_inputs)
+    names = [n.name for n in case.gm.graph.nodes if n.op == "placeholder"]
+    bad: list[OutputMismatch] = list(compare_mutations(names, eager_inputs, inputs, rtol=rtol, atol=atol, only=written))
+    for i, m in enumerate(compare_mutations(attrs, [_attr(eager, a) for a in attrs], [_attr(compiled_gm, a) for a in attrs],
+                                            rtol=rtol, atol=atol)):
+        m.what, m.index = "attr", len(names) + m.index
+        bad.append(m)
+    _add_mismatches(outcome, bad)
+
+
+def _attr(gm: fx.GraphModule, name: str) -> Any:
+    obj: Any = gm
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _add_mismatches(outcome: Outcome, bad: list[OutputMismatch]) -> None:
+    if not bad:
+        return
+    if outcome.status == "pass":
+        outcome.status, outcome.mismatches, outcome.message, outcome.signature = "mismatch", [], "", "mismatch: "
+    elif outcome.status != "mismatch":
+        return
+    outcome.mismatches = [*(outcome.mismatches or []), *(m.to_dict() for m in bad)]
+    errs = [e for e in [outcome.max_abs_error, *(m.max_abs_error for m in bad)] if e is not None]
+    rels = [e for e in [outcome.max_rel_error, *(m.max_rel_error for m in bad)] if e is not None]
+    outcome.max_abs_error = max(errs) if errs else None
+    outcome.max_rel_error = max(rels) if rels else None
+    outcome.message = "; ".join(x for x in [outcome.message, *(m.describe() for m in bad)] if x)
+    head = outcome.signature.removeprefix("mismatch: ")
+    more = ", ".join(f"{getattr(m, 'what', 'output')} {m.index} {m.reason}" for m in bad)
+    outcome.signature = "mismatch: " + ", ".join(x for x in [head, more] if x)
+
+
+# Forward + backward -----------------------------------------------------------------------
+def is_backward_dump(dump: Any) -> bool:
+    return dump is not None and dump.manifest.get("stage") == "backward"
+
+
+def as_graph_backend(backend_fn: Callable[..., Any], name: str, dump: Any) -> Callable[..., Any]:
+    """``backend_fn`` as torch.compile calls a backend; for the AOT bw_compiler a backward dump
+    names, whose code AOTAutograd calls boxed (one list), that code is unboxed."""
+    if not is_backward_dump(dump) or name != (dump.manifest.get("backward") or {}).get("compiler"):
+        return backend_fn
+
+    def compile_backward(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
+        compiled = backend_fn(gm, example_inputs, **kwargs)
+        if not getattr(compiled, "_boxed_call", False):
+            return compiled
+        return lambda *args: compiled(list(args))
+
+    return compile_backward
+
+
+def run_training_case(case: Case, backend: str | Callable[..., Any] = "eager", passes: Any = None, *,
+                      accuracy: bool = True, rtol: float | None = None, atol: float | None = None,
+                      direct: bool = False, pass_stage: str = "pre", tangents: list[torch.Tensor] | None = None,
+                      **_: Any) -> Outcome:
+    """Forward under ``backend``, then ``torch.autograd.grad`` with ``tangents`` (default: the
+    recorded ones, else seeded randn); outputs, gradients and in-place writes judged against eager."""
+    from graphdbg.replay.passes import PassFailed, apply_passes, find_pass_failure, inductor_post_grad_patch, resolve_passes
+
+    name, be = resolve_backend(backend)
+    if isinstance(be, str):
+        from torch._dynamo import lookup_backend
+
+        be = lookup_backend(be)
+    specs = resolve_passes(passes, default_stage=pass_stage)
+    pre = [p for p in specs if p.stage == "pre"]
+    post = [p for p in specs if p.stage != "pre"]
+    if post and name != "inductor":
+        raise GraphdbgError(f"post_grad passes run inside Inductor; backend {name!r} is not inductor")
+    outcome = Outcome(status="pass", backend=name, device=str(case.device), stand_ins=[s.describe() for s in case.stand_ins])
+    started = time.perf_counter()
+    base = _differentiable(case.inputs)
+    if not any(base[i].requires_grad for i in _tensor_indices(base)):
+        raise GraphdbgError("no input of this graph requires grad; nothing to differentiate (is it a backward dump?)")
+
+    attrs_before = written_attrs_before(case.gm)
+    ref_gm = copy.deepcopy(case.gm)
+    try:
+        ref_out, ref_inputs = _forward(ref_gm, base)
+    except Exception as e:
+        _crash(outcome, e, "reference")
+        return outcome
+    leaves = _leaves(ref_out)
+    tangents, source = _tangents(case, leaves, tangents)
+    outcome.stand_ins = [*outcome.stand_ins, f"tangents: {source}"]
+    try:
+        ref_grads = _grads(leaves, ref_inputs, tangents)
+    except Exception as e:
+        _crash(outcome, e, "reference")
+        return outcome
+    ref64 = _float64_reference(case, base, tangents) if accuracy else None
+
+    reports: list[Any] = []
+    state = {"stage": "compile", "compile_s": 0.0}
+
+    def staged(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Any:
+        gm, done = apply_passes(gm, pre)
+        reports.extend(done)
+        t0 = time.perf_counter()
+        compiled = be(gm, example_inputs, **kwargs)
+        state["compile_s"] += time.perf_counter() - t0
+        return compiled
+
+    gm = copy.deepcopy(case.gm)
+    restore_attrs(gm, attrs_before)
+    inputs = clone_values(base)
+    patch = inductor_post_grad_patch(post, reports) if post else {}
+    try:
+        with _inductor_config(patch):
+            torch._dynamo.reset()
+            fn = (lambda *a: staged(gm, list(a))(*a)) if direct else torch.compile(gm, backend=staged, dynamic=False)
+            out, _ = _forward(fn, inputs, clone=False)
+            state["stage"] = "backward"  # AOTAutograd compiles the backward now, lazily
+            grads = _grads(_leaves(out), inputs, tangents)
+    except PassFailed as e:
+        _crash(outcome, e.__cause__ or e, f"pass:{e.report.name}")
+    except GraphdbgError:
+        raise
+    except Exception as e:
+        failed = find_pass_failure(e)
+        if failed is not None:
+            _crash(outcome, failed.__cause__ or failed, f"pass:{failed.report.name}")
+        else:
+            _crash(outcome, _unwrap(e), state["stage"])
+    else:
+        if accuracy:
+            _judge_training(outcome, case, ref_out, out, ref_grads, grads, ref64, rtol, atol)
+            judge_mutations(outcome, case, attrs_before, gm, inputs, True, rtol, atol)
+            if outcome.status == "mismatch":
+                outcome.stage = "backward" if all(m.get("what") == "gradient" for m in outcome.mismatches) else "forward"
+    finally:
+        torch._dynamo.reset()
+    outcome.passes = [r.to_dict() for r in reports]
+    outcome.compile_s = state["compile_s"]
+    outcome.total_s = time.perf_counter() - started
+    return outcome
+
+
+def _differentiable(values: list[Any]) -> list[Any]:
+    """The inputs as captured; if none required grad, every floating one does (a printed graph)."""
+    out = clone_values(values)
+    if not any(isinstance(v, torch.Tensor) and v.requires_grad for v in out):
+        for v in out:
+            if isinstance(v, torch.Tensor) and v.is_floating_point():
+                v.requires_grad_(True)
+    return out
+
+
+def _tensor_indices(values: list[Any]) -> list[int]:
+    return [i for i, v in enumerate(values) if isinstance(v, torch.Tensor)]
+
+
+def _forward(fn: Callable[..., Any], values: list[Any], clone: bool = True) -> tuple[Any, list[Any]]:
+    inputs = clone_values(values) if clone else values
+    with torch.enable_grad():
+        return fn(*inputs), inputs
+
+
+def _leaves(out: Any) -> list[torch.Tensor]:
+    import torch.utils._pytree as pytree
+
+    return [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad]
+
+
+def _grads(leaves: list[torch.Tensor], inputs: list[Any], tangents: list[torch.Tensor]) -> list[torch.Tensor | None]:
+    wrt = [i for i in _tensor_indices(inputs) if inputs[i].requires_grad]
+    got = torch.autograd.grad(leaves, [inputs[i] for i in wrt], tangents, allow_unused=True)
+    grads: list[torch.Tensor | None] = [None] * len(inputs)
+    for i, g in zip(wrt, got):
+        grads[i] = g
+    return grads
+
+
+def _tangents(case: Case, leaves: list[torch.Tensor], given: list[torch.Tensor] | None) -> tuple[list[torch.Tensor], str]:
+    if given is not None:
+        return [t.to(leaf.device, leaf.dtype) for t, leaf in zip(given, leaves)], "given"
+    recorded = _recorded_tangents(case)
+    if recorded is not None and len(recorded) == len(leaves) and all(
+            tuple(t.shape) == tuple(leaf.shape) for t, leaf in zip(recorded, leaves)):
+        return [t.to(leaf.device, leaf.dtype) for t, leaf in zip(recorded, leaves)], "recorded"
+    gen = torch.Generator().manual_seed(TANGENT_SEED)
+    made = [torch.randn(leaf.shape, generator=gen, dtype=torch.float64).to(leaf.device, leaf.dtype) for leaf in leaves]
+    return made, f"synthesised (randn, seed {TANGENT_SEED})"
+
+
+def _recorded_tangents(case: Case) -> list[torch.Tensor] | None:
+    """The tangents the backward dump this forward belongs to received, in order."""
+    dump = case.dump
+    if dump is None or not dump.manifest.get("backward_dump"):
+        return None
+    from graphdbg.manifest import read_manifest
+    from graphdbg.tensor_file import read_tensors
+
+    parent = (Path(dump.path) / dump.manifest["backward_dump"]).resolve()
+    try:
+        manifest = read_manifest(parent)
+        roles = manifest.get("backward", {}).get("roles", [])
+        keys = [d.get("stored") for d, role in zip(manifest["inputs"], roles) if role == "tangent"]
+        if not keys or not all(keys):
+            return None
+        values = read_tensors(parent / manifest.get("inputs_file", "inputs.safetensors"), keys, device="cpu")
+        return [values[k] for k in keys]
+    except Exception:
+        return None
+
+
+def _float64_reference(case: Case, base: list[Any], tangents: list[torch.Tensor]) -> tuple[Any, list[Any]] | None:
+    if not any(isinstance(v, torch.Tensor) and v.is_floating_point() and v.dtype != torch.float64 for v in base):
+        return None
+    try:
+        values = to_float64(base)
+        for v, b in zip(values, base):
+            if isinstance(v, torch.Tensor) and isinstance(b, torch.Tensor) and b.requires_grad:
+                v.requires_grad_(True)
+        gm = copy.deepcopy(case.gm).to(torch.float64) if not written_state(case.gm)[1] else None
+        if gm is None:
+            return None
+        out, inputs = _forward(gm, values, clone=False)
+        return out, _grads(_leaves(out), inputs, [t.double() for t in tangents])
+    except Exception:
+        return None  # some ops have no float64 kernel; eager in the graph's dtypes is the reference then
+
+
+def _judge_training(outcome: Outcome, case: Case, ref_out: Any, out: Any, ref_grads: list[Any], grads: list[Any],
+                    ref64: Any, rtol: float | None, atol: float | None) -> None:
+    outcome.reference = "float64" if ref64 is not None else "eager"
+    bad: list[OutputMismatch] = list(judge_outputs(_detached(ref_out), _detached(out),
+                                                   ref64=_detached(ref64[0]) if ref64 else None, rtol=rtol, atol=atol))
+    names = [n.name for n in case.gm.graph.nodes if n.op == "placeholder"]
+    for i, (e, a) in enumerate(zip(ref_grads, grads)):
+        if e is None or a is None:
+            if (e is None) != (a is None):
+                bad.append(GradientMismatch(i, "type", detail=f"{type(e).__name__} vs {type(a).__name__}", name=names[i]))
+            continue
+        r64 = [ref64[1][i]] if ref64 is not None and ref64[1][i] is not None else None
+        for m in judge_outputs([e], [a], ref64=r64, rtol=rtol, atol=atol):
+            bad.append(GradientMismatch(**{**m.to_dict(), "index": i}, name=names[i]))
+    _add_mismatches(outcome, bad)
+
+
+def _detached(value: Any) -> Any:
+    import torch.utils._pytree as pytree
+
+    return pytree.tree_map(lambda v: v.detach() if isinstance(v, torch.Tensor) else v, value)
+
+
+class _inductor_config:
+    def __init__(self, patch: dict[str, Any]):
+        self.patch = patch
+        self.ctx: Any = None
+
+    def __enter__(self) -> None:
+        if self.patch:
+            import torch._inductor.config as inductor_config
+
+            self.ctx = inductor_config.patch(self.patch)
+            self.ctx.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.ctx is not None:
+            self.ctx.__exit__(*exc)
+
+
+def _unwrap(e: BaseException) -> BaseException:
+    """The backend's own exception under Dynamo's BackendCompilerFailed."""
+    for _ in range(5):
+        if type(e).__name__ != "BackendCompilerFailed":
+            break
+        inner = getattr(e, "inner_exception", None) or e.__cause__
+        if inner is None:
+            break
+        e = inner
+    return e
+
+
+def _crash(outcome: Outcome, e: BaseException, stage: str) -> None:
+    outcome.status, outcome.stage = "crash", stage
+    outcome.error_type, outcome.message = type(e).__name__, str(e)
+    outcome.traceback = "".join(tb.format_exception(type(e), e, e.__traceback__))[-8000:]
+    outcome.signature = signature(type(e).__name__, str(e))
+
+
+__all__ = ["as_graph_backend", "is_backward_dump", "judge_mutations", "restore_attrs", "run_training_case", "written_attrs_before"]

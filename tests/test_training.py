@@ -1,0 +1,264 @@
+"""Training (issue 17): backward failures captured, gradients and optimizer steps judged,
+replayed with --backward, minified and bisected. Small real training loops throughout."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import graphdbg
+from fixtures.training import (
+    BackwardLoweringError,
+    backward_crash_backend,
+    corrupt_foreach_backend,
+    gated_mlp,
+    gelu_refusing_backend,
+    mlp,
+    tiny_gpt2,
+    train_steps,
+    wrong_gradient_backend,
+)
+
+
+def _only_dump(root: Path) -> Path:
+    found = sorted(p.parent for p in root.glob("rank*/*/manifest.json"))
+    assert len(found) == 1, found
+    return found[0]
+
+
+def _manifest(path: Path) -> dict:
+    return json.loads((path / "manifest.json").read_text())
+
+
+def test_backward_compile_error_is_dumped_with_forward_and_replays(tmp_path, cli):
+    model, x = mlp()
+    backend = graphdbg.capture(gelu_refusing_backend, tmp_path / "dumps")
+    with pytest.raises(BackwardLoweringError, match=r"^cannot lower aten.gelu_backward \(node gelu_backward\)$"):
+        train_steps(model, x, backend=backend)
+
+    dump = _only_dump(tmp_path / "dumps")
+    m = _manifest(dump)
+    assert dump.name.startswith("g0-backward-compile_error-")
+    assert m["stage"] == "backward" and m["failed"] == "backward"
+    assert m["failure"]["exception"]["type"] == "BackwardLoweringError"
+    assert m["backend"] == "fixtures.training:refuse_gelu_backward"  # the bw_compiler, for replay
+    assert m["backward"]["forward_backend"] == "fixtures.training:gelu_refusing_backend"
+    roles = dict(zip([d["node"] for d in m["inputs"]], m["backward"]["roles"]))
+    assert roles["tangents_1"] == "tangent" and list(roles.values()).count("saved") >= 3
+    assert all(d["stored"] for d in m["inputs"])  # real saved tensors and tangents, not fakes
+    assert "gelu_backward" in (dump / "graph.py").read_text()
+
+    # the stored tangent is the real one: d(mean(out^2))/d(out) of the model's output
+    loaded = graphdbg.load(dump).case()
+    tangent = loaded.inputs[[d["node"] for d in m["inputs"]].index("tangents_1")]
+    model2, x2 = mlp()
+    out = model2(x2)
+    assert torch.allclose(tangent, 2 * out.detach() / out.numel())
+
+    fw = _manifest(dump / "forward")
+    assert fw["stage"] == "forward" and fw["backward_dump"] == ".."
+    assert fw["backend"] == "fixtures.training:gelu_refusing_backend"
+    assert any(d.get("requires_grad") for d in fw["inputs"])
+
+    # the backward graph alone, under its bw_compiler
+    r = cli("replay", dump, "--no-isolate")
+    assert r.code == 1 and "the same failure as captured" in r.out, r
+    # forward then backward through the user's backend, with the recorded tangents
+    r = cli("replay", dump / "forward", "--backward", "--no-isolate", "--json")
+    assert r.code == 1, r
+    out = json.loads(r.out)
+    assert out["stage"] == "backward" and out["reproduces"]
+    assert "tangents: recorded" in out["stand_ins"]
+    # and a backend that can lower it passes, gradients included
+    r = cli("replay", dump / "forward", "--backward", "--backend", "aot_eager", "--no-isolate", "--json")
+    assert r.code == 0 and json.loads(r.out)["status"] == "pass", r
+
+
+def test_backward_runtime_error_is_dumped_once_with_what_it_received(tmp_path, cli):
+    model, x = mlp()
+    backend = graphdbg.capture(backward_crash_backend, tmp_path / "dumps")
+    with pytest.raises(RuntimeError, match=r"^backward kernel failed on 5 inputs$"):
+        train_steps(model, x, backend=backend)
+    dump = _only_dump(tmp_path / "dumps")
+    m = _manifest(dump)
+    assert m["failure"]["kind"] == "runtime_error" and m["stage"] == "backward"
+    assert m["inputs_state"] == "backward_after_failed_call" and all(d["stored"] for d in m["inputs"])
+    r = cli("replay", dump, "--no-isolate", "--json")
+    assert r.code == 1 and json.loads(r.out)["reproduces"], r
+
+
+def test_dynamic_shapes_backward_gets_its_symints_and_one_dump(tmp_path):
+    """With symints saved for the backward, AOT first tries the backward inside the forward's
+    compile (with fakes) and retries at loss.backward(): the dump is the retry's, with values."""
+    model, _ = mlp()
+    compiled = torch.compile(model, backend=graphdbg.capture(gelu_refusing_backend, tmp_path / "dumps"), dynamic=True)
+    for rows in (4, 4):
+        with pytest.raises(BackwardLoweringError):
+            compiled(torch.randn(rows, 8)).square().mean().backward()
+    m = _manifest(_only_dump(tmp_path / "dumps"))
+    assert m["inputs_state"] == "backward_at_compile"
+    (sym,) = [d for d, role in zip(m["inputs"], m["backward"]["roles"]) if role == "symint"]
+    assert sym["kind"] == "symint" and sym["hint"] == 4 and sym["expr"].startswith("s")
+
+
+def test_backward_dump_minifies_to_the_op_it_cannot_lower(tmp_path, cli):
+    model, x = mlp()
+    with pytest.raises(BackwardLoweringError):
+        train_steps(model, x, backend=graphdbg.capture(gelu_refusing_backend, tmp_path / "dumps"))
+    dump = _only_dump(tmp_path / "dumps")
+    r = cli("minify", dump, "--no-isolate", "-o", tmp_path / "min", "--json")
+    assert r.code == 0, r
+    small = _only_dump(tmp_path / "min")
+    ops = _manifest(small)["graph"]["ops"]
+    assert any("gelu_backward" in op for op in ops) and _manifest(small)["graph"]["nodes"] <= 4
+    assert _manifest(small)["stage"] == "backward"
+    r = cli("replay", small, "--no-isolate")
+    assert r.code == 1 and "the same failure as captured" in r.out, r
+
+
+def test_wrong_gradients_of_tiny_gpt2_are_dumped_and_replayed(tmp_path, cli):
+    model, batch = tiny_gpt2()
+    backend = graphdbg.capture(wrong_gradient_backend, tmp_path / "dumps", mode="accuracy")
+    train_steps(model, *batch, backend=backend)  # the user's run goes on, with the wrong gradients
+
+    dump = _only_dump(tmp_path / "dumps")
+    m = _manifest(dump)
+    assert m["failure"]["kind"] == "accuracy" and m["stage"] == "backward"
+    assert m["failure"]["signature"] == "accuracy: gradient 0 value"
+    assert m["failure"]["mismatches"][0]["max_rel_error"] == pytest.approx(0.5, rel=1e-3)  # scaled by 1.5
+
+    r = cli("replay", dump, "--no-isolate", "--json")
+    assert r.code == 1 and json.loads(r.out)["reproduces"], r
+    r = cli("replay", dump / "forward", "--backward", "--no-isolate", "--json")
+    out = json.loads(r.out)
+    assert r.code == 1 and out["status"] == "mismatch" and out["stage"] == "backward", r
+    assert all(mm["what"] == "gradient" for mm in out["mismatches"])
+    # without --backward the forward alone is right
+    r = cli("replay", dump / "forward", "--no-isolate", "--json")
+    assert r.code == 0, r
+
+
+def test_gradient_mismatch_minifies(tmp_path, cli):
+    model, x = mlp()
+    train_steps(model, x, backend=graphdbg.capture(wrong_gradient_backend, tmp_path / "dumps", mode="accuracy"))
+    dump = _only_dump(tmp_path / "dumps")
+    r = cli("minify", dump, "--no-isolate", "-o", tmp_path / "min", "--json")
+    assert r.code == 0, r
+    small = _only_dump(tmp_path / "min")
+    assert _manifest(small)["graph"]["nodes"] < _manifest(dump)["graph"]["nodes"] / 3
+    r = cli("replay", small, "--no-isolate", "--json")  # still wrong under the bw_compiler it names
+    assert r.code == 1 and json.loads(r.out)["status"] == "mismatch", r
+    r = cli("replay", small, "--backend", "eager", "--no-isolate", "--json")
+    assert r.code == 0, r
+
+
+def test_correct_backend_gives_no_training_dumps(tmp_path):
+    model, batch = tiny_gpt2()
+    backend = graphdbg.capture("aot_eager", tmp_path / "dumps", mode="accuracy")
+    losses = train_steps(model, *batch, backend=backend)
+    assert losses[1] < losses[0]
+    assert backend.dumps == []
+
+
+def test_wrong_optimizer_step_is_caught_by_its_mutations(tmp_path, cli):
+    model, x = mlp()
+    step_backend = graphdbg.capture(corrupt_foreach_backend, tmp_path / "dumps", mode="accuracy")
+    train_steps(model, x, backend=None, compile_step=step_backend)
+
+    dump = _only_dump(tmp_path / "dumps")
+    m = _manifest(dump)
+    assert m["failure"]["kind"] == "accuracy"
+    assert m["failure"]["signature"].startswith("accuracy: attr ")
+    assert "params" in m["failure"]["message"] and "after mutation" in m["failure"]["message"]
+    assert "_foreach_mul_" in (dump / "graph.py").read_text()
+
+    r = cli("replay", dump, "--no-isolate", "--json")
+    out = json.loads(r.out)
+    assert r.code == 1 and out["reproduces"] and out["mismatches"][0]["what"] == "attr", r
+    # the same step run as traced is right: the state it starts from is the captured one
+    r = cli("replay", dump, "--backend", "eager", "--no-isolate", "--json")
+    assert r.code == 0, r
+
+
+@pytest.fixture
+def relu_bug():
+    import torch._inductor.config as inductor_config
+
+    def set_bug(value: str | None) -> None:
+        inductor_config.cpp.inject_relu_bug_TESTING_ONLY = value
+
+    yield set_bug
+    set_bug(None)
+
+
+def test_inductor_backward_compile_error_is_dumped(tmp_path, relu_bug):
+    """The relu exists only in the backward (a straight-through gate): Inductor fails in loss.backward()."""
+    relu_bug("compile_error")
+    model, x = gated_mlp()
+    backend = graphdbg.capture("inductor", tmp_path / "dumps")
+    with pytest.raises(Exception, match="CppCompileError") as info:
+        train_steps(model, x, backend=backend, steps=1)
+    assert type(info.value).__name__ == "InductorError"
+    dump = _only_dump(tmp_path / "dumps")
+    m = _manifest(dump)
+    assert m["stage"] == "backward" and m["backend"] == "inductor" and m["backward"]["compiler"] is None
+    assert "torch.ops.aten.relu.default" in (dump / "graph.py").read_text()
+    assert (dump / "forward" / "manifest.json").is_file()
+
+
+def test_inductor_wrong_backward_is_bisected_to_its_relu(tmp_path, cli, relu_bug):
+    relu_bug("accuracy")
+    model, x = gated_mlp()
+    train_steps(model, x, backend=graphdbg.capture("inductor", tmp_path / "dumps", mode="accuracy"), steps=1)
+    dump = _only_dump(tmp_path / "dumps")
+    assert _manifest(dump)["failure"]["kind"] == "accuracy" and _manifest(dump)["stage"] == "backward"
+    # from the forward: no forward node is off, so the backward graph is bisected, to the relu
+    r = cli("bisect", "nodes", dump / "forward", "--backward", "--backend", "inductor", "--json")
+    assert r.code == 1, r
+    found = json.loads(r.out)
+    assert found["node"] == "relu" and found["note"].startswith("backward graph of")
+    assert found["code"] == "return torch.relu(grad)"
+
+
+def test_bisect_backward_of_a_forward_dump_traces_its_backward(tmp_path, cli, relu_bug):
+    """A forward captured on its own (mode="always") has no backward dump: its backward graph is
+    traced with AOTAutograd and compiled by the backend, prefix by prefix, to the bad relu."""
+    model, x = gated_mlp()
+    train_steps(model, x, backend=graphdbg.capture("inductor", tmp_path / "dumps", mode="always"), steps=1)
+    forward = _only_dump(tmp_path / "dumps")
+    relu_bug("accuracy")
+    r = cli("bisect", "nodes", forward, "--backward", "--backend", "inductor", "--json")
+    assert r.code == 1, r
+    found = json.loads(r.out)
+    assert found["node"] == "relu" and found["note"].startswith("backward graph traced by AOTAutograd")
+
+
+@pytest.mark.gpu
+def test_gpu_inductor_triton_backward_bug_captured_replayed_minified(tmp_path, cli):
+    """Item 5: a bug in a Triton kernel of the backward only (Inductor's injected relu bug in
+    the Triton codegen; the same program on the CPU is right). Captured from loss.backward(),
+    replayed as the backward graph alone, minified to the relu."""
+    import torch._inductor.config as inductor_config
+
+    model, x = gated_mlp(device="cuda")
+    with inductor_config.patch({"triton.inject_relu_bug_TESTING_ONLY": "accuracy"}):
+        backend = graphdbg.capture("inductor", tmp_path / "dumps", mode="accuracy")
+        train_steps(model, x, backend=backend, steps=1)
+        dump = _only_dump(tmp_path / "dumps")
+        m = _manifest(dump)
+        assert m["stage"] == "backward" and m["failure"]["kind"] == "accuracy"
+        assert m["inputs"][0]["device"].startswith("cuda") and m["backend"] == "inductor"
+
+        r = cli("replay", dump, "--no-isolate", "--json")
+        out = json.loads(r.out)
+        assert r.code == 1 and out["reproduces"] and out["device"].startswith("cuda"), r
+        r = cli("minify", dump, "--no-isolate", "-o", tmp_path / "min", "--json")
+        assert r.code == 0, r
+        small_path = _only_dump(tmp_path / "min")
+        small = _manifest(small_path)
+        assert any("relu" in op for op in small["graph"]["ops"]) and small["graph"]["nodes"] < m["graph"]["nodes"]
+    r = cli("replay", small_path, "--no-isolate", "--json")  # the same graph without the bug: right
+    assert r.code == 0, r

@@ -33,9 +33,10 @@ import torch.fx as fx
 
 from graphdbg.errors import GraphdbgError
 from graphdbg.rebuild.inputs import StandIn
+from graphdbg.rebuild.memory_budget import check_fits, tensor_bytes
 from graphdbg.specs import SymSpec, TensorSpec
 
-__all__ = ["InputPlan", "plan_inputs", "synthesize", "FLOAT_STD", "DEFAULT_SYMBOL_SIZE"]
+__all__ = ["InputPlan", "plan_inputs", "synthesize", "planned_bytes", "FLOAT_STD", "DEFAULT_SYMBOL_SIZE"]
 
 FLOAT_STD = 0.1
 DEFAULT_SYMBOL_SIZE = 8  # a dynamic dim nothing pins down: small, and not 0 or 1 (which Dynamo specialises)
@@ -319,12 +320,20 @@ def _describe(value: Any) -> str:
 
 # Making the values --------------------------------------------------------------------
 
+def planned_bytes(plans: list[InputPlan]) -> int:
+    """Bytes the tensors of ``plans`` will take, before any is allocated."""
+    env = {p.spec.expr: p.low for p in plans if p.kind == "symint" and isinstance(p.spec, SymSpec) and p.spec.expr.isidentifier()}
+    return sum(tensor_bytes(p.spec, env, DEFAULT_SYMBOL_SIZE) for p in plans if isinstance(p.spec, TensorSpec))
+
+
 def synthesize(plans: list[InputPlan], device: torch.device, *, seed: int = 0,
-               random_limit_bytes: int | None = None) -> tuple[list[Any], list[StandIn]]:
+               random_limit_bytes: int | None = None, max_input_gb: float | None = None) -> tuple[list[Any], list[StandIn]]:
     """The values for ``plans`` on ``device``, and one ``synthesized`` stand-in per input.
 
     The same seed gives the same values on the same kind of device. Tensors larger than
-    ``random_limit_bytes`` (default: 256 MiB on the CPU, 64 GiB on a GPU) are zeros.
+    ``random_limit_bytes`` (default: 256 MiB on the CPU, 64 GiB on a GPU) are zeros. Inputs
+    that don't fit on ``device`` (``graphdbg.rebuild.memory_budget``) raise InputsTooLarge
+    before anything is allocated.
     """
     if random_limit_bytes is None:
         random_limit_bytes = (64 << 30) if device.type == "cuda" else (256 << 20)
@@ -332,6 +341,7 @@ def synthesize(plans: list[InputPlan], device: torch.device, *, seed: int = 0,
     for p in plans:
         if p.kind == "symint" and isinstance(p.spec, SymSpec) and p.spec.expr.isidentifier():
             env[p.spec.expr] = p.low
+    check_fits(planned_bytes(plans), device, max_input_gb)
     values, stand_ins = [], []
     for p in plans:
         value, detail = _make(p, device, seed, env, random_limit_bytes)
@@ -363,8 +373,10 @@ def _make(p: InputPlan, device: torch.device, seed: int, env: dict[str, int], li
     if p.kind == "normal":
         if dtype.is_complex:
             out.copy_(torch.randn(shape, generator=gen, dtype=dtype, device=device) * FLOAT_STD)
-        else:
+        elif dtype in _NORMAL_DTYPES:
             out.normal_(0.0, FLOAT_STD, generator=gen)
+        else:  # float8 and the like have no normal_ kernel: drawn in float32, then rounded
+            _fill_cast(out, torch.randn(shape, generator=gen, device=device) * FLOAT_STD, gen)
     elif p.kind == "mask":
         out.copy_(torch.rand(shape, generator=gen, device=device) < 0.5)
     elif p.kind == "offsets":
@@ -372,8 +384,20 @@ def _make(p: InputPlan, device: torch.device, seed: int, env: dict[str, int], li
         cuts = [round(i * p.high / n) for i in range(n + 1)]
         out.copy_(torch.tensor(cuts, dtype=dtype))
     else:  # index, range, integers
-        out.copy_(torch.randint(p.low, max(p.high, p.low + 1), shape, generator=gen, device=device, dtype=torch.int64))
+        _fill_cast(out, torch.randint(p.low, max(p.high, p.low + 1), shape, generator=gen, device=device, dtype=torch.int64), gen)
     return out, label + p.how
+
+
+_NORMAL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _fill_cast(out: torch.Tensor, values: torch.Tensor, gen: torch.Generator) -> None:
+    """``out`` = ``values`` in ``out``'s dtype; random bytes where no cast exists (packed float4)."""
+    try:
+        out.copy_(values)
+    except (RuntimeError, NotImplementedError):
+        raw = out.view(torch.uint8)
+        raw.copy_(torch.randint(0, 256, raw.shape, generator=gen, device=out.device, dtype=torch.int64))
 
 
 def _zeros(shape: list[int], stride: list[int] | None, dtype: torch.dtype, device: torch.device, nbytes: int) -> torch.Tensor:

@@ -1,0 +1,229 @@
+"""The float64 reference: a graph run with every floating-point op in float64.
+
+Upcasting the inputs is not enough: a graph casts on its own (``x.to(torch.float16)``,
+``dtype=torch.bfloat16``, ``.float()``, autocast regions), and the next op then meets a float64
+weight and fails (``expected mat1 and mat2 to have the same dtype``). Here an fx Interpreter
+rewrites each call as it runs it: floating dtypes it asks for become float64, floating tensor
+arguments are upcast at the op that computes with them (views and indexing pass the graph's own
+dtype through, so a 5 GiB cache read at one slot is upcast at that slot only), and autocast is
+off. Integer and bool ops run as they are. An op with no float64 kernel runs in the graph's own
+dtype and its result is upcast; the reference names those nodes.
+
+    >>> ref = float64_reference(gm, inputs, outputs=[0])
+    >>> ref.values[0].dtype, ref.own_dtype_nodes
+    (torch.float64, [])
+
+``outputs`` keeps only the outputs asked for (and what they need): the float64 run is made only
+for outputs that disagree with eager. ``device`` moves the run (the CPU when the GPU lacks room).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+import torch.utils._pytree as pytree
+
+from graphdbg.replay.mutation import VIEW_OPS, call_name, mutated_inputs, writes
+
+_FLOAT_METHODS = {"half": "double", "float": "double", "bfloat16": "double", "double": "double"}
+_AUTOCAST = {"_enter_autocast", "_exit_autocast", "autocast", "_set_autocast_enabled"}
+# Ops that reinterpret bits or name a dtype for another reason than computing in it.
+_KEEP_DTYPE = {"view", "view_as", "bitcast", "_to_copy_bitcast", "finfo", "iinfo", "empty_strided_bitcast"}
+
+
+class ReferenceUnavailable(Exception):
+    """No float64 reference could be computed; the message says why."""
+
+
+@dataclass
+class Float64Result:
+    values: dict[int, Any]  # output leaf index -> value
+    own_dtype_nodes: list[str] = field(default_factory=list)
+    device: str = ""
+
+
+class Float64Interpreter(fx.Interpreter):
+    """An fx Interpreter that computes floating-point ops in float64 (see the module docstring).
+
+        >>> Float64Interpreter(gm).run(*inputs)
+    """
+
+    def __init__(self, gm: fx.GraphModule, device: torch.device | None = None, upcast_inputs: set[int] | None = None):
+        super().__init__(gm, garbage_collect_values=True)
+        self.device = device
+        self.upcast_inputs = upcast_inputs or set()
+        self.own_dtype_nodes: list[str] = []
+        self._placeholder_index = 0
+
+    # node kinds -------------------------------------------------------------------
+    def placeholder(self, target: Any, args: Any, kwargs: Any) -> Any:
+        value = self._move(super().placeholder(target, args, kwargs))
+        i, self._placeholder_index = self._placeholder_index, self._placeholder_index + 1
+        # an input the graph writes must be float64 already when the write happens
+        return _up(value) if i in self.upcast_inputs else value
+
+    def get_attr(self, target: Any, args: Any, kwargs: Any) -> Any:
+        return self._move(super().get_attr(target, args, kwargs))
+
+    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        return self._call(self.current_node, lambda a, k: target(*a, **k), args, kwargs)
+
+    def call_method(self, target: Any, args: Any, kwargs: Any) -> Any:
+        name = _FLOAT_METHODS.get(str(target), str(target))
+        return self._call(self.current_node, lambda a, k: getattr(a[0], name)(*a[1:], **k), args, kwargs)
+
+    def call_module(self, target: Any, args: Any, kwargs: Any) -> Any:
+        sub = self.fetch_attr(target)
+        if isinstance(sub, fx.GraphModule):
+            inner = Float64Interpreter(sub, self.device, mutated_inputs(sub))
+            out = inner.run(*args, **kwargs)
+            self.own_dtype_nodes += [f"{target}.{n}" for n in inner.own_dtype_nodes]
+            return out
+        return sub(*pytree.tree_map(_up, args), **pytree.tree_map(_up, kwargs))
+
+    def run_node(self, n: fx.Node) -> Any:
+        self.current_node = n
+        return super().run_node(n)
+
+    # the rewriting ----------------------------------------------------------------
+    def _call(self, node: fx.Node, call: Any, args: tuple, kwargs: dict) -> Any:
+        name = call_name(node)
+        if name in _AUTOCAST:
+            return None  # autocast would bring back the low precision the reference avoids
+        if name in VIEW_OPS and name != "to" or name in _KEEP_DTYPE:
+            return call(args, kwargs)
+        written = set(writes(node))
+        if _opaque(node):  # a stand-in or the user's own function: called on what it gets
+            up_args, up_kwargs = args, kwargs
+        else:
+            up_args, up_kwargs = self._upcast(node, args, kwargs, written)
+        try:
+            result = call(up_args, up_kwargs)
+        except Exception as first:
+            try:
+                result = call(*self._own_dtypes(node, args, kwargs))
+            except Exception:
+                reason = str(first).splitlines()[0] if str(first) else ""
+                raise ReferenceUnavailable(f"node {node.name} ({name}) fails in float64 and in its own dtypes: "
+                                           f"{type(first).__name__}: {reason}") from None
+            self.own_dtype_nodes.append(node.name)
+        if written:
+            return result  # an in-place op returns its (aliased) argument: left as it is
+        return pytree.tree_map(_up, result)
+
+    def _upcast(self, node: fx.Node, args: tuple, kwargs: dict, written: set) -> tuple[tuple, dict]:
+        # the written argument keeps its dtype (its storage is what the graph reads later)
+        arg_nodes = list(node.args) + [None] * max(0, len(args) - len(node.args))
+
+        def convert(value: Any, source: Any) -> Any:
+            if isinstance(source, fx.Node) and source in written:
+                return value
+            return pytree.tree_map(_up_value, value)
+
+        new_args = tuple(convert(a, s) for a, s in zip(args, arg_nodes))
+        new_kwargs = {k: convert(v, node.kwargs.get(k)) for k, v in kwargs.items()}
+        return new_args, new_kwargs
+
+    def _own_dtypes(self, node: fx.Node, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """The arguments in the dtype the graph annotated for this node (float32 if none)."""
+        spec = node.meta.get("graphdbg_spec")
+        dtype = getattr(spec, "torch_dtype", None) if spec is not None else None
+        dtype = dtype if isinstance(dtype, torch.dtype) and dtype.is_floating_point else torch.float32
+
+        def down(v: Any) -> Any:
+            if isinstance(v, torch.Tensor) and v.dtype == torch.float64:
+                return v.to(dtype)
+            return v
+
+        return pytree.tree_map(down, args), pytree.tree_map(down, kwargs)
+
+    def _move(self, value: Any) -> Any:
+        if self.device is None:
+            return value
+        return pytree.tree_map(lambda v: v.to(self.device) if isinstance(v, torch.Tensor) else v, value)
+
+
+def _up(value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != torch.float64:
+        return value.detach().to(torch.float64)
+    if isinstance(value, torch.Tensor) and value.is_complex() and value.dtype != torch.complex128:
+        return value.detach().to(torch.complex128)
+    return value
+
+
+def _up_value(value: Any) -> Any:
+    """An argument as a float64 op takes it: tensors upcast, floating dtypes made float64."""
+    if isinstance(value, torch.dtype):
+        if value.is_floating_point:
+            return torch.float64
+        if value.is_complex:
+            return torch.complex128
+        return value
+    return _up(value)
+
+
+def float64_reference(gm: fx.GraphModule, inputs: list[Any], *, outputs: list[int] | None = None,
+                      device: torch.device | None = None, grad: bool = False) -> Float64Result:
+    """The float64 values of ``gm``'s output leaves ``outputs`` (all by default) on ``inputs``.
+
+    ``inputs`` are not written: those the graph writes are copied (upcast) first. Raises
+    ReferenceUnavailable with the reason when a node fails both in float64 and its own dtypes.
+    """
+    work = _keep_outputs(gm, outputs)
+    mutated = mutated_inputs(work)
+    values = [v.detach().clone() if i in mutated and isinstance(v, torch.Tensor) and not _floating(v) else v
+              for i, v in enumerate(inputs)]
+    interp = Float64Interpreter(work, device, upcast_inputs=mutated)
+    with torch.no_grad():
+        try:
+            out = interp.run(*values)
+        except ReferenceUnavailable:
+            raise
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as e:
+            raise ReferenceUnavailable(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+    leaves = pytree.tree_leaves(out)
+    wanted = outputs if outputs is not None else list(range(len(leaves)))
+    return Float64Result({i: _up(v) for i, v in zip(wanted, leaves)}, interp.own_dtype_nodes,
+                         str(device) if device is not None else "")
+
+
+def _floating(v: torch.Tensor) -> bool:
+    return v.is_floating_point() or v.is_complex()
+
+
+def _keep_outputs(gm: fx.GraphModule, outputs: list[int] | None) -> fx.GraphModule:
+    """A copy of ``gm`` returning only output leaves ``outputs``; nodes nothing needs are dropped,
+    unless they write something (in-place ops and stand-ins stay, with what they read)."""
+    if outputs is None:
+        return gm
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    old_out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    leaves = pytree.tree_leaves(old_out.args[0])
+    needed: set[fx.Node] = set()
+    stack = [leaves[i] for i in outputs if isinstance(leaves[i], fx.Node)]
+    stack += [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module") and not n.users
+              and (writes(n) or n.op == "call_module" or _opaque(n))]
+    while stack:
+        n = stack.pop()
+        if n in needed:
+            continue
+        needed.add(n)
+        stack += n.all_input_nodes
+        if writes(n):  # a write reaches readers of the written value: keep them in order
+            stack += [u for w in writes(n) for u in w.users]
+    for node in gm.graph.nodes:
+        if node.op == "placeholder" or (node in needed and node.op != "output"):
+            env[node] = graph.node_copy(node, lambda x: env[x])
+    graph.output(tuple(env[leaves[i]] if isinstance(leaves[i], fx.Node) else leaves[i] for i in outputs))
+    return fx.GraphModule(gm, graph)
+
+
+def _opaque(node: fx.Node) -> bool:
+    # a call we can't see into (a stand-in, a custom op) may have effects: kept
+    return node.op == "call_function" and not getattr(node.target, "__module__", "").startswith(("torch", "_operator"))

@@ -119,6 +119,7 @@ def replay(
     graph: Annotated[Optional[str], typer.Option("--graph", help="With --all-ranks: which graph (e.g. g0-compile_error) when there are several.")] = None,
     ops: OpsOpt = None,
     seed: SeedOpt = None,
+    max_input_gb: Annotated[Optional[float], typer.Option("--max-input-gb", help="Refuse (exit 2) inputs bigger than this many GiB (default: the device's free memory).")] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Replay a dump under a backend; exit 0 on pass, 1 on a reproduced failure, 2 if it can't run."""
@@ -138,7 +139,7 @@ def replay(
         raise typer.Exit(world.exit_code)
     d = graphdbg.load(dump)
     outcome = replay_dump(d, backend or d.backend, passes, device=device, isolate=isolate, timeout=timeout, direct=direct,
-                          accuracy=accuracy, rtol=rtol, atol=atol)
+                          accuracy=accuracy, rtol=rtol, atol=atol, max_input_gb=max_input_gb)
     if as_json:
         _print_json({"dump": str(d.path), "reproduces": outcome.reproduces(d), **outcome.to_dict()})
     else:

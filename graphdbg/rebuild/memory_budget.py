@@ -45,10 +45,12 @@ def tensor_bytes(spec: TensorSpec, env: Mapping[str, int] | None = None, default
 
 
 def descriptor_bytes(descs: Iterable[Mapping[str, Any]], env: Mapping[str, int] | None = None) -> int:
-    """Bytes of the tensors among a manifest's input descriptors (nested lists included)."""
+    """Bytes of the stored or regenerated tensors among a manifest's input descriptors."""
     total = 0
     for d in descs:
         kind = d.get("kind")
+        if d.get("synthesized"):
+            continue  # made from annotations: synthesis checks those itself, knowing how it fills them
         if kind == "tensor" and d.get("dtype"):
             try:
                 total += tensor_bytes(TensorSpec.from_dict(d), env)

@@ -320,10 +320,27 @@ def _describe(value: Any) -> str:
 
 # Making the values --------------------------------------------------------------------
 
-def planned_bytes(plans: list[InputPlan]) -> int:
-    """Bytes the tensors of ``plans`` will take, before any is allocated."""
+def planned_bytes(plans: list[InputPlan], device: torch.device, random_limit_bytes: int | None = None) -> int:
+    """Bytes the tensors of ``plans`` will take on ``device``, before any is allocated.
+
+    On the CPU a tensor past the random-fill limit is anonymous zero memory, which takes
+    only the pages the graph touches: it counts nothing here.
+    """
+    limit = _random_limit(device, random_limit_bytes)
     env = {p.spec.expr: p.low for p in plans if p.kind == "symint" and isinstance(p.spec, SymSpec) and p.spec.expr.isidentifier()}
-    return sum(tensor_bytes(p.spec, env, DEFAULT_SYMBOL_SIZE) for p in plans if isinstance(p.spec, TensorSpec))
+    total = 0
+    for p in plans:
+        if isinstance(p.spec, TensorSpec):
+            n = tensor_bytes(p.spec, env, DEFAULT_SYMBOL_SIZE)
+            lazy = device.type == "cpu" and n > limit and p.kind in ("normal", "mask", "integers") and p.spec.stride is None
+            total += 0 if lazy else n
+    return total
+
+
+def _random_limit(device: torch.device, given: int | None) -> int:
+    if given is not None:
+        return given
+    return (64 << 30) if device.type == "cuda" else (256 << 20)
 
 
 def synthesize(plans: list[InputPlan], device: torch.device, *, seed: int = 0,
@@ -335,13 +352,12 @@ def synthesize(plans: list[InputPlan], device: torch.device, *, seed: int = 0,
     that don't fit on ``device`` (``graphdbg.rebuild.memory_budget``) raise InputsTooLarge
     before anything is allocated.
     """
-    if random_limit_bytes is None:
-        random_limit_bytes = (64 << 30) if device.type == "cuda" else (256 << 20)
+    random_limit_bytes = _random_limit(device, random_limit_bytes)
     env = {}
     for p in plans:
         if p.kind == "symint" and isinstance(p.spec, SymSpec) and p.spec.expr.isidentifier():
             env[p.spec.expr] = p.low
-    check_fits(planned_bytes(plans), device, max_input_gb)
+    check_fits(planned_bytes(plans, device, random_limit_bytes), device, max_input_gb)
     values, stand_ins = [], []
     for p in plans:
         value, detail = _make(p, device, seed, env, random_limit_bytes)

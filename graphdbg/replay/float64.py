@@ -26,7 +26,7 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from graphdbg.replay.mutation import VIEW_OPS, call_name, mutated_inputs, writes
+from graphdbg.replay.mutation import VIEW_OPS, alias_roots, call_name, mutated_inputs, writes
 
 _FLOAT_METHODS = {"half": "double", "float": "double", "bfloat16": "double", "double": "double"}
 _AUTOCAST = {"_enter_autocast", "_exit_autocast", "autocast", "_set_autocast_enabled"}
@@ -197,27 +197,44 @@ def _floating(v: torch.Tensor) -> bool:
 
 
 def _keep_outputs(gm: fx.GraphModule, outputs: list[int] | None) -> fx.GraphModule:
-    """A copy of ``gm`` returning only output leaves ``outputs``; nodes nothing needs are dropped,
-    unless they write something (in-place ops and stand-ins stay, with what they read)."""
+    """A copy of ``gm`` returning only output leaves ``outputs``, without the nodes they don't
+    need. A write stays when a kept node reads what it wrote afterwards (through any view); a
+    call we can't see into (a stand-in, a nested graph) stays with what it reads."""
     if outputs is None:
         return gm
-    graph = fx.Graph()
-    env: dict[fx.Node, fx.Node] = {}
-    old_out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    nodes = list(gm.graph.nodes)
+    order = {n: i for i, n in enumerate(nodes)}
+    roots = alias_roots(gm)
+    old_out = nodes[-1] if nodes[-1].op == "output" else next(n for n in reversed(nodes) if n.op == "output")
     leaves = pytree.tree_leaves(old_out.args[0])
     needed: set[fx.Node] = set()
-    stack = [leaves[i] for i in outputs if isinstance(leaves[i], fx.Node)]
-    stack += [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module") and not n.users
-              and (writes(n) or n.op == "call_module" or _opaque(n))]
-    while stack:
-        n = stack.pop()
-        if n in needed:
-            continue
-        needed.add(n)
-        stack += n.all_input_nodes
-        if writes(n):  # a write reaches readers of the written value: keep them in order
-            stack += [u for w in writes(n) for u in w.users]
-    for node in gm.graph.nodes:
+
+    def need(start: list[fx.Node]) -> None:
+        stack = list(start)
+        while stack:
+            n = stack.pop()
+            if n not in needed:
+                needed.add(n)
+                stack += n.all_input_nodes
+
+    need([leaves[i] for i in outputs if isinstance(leaves[i], fx.Node)])
+    writers = [(n, {roots.get(w, w) for w in writes(n)}) for n in nodes if writes(n)]
+    opaque = [n for n in nodes if n.op == "call_module" or _opaque(n)]
+    changed = True
+    while changed:
+        changed = False
+        read_after: dict[fx.Node, int] = {}  # storage root -> last position a needed node reads it
+        for n in needed:
+            for a in n.all_input_nodes + [n]:
+                r = roots.get(a, a)
+                read_after[r] = max(read_after.get(r, -1), order[n])
+        for n, written in writers + [(n, {roots.get(a, a) for a in n.all_input_nodes}) for n in opaque]:
+            if n not in needed and any(read_after.get(r, -1) > order[n] for r in written):
+                need([n])
+                changed = True
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for node in nodes:
         if node.op == "placeholder" or (node in needed and node.op != "output"):
             env[node] = graph.node_copy(node, lambda x: env[x])
     graph.output(tuple(env[leaves[i]] if isinstance(leaves[i], fx.Node) else leaves[i] for i in outputs))

@@ -216,7 +216,7 @@ def compare_backends(dump: Any, backends: Sequence[str], *, device: Any = None, 
 
     outcomes = [replay_dump(dump, b, device=device, isolate=isolate, timeout=timeout, **options) for b in backends]
     rows = [{"backend": o.backend, "status": o.status, "signature": o.signature, "stage": o.stage,
-             "seconds": o.total_s, "max_abs_error": o.max_abs_error, "max_rel_error": o.max_rel_error,
+             "seconds": o.total_s, "max_abs_error": o.max_abs_error, "max_rel_error": o.max_rel_error, "trusted": o.trusted,
              "reproduces": o.reproduces(dump)} for o in outcomes]
     df = pd.DataFrame(rows)
     df.attrs["outcomes"] = outcomes
@@ -321,7 +321,8 @@ def _float64_outputs(case: Case, indices: list[int]) -> tuple[dict[int, Any] | N
 
 
 def _label_stand_ins(outcome: Outcome, case: Case) -> None:
-    """Mark mismatching outputs that depend on stand-ins: the verdict is then untrusted."""
+    """Name the stand-ins behind each mismatching output; when every mismatching output depends
+    on some, the verdict is untrusted (the difference may be the stand-ins', not the backend's)."""
     from graphdbg.replay.stand_in_flow import stand_ins_behind_outputs
 
     placeholders = [n.name for n in case.gm.graph.nodes if n.op == "placeholder"]
@@ -336,7 +337,8 @@ def _label_stand_ins(outcome: Outcome, case: Case) -> None:
         names = sorted(flow[m["index"]]) if m["index"] < len(flow) else []
         m["stand_ins"] = names
         behind += [n for n in names if n not in behind]
-    if behind:
+    # one mismatching output that no stand-in reaches is a real difference: trusted
+    if outcome.mismatches and all(m["stand_ins"] for m in outcome.mismatches):
         outcome.trusted = False
         shown = ", ".join(behind[:5]) + (f" and {len(behind) - 5} more" if len(behind) > 5 else "")
         outcome.untrusted_because = f"depends on stand-ins: {shown}"

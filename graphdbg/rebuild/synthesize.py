@@ -20,6 +20,7 @@ Values are made on the target device directly (weights can be many GB). A tensor
 from __future__ import annotations
 
 import ast
+import dataclasses
 import math
 import mmap
 import operator
@@ -55,6 +56,7 @@ class InputPlan:
     low: int = 0
     high: int = 0
     how: str = ""
+    shrunk_from: str | None = None  # the annotation before the input was cut to the slots the graph reads
 
 
 def plan_inputs(gm: fx.GraphModule) -> list[InputPlan]:
@@ -65,8 +67,39 @@ def plan_inputs(gm: fx.GraphModule) -> list[InputPlan]:
     plans = []
     for node in placeholders:
         spec = node.meta.get("graphdbg_spec")
-        plans.append(_plan(node, spec, gm, env, tokens))
+        plans.append(_shrunk(node, _plan(node, spec, gm, env, tokens)))
     return plans
+
+
+def _shrunk(node: fx.Node, plan: InputPlan) -> InputPlan:
+    """A cache read only at constant slots of its first dim (``mamba_cache[0]``: this layer's
+    slice of a 36-layer cache) is made with just those slots: the values the graph reads are
+    the same, and a 4.8 GiB input becomes 134 MiB."""
+    spec = plan.spec
+    if not isinstance(spec, TensorSpec) or not spec.shape or not isinstance(spec.shape[0], int) or plan.kind not in ("normal", "mask", "integers"):
+        return plan
+    slots = _constant_slots(node)
+    if slots is None or slots >= spec.shape[0]:
+        return plan
+    plan.spec = dataclasses.replace(spec, shape=[slots, *spec.shape[1:]])
+    plan.shrunk_from = spec.annotation()
+    plan.how += f"; shrunk from {spec.annotation()}: the graph reads only slots [0, {slots}) of dim 0"
+    return plan
+
+
+def _constant_slots(node: fx.Node) -> int | None:
+    """One more than the largest constant index the graph reads ``node`` at on dim 0, when it
+    reads it only that way (``x[0]``, ``x[3, :, 1]``); else None."""
+    top = -1
+    for user in node.users:
+        if user.op != "call_function" or user.target is not operator.getitem or user.args[0] is not node:
+            return None
+        index = user.args[1]
+        first = index[0] if isinstance(index, tuple) and index else index
+        if not isinstance(first, int) or isinstance(first, bool) or first < 0:
+            return None
+        top = max(top, first)
+    return top + 1 if top >= 0 else None
 
 
 def symbol_sizes(placeholders: list[fx.Node]) -> dict[str, int]:
@@ -363,6 +396,9 @@ def synthesize(plans: list[InputPlan], device: torch.device, *, seed: int = 0,
         value, detail = _make(p, device, seed, env, random_limit_bytes)
         values.append(value)
         stand_ins.append(StandIn(p.name, "synthesized", detail))
+        if p.shrunk_from:
+            stand_ins.append(StandIn(p.name, "shrunk", f"{p.shrunk_from} made as {p.spec.annotation()}: the graph reads "
+                                     f"only the first {p.spec.shape[0]} slots of dim 0"))
     return values, stand_ins
 
 

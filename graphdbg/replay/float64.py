@@ -96,6 +96,8 @@ class Float64Interpreter(fx.Interpreter):
         if name in VIEW_OPS and name != "to" or name in _KEEP_DTYPE:
             return call(args, kwargs)
         written = set(writes(node))
+        if self.device is not None:  # tensors the graph makes on its own device follow the run
+            args, kwargs = pytree.tree_map(self._on_device, (args, kwargs))
         if _opaque(node):  # a stand-in or the user's own function: called on what it gets
             up_args, up_kwargs = args, kwargs
         else:
@@ -139,6 +141,13 @@ class Float64Interpreter(fx.Interpreter):
             return v
 
         return pytree.tree_map(down, args), pytree.tree_map(down, kwargs)
+
+    def _on_device(self, value: Any) -> Any:
+        if isinstance(value, torch.device) and value.type in ("cuda", "cpu"):
+            return self.device
+        if isinstance(value, torch.Tensor) and value.device != self.device:
+            return value.to(self.device)
+        return value
 
     def _move(self, value: Any) -> Any:
         if self.device is None:

@@ -60,13 +60,12 @@ class Float64Interpreter(fx.Interpreter):
 
     # node kinds -------------------------------------------------------------------
     def placeholder(self, target: Any, args: Any, kwargs: Any) -> Any:
-        value = self._move(super().placeholder(target, args, kwargs))
+        # inputs stay where they are: the ops that compute with them move (and upcast) what
+        # they read, so a cache read at one slot crosses to ``device`` one slot at a time
+        value = super().placeholder(target, args, kwargs)
         i, self._placeholder_index = self._placeholder_index, self._placeholder_index + 1
-        # an input the graph writes must be float64 already when the write happens
-        return _up(value) if i in self.upcast_inputs else value
-
-    def get_attr(self, target: Any, args: Any, kwargs: Any) -> Any:
-        return self._move(super().get_attr(target, args, kwargs))
+        # an input the graph writes must be float64 (and on the device) when the write happens
+        return _up(self._move(value)) if i in self.upcast_inputs else value
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
         return self._call(self.current_node, lambda a, k: target(*a, **k), args, kwargs)

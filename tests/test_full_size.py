@@ -234,3 +234,19 @@ def test_a_mismatch_on_an_output_made_by_stand_ins_is_labelled_untrusted(tmp_pat
     r = cli("replay", path, "--backend", "test_full_size:shift_output_1", "--device", "cpu", "--json")
     data = json.loads(r.out)
     assert data["status"] == "mismatch" and data["trusted"] is True and data["mismatches"][0]["stand_ins"] == []
+
+
+@pytest.mark.gpu
+def test_accuracy_replay_on_the_gpu_peaks_within_one_and_a_half_times_inputs_plus_eager_peak():
+    case = graphdbg.load(NEXT / "graph_module_170076.py").case("cuda")
+    inputs = sum(v.numel() * v.element_size() for v in case.inputs if isinstance(v, torch.Tensor))
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    assert run_case(case, "eager", accuracy=False).status == "pass"
+    eager_peak = torch.cuda.max_memory_allocated() - base
+    torch.cuda.reset_peak_memory_stats()
+    outcome = run_case(case, "inductor", accuracy=True)
+    accuracy_peak = torch.cuda.max_memory_allocated() - base + inputs
+    assert outcome.status == "pass" or not outcome.trusted, outcome.summary()
+    assert accuracy_peak <= 1.5 * (inputs + eager_peak), (accuracy_peak, inputs, eager_peak)

@@ -31,7 +31,7 @@ from graphdbg.replay.mutation import VIEW_OPS, alias_roots, call_name, mutated_i
 _FLOAT_METHODS = {"half": "double", "float": "double", "bfloat16": "double", "double": "double"}
 _AUTOCAST = {"_enter_autocast", "_exit_autocast", "autocast", "_set_autocast_enabled"}
 # Ops that reinterpret bits or name a dtype for another reason than computing in it.
-_KEEP_DTYPE = {"view", "view_as", "bitcast", "_to_copy_bitcast", "finfo", "iinfo", "empty_strided_bitcast"}
+_KEEP_DTYPE = {"view", "view_as", "finfo", "iinfo"}
 
 
 class ReferenceUnavailable(Exception):

@@ -12,10 +12,10 @@ Dynamo and calls ``backend(gm, inputs)`` on the dumped graph itself.
 The reference is the same graph run eagerly; outputs are judged against it
 (``graphdbg.accuracy``). An output outside tolerance is judged again against a float64 run of
 the graph (``graphdbg.replay.float64``), made only then and only for those outputs; a mismatch
-that remains and depends on stand-ins is marked untrusted (``replay.stand_in_flow``). Inputs the
-graph doesn't write (``replay.mutation``) are shared by the runs rather than copied for each. With ``isolate=True`` the replay runs in a
-child process, so a segfault, an abort or a hang becomes an Outcome instead of the end of
-the replayer.
+that remains and depends on stand-ins is marked untrusted (``replay.stand_in_flow``). Inputs
+the graph doesn't write (``replay.mutation``) are shared by the runs rather than copied for
+each. With ``isolate=True`` the replay runs in a child process, so a segfault, an abort or a
+hang becomes an Outcome instead of the end of the replayer.
 """
 
 from __future__ import annotations

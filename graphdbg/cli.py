@@ -132,6 +132,7 @@ def replay(
     ops: OpsOpt = None,
     seed: SeedOpt = None,
     backward: Annotated[bool, typer.Option("--backward", help="Training: run the forward, then the backward with recorded (else seeded) tangents; compare gradients too.")] = False,
+    max_input_gb: Annotated[Optional[float], typer.Option("--max-input-gb", help="Refuse (exit 2) inputs bigger than this many GiB (default: the device's free memory).")] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Replay a dump under a backend; exit 0 on pass, 1 on a reproduced failure, 2 if it can't run."""
@@ -154,7 +155,8 @@ def replay(
         raise typer.Exit(world.exit_code)
     d = graphdbg.load(dump)
     outcome = replay_dump(d, backend or d.backend, passes, device=device, isolate=isolate, timeout=timeout, direct=direct,
-                          accuracy=accuracy, rtol=rtol, atol=atol, **({"backward": True} if backward else {}))
+                          accuracy=accuracy, rtol=rtol, atol=atol, max_input_gb=max_input_gb,
+                          **({"backward": True} if backward else {}))
     if as_json:
         _print_json({"dump": str(d.path), "reproduces": outcome.reproduces(d), **outcome.to_dict()})
     else:

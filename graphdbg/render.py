@@ -247,7 +247,11 @@ def outcome_panel(outcome: Any) -> Panel:
         detail = f"max abs error {err:.3g}" + (f", max rel error {rel:.3g}" if rel is not None else "") if err is not None else m.get("detail", "")
         text.append(f"{m.get('what', 'output')} {m['index']}: {m['reason']} {detail}\n", style="yellow")
     if outcome.reference:
-        text.append(f"reference: eager ({outcome.reference})\n", style="dim")
+        text.append(f"reference: {outcome.reference}\n", style="dim")
+    if getattr(outcome, "reference_error", None):
+        text.append(f"{outcome.reference_error}\n", style="dim")
+    if not getattr(outcome, "trusted", True):
+        text.append(f"untrusted: {outcome.untrusted_because}\n", style="bold yellow")
     for p in outcome.passes:
         delta = ", ".join(f"{k} {v:+d}" for k, v in list(p.get("ops_delta", {}).items())[:6])
         result = f", returned {p['result']}" if p.get("result") is not None else ""

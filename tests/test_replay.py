@@ -27,7 +27,7 @@ def test_eager_and_aot_eager_pass_on_a_real_graph():
     for backend in ("eager", "aot_eager"):
         outcome = case.run(backend)
         assert outcome.status == "pass", outcome
-        assert outcome.reference == "float64"
+        assert outcome.reference == "eager"  # within tolerance of eager: no float64 run needed
 
 
 @pytest.mark.slow

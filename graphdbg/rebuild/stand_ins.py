@@ -300,6 +300,7 @@ def _zeroed_function(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     zeroed.__name__ = zeroed.__qualname__ = f"stand_in_{fn.__name__}_zeroed"
     zeroed.__module__ = __name__
+    zeroed.graphdbg_kind, zeroed.graphdbg_writes = "zeroed_allocation", _writes_nothing  # type: ignore[attr-defined]
     return zeroed
 
 
@@ -310,6 +311,7 @@ def _zeroed_method(name: str) -> Callable[..., Any]:
 
     zeroed.__name__ = zeroed.__qualname__ = f"stand_in_{name}_zeroed"
     zeroed.__module__ = __name__
+    zeroed.graphdbg_kind, zeroed.graphdbg_writes = "zeroed_allocation", _writes_nothing  # type: ignore[attr-defined]
     return zeroed
 
 
@@ -360,12 +362,13 @@ def _replace(node: fx.Node, qual: str, path: str, ctx: _Context) -> bool:
         return True
     if qual == "torch.ops.higher_order.triton_kernel_wrapper_mutation":
         fresh = _fresh_buffers(node)
-        node.target = _named("triton_kernel_wrapper_mutation", _triton_mutation_stand_in(fresh))
+        node.target = _named("triton_kernel_wrapper_mutation", _triton_mutation_stand_in(fresh), "triton_kernel",
+                             lambda n: [(n.kwargs.get("kwargs") or {}).get(k) for k in fresh])
         ctx.used.append(StandIn(path, "triton_kernel", f"kernel_idx={node.kwargs.get('kernel_idx')} was kept only in Dynamo's "
                                 "side table: does nothing" + (f", zero-fills its fresh buffers {', '.join(fresh)}" if fresh else "")))
         return True
     if qual == "torch.ops.higher_order.triton_kernel_wrapper_functional":
-        node.target = _named("triton_kernel_wrapper_functional", _triton_functional_stand_in)
+        node.target = _named("triton_kernel_wrapper_functional", _triton_functional_stand_in, "triton_kernel")
         ctx.used.append(StandIn(path, "triton_kernel", f"kernel_idx={node.kwargs.get('kernel_idx')} is lost: returns copies of its outputs unchanged"))
         return True
     ns = qual.split(".")[2] if qual.startswith("torch.ops.") else ""
@@ -379,13 +382,14 @@ def _replace(node: fx.Node, qual: str, path: str, ctx: _Context) -> bool:
             if changed or ns in COLLECTIVE_NAMESPACES:
                 return changed
         fn, how = _collective(node, short, ctx.device)
-        node.target = _named(short, fn)
+        writes = _collective_writes if fn.__name__ == "into" else None
+        node.target = _named(short, fn, "collective", writes)
         where = "" if ns in COLLECTIVE_NAMESPACES else " is not on this machine"
         ctx.used.append(StandIn(path, "collective", f"{qual}{where}: as on a world of one, {how}"))
         return True
     if isinstance(node.target, MissingOp):
         fn, how = _from_annotation(node, ctx.device)
-        node.target = _named(short, fn)
+        node.target = _named(short, fn, "custom_op")
         ctx.used.append(StandIn(path, "custom_op", f"{qual} is not on this machine: {how}"))
         return True
     return False
@@ -398,14 +402,39 @@ def _does_nothing(*args: Any, **kwargs: Any) -> None:
     return None
 
 
-def _named(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """A fresh function object named ``stand_in_<name>``, so signatures and tables say what it is."""
+def _named(name: str, fn: Callable[..., Any], kind: str | None = None,
+           writes: Callable[[fx.Node], list[Any]] | None = None) -> Callable[..., Any]:
+    """A fresh function object named ``stand_in_<name>``, so signatures and tables say what it is.
+
+    ``kind`` marks a stand-in whose values differ from the real call's (``triton_kernel``,
+    ``collective``, ``custom_op``): replay follows its data flow to the outputs. ``writes(node)``
+    gives the arguments the stand-in itself writes (default: none), so replay knows which
+    inputs need a fresh copy per run.
+    """
     def stand_in(*args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
 
     stand_in.__name__ = stand_in.__qualname__ = "stand_in_" + re.sub(r"\W+", "_", name)
     stand_in.__module__ = __name__
+    stand_in.graphdbg_kind = kind  # type: ignore[attr-defined]
+    stand_in.graphdbg_writes = writes or _writes_nothing  # type: ignore[attr-defined]
     return stand_in
+
+
+def _writes_nothing(node: fx.Node) -> list[Any]:
+    return []
+
+
+def stand_in_kind(target: Any) -> str | None:
+    """The value-changing kind of a stand-in target (``triton_kernel``, ``collective``,
+    ``custom_op``, ``zeroed_allocation``), or None for a real call or a stream/device stand-in."""
+    return getattr(target, "graphdbg_kind", None)
+
+
+def stand_in_writes(node: fx.Node) -> list[Any] | None:
+    """What a stand-in node writes (graph values), or None when ``node`` is no stand-in."""
+    writes = getattr(node.target, "graphdbg_writes", None)
+    return writes(node) if writes is not None else None
 
 
 def _call_text(node: fx.Node, qual: str) -> str:
@@ -498,31 +527,84 @@ def _from_annotation(node: fx.Node, device: torch.device) -> tuple[Callable[...,
     return zeros_tuple, "returns zeros " + ", ".join(s.annotation() for s in specs)
 
 
+_IN_KEYS = ("input", "input_", "inp", "tensor", "x", "self", "input_tensor", "input_tensors", "inputs", "tensors")
+_OUT_KEYS = ("output", "out", "output_tensor", "output_tensors", "output_tensor_list", "outputs")
+
+
 def _collective(node: fx.Node, name: str, device: torch.device) -> tuple[Callable[..., Any], str]:
     """A collective over one rank: all_reduce is the identity, all_gather repeats this rank's
-    data to the gathered size (every rank holds the same), reduce_scatter keeps this rank's part."""
+    data to the gathered size (every rank holds the same), reduce_scatter keeps this rank's part.
+
+    The stand-in takes whatever form the call has (positional or keyword tensors, a list of
+    tensors for the coalesced and list forms, an output buffer first for the ``*_into_tensor``
+    and in-place forms): SGLang, vLLM and c10d name the same arguments differently.
+    """
     spec = node.meta.get("graphdbg_spec")
     shape = spec.concrete_shape() if isinstance(spec, TensorSpec) and spec.is_static() else None
     returns = isinstance(spec, TensorSpec) or any(u for u in node.users)
-    tensor_positions = [i for i, a in enumerate(node.args) if isinstance(a, fx.Node)]
-    if name == "wait_tensor" or ("all_reduce" in name or "allreduce" in name) and name.endswith("_"):
-        return (lambda x, *a, **k: x), "returns its input"
-    if not returns or name.startswith("inplace_") or name.startswith("reg_"):
-        if len(tensor_positions) >= 2 and ("gather" in name or "scatter" in name or "to_all" in name):
-            out_i, in_i = tensor_positions[0], tensor_positions[1]
+    moves = "gather" in name or "scatter" in name or "to_all" in name
+    if name == "wait_tensor" or ("all_reduce" in name or "allreduce" in name) and name.endswith("_") and returns:
+        def first(*args: Any, **kwargs: Any) -> Any:
+            return _collective_operands(args, kwargs)[1]
 
-            def into(*args: Any, **kwargs: Any) -> None:
-                _fill_from(args[out_i], args[in_i])
+        return first, "returns its input"
+    group_size = next((a for a in list(node.args[1:]) + list(node.kwargs.values())
+                       if isinstance(a, int) and not isinstance(a, bool)), None)
+    if not returns or name.startswith("inplace_") or name.startswith("reg_") or name.endswith("_"):
+        if not moves:
+            return _does_nothing, "in place, leaves its input as it is"
+
+        def into(*args: Any, **kwargs: Any) -> None:
+            out, src = _collective_operands(args, kwargs)
+            if out is None or src is None or out is src:
                 return None
+            for o in (out if isinstance(out, (list, tuple)) else [out]):
+                _fill_from(o, torch.cat([s.reshape(-1) for s in src]) if isinstance(src, (list, tuple)) else src)
+            return None
 
-            return into, f"writes argument {in_i} into argument {out_i} (repeated to its size), in place"
-        return _does_nothing, "in place, leaves its input as it is"
-    group_size = next((a for a in node.args[1:] if isinstance(a, int) and not isinstance(a, bool)), None)
+        return into, "writes its input into its output buffer (repeated to its size), in place"
 
-    def functional(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    def functional(*args: Any, **kwargs: Any) -> Any:
+        _, x = _collective_operands(args, kwargs, functional=True)
+        if isinstance(x, (list, tuple)):  # the coalesced forms: one result per input
+            return [_resize_like(t, None, name, group_size) for t in x]
         return _resize_like(x, shape, name, group_size)
 
     return functional, ("returns its input" if shape is None else f"returns its input as {spec.annotation()}")
+
+
+def _collective_operands(args: tuple, kwargs: dict, functional: bool = False) -> tuple[Any, Any]:
+    """(output buffer or None, input) of a collective call, whatever its form.
+
+    Keywords win (``input=``/``tensor=``, ``output=``/``out=``); else tensors and tensor lists
+    in order: a functional call's first is its input; an in-place gather's first is its output,
+    its second the input.
+    """
+    out = next((kwargs[k] for k in _OUT_KEYS if _is_tensors(kwargs.get(k))), None)
+    src = next((kwargs[k] for k in _IN_KEYS if _is_tensors(kwargs.get(k))), None)
+    positional = [a for a in args if _is_tensors(a)] + [v for k, v in kwargs.items()
+                                                        if k not in _OUT_KEYS + _IN_KEYS and _is_tensors(v)]
+    if functional or (out is None and len(positional) < 2 and src is None):
+        return out, src if src is not None else (positional[0] if positional else out)
+    if out is None:
+        out = positional.pop(0) if positional else None
+    if src is None:
+        src = positional[0] if positional else out
+    return out, src
+
+
+def _collective_writes(node: fx.Node) -> list[Any]:
+    """The output buffer an in-place gather/scatter stand-in fills (its graph node)."""
+    nodes = [a for a in node.args if isinstance(a, (fx.Node, list, tuple))]
+    out = next((node.kwargs[k] for k in _OUT_KEYS if k in node.kwargs), None)
+    if out is None and len(nodes) + sum(1 for k in node.kwargs if k in _IN_KEYS) >= 2 and nodes:
+        out = nodes[0]
+    return _flat(out) if out is not None else []
+
+
+def _is_tensors(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) or (isinstance(value, (list, tuple)) and bool(value)
+                                              and all(isinstance(v, torch.Tensor) for v in value))
 
 
 def _fill_from(out: torch.Tensor, src: torch.Tensor) -> None:

@@ -20,6 +20,7 @@ Values are made on the target device directly (weights can be many GB). A tensor
 from __future__ import annotations
 
 import ast
+import dataclasses
 import math
 import mmap
 import operator
@@ -33,9 +34,10 @@ import torch.fx as fx
 
 from graphdbg.errors import GraphdbgError
 from graphdbg.rebuild.inputs import StandIn
+from graphdbg.rebuild.memory_budget import check_fits, tensor_bytes
 from graphdbg.specs import SymSpec, TensorSpec
 
-__all__ = ["InputPlan", "plan_inputs", "synthesize", "FLOAT_STD", "DEFAULT_SYMBOL_SIZE"]
+__all__ = ["InputPlan", "plan_inputs", "synthesize", "planned_bytes", "FLOAT_STD", "DEFAULT_SYMBOL_SIZE"]
 
 FLOAT_STD = 0.1
 DEFAULT_SYMBOL_SIZE = 8  # a dynamic dim nothing pins down: small, and not 0 or 1 (which Dynamo specialises)
@@ -54,6 +56,7 @@ class InputPlan:
     low: int = 0
     high: int = 0
     how: str = ""
+    shrunk_from: str | None = None  # the annotation before the input was cut to the slots the graph reads
 
 
 def plan_inputs(gm: fx.GraphModule) -> list[InputPlan]:
@@ -64,8 +67,39 @@ def plan_inputs(gm: fx.GraphModule) -> list[InputPlan]:
     plans = []
     for node in placeholders:
         spec = node.meta.get("graphdbg_spec")
-        plans.append(_plan(node, spec, gm, env, tokens))
+        plans.append(_shrunk(node, _plan(node, spec, gm, env, tokens)))
     return plans
+
+
+def _shrunk(node: fx.Node, plan: InputPlan) -> InputPlan:
+    """A cache read only at constant slots of its first dim (``mamba_cache[0]``: this layer's
+    slice of a 36-layer cache) is made with just those slots: the values the graph reads are
+    the same, and a 4.8 GiB input becomes 134 MiB."""
+    spec = plan.spec
+    if not isinstance(spec, TensorSpec) or not spec.shape or not isinstance(spec.shape[0], int) or plan.kind not in ("normal", "mask", "integers"):
+        return plan
+    slots = _constant_slots(node)
+    if slots is None or slots >= spec.shape[0]:
+        return plan
+    plan.spec = dataclasses.replace(spec, shape=[slots, *spec.shape[1:]])
+    plan.shrunk_from = spec.annotation()
+    plan.how += f"; shrunk from {spec.annotation()}: the graph reads only slots [0, {slots}) of dim 0"
+    return plan
+
+
+def _constant_slots(node: fx.Node) -> int | None:
+    """One more than the largest constant index the graph reads ``node`` at on dim 0, when it
+    reads it only that way (``x[0]``, ``x[3, :, 1]``); else None."""
+    top = -1
+    for user in node.users:
+        if user.op != "call_function" or user.target is not operator.getitem or user.args[0] is not node:
+            return None
+        index = user.args[1]
+        first = index[0] if isinstance(index, tuple) and index else index
+        if not isinstance(first, int) or isinstance(first, bool) or first < 0:
+            return None
+        top = max(top, first)
+    return top + 1 if top >= 0 else None
 
 
 def symbol_sizes(placeholders: list[fx.Node]) -> dict[str, int]:
@@ -319,24 +353,52 @@ def _describe(value: Any) -> str:
 
 # Making the values --------------------------------------------------------------------
 
+def planned_bytes(plans: list[InputPlan], device: torch.device, random_limit_bytes: int | None = None) -> int:
+    """Bytes the tensors of ``plans`` will take on ``device``, before any is allocated.
+
+    On the CPU a tensor past the random-fill limit is anonymous zero memory, which takes
+    only the pages the graph touches: it counts nothing here.
+    """
+    limit = _random_limit(device, random_limit_bytes)
+    env = {p.spec.expr: p.low for p in plans if p.kind == "symint" and isinstance(p.spec, SymSpec) and p.spec.expr.isidentifier()}
+    total = 0
+    for p in plans:
+        if isinstance(p.spec, TensorSpec):
+            n = tensor_bytes(p.spec, env, DEFAULT_SYMBOL_SIZE)
+            lazy = device.type == "cpu" and n > limit and p.kind in ("normal", "mask", "integers") and p.spec.stride is None
+            total += 0 if lazy else n
+    return total
+
+
+def _random_limit(device: torch.device, given: int | None) -> int:
+    if given is not None:
+        return given
+    return (64 << 30) if device.type == "cuda" else (256 << 20)
+
+
 def synthesize(plans: list[InputPlan], device: torch.device, *, seed: int = 0,
-               random_limit_bytes: int | None = None) -> tuple[list[Any], list[StandIn]]:
+               random_limit_bytes: int | None = None, max_input_gb: float | None = None) -> tuple[list[Any], list[StandIn]]:
     """The values for ``plans`` on ``device``, and one ``synthesized`` stand-in per input.
 
     The same seed gives the same values on the same kind of device. Tensors larger than
-    ``random_limit_bytes`` (default: 256 MiB on the CPU, 64 GiB on a GPU) are zeros.
+    ``random_limit_bytes`` (default: 256 MiB on the CPU, 64 GiB on a GPU) are zeros. Inputs
+    that don't fit on ``device`` (``graphdbg.rebuild.memory_budget``) raise InputsTooLarge
+    before anything is allocated.
     """
-    if random_limit_bytes is None:
-        random_limit_bytes = (64 << 30) if device.type == "cuda" else (256 << 20)
+    random_limit_bytes = _random_limit(device, random_limit_bytes)
     env = {}
     for p in plans:
         if p.kind == "symint" and isinstance(p.spec, SymSpec) and p.spec.expr.isidentifier():
             env[p.spec.expr] = p.low
+    check_fits(planned_bytes(plans, device, random_limit_bytes), device, max_input_gb)
     values, stand_ins = [], []
     for p in plans:
         value, detail = _make(p, device, seed, env, random_limit_bytes)
         values.append(value)
         stand_ins.append(StandIn(p.name, "synthesized", detail))
+        if p.shrunk_from:
+            stand_ins.append(StandIn(p.name, "shrunk", f"{p.shrunk_from} made as {p.spec.annotation()}: the graph reads "
+                                     f"only the first {p.spec.shape[0]} slots of dim 0"))
     return values, stand_ins
 
 
@@ -363,8 +425,10 @@ def _make(p: InputPlan, device: torch.device, seed: int, env: dict[str, int], li
     if p.kind == "normal":
         if dtype.is_complex:
             out.copy_(torch.randn(shape, generator=gen, dtype=dtype, device=device) * FLOAT_STD)
-        else:
+        elif dtype in _NORMAL_DTYPES:
             out.normal_(0.0, FLOAT_STD, generator=gen)
+        else:  # float8 and the like have no normal_ kernel: drawn in float32, then rounded
+            _fill_cast(out, torch.randn(shape, generator=gen, device=device) * FLOAT_STD, gen)
     elif p.kind == "mask":
         out.copy_(torch.rand(shape, generator=gen, device=device) < 0.5)
     elif p.kind == "offsets":
@@ -372,8 +436,20 @@ def _make(p: InputPlan, device: torch.device, seed: int, env: dict[str, int], li
         cuts = [round(i * p.high / n) for i in range(n + 1)]
         out.copy_(torch.tensor(cuts, dtype=dtype))
     else:  # index, range, integers
-        out.copy_(torch.randint(p.low, max(p.high, p.low + 1), shape, generator=gen, device=device, dtype=torch.int64))
+        _fill_cast(out, torch.randint(p.low, max(p.high, p.low + 1), shape, generator=gen, device=device, dtype=torch.int64), gen)
     return out, label + p.how
+
+
+_NORMAL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _fill_cast(out: torch.Tensor, values: torch.Tensor, gen: torch.Generator) -> None:
+    """``out`` = ``values`` in ``out``'s dtype; random bytes where no cast exists (packed float4)."""
+    try:
+        out.copy_(values)
+    except (RuntimeError, NotImplementedError):
+        raw = out.view(torch.uint8)
+        raw.copy_(torch.randint(0, 256, raw.shape, generator=gen, device=out.device, dtype=torch.int64))
 
 
 def _zeros(shape: list[int], stride: list[int] | None, dtype: torch.dtype, device: torch.device, nbytes: int) -> torch.Tensor:

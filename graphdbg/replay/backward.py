@@ -60,9 +60,15 @@ def judge_mutations(outcome: Outcome, case: Case, attrs_before: dict[str, torch.
                     inputs: list[Any], grad: bool, rtol: float | None, atol: float | None) -> None:
     """Compare what the compiled run wrote (``inputs``, ``compiled_gm``'s attributes) with
     what an eager run writes on copies; a difference makes ``outcome`` a mismatch."""
+    add_mismatches(outcome, mutation_mismatches_of(case, attrs_before, compiled_gm, inputs, grad, rtol, atol))
+
+
+def mutation_mismatches_of(case: Case, attrs_before: dict[str, torch.Tensor] | None, compiled_gm: fx.GraphModule,
+                           inputs: list[Any], grad: bool, rtol: float | None, atol: float | None) -> list[OutputMismatch]:
+    """The written inputs and attributes where the compiled run and an eager run on copies differ."""
     written, attrs = written_state(case.gm)
     if not written and not attrs:
-        return
+        return []
     eager = copy.deepcopy(case.gm)
     restore_attrs(eager, attrs_before)
     eager_inputs = clone_values(case.inputs)
@@ -74,7 +80,7 @@ def judge_mutations(outcome: Outcome, case: Case, attrs_before: dict[str, torch.
                                             rtol=rtol, atol=atol)):
         m.what, m.index = "attr", len(names) + m.index
         bad.append(m)
-    _add_mismatches(outcome, bad)
+    return bad
 
 
 def _attr(gm: fx.GraphModule, name: str) -> Any:
@@ -84,7 +90,7 @@ def _attr(gm: fx.GraphModule, name: str) -> Any:
     return obj
 
 
-def _add_mismatches(outcome: Outcome, bad: list[OutputMismatch]) -> None:
+def add_mismatches(outcome: Outcome, bad: list[OutputMismatch]) -> None:
     if not bad:
         return
     if outcome.status == "pass":
@@ -308,7 +314,7 @@ def _judge_training(outcome: Outcome, case: Case, ref_out: Any, out: Any, ref_gr
         r64 = [ref64[1][i]] if ref64 is not None and ref64[1][i] is not None else None
         for m in judge_outputs([e], [a], ref64=r64, rtol=rtol, atol=atol):
             bad.append(GradientMismatch(**{**m.to_dict(), "index": i}, name=names[i]))
-    _add_mismatches(outcome, bad)
+    add_mismatches(outcome, bad)
 
 
 def _detached(value: Any) -> Any:

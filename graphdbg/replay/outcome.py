@@ -1,5 +1,9 @@
 """Outcome: what one replay did. pass | crash (with a signature) | mismatch | timeout.
 
+A mismatch whose outputs depend on stand-ins (a no-op Triton kernel, a zeroed buffer, a
+world-of-one collective) has ``trusted`` False and ``untrusted_because`` naming them: the
+difference may come from the stand-ins, not from the backend.
+
     >>> outcome = case.run("inductor")
     >>> outcome.status, outcome.signature
     ('crash', 'NotImplementedError: argument of type: <class ...Stream> @ torch.cuda.set_stream')
@@ -33,7 +37,10 @@ class Outcome(Displayed):
     mismatches: list[dict[str, Any]] = field(default_factory=list)
     max_abs_error: float | None = None
     max_rel_error: float | None = None
-    reference: str | None = None  # "float64" or the graph's own dtypes
+    reference: str | None = None  # what judged the outputs: "eager", "float64", "float64 on cpu", ...
+    reference_error: str | None = None  # why no float64 reference could be computed, when one was needed
+    trusted: bool = True  # False: a mismatching output depends on stand-ins, so may not be a backend bug
+    untrusted_because: str | None = None  # which stand-ins the mismatching outputs depend on
     passes: list[dict[str, Any]] = field(default_factory=list)
     stand_ins: list[str] = field(default_factory=list)
     device: str | None = None
@@ -90,5 +97,6 @@ class Outcome(Displayed):
         if self.status == "mismatch":
             worst = max(self.mismatches, key=lambda m: m.get("max_abs_error") or 0, default=None)
             where = f"output {worst['index']}" if worst else "outputs"
-            return f"mismatch at {where}: max abs error {self.max_abs_error:.3g}" if self.max_abs_error is not None else f"mismatch at {where}"
+            text = f"mismatch at {where}: max abs error {self.max_abs_error:.3g}" if self.max_abs_error is not None else f"mismatch at {where}"
+            return text if self.trusted else f"{text} (untrusted: {self.untrusted_because})"
         return f"{self.status}: {self.signature}"

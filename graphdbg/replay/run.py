@@ -9,10 +9,13 @@ the GraphModule with Dynamo and hands the result to the backend (passes first), 
 that need Dynamo's metadata (Thunder's splitter) see what they expect. ``direct=True`` skips
 Dynamo and calls ``backend(gm, inputs)`` on the dumped graph itself.
 
-The reference is the same graph run eagerly, in float64 where the graph allows it. Outputs
-are judged against it (``graphdbg.accuracy``). With ``isolate=True`` the replay runs in a
-child process, so a segfault, an abort or a hang becomes an Outcome instead of the end of
-the replayer.
+The reference is the same graph run eagerly; outputs are judged against it
+(``graphdbg.accuracy``). An output outside tolerance is judged again against a float64 run of
+the graph (``graphdbg.replay.float64``), made only then and only for those outputs; a mismatch
+that remains and depends on stand-ins is marked untrusted (``replay.stand_in_flow``). Inputs
+the graph doesn't write (``replay.mutation``) are shared by the runs rather than copied for
+each. With ``isolate=True`` the replay runs in a child process, so a segfault, an abort or a
+hang becomes an Outcome instead of the end of the replayer.
 """
 
 from __future__ import annotations
@@ -28,11 +31,11 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 import torch.fx as fx
 
-from graphdbg.accuracy import judge_outputs
+from graphdbg.accuracy import compare_outputs, forgive, needs_float64
 from graphdbg.errors import GraphdbgError
 from graphdbg.graph_hash import target_name
 from graphdbg.replay.backends import resolve_backend
-from graphdbg.rebuild.inputs import clone_values, to_float64
+from graphdbg.replay.mutation import mutated_inputs
 from graphdbg.replay.outcome import Outcome
 from graphdbg.signature import signature
 
@@ -62,7 +65,8 @@ def run_case(
         return run_isolated(case, backend, passes, timeout=timeout, accuracy=accuracy, rtol=rtol, atol=atol,
                             direct=direct, pass_stage=pass_stage, **({"backward": True} if backward else {}))
     # training (replay/backward.py): forward + backward, and the graphs that write in place
-    from graphdbg.replay.backward import as_graph_backend, is_backward_dump, judge_mutations, restore_attrs, run_training_case, written_attrs_before
+    from graphdbg.replay.backward import (add_mismatches, as_graph_backend, is_backward_dump, mutation_mismatches_of,
+                                          restore_attrs, run_training_case, written_attrs_before)
 
     if backward and not is_backward_dump(case.dump):  # a backward dump's graph replays alone
         return run_training_case(case, backend, passes, accuracy=accuracy, rtol=rtol, atol=atol, direct=direct,
@@ -110,17 +114,18 @@ def run_case(
             run._boxed_call = True  # type: ignore[attr-defined]
         return run
 
+    mutated = mutated_inputs(case.gm)
     reference = None
     attrs_before = written_attrs_before(case.gm) if accuracy else None
     if accuracy:
-        reference = _reference(case, grad)
+        reference = _reference(case, grad, mutated)
         restore_attrs(case.gm, attrs_before)
         if isinstance(reference, Outcome):  # the graph fails even eagerly
             reference.backend, reference.device, reference.stand_ins = name, outcome.device, outcome.stand_ins
             return reference
 
     gm = copy.deepcopy(case.gm)
-    inputs = clone_values(case.inputs)
+    inputs = fresh_inputs(case.inputs, mutated)
     patch = inductor_post_grad_patch(post, reports) if post else {}
     try:
         with torch.set_grad_enabled(grad), _inductor_patch(patch):
@@ -151,12 +156,15 @@ def run_case(
         inner = _unwrap(e)
         node = state["node"]
         if node is None and state["compiled"]:
-            node = _locate_with_interpreter(state["gm"], case.inputs, inner, grad)
+            node = _locate_with_interpreter(state["gm"], case.inputs, inner, grad, mutated)
         _crash(outcome, inner, "run" if state["compiled"] else "compile", state["gm"], node)
     else:
         if reference is not None:
-            _judge(outcome, reference, result, rtol, atol)
-            judge_mutations(outcome, case, attrs_before, gm, inputs, grad, rtol, atol)
+            # what the backend wrote is judged first; then its inputs are done with and only outputs are
+            bad_writes = mutation_mismatches_of(case, attrs_before, gm, inputs, grad, rtol, atol)
+            del inputs, compiled
+            _judge(outcome, case, reference, result, rtol, atol)
+            add_mismatches(outcome, bad_writes)
     finally:
         if not direct:
             torch._dynamo.reset()
@@ -167,14 +175,51 @@ def run_case(
 
 
 def replay_dump(dump: Any, backend: str | Callable[..., Any] = "eager", passes: Any = None, *,
-                device: Any = None, isolate: bool = True, timeout: float | None = None, **options: Any) -> Outcome:
-    """Replay a Dump; with ``isolate`` its inputs are loaded only in the child process."""
-    resolve_backend(backend)  # an unknown backend is an error here, not a crash in the child
-    if isolate:
-        from graphdbg.replay.isolation import run_isolated
+                device: Any = None, isolate: bool = True, timeout: float | None = None,
+                max_input_gb: float | None = None, **options: Any) -> Outcome:
+    """Replay a Dump; with ``isolate`` its inputs are loaded only in the child process.
 
-        return run_isolated(dump, backend, passes, timeout=timeout, device=device, **options)
-    return run_case(dump.case(device), backend, passes, **options)
+    Before anything is allocated, the inputs' bytes are checked against the free memory of
+    the device (or ``max_input_gb``): InputsTooLarge (exit 2) instead of a swapped-out machine.
+    """
+    resolve_backend(backend)  # an unknown backend is an error here, not a crash in the child
+    with _input_limit(max_input_gb):
+        check_dump_fits(dump, device)
+        if isolate:
+            from graphdbg.replay.isolation import run_isolated
+
+            return run_isolated(dump, backend, passes, timeout=timeout, device=device, **options)
+        return run_case(dump.case(device), backend, passes, **options)
+
+
+def check_dump_fits(dump: Any, device: Any = None) -> None:
+    """Raise InputsTooLarge when ``dump``'s inputs can't fit on ``device`` (see memory_budget)."""
+    from graphdbg.rebuild.inputs import symbol_env
+    from graphdbg.rebuild.memory_budget import check_fits, descriptor_bytes
+
+    descs = dump.manifest.get("inputs", [])
+    check_fits(descriptor_bytes(descs, symbol_env(descs)), dump.resolve_device(device))
+
+
+@contextlib.contextmanager
+def _input_limit(max_input_gb: float | None):
+    """``max_input_gb`` for this replay, its child processes included (they read the environment)."""
+    import os
+
+    from graphdbg.rebuild.memory_budget import MAX_INPUT_GB_ENV
+
+    if max_input_gb is None:
+        yield
+        return
+    old = os.environ.get(MAX_INPUT_GB_ENV)
+    os.environ[MAX_INPUT_GB_ENV] = repr(float(max_input_gb))
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(MAX_INPUT_GB_ENV, None)
+        else:
+            os.environ[MAX_INPUT_GB_ENV] = old
 
 
 def compare_backends(dump: Any, backends: Sequence[str], *, device: Any = None, isolate: bool = True,
@@ -184,7 +229,7 @@ def compare_backends(dump: Any, backends: Sequence[str], *, device: Any = None, 
 
     outcomes = [replay_dump(dump, b, device=device, isolate=isolate, timeout=timeout, **options) for b in backends]
     rows = [{"backend": o.backend, "status": o.status, "signature": o.signature, "stage": o.stage,
-             "seconds": o.total_s, "max_abs_error": o.max_abs_error, "max_rel_error": o.max_rel_error,
+             "seconds": o.total_s, "max_abs_error": o.max_abs_error, "max_rel_error": o.max_rel_error, "trusted": o.trusted,
              "reproduces": o.reproduces(dump)} for o in outcomes]
     df = pd.DataFrame(rows)
     df.attrs["outcomes"] = outcomes
@@ -210,29 +255,47 @@ def _inductor_patch(patch: dict[str, Any]):
         yield
 
 
-def _reference(case: Case, grad: bool) -> Any:
-    """(eager outputs, float64 outputs or None), or a crash Outcome if the graph fails eagerly."""
+SMALL_INPUT_BYTES = 16 << 20
+
+
+def fresh_inputs(values: list[Any], mutated: set[int]) -> list[Any]:
+    """The inputs of one run: a copy of each input the graph writes, and of each small one (a
+    backend that wrongly writes an input then spoils no later run); big inputs the graph only
+    reads (weights, KV and Mamba caches) are shared by every run instead of copied per run."""
+    out = []
+    for i, v in enumerate(values):
+        if isinstance(v, torch.Tensor) and (i in mutated or v.numel() * v.element_size() <= SMALL_INPUT_BYTES):
+            c = v.detach().clone()
+            c.requires_grad_(v.requires_grad)
+            out.append(c)
+        else:
+            out.append(v)
+    return out
+
+
+def _reference(case: Case, grad: bool, mutated: set[int]) -> Any:
+    """The eager outputs, detached, or a crash Outcome if the graph fails eagerly.
+
+    The float64 reference is made later, only for outputs that disagree with these."""
     try:
         with torch.set_grad_enabled(grad):
-            ref = case.gm(*clone_values(case.inputs))
+            ref = case.gm(*fresh_inputs(case.inputs, mutated))
     except Exception as e:
         out = Outcome(status="pass", backend="eager")
         _crash(out, e, "reference", case.gm)
         return out
-    ref64 = None
-    if any(isinstance(v, torch.Tensor) and v.is_floating_point() and v.dtype != torch.float64 for v in case.inputs):
-        try:
-            with torch.no_grad():
-                ref64 = copy.deepcopy(case.gm)(*to_float64(clone_values(case.inputs)))
-        except Exception:
-            ref64 = None  # some ops have no float64 kernel; the graph's own dtypes are the reference then
-    return ref, ref64
+    return torch.utils._pytree.tree_map(lambda v: v.detach() if isinstance(v, torch.Tensor) else v, ref)
 
 
-def _judge(outcome: Outcome, reference: Any, result: Any, rtol: float | None, atol: float | None) -> None:
-    ref, ref64 = reference
-    bad = judge_outputs(ref, result, ref64=ref64, rtol=rtol, atol=atol)
-    outcome.reference = "float64" if ref64 is not None else "eager"
+def _judge(outcome: Outcome, case: Case, ref: Any, result: Any, rtol: float | None, atol: float | None) -> None:
+    bad = compare_outputs(ref, result, rtol=rtol, atol=atol)
+    outcome.reference = "eager"
+    suspects = needs_float64(bad, ref)
+    if suspects:
+        ref64, outcome.reference, outcome.reference_error = _float64_outputs(case, suspects)
+        if ref64 is not None:
+            bad = forgive(bad, ref, result, ref64, rtol=rtol, atol=atol)
+            del ref64
     if not bad:
         return
     outcome.status = "mismatch"
@@ -243,6 +306,57 @@ def _judge(outcome: Outcome, reference: Any, result: Any, rtol: float | None, at
     outcome.max_rel_error = max(rels) if rels else None
     outcome.message = "; ".join(m.describe() for m in bad)
     outcome.signature = "mismatch: " + ", ".join(f"output {m.index} {m.reason}" for m in bad)
+    _label_stand_ins(outcome, case)
+
+
+def _float64_outputs(case: Case, indices: list[int]) -> tuple[dict[int, Any] | None, str, str | None]:
+    """(float64 values of output leaves ``indices``, what the reference was, why none if none).
+
+    Run on the case's device; on the CPU when the device runs out of memory doing it."""
+    from graphdbg.replay.float64 import ReferenceUnavailable, float64_reference
+
+    devices = [None] if case.device.type == "cpu" else [None, torch.device("cpu")]
+    for device in devices:
+        try:
+            ref = float64_reference(case.gm, case.inputs, outputs=indices, device=device)
+        except ReferenceUnavailable as e:
+            return None, "eager", f"no float64 reference: {e}"
+        except torch.OutOfMemoryError:
+            if case.device.type == "cuda":
+                torch.cuda.empty_cache()
+            continue
+        except Exception as e:  # never a traceback for the reference: the verdict says eager judged
+            return None, "eager", f"no float64 reference: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+        what = "float64" + (f" on {device}" if device is not None else "")
+        if ref.own_dtype_nodes:
+            shown = ", ".join(ref.own_dtype_nodes[:4]) + (" ..." if len(ref.own_dtype_nodes) > 4 else "")
+            what += f" ({len(ref.own_dtype_nodes)} nodes in their own dtype: {shown})"
+        return ref.values, what, None
+    return None, "eager", f"no float64 reference: out of memory on {case.device} and on the cpu"
+
+
+def _label_stand_ins(outcome: Outcome, case: Case) -> None:
+    """Name the stand-ins behind each mismatching output; when every mismatching output depends
+    on some, the verdict is untrusted (the difference may be the stand-ins', not the backend's)."""
+    from graphdbg.replay.stand_in_flow import stand_ins_behind_outputs
+
+    placeholders = [n.name for n in case.gm.graph.nodes if n.op == "placeholder"]
+    zeroed = {s.name for s in case.stand_ins if s.kind == "synthesized" and ": zeros (" in s.detail}
+    labels = {i: f"input {name} (zeros, too big to fill)" for i, name in enumerate(placeholders) if name in zeroed}
+    try:
+        flow = stand_ins_behind_outputs(case.gm, labels)
+    except Exception:  # the data flow could not be followed: say nothing rather than guess
+        return
+    behind: list[str] = []
+    for m in outcome.mismatches:
+        names = sorted(flow[m["index"]]) if m["index"] < len(flow) else []
+        m["stand_ins"] = names
+        behind += [n for n in names if n not in behind]
+    # one mismatching output that no stand-in reaches is a real difference: trusted
+    if outcome.mismatches and all(m["stand_ins"] for m in outcome.mismatches):
+        outcome.trusted = False
+        shown = ", ".join(behind[:5]) + (f" and {len(behind) - 5} more" if len(behind) > 5 else "")
+        outcome.untrusted_because = f"depends on stand-ins: {shown}"
 
 
 def _unwrap(e: BaseException) -> BaseException:
@@ -270,13 +384,14 @@ def _crash(outcome: Outcome, e: BaseException, stage: str, gm: fx.GraphModule | 
     outcome.signature = signature(type(e).__name__, msg, outcome.node_target)
 
 
-def _locate_with_interpreter(gm: fx.GraphModule, inputs: list[Any], exc: BaseException, grad: bool) -> fx.Node | None:
+def _locate_with_interpreter(gm: fx.GraphModule, inputs: list[Any], exc: BaseException, grad: bool,
+                             mutated: set[int]) -> fx.Node | None:
     """Run the graph the backend received under fx.Interpreter; if it fails the same way, the
     node it was executing is the failing node. (fx strips tracebacks through generated code,
     so the frames alone can't say.)"""
     try:
         with torch.set_grad_enabled(grad):
-            fx.Interpreter(gm).run(*clone_values(inputs))
+            fx.Interpreter(gm).run(*fresh_inputs(inputs, mutated))
     except Exception as e:
         if type(e) is type(exc) and signature(type(e).__name__, str(e)).split("\n")[0] == signature(type(exc).__name__, str(exc)):
             return failing_node(e, gm)

@@ -229,7 +229,8 @@ class Dump(Displayed):
         from graphdbg.rebuild.attributes import build_attribute, synthesized_attribute
         from graphdbg.rebuild.inputs import InputBuilder, StandIn, default_seed, made_up
         from graphdbg.rebuild.sizes import bind_sizes, bound_spec, size_env
-        from graphdbg.rebuild.synthesize import plan_inputs, synthesize
+        from graphdbg.rebuild.memory_budget import check_fits
+        from graphdbg.rebuild.synthesize import plan_inputs, planned_bytes, synthesize
 
         dev = self.resolve_device(device)
         seed = default_seed(seed)
@@ -262,11 +263,15 @@ class Dump(Displayed):
         # The inputs: what the file recorded, else synthesized from the graph's own annotations.
         if any(made_up(d) for d in descs):
             plans = {p.name: p for p in plan_inputs(gm)}
+            # all that will be made up is checked against the device's memory at once, before any is
+            names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+            made_up_plans = [plans[n] for n, d in zip(names, descs) if made_up(d) and n in plans]
+            check_fits(planned_bytes(made_up_plans, dev), dev)
 
-            def synthesize_one(name: str) -> tuple[Any, StandIn] | None:
+            def synthesize_one(name: str) -> tuple[Any, list[StandIn]] | None:
                 if name not in plans:
                     return None
-                (value,), (made,) = synthesize([plans[name]], dev, seed=seed)
+                (value,), made = synthesize([plans[name]], dev, seed=seed)
                 return value, made
 
             builder.synthesize = synthesize_one

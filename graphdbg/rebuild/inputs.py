@@ -208,8 +208,8 @@ class InputBuilder:
         made = self.synthesize(name) if self.synthesize is not None else None
         if made is None:
             return None
-        value, stand_in = made
-        self.stand_ins.append(stand_in)
+        value, stand_ins = made
+        self.stand_ins.extend(stand_ins if isinstance(stand_ins, list) else [stand_ins])
         self.synthesized.append(name)
         return (value,)
 

@@ -29,6 +29,7 @@ import torch
 import torch.fx as fx
 
 from graphdbg.accuracy import judge_outputs
+from graphdbg.compiler_config import applied_config, replay_settings
 from graphdbg.errors import GraphdbgError
 from graphdbg.graph_hash import target_name
 from graphdbg.replay.backends import resolve_backend
@@ -113,8 +114,10 @@ def run_case(
     gm = copy.deepcopy(case.gm)
     inputs = clone_values(case.inputs)
     patch = inductor_post_grad_patch(post, reports) if post else {}
+    # The compiler settings of the captured run (graphdbg.compiler_config), unless --no-config.
+    settings = replay_settings(case.dump.manifest if case.dump is not None else None)
     try:
-        with torch.set_grad_enabled(grad), _inductor_patch(patch):
+        with torch.set_grad_enabled(grad), applied_config(settings), _inductor_patch(patch):
             t0 = time.perf_counter()
             if direct:
                 compiled = staged(gm, inputs)

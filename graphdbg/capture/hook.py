@@ -100,13 +100,14 @@ def backend_source(backend: Any) -> dict[str, Any]:
     """Where the backend came from, for the manifest: module, qualname, its ``compiler_name``
     label, and for a backend defined in the script itself (``__main__``) the script's path,
     from which ``replay --trust-backend`` loads it again."""
+    label = getattr(backend, "compiler_name", None)  # what Dynamo prints: torch.compile's wrapper has it
     backend = user_backend(backend)
     if isinstance(backend, str):
         return {"name": backend}
     target = backend if hasattr(backend, "__qualname__") else type(backend)
     out: dict[str, Any] = {"module": getattr(target, "__module__", None), "qualname": getattr(target, "__qualname__", None),
                            "instance": not hasattr(backend, "__qualname__")}
-    name = getattr(backend, "compiler_name", None)
+    name = getattr(backend, "compiler_name", None) or label or getattr(backend, "__name__", None)
     if isinstance(name, str):
         out["name"] = name
     if out["module"] == "__main__":

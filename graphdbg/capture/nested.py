@@ -136,7 +136,7 @@ def piece_place(gm: fx.GraphModule, max_frames: int = 40) -> tuple[str | None, i
     return None, None
 
 
-def dump_piece(frame: Frame, snap: GraphSnapshot, inputs: list[Any], exc: BaseException, *, backend: str,
+def dump_piece(frame: Frame, snap: GraphSnapshot, inputs: list[Any], exc: BaseException | None, *, backend: str,
                call: int, name: str | None, position: int | None, config: dict[str, Any] | None,
                kind: str = "compile_error") -> Path | None:
     """Write the failed piece as its own dump, a child of ``frame``'s graph; never raises."""
@@ -165,7 +165,7 @@ def dump_piece(frame: Frame, snap: GraphSnapshot, inputs: list[Any], exc: BaseEx
         frame.children.append({"path": path, "piece": parent["piece"], "position": position, "call": call,
                                "kind": kind, "backend": backend})
         say(f"graphdbg: {kind} in {backend!r} on piece {parent['piece']} of a graph compiled by "
-             f"{owner.backend_ref!r} ({type(exc).__name__}); dump written to {path}")
+             f"{owner.backend_ref!r} ({type(exc).__name__ if exc is not None else 'as compiled'}); dump written to {path}")
     return path
 
 
@@ -192,6 +192,10 @@ def _entry(fn: Callable[..., Any], backend: Callable[[tuple, dict], str], graph_
         if snap is not None:
             snap.config = frame.owner._guarded(lambda: config_diff(config_of(args, kwargs)), "record the compiler settings")
         inputs = list(inputs) if inputs is not None else []
+        if snap is not None and frame.owner.mode == "always":
+            name, position = frame.owner._guarded(lambda: piece_place(gm), "name the piece") or (None, None)
+            dump_piece(frame, snap, inputs, None, backend=backend(args, kwargs), call=call, name=name,
+                       position=position, config=snap.config, kind="captured")
         with piece_compile(frame):
             try:
                 return fn(*args, **kwargs)

@@ -279,7 +279,7 @@ def main():
         try:
             got = run_backend(gm, inputs, args.backend)
         except Exception as e:
-            inner = getattr(e, "inner_exception", None) or e
+            inner = (getattr(e, "inner_exception", None) or e) if type(e).__name__ == "BackendCompilerFailed" else e
             same = EXPECT["status"] == "crash" and type(inner).__name__ == EXPECT["error_type"] and masked(str(inner)) == masked(EXPECT["message"])
             print(("REPRODUCED: " if same else "FAILED DIFFERENTLY: ") + f"{{type(inner).__name__}}: {{str(inner).strip().splitlines()[0] if str(inner).strip() else ''}}")
             return 1 if same else 2

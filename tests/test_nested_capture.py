@@ -335,3 +335,20 @@ def test_gpu_thunder_hands_a_piece_to_inductor(tmp_path):
     assert pieces, [d.signature for d in loaded]
     assert all(p.backend == "inductor" and p.manifest["parent"]["backend"] == "thunder" for p in pieces)
     assert all(p.manifest["parent"].get("id") for p in pieces)
+
+
+@pytest.mark.parametrize("via", ["compile_fx", "standalone_compile"])
+def test_inductor_entry_points_inside_a_backend_dump_their_piece(tmp_path, via):
+    import torch._inductor.config as ic
+
+    from fixtures.split_backend import SplitBackend
+
+    be = graphdbg.capture(SplitBackend(delegate=("relu",), via=via), dump_dir=tmp_path)
+    with ic.patch({"cpp.inject_relu_bug_TESTING_ONLY": "compile_error"}), pytest.raises(Exception) as err:
+        torch.compile(_f, backend=be)(torch.randn(3))
+    assert type(err.value).__name__ == "InductorError"
+    loaded = [graphdbg.load(p) for p in find_dumps(tmp_path)]
+    (piece,) = [d for d in loaded if "parent" in d.manifest]
+    (outer,) = [d for d in loaded if "parent" not in d.manifest]
+    assert piece.backend == "inductor" and piece.manifest["parent"]["piece"] == "inductor_1"
+    assert piece.manifest["parent"]["id"] == outer.id and outer.manifest["children"][0]["id"] == piece.id

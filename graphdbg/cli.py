@@ -121,7 +121,7 @@ def _own_backend(path: Path, trust: bool, command: str) -> str:
     from graphdbg.replay.backends import dump_backend
 
     folders = find_dumps(path) if path.is_dir() else []
-    return dump_backend(graphdbg.load(folders[0] if folders else path), trust, command)
+    return dump_backend(graphdbg.load(folders[0] if folders else path), trust, command, shown_path=path)
 
 
 @app.command()

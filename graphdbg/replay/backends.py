@@ -113,7 +113,7 @@ def _root_name(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def dump_backend(dump: Any, trust: bool, command: str = "replay") -> str:
+def dump_backend(dump: Any, trust: bool, command: str = "replay", shown_path: Any = None) -> str:
     """The backend ``dump`` recorded, as ``resolve_backend`` takes it. A registered name is
     returned as it is; code the dump names (``module:qualname``, or a function of the captured
     script) only with ``trust``, else a GraphdbgError whose one line gives the command to run."""
@@ -126,7 +126,7 @@ def dump_backend(dump: Any, trust: bool, command: str = "replay") -> str:
         where = f" (defined in {source['script']})" if source.get("script") else ""
         raise GraphdbgError(
             f"the dump's backend is {spec}{where}, code the dump names; graphdbg imports it only when you say so: "
-            f"graphdbg {command} {dump.path} --trust-backend (or pick one with --backend)")
+            f"graphdbg {command} {shown_path or dump.path} --trust-backend (or pick one with --backend)")
     if spec.startswith("__main__:"):
         script = source.get("script")
         if not script:

@@ -279,35 +279,45 @@ def test_only_json_settings_are_recorded():
 
 GPU_STREAM_PIECE = """
 import torch
-from fixtures.split_backend import SplitBackend
+import torch.fx as fx
 
 
-def f(x):
-    s = torch.cuda.Stream()
-    y = x * 2
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        z = y + 1
-    return z
+def stream_piece() -> fx.GraphModule:
+    # the piece Thunder's splitter gave Inductor in the Qwen3-Next run: (x, s), s.wait_stream(...)
+    g = fx.Graph()
+    x, s = g.placeholder("x"), g.placeholder("s")
+    current = g.call_function(torch.cuda.current_stream, ())
+    g.call_method("wait_stream", (s, current))
+    g.output((g.call_function(torch.mul, (x, 2)),))
+    return fx.GraphModule(torch.nn.Module(), g)
 
 
-torch.compile(f, backend=SplitBackend())(torch.randn(8, device="cuda"))
+def split_and_delegate(gm, example_inputs):
+    # a stream made outside the piece (in a Thunder region) reaches Inductor as an input
+    def run(*args):
+        piece = torch._inductor.compile(stream_piece(), [args[0], torch.cuda.Stream()])
+        return piece(args[0], torch.cuda.Stream())
+    return run
+
+
+if __name__ == "__main__":
+    torch.compile(lambda x: x + 1, backend=split_and_delegate)(torch.randn(8, device="cuda"))
 """
 
 
 @pytest.mark.gpu
 def test_gpu_stream_piece_reproduces_under_inductor(tmp_path, cli):
-    """A stream made in an eager piece reaches an Inductor piece as an input: Inductor's
-    assertion, captured as the piece, and reproduced by replaying the piece under inductor."""
+    """A Stream input reaches an Inductor piece: Inductor's assertion is captured as the piece,
+    with the stream described, and replaying the piece under inductor reproduces it."""
     prog = tmp_path / "prog.py"
     prog.write_text(GPU_STREAM_PIECE)
     dumps = tmp_path / "dumps"
-    cli("capture", "-o", dumps, "--", sys.executable, prog)
-    pieces = [graphdbg.load(p) for p in find_dumps(dumps) if "parent" in graphdbg.load(p).manifest]
-    assert pieces, "no piece dump"
-    piece = pieces[0]
+    assert cli("capture", "-o", dumps, "--", sys.executable, prog).code == 1
+    loaded = [graphdbg.load(p) for p in find_dumps(dumps)]
+    (piece,) = [d for d in loaded if "parent" in d.manifest]
     assert piece.backend == "inductor" and "KNOWN_TYPES or opaque types" in (piece.signature or ""), piece.signature
-    assert any(i["kind"] == "stream" for i in piece.manifest["inputs"])
+    assert [i["kind"] for i in piece.manifest["inputs"]] == ["tensor", "stream"]
+    assert piece.manifest["parent"]["backend"] == "__main__:split_and_delegate"
     r = cli("replay", piece.path, "--json")
     assert r.code == 1 and json.loads(r.out)["reproduces"], r
 

@@ -88,6 +88,8 @@ def current() -> Frame | None:
 
 @contextlib.contextmanager
 def outer_frame(owner: CapturingBackend, snap: GraphSnapshot, gm: fx.GraphModule, phase: str) -> Iterator[Frame]:
+    if len(_installed) < len(_PATCHES):
+        install()  # an entry point's module may have finished importing since the last look
     frame = Frame(owner, snap, gm, phase)
     stack = _stack()
     stack.append(frame)

@@ -68,10 +68,13 @@ def config_diff(extra: dict[str, Any] | None = None) -> dict[str, Any]:
         for name in entries:
             key = f"{short}.{name}"
             try:
-                if name in ignore or name.startswith("_") or mod._is_default(name):
+                if name.startswith("_") or mod._is_default(name):
                     continue
                 value = getattr(mod, name)
             except Exception:
+                continue
+            if name in ignore:  # custom passes and the like: torch itself never saves them
+                skipped[key] = f"{type(value).__name__}, which torch does not save"
                 continue
             _record(key, value, values, skipped)
     for name, value in (extra or {}).items():

@@ -117,7 +117,9 @@ def run_case(
     # The compiler settings of the captured run (graphdbg.compiler_config), unless --no-config.
     settings = replay_settings(case.dump.manifest if case.dump is not None else None)
     try:
-        with torch.set_grad_enabled(grad), applied_config(settings), _inductor_patch(patch):
+        with torch.set_grad_enabled(grad), applied_config(settings) as unknown, _inductor_patch(patch):
+            # a recorded setting this torch lacks can't be restored: say so, as for any stand-in
+            outcome.stand_ins += [f"setting {key}: not in this torch, not restored" for key in unknown]
             t0 = time.perf_counter()
             if direct:
                 compiled = staged(gm, inputs)

@@ -43,6 +43,11 @@ def patch(eval_frame: Any) -> None:
 
     get_compiler_fn._graphdbg_wrapped = True  # type: ignore[attr-defined]
     eval_frame.get_compiler_fn = get_compiler_fn
+    # Watch the nested-compile entry points as soon as their modules load, before a program
+    # binds them by name (``from torch._inductor.compile_fx import compile_fx``).
+    from graphdbg.capture import nested
+
+    nested.install()
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):

@@ -37,7 +37,7 @@ def main() -> dict:
     dump = graphdbg.load(path)
     result["captured"] = {"kind": dump.failure_kind, "message": dump.message}
 
-    code, own, secs = _story.graphdbg("replay", path)
+    code, own, secs = _story.graphdbg("replay", path, "--trust-backend")
     result["replay_own_backend"] = {"exit": code, "status": own.get("status"), "mismatches": own.get("mismatches"), "seconds": round(secs, 1)}
     code, ind, secs = _story.graphdbg("replay", path, "--backend", "inductor", "--passes", SELECT)
     result["replay_inductor_with_selection"] = {"exit": code, "status": ind.get("status"), "max_abs_error": ind.get("max_abs_error"),

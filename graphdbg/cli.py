@@ -95,7 +95,9 @@ def show(dump: Annotated[Path, typer.Argument(help="A dump folder or a graph fil
     _inputs_setup(ops)
     d = load_with_log(dump, log)
     if as_json:
-        _print_json({**summary_row(d), "nodes_table": d.nodes().to_dict(orient="records"),
+        _print_json({**summary_row(d), **{k: d.manifest[k] for k in ("parent", "children", "config", "backend_source")
+                                          if k in (getattr(d, "manifest", None) or {})},
+                     "nodes_table": d.nodes().to_dict(orient="records"),
                      "inputs_table": d.inputs_table().to_dict(orient="records")})
         return
     console.print(render_show(d))
@@ -105,6 +107,26 @@ PassesOpt = Annotated[Optional[str], typer.Option("--passes", "-p", help="Comma-
 DeviceOpt = Annotated[Optional[str], typer.Option("--device", "-d", help="cpu, cuda, cuda:N (default: the capture device if present, else cpu).")]
 IsolateOpt = Annotated[bool, typer.Option("--isolate/--no-isolate", help="Run in a child process, so a segfault or hang becomes an outcome.")]
 TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", help="Seconds before an isolated replay counts as a timeout.")]
+TrustOpt = Annotated[bool, typer.Option("--trust-backend", help="Import the module:qualname backend the dump names (code from the dump's author).")]
+ConfigOpt = Annotated[Optional[list[str]], typer.Option("--config", help="Override one recorded compiler setting: inductor.KEY=VALUE (dynamo.*, functorch.*); repeatable.")]
+NoConfigOpt = Annotated[bool, typer.Option("--no-config", help="Drop the compiler settings recorded in the dump (run with torch's defaults).")]
+
+
+def _config_setup(config: list[str] | None, no_config: bool) -> None:
+    """--config/--no-config reach isolated children through the environment."""
+    from graphdbg.compiler_config import set_replay_overrides
+
+    set_replay_overrides(config, no_config)
+
+
+def _own_backend(path: Path, trust: bool, command: str) -> str:
+    """The dump's own backend; code it names is imported only with --trust-backend."""
+    import graphdbg
+    from graphdbg.manifest import find_dumps
+    from graphdbg.replay.backends import dump_backend
+
+    folders = find_dumps(path) if path.is_dir() else []
+    return dump_backend(graphdbg.load(folders[0] if folders else path), trust, command, shown_path=path)
 
 
 @app.command()
@@ -133,6 +155,9 @@ def replay(
     seed: SeedOpt = None,
     backward: Annotated[bool, typer.Option("--backward", help="Training: run the forward, then the backward with recorded (else seeded) tangents; compare gradients too.")] = False,
     max_input_gb: Annotated[Optional[float], typer.Option("--max-input-gb", help="Refuse (exit 2) inputs bigger than this many GiB (default: the device's free memory).")] = None,
+    trust_backend: TrustOpt = False,
+    config: ConfigOpt = None,
+    no_config: NoConfigOpt = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Replay a dump under a backend; exit 0 on pass, 1 on a reproduced failure, 2 if it can't run."""
@@ -140,7 +165,9 @@ def replay(
     from graphdbg.replay.run import replay_dump
 
     _inputs_setup(ops, seed)
+    _config_setup(config, no_config)
     if all_ranks:
+        backend = backend or _own_backend(dump, trust_backend, "replay --all-ranks")
         from graphdbg.replay.world import replay_world
 
         world = replay_world(dump, backend, passes, graph=graph, nproc=nproc, device=device, timeout=timeout or 300.0,
@@ -154,7 +181,11 @@ def replay(
             console.print(world)
         raise typer.Exit(world.exit_code)
     d = graphdbg.load(dump)
-    outcome = replay_dump(d, backend or d.backend, passes, device=device, isolate=isolate, timeout=timeout, direct=direct,
+    if backend is None:
+        from graphdbg.replay.backends import dump_backend
+
+        backend = dump_backend(d, trust_backend, "replay")
+    outcome = replay_dump(d, backend, passes, device=device, isolate=isolate, timeout=timeout, direct=direct,
                           accuracy=accuracy, rtol=rtol, atol=atol, max_input_gb=max_input_gb,
                           **({"backward": True} if backward else {}))
     if as_json:
@@ -183,12 +214,15 @@ def replay_exit_code(dump: object, outcome: object) -> int:
 @app.command()
 def compare(
     dump: Annotated[Path, typer.Argument(help="A dump folder.")],
-    backends: Annotated[str, typer.Option("--backends", help="Comma-separated backends.")] = "eager,aot_eager,inductor",
+    backends: Annotated[Optional[str], typer.Option("--backends", help="Comma-separated backends (default: eager, aot_eager, inductor and the dump's own).")] = None,
     device: DeviceOpt = None,
     isolate: IsolateOpt = True,
     timeout: TimeoutOpt = None,
     ops: OpsOpt = None,
     seed: SeedOpt = None,
+    trust_backend: TrustOpt = False,
+    config: ConfigOpt = None,
+    no_config: NoConfigOpt = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Replay a dump under several backends; one row per backend. Exit 1 if any fails."""
@@ -196,7 +230,16 @@ def compare(
     from graphdbg.render import compare_table
 
     _inputs_setup(ops, seed)
-    df = graphdbg.compare(graphdbg.load(dump), [b.strip() for b in backends.split(",") if b.strip()],
+    _config_setup(config, no_config)
+    d = graphdbg.load(dump)
+    names = [b.strip() for b in (backends or "eager,aot_eager,inductor").split(",") if b.strip()]
+    if backends is None:
+        try:
+            own = _own_backend(dump, trust_backend, "compare")
+            names += [own] if own not in names else []
+        except GraphdbgError as e:
+            Console(stderr=True).print(f"graphdbg: left out {e}", highlight=False, soft_wrap=True, markup=False)
+    df = graphdbg.compare(d, names,
                           device=device, isolate=isolate, timeout=timeout)
     if as_json:
         _print_json({"dump": str(dump), "rows": df.to_dict(orient="records")})
@@ -218,12 +261,17 @@ def minify(
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where the smallest dump and repro.py go.")] = None,
     any_failure: Annotated[bool, typer.Option("--any-failure", help="Shrink whatever failure the backend shows, not only the captured one.")] = False,
     ops: OpsOpt = None,
+    trust_backend: TrustOpt = False,
+    config: ConfigOpt = None,
+    no_config: NoConfigOpt = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Shrink a failing graph to the smallest one that fails the same way; writes a dump and repro.py."""
     from graphdbg.minify import minify as run_minify
 
     _inputs_setup(ops)
+    _config_setup(config, no_config)
+    backend = backend or _own_backend(dump, trust_backend, "minify")
     out = out or Path(f"{dump.name.removesuffix('.py')}-min")
     result = run_minify(dump, backend, passes, accuracy=accuracy, jobs=jobs, isolate=isolate, timeout=timeout,
                         device=device, out=out, progress=not as_json, any_failure=any_failure)
@@ -241,14 +289,19 @@ app.add_typer(bisect_app, name="bisect")
 def bisect_passes(
     dump: Annotated[Path, typer.Argument(help="A dump folder or a graph file.")],
     passes: Annotated[str, typer.Option("--passes", "-p", help="The pipeline, in order: package.module:callable[@stage],...")],
-    backend: Annotated[str, typer.Option("--backend", "-b", help="Backend the passes feed.")] = "eager",
+    backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="Backend the passes feed (default: the dump's own).")] = None,
     device: DeviceOpt = None,
+    trust_backend: TrustOpt = False,
+    config: ConfigOpt = None,
+    no_config: NoConfigOpt = False,
     as_json: JsonFlag = False,
 ) -> None:
     """The first pass after which the outcome goes bad (and, for a pattern pass, which replacement)."""
     import graphdbg
     from graphdbg.minify import bisect_passes as run
 
+    _config_setup(config, no_config)
+    backend = backend or _own_backend(dump, trust_backend, "bisect passes")
     result = run(graphdbg.load(dump).case(device), backend, passes)
     _report(result, as_json)
     raise typer.Exit(0 if result.culprit is None else 1)
@@ -257,18 +310,23 @@ def bisect_passes(
 @bisect_app.command("nodes")
 def bisect_nodes(
     dump: Annotated[Path, typer.Argument(help="A dump folder or a graph file.")],
-    backend: Annotated[str, typer.Option("--backend", "-b", help="Backend whose values are compared with the reference.")] = "eager",
+    backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="Backend whose values are compared with the reference (default: the dump's own).")] = None,
     passes: PassesOpt = None,
     device: DeviceOpt = None,
     rtol: Annotated[Optional[float], typer.Option(help="Relative tolerance (default: by dtype).")] = None,
     atol: Annotated[Optional[float], typer.Option(help="Absolute tolerance (default: by dtype).")] = None,
     backward: Annotated[bool, typer.Option("--backward", help="Training: if no forward node diverges, bisect the backward graph.")] = False,
+    trust_backend: TrustOpt = False,
+    config: ConfigOpt = None,
+    no_config: NoConfigOpt = False,
     as_json: JsonFlag = False,
 ) -> None:
     """The first node whose value diverges from the reference, with its source line and module."""
     import graphdbg
     from graphdbg.minify import bisect_nodes as run
 
+    _config_setup(config, no_config)
+    backend = backend or _own_backend(dump, trust_backend, "bisect nodes")
     if backward:
         from graphdbg.minify.backward import bisect_training_nodes as run  # noqa: F811
     result = run(graphdbg.load(dump).case(device), backend, passes, rtol=rtol, atol=atol)
@@ -294,12 +352,17 @@ def export_test(
     out: Annotated[Path, typer.Option("--out", "-o", help="The test file to write, e.g. tests/test_gelu_lowering.py.")],
     backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="Backend under test (default: the dump's own).")] = None,
     passes: PassesOpt = None,
+    trust_backend: TrustOpt = False,
 ) -> None:
     """Write a pytest regression test from a dump, with its data next to it; it fails while the bug is there."""
     import graphdbg
     from graphdbg.minify import export_test as run
 
-    path = run(graphdbg.load(dump), out, backend=backend, passes=passes)
+    d = graphdbg.load(dump)
+    if backend is None and not (d.manifest.get("minified") or {}).get("backend"):
+        backend = _own_backend(dump, trust_backend, "export-test")
+
+    path = run(d, out, backend=backend, passes=passes)
     console.print(f"wrote {path}")
 
 

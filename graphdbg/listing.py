@@ -75,6 +75,11 @@ class Listing:
             if g.get("format") == "printed_graph":
                 g["graphs"].sort()
                 g["rank_literals"] = _differing_literals(members[key])
+        for key, g in groups.items():  # a piece of a nested compile names the dump of its graph
+            parent = (getattr(members[key][0], "manifest", None) or {}).get("parent") or {}
+            if parent.get("dir"):
+                g["parent"] = str(Path(g["paths"][0]).parent / parent["dir"])
+                g["piece"] = parent.get("piece")
         odd = _odd_ranks([d for d in self.dumps if d.format == "dump"])  # captured dumps, not foreign files
         for key, g in groups.items():
             if g.get("format") != "printed_graph":

@@ -57,9 +57,11 @@ def listing_table(groups: list[dict[str, Any]], root: str | None = None) -> Tabl
     odd = any(g.get("differs") for g in groups)
     if odd:
         table.add_column("differs from the other ranks", overflow="fold", ratio=2)
-    for g in groups:
+    for g, depth in _as_tree(groups):
         paths = [os.path.relpath(p, root) if root else p for p in g["paths"]]
         path_text = paths[0] if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1})"
+        if depth:  # a piece a nested compile failed on, under the dump of its graph
+            path_text = "   " * (depth - 1) + f"└─ {g.get('piece')}: {os.path.basename(paths[0])}"
         error = ": ".join(x for x in (g["error_type"], g["message"]) if x)
         row = [Text(path_text)]
         if foreign:
@@ -109,6 +111,58 @@ def log_notes(logs: list[dict[str, Any]], root: str | None = None) -> Text:
             else:
                 text.append("  not attached: no graph beside the log fits it\n", style="dim")
     return text
+
+
+def _as_tree(groups: list[dict[str, Any]]) -> list[tuple[dict[str, Any], int]]:
+    """Groups in listing order, each piece group right under the group holding its parent dump."""
+    import os
+
+    owner = {os.path.normpath(p): i for i, g in enumerate(groups) for p in g["paths"]}
+    kids: dict[int, list[int]] = {}
+    roots = []
+    for i, g in enumerate(groups):
+        parent = owner.get(os.path.normpath(g["parent"])) if g.get("parent") else None
+        if parent is None or parent == i:
+            roots.append(i)
+        else:
+            kids.setdefault(parent, []).append(i)
+    out: list[tuple[dict[str, Any], int]] = []
+
+    def visit(i: int, depth: int) -> None:
+        if depth > 8:
+            return
+        out.append((groups[i], depth))
+        for k in kids.get(i, []):
+            visit(k, depth + 1)
+
+    for i in roots:
+        visit(i, 0)
+    return out
+
+
+def nested_panel(dump: Dump) -> Panel | None:
+    """Where a piece dump comes from, the pieces of a graph, the backend's origin, and the
+    compiler settings the replay restores."""
+    m = dump.manifest
+    text = Text()
+    parent = m.get("parent")
+    if parent:
+        text.append(f"piece {parent.get('piece')} (position {parent.get('position')}, compile #{parent.get('call')}) "
+                    f"of {parent.get('dir') or 'graph g' + str(parent.get('seq'))}, split by {parent.get('backend')}\n")
+    for c in m.get("children") or []:
+        text.append(f"piece {c.get('piece')} failed in {c.get('backend')}: {c.get('signature') or c.get('kind')} -> {c.get('dir')}\n",
+                    style="yellow")
+    source = m.get("backend_source") or {}
+    if source.get("script"):
+        text.append(f"backend {m.get('backend')} defined in {source['script']} (replay loads it from there with --trust-backend)\n")
+    config = m.get("config") or {}
+    for key, value in sorted((config.get("values") or {}).items()):
+        text.append(f"setting {key} = {value!r}\n", style="cyan")
+    if config.get("skipped"):
+        text.append("not recorded: " + ", ".join(f"{k} ({why})" for k, why in sorted(config["skipped"].items())) + "\n", style="dim")
+    if not text.plain:
+        return None
+    return Panel(text, title="pieces, backend and compiler settings", expand=False)
 
 
 def _short_construct(name: str) -> str:
@@ -214,6 +268,9 @@ def show(dump: Dump) -> Group:
     message = dump.message.strip()
     if message:
         parts.append(Panel(Text(message[:2000]), title="error", border_style="red", expand=False))
+    extra = nested_panel(dump) if isinstance(getattr(dump, "manifest", None), dict) else None
+    if extra is not None:
+        parts.append(extra)
     parts.extend([graph_tree(dump), inputs_table(dump)])
     return Group(*parts)
 

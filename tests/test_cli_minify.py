@@ -18,7 +18,7 @@ def _env_without_graphdbg() -> dict:
 
 def test_minify_writes_a_small_dump_and_a_standalone_repro(tmp_path, cli):
     out = tmp_path / "min"
-    r = cli("minify", FIXTURES / "block_compile_error", "-o", out, "--json")
+    r = cli("minify", FIXTURES / "block_compile_error", "-o", out, "--trust-backend", "--json")
     assert r.code == 0, r
     data = json.loads(r.out)
     assert data["start_nodes"] == 50 and data["final_nodes"] <= 3
@@ -50,7 +50,7 @@ def test_bisect_nodes_names_the_first_diverging_node_with_its_source(cli):
 
 def test_export_test(tmp_path, cli):
     test_file = tmp_path / "test_gelu_regression.py"
-    r = cli("export-test", FIXTURES / "block_compile_error", "-o", test_file)
+    r = cli("export-test", FIXTURES / "block_compile_error", "-o", test_file, "--trust-backend")
     assert r.code == 0 and test_file.exists(), r
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)], cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=240)

@@ -41,11 +41,11 @@ def test_cuda_dump_replays_under_triton_inductor_and_reproduces_the_backend_bug(
     r = cli("replay", path, "--backend", "inductor", "--json")
     data = json.loads(r.out)
     assert r.code == 0 and data["status"] == "pass" and data["device"] == "cuda:0", r
-    r = cli("replay", path, "--json")
+    r = cli("replay", path, "--trust-backend", "--json")
     data = json.loads(r.out)
     assert r.code == 1 and data["reproduces"] and data["node"] == "linear", r
     # the same dump on the CPU: inputs move, the failure stays the same
-    r = cli("replay", path, "--device", "cpu", "--json")
+    r = cli("replay", path, "--device", "cpu", "--trust-backend", "--json")
     assert json.loads(r.out)["signature"] == data["signature"]
 
 
@@ -102,5 +102,5 @@ def test_two_gpu_world_with_nccl(tmp_path, cli, monkeypatch):
     assert r.code == 0 and data["device"] == "cuda", r
     assert [row["status"] for row in data["ranks"]] == ["pass", "pass"]
     assert [row["device"] for row in data["ranks"]] == ["cuda:0", "cuda:1"]
-    r = cli("replay", dumps, "--all-ranks", "--json")
+    r = cli("replay", dumps, "--all-ranks", "--trust-backend", "--json")
     assert r.code == 1 and {row["status"] for row in json.loads(r.out)["ranks"]} == {"crash"}

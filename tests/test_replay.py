@@ -57,7 +57,7 @@ def test_signature_is_stable_across_runs_and_ranks(tmp_path, monkeypatch):
 
 
 def test_compile_error_is_unwrapped_from_dynamo_and_the_backend_defaults_to_the_dumps(cli):
-    r = cli("replay", FIXTURES / "block_compile_error", "--no-isolate", "--json")
+    r = cli("replay", FIXTURES / "block_compile_error", "--no-isolate", "--trust-backend", "--json")
     assert r.code == 1, r
     data = json.loads(r.out)
     assert data["backend"] == "fixtures.programs:refuses_gelu"
@@ -120,7 +120,7 @@ def test_a_dump_from_a_device_this_machine_lacks(fixture_copy, cli):
     assert any(s.kind == "device" for s in case.stand_ins)
     assert case.run("eager").status == "pass"
     if not torch.cuda.is_available():
-        r = cli("replay", path, "--device", "cuda:0")
+        r = cli("replay", path, "--device", "cuda:0", "--trust-backend")
         assert r.code == 2 and "device cuda:0 is not available" in r.err
 
 

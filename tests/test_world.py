@@ -47,7 +47,7 @@ def test_replay_all_ranks_with_real_collectives(world2, cli):
     data = json.loads(r.out)
     assert data["world_size"] == 2 and data["device"] == "cpu"
     assert [(row["rank"], row["status"]) for row in data["ranks"]] == [(0, "pass"), (1, "pass")]
-    r = cli("replay", world2, "--all-ranks", "--json")  # the dumps' own backend: the captured failure, on every rank
+    r = cli("replay", world2, "--all-ranks", "--trust-backend", "--json")  # the dumps' own backend: the captured failure, on every rank
     rows = json.loads(r.out)["ranks"]
     assert r.code == 1 and {row["signature"] for row in rows} == {"NotImplementedError: no lowering for _c10d_functional.all_reduce"}
 
@@ -81,7 +81,7 @@ def test_a_rank_killed_by_a_signal_gets_its_exit_code_from_torchrun(world2, cli)
 
 
 def test_fewer_processes_than_ranks_is_refused_with_the_way_out(world2, cli):
-    r = cli("replay", world2, "--all-ranks", "--nproc", "1")
+    r = cli("replay", world2, "--all-ranks", "--nproc", "1", "--trust-backend")
     assert r.code == 2 and "need all 2 ranks" in r.err and "graphdbg replay" in r.err
 
 

@@ -30,9 +30,10 @@ def patch(eval_frame: Any) -> None:
 
     def get_compiler_fn(compiler_fn: Any) -> Any:
         # Imported here, not at patch time: torch._dynamo is still being initialised then.
-        from graphdbg.capture.hook import DEFAULT_BUDGET, CapturingBackend, capture
+        from graphdbg.capture.hook import DEFAULT_BUDGET, CapturingBackend, capture, user_backend
 
-        if compiler_fn is not None and not isinstance(compiler_fn, CapturingBackend):
+        # torch.compile(backend=graphdbg.capture(...)) arrives inside torch.compile's wrapper: one capture is enough
+        if compiler_fn is not None and not isinstance(user_backend(compiler_fn), CapturingBackend):
             compiler_fn = capture(
                 compiler_fn,
                 mode=os.environ.get(ENV_MODE, "error"),
@@ -42,6 +43,11 @@ def patch(eval_frame: Any) -> None:
 
     get_compiler_fn._graphdbg_wrapped = True  # type: ignore[attr-defined]
     eval_frame.get_compiler_fn = get_compiler_fn
+    # Watch the nested-compile entry points as soon as their modules load, before a program
+    # binds them by name (``from torch._inductor.compile_fx import compile_fx``).
+    from graphdbg.capture import nested
+
+    nested.install()
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):

@@ -23,8 +23,10 @@ import torch.fx as fx
 
 from graphdbg.accuracy import OutputMismatch, compare_outputs
 from graphdbg.capture.snapshot import GraphSnapshot, format_exception
+from graphdbg.capture import nested
 from graphdbg.capture.training import attrs_before_call, load_attrs, mutation_mismatches, watch_backward
-from graphdbg.capture.write import write_dump
+from graphdbg.capture.write import link_children, write_dump
+from graphdbg.compiler_config import config_diff
 from graphdbg.rebuild.inputs import clone_values
 
 MODES = ("error", "accuracy", "always")
@@ -55,15 +57,67 @@ def capture(
     return CapturingBackend(backend, dump_dir, mode=mode, budget_bytes=budget_bytes, rtol=rtol, atol=atol)
 
 
+def user_backend(backend: Any) -> Any:
+    """The user's own backend behind torch.compile's wrappers: ``torch.compile(backend=fn)``
+    hands Dynamo a ``_TorchCompileWrapper`` holding ``fn``, and ``backend="inductor"`` an
+    ``_TorchCompileInductorWrapper`` (whose mode and options are Inductor settings)."""
+    kind = type(backend).__name__
+    if kind == "_TorchCompileInductorWrapper":
+        return "inductor"
+    if kind == "_TorchCompileWrapper":
+        fn = getattr(backend, "compiler_fn", None)
+        name = getattr(backend, "compiler_name", None)
+        # a registered name stays a name; a callable is recorded as itself
+        if isinstance(name, str) and fn is not None and _registered(name, fn):
+            return name
+        return fn if fn is not None else backend
+    return backend
+
+
+def _registered(name: str, fn: Any) -> bool:
+    try:
+        from torch._dynamo.backends.registry import _COMPILER_FNS
+
+        return _COMPILER_FNS.get(name) is fn
+    except Exception:
+        return False
+
+
 def backend_reference(backend: Any) -> str:
-    """How a backend is named in a manifest: its registered name or ``module:qualname``."""
+    """How a backend is named in a manifest: a registered name as given (``"inductor"``), else
+    ``module:qualname`` of the user's callable, so that ``replay`` can import it again. A
+    ``compiler_name`` attribute is only a label (Dynamo prints it); it names nothing to load.
+    Thunder's ``ThunderCompiler`` is ``"thunder"``, which replay knows."""
+    backend = user_backend(backend)
     if isinstance(backend, str):
         return backend
-    name = getattr(backend, "compiler_name", None)
-    if isinstance(name, str):
-        return name
     target = backend if hasattr(backend, "__qualname__") else type(backend)
-    return f"{getattr(target, '__module__', '?')}:{getattr(target, '__qualname__', repr(target))}"
+    module, qualname = getattr(target, "__module__", None) or "?", getattr(target, "__qualname__", None) or repr(target)
+    if module.startswith("thunder.dynamo") and qualname == "ThunderCompiler":
+        return "thunder"
+    return f"{module}:{qualname}"
+
+
+def backend_source(backend: Any) -> dict[str, Any]:
+    """Where the backend came from, for the manifest: module, qualname, its ``compiler_name``
+    label, and for a backend defined in the script itself (``__main__``) the script's path,
+    from which ``replay --trust-backend`` loads it again."""
+    label = getattr(backend, "compiler_name", None)  # what Dynamo prints: torch.compile's wrapper has it
+    backend = user_backend(backend)
+    if isinstance(backend, str):
+        return {"name": backend}
+    target = backend if hasattr(backend, "__qualname__") else type(backend)
+    out: dict[str, Any] = {"module": getattr(target, "__module__", None), "qualname": getattr(target, "__qualname__", None),
+                           "instance": not hasattr(backend, "__qualname__")}
+    name = getattr(backend, "compiler_name", None) or label or getattr(backend, "__name__", None)
+    if isinstance(name, str):
+        out["name"] = name
+    if out["module"] == "__main__":
+        main = sys.modules.get("__main__")
+        script = getattr(main, "__file__", None)
+        if script:
+            out["script"] = str(Path(script).resolve())
+    return out
 
 
 _FORWARDED = ("compiler_name", "get_compiler_config", "reset", "backend_ctx_ctor", "dynamic", "kwargs", "_export")
@@ -78,6 +132,11 @@ class CapturingBackend:
 
     def __init__(self, backend, dump_dir, *, mode, budget_bytes, rtol, atol):
         self.backend_ref = backend_reference(backend)
+        self.backend_source = backend_source(backend)
+        # torch.compile(mode=..., options=...) are Inductor settings the dump must carry too
+        options = getattr(backend, "config", None) if type(backend).__name__ == "_TorchCompileInductorWrapper" else None
+        self.config_extra = dict(options) if isinstance(options, dict) else None
+        nested.install()
         if isinstance(backend, str):
             from torch._dynamo import lookup_backend
 
@@ -109,22 +168,32 @@ class CapturingBackend:
     def __call__(self, gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
         with self._lock:
             seq = next(self._seq)
+        parent = nested.parent_of(gm)  # this capture runs inside another captured backend
         snap = self._guarded(lambda: GraphSnapshot.take(seq, gm, keep_eager=self.mode == "accuracy"), "snapshot the graph")
+        if snap is not None:
+            snap.config = self._guarded(lambda: config_diff(self.config_extra), "record the compiler settings")
+            if parent is not None:
+                call = parent.next_call()
+                name, position = self._guarded(lambda: nested.piece_place(gm), "name the piece") or (None, None)
+                snap.parent = {"frame": parent, "call": call, "piece": name or f"piece_{call}", "position": position}
+                snap.seq = f"{parent.snap.seq}.{call}"
         if snap is not None and self.mode == "always":
             self._dump(snap, list(example_inputs), "captured", None, inputs_state="at_compile")
-        watch = watch_backward(self, snap)  # training: the lazily compiled backward (capture/training.py)
-        try:
-            with watch:
-                compiled = self.backend(gm, example_inputs, **kwargs)
-        except Exception as e:
-            if snap is not None:
-                self._dump(snap, list(example_inputs), "compile_error", e, inputs_state="at_compile")
-            raise
         if snap is None:
-            return compiled
-        return watch.wrap_forward(self._wrap(compiled, snap))
+            return self.backend(gm, example_inputs, **kwargs)
+        watch = watch_backward(self, snap)  # training: the lazily compiled backward (capture/training.py)
+        with nested.outer_frame(self, snap, gm, "compile"):
+            try:
+                with watch:
+                    compiled = self.backend(gm, example_inputs, **kwargs)
+            except Exception as e:
+                written = self._dump(snap, list(example_inputs), "compile_error", e, inputs_state="at_compile")
+                self._link_pieces(snap, written, list(example_inputs), "at_compile")
+                raise
+        self._link_pieces(snap, None, list(example_inputs), "at_compile")
+        return watch.wrap_forward(self._wrap(compiled, snap, gm))
 
-    def _wrap(self, compiled: Callable[..., Any], snap: GraphSnapshot) -> Callable[..., Any]:
+    def _wrap(self, compiled: Callable[..., Any], snap: GraphSnapshot, gm: fx.GraphModule) -> Callable[..., Any]:
         boxed = bool(getattr(compiled, "_boxed_call", False))
         accuracy = self.mode == "accuracy" and snap.eager is not None
 
@@ -136,13 +205,19 @@ class CapturingBackend:
             before = self._guarded(lambda: clone_values(inputs), "copy inputs") if accuracy and "accuracy" not in snap.dumped else None
             # training: attributes the graph writes (an optimizer's parameters and states)
             attrs = self._guarded(lambda: attrs_before_call(snap.eager, snap.attrs), "copy attributes") if before is not None else None
-            try:
-                out = compiled(*args)
-            except Exception as e:
-                if "runtime_error" not in snap.dumped:
-                    snap.dumped.add("runtime_error")
-                    self._dump(snap, inputs, "runtime_error", e, inputs_state="after_failed_call")
-                raise
+            # Backends that compile their pieces on first call (Thunder's Inductor pieces) do it here.
+            with nested.outer_frame(self, snap, gm, "run"):
+                try:
+                    out = compiled(*args)
+                except Exception as e:
+                    written = None
+                    if "runtime_error" not in snap.dumped:
+                        snap.dumped.add("runtime_error")
+                        written = self._dump(snap, inputs, "runtime_error", e, inputs_state="after_failed_call")
+                    self._link_pieces(snap, written, inputs, "after_failed_call")
+                    raise
+            if snap.children:
+                self._link_pieces(snap, None, inputs, "at_call")
             if before is not None:
                 self._check_accuracy(snap, before, out, inputs, attrs or {})
             return out
@@ -150,6 +225,19 @@ class CapturingBackend:
         if boxed:
             run._boxed_call = True  # type: ignore[attr-defined]
         return run
+
+    def _link_pieces(self, snap: GraphSnapshot, written: Path | None, inputs: list[Any], inputs_state: str) -> None:
+        """Link the piece dumps of this call to the outer dump: the one just written, else the
+        graph's "always" dump, else a new "captured" dump (the backend survived its piece's
+        failure, by a fallback of its own, but the piece is still a bug worth its parent)."""
+        unlinked = [c for c in snap.children if not c.get("linked")]
+        if not unlinked:
+            return
+        target = written or getattr(snap, "captured_path", None)
+        if target is None:
+            target = self._dump(snap, inputs, "captured", None, inputs_state=inputs_state)
+        if target is not None:
+            self._guarded(lambda: link_children(target, unlinked), "link the piece dumps to their graph's dump")
 
     def _check_accuracy(self, snap: GraphSnapshot, before: list[Any], out: Any, inputs: list[Any],
                         attrs: dict[str, torch.Tensor]) -> None:
@@ -169,18 +257,33 @@ class CapturingBackend:
             dumped = dataclasses.replace(snap, attrs={**snap.attrs, **attrs}) if attrs else snap  # values before the call
             self._dump(dumped, before, "accuracy", None, inputs_state="before_call", mismatches=bad)
 
-    def _dump(self, snap: GraphSnapshot, inputs: list[Any], kind: str, exc: BaseException | None, **extra: Any) -> None:
+    def _dump(self, snap: GraphSnapshot, inputs: list[Any], kind: str, exc: BaseException | None, **extra: Any) -> Path | None:
+        overrides: dict[str, Any] = {"backend_source": self.backend_source}
+        parent_frame = snap.parent["frame"] if snap.parent is not None else None
+        if parent_frame is not None:
+            overrides["parent"] = {"seq": parent_frame.snap.seq, "graph_hash": parent_frame.snap.graph_hash,
+                                   "backend": parent_frame.owner.backend_ref, "phase": parent_frame.phase,
+                                   "piece": snap.parent["piece"], "position": snap.parent["position"],
+                                   "call": snap.parent["call"], "id": None}
+
         def write() -> Path:
             return write_dump(
                 self.dump_dir, snap=snap, inputs=inputs, kind=kind, exc=exc,
-                backend=self.backend_ref, mode=self.mode, budget_bytes=self.budget_bytes, **extra,
+                backend=self.backend_ref, mode=self.mode, budget_bytes=self.budget_bytes,
+                manifest_overrides=overrides, **extra,
             )
 
         path = self._guarded(write, "write a dump")
         if path is not None:
             self.dumps.append(path)
+            if kind == "captured":
+                snap.captured_path = path
+            if parent_frame is not None and kind != "captured":
+                parent_frame.children.append({"path": path, "piece": overrides["parent"]["piece"], "position": overrides["parent"]["position"],
+                                              "call": snap.parent["call"], "kind": kind, "backend": self.backend_ref})
             what = f"{type(exc).__name__}" if exc is not None else kind
             _say(f"graphdbg: {kind} in backend {self.backend_ref!r} ({what}); dump written to {path}")
+        return path
 
     def _guarded(self, fn: Callable[[], Any], what: str) -> Any:
         try:
@@ -192,12 +295,7 @@ class CapturingBackend:
 
 
 
-def _say(line: str) -> None:
-    try:
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
-    except Exception:
-        pass
+_say = nested.say
 
 
 __all__ = ["capture", "CapturingBackend", "GraphSnapshot", "DEFAULT_BUDGET"]

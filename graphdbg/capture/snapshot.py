@@ -22,7 +22,7 @@ from graphdbg.graph_hash import module_hash, op_histogram, target_name
 class GraphSnapshot:
     """The graph as the backend received it, taken before the backend can change it."""
 
-    seq: int
+    seq: int | str  # "3", or "3.1" for the first piece of graph 3
     source: str
     graph_hash: str
     node_count: int
@@ -34,6 +34,11 @@ class GraphSnapshot:
     collectives: list[dict[str, Any]] = field(default_factory=list)
     eager: fx.GraphModule | None = None
     dumped: set[str] = field(default_factory=set)
+    config: dict[str, Any] | None = None  # compiler settings that differ from the defaults (compiler_config)
+    pieces: int = 0  # nested compiles this graph's backend started (capture.nested)
+    children: list[dict[str, Any]] = field(default_factory=list)  # piece dumps not yet linked to an outer dump
+    captured_path: Any = None  # the "always" dump of this graph, if one was written
+    parent: Any = None  # {"frame", "call", "piece", "position"} when this graph is itself a piece of another captured graph
 
     @classmethod
     def take(cls, seq: int, gm: fx.GraphModule, keep_eager: bool) -> GraphSnapshot:

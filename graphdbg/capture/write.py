@@ -8,6 +8,7 @@ because ``find_dumps`` skips hidden folders and the rename is atomic on one file
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import shutil
 import uuid
@@ -19,7 +20,8 @@ import torch
 from graphdbg.capture.describe import describe_value, tensor_stats
 from graphdbg.capture.environment import distributed_info, environment
 from graphdbg.capture.snapshot import GraphSnapshot, format_exception
-from graphdbg.manifest import GRAPH, INPUTS, SCHEMA, SCHEMA_VERSION, write_manifest
+from graphdbg.compiler_config import replay_settings
+from graphdbg.manifest import GRAPH, INPUTS, MANIFEST, SCHEMA, SCHEMA_VERSION, read_manifest, write_manifest
 from graphdbg.signature import signature
 from graphdbg.specs import TensorSpec
 from graphdbg.tensor_file import storable, write_tensors
@@ -100,12 +102,39 @@ def write_dump(
             "attrs": attr_descs,
             "external_objects": snap.external_objects,
         }
+        if snap.config is not None:
+            manifest["config"] = snap.config
         manifest.update(manifest_overrides or {})
         write_manifest(tmp, manifest)
         return _publish(tmp, rank_dir, dump_id)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def link_children(outer: Path, children: list[dict[str, Any]]) -> None:
+    """Link piece dumps and the dump of the graph they are pieces of, both ways: the outer
+    manifest lists ``children``, each child's ``parent`` gets the outer's id and folder."""
+    outer = Path(outer)
+    manifest = read_manifest(outer)
+    listed = manifest.setdefault("children", [])
+    for child in children:
+        path = Path(child["path"])
+        child_manifest = read_manifest(path)
+        child_manifest.setdefault("parent", {}).update({"id": manifest["id"], "dir": os.path.relpath(outer, path.parent)})
+        _replace_manifest(path, child_manifest)
+        listed.append({"id": child_manifest["id"], "dir": os.path.relpath(path, outer.parent), "piece": child.get("piece"),
+                       "position": child.get("position"), "call": child.get("call"), "kind": child.get("kind"),
+                       "backend": child.get("backend"), "signature": child_manifest.get("failure", {}).get("signature")})
+        child["linked"] = str(outer)
+    _replace_manifest(outer, manifest)
+
+
+def _replace_manifest(folder: Path, manifest: dict[str, Any]) -> None:
+    # A reader must never see half a manifest: write beside it, then rename over it.
+    tmp = folder / f".{MANIFEST}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=1, default=str) + "\n")
+    os.replace(tmp, folder / MANIFEST)
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -199,5 +228,7 @@ def save_case(case: Any, dump_dir: Path | str, *, kind: str | None = None) -> Pa
         exc=None, backend=str(origin.get("backend", "replay")), mode="replay", budget_bytes=1 << 62,
         inputs_state="replay", manifest_overrides={"grad_enabled": origin.get("grad_enabled", False),
                                                    # training: a backward graph stays one (replay/backward.py)
-                                                   **{k: origin[k] for k in ("stage", "backward") if k in origin}},
+                                                   **{k: origin[k] for k in ("stage", "backward") if k in origin},
+                                                   **({"backend_source": origin["backend_source"]} if "backend_source" in origin else {}),
+                                                   "config": {**(origin.get("config") or {}), "values": replay_settings(origin)}},
     )

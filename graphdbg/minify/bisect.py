@@ -198,9 +198,17 @@ class NodeDivergence:
 def bisect_nodes(case_or_dump: Any, backend: Any = "eager", passes: Any = None, *, rtol: float | None = None,
                  atol: float | None = None) -> NodeDivergence:
     """The first node whose value diverges from the reference beyond tolerance."""
-    from graphdbg.replay.passes import apply_passes, resolve_passes
+    from graphdbg.compiler_config import applied_config, replay_settings
 
     case = as_case(case_or_dump)
+    # the backend runs under the compiler settings of the captured run, as in a replay
+    with applied_config(replay_settings(case.dump.manifest if case.dump is not None else None)):
+        return _bisect_nodes(case, backend, passes, rtol=rtol, atol=atol)
+
+
+def _bisect_nodes(case: Case, backend: Any, passes: Any, *, rtol: float | None, atol: float | None) -> NodeDivergence:
+    from graphdbg.replay.passes import apply_passes, resolve_passes
+
     grad = bool(case.dump.manifest.get("grad_enabled", False)) if case.dump is not None else False
     ref = ValueRecorder(case.gm)
     ref64 = ValueRecorder(case.gm)

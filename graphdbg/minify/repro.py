@@ -21,6 +21,7 @@ import torch
 import torch.fx as fx
 
 from graphdbg.accuracy import TOLERANCES
+from graphdbg.compiler_config import python_lines, replay_settings
 from graphdbg.errors import GraphdbgError
 from graphdbg.case import Case
 from graphdbg.replay.outcome import Outcome
@@ -105,7 +106,11 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
     expect = {"status": outcome.status, "error_type": outcome.error_type,
               "message": (outcome.message or "").strip().splitlines()[0] if outcome.message else ""}
     tol = {str(k).replace("torch.", ""): v for k, v in TOLERANCES.items()}
-    text = _TEMPLATE.format(prelude=prelude, forward=_indent(forward.strip("\n")), backend=backend_ref,
+    settings = replay_settings(case.dump.manifest if case.dump is not None else None)
+    config = "\n".join(["# Compiler settings of the captured run (non-default values; graphdbg show lists them)",
+                        "import torch._inductor.config", "import torch._dynamo.config", "import torch._functorch.config",
+                        *python_lines(settings)]) if settings else ""
+    text = _TEMPLATE.format(config=config, prelude=prelude, forward=_indent(forward.strip("\n")), backend=backend_ref,
                             direct=direct, expect=expect, tol=tol, inputs=INPUTS_FILE,
                             nodes=len(case.gm.graph.nodes), captured=str(case.device), summary=outcome.summary().replace('"""', "'''"))
     path.write_text(text)
@@ -147,6 +152,8 @@ def _resolve(module, qualname):
         obj = getattr(obj, part)
     return obj
 
+
+{config}
 
 {prelude}
 
@@ -272,7 +279,7 @@ def main():
         try:
             got = run_backend(gm, inputs, args.backend)
         except Exception as e:
-            inner = getattr(e, "inner_exception", None) or e
+            inner = (getattr(e, "inner_exception", None) or e) if type(e).__name__ == "BackendCompilerFailed" else e
             same = EXPECT["status"] == "crash" and type(inner).__name__ == EXPECT["error_type"] and masked(str(inner)) == masked(EXPECT["message"])
             print(("REPRODUCED: " if same else "FAILED DIFFERENTLY: ") + f"{{type(inner).__name__}}: {{str(inner).strip().splitlines()[0] if str(inner).strip() else ''}}")
             return 1 if same else 2

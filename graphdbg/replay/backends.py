@@ -4,25 +4,40 @@
     >>> resolve_backend("thunder")           # Lightning Thunder's ThunderCompiler
     >>> resolve_backend("mypkg.compilers:my_backend")
 
-Importing ``module:callable`` runs that module: it is code the user named, not code from a
-dump.
+Importing ``module:callable`` runs that module: it is code the user named. A dump names its
+backend too, but a dump is someone else's file: ``dump_backend`` hands out a ``module:qualname``
+it recorded only when the user said ``--trust-backend``. A backend defined in the captured
+script itself (``__main__``) is loaded from the recorded script path (``path/prog.py:picky``)
+with its definitions only: the script's top-level calls and its ``if __name__ ==
+"__main__":`` block are left out, so loading the backend does not run the program.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
+import sys
+import types
+from pathlib import Path
 from typing import Any, Callable
 
 from graphdbg.errors import GraphdbgError
 
 
+# Recorded names that mean a backend replay knows by name, whatever module spelled them.
+KNOWN_ALIASES = {"thunder.dynamo.compiler:ThunderCompiler": "thunder", "thunder.dynamo:ThunderCompiler": "thunder"}
+
+
 def import_object(spec: str) -> Any:
-    """``package.module:attr.sub`` -> the object; one-line GraphdbgError when it can't be had."""
-    module_name, _, attr = spec.partition(":")
+    """``package.module:attr.sub`` (or ``path/script.py:attr``) -> the object; one-line
+    GraphdbgError when it can't be had."""
+    module_name, _, attr = spec.rpartition(":")
     if not module_name or not attr:
         raise GraphdbgError(f"{spec!r}: expected package.module:callable")
     try:
-        obj: Any = importlib.import_module(module_name)
+        obj: Any = script_module(module_name) if module_name.endswith(".py") else importlib.import_module(module_name)
+    except GraphdbgError:
+        raise
     except Exception as e:
         raise GraphdbgError(f"{spec!r}: cannot import {module_name} ({type(e).__name__}: {_first_line(e)})") from e
     for part in attr.split("."):
@@ -31,6 +46,97 @@ def import_object(spec: str) -> Any:
         except AttributeError as e:
             raise GraphdbgError(f"{spec!r}: {module_name} has no {attr}") from e
     return obj
+
+
+_scripts: dict[str, types.ModuleType] = {}
+
+
+def script_module(path: str) -> types.ModuleType:
+    """The definitions of a script, as a module that is not ``__main__``: imports, functions,
+    classes and assignments run; top-level expression statements, loops, ``with`` blocks,
+    ``if __name__ == ...`` blocks, and assignments that call something the script itself
+    defines (``out = compiled(x)``) do not. Says so on stderr, once per script."""
+    file = Path(path).resolve()
+    key = str(file)
+    if key in _scripts:
+        return _scripts[key]
+    try:
+        tree = ast.parse(file.read_text(), filename=key)
+    except (OSError, SyntaxError, UnicodeDecodeError) as e:
+        raise GraphdbgError(f"{path}: cannot read the backend's script ({type(e).__name__}: {_first_line(e)})") from e
+    kept, skipped = _definitions(tree.body)
+    module = types.ModuleType(f"graphdbg_script_{file.stem}")
+    module.__file__ = key
+    sys.modules[module.__name__] = module  # dataclasses and pickling look classes up by module
+    if str(file.parent) not in sys.path:
+        sys.path.insert(0, str(file.parent))  # the script's sibling modules import as they did for it
+    try:
+        exec(compile(ast.Module(body=kept, type_ignores=[]), key, "exec"), module.__dict__)
+    except Exception as e:
+        sys.modules.pop(module.__name__, None)
+        raise GraphdbgError(f"{path}: loading the backend's definitions failed ({type(e).__name__}: {_first_line(e)})") from e
+    _scripts[key] = module
+    sys.stderr.write(f"graphdbg: loaded the backend from {file} (definitions only; {skipped} top-level statement(s) "
+                     f"and its __main__ block not run)\n")
+    return module
+
+
+def _definitions(body: list[ast.stmt]) -> tuple[list[ast.stmt], int]:
+    defined: set[str] = set()
+    kept: list[ast.stmt] = []
+    skipped = 0
+    for stmt in body:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Try)):
+            keep = True
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            calls = [n.func for n in ast.walk(stmt) if isinstance(n, ast.Call)]
+            keep = not any(_root_name(f) in defined for f in calls)
+        elif isinstance(stmt, ast.If):
+            keep = "__name__" not in {n.id for n in ast.walk(stmt.test) if isinstance(n, ast.Name)}
+        else:  # expression statements (calls), loops, with-blocks: the program itself
+            keep = isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+        if keep:
+            kept.append(stmt)
+            for node in ast.walk(stmt) if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else [stmt]:
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    defined.add(node.name)
+                elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                    defined.add(node.id)
+        else:
+            skipped += 1
+    return kept, skipped
+
+
+def _root_name(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):
+        node = node.value if not isinstance(node, ast.Call) else node.func
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def dump_backend(dump: Any, trust: bool, command: str = "replay", shown_path: Any = None) -> str:
+    """The backend ``dump`` recorded, as ``resolve_backend`` takes it. A registered name is
+    returned as it is; code the dump names (``module:qualname``, or a function of the captured
+    script) only with ``trust``, else a GraphdbgError whose one line gives the command to run."""
+    spec = str(dump.manifest.get("backend") or "eager")
+    spec = KNOWN_ALIASES.get(spec, spec)
+    if ":" not in spec:
+        return spec
+    source = dump.manifest.get("backend_source") or {}
+    if not trust:
+        where = f" (defined in {source['script']})" if source.get("script") else ""
+        raise GraphdbgError(
+            f"the dump's backend is {spec}{where}, code the dump names; graphdbg imports it only when you say so: "
+            f"graphdbg {command} {shown_path or dump.path} --trust-backend (or pick one with --backend)")
+    if spec.startswith("__main__:"):
+        script = source.get("script")
+        if not script:
+            raise GraphdbgError(f"the dump's backend {spec} was defined in a script whose path was not recorded; "
+                                f"give it with --backend path/to/script.py:{spec.partition(':')[2]}")
+        if not Path(script).is_file():
+            raise GraphdbgError(f"the dump's backend {spec} was defined in {script}, which is not on this machine; "
+                                f"give it with --backend path/to/script.py:{spec.partition(':')[2]}")
+        return f"{script}:{spec.partition(':')[2]}"
+    return spec
 
 
 def _first_line(e: BaseException) -> str:

@@ -32,6 +32,7 @@ import torch
 import torch.fx as fx
 
 from graphdbg.accuracy import compare_outputs, forgive, needs_float64
+from graphdbg.compiler_config import applied_config, replay_settings
 from graphdbg.errors import GraphdbgError
 from graphdbg.graph_hash import target_name
 from graphdbg.replay.backends import resolve_backend
@@ -127,8 +128,12 @@ def run_case(
     gm = copy.deepcopy(case.gm)
     inputs = fresh_inputs(case.inputs, mutated)
     patch = inductor_post_grad_patch(post, reports) if post else {}
+    # The compiler settings of the captured run (graphdbg.compiler_config), unless --no-config.
+    settings = replay_settings(case.dump.manifest if case.dump is not None else None)
     try:
-        with torch.set_grad_enabled(grad), _inductor_patch(patch):
+        with torch.set_grad_enabled(grad), applied_config(settings) as unknown, _inductor_patch(patch):
+            # a recorded setting this torch lacks can't be restored: say so, as for any stand-in
+            outcome.stand_ins += [f"setting {key}: not in this torch, not restored" for key in unknown]
             t0 = time.perf_counter()
             if direct:
                 compiled = staged(gm, inputs)

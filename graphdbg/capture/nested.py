@@ -1,0 +1,307 @@
+"""Nested capture: the compiles a captured backend starts itself, dumped as pieces of its graph.
+
+ThunderFX, vLLM and SGLang split the graph Dynamo gives them and hand pieces to Inductor
+(``torch._inductor.compile``, ``compile_fx``, ``standalone_compile``) or to an
+``aot_autograd`` backend. When a piece fails, the piece is what to replay, not the whole graph.
+
+    >>> with outer_frame(owner, snap, gm):      # set by CapturingBackend while its backend runs
+    ...     backend(gm, inputs)                  # torch._inductor.compile(piece, ...) raises
+    # -> dumps/rank0/g0.1-compile_error-<hash>/  (manifest "parent": outer seq, piece, position)
+
+While an outer backend compiles, or its compiled code runs (Thunder compiles its Inductor
+pieces lazily, on their first call), a thread-local frame says so. The inner entry points are
+patched once per process; outside a frame they call straight through. A call whose graph is
+the outer graph itself (``capture("inductor")`` reaching ``compile_fx``) is not a piece, and
+neither is a compile started inside another piece's compile (``torch._inductor.compile``
+calls ``compile_fx``): one failure, one dump. The piece's snapshot is taken before the inner
+compiler runs, because Inductor changes the graph it is given.
+
+The outer dump's id is decided only when it is written (its failure kind and a free folder
+name are part of it), so children are written first with the outer's sequence number, and
+linked both ways once the outer dump exists (``write.link_children``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.abc
+import importlib.machinery
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+import torch.fx as fx
+
+if TYPE_CHECKING:
+    from graphdbg.capture.hook import CapturingBackend
+    from graphdbg.capture.snapshot import GraphSnapshot
+
+_local = threading.local()
+
+
+@dataclass
+class Frame:
+    """One outer backend call in progress (compiling, or running what it compiled)."""
+
+    owner: CapturingBackend
+    snap: GraphSnapshot
+    gm: fx.GraphModule
+    phase: str  # "compile" | "run"
+    busy: bool = False  # a piece is compiling: entry points it reaches are part of it
+
+    @property
+    def children(self) -> list[dict[str, Any]]:
+        return self.snap.children
+
+    def next_call(self) -> int:
+        with _counter_lock:
+            self.snap.pieces += 1
+            return self.snap.pieces
+
+
+_counter_lock = threading.Lock()
+
+
+def say(line: str) -> None:
+    """One line on stderr, never an exception: capture must not change the user's program."""
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except Exception:
+        pass
+
+
+def _stack() -> list[Frame]:
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    return stack
+
+
+def current() -> Frame | None:
+    stack = _stack()
+    return stack[-1] if stack else None
+
+
+@contextlib.contextmanager
+def outer_frame(owner: CapturingBackend, snap: GraphSnapshot, gm: fx.GraphModule, phase: str) -> Iterator[Frame]:
+    if len(_installed) < len(_PATCHES):
+        install()  # an entry point's module may have finished importing since the last look
+    frame = Frame(owner, snap, gm, phase)
+    stack = _stack()
+    stack.append(frame)
+    try:
+        yield frame
+    finally:
+        stack.pop()
+
+
+@contextlib.contextmanager
+def piece_compile(frame: Frame) -> Iterator[None]:
+    frame.busy = True
+    try:
+        yield
+    finally:
+        frame.busy = False
+
+
+def parent_of(gm: Any) -> Frame | None:
+    """The frame a compile of ``gm`` is a piece of, or None (no frame, the outer graph itself,
+    or inside another piece's compile)."""
+    frame = current()
+    if frame is None or frame.busy or not isinstance(gm, fx.GraphModule) or gm is frame.gm:
+        return None
+    return frame
+
+
+def piece_place(gm: fx.GraphModule, max_frames: int = 40) -> tuple[str | None, int | None]:
+    """(name, position) of ``gm`` in the split module that holds it, found among the callers'
+    local variables: ``submod_2`` from ``split_module``, ``inductor_3`` once Thunder renamed it
+    (its lazily compiled wrapper keeps the piece as an attribute)."""
+    f = sys._getframe(1)
+    seen: set[int] = set()
+    for _ in range(max_frames):
+        if f is None:
+            break
+        for value in list(f.f_locals.values()):
+            # Only a GraphModule splits a graph; a lazy wrapper holding the piece is not its parent.
+            if not isinstance(value, fx.GraphModule) or id(value) in seen or value is gm:
+                continue
+            seen.add(id(value))
+            for position, (name, child) in enumerate(value.named_children()):
+                if child is gm or any(c is gm for c in child.children()) or any(v is gm for v in vars(child).values()):
+                    return name, position
+        f = f.f_back
+    return None, None
+
+
+def dump_piece(frame: Frame, snap: GraphSnapshot, inputs: list[Any], exc: BaseException | None, *, backend: str,
+               call: int, name: str | None, position: int | None, config: dict[str, Any] | None,
+               kind: str = "compile_error") -> Path | None:
+    """Write the failed piece as its own dump, a child of ``frame``'s graph; never raises."""
+    from graphdbg.capture.write import write_dump
+
+    owner = frame.owner
+    parent = {
+        "seq": frame.snap.seq,
+        "graph_hash": frame.snap.graph_hash,
+        "backend": owner.backend_ref,
+        "phase": frame.phase,
+        "piece": name or f"piece_{call}",
+        "position": position,
+        "call": call,
+        "id": None,  # set once the outer dump is written
+    }
+    snap.seq = f"{frame.snap.seq}.{call}"
+
+    def write() -> Path:
+        return write_dump(owner.dump_dir, snap=snap, inputs=inputs, kind=kind, exc=exc, backend=backend,
+                          mode=owner.mode, budget_bytes=owner.budget_bytes, inputs_state="at_compile",
+                          manifest_overrides={"parent": parent, "config": config or snap.config})
+
+    path = owner._guarded(write, "write a piece dump")
+    if path is not None:
+        frame.children.append({"path": path, "piece": parent["piece"], "position": position, "call": call,
+                               "kind": kind, "backend": backend})
+        say(f"graphdbg: {kind} in {backend!r} on piece {parent['piece']} of a graph compiled by "
+             f"{owner.backend_ref!r} ({type(exc).__name__ if exc is not None else 'as compiled'}); dump written to {path}")
+    return path
+
+
+def _entry(fn: Callable[..., Any], backend: Callable[[tuple, dict], str], graph_and_inputs: Callable[[tuple, dict], tuple],
+           config_of: Callable[[tuple, dict], dict[str, Any] | None]) -> Callable[..., Any]:
+    """``fn`` that, inside a frame, dumps the piece it is given when it raises."""
+    if getattr(fn, "_graphdbg_piece_entry", False):
+        return fn
+
+    @functools.wraps(fn)
+    def entry(*args: Any, **kwargs: Any) -> Any:
+        try:
+            gm, inputs = graph_and_inputs(args, kwargs)
+            frame = parent_of(gm)
+        except Exception:
+            frame = None
+        if frame is None:
+            return fn(*args, **kwargs)
+        from graphdbg.capture.snapshot import GraphSnapshot
+        from graphdbg.compiler_config import config_diff
+
+        call = frame.next_call()
+        snap = frame.owner._guarded(lambda: GraphSnapshot.take(0, gm, keep_eager=False), "snapshot a piece")
+        if snap is not None:
+            snap.config = frame.owner._guarded(lambda: config_diff(config_of(args, kwargs)), "record the compiler settings")
+        inputs = list(inputs) if inputs is not None else []
+        if snap is not None and frame.owner.mode == "always":
+            name, position = frame.owner._guarded(lambda: piece_place(gm), "name the piece") or (None, None)
+            dump_piece(frame, snap, inputs, None, backend=backend(args, kwargs), call=call, name=name,
+                       position=position, config=snap.config, kind="captured")
+        with piece_compile(frame):
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:
+                if snap is not None:
+                    name, position = frame.owner._guarded(lambda: piece_place(gm), "name the piece") or (None, None)
+                    dump_piece(frame, snap, inputs, e, backend=backend(args, kwargs), call=call, name=name,
+                               position=position, config=snap.config)
+                raise
+
+    entry._graphdbg_piece_entry = True  # type: ignore[attr-defined]
+    return entry
+
+
+def _gm_inputs(args: tuple, kwargs: dict, gm_key: str = "gm", inputs_key: str = "example_inputs") -> tuple:
+    gm = args[0] if args else kwargs.get(gm_key)
+    inputs = args[1] if len(args) > 1 else kwargs.get(inputs_key)
+    return gm, inputs
+
+
+def _aot_backend_name(self: Any) -> str:
+    """The registered name of an aot_autograd backend (``aot_eager``), else its forward compiler."""
+    try:
+        from torch._dynamo.backends.registry import _COMPILER_FNS
+
+        for name, fn in _COMPILER_FNS.items():
+            if fn is self:
+                return name
+    except Exception:
+        pass
+    fw = getattr(self, "kwargs", {}).get("fw_compiler")
+    target = fw if hasattr(fw, "__qualname__") else type(fw)
+    return f"{getattr(target, '__module__', '?')}:{getattr(target, '__qualname__', '?')}"
+
+
+def _patch_inductor_package(mod: Any) -> None:
+    if callable(getattr(mod, "compile", None)):
+        mod.compile = _entry(mod.compile, lambda a, k: "inductor", _gm_inputs,
+                             lambda a, k: (a[2] if len(a) > 2 else k.get("options")))
+    standalone = getattr(mod, "standalone_compile", None)
+    if callable(standalone) and not isinstance(standalone, type(sys)):
+        mod.standalone_compile = _entry(standalone, lambda a, k: "inductor", _gm_inputs,
+                                        lambda a, k: k.get("options"))
+
+
+def _patch_compile_fx(mod: Any) -> None:
+    mod.compile_fx = _entry(mod.compile_fx, lambda a, k: "inductor",
+                            lambda a, k: _gm_inputs(a, k, "model_", "example_inputs_"),
+                            lambda a, k: (a[3] if len(a) > 3 else k.get("config_patches")))
+
+
+def _patch_aot_common(mod: Any) -> None:
+    cls = mod.AotAutograd
+    cls.__call__ = _entry(cls.__call__, lambda a, k: _aot_backend_name(a[0]), lambda a, k: _gm_inputs(a[1:], k),
+                          lambda a, k: None)
+
+
+_PATCHES: dict[str, Callable[[Any], None]] = {
+    "torch._inductor": _patch_inductor_package,
+    "torch._inductor.compile_fx": _patch_compile_fx,
+    "torch._dynamo.backends.common": _patch_aot_common,
+}
+_installed: set[str] = set()
+_install_lock = threading.Lock()
+
+
+def _apply(name: str, module: Any) -> None:
+    with _install_lock:
+        if name in _installed:
+            return
+        _installed.add(name)
+    try:
+        _PATCHES[name](module)
+    except Exception as e:
+        say(f"graphdbg: could not watch {name} for nested compiles ({type(e).__name__}: {e})")
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Patches an entry point's module right after it is imported, so that watching for nested
+    compiles never imports Inductor into a program that does not use it."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name not in _PATCHES or name in _installed:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_then_patch(module: Any) -> None:
+            exec_module(module)
+            _apply(name, module)
+
+        spec.loader.exec_module = exec_then_patch  # type: ignore[method-assign]
+        return spec
+
+
+def install() -> None:
+    """Watch the nested-compile entry points in this process (idempotent, cheap)."""
+    for name in _PATCHES:
+        module = sys.modules.get(name)
+        if module is not None and name not in _installed:
+            if name == "torch._inductor" and not hasattr(module, "standalone_compile"):
+                continue  # still being imported: the finder below patches it once it is done
+            _apply(name, module)
+    if len(_installed) < len(_PATCHES) and not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchOnImport())

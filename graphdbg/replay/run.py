@@ -60,6 +60,9 @@ def run_case(
 
         return run_isolated(case, backend, passes, timeout=timeout, accuracy=accuracy, rtol=rtol, atol=atol,
                             direct=direct, pass_stage=pass_stage)
+    from graphdbg.graph_allow_list import check_graph_module
+
+    check_graph_module(case.gm, case.inputs)  # the loader's allow-list, again on what is about to run
     from graphdbg.replay.passes import (
         PassFailed,
         apply_passes,

@@ -21,7 +21,8 @@ import torch
 from graphdbg.display import Displayed
 from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.graph_hash import target_name
-from graphdbg.manifest import GRAPH, INPUTS
+from graphdbg.confined import inside, read_inside
+from graphdbg.manifest import GRAPH, INPUTS, MAX_GRAPH_BYTES
 from graphdbg.specs import SymSpec, TensorSpec
 from graphdbg.tensor_file import check_tensor_file, read_tensors
 
@@ -88,11 +89,7 @@ class Dump(Displayed):
     # The graph --------------------------------------------------------------------
     @property
     def source(self) -> str:
-        path = self.path / self.manifest["graph"].get("file", GRAPH)
-        try:
-            return path.read_text()
-        except (OSError, UnicodeDecodeError) as e:
-            raise DumpError(f"{path}: cannot read the graph ({type(e).__name__})") from e
+        return read_inside(self.path, self.manifest["graph"].get("file", GRAPH), max_bytes=MAX_GRAPH_BYTES, text=True)
 
     @functools.cached_property
     def printed(self):
@@ -105,7 +102,7 @@ class Dump(Displayed):
 
     def check(self) -> None:
         """Validate what can be validated without loading values: the tensor file's size and header."""
-        check_tensor_file(self.path / self.manifest.get("inputs_file", INPUTS))
+        check_tensor_file(inside(self.path, self.manifest.get("inputs_file", INPUTS)))
 
     def default_device(self) -> torch.device:
         dev = self.captured_device
@@ -130,7 +127,7 @@ class Dump(Displayed):
         from graphdbg.rebuild.inputs import InputBuilder, symbol_env
 
         dev = self.resolve_device(device)
-        tensor_path = self.path / self.manifest.get("inputs_file", INPUTS)
+        tensor_path = inside(self.path, self.manifest.get("inputs_file", INPUTS))
         descs = self.manifest["inputs"]
         builder = InputBuilder(dev, lambda keys: read_tensors(tensor_path, keys, device="cpu"), symbol_env(descs), seed=seed)
         printed = self.printed

@@ -31,6 +31,7 @@ import builtins
 import functools
 import math
 import operator
+import os
 import types
 import weakref
 from typing import Any, Iterable
@@ -221,13 +222,16 @@ def refusal(obj: Any) -> str | None:
 
 
 def _is_graphdbg_stand_in(obj: Any) -> bool:
-    # Stand-ins are plain functions graphdbg makes after loading (rebuild/stand_ins.py); a graph
-    # can't name them, it only gets them by replacement.
+    # Stand-ins are plain functions graphdbg's own code makes after loading (rebuild/stand_ins.py,
+    # the compile-cache reader); a graph can't name them, it only gets them by replacement.
     if type(obj).__name__ == "MissingOp" and type(obj).__module__ == "graphdbg.rebuild.stand_ins":
         return True
     code = getattr(obj, "__code__", None)
-    return (isinstance(obj, types.FunctionType) and obj.__module__ == "graphdbg.rebuild.stand_ins"
-            and code is not None and code.co_filename.replace("\\", "/").endswith("graphdbg/rebuild/stand_ins.py"))
+    return (isinstance(obj, types.FunctionType) and str(obj.__module__).startswith("graphdbg.") and code is not None
+            and os.path.dirname(os.path.abspath(code.co_filename)).startswith(_PACKAGE_DIR))
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def _in_registered_namespace(obj: Any) -> bool:

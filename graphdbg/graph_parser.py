@@ -426,7 +426,8 @@ class _Reader:
                 self._check_import(stmt)
             elif not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
                       and isinstance(stmt.value.value, str)):
-                raise self.fail(f"unexpected statement outside the graph class: {_show(stmt)}", stmt)
+                # named by kind, not quoted: a file that is no printed graph may hold anything
+                raise self.fail(f"unexpected statement outside the graph class ({_kind(stmt)}; not a printed graph?)", stmt)
         if not classes:
             raise self.fail("not a printed graph: no `class ...(torch.nn.Module)` with a forward", 1)
         if len(classes) > 1:
@@ -878,6 +879,16 @@ def _dotted(expr: ast.expr, default: Any) -> Any:
     if not isinstance(expr, ast.Name):
         return default
     return ".".join([expr.id, *reversed(parts)])
+
+
+def _kind(stmt: ast.stmt) -> str:
+    """``a function call``, ``an assignment``, ...: what a statement is, without its text."""
+    kinds = {ast.Assign: "an assignment", ast.AnnAssign: "an assignment", ast.AugAssign: "an assignment",
+             ast.FunctionDef: "a function", ast.AsyncFunctionDef: "a function", ast.If: "an if", ast.For: "a loop",
+             ast.While: "a loop", ast.With: "a with block", ast.Try: "a try block"}
+    if isinstance(stmt, ast.Expr):
+        return "a call" if isinstance(stmt.value, ast.Call) else "an expression"
+    return kinds.get(type(stmt), f"a {type(stmt).__name__} statement")
 
 
 def _show(node: ast.AST, limit: int = 100) -> str:

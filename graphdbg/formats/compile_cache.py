@@ -35,6 +35,7 @@ from graphdbg.formats import register
 from graphdbg.errors import GraphdbgError
 from graphdbg.formats.file_dump import FileDump, manifest_for
 from graphdbg.rebuild.inputs import StandIn
+from graphdbg.confined import read_regular
 from graphdbg.graph_parser import PrintedGraph, parse_printed_graph
 from graphdbg.specs import SymSpec, TensorSpec, eval_dim
 
@@ -46,6 +47,9 @@ _NAME = re.compile(r"^computation_graph(?P<stamp>_\d+(?:\.\d+)?)?\.py$")
 _HEADER = re.compile(r"\A\s*from __future__ import annotations\s*\n\s*import torch\s*\n")
 _RANK_DIR = re.compile(r"^rank_(?P<rank>\d+)_(?P<dp>\d+)$")
 _CUDA_LITERAL = re.compile(r"device\(type='cuda', index=(\d+)\)")
+
+
+MAX_FILE_BYTES = 256 << 20
 
 
 def detect_format(path: str | Path) -> str | None:
@@ -129,7 +133,7 @@ class CompileCacheDump(FileDump):
     def __init__(self, path: Path, fmt: str, printed: PrintedGraph, missing_ops: list[str]):
         self.missing_ops = missing_ops
         where = cache_location(path)
-        text = path.read_text()
+        text = read_regular(path, max_bytes=MAX_FILE_BYTES, text=True)
         cuda = _CUDA_LITERAL.search(text)
         captured = f"cuda:{cuda.group(1)}" if cuda else None  # the file has no devices but its literals'
         inputs = []
@@ -227,10 +231,7 @@ def load_computation_graph(path: str | Path) -> CompileCacheDump:
     fmt = detect_format(path)
     if fmt is None:
         raise GraphdbgError(f"{path}: not a vLLM/SGLang computation_graph*.py (name or header differs)")
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise GraphdbgError(f"{path}: cannot read ({type(e).__name__})") from None
+    text = read_regular(path, max_bytes=MAX_FILE_BYTES, text=True)
     hook = _MissingOps()
     printed = parse_printed_graph(text, filename=str(path), resolve=hook)
     return CompileCacheDump(path, fmt, printed, sorted(set(hook.names)))

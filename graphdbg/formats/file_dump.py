@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 
+from graphdbg.confined import read_regular
 from graphdbg.graph_hash import graph_hash, op_histogram
 from graphdbg.manifest import SCHEMA, SCHEMA_VERSION
 from graphdbg.dump import Dump
@@ -33,7 +34,7 @@ class FileDump(Dump):
 
     @property
     def source(self) -> str:
-        return self.path.read_text()
+        return read_regular(self.path, max_bytes=256 << 20, text=True)
 
     def check(self) -> None:
         """Nothing to validate beyond what loading already did: there is no tensor file."""

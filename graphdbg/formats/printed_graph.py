@@ -31,6 +31,7 @@ import torch
 import torch.fx as fx
 
 from graphdbg.formats import register
+from graphdbg.confined import read_regular
 from graphdbg.errors import GraphSourceError
 from graphdbg.graph_hash import graph_hash
 from graphdbg.dump import Dump
@@ -75,7 +76,7 @@ def load_printed_graph(path: str | Path) -> ForeignDump:
         size = path.stat().st_size
         if size > MAX_BYTES:
             raise GraphSourceError(f"not a printed graph ({size} bytes)", file=str(path))
-        source = path.read_text()
+        source = read_regular(path, max_bytes=MAX_BYTES, text=True)
     except UnicodeDecodeError:
         raise GraphSourceError("not a printed graph: not UTF-8 text", file=str(path), line=1) from None
     except OSError as e:

@@ -37,6 +37,7 @@ from graphdbg.formats import register
 from graphdbg.errors import GraphdbgError, GraphSourceError
 from graphdbg.formats.file_dump import FileDump, manifest_for
 from graphdbg.rebuild.inputs import StandIn
+from graphdbg.confined import inside, read_regular
 from graphdbg.graph_parser import AttrConstruction, PrintedGraph, _dotted, parse_module_class, resolve_target
 from graphdbg.specs import TensorSpec, dtype_name, eval_dim
 
@@ -119,10 +120,7 @@ class ReproFile:
 def read_repro(path: str | Path) -> ReproFile:
     """Parse a minifier script; GraphSourceError (file and line) for anything unreadable."""
     path = Path(path)
-    try:
-        source = path.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise GraphdbgError(f"{path}: cannot read ({type(e).__name__})") from None
+    source = read_regular(path, max_bytes=_MAX_DETECT_BYTES, text=True)
     try:
         tree = ast.parse(source, filename=str(path))
     except SyntaxError as e:
@@ -248,6 +246,14 @@ def read_storage_bytes(path: str | Path) -> bytes:
         raise GraphdbgError(f"{path}: cannot read ({type(e).__name__})") from None
 
 
+def _stored(store: Path, name: str) -> Path | None:
+    """The storage file ``name`` inside ``store/storages``: a regular file reached through no link."""
+    try:
+        return inside(store, f"storages/{name}") if "/" not in name and "\\" not in name else None
+    except GraphdbgError:
+        return None
+
+
 def find_store(repro: ReproFile) -> Path | None:
     """The content-store folder with this script's storages, or None.
 
@@ -257,12 +263,12 @@ def find_store(repro: ReproFile) -> Path | None:
     """
     here = repro.path.parent
     save_dir = repro.options.get("save_dir")
-    candidates = [Path(save_dir)] if isinstance(save_dir, str) and save_dir else []
-    candidates += [here / "checkpoints", here]
-    if isinstance(save_dir, str) and save_dir:
+    # Only beside the script: the script's own absolute save_dir may name any folder on this machine.
+    candidates = [here / "checkpoints", here]
+    if isinstance(save_dir, str) and save_dir and Path(save_dir).name not in ("", ".", ".."):
         candidates.append(here / Path(save_dir).name)
     for c in candidates:
-        if (c / "storages").is_dir():
+        if not c.is_symlink() and (c / "storages").is_dir() and not (c / "storages").is_symlink():
             return c
     return None
 
@@ -302,7 +308,7 @@ class ReproDump(FileDump):
     def _describe(self, a: ArgCall) -> dict[str, Any]:
         if a.kind == "tensor":
             st = self.repro.storages[a.storage]
-            found = self.store is not None and st.hash is not None and (self.store / "storages" / st.hash).is_file()
+            found = self.store is not None and st.hash is not None and _stored(self.store, st.hash) is not None
             return {"name": a.name, "kind": "tensor", "dtype": dtype_name(a.dtype), "shape": a.shape, "stride": a.stride,
                     "device": st.device, "requires_grad": a.requires_grad, "storage_offset": a.storage_offset,
                     "stored": st.hash if found else None, "storage": a.storage,
@@ -349,8 +355,8 @@ class ReproDump(FileDump):
                 users.setdefault(a.storage, []).append(a.name)
         for var, st in self.repro.storages.items():
             raw = None
-            if self.store is not None and st.hash is not None and (self.store / "storages" / st.hash).is_file():
-                raw = read_storage_bytes(self.store / "storages" / st.hash)
+            if self.store is not None and st.hash is not None and _stored(self.store, st.hash) is not None:
+                raw = read_storage_bytes(inside(self.store, f"storages/{st.hash}"))
                 if len(raw) != st.nbytes:
                     raise GraphdbgError(f"{self.store / 'storages' / st.hash}: {len(raw)} bytes, load_args says {st.nbytes}")
                 data = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)

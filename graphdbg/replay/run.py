@@ -34,7 +34,7 @@ from graphdbg.graph_hash import target_name
 from graphdbg.replay.backends import resolve_backend
 from graphdbg.rebuild.inputs import clone_values, to_float64
 from graphdbg.replay.outcome import Outcome
-from graphdbg.signature import signature
+from graphdbg.signature import exception_text, signature
 
 if TYPE_CHECKING:
     from graphdbg.case import Case
@@ -252,7 +252,7 @@ def _unwrap(e: BaseException) -> BaseException:
 def _crash(outcome: Outcome, e: BaseException, stage: str, gm: fx.GraphModule | None, node: fx.Node | None = None) -> None:
     if node is None and gm is not None:
         node = failing_node(e, gm)
-    msg = str(e)
+    msg = exception_text(e)
     outcome.status = "crash"
     outcome.stage = stage
     outcome.error_type = type(e).__name__
@@ -271,7 +271,7 @@ def _locate_with_interpreter(gm: fx.GraphModule, inputs: list[Any], exc: BaseExc
         with torch.set_grad_enabled(grad):
             fx.Interpreter(gm).run(*clone_values(inputs))
     except Exception as e:
-        if type(e) is type(exc) and signature(type(e).__name__, str(e)).split("\n")[0] == signature(type(exc).__name__, str(exc)):
+        if type(e) is type(exc) and signature(type(e).__name__, exception_text(e)).split("\n")[0] == signature(type(exc).__name__, exception_text(exc)):
             return failing_node(e, gm)
     return None
 
@@ -283,7 +283,7 @@ def failing_node(e: BaseException, gm: fx.GraphModule) -> fx.Node | None:
     """The node whose code raised, from the traceback through fx's generated forward, or the
     'While executing %name' note fx.Interpreter adds."""
     nodes = {n.name: n for n in gm.graph.nodes}
-    text = str(e) + "".join(getattr(e, "__notes__", []) or [])
+    text = exception_text(e) + "".join(str(n) for n in (getattr(e, "__notes__", None) or []) if isinstance(n, str))
     m = _WHILE_EXECUTING.search(text)
     if m and m.group(1) in nodes:
         return nodes[m.group(1)]

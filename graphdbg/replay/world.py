@@ -14,7 +14,6 @@ every child is ended before this returns.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import socket
@@ -126,35 +125,30 @@ def replay_world(root: str | Path, backend: str | None = None, passes: str | Non
     port = _free_port()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="graphdbg-world-") as tmp:
-        procs: dict[int, tuple[subprocess.Popen, Path]] = {}
-        for rank, path in dumps.items():
-            out = Path(tmp) / f"rank{rank}.json"
-            request = {"dump": str(path), "backend": backend, "passes": passes, "rank": rank, "world_size": world,
-                       "device": dev_type, "options": options}
-            req = Path(tmp) / f"rank{rank}.request.json"
-            req.write_text(json.dumps(request))
-            env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
-                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "PYTHONFAULTHANDLER": "1"}
-            procs[rank] = (subprocess.Popen([sys.executable, "-m", "graphdbg.replay.world", str(req), str(out)], env=env,
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                            start_new_session=True), out)
-        deadline = time.monotonic() + timeout
-        errs: dict[int, str] = {}
-        for rank, (proc, _) in procs.items():
-            try:
-                _, errs[rank] = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                break
-        for rank, (proc, _) in procs.items():  # end every child still running, whatever happened
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    proc.kill()
-                _, err = proc.communicate()
-                errs[rank] = errs.get(rank) or err or ""
-        for rank, (proc, out) in procs.items():
-            result.ranks.append(RankReplay(rank, str(dumps[rank]), _rank_outcome(proc, out, errs.get(rank, ""), backend, timeout)))
+        from graphdbg.replay.isolation import ChildGroup, tail_of
+
+        procs: dict[int, tuple[ChildGroup, Path, Path]] = {}
+        try:
+            for rank, path in dumps.items():
+                out = Path(tmp) / f"rank{rank}.json"
+                request = {"dump": str(path), "backend": backend, "passes": passes, "rank": rank, "world_size": world,
+                           "device": dev_type, "options": options}
+                req = Path(tmp) / f"rank{rank}.request.json"
+                req.write_text(json.dumps(request))
+                env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+                err_path = Path(tmp) / f"rank{rank}.stderr.txt"
+                procs[rank] = (ChildGroup([sys.executable, "-m", "graphdbg.replay.world", str(req), str(out)], err_path,
+                                          env=env), out, err_path)
+            deadline = time.monotonic() + timeout
+            for rank, (child, _, _) in procs.items():
+                if child.wait(max(0.1, deadline - time.monotonic())) is None:
+                    break
+        finally:
+            for child, _, _ in procs.values():  # end every child still running, whatever happened
+                child.kill()
+        for rank, (child, out, err_path) in procs.items():
+            result.ranks.append(RankReplay(rank, str(dumps[rank]), _rank_outcome(child.proc, out, tail_of(err_path), backend, timeout)))
     result.seconds = time.perf_counter() - started
     return result
 
@@ -177,6 +171,9 @@ def _child(request_path: str, outcome_path: str) -> int:
     from graphdbg.errors import GraphdbgError
     from graphdbg.replay.run import run_case
 
+    from graphdbg.replay.child import die_with_parent
+
+    die_with_parent()
     request = json.loads(Path(request_path).read_text())
     rank, world = request["rank"], request["world_size"]
     if request["device"] == "cuda":

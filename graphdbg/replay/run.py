@@ -241,12 +241,26 @@ def _judge(outcome: Outcome, reference: Any, result: Any, rtol: float | None, at
 def _unwrap(e: BaseException) -> BaseException:
     """The backend's own exception, not Dynamo's BackendCompilerFailed wrapper around it."""
     seen = 0
-    while seen < 5 and type(e).__name__ == "BackendCompilerFailed":
+    while seen < 5 and type(e).__name__ in ("BackendCompilerFailed", "InternalTorchDynamoError"):
         inner = getattr(e, "inner_exception", None) or e.__cause__
+        if type(e).__name__ == "InternalTorchDynamoError":
+            # Dynamo formats the backend's exception into its wrapper; when that exception's
+            # __str__ raises, Dynamo reports the __str__ failure: the backend's own is its context.
+            inner = _raised_by_str(e.__cause__ or e.__context__)
         if inner is None:
             break
         e, seen = inner, seen + 1
     return e
+
+
+def _raised_by_str(e: BaseException | None) -> BaseException | None:
+    """The exception whose ``__str__`` raised ``e``, or None."""
+    tb, last = (e.__traceback__ if e is not None else None), None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    if last is not None and last.tb_frame.f_code.co_name == "__str__" and e.__context__ is not None:
+        return e.__context__
+    return None
 
 
 def _crash(outcome: Outcome, e: BaseException, stage: str, gm: fx.GraphModule | None, node: fx.Node | None = None) -> None:

@@ -315,8 +315,7 @@ def _node_refusal(mod: fx.GraphModule, node: fx.Node) -> str | None:
             return "method .type() with a type name is not allowed"
     elif node.op == "get_attr":
         value = _attr(mod, str(node.target))
-        if not isinstance(value, (torch.Tensor, fx.GraphModule, torch.nn.Module, int, float, bool, type(None))) \
-                and not isinstance(value, torch._C.ScriptObject):
+        if not isinstance(value, (torch.Tensor, fx.GraphModule, torch.nn.Module, int, float, bool, type(None))):
             return f"attribute of type {type(value).__name__}"
         return None
     elif node.op == "call_module":

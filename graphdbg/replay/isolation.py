@@ -109,9 +109,9 @@ class ChildGroup:
       first, then act as before (KeyboardInterrupt; SystemExit(143) for SIGTERM), so the
       temporary folder is removed on the way out.
     - The child asks the kernel for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``,
-      ``graphdbg.replay.child``), which covers a parent killed with SIGKILL; its grandchildren
-      are then left to the token scan of the next replay, which cannot happen: that is what
-      remains.
+      ``graphdbg.replay.child``), which covers a parent killed with SIGKILL. What remains: the
+      child's own children outlive a SIGKILLed parent, and a grandchild that both left the
+      group and cleared its environment is never found.
 
         >>> with ChildGroup([sys.executable, "-c", "print(1)"], Path("err.txt")) as child:
         ...     child.wait(10)

@@ -76,7 +76,7 @@ def load_printed_graph(path: str | Path) -> ForeignDump:
         size = path.stat().st_size
         if size > MAX_BYTES:
             raise GraphSourceError(f"not a printed graph ({size} bytes)", file=str(path))
-        source = read_regular(path, max_bytes=MAX_BYTES, text=True)
+        source = read_regular(path, max_bytes=MAX_BYTES).decode()
     except UnicodeDecodeError:
         raise GraphSourceError("not a printed graph: not UTF-8 text", file=str(path), line=1) from None
     except OSError as e:

@@ -43,6 +43,9 @@ class Case(Displayed):
 
     def run_eager(self) -> Any:
         """Run the graph as it is, in eager mode, on the case's inputs."""
+        from graphdbg.graph_allow_list import check_graph_module
+
+        check_graph_module(self.gm, self.inputs)
         with torch.no_grad():
             return self.gm(*self.inputs)
 

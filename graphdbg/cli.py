@@ -106,7 +106,7 @@ def show(dump: Annotated[Path, typer.Argument(help="A dump folder or a graph fil
 PassesOpt = Annotated[Optional[str], typer.Option("--passes", "-p", help="Comma-separated package.module:callable FX passes; suffix @post_grad to run one inside Inductor.")]
 DeviceOpt = Annotated[Optional[str], typer.Option("--device", "-d", help="cpu, cuda, cuda:N (default: the capture device if present, else cpu).")]
 IsolateOpt = Annotated[bool, typer.Option("--isolate/--no-isolate", help="Run in a child process, so a segfault or hang becomes an outcome.")]
-TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", help="Seconds before an isolated replay counts as a timeout.")]
+TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", help="Seconds before an isolated replay counts as a timeout (default 600).")]
 TrustOpt = Annotated[bool, typer.Option("--trust-backend", help="Import the module:qualname backend the dump names (code from the dump's author).")]
 ConfigOpt = Annotated[Optional[list[str]], typer.Option("--config", help="Override one recorded compiler setting: inductor.KEY=VALUE (dynamo.*, functorch.*); repeatable.")]
 NoConfigOpt = Annotated[bool, typer.Option("--no-config", help="Drop the compiler settings recorded in the dump (run with torch's defaults).")]

@@ -25,6 +25,7 @@ import contextlib
 import importlib
 import json
 import os
+import re
 from typing import Any, Iterator
 
 CONFIGS = {"inductor": "torch._inductor.config", "dynamo": "torch._dynamo.config", "functorch": "torch._functorch.config"}
@@ -137,7 +138,10 @@ def replay_settings(manifest: dict[str, Any] | None) -> dict[str, Any]:
     then the ``--config`` overrides."""
     settings: dict[str, Any] = {}
     if not os.environ.get(ENV_NO_CONFIG):
-        settings.update(((manifest or {}).get("config") or {}).get("values") or {})
+        recorded = ((manifest or {}).get("config") or {}).get("values") or {}
+        if isinstance(recorded, dict):
+            # the dump is untrusted: only well-formed keys, and none that names a program, path or hook
+            settings.update({k: v for k, v in recorded.items() if safe_recorded_key(k)})
     try:
         settings.update(json.loads(os.environ.get(ENV_OVERRIDES) or "{}"))
     except ValueError:
@@ -173,7 +177,19 @@ def applied_config(settings: dict[str, Any]) -> Iterator[list[str]]:
         yield unknown
 
 
+_KEY = re.compile(r"(inductor|dynamo|functorch)(\.[A-Za-z_][A-Za-z0-9_]*)+")
+# Settings a dump could use to make a replay run a program or read/write a place of its choosing
+# (a C++ compiler, a CUDA toolchain, a cache or log folder, a hook): never taken from a dump.
+_UNSAFE = re.compile(r"(cxx|cc|compiler|cmd|command|exe|binary|path|dir|root|file|cache|log|hook|script|custom|pass"
+                     r"|launcher|plugin|profil|trace|debug|cutlass|ck_|rocm|nvcc|ld_|link)", re.I)
+
+
+def safe_recorded_key(key: Any) -> bool:
+    """A recorded setting that may be restored from someone else's dump (see ``_UNSAFE``)."""
+    return isinstance(key, str) and _KEY.fullmatch(key) is not None and not _UNSAFE.search(key.partition(".")[2])
+
+
 def python_lines(settings: dict[str, Any]) -> list[str]:
-    """The settings as statements for a standalone repro.py."""
+    """The settings as statements for a standalone repro.py (keys checked, values through repr)."""
     return [f"torch.{'_' + key.partition('.')[0]}.config.{key.partition('.')[2]} = {value!r}"
-            for key, value in sorted(settings.items())]
+            for key, value in sorted(settings.items()) if isinstance(key, str) and _KEY.fullmatch(key)]

@@ -46,9 +46,12 @@ class Contents:
 
     def text(self) -> str:
         if self._text is None:
+            from graphdbg.confined import read_regular
+            from graphdbg.manifest import MAX_GRAPH_BYTES
+
             try:
-                self._text = self.graph_file.read_text()
-            except (OSError, UnicodeDecodeError) as e:
+                self._text = read_regular(self.graph_file, max_bytes=MAX_GRAPH_BYTES, text=True)
+            except UnicodeDecodeError as e:
                 raise DumpError(f"{self.graph_file}: cannot read the graph ({type(e).__name__})") from e
         return self._text
 

@@ -17,14 +17,15 @@ eval'd or compiled.
     >>> [n.name for n in gm.graph.nodes]
     ['l_x_', 'y', 'output']
 
-What resolves (see ``resolve_target``): attribute paths under ``torch``, ``operator`` and
-``math``; the builtins in ``ALLOWED_BUILTINS``; the mangled globals fx codegen writes for
-functions it can't spell as a ``torch.*`` path (``math_sqrt``, ``_operator_not_``,
-``torch__dynamo_..._get_external_object_by_index``). Anything else goes to the caller's
-``resolve`` hook, except what is refused outright: dunder names, the entry points in
-``DENIED_PREFIXES`` and ``DENIED_NAMES`` (loading, saving, compiling, code execution), and
-any module reached through ``torch`` that does not itself live under an allowed root
-(``torch.os`` exists!).
+What resolves (see ``resolve_target``): paths under ``torch``, ``operator`` and ``math``
+whose object is on the allow-list in ``graphdbg.graph_allow_list`` (torch ops, tensor
+functions, a few named grad-mode, symbolic-size, stream and device calls), the builtins in
+``ALLOWED_BUILTINS``, and the mangled globals fx codegen writes for functions it can't spell
+as a ``torch.*`` path (``math_sqrt``, ``_operator_not_``,
+``torch__dynamo_..._get_external_object_by_index``). Names that resolve nowhere go to the
+caller's ``resolve`` hook; names that resolve to something not allowed (``torch.load``,
+``torch.utils.collect_env.run``, ``torch.os``), dunders and ``DENIED_ROOTS`` never do. Method
+calls and attribute reads are limited the same way (``allowed_methods``, ``ALLOWED_ATTRIBUTES``).
 """
 
 from __future__ import annotations
@@ -44,50 +45,42 @@ import torch
 import torch.fx as fx
 
 from graphdbg.errors import GraphSourceError
+from graphdbg.graph_allow_list import ALLOWED_ATTRIBUTES, ALLOWED_BUILTINS, allow_target, allowed_methods, check_value, refusal
 from graphdbg.specs import TensorSpec, parse_annotation
 
 __all__ = ["AttrConstruction", "PrintedGraph", "parse_module_class", "parse_printed_graph", "resolve_target", "mangled_name"]
 
 ALLOWED_ROOTS: dict[str, types.ModuleType] = {"torch": torch, "operator": operator, "_operator": operator, "math": math}
 
-# Builtins fx graphs actually call (getattr/getitem on shapes, symbolic arithmetic); nothing
-# that touches files, imports or code objects.
-ALLOWED_BUILTINS: dict[str, Any] = {
-    name: getattr(builtins, name)
-    for name in ("abs", "bool", "float", "getattr", "int", "isinstance", "len", "list",
-                 "max", "min", "range", "round", "slice", "tuple")
-}
-
 # Names fx codegen binds in the generated module's globals (torch.fx.graph._custom_builtins).
 CONSTANT_NAMES: dict[str, Any] = {"inf": math.inf, "nan": math.nan, "Ellipsis": ..., "NoneType": type(None)}
 
-# Torch entry points that load, save, compile or run code. Prefix match on the dotted path.
-DENIED_PREFIXES: tuple[str, ...] = (
-    "torch.load", "torch.save", "torch.hub", "torch.compile", "torch.package", "torch.serialization",
-    "torch.ops.load_library", "torch.ops.import_module", "torch.classes",
-    "torch.utils.cpp_extension", "torch.utils.data", "torch.jit.load", "torch.jit.save",
-    "torch.jit._serialization", "torch.export.load", "torch.export.save", "torch._inductor",
-    "torch.fx.graph_module", "torch._dynamo.eval_frame", "torch._dynamo.convert_frame",
-    "torch._dynamo.optimize", "torch._C._jit", "torch.library", "torch._library",
-    "torch.distributed.rpc", "torch.multiprocessing", "torch._C._set_print", "torch._C._dynamo",
-    "torch.cuda.memory._dump_snapshot", "torch.cuda.memory._record_memory_history", "torch.profiler",
-    "torch.autograd.profiler", "torch.utils.tensorboard", "torch.onnx", "torch.utils.benchmark",
-    "torch.testing._internal", "operator.attrgetter", "operator.methodcaller", "operator.call",
-    "_operator.attrgetter", "_operator.methodcaller", "_operator.call",
-)
-# Names refused anywhere in a path (but not as an op name under torch.ops.<ns>, where a
-# custom op may well be called "load").
-# Also refused as method names (`x.numpy().tofile(path)`).
-DENIED_NAMES = frozenset({"load", "save", "load_library", "compile", "eval", "exec", "system", "popen",
-                          "open", "import_module", "remove", "unlink", "rmtree", "spawn", "tofile", "dump",
-                          "dumps", "write", "export_chrome_trace", "attrgetter", "methodcaller"})
 # Roots refused before the user's hook is consulted, so a catch-all hook can't let them in.
 DENIED_ROOTS = frozenset({"os", "posix", "nt", "subprocess", "sys", "shutil", "importlib", "builtins", "pickle",
                           "marshal", "ctypes", "socket", "io", "pathlib", "runpy", "code", "codeop", "signal",
                           "multiprocessing", "threading", "tempfile", "urllib", "http", "shelve", "types",
                           "inspect", "gc", "dill", "requests"} | (set(dir(builtins)) - set(ALLOWED_BUILTINS)))
-# Tensor methods starting with "_" that a graph may call; none were needed in the corpus.
-ALLOWED_PRIVATE_METHODS: frozenset[str] = frozenset()
+# Modules under torch that a path may walk through: those holding allowed targets (see
+# graph_allow_list), and the op namespaces. Walking elsewhere (torch.utils, torch.storage,
+# torch._utils) is refused before anything there is looked up or imported.
+_WALKABLE_PREFIXES = ("torch.ops", "torch._higher_order_ops")
+
+
+@functools.lru_cache(maxsize=1)
+def _walkable_modules() -> frozenset[str]:
+    from graphdbg.graph_allow_list import _FUNCTION_MODULES, NAMED_FUNCTIONS
+
+    out = {"torch", "torch.nn", "torch.cuda", "torch.cuda.streams", "torch._C", "torch.amp", "torch._dynamo"}
+    for path in (*_FUNCTION_MODULES, *NAMED_FUNCTIONS):
+        parts = path.split(".")
+        out.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return frozenset(out)
+
+
+def _walkable(name: str) -> bool:
+    return name in _walkable_modules() or name.startswith(tuple(p + "." for p in _WALKABLE_PREFIXES)) \
+        or name in _WALKABLE_PREFIXES or name in ("operator", "_operator", "math")
+
 
 _OPERATORS: dict[type, Callable[..., Any]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -120,28 +113,21 @@ def _check_path(qualname: str) -> None:
     parts = qualname.split(".")
     if any(p.startswith("__") and p.endswith("__") or p == "" for p in parts):
         raise _Refused(f"refusing {qualname}: dunder or empty names are never resolved")
-    if parts[0] in DENIED_ROOTS or any(qualname == p or qualname.startswith(p + ".") for p in DENIED_PREFIXES):
-        raise _Refused(f"refusing {qualname}: not allowed in a replayed graph")
-    checked = parts[:3] if qualname.startswith("torch.ops.") else parts
-    if any(p in DENIED_NAMES for p in checked):
+    if parts[0] in DENIED_ROOTS:
         raise _Refused(f"refusing {qualname}: not allowed in a replayed graph")
 
 
 def _module_allowed(obj: Any) -> bool:
-    root = (getattr(obj, "__name__", "") or "").split(".")[0]
-    return root in ALLOWED_ROOTS
+    return _walkable(getattr(obj, "__name__", "") or "")
 
 
 def _check_object(qualname: str, obj: Any) -> Any:
-    # Attribute walks can leave the allowed roots through re-exports (torch.os, torch.hub.urlopen);
-    # judge the object by where it was defined, not by the path that reached it.
-    if isinstance(obj, types.ModuleType):
-        raise _Refused(f"refusing {qualname}: a module is not a graph target")
-    module = getattr(obj, "__module__", None)
-    if isinstance(module, str) and module.split(".")[0] not in ALLOWED_ROOTS:
-        if not (module == "builtins" and any(obj is b for b in ALLOWED_BUILTINS.values())):
-            if callable(obj) or not isinstance(obj, (int, float, bool, str)):
-                raise _Refused(f"refusing {qualname}: defined in {module}, outside torch/operator/math")
+    # Judge the object a path reached, not the path: re-exports (torch.os, torch.hub.urlopen)
+    # and helpers (torch.utils.collect_env.run) are "under torch" but are not graph operations.
+    why = check_value(obj)
+    if why:
+        raise _Refused(f"refusing {qualname}: {why.split(': ', 1)[-1] if callable(obj) else why}, "
+                       "not something a replayed graph may use")
     return obj
 
 
@@ -153,6 +139,8 @@ def _walk(qualname: str) -> Any:
         raise LookupError(qualname)
     obj: Any = ALLOWED_ROOTS[parts[0]]
     for i, part in enumerate(parts[1:], start=2):
+        if isinstance(obj, types.ModuleType) and not _module_allowed(obj):
+            raise _Refused(f"refusing {qualname}: {'.'.join(parts[:i - 1])} holds no graph operations")
         try:
             obj = getattr(obj, part)
         except Exception:  # torch.ops raises AttributeError or RuntimeError for unknown ops
@@ -161,7 +149,9 @@ def _walk(qualname: str) -> Any:
             else:
                 raise LookupError(qualname) from None
         if isinstance(obj, types.ModuleType) and not _module_allowed(obj):
-            raise _Refused(f"refusing {'.'.join(parts[:i])}: module {obj.__name__} is outside torch/operator/math")
+            raise _Refused(f"refusing {qualname}: {'.'.join(parts[:i])} (module {obj.__name__}) holds no graph operations")
+    if isinstance(obj, types.ModuleType):
+        raise _Refused(f"refusing {qualname}: a module is not a graph target")
     return _check_object(qualname, obj)
 
 
@@ -199,7 +189,7 @@ def _search(obj: Any, qual: str, rest: str, depth: int) -> str | None:
         except _Refused:
             continue
         child = getattr(obj, head, None)
-        if child is None and isinstance(obj, types.ModuleType) and qual.startswith("torch"):
+        if child is None and isinstance(obj, types.ModuleType) and qual.startswith("torch") and _walkable(path):
             try:
                 child = importlib.import_module(path)
             except Exception:
@@ -436,7 +426,8 @@ class _Reader:
                 self._check_import(stmt)
             elif not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
                       and isinstance(stmt.value.value, str)):
-                raise self.fail(f"unexpected statement outside the graph class: {_show(stmt)}", stmt)
+                # named by kind, not quoted: a file that is no printed graph may hold anything
+                raise self.fail(f"unexpected statement outside the graph class ({_kind(stmt)}; not a printed graph?)", stmt)
         if not classes:
             raise self.fail("not a printed graph: no `class ...(torch.nn.Module)` with a forward", 1)
         if len(classes) > 1:
@@ -531,7 +522,12 @@ class _Reader:
         if any(isinstance(a, ast.Starred) for a in expr.args) or any(k.arg is None for k in expr.keywords):
             raise self.fail(f"unsupported */** arguments in `{_show(stmt)}`", stmt)
         try:
-            _check_path(_dotted(expr.func, ""))  # never called, but a torch.load here is no repro
+            func = _dotted(expr.func, "")
+            _check_path(func)  # never called, but a torch.load here is no repro
+            if "." in func:
+                _resolve(func)
+        except LookupError:
+            raise self.fail(f"cannot resolve {_dotted(expr.func, '')} (in `{_show(stmt)}`)", stmt) from None
         except _Refused as e:
             raise self.fail(f"{e} (in `{_show(stmt)}`)", stmt) from None
         args = tuple(self._literal(a, stmt) for a in expr.args)
@@ -583,6 +579,7 @@ class _Reader:
                     target = None
             if target is None:
                 raise self.fail(f"cannot resolve {qualname} (in `{_show(at)}`)", at) from None
+            allow_target(target)  # the caller's own hook chose it (a stand-in, a registered op)
         self.resolved[qualname] = target
         return target
 
@@ -709,6 +706,13 @@ class _ForwardReader:
             node.meta["graphdbg_source"] = dict(self.source)
 
     def _create(self, op: str, target: Any, args: tuple, kwargs: dict, name: str | None, at: ast.AST) -> fx.Node:
+        if op in ("call_function", "call_method", "call_module"):
+            # a callable handed over as an argument (tree_map(a.tofile, ...)) is a target too
+            why = check_value((args, kwargs))
+            if why:
+                raise self.fail(f"refusing `{_show(at)}`: {why} is not something a replayed graph may use", at)
+        if op == "call_function" and (why := refusal(target)):
+            raise self.fail(f"refusing `{_show(at)}`: {why}", at)
         try:
             node = self.graph.create_node(op, target, args, kwargs, name=name)
         except Exception as e:
@@ -730,8 +734,11 @@ class _ForwardReader:
                     self.attrs.setdefault(path, None)
                 return self._create("call_module", path, args, kwargs, name, expr)
             if isinstance(func, ast.Attribute) and self._is_node_rooted(func.value):
-                if func.attr.startswith("_") and func.attr not in ALLOWED_PRIVATE_METHODS or func.attr in DENIED_NAMES:
-                    raise self.fail(f"refusing method call .{func.attr}() in `{_show(expr)}`", expr)
+                if func.attr not in allowed_methods():
+                    raise self.fail(f"refusing method call .{func.attr}() in `{_show(expr)}`: methods run only on "
+                                    "tensors, streams and events, and never reach files, storage or callbacks", expr)
+                if func.attr == "type" and any(isinstance(a, str) for a in (*args, *kwargs.values())):
+                    raise self.fail(f"refusing .type() with a type name in `{_show(expr)}`", expr)
                 return self._create("call_method", func.attr, (self._node(func.value), *args), kwargs, name, expr)
             qualname = _dotted(func, None)
             if qualname is None:
@@ -748,6 +755,9 @@ class _ForwardReader:
             if self._is_node_rooted(expr.value):
                 if expr.attr.startswith("__"):
                     raise self.fail(f"refusing dunder attribute .{expr.attr} in `{_show(expr)}`", expr)
+                if expr.attr not in ALLOWED_ATTRIBUTES:
+                    raise self.fail(f"refusing attribute .{expr.attr} in `{_show(expr)}`: a graph reads only tensor "
+                                    "metadata and a few fields of devices and slices", expr)
                 return self._create("call_function", builtins.getattr, (self._node(expr.value), expr.attr), {}, name, expr)
         if isinstance(expr, ast.Subscript):
             return self._create("call_function", operator.getitem,
@@ -773,6 +783,9 @@ class _ForwardReader:
             raise self.fail(f"getattr needs a graph value and a constant name: `{_show(expr)}`", expr)
         if args[1].startswith("__"):
             raise self.fail(f"refusing dunder attribute {args[1]!r} in `{_show(expr)}`", expr)
+        if args[1] not in ALLOWED_ATTRIBUTES:
+            raise self.fail(f"refusing attribute {args[1]!r} in `{_show(expr)}`: a graph reads only tensor "
+                            "metadata and a few fields of devices and slices", expr)
 
     def _self_path(self, expr: ast.expr) -> str | None:
         """``"a.b"`` for ``self.a.b``, else None."""
@@ -895,6 +908,16 @@ def _dotted(expr: ast.expr, default: Any) -> Any:
     if not isinstance(expr, ast.Name):
         return default
     return ".".join([expr.id, *reversed(parts)])
+
+
+def _kind(stmt: ast.stmt) -> str:
+    """``a function call``, ``an assignment``, ...: what a statement is, without its text."""
+    kinds = {ast.Assign: "an assignment", ast.AnnAssign: "an assignment", ast.AugAssign: "an assignment",
+             ast.FunctionDef: "a function", ast.AsyncFunctionDef: "a function", ast.If: "an if", ast.For: "a loop",
+             ast.While: "a loop", ast.With: "a with block", ast.Try: "a try block"}
+    if isinstance(stmt, ast.Expr):
+        return "a call" if isinstance(stmt.value, ast.Call) else "an expression"
+    return kinds.get(type(stmt), f"a {type(stmt).__name__} statement")
 
 
 def _show(node: ast.AST, limit: int = 100) -> str:

@@ -12,9 +12,11 @@ A folder whose name starts with ``.`` is a dump still being written; readers ski
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
+from graphdbg.confined import read_inside
 from graphdbg.errors import DumpError
 
 SCHEMA = "graphdbg.dump"
@@ -22,6 +24,8 @@ SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 GRAPH = "graph.py"
 INPUTS = "inputs.safetensors"
+MAX_MANIFEST_BYTES = 64 << 20
+MAX_GRAPH_BYTES = 256 << 20
 
 FAILURE_KINDS = ("compile_error", "runtime_error", "accuracy", "captured")
 
@@ -30,10 +34,10 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     path = folder / MANIFEST
     if not folder.is_dir():
         raise DumpError(f"{folder}: not a dump folder")
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise DumpError(f"{folder}: not a graphdbg dump (no {MANIFEST})")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_inside(folder, MANIFEST, max_bytes=MAX_MANIFEST_BYTES, text=True))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise DumpError(f"{path}: malformed manifest ({type(e).__name__}: {str(e).splitlines()[0]})") from e
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:

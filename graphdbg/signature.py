@@ -62,3 +62,21 @@ def same_signature(a: str | None, b: str | None) -> bool:
     base_a, _, node_a = a.partition(" @ ")
     base_b, _, node_b = b.partition(" @ ")
     return base_a == base_b and not (node_a and node_b)
+
+
+def exception_text(e: BaseException) -> str:
+    """``str(e)``, or a note saying it failed: a backend's exception whose ``__str__`` raises
+    must become an Outcome like any other, not replace the failure with a second one.
+
+        >>> class Bad(Exception):
+        ...     def __str__(self): raise ValueError("no")
+        >>> exception_text(Bad())
+        '<str() of Bad raised ValueError>'
+    """
+    try:
+        text = str(e)
+    except BaseException as inner:  # noqa: BLE001 - whatever __str__ does, the failure is still recorded
+        if isinstance(inner, (KeyboardInterrupt, SystemExit)):
+            raise
+        return f"<str() of {type(e).__name__} raised {type(inner).__name__}>"
+    return text if isinstance(text, str) else f"<str() of {type(e).__name__} returned {type(text).__name__}>"

@@ -22,6 +22,7 @@ import torch
 import torch.fx as fx
 
 from graphdbg.accuracy import OutputMismatch, compare_outputs
+from graphdbg.signature import exception_text
 from graphdbg.capture.snapshot import GraphSnapshot, format_exception
 from graphdbg.capture import nested
 from graphdbg.capture.training import attrs_before_call, load_attrs, mutation_mismatches, watch_backward
@@ -289,7 +290,7 @@ class CapturingBackend:
         try:
             return fn()
         except Exception as e:
-            first = (str(e).strip().splitlines() or [""])[0]
+            first = (exception_text(e).strip().splitlines() or [""])[0]
             _say(f"graphdbg: could not {what} ({type(e).__name__}: {first}); the original behaviour is unchanged")
             return None
 

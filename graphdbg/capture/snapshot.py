@@ -16,6 +16,7 @@ import torch
 import torch.fx as fx
 
 from graphdbg.graph_hash import module_hash, op_histogram, target_name
+from graphdbg.signature import exception_text
 
 
 @dataclass
@@ -182,7 +183,7 @@ def format_exception(exc: BaseException) -> dict[str, Any]:
     return {
         "type": t.__name__,
         "qualified_type": f"{t.__module__}.{t.__qualname__}",
-        "message": str(exc),
+        "message": exception_text(exc),
         "traceback": "".join(traceback.format_exception(t, exc, exc.__traceback__)),
     }
 

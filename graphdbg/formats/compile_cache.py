@@ -30,12 +30,14 @@ from typing import Any
 
 from graphdbg.dump import Contents, Dump
 from graphdbg.errors import GraphdbgError
+from graphdbg.confined import read_regular
 from graphdbg.formats import manifest_for, register
 from graphdbg.specs import SymSpec, TensorSpec
 
 __all__ = ["detect_format", "load_computation_graph", "cache_location"]
 
 VLLM, SGLANG = "vllm_compile_cache", "sglang_compile_cache"
+MAX_FILE_BYTES = 256 << 20  # a compile-cache graph of a real model is well under a MB
 _NAME = re.compile(r"^computation_graph(?P<stamp>_\d+(?:\.\d+)?)?\.py$")
 _HEADER = re.compile(r"\A\s*from __future__ import annotations\s*\n\s*import torch\s*\n")
 _RANK_DIR = re.compile(r"^rank_(?P<rank>\d+)_(?P<dp>\d+)$")
@@ -83,10 +85,7 @@ def load_computation_graph(path: str | Path) -> Dump:
     fmt = detect_format(path)
     if fmt is None:
         raise GraphdbgError(f"{path}: not a vLLM/SGLang computation_graph*.py (name or header differs)")
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise GraphdbgError(f"{path}: cannot read ({type(e).__name__})") from None
+    text = read_regular(path, max_bytes=MAX_FILE_BYTES, text=True)
     contents = Contents(path, text=text)
     printed = contents.graph()  # custom ops this machine lacks parse into MissingOp markers
     return Dump(path, compile_cache_manifest(path, fmt, text, printed), contents)

@@ -12,10 +12,11 @@ from typing import Any
 
 import torch
 
+from graphdbg.confined import inside, read_inside
 from graphdbg.dump import Contents, Dump
 from graphdbg.errors import DumpError
 from graphdbg.formats import register
-from graphdbg.manifest import GRAPH, INPUTS, MANIFEST, find_dumps, read_manifest
+from graphdbg.manifest import GRAPH, INPUTS, MANIFEST, MAX_GRAPH_BYTES, find_dumps, read_manifest
 from graphdbg.tensor_file import check_tensor_file, read_tensors
 
 
@@ -23,8 +24,15 @@ class DumpFolder(Contents):
     """A dump folder's graph (``graph.py``) and its stored tensors (``inputs.safetensors``)."""
 
     def __init__(self, folder: Path, manifest: dict[str, Any]):
-        super().__init__(folder / manifest["graph"].get("file", GRAPH))
-        self.tensor_file = folder / manifest.get("inputs_file", INPUTS)
+        # every file a manifest names stays inside its folder: no absolute path, no `..`, no link out
+        super().__init__(folder / str(manifest["graph"].get("file", GRAPH)))
+        self.folder, self.graph_name = folder, manifest["graph"].get("file", GRAPH)
+        self.tensor_file = inside(folder, manifest.get("inputs_file", INPUTS))
+
+    def text(self) -> str:
+        if self._text is None:
+            self._text = read_inside(self.folder, self.graph_name, max_bytes=MAX_GRAPH_BYTES, text=True)
+        return self._text
 
     def read(self, keys: list[str]) -> dict[str, torch.Tensor]:
         return read_tensors(self.tensor_file, keys, device="cpu") if keys else {}

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from graphdbg.confined import read_regular
 from graphdbg.dump import Contents, Dump
 from graphdbg.errors import GraphSourceError
 from graphdbg.formats import manifest_for, register
@@ -74,7 +75,7 @@ def load_printed_graph(path: str | Path) -> Dump:
         size = path.stat().st_size
         if size > MAX_BYTES:
             raise GraphSourceError(f"not a printed graph ({size} bytes)", file=str(path))
-        source = path.read_text()
+        source = read_regular(path, max_bytes=MAX_BYTES).decode()
     except UnicodeDecodeError:
         raise GraphSourceError("not a printed graph: not UTF-8 text", file=str(path), line=1) from None
     except OSError as e:

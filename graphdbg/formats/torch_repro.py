@@ -37,6 +37,7 @@ import torch
 
 from graphdbg.dump import Contents, Dump
 from graphdbg.errors import GraphdbgError, GraphSourceError
+from graphdbg.confined import inside, read_regular
 from graphdbg.formats import manifest_for, register
 from graphdbg.graph_parser import PrintedGraph, _dotted, parse_module_class, resolve_target
 from graphdbg.specs import TensorSpec, dtype_name, eval_dim
@@ -114,10 +115,7 @@ class ReproFile:
 def read_repro(path: str | Path) -> ReproFile:
     """Parse a minifier script; GraphSourceError (file and line) for anything unreadable."""
     path = Path(path)
-    try:
-        source = path.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise GraphdbgError(f"{path}: cannot read ({type(e).__name__})") from None
+    source = read_regular(path, max_bytes=_MAX_DETECT_BYTES, text=True)
     try:
         tree = ast.parse(source, filename=str(path))
     except SyntaxError as e:
@@ -252,14 +250,22 @@ def find_store(repro: ReproFile) -> Path | None:
     """
     here = repro.path.parent
     save_dir = repro.options.get("save_dir")
-    candidates = [Path(save_dir)] if isinstance(save_dir, str) and save_dir else []
-    candidates += [here / "checkpoints", here]
-    if isinstance(save_dir, str) and save_dir:
+    # Only beside the script: the script's own absolute save_dir may name any folder on this machine.
+    candidates = [here / "checkpoints", here]
+    if isinstance(save_dir, str) and save_dir and Path(save_dir).name not in ("", ".", ".."):
         candidates.append(here / Path(save_dir).name)
     for c in candidates:
-        if (c / "storages").is_dir():
+        if not c.is_symlink() and (c / "storages").is_dir() and not (c / "storages").is_symlink():
             return c
     return None
+
+
+def _stored(store: Path, name: str) -> Path | None:
+    """The storage file ``name`` inside ``store/storages``: a regular file reached through no link."""
+    try:
+        return inside(store, f"storages/{name}") if "/" not in name and "\\" not in name else None
+    except GraphdbgError:
+        return None
 
 
 # --- the Dump --------------------------------------------------------------------------
@@ -278,7 +284,7 @@ class MinifierStore(Contents):
         for key in keys:
             if self.store is None:
                 raise GraphdbgError(f"{self.graph_file}: storage {key} asked for, but no content store was found")
-            raw = read_storage_bytes(self.store / "storages" / key)
+            raw = read_storage_bytes(inside(self.store, f"storages/{key}"))
             out[key] = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
         return out
 
@@ -322,7 +328,7 @@ def _describe(repro: ReproFile, store: Path | None, a: ArgCall) -> dict[str, Any
     """One input's descriptor: a tensor is a view of a named storage (saved or not)."""
     if a.kind == "tensor":
         st = repro.storages[a.storage]
-        found = store is not None and st.hash is not None and (store / "storages" / st.hash).is_file()
+        found = store is not None and st.hash is not None and _stored(store, st.hash) is not None
         reason = {} if found else {"reason": "not saved by the minifier" if st.hash is None else f"storage {st.hash} not found"}
         return {"name": a.name, "kind": "tensor", "dtype": dtype_name(a.dtype), "shape": a.shape, "stride": a.stride,
                 "device": st.device, "requires_grad": a.requires_grad, "storage_offset": a.storage_offset,

@@ -412,13 +412,14 @@ def bisect_ranks(paths: Any, graph: str | None = None) -> RankReport:
 
 
 def _rank_facts(d: Any) -> dict[str, Any]:
+    from graphdbg.confined import inside
     from graphdbg.manifest import INPUTS
     from graphdbg.tensor_file import read_tensors
 
     specs = tuple((i.get("name") or i.get("node"), i.get("kind"), i.get("dtype"), str(i.get("shape")), str(i.get("value")))
                   for i in d.manifest["inputs"])
     stored = {i["stored"]: (i.get("name") or i.get("node")) for i in d.manifest["inputs"] if i.get("stored")}
-    tensors = read_tensors(d.path / d.manifest.get("inputs_file", INPUTS), list(stored)) if stored else {}
+    tensors = read_tensors(inside(d.path, d.manifest.get("inputs_file", INPUTS)), list(stored)) if stored else {}
     values = tuple(sorted((stored[k], hashlib.sha256(t.contiguous().view(torch.uint8).numpy().tobytes()
                                                     if t.numel() else b"").hexdigest()[:16]) for k, t in tensors.items()))
     unstored = tuple(sorted((i.get("name") or i.get("node"), str(i.get("stats"))) for i in d.manifest["inputs"] if i.get("stats")))

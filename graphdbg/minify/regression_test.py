@@ -3,14 +3,15 @@
     >>> export_test("minified/", "tests/test_gelu_lowering.py")
     $ pytest tests/test_gelu_lowering.py      # fails while the bug is there, passes once fixed
 
-The dump is copied beside the test (``test_<name>_data/``: graph.py, inputs.safetensors,
-manifest.json, no pickle), and the test replays it through graphdbg the same way minify did:
+The dump's own files are copied beside the test (``test_<name>_data/``: graph.py,
+inputs.safetensors, manifest.json, no pickle; nothing else from the folder, no symbolic link), and the test replays it through graphdbg the same way minify did:
 it fails with the outcome's summary while the backend still fails, and passes once it runs
 and agrees with eager.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -36,43 +37,82 @@ def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any
     if backend is None:
         backend = minified.get("backend") or d.backend
     if not isinstance(backend, str):
+        if not callable(backend):
+            raise GraphdbgError(f"{d.path}: the dump's backend {str(backend)[:60]!r} is not a backend name")
         backend = f"{backend.__module__}:{backend.__qualname__}"
     if passes is None:
         passes = minified.get("passes")
+    if passes is not None and not isinstance(passes, (str, list, tuple)):
+        raise GraphdbgError(f"{d.path}: the dump's passes {str(passes)[:60]!r} are not pass names")
     if passes is not None and not isinstance(passes, str):
         passes = ",".join(p if isinstance(p, str) else f"{p.__module__}:{p.__qualname__}" for p in passes)
     if direct is None:
         direct = bool(minified.get("direct", False))
+    if not d.path.is_dir():
+        raise GraphdbgError(f"{d.path}: export-test needs a graphdbg dump folder (minify a file first)")
     data = path.with_name(path.stem + "_data")
+    name = re.sub(r"\W", "_", path.stem[len("test_"):]) or "dump"
+    # Every value goes into the file through repr, and the result must compile: a captured
+    # message with quotes or backslashes is data, never code.
+    text = _TEMPLATE.format(name=name, data=repr(data.name), backend=repr(backend), passes=repr(passes),
+                            direct=repr(bool(direct)), isolate=repr(bool(isolate)),
+                            timeout=repr(None if timeout is None else float(timeout)),
+                            kind=repr(str(d.failure_kind)), signature=repr(str(d.signature or "")))
+    try:
+        compile(text, str(path), "exec")
+    except SyntaxError as e:  # a bug here, not in the dump: never write a test that can't run
+        raise GraphdbgError(f"{path}: the generated test does not compile ({e.msg}); please report this") from None
+    if data.is_symlink() or data.exists() and not data.is_dir():
+        raise GraphdbgError(f"{data}: exists and is not a folder graphdbg wrote")
     if data.exists():
         shutil.rmtree(data)
     path.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(d.path, data)
-    name = path.stem[len("test_"):] or "dump"
-    path.write_text(_TEMPLATE.format(name=name, data=data.name, backend=backend, passes=passes, direct=direct,
-                                     isolate=isolate, timeout=timeout, kind=d.failure_kind,
-                                     signature=(d.signature or "").replace('"""', "'''")))
+    copy_dump_files(d, data)
+    path.write_text(text)
     return path
 
 
-_TEMPLATE = '''"""Regression test exported by graphdbg from a {kind} dump.
+def copy_dump_files(d: Any, dest: Path) -> list[str]:
+    """Copy a dump's own files (manifest, graph, tensors) to ``dest``; returns their names.
 
-Captured failure: {signature}
+    Nothing else in the folder is copied (a ``conftest.py`` or a script placed in a dump would
+    run under pytest), no symbolic link is followed, and only regular files are read.
+    """
+    from graphdbg.confined import inside
+    from graphdbg.manifest import GRAPH, INPUTS, MANIFEST
+
+    names = [MANIFEST, (d.manifest.get("graph") or {}).get("file", GRAPH), d.manifest.get("inputs_file", INPUTS)]
+    dest.mkdir(parents=True)
+    copied = []
+    for name in dict.fromkeys(names):
+        source = inside(d.path, name)
+        target = dest.joinpath(*Path(name).parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target, follow_symlinks=False)
+        copied.append(name)
+    return copied
+
+
+_TEMPLATE = '''"""Regression test exported by graphdbg from a dump (the captured failure is CAPTURED below).
+
 It fails while the backend still fails this graph, and passes once the backend compiles it,
-runs it, and agrees with eager. The graph and its inputs are in {data}/ (a graphdbg dump).
+runs it, and agrees with eager. The graph and its inputs are in the folder DUMP names (a
+graphdbg dump: manifest.json, graph.py, inputs.safetensors; no pickle, nothing to run).
 """
 from pathlib import Path
 
 import graphdbg
 from graphdbg.replay.run import run_case
 
-DUMP = Path(__file__).with_name({data!r})
-BACKEND = {backend!r}
-PASSES = {passes!r}
+DUMP = Path(__file__).with_name({data})
+BACKEND = {backend}
+PASSES = {passes}
+KIND = {kind}
+CAPTURED = {signature}
 
 
 def test_{name}():
     dump = graphdbg.load(DUMP)
-    outcome = run_case(dump.case(), BACKEND, PASSES, direct={direct!r}, isolate={isolate!r}, timeout={timeout!r})
-    assert outcome.status == "pass", f"{{outcome.summary()}} (the captured failure: {{dump.signature}})"
+    outcome = run_case(dump.case(), BACKEND, PASSES, direct={direct}, isolate={isolate}, timeout={timeout})
+    assert outcome.status == "pass", f"{{outcome.summary()}} (the captured failure: {{CAPTURED}})"
 '''

@@ -110,9 +110,18 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
     config = "\n".join(["# Compiler settings of the captured run (non-default values; graphdbg show lists them)",
                         "import torch._inductor.config", "import torch._dynamo.config", "import torch._functorch.config",
                         *python_lines(settings)]) if settings else ""
-    text = _TEMPLATE.format(config=config, prelude=prelude, forward=_indent(forward.strip("\n")), backend=backend_ref,
-                            direct=direct, expect=expect, tol=tol, inputs=INPUTS_FILE,
-                            nodes=len(case.gm.graph.nodes), captured=str(case.device), summary=outcome.summary().replace('"""', "'''"))
+    # Data enters the script only through repr (a message with quotes or `C:\\xtemp` in it stays a
+    # string), and the script must compile before it is written: a repro that is a SyntaxError
+    # would exit 1 forever, which reads as "the bug is still there".
+    text = _TEMPLATE.format(config=config, prelude=prelude, forward=_indent(forward.strip("\n")), backend=repr(str(backend_ref)),
+                            direct=repr(bool(direct)), expect=repr(expect), tol=repr(tol), inputs=repr(INPUTS_FILE),
+                            nodes=int(len(case.gm.graph.nodes)), captured=repr(str(case.device)),
+                            summary=repr(outcome.summary()))
+    try:
+        compile(text, str(path), "exec")
+    except SyntaxError as e:
+        raise GraphdbgError(f"{path}: the generated repro does not compile ({e.msg} at line {e.lineno}); "
+                            "please report this") from None
     path.write_text(text)
     return path
 
@@ -131,8 +140,8 @@ def _indent(src: str) -> str:
 _TEMPLATE = '''#!/usr/bin/env python
 """Standalone repro written by graphdbg minify: torch and the backend, nothing else.
 
-Failure: {summary}
-Graph: {nodes} nodes. Inputs: {inputs} (torch.save, loaded with weights_only=True).
+The failure it looks for is FAILURE below. Graph: {nodes} nodes. Inputs: INPUTS_FILE below
+(torch.save, loaded with weights_only=True).
 Exit codes: 1 while the bug is there, 0 once it is fixed, 2 when it fails some other way.
 Run with another backend: python repro.py --backend eager
 """
@@ -157,10 +166,12 @@ def _resolve(module, qualname):
 
 {prelude}
 
-BACKEND = {backend!r}
-DIRECT = {direct!r}  # True: backend(GraphModule, inputs), as graphdbg minify ran it; False: torch.compile
-EXPECT = {expect!r}
-TOLERANCES = {tol!r}
+FAILURE = {summary}
+INPUTS_FILE = {inputs}
+BACKEND = {backend}
+DIRECT = {direct}  # True: backend(GraphModule, inputs), as graphdbg minify ran it; False: torch.compile
+EXPECT = {expect}
+TOLERANCES = {tol}
 
 
 class Repro(torch.nn.Module):
@@ -184,7 +195,7 @@ def masked(text):
 
 
 def build(device):
-    data = torch.load(Path(__file__).with_name({inputs!r}), weights_only=True)
+    data = torch.load(Path(__file__).with_name(INPUTS_FILE), weights_only=True)
     mod = Repro()
     for name, value in data["attrs"].items():
         owner = mod
@@ -268,7 +279,7 @@ def main():
     parser.add_argument("--backend", default=BACKEND)
     parser.add_argument("--device", default=None)
     args = parser.parse_args()
-    device = args.device or ("cuda" if torch.cuda.is_available() and "cuda" in {captured!r} else "cpu")
+    device = args.device or ("cuda" if torch.cuda.is_available() and "cuda" in {captured} else "cpu")
     gm, inputs = build(device)
     with torch.no_grad():
         ref = gm(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])

@@ -3,12 +3,33 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
 
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when the graphdbg process that started it dies, even
+    by SIGKILL (``PR_SET_PDEATHSIG``); exit now if it is already gone. Elsewhere: nothing."""
+    parent = os.environ.get("GRAPHDBG_REPLAY_PARENT")
+    if not sys.platform.startswith("linux") or not parent:
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        return
+    if str(os.getppid()) != parent:  # the parent died before the request above took effect
+        os._exit(1)
+
+
 def main(request_path: str, outcome_path: str) -> int:
+    die_with_parent()
     from graphdbg.errors import GraphdbgError
+    from graphdbg.signature import exception_text
 
     request = json.loads(Path(request_path).read_text())
     try:
@@ -19,15 +40,16 @@ def main(request_path: str, outcome_path: str) -> int:
         outcome = run_case(case, request["backend"], request["passes"], isolate=False, **request["options"])
         data = outcome.to_dict()
     except GraphdbgError as e:
-        data = {"error": str(e)}
+        data = {"error": exception_text(e)}
     except Exception as e:  # the replay could not even start here (an import, a device): say what
         import traceback
 
         from graphdbg.replay.outcome import Outcome
         from graphdbg.signature import signature
 
+        text = exception_text(e)
         data = Outcome(status="crash", backend=str(request["backend"]), stage="child", error_type=type(e).__name__,
-                       message=str(e), signature=signature(type(e).__name__, str(e)), device=request["device"],
+                       message=text, signature=signature(type(e).__name__, text), device=request["device"],
                        traceback="".join(traceback.format_exception(type(e), e, e.__traceback__))[-8000:]).to_dict()
     Path(outcome_path).write_text(json.dumps(data, default=str))
     return 0

@@ -6,7 +6,9 @@ parent reads it, or, when there is none, turns the exit status into an Outcome:
 
 - killed by a signal (segfault, abort, CUDA illegal memory access ending in SIGABRT): crash,
   signature ``Signal SIGSEGV``;
-- past the timeout: the whole process group is killed, and the outcome is ``timeout``;
+- past the timeout (600 s unless told): the whole process group is killed, and the outcome
+  is ``timeout``; the group is also killed when the child ends, and on SIGTERM or SIGINT to
+  the parent (see ``ChildGroup``);
 - a replay that could not start (unknown backend, missing device): GraphdbgError, as in-process.
 """
 
@@ -18,6 +20,8 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -44,13 +48,17 @@ def _spec_of(obj: Any) -> str:
 
 def run_isolated(case: Case | Dump, backend: str | Callable[..., Any], passes: str | Sequence[Any] | None, *,
                  timeout: float | None, device: Any = None, **options: Any) -> Outcome:
-    """Replay a Case, or a Dump on ``device`` (its inputs then load only in the child)."""
+    """Replay a Case, or a Dump on ``device`` (its inputs then load only in the child).
+
+    ``timeout`` defaults to ``DEFAULT_TIMEOUT`` (600 s): an isolated replay always ends.
+    """
     if passes is not None and not isinstance(passes, str):
         passes = ",".join(_spec_of(p) for p in passes)
     if _is_dump(case):
         device = case.resolve_device(device)
     else:
         device = case.device
+    timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
     request: dict[str, Any] = {"backend": _spec_of(backend), "passes": passes, "device": str(device), "options": options}
     with tempfile.TemporaryDirectory(prefix="graphdbg-child-") as tmp:
         tmpdir = Path(tmp)
@@ -60,22 +68,152 @@ def run_isolated(case: Case | Dump, backend: str | Callable[..., Any], passes: s
             request["dump"] = str(case.dump.path)
         else:
             request["dump"] = str(save_case(case, tmpdir / "case"))
-        request_path, outcome_path = tmpdir / "request.json", tmpdir / "outcome.json"
+        request_path, outcome_path, err_path = tmpdir / "request.json", tmpdir / "outcome.json", tmpdir / "stderr.txt"
         request_path.write_text(json.dumps(request))
         cmd = [sys.executable, "-m", "graphdbg.replay.child", str(request_path), str(outcome_path)]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                                env={**os.environ, "PYTHONFAULTHANDLER": "1"})
-        try:
-            _, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            _, err = proc.communicate()
+        with ChildGroup(cmd, err_path) as child:
+            returncode = child.wait(timeout)
+            err = tail_of(err_path)
+        if returncode is None:
             return Outcome(status="timeout", backend=str(request["backend"]), signature=f"Timeout after {timeout:g}s",
-                           stage="child", device=request["device"], isolated=True, stderr_tail=(err or "")[-STDERR_TAIL:])
-        outcome = child_outcome(proc.returncode, outcome_path, err or "", str(request["backend"]), request["device"])
+                           stage="child", device=request["device"], isolated=True, stderr_tail=err)
+        outcome = child_outcome(returncode, outcome_path, err, str(request["backend"]), request["device"])
         if outcome.stage == "child" and outcome.error_type == "GraphdbgError":
             raise GraphdbgError(outcome.message)  # the replay could not start: an error, not an outcome
         return outcome
+
+
+def tail_of(path: Path, limit: int = STDERR_TAIL) -> str:
+    """The last ``limit`` characters of a child's output file (however much it wrote)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 4 * limit))
+            data = f.read(4 * limit)
+    except OSError:
+        return ""
+    return data.decode("utf-8", errors="replace")[-limit:]
+
+
+class ChildGroup:
+    """A child process in its own session and process group, with everything it starts.
+
+    - Its output goes to a file (stdout is dropped), so nothing waits on a pipe that a
+      grandchild still holds, and a child that prints gigabytes costs disk, not memory here.
+    - ``wait`` waits on the child's pid only; then, finished or timed out, the whole group is
+      killed, and so is every process that carries this replay's token in its environment
+      (``$GRAPHDBG_REPLAY_TOKEN``, Linux ``/proc``): a grandchild that left the group with
+      ``setsid`` is found that way, unless it also cleared its environment.
+    - SIGTERM and SIGINT to this process (the main thread's handlers) end every live group
+      first, then act as before (KeyboardInterrupt; SystemExit(143) for SIGTERM), so the
+      temporary folder is removed on the way out.
+    - The child asks the kernel for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``,
+      ``graphdbg.replay.child``), which covers a parent killed with SIGKILL. What remains: the
+      child's own children outlive a SIGKILLed parent, and a grandchild that both left the
+      group and cleared its environment is never found.
+
+        >>> with ChildGroup([sys.executable, "-c", "print(1)"], Path("err.txt")) as child:
+        ...     child.wait(10)
+        0
+    """
+
+    def __init__(self, cmd: list[str], err_path: Path, env: dict[str, str] | None = None):
+        self.token = uuid.uuid4().hex
+        env = {**os.environ, **(env or {}), "PYTHONFAULTHANDLER": "1", TOKEN_ENV: self.token,
+               PARENT_ENV: str(os.getpid())}
+        _install_signal_handlers()
+        with open(err_path, "wb") as err:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                         start_new_session=True, env=env)
+        _LIVE[self.proc.pid] = self
+
+    def __enter__(self) -> ChildGroup:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.kill()
+
+    def wait(self, timeout: float | None) -> int | None:
+        """The child's exit status, or None when it ran past ``timeout`` (then all is killed)."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        """End the child's process group and every process with this replay's token; idempotent."""
+        if _LIVE.pop(self.proc.pid, None) is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            if self.proc.poll() is None:
+                self.proc.kill()
+        for pid in _pids_with_token(self.token):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+TOKEN_ENV = "GRAPHDBG_REPLAY_TOKEN"
+PARENT_ENV = "GRAPHDBG_REPLAY_PARENT"
+DEFAULT_TIMEOUT = 600.0
+_LIVE: dict[int, ChildGroup] = {}
+_PREVIOUS: dict[int, Any] = {}
+
+
+def _pids_with_token(token: str) -> list[int]:
+    # Linux only: a process's environment is readable by its owner in /proc/<pid>/environ.
+    marker = f"{TOKEN_ENV}={token}".encode()
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    me = os.getpid()
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if marker in f.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def _install_signal_handlers() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return  # handlers can only be set from the main thread; it sets them for the workers too
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        current = signal.getsignal(sig)
+        if current is _on_signal:
+            continue
+        _PREVIOUS[sig] = current
+        signal.signal(sig, _on_signal)
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    for child in list(_LIVE.values()):
+        child.kill()
+    previous = _PREVIOUS.get(signum)
+    if callable(previous):
+        previous(signum, frame)
+        return
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    if previous == signal.SIG_IGN:
+        return
+    raise SystemExit(128 + signum)
 
 
 def child_outcome(returncode: int | None, outcome_path: Path, err: str, backend: str, device: str | None) -> Outcome:
@@ -103,13 +241,6 @@ def child_outcome(returncode: int | None, outcome_path: Path, err: str, backend:
         outcome.signature = f"ChildExited: exit code {returncode}"
         outcome.message = f"the replay process exited with code {returncode} without an outcome"
     return outcome
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
 
 
 def _is_dump(obj: Any) -> bool:

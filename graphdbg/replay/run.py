@@ -38,7 +38,7 @@ from graphdbg.graph_hash import target_name
 from graphdbg.replay.backends import resolve_backend
 from graphdbg.replay.mutation import mutated_inputs
 from graphdbg.replay.outcome import Outcome
-from graphdbg.signature import signature
+from graphdbg.signature import exception_text, signature
 
 if TYPE_CHECKING:
     from graphdbg.case import Case
@@ -72,6 +72,9 @@ def run_case(
     if backward and not is_backward_dump(case.dump):  # a backward dump's graph replays alone
         return run_training_case(case, backend, passes, accuracy=accuracy, rtol=rtol, atol=atol, direct=direct,
                                  pass_stage=pass_stage)
+    from graphdbg.graph_allow_list import check_graph_module
+
+    check_graph_module(case.gm, case.inputs)  # the loader's allow-list, again on what is about to run
     from graphdbg.replay.passes import (
         PassFailed,
         apply_passes,
@@ -367,18 +370,32 @@ def _label_stand_ins(outcome: Outcome, case: Case) -> None:
 def _unwrap(e: BaseException) -> BaseException:
     """The backend's own exception, not Dynamo's BackendCompilerFailed wrapper around it."""
     seen = 0
-    while seen < 5 and type(e).__name__ == "BackendCompilerFailed":
+    while seen < 5 and type(e).__name__ in ("BackendCompilerFailed", "InternalTorchDynamoError"):
         inner = getattr(e, "inner_exception", None) or e.__cause__
+        if type(e).__name__ == "InternalTorchDynamoError":
+            # Dynamo formats the backend's exception into its wrapper; when that exception's
+            # __str__ raises, Dynamo reports the __str__ failure: the backend's own is its context.
+            inner = _raised_by_str(e.__cause__ or e.__context__)
         if inner is None:
             break
         e, seen = inner, seen + 1
     return e
 
 
+def _raised_by_str(e: BaseException | None) -> BaseException | None:
+    """The exception whose ``__str__`` raised ``e``, or None."""
+    tb, last = (e.__traceback__ if e is not None else None), None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    if last is not None and last.tb_frame.f_code.co_name == "__str__" and e.__context__ is not None:
+        return e.__context__
+    return None
+
+
 def _crash(outcome: Outcome, e: BaseException, stage: str, gm: fx.GraphModule | None, node: fx.Node | None = None) -> None:
     if node is None and gm is not None:
         node = failing_node(e, gm)
-    msg = str(e)
+    msg = exception_text(e)
     outcome.status = "crash"
     outcome.stage = stage
     outcome.error_type = type(e).__name__
@@ -398,7 +415,7 @@ def _locate_with_interpreter(gm: fx.GraphModule, inputs: list[Any], exc: BaseExc
         with torch.set_grad_enabled(grad):
             fx.Interpreter(gm).run(*fresh_inputs(inputs, mutated))
     except Exception as e:
-        if type(e) is type(exc) and signature(type(e).__name__, str(e)).split("\n")[0] == signature(type(exc).__name__, str(exc)):
+        if type(e) is type(exc) and signature(type(e).__name__, exception_text(e)).split("\n")[0] == signature(type(exc).__name__, exception_text(exc)):
             return failing_node(e, gm)
     return None
 
@@ -410,7 +427,7 @@ def failing_node(e: BaseException, gm: fx.GraphModule) -> fx.Node | None:
     """The node whose code raised, from the traceback through fx's generated forward, or the
     'While executing %name' note fx.Interpreter adds."""
     nodes = {n.name: n for n in gm.graph.nodes}
-    text = str(e) + "".join(getattr(e, "__notes__", []) or [])
+    text = exception_text(e) + "".join(str(n) for n in (getattr(e, "__notes__", None) or []) if isinstance(n, str))
     m = _WHILE_EXECUTING.search(text)
     if m and m.group(1) in nodes:
         return nodes[m.group(1)]

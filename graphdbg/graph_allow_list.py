@@ -1,0 +1,344 @@
+"""What a replayed graph may do: the operations Dynamo puts in graphs, and nothing else.
+
+A dump is untrusted input. Its graph is parsed, never run as Python, but replaying it calls
+whatever its nodes name, so each node is judged against an allow-list, by the object it
+resolved to (not by the path that reached it):
+
+- ``call_function``: ``torch.ops`` overloads and packets and higher-order ops (minus the few
+  that read or write files: ``aten::save``, ``aten::from_file``, ``debugprims::*``); torch's
+  tensor functions (``torch._C._VariableFunctions``, ``_nn``, ``_fft``, ``_linalg``,
+  ``_special``, ``torch.functional``, public ``torch.nn.functional``); ``operator`` (minus
+  ``attrgetter``, ``methodcaller``, ``call``); ``math``; a few builtins; and the named
+  grad-mode, autocast, symbolic-size, stream and device calls in ``NAMED_FUNCTIONS``.
+- ``call_method``: public ``Tensor`` methods, minus those that reach storage, files, numpy,
+  pickling or Python callbacks (``DENIED_METHODS``), plus stream and event methods.
+- attribute reads (``getattr`` nodes): the names in ``ALLOWED_ATTRIBUTES`` only.
+- constants in arguments: numbers, strings, dtypes, devices, slices; a callable only if it is
+  itself an allowed target (so ``tree_map(a.tofile, ...)`` has nothing to hand over).
+
+``check_graph_module`` applies the same rules to a built GraphModule right before it runs
+(``run_case``), so a graph changed after loading, or a value that is not what the loader saw,
+is refused there too.
+
+    >>> is_allowed_function(torch.ops.aten.add.Tensor), is_allowed_function(torch.from_file)
+    (True, False)
+    >>> check_graph_module(gm, inputs)      # GraphSourceError naming the node, or None
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import math
+import operator
+import os
+import types
+import weakref
+from typing import Any, Iterable
+
+import torch
+import torch.fx as fx
+
+from graphdbg.errors import GraphSourceError
+
+__all__ = ["ALLOWED_ATTRIBUTES", "ALLOWED_BUILTINS", "allowed_methods", "allow_target", "check_graph_module",
+           "check_value", "is_allowed_function", "refusal"]
+
+# Builtins fx graphs actually call (getattr/getitem on shapes, symbolic arithmetic).
+ALLOWED_BUILTINS: dict[str, Any] = {
+    name: getattr(builtins, name)
+    for name in ("abs", "bool", "float", "getattr", "int", "isinstance", "len", "list",
+                 "max", "min", "range", "round", "slice", "tuple")
+}
+
+# Torch calls Dynamo writes into graphs that live outside the tensor-function modules below:
+# grad mode, autocast, symbolic sizes and checks, functorch levels, and the stream/device
+# calls that have stand-ins (rebuild/stand_ins.py). Missing ones (an older torch) are skipped.
+NAMED_FUNCTIONS = (
+    "torch._C._set_grad_enabled", "torch._C._set_fwd_grad_enabled", "torch._C._log_api_usage_once",
+    "torch.is_grad_enabled", "torch.get_default_dtype", "torch.is_autocast_enabled",
+    "torch.amp.autocast_mode._enter_autocast", "torch.amp.autocast_mode._exit_autocast",
+    "torch.sym_int", "torch.sym_float", "torch.sym_max", "torch.sym_min", "torch.sym_not", "torch.sym_ite",
+    "torch.sym_sum", "torch._sym_sqrt", "torch.sym_sqrt",
+    "torch._check", "torch._check_is_size", "torch._check_with", "torch._check_index", "torch._check_value",
+    "torch._check_type", "torch._check_not_implemented", "torch._assert",
+    "torch._C._functorch._add_batch_dim", "torch._C._functorch._remove_batch_dim",
+    "torch._C._functorch._vmap_increment_nesting", "torch._C._functorch._vmap_decrement_nesting",
+    "torch._C._functorch._wrap_for_grad", "torch._C._functorch._unwrap_for_grad",
+    "torch._C._functorch._grad_increment_nesting", "torch._C._functorch._grad_decrement_nesting",
+    "torch._C._functorch._jvp_increment_nesting", "torch._C._functorch._jvp_decrement_nesting",
+    "torch._C._functorch.set_inplace_requires_grad_allowed",
+    "torch._functorch.predispatch._add_batch_dim", "torch._functorch.predispatch._remove_batch_dim",
+    "torch._functorch.predispatch._vmap_increment_nesting", "torch._functorch.predispatch._vmap_decrement_nesting",
+    "torch._dynamo.graph_bytecode_inputs.get_external_object_by_index",
+    "torch.cuda.streams.Stream", "torch.cuda.Stream", "torch.cuda.streams.Event", "torch.cuda.Event",
+    "torch.cuda.current_stream", "torch.cuda.set_stream", "torch.cuda.current_device", "torch.cuda.synchronize",
+    "torch.cuda.get_device_capability", "torch._C._cuda_exchangeDevice", "torch._C._cuda_maybeExchangeDevice",
+    "torch.Size", "torch.device",
+)
+
+# Modules whose every public callable is a tensor operation (C bindings of ATen ops, or thin
+# Python over them); `torch.X` for an ATen function is the same object as its binding here.
+_FUNCTION_MODULES = ("torch._C._VariableFunctions", "torch._C._nn", "torch._C._fft", "torch._C._linalg",
+                     "torch._C._special", "torch.functional", "torch.nn.functional", "torch.fft", "torch.linalg",
+                     "torch.special")
+
+# Functions in those modules (and op names) that read or write files.
+DENIED_FUNCTION_NAMES = frozenset({"from_file", "save", "load"})
+DENIED_OPS = frozenset({"aten::save", "aten::from_file", "aten::from_file.out"})
+DENIED_OP_NAMESPACES = frozenset({"debugprims"})
+DENIED_OPERATOR = frozenset({"attrgetter", "methodcaller", "call"})
+
+# Tensor methods that reach storage, files, numpy, shared memory, pickling or Python callbacks.
+DENIED_METHODS = frozenset({
+    "apply_", "map_", "map2_", "numpy", "storage", "untyped_storage", "storage_type", "share_memory_",
+    "register_hook", "register_post_accumulate_grad_hook", "backward", "as_subclass", "tofile", "dump",
+})
+STREAM_METHODS = frozenset({"wait_stream", "wait_event", "record_event", "synchronize", "query", "record", "wait",
+                            "elapsed_time"})
+
+# Attributes a graph may read off a value (tensor metadata, a device's parts, a slice's bounds).
+ALLOWED_ATTRIBUTES = frozenset({
+    "shape", "dtype", "device", "layout", "ndim", "T", "mT", "H", "mH", "real", "imag", "data", "grad",
+    "requires_grad", "is_leaf", "itemsize", "nbytes", "is_cpu", "is_cuda", "is_meta", "is_sparse", "is_sparse_csr",
+    "is_quantized", "is_nested", "is_mkldnn", "is_xpu", "is_mps", "type", "index", "start", "stop", "step",
+    "is_floating_point", "is_signed",
+})
+
+# Values a graph argument may hold as a constant, besides allowed callables.
+_CONSTANT_TYPES = (type(None), bool, int, float, complex, str, bytes, slice, type(...), torch.dtype, torch.device,
+                   torch.layout, torch.memory_format, torch.Size, torch.finfo, torch.iinfo)
+# Classes a graph may name as a value (`isinstance(x, torch.Tensor)`, `torch.float32` is not a class).
+_ALLOWED_CLASSES = (int, float, bool, complex, str, tuple, list, dict, slice, type(None), torch.Tensor, torch.SymInt,
+                    torch.SymFloat, torch.SymBool, torch.Size, torch.device, torch.dtype)
+
+# Targets the caller's resolve hook supplied (custom-op stand-ins, a registered namespace's
+# functions): trusted because the user's own code chose them, remembered for the run-time check.
+_EXTRA: weakref.WeakSet = weakref.WeakSet()
+_EXTRA_IDS: set[int] = set()
+
+
+def allow_target(obj: Any) -> Any:
+    """Accept ``obj`` as a graph target from now on (what a trusted resolve hook returned)."""
+    try:
+        _EXTRA.add(obj)
+    except TypeError:
+        _EXTRA_IDS.add(id(obj))
+    return obj
+
+
+def _walk(path: str) -> Any:
+    import importlib
+
+    parts = path.split(".")
+    obj: Any = torch
+    for i, part in enumerate(parts[1:], start=2):
+        nxt = getattr(obj, part, None)
+        if nxt is None:
+            try:
+                nxt = importlib.import_module(".".join(parts[:i]))
+            except Exception:
+                return None
+        obj = nxt
+    return obj
+
+
+@functools.lru_cache(maxsize=1)
+def _allowed_ids() -> frozenset[int]:
+    objs: list[Any] = []
+    for path in _FUNCTION_MODULES:
+        mod = _walk(path)
+        if mod is None:
+            continue
+        names: Iterable[str] = getattr(mod, "__all__", None) or dir(mod)
+        for name in names:
+            if name.startswith("__") or name in DENIED_FUNCTION_NAMES:
+                continue
+            obj = getattr(mod, name, None)
+            if obj is None or isinstance(obj, (types.ModuleType, type)) or not callable(obj):
+                continue
+            where = getattr(obj, "__module__", None) or ""
+            if path.startswith("torch._C.") or where.startswith(("torch.functional", "torch.nn.functional", "torch._C",
+                                                                  "torch.fft", "torch.linalg", "torch.special")) \
+                    or where == "torch":
+                objs.append(obj)
+    for path in NAMED_FUNCTIONS:
+        obj = _walk(path)
+        if obj is not None:
+            objs.append(obj)
+    objs += [getattr(math, n) for n in dir(math) if callable(getattr(math, n)) and not n.startswith("_")]
+    objs += [getattr(operator, n) for n in dir(operator)
+             if callable(getattr(operator, n)) and not n.startswith("_") and n not in DENIED_OPERATOR]
+    objs += list(ALLOWED_BUILTINS.values())
+    objs += [getattr(torch.Tensor, n) for n in allowed_methods() if hasattr(torch.Tensor, n)]
+    return frozenset(id(o) for o in objs) | frozenset(id(o) for o in _KEEP)
+
+
+# The objects behind _allowed_ids stay alive (they are module attributes); this keeps the few
+# that are made on access (bound or wrapped callables) from being collected and their ids reused.
+_KEEP: list[Any] = []
+
+
+@functools.lru_cache(maxsize=1)
+def allowed_methods() -> frozenset[str]:
+    """Method names a ``call_method`` node may use: public Tensor methods, minus DENIED_METHODS,
+    plus stream and event methods."""
+    names = {n for n in dir(torch.Tensor) if not n.startswith("_") and callable(getattr(torch.Tensor, n, None))}
+    return frozenset(names - DENIED_METHODS) | STREAM_METHODS
+
+
+def _op_refusal(obj: Any) -> str | None:
+    if isinstance(obj, torch._ops.HigherOrderOperator):
+        return None
+    name = obj._schema.name if isinstance(obj, torch._ops.OpOverload) else obj._qualified_op_name
+    full = f"{name}.{obj._overloadname}" if isinstance(obj, torch._ops.OpOverload) and obj._overloadname else name
+    ns = name.split("::")[0]
+    if ns in DENIED_OP_NAMESPACES or name in DENIED_OPS or full in DENIED_OPS:
+        return f"the op {name} reads or writes files"
+    return None
+
+
+def is_allowed_function(obj: Any) -> bool:
+    """Whether ``obj`` may be a ``call_function`` target (see the module docstring)."""
+    return refusal(obj) is None
+
+
+def refusal(obj: Any) -> str | None:
+    """Why ``obj`` may not be a graph target, or None if it may."""
+    if isinstance(obj, (torch._ops.OpOverload, torch._ops.OpOverloadPacket, torch._ops.HigherOrderOperator)):
+        return _op_refusal(obj)
+    if id(obj) in _allowed_ids() or id(obj) in _EXTRA_IDS:
+        return None
+    try:
+        if obj in _EXTRA:
+            return None
+    except TypeError:
+        pass
+    if _is_graphdbg_stand_in(obj) or _in_registered_namespace(obj):
+        return None
+    if isinstance(obj, types.ModuleType):
+        return "a module is not a graph operation"
+    return "not a graph operation"
+
+
+def _is_graphdbg_stand_in(obj: Any) -> bool:
+    # Stand-ins are plain functions graphdbg's own code makes after loading (rebuild/stand_ins.py,
+    # the compile-cache reader); a graph can't name them, it only gets them by replacement.
+    if type(obj).__name__ == "MissingOp" and type(obj).__module__ == "graphdbg.rebuild.stand_ins":
+        return True
+    code = getattr(obj, "__code__", None)
+    return (isinstance(obj, types.FunctionType) and str(obj.__module__).startswith("graphdbg.") and code is not None
+            and os.path.dirname(os.path.abspath(code.co_filename)).startswith(_PACKAGE_DIR))
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _in_registered_namespace(obj: Any) -> bool:
+    from graphdbg.rebuild.stand_ins import allowed_namespaces  # the user's --ops modules
+
+    module = getattr(obj, "__module__", None)
+    if not isinstance(module, str) or not callable(obj):
+        return False
+    return any(module == ns or module.startswith(ns + ".") for ns in allowed_namespaces())
+
+
+def check_value(value: Any) -> str | None:
+    """Why a constant argument may not appear in a graph, or None. Callables must be allowed
+    targets; classes, the few in ``_ALLOWED_CLASSES``; anything else a plain constant."""
+    if isinstance(value, (list, tuple)):
+        return next((r for r in map(check_value, value) if r), None)
+    if isinstance(value, dict):
+        return next((r for r in map(check_value, [*value.keys(), *value.values()]) if r), None)
+    if isinstance(value, fx.Node):
+        return None
+    if isinstance(value, type):
+        if value in _ALLOWED_CLASSES or refusal(value) is None:
+            return None
+        return f"the class {value.__module__}.{value.__qualname__}"
+    if isinstance(value, _CONSTANT_TYPES):
+        return None
+    if callable(value):
+        why = refusal(value)
+        return f"{_name(value)}: {why}" if why else None
+    return f"a constant of type {type(value).__name__}"
+
+
+_DANGEROUS_VALUES = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+                     types.FrameType, types.CodeType, types.GeneratorType, types.CoroutineType, types.TracebackType,
+                     type, torch.nn.Module)
+
+
+def _input_refusal(value: Any, depth: int = 0) -> str | None:
+    if depth > 20:
+        return "nested too deeply"
+    if isinstance(value, (list, tuple)):
+        return next((r for v in value if (r := _input_refusal(v, depth + 1))), None)
+    if isinstance(value, dict):
+        return next((r for v in value.values() if (r := _input_refusal(v, depth + 1))), None)
+    if isinstance(value, _DANGEROUS_VALUES):
+        return f"an input of type {type(value).__name__}"
+    return None
+
+
+def check_graph_module(gm: fx.GraphModule, inputs: Iterable[Any] | None = None) -> None:
+    """Refuse (GraphSourceError naming the node) a GraphModule that does anything outside the
+    allow-list, or inputs that are code, modules or frames. Run right before a replay runs."""
+    where = getattr(gm, "_graphdbg_file", None)
+    for prefix, mod in [(n, m) for n, m in gm.named_modules() if isinstance(m, fx.GraphModule)]:
+        for node in mod.graph.nodes:
+            why = _node_refusal(mod, node)
+            if why:
+                name = f"{prefix}.{node.name}" if prefix else node.name
+                line = node.meta.get("graphdbg_lineno")
+                raise GraphSourceError(f"refusing node {name} ({node.format_node()[:120]}): {why}", file=where,
+                                       line=line if where else None)
+    for i, value in enumerate(inputs or ()):
+        why = _input_refusal(value)
+        if why:
+            raise GraphSourceError(f"refusing input {i}: {why} can't be handed to a replayed graph", file=where)
+
+
+def _node_refusal(mod: fx.GraphModule, node: fx.Node) -> str | None:
+    if node.op == "call_function":
+        why = refusal(node.target)
+        if why:
+            return f"{_name(node.target)}: {why}"
+        if node.target is builtins.getattr:
+            attr = node.args[1] if len(node.args) > 1 else None
+            if not isinstance(attr, str) or attr not in ALLOWED_ATTRIBUTES:
+                return f"reading attribute {attr!r} is not allowed"
+    elif node.op == "call_method":
+        if node.target not in allowed_methods():
+            return f"method .{node.target}() is not allowed"
+        if node.target == "type" and any(isinstance(a, str) for a in (*node.args[1:], *node.kwargs.values())):
+            return "method .type() with a type name is not allowed"
+    elif node.op == "get_attr":
+        value = _attr(mod, str(node.target))
+        if not isinstance(value, (torch.Tensor, fx.GraphModule, torch.nn.Module, int, float, bool, type(None))):
+            return f"attribute of type {type(value).__name__}"
+        return None
+    elif node.op == "call_module":
+        sub = _attr(mod, str(node.target))
+        if not isinstance(sub, torch.nn.Module):
+            return f"{node.target} is not a module"
+        cls = type(sub)
+        if not (isinstance(sub, fx.GraphModule) or cls.__module__.startswith("torch.nn.modules.")):
+            return f"module class {cls.__module__}.{cls.__qualname__} is not allowed"
+    if node.op in ("call_function", "call_method", "call_module"):
+        return check_value((node.args, node.kwargs))
+    return None
+
+
+def _attr(mod: torch.nn.Module, target: str) -> Any:
+    obj: Any = mod
+    for part in target.split("."):
+        if part.startswith("__"):
+            return None
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def _name(obj: Any) -> str:
+    module, qual = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    return f"{module}.{qual}" if module and qual else repr(obj)[:60]

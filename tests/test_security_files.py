@@ -1,0 +1,208 @@
+"""Every file a dump names stays inside it; export-test and repro.py embed data, never code.
+
+Hand-made hostile dumps (paths out of the folder, symbolic links, FIFOs, a conftest.py, quotes
+and backslashes in messages) driven through ``show``, ``replay``, ``export-test`` and ``minify``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, ROOT
+
+SECRET = "TOPSECRET-do-not-echo"
+
+
+def _manifest(dump: Path) -> dict:
+    return json.loads((dump / "manifest.json").read_text())
+
+
+def _set(dump: Path, change) -> None:
+    data = _manifest(dump)
+    change(data)
+    (dump / "manifest.json").write_text(json.dumps(data))
+
+
+def _one_error_line(r) -> str:
+    lines = [ln for ln in r.err.strip().splitlines() if ln.strip()]
+    assert r.code == 2 and len(lines) == 1 and lines[0].startswith("graphdbg: error: "), r
+    return lines[0]
+
+
+@pytest.fixture
+def outside(tmp_path) -> Path:
+    """A file outside every dump, whose contents must never be read back."""
+    path = tmp_path / "elsewhere" / "secret.txt"
+    path.parent.mkdir()
+    path.write_text(f"{SECRET}\n")
+    return path
+
+
+def _both(cli, dump):
+    return [cli("show", dump), cli("replay", dump, "--backend", "eager", "--no-isolate")]
+
+
+def test_graph_file_outside_the_dump_is_refused_without_echo(fixture_copy, outside, cli):
+    dump = fixture_copy("block_compile_error")
+    for name in (str(outside), f"../../../elsewhere/{outside.name}", "C:\\x\\graph.py"):
+        _set(dump, lambda m: m["graph"].__setitem__("file", name))
+        for r in _both(cli, dump):
+            line = _one_error_line(r)
+            assert "not a file inside the dump" in line and SECRET not in r.err + r.out
+
+
+def test_inputs_file_outside_the_dump_is_refused(fixture_copy, outside, tmp_path, cli):
+    dump = fixture_copy("block_compile_error")
+    other = fixture_copy("block_runtime_error")
+    for name in (str(other / "inputs.safetensors"), "../../../block_runtime_error/rank0/"
+                 f"{other.name}/inputs.safetensors", "/dev/zero"):
+        _set(dump, lambda m: m.__setitem__("inputs_file", name))
+        for r in _both(cli, dump):
+            assert "not a file inside the dump" in _one_error_line(r)
+
+
+@pytest.mark.parametrize("name", ["graph.py", "inputs.safetensors", "manifest.json"])
+def test_symlinks_in_a_dump_are_not_followed(name, fixture_copy, outside, cli):
+    dump = fixture_copy("block_compile_error")
+    real = dump / name
+    if name != "manifest.json":
+        os.replace(real, outside)  # the link points at the real content: still refused
+    else:
+        outside.write_text(real.read_text())
+        real.unlink()
+    (dump / name).symlink_to(outside)
+    for r in _both(cli, dump):
+        line = _one_error_line(r)
+        assert "symbolic link" in line and SECRET not in r.err + r.out
+
+
+@pytest.mark.parametrize("name", ["graph.py", "inputs.safetensors"])
+def test_fifo_in_a_dump_is_refused_at_once(name, fixture_copy, tmp_path):
+    dump = fixture_copy("block_compile_error")
+    (dump / name).unlink()
+    os.mkfifo(dump / name)
+    for cmd in (["show", str(dump)], ["replay", str(dump), "--backend", "eager", "--no-isolate"]):
+        done = subprocess.run([sys.executable, "-m", "graphdbg.cli", *cmd], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert done.returncode == 2, done.stderr
+        assert "FIFO" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_fifo_named_on_the_command_line_is_refused(tmp_path):
+    fifo = tmp_path / "rank0_0.py"
+    os.mkfifo(fifo)
+    done = subprocess.run([sys.executable, "-m", "graphdbg.cli", "show", str(fifo)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+
+
+def test_parse_errors_do_not_quote_a_file_that_is_not_a_graph(tmp_path, cli):
+    path = tmp_path / "rank0_0.py"
+    path.write_text(f"# a comment first\nclass GraphModule(torch.nn.Module):\n    pass\npassword = '{SECRET}'\n")
+    r = cli("show", path)
+    line = _one_error_line(r)
+    assert "rank0_0.py:" in line and SECRET not in r.err + r.out
+
+
+def test_minifier_storage_outside_its_folder_is_not_read(tmp_path, cli):
+    repro = tmp_path / "repro"
+    import shutil
+
+    shutil.copytree(FIXTURES / "torch_minifier" / "after_dynamo", repro)
+    script = repro / "repro.py"
+    text = script.read_text()
+    store = repro / "checkpoints" / "storages"
+    import re
+
+    real = store / re.search(r"reader\.storage\('([0-9a-f]+)'", text).group(1)
+    # the script points at a storage above its folder, and the store holds a link leading out
+    (tmp_path / "stolen").write_bytes(real.read_bytes())
+    script.write_text(text.replace(f"reader.storage('{real.name}'", "reader.storage('../../../stolen'"))
+    import graphdbg
+
+    r = cli("show", script, "--json")
+    assert r.code == 0, r
+    stored = json.loads(r.out)["inputs_table"][0]["stored"]
+    assert not stored  # no saved value: a stand-in, not the file above
+    assert any("linear" in s.describe() for s in graphdbg.load(script).case("cpu").stand_ins)
+    real.unlink()
+    real.symlink_to(tmp_path / "stolen")
+    script.write_text(text)
+    case = graphdbg.load(script).case("cpu")
+    assert any("linear" in s.describe() for s in case.stand_ins)
+
+
+# --- export-test and repro.py ----------------------------------------------------------------
+
+HOSTILE_MESSAGE = 'no lowering for gelu at C:\\xtemp\\new """ + __import__("os").system("touch PWNED") + """ \\'
+
+class HostileMessage(NotImplementedError):
+    pass
+
+
+def backslash_backend(gm, example_inputs):
+    """Refuses graphs with gelu, with a message full of quotes and backslashes."""
+    import torch
+
+    if any(n.target in (torch.nn.functional.gelu, torch.ops.aten.gelu.default) for n in gm.graph.nodes):
+        raise HostileMessage(HOSTILE_MESSAGE)
+    return gm.forward
+
+
+def test_export_test_embeds_data_and_copies_only_the_dump(fixture_copy, tmp_path, cli):
+    dump = fixture_copy("block_compile_error")
+    evil = '""" + __import__("os").system("touch PWNED") + """ C:\\xtemp'
+
+    def poison(m):
+        m["failure"]["kind"] = "compile_error"
+        m["failure"]["signature"] = evil
+        m["failure"]["exception"]["message"] = evil
+    _set(dump, poison)
+    (dump / "conftest.py").write_text("open('PWNED', 'w')\n")
+    (dump / "link").symlink_to("/etc")
+    (dump / "loop").symlink_to(dump)
+    out = tmp_path / "suite" / "test_evil-name.py"
+    r = cli("export-test", dump, "-o", out)
+    assert r.code == 0, r
+    tree = ast.parse(out.read_text())  # not a SyntaxError
+    values = {t.id: ast.literal_eval(s.value) for s in tree.body if isinstance(s, ast.Assign)
+              for t in s.targets if isinstance(t, ast.Name) and isinstance(s.value, ast.Constant)}
+    assert values["CAPTURED"] == evil
+    data = out.with_name("test_evil-name_data")
+    assert sorted(p.name for p in data.iterdir()) == ["graph.py", "inputs.safetensors", "manifest.json"]
+    assert not any(p.is_symlink() for p in data.iterdir())
+    # the test runs (and fails: the bug is there) without running anything from the dump
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(out)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), str(ROOT / "fixtures")])})
+    assert done.returncode == 1 and "1 failed" in done.stdout, done.stdout[-3000:]
+    assert not list(tmp_path.rglob("PWNED"))
+
+
+def test_export_test_refuses_a_dump_with_a_file_leading_out(fixture_copy, outside, tmp_path, cli):
+    dump = fixture_copy("block_compile_error")
+    (dump / "graph.py").unlink()
+    (dump / "graph.py").symlink_to(outside)
+    r = cli("export-test", dump, "-o", tmp_path / "t" / "test_x.py")
+    assert "symbolic link" in _one_error_line(r)
+    assert not (tmp_path / "t" / "test_x_data" / "graph.py").exists()
+
+
+def test_minify_repro_with_backslashes_and_quotes_still_compiles_and_reproduces(tmp_path, cli):
+    out = tmp_path / "min"
+    r = cli("minify", FIXTURES / "block_compile_error", "--backend", "test_security_files:backslash_backend",
+            "-o", out, "--json")
+    assert r.code == 0, r
+    repro = next(out.rglob("repro.py"))
+    ast.parse(repro.read_text())
+    done = subprocess.run([sys.executable, str(repro)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])})
+    assert done.returncode == 1 and "REPRODUCED" in done.stdout, (done.stdout, done.stderr[-3000:])
+    assert not list(tmp_path.rglob("PWNED"))

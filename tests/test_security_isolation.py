@@ -1,0 +1,163 @@
+"""Isolated replays end, whatever the backend does: small Python backends that misbehave.
+
+The backends below run in the replay's child process (the CLI's default ``--isolate``). They
+leave grandchildren holding the output, start a grandchild in its own session, flood the
+output, raise an exception whose ``__str__`` raises, or sleep until the parent is signalled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import graphdbg
+
+from conftest import FIXTURES, ROOT
+
+DUMP = FIXTURES / "block_compile_error"
+NOTES = "GRAPHDBG_TEST_NOTES"
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(300)"]
+
+
+def _note(name: str, value: object) -> None:
+    Path(os.environ[NOTES], name).write_text(str(value))
+
+
+def leaves_a_grandchild_holding_the_output(gm, example_inputs):
+    _note("grandchild", subprocess.Popen(SLEEPER).pid)  # inherits the child's stdout and stderr
+    return gm.forward
+
+
+def leaves_a_grandchild_in_its_own_session(gm, example_inputs):
+    _note("grandchild", subprocess.Popen(SLEEPER, start_new_session=True).pid)
+    return gm.forward
+
+
+def floods_the_output(gm, example_inputs):
+    line = "x" * (1 << 20) + "\n"
+    for _ in range(256):
+        sys.stdout.write(line)
+        sys.stderr.write(line)
+    sys.stdout.flush()
+    sys.stderr.write("the last words\n")
+    sys.stderr.flush()
+    return gm.forward
+
+
+class StrRaises(RuntimeError):
+    def __str__(self):
+        raise ValueError("__str__ itself fails")
+
+
+def raises_an_unprintable_exception(gm, example_inputs):
+    raise StrRaises()
+
+
+def sleeps_until_killed(gm, example_inputs):
+    _note("tmp", Path(sys.argv[1]).parent)  # the child's request lives in the replay's temporary folder
+    _note("grandchild", subprocess.Popen(SLEEPER).pid)
+    _note("child", os.getpid())
+    time.sleep(300)
+    return gm.forward
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.fixture
+def notes(tmp_path, monkeypatch):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    monkeypatch.setenv(NOTES, str(folder))
+    return folder
+
+
+def _wait_for(path: Path, seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < end, f"{path} never appeared"
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("backend", ["leaves_a_grandchild_holding_the_output", "leaves_a_grandchild_in_its_own_session"])
+def test_a_grandchild_does_not_hold_the_replay_and_is_killed(backend, notes, cli):
+    started = time.monotonic()
+    r = cli("replay", DUMP, "--backend", f"test_security_isolation:{backend}", "--timeout", "120", "--json")
+    took = time.monotonic() - started
+    assert r.code == 0, r
+    assert json.loads(r.out)["status"] == "pass"
+    assert took < 100  # done when the child is done, not when the grandchild lets go of the output
+    pid = int((notes / "grandchild").read_text())
+    end = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert not _alive(pid)
+
+
+def test_flooded_output_is_capped_and_costs_no_memory(notes, cli):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    r = cli("replay", DUMP, "--backend", "test_security_isolation:floods_the_output", "--timeout", "300", "--json")
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert r.code == 0, r
+    data = json.loads(r.out)
+    assert data["status"] == "pass"
+    assert data["stderr_tail"] is None or len(data["stderr_tail"]) <= 3000
+    assert grown_mb < 100, f"the parent grew by {grown_mb:.0f} MB while the child wrote 512 MB"
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_an_exception_whose_str_raises_is_an_outcome(direct):
+    case = graphdbg.load(DUMP).case("cpu")
+    outcome = case.run("test_security_isolation:raises_an_unprintable_exception", direct=direct)
+    assert outcome.status == "crash" and outcome.error_type == "StrRaises"
+    assert outcome.message == "<str() of StrRaises raised ValueError>"
+    assert outcome.signature.startswith("StrRaises: <str() of StrRaises raised ValueError>")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signals_to_the_parent_end_the_child_group_and_its_folder(sig, notes, tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)]), NOTES: str(notes)}
+    parent = subprocess.Popen([sys.executable, "-m", "graphdbg.cli", "replay", str(DUMP), "--backend",
+                               "test_security_isolation:sleeps_until_killed", "--timeout", "600"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(notes / "child", 240)
+        child, grandchild = int((notes / "child").read_text()), int((notes / "grandchild").read_text())
+        tmp = Path((notes / "tmp").read_text())
+        assert _alive(child) and tmp.exists()
+        parent.send_signal(sig)
+        _, err = parent.communicate(timeout=60)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+    assert parent.returncode != 0
+    end = time.monotonic() + 10
+    while (_alive(child) or _alive(grandchild)) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert not _alive(child) and not _alive(grandchild)
+    assert not tmp.exists()
+    assert "Traceback" not in err, err[-2000:]
+
+
+def test_capture_records_an_exception_whose_str_raises(tmp_path):
+    import torch
+
+    compiled = torch.compile(lambda x: torch.nn.functional.gelu(x) + 1,
+                             backend=graphdbg.capture(raises_an_unprintable_exception, dump_dir=tmp_path))
+    with pytest.raises(Exception):
+        compiled(torch.ones(4))
+    dump = graphdbg.load(next(tmp_path.rglob("manifest.json")).parent)
+    assert dump.error_type == "StrRaises" and dump.message == "<str() of StrRaises raised ValueError>"

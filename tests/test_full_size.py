@@ -165,7 +165,7 @@ def test_inputs_too_big_for_the_limit_are_refused_before_allocating(tmp_path, cl
 
 def test_a_captured_dump_is_checked_from_its_manifest(fixture_copy, cli):
     dump = fixture_copy("block_accuracy")
-    r = cli("replay", dump, "--max-input-gb", "0.0000001")
+    r = cli("replay", dump, "--backend", "eager", "--max-input-gb", "0.0000001")
     assert r.code == 2 and "--max-input-gb" in r.err and len(r.err.strip().splitlines()) == 1, r
 
 

@@ -119,13 +119,15 @@ def _config_setup(config: list[str] | None, no_config: bool) -> None:
     set_replay_overrides(config, no_config)
 
 
-def _own_backend(path: Path, trust: bool, command: str) -> str:
+def _own_backend(path: Path, trust: bool, command: str) -> str | None:
     """The dump's own backend; code it names is imported only with --trust-backend."""
     import graphdbg
     from graphdbg.manifest import find_dumps
     from graphdbg.replay.backends import dump_backend
 
     folders = find_dumps(path) if path.is_dir() else []
+    if path.is_dir() and not folders:
+        return None  # a folder of printed graphs: they record no backend, and replay them as printed (eager)
     return dump_backend(graphdbg.load(folders[0] if folders else path), trust, command, shown_path=path)
 
 

@@ -70,6 +70,7 @@ NAMED_FUNCTIONS = (
     "torch._C._functorch.set_inplace_requires_grad_allowed",
     "torch._functorch.predispatch._add_batch_dim", "torch._functorch.predispatch._remove_batch_dim",
     "torch._functorch.predispatch._vmap_increment_nesting", "torch._functorch.predispatch._vmap_decrement_nesting",
+    "torch._functorch.predispatch.lazy_load_decompositions",  # Dynamo emits it before vmap (transformers masks)
     "torch._dynamo.graph_bytecode_inputs.get_external_object_by_index",
     "torch.cuda.streams.Stream", "torch.cuda.Stream", "torch.cuda.streams.Event", "torch.cuda.Event",
     "torch.cuda.current_stream", "torch.cuda.set_stream", "torch.cuda.current_device", "torch.cuda.synchronize",

@@ -169,7 +169,7 @@ def test_export_test_embeds_data_and_copies_only_the_dump(fixture_copy, tmp_path
     (dump / "link").symlink_to("/etc")
     (dump / "loop").symlink_to(dump)
     out = tmp_path / "suite" / "test_evil-name.py"
-    r = cli("export-test", dump, "-o", out)
+    r = cli("export-test", dump, "-o", out, "--trust-backend")
     assert r.code == 0, r
     tree = ast.parse(out.read_text())  # not a SyntaxError
     values = {t.id: ast.literal_eval(s.value) for s in tree.body if isinstance(s, ast.Assign)
@@ -190,14 +190,14 @@ def test_export_test_refuses_a_dump_with_a_file_leading_out(fixture_copy, outsid
     dump = fixture_copy("block_compile_error")
     (dump / "graph.py").unlink()
     (dump / "graph.py").symlink_to(outside)
-    r = cli("export-test", dump, "-o", tmp_path / "t" / "test_x.py")
+    r = cli("export-test", dump, "-o", tmp_path / "t" / "test_x.py", "--trust-backend")
     assert "symbolic link" in _one_error_line(r)
     assert not (tmp_path / "t" / "test_x_data" / "graph.py").exists()
 
 
 def test_minify_repro_with_backslashes_and_quotes_still_compiles_and_reproduces(tmp_path, cli):
     out = tmp_path / "min"
-    r = cli("minify", FIXTURES / "block_compile_error", "--backend", "test_security_files:backslash_backend",
+    r = cli("minify", FIXTURES / "block_compile_error", "--backend", "test_security_files:backslash_backend", "--any-failure",
             "-o", out, "--json")
     assert r.code == 0, r
     repro = next(out.rglob("repro.py"))

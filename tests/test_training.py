@@ -64,10 +64,10 @@ def test_backward_compile_error_is_dumped_with_forward_and_replays(tmp_path, cli
     assert any(d.get("requires_grad") for d in fw["inputs"])
 
     # the backward graph alone, under its bw_compiler
-    r = cli("replay", dump, "--no-isolate")
+    r = cli("replay", dump, "--trust-backend", "--no-isolate")
     assert r.code == 1 and "the same failure as captured" in r.out, r
     # forward then backward through the user's backend, with the recorded tangents
-    r = cli("replay", dump / "forward", "--backward", "--no-isolate", "--json")
+    r = cli("replay", dump / "forward", "--trust-backend", "--backward", "--no-isolate", "--json")
     assert r.code == 1, r
     out = json.loads(r.out)
     assert out["stage"] == "backward" and out["reproduces"]
@@ -86,7 +86,7 @@ def test_backward_runtime_error_is_dumped_once_with_what_it_received(tmp_path, c
     m = _manifest(dump)
     assert m["failure"]["kind"] == "runtime_error" and m["stage"] == "backward"
     assert m["inputs_state"] == "backward_after_failed_call" and all(d["stored"] for d in m["inputs"])
-    r = cli("replay", dump, "--no-isolate", "--json")
+    r = cli("replay", dump, "--trust-backend", "--no-isolate", "--json")
     assert r.code == 1 and json.loads(r.out)["reproduces"], r
 
 
@@ -109,13 +109,13 @@ def test_backward_dump_minifies_to_the_op_it_cannot_lower(tmp_path, cli):
     with pytest.raises(BackwardLoweringError):
         train_steps(model, x, backend=graphdbg.capture(gelu_refusing_backend, tmp_path / "dumps"))
     dump = _only_dump(tmp_path / "dumps")
-    r = cli("minify", dump, "--no-isolate", "-o", tmp_path / "min", "--json")
+    r = cli("minify", dump, "--trust-backend", "--no-isolate", "-o", tmp_path / "min", "--json")
     assert r.code == 0, r
     small = _only_dump(tmp_path / "min")
     ops = _manifest(small)["graph"]["ops"]
     assert any("gelu_backward" in op for op in ops) and _manifest(small)["graph"]["nodes"] <= 4
     assert _manifest(small)["stage"] == "backward"
-    r = cli("replay", small, "--no-isolate")
+    r = cli("replay", small, "--trust-backend", "--no-isolate")
     assert r.code == 1 and "the same failure as captured" in r.out, r
 
 
@@ -130,14 +130,14 @@ def test_wrong_gradients_of_tiny_gpt2_are_dumped_and_replayed(tmp_path, cli):
     assert m["failure"]["signature"] == "accuracy: gradient 0 value"
     assert m["failure"]["mismatches"][0]["max_rel_error"] == pytest.approx(0.5, rel=1e-3)  # scaled by 1.5
 
-    r = cli("replay", dump, "--no-isolate", "--json")
+    r = cli("replay", dump, "--trust-backend", "--no-isolate", "--json")
     assert r.code == 1 and json.loads(r.out)["reproduces"], r
-    r = cli("replay", dump / "forward", "--backward", "--no-isolate", "--json")
+    r = cli("replay", dump / "forward", "--trust-backend", "--backward", "--no-isolate", "--json")
     out = json.loads(r.out)
     assert r.code == 1 and out["status"] == "mismatch" and out["stage"] == "backward", r
     assert all(mm["what"] == "gradient" for mm in out["mismatches"])
     # without --backward the forward alone is right
-    r = cli("replay", dump / "forward", "--no-isolate", "--json")
+    r = cli("replay", dump / "forward", "--trust-backend", "--no-isolate", "--json")
     assert r.code == 0, r
 
 
@@ -145,11 +145,11 @@ def test_gradient_mismatch_minifies(tmp_path, cli):
     model, x = mlp()
     train_steps(model, x, backend=graphdbg.capture(wrong_gradient_backend, tmp_path / "dumps", mode="accuracy"))
     dump = _only_dump(tmp_path / "dumps")
-    r = cli("minify", dump, "--no-isolate", "-o", tmp_path / "min", "--json")
+    r = cli("minify", dump, "--trust-backend", "--no-isolate", "-o", tmp_path / "min", "--json")
     assert r.code == 0, r
     small = _only_dump(tmp_path / "min")
     assert _manifest(small)["graph"]["nodes"] < _manifest(dump)["graph"]["nodes"] / 3
-    r = cli("replay", small, "--no-isolate", "--json")  # still wrong under the bw_compiler it names
+    r = cli("replay", small, "--trust-backend", "--no-isolate", "--json")  # still wrong under the bw_compiler it names
     assert r.code == 1 and json.loads(r.out)["status"] == "mismatch", r
     r = cli("replay", small, "--backend", "eager", "--no-isolate", "--json")
     assert r.code == 0, r
@@ -175,7 +175,7 @@ def test_wrong_optimizer_step_is_caught_by_its_mutations(tmp_path, cli):
     assert "params" in m["failure"]["message"] and "after mutation" in m["failure"]["message"]
     assert "_foreach_mul_" in (dump / "graph.py").read_text()
 
-    r = cli("replay", dump, "--no-isolate", "--json")
+    r = cli("replay", dump, "--trust-backend", "--no-isolate", "--json")
     out = json.loads(r.out)
     assert r.code == 1 and out["reproduces"] and out["mismatches"][0]["what"] == "attr", r
     # the same step run as traced is right: the state it starts from is the captured one
@@ -252,13 +252,13 @@ def test_gpu_inductor_triton_backward_bug_captured_replayed_minified(tmp_path, c
         assert m["stage"] == "backward" and m["failure"]["kind"] == "accuracy"
         assert m["inputs"][0]["device"].startswith("cuda") and m["backend"] == "inductor"
 
-        r = cli("replay", dump, "--no-isolate", "--json")
+        r = cli("replay", dump, "--trust-backend", "--no-isolate", "--json")
         out = json.loads(r.out)
         assert r.code == 1 and out["reproduces"] and out["device"].startswith("cuda"), r
-        r = cli("minify", dump, "--no-isolate", "-o", tmp_path / "min", "--json")
+        r = cli("minify", dump, "--trust-backend", "--no-isolate", "-o", tmp_path / "min", "--json")
         assert r.code == 0, r
         small_path = _only_dump(tmp_path / "min")
         small = _manifest(small_path)
         assert any("relu" in op for op in small["graph"]["ops"]) and small["graph"]["nodes"] < m["graph"]["nodes"]
-    r = cli("replay", small_path, "--no-isolate", "--json")  # the same graph without the bug: right
+    r = cli("replay", small_path, "--trust-backend", "--no-isolate", "--json")  # the same graph without the bug: right
     assert r.code == 0, r

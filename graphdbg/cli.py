@@ -42,8 +42,34 @@ def _inputs_setup(ops: str | None, seed: int | None = None) -> None:
         os.environ["GRAPHDBG_SEED"] = str(seed)
 
 
+def json_ready(value: object) -> object:
+    """``value`` with only strict-JSON types: non-finite floats and pandas/numpy missing values
+    become None, numpy scalars and arrays plain Python, paths and anything else strings.
+
+        >>> json_ready({"err": float("nan"), "shape": (2, 3)})
+        {'err': None, 'shape': [2, 3]}
+    """
+    import math
+
+    if value is None or isinstance(value, (bool, str, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [json_ready(v) for v in value]
+    tolist = getattr(value, "tolist", None)  # numpy scalars and arrays, without importing numpy
+    if callable(tolist) and type(value).__module__ == "numpy":
+        return json_ready(tolist())
+    if type(value).__name__ in ("NAType", "NaTType"):  # pandas.NA, pandas.NaT
+        return None
+    return str(value)
+
+
 def _print_json(data: object) -> None:
-    sys.stdout.write(json.dumps(data, indent=1, default=str) + "\n")
+    """The one JSON writer of every ``--json``: strict (``null``, never ``NaN``)."""
+    sys.stdout.write(json.dumps(json_ready(data), indent=1, allow_nan=False) + "\n")
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -288,12 +314,10 @@ def export_test(
 def _report(result: object, as_json: bool) -> None:
     if as_json:
         _print_json(result.to_dict())
-    elif hasattr(result, "__rich__"):
-        console.print(result)
-    elif hasattr(result, "summary"):
-        console.print(result.summary(), highlight=False)
     else:
-        _print_json(result.to_dict())
+        from graphdbg.render import renderable
+
+        console.print(result if hasattr(result, "__rich__") else renderable(result))
 
 
 def main() -> None:

@@ -285,7 +285,87 @@ def world_table(world: Any) -> Table:
     return table
 
 
-RENDERERS = {"Dump": lambda d: dump_panel(d), "Case": lambda c: case_panel(c), "Outcome": lambda o: outcome_panel(o)}
+def _num(value: Any) -> str:
+    return "" if value is None or value != value else f"{value:.3g}"
+
+
+def pass_bisection_panel(result: Any) -> Panel:
+    """``bisect passes``: the culprit pass (and pattern/match), then the good and bad outcomes."""
+    text = Text()
+    if result.culprit is None:
+        text.append("no pass breaks it", style="bold green")
+    else:
+        text.append(f"culprit: pass {result.index} ", style="bold")
+        text.append(result.culprit, style="bold red")
+        if result.pattern:
+            text.append(f"\npattern {result.pattern_index}: {result.pattern}")
+        if result.match_index is not None:
+            text.append(f"\nfirst bad match: #{result.match_index}")
+    if result.outcome is not None:
+        text.append(f"\nwith it:    {result.outcome.summary()}", style=STATUS_STYLE.get(result.outcome.status, ""))
+    if result.good_outcome is not None:
+        text.append(f"\nbefore it:  {result.good_outcome.summary()}", style=STATUS_STYLE.get(result.good_outcome.status, ""))
+    text.append(f"\n{result.runs} runs", style="dim")
+    if result.note:
+        text.append(f"\n{result.note}", style="yellow")
+    return Panel(text, title="bisect passes", expand=False)
+
+
+def node_divergence_panel(result: Any) -> Panel:
+    """``bisect nodes``: the first diverging node, its source line and module, how far off."""
+    text = Text()
+    if result.node is None:
+        text.append("no node diverges", style="bold green")
+    else:
+        text.append(result.node, style="bold red")
+        if result.target:
+            text.append(f" ({result.target})")
+        if result.replaced:
+            text.append(f"\nrewritten from {result.replaced}" + (f" into {', '.join(result.new_nodes)}" if result.new_nodes else ""))
+        if result.source:
+            text.append(f"\n{result.source}", style="cyan")
+            if result.code:
+                text.append(f"  {result.code.strip()}", style="italic")
+        if result.module:
+            text.append(f"\nmodule {result.module}", style="dim")
+        text.append(f"\nmax abs error {_num(result.max_abs_error)}" + (f", max rel error {_num(result.max_rel_error)}" if result.max_rel_error is not None else ""), style="yellow")
+    text.append(f"\n{result.compared} nodes compared ({result.method})", style="dim")
+    if result.note:
+        text.append(f"\n{result.note}", style="yellow")
+    return Panel(text, title="bisect nodes", expand=False)
+
+
+def rank_report_table(report: Any) -> Group:
+    """``bisect ranks``: one row per rank, its graph and signature, what differs from the majority."""
+    table = Table(title=f"{len(report.ranks)} ranks" + (f", odd: {rank_ranges(report.odd)}" if report.odd else ", none differs"))
+    for col, opts in (("rank", {"no_wrap": True}), ("graph", {"no_wrap": True}), ("signature", {"overflow": "fold"}),
+                      ("differs from the majority", {"overflow": "fold"})):
+        table.add_column(col, **opts)
+    for r in report.ranks:
+        diff = report.differences.get(r) or []
+        table.add_row(str(r), (report.graphs.get(r) or "")[:12], Text(report.signatures.get(r) or ""),
+                      Text("\n".join(diff), style="bold red") if diff else Text("-", style="dim"))
+    parts: list[Any] = [table]
+    if report.notes:
+        parts.append(Text("\n".join(report.notes), style="dim"))
+    return Group(*parts)
+
+
+def minify_panel(result: Any) -> Panel:
+    """``minify``: nodes before and after, queries, where it was saved, and each winning step."""
+    lines = Text(f"{result.start_nodes} -> {result.final_nodes} nodes, {result.queries} queries, "
+                 f"{result.cache_hits} cache hits, {result.seconds:.1f}s\n")
+    lines.append(result.outcome.summary() + "\n", style=STATUS_STYLE.get(result.outcome.status, ""))
+    for line in result.log:
+        lines.append(line + "\n", style="dim")
+    if result.saved:
+        lines.append(f"saved to {result.saved}", style="bold")
+    return Panel(lines, title="minify" + (" (interrupted)" if result.interrupted else ""), expand=False)
+
+
+RENDERERS = {"Dump": lambda d: dump_panel(d), "Case": lambda c: case_panel(c), "Outcome": lambda o: outcome_panel(o),
+             "PassBisection": pass_bisection_panel, "NodeDivergence": node_divergence_panel,
+             "RankReport": rank_report_table, "MinifyResult": minify_panel}
 
 
 def renderable(obj: Any) -> Any:

@@ -6,10 +6,13 @@ was reproduced (replay), 2 the input could not be used (one line on stderr says 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
+import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Callable, Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -22,8 +25,24 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 console = Console()
+DEFAULT_TIMEOUT = 600.0  # seconds an isolated replay may take before it counts as a timeout
+
+
+def _version(value: bool) -> None:
+    if value:
+        import graphdbg
+
+        typer.echo(f"graphdbg {graphdbg.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                   help="Print the version and exit.")] = False) -> None:
+    pass
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON (stable; see README) instead of tables.")]
 OpsOpt = Annotated[Optional[str], typer.Option("--ops", help="Comma-separated modules defining real implementations of custom ops (instead of stand-ins).")]
 LogOpt = Annotated[Optional[Path], typer.Option("--log", help="The run's log, for graph files that record no failure (default: log.txt or *.log beside them).")]
@@ -67,6 +86,49 @@ def json_ready(value: object) -> object:
     return str(value)
 
 
+def _err_console() -> Console:
+    return Console(stderr=True)
+
+
+def _note(message: str) -> None:
+    """A line on stderr for people (stdout stays the result, JSON or table)."""
+    _err_console().print(message, highlight=False, soft_wrap=True, markup=False)
+
+
+@contextlib.contextmanager
+def _progress(label: str, quiet: bool = False) -> Iterator[None]:
+    """A spinner on a terminal; off a terminal (CI logs), a line when it starts and when it ends."""
+    err = _err_console()
+    if quiet:
+        yield
+    elif err.is_terminal:
+        with err.status(label):
+            yield
+    else:
+        started = time.monotonic()
+        _note(f"{label} ...")
+        yield
+        _note(f"{label}: done in {time.monotonic() - started:.1f}s")
+
+
+def _line_progress(name: str, every_s: float = 5.0) -> Callable[[int, Optional[int], Optional[str]], None]:
+    """minify's progress as plain lines, for pipes and CI: every log line, and the count at most
+    every ``every_s`` seconds."""
+    last = [0.0]
+
+    def report(queries: int, best: Optional[int], line: Optional[str]) -> None:
+        now = time.monotonic()
+        if line:
+            _note(f"{name}: {line}")
+        elif now - last[0] >= every_s:
+            _note(f"{name}: {queries} queries, best {best if best is not None else '?'} nodes")
+        else:
+            return
+        last[0] = now
+
+    return report
+
+
 def _print_json(data: object) -> None:
     """The one JSON writer of every ``--json``: strict (``null``, never ``NaN``)."""
     sys.stdout.write(json.dumps(json_ready(data), indent=1, allow_nan=False) + "\n")
@@ -97,7 +159,9 @@ def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps o
     _inputs_setup(ops)
 
     listing = list_dumps(path, log=log)
-    if as_json:
+    if not listing.dumps and not listing.problems and not as_json:
+        console.print(f"no dumps under {listing.root}", highlight=False, soft_wrap=True)
+    elif as_json:
         _print_json(listing.to_json())
     else:
         console.print(listing_table(listing.groups, str(listing.root)))
@@ -130,7 +194,7 @@ def show(dump: Annotated[Path, typer.Argument(help="A dump folder or a graph fil
 PassesOpt = Annotated[Optional[str], typer.Option("--passes", "-p", help="Comma-separated package.module:callable FX passes; suffix @post_grad to run one inside Inductor.")]
 DeviceOpt = Annotated[Optional[str], typer.Option("--device", "-d", help="cpu, cuda, cuda:N (default: the capture device if present, else cpu).")]
 IsolateOpt = Annotated[bool, typer.Option("--isolate/--no-isolate", help="Run in a child process, so a segfault or hang becomes an outcome.")]
-TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", help="Seconds before an isolated replay counts as a timeout.")]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds before an isolated replay counts as a timeout.")]
 
 
 @app.command()
@@ -140,7 +204,7 @@ def replay(
     passes: PassesOpt = None,
     device: DeviceOpt = None,
     isolate: IsolateOpt = True,
-    timeout: TimeoutOpt = None,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
     direct: Annotated[bool, typer.Option("--direct", help="Call backend(gm, inputs) on the dumped graph instead of re-tracing it with torch.compile.")] = False,
     accuracy: Annotated[bool, typer.Option("--accuracy/--no-accuracy", help="Compare outputs with eager (float64 where possible).")] = True,
     rtol: Annotated[Optional[float], typer.Option(help="Relative tolerance (default: by dtype).")] = None,
@@ -199,18 +263,25 @@ def compare(
     backends: Annotated[str, typer.Option("--backends", help="Comma-separated backends.")] = "eager,aot_eager,inductor",
     device: DeviceOpt = None,
     isolate: IsolateOpt = True,
-    timeout: TimeoutOpt = None,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
     ops: OpsOpt = None,
     seed: SeedOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Replay a dump under several backends; one row per backend. Exit 1 if any fails."""
+    import pandas as pd
+
     import graphdbg
     from graphdbg.render import compare_table
 
     _inputs_setup(ops, seed)
-    df = graphdbg.compare(graphdbg.load(dump), [b.strip() for b in backends.split(",") if b.strip()],
-                          device=device, isolate=isolate, timeout=timeout)
+    d = graphdbg.load(dump)
+    names = [b.strip() for b in backends.split(",") if b.strip()]
+    rows = []
+    for i, name in enumerate(names, 1):  # one backend at a time, so a slow one shows progress
+        with _progress(f"compare: {name} ({i}/{len(names)})", quiet=as_json):
+            rows.append(graphdbg.compare(d, [name], device=device, isolate=isolate, timeout=timeout))
+    df = pd.concat(rows, ignore_index=True)
     if as_json:
         _print_json({"dump": str(dump), "rows": df.to_dict(orient="records")})
     else:
@@ -226,7 +297,7 @@ def minify(
     accuracy: Annotated[Optional[bool], typer.Option("--accuracy/--no-accuracy", help="Keep a numeric mismatch (default: what the dump recorded).")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Candidates tried at once (isolated).")] = 1,
     isolate: Annotated[Optional[bool], typer.Option("--isolate/--no-isolate", help="Try candidates in child processes (for backends that may crash).")] = None,
-    timeout: TimeoutOpt = None,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
     device: DeviceOpt = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where the smallest dump and repro.py go.")] = None,
     any_failure: Annotated[bool, typer.Option("--any-failure", help="Shrink whatever failure the backend shows, not only the captured one.")] = False,
@@ -237,13 +308,18 @@ def minify(
     from graphdbg.minify import minify as run_minify
 
     _inputs_setup(ops)
-    out = out or Path(f"{dump.name.removesuffix('.py')}-min")
+    if out is None:
+        out = Path(f"{dump.name.removesuffix('.py')}-min")
+        _note(f"minify: writing to ./{out}/ (-o to choose)")
+    progress = False if as_json else (True if _err_console().is_terminal else _line_progress("minify"))
     result = run_minify(dump, backend, passes, accuracy=accuracy, jobs=jobs, isolate=isolate, timeout=timeout,
-                        device=device, out=out, progress=not as_json, any_failure=any_failure)
+                        device=device, out=out, progress=progress, any_failure=any_failure)
     if as_json:
         _print_json(result.to_dict())
     else:
         console.print(result)
+        if result.saved:
+            console.print(f"wrote {result.saved} and {Path(out) / 'repro.py'}", highlight=False, soft_wrap=True)
 
 
 bisect_app = typer.Typer(help="Find what broke it: which pass, which node, which rank.", no_args_is_help=True)
@@ -302,11 +378,16 @@ def export_test(
     out: Annotated[Path, typer.Option("--out", "-o", help="The test file to write, e.g. tests/test_gelu_lowering.py.")],
     backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="Backend under test (default: the dump's own).")] = None,
     passes: PassesOpt = None,
+    force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing test file and its data folder.")] = False,
 ) -> None:
     """Write a pytest regression test from a dump, with its data next to it; it fails while the bug is there."""
     import graphdbg
     from graphdbg.minify import export_test as run
 
+    data = out.with_name(out.stem + "_data")
+    there = [p for p in (out, data) if p.exists()]
+    if there and not force:
+        raise GraphdbgError(f"{there[0]} exists; pass --force to overwrite it")
     path = run(graphdbg.load(dump), out, backend=backend, passes=passes)
     console.print(f"wrote {path}")
 
@@ -326,10 +407,16 @@ def main() -> None:
     An unexpected exception is a graphdbg bug: one line and exit code 3, with the traceback
     only when GRAPHDBG_DEBUG=1.
     """
-    import os
-
+    _cwd_importable(sys.argv[1:])
     try:
         app()  # standalone: typer/click print usage errors themselves and exit 2
+    except SystemExit as e:
+        interrupt = _interrupt_of(e)  # typer turns Ctrl-C into a silent exit 130
+        if interrupt is None:
+            raise
+        _end_children()
+        _note(_interrupted_line(interrupt))
+        sys.exit(130)
     except GraphdbgError as e:
         _fail(str(e), e.exit_code)
     except Exception as e:
@@ -337,6 +424,71 @@ def main() -> None:
             raise
         first = (str(e).strip().splitlines() or [""])[0]
         _fail(f"internal error: {type(e).__name__}: {first} (set GRAPHDBG_DEBUG=1 for the traceback)", 3)
+
+
+MODULE_OPTIONS = ("--passes", "-p", "--backend", "-b", "--backends", "--ops")
+
+
+def _cwd_importable(args: list[str]) -> None:
+    """Modules named by ``--passes``/``--backend``/``--ops`` may live in the current folder, as
+    ``python script.py`` would find them: put it on ``sys.path``, and on ``PYTHONPATH`` for
+    isolated children. Only when the command line names such modules."""
+    if not any(a.split("=", 1)[0] in MODULE_OPTIONS for a in args):
+        return
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if cwd not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([*paths, cwd])
+
+
+def _interrupt_of(exc: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt behind an exit, if any (typer raises Exit(130) from it)."""
+    seen = exc
+    for _ in range(6):
+        seen = seen.__cause__ or seen.__context__
+        if seen is None:
+            return None
+        if isinstance(seen, KeyboardInterrupt):
+            return seen
+    return None
+
+
+def _interrupted_line(interrupt: KeyboardInterrupt) -> str:
+    result = getattr(interrupt, "result", None)  # minify's MinifyInterrupted: the best graph so far
+    if result is None:
+        return "interrupted"
+    if result.saved is None:
+        return f"interrupted after {result.queries} queries: nothing smaller than {result.start_nodes} nodes found yet, nothing saved"
+    return f"interrupted: best {result.final_nodes}-node graph saved to {Path(result.saved).parent.parent / 'repro.py'}"
+
+
+def _end_children() -> None:
+    """Kill what this process started and left running: isolated replays run in their own
+    session (so the terminal's Ctrl-C does not reach them), and would outlive us otherwise."""
+    import signal
+
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return
+    me = os.getpid()
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rpartition(")")[2].split()  # after "(comm)": state, ppid, pgrp, ...
+        pid, ppid, pgrp = int(entry.name), int(fields[1]), int(fields[2])
+        if ppid != me:
+            continue
+        with contextlib.suppress(OSError):
+            if pgrp == pid:  # a group of its own: take its children with it
+                os.killpg(pgrp, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGKILL)
 
 
 def _fail(message: str, code: int) -> None:

@@ -69,3 +69,120 @@ def test_bisect_results_print_as_text_not_json(cli, tmp_path, monkeypatch):
     assert not r.out.lstrip().startswith("{")
     r = cli("bisect", "ranks", _two_ranks(tmp_path, monkeypatch))
     assert r.code == 0 and "2 ranks, none differs" in r.out and not r.out.lstrip().startswith("{"), r
+
+
+def _graphdbg(*args, cwd, **kw) -> subprocess.Popen:
+    """The CLI as a user runs it, in its own process (PYTHONPATH names only graphdbg itself)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    return subprocess.Popen([sys.executable, "-m", "graphdbg.cli", *map(str, args)], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def test_help_and_version_are_quick_and_do_not_import_torch(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    check = "import sys, graphdbg.cli, graphdbg; assert 'torch' not in sys.modules, 'torch imported'; print(graphdbg.capture.__name__)"
+    done = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "capture", done.stderr
+    for flag in ("-h", "--help"):
+        done = subprocess.run([sys.executable, "-m", "graphdbg.cli", flag], env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and "replay" in done.stdout and "minify" in done.stdout, done.stderr
+    done = subprocess.run([sys.executable, "-m", "graphdbg.cli", "--version"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == f"graphdbg {graphdbg.__version__}"
+
+
+def test_capture_names_still_import():
+    from graphdbg.capture import DEFAULT_BUDGET, CapturingBackend, capture
+
+    backend = graphdbg.capture("eager")
+    assert isinstance(backend, CapturingBackend) and capture is graphdbg.capture and DEFAULT_BUDGET > 0
+
+
+def test_isolated_replays_have_a_default_timeout_shown_in_help(cli):
+    for command in ("replay", "compare", "minify"):
+        r = cli(command, "--help")
+        assert r.code == 0 and "[default: 600.0]" in r.out, (command, r)
+
+
+def test_passes_and_backends_from_the_current_folder(tmp_path):
+    (tmp_path / "my_passes.py").write_text("def count(gm):\n    return len(gm.graph.nodes)\n")
+    (tmp_path / "my_backend.py").write_text("def plain(gm, example_inputs):\n    return gm.forward\n")
+    # isolated (the default): the child finds them too
+    proc = _graphdbg("replay", FIXTURES / "block_compile_error", "--backend", "my_backend:plain", "--passes", "my_passes:count",
+                     "--json", cwd=tmp_path)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    data = _strict(out)
+    assert data["status"] == "pass" and data["isolated"] and [p["name"] for p in data["passes"]] == ["my_passes:count"]
+
+
+def test_export_test_refuses_to_overwrite_without_force(cli, tmp_path):
+    test_file = tmp_path / "test_gelu.py"
+    test_file.write_text("# mine\n")
+    r = cli("export-test", FIXTURES / "block_compile_error", "-o", test_file)
+    assert r.code == 2 and "exists; pass --force" in r.err and test_file.read_text() == "# mine\n", r
+    r = cli("export-test", FIXTURES / "block_compile_error", "-o", test_file, "--force")
+    assert r.code == 0 and "def test_" in test_file.read_text(), r
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = open(f"/proc/{entry}/stat").read().rpartition(")")[2].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                kids.append(int(entry))
+    return kids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _wait_for(predicate, timeout: float) -> None:
+    import time
+
+    end = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < end, "timed out waiting"
+        time.sleep(0.2)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_ctrl_c_during_an_isolated_replay_ends_the_child(tmp_path):
+    import signal
+
+    # the backend module is found in the current folder (tests/), as a user's would be
+    proc = _graphdbg("replay", FIXTURES / "block_compile_error", "--backend", "backends_for_tests:hang", cwd=ROOT / "tests")
+    _wait_for(lambda: _children(proc.pid), 120)
+    (child,) = _children(proc.pid)
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err, (out, err)
+    _wait_for(lambda: not _alive(child), 10)
+
+
+def test_ctrl_c_during_minify_says_what_was_kept(tmp_path):
+    import signal
+
+    (tmp_path / "slow.py").write_text(
+        "import time\nfrom fixtures.programs import unsupported_op_backend\n_inner = unsupported_op_backend('gelu')\n"
+        "def gelu(gm, example_inputs):\n    time.sleep(0.3)\n    return _inner(gm, example_inputs)\n")
+    dump = FIXTURES / "block_compile_error" / "rank0" / "g0-compile_error-3b0e0256"
+    proc = _graphdbg("minify", dump, "--backend", "slow:gelu", "--no-isolate", cwd=tmp_path)
+    out_dir = tmp_path / f"{dump.name}-min"
+    _wait_for(lambda: (out_dir / "repro.py").exists() or proc.poll() is not None, 240)
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert f"minify: writing to ./{dump.name}-min/" in err, err
+    assert proc.returncode == 130, (out, err)
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("interrupted: best ") and last.endswith(f"-node graph saved to {dump.name}-min/repro.py"), err
+    nodes = int(last.split("best ")[1].split("-node")[0])
+    assert nodes < 50 and graphdbg.load(next(out_dir.glob("rank*/*"))).node_count == nodes

@@ -154,7 +154,7 @@ def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps o
     """List dumps under PATH; identical failures on several ranks are one row."""
     from graphdbg.listing import list_dumps
 
-    from graphdbg.render import listing_table
+    from graphdbg.render import ListingView
 
     _inputs_setup(ops)
 
@@ -164,7 +164,7 @@ def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps o
     elif as_json:
         _print_json(listing.to_json())
     else:
-        console.print(listing_table(listing.groups, str(listing.root)))
+        console.print(ListingView(listing.groups, str(listing.root)), crop=False)
         if listing.logs:
             from graphdbg.render import log_notes
 
@@ -188,7 +188,7 @@ def show(dump: Annotated[Path, typer.Argument(help="A dump folder or a graph fil
         _print_json({**summary_row(d), "nodes_table": d.nodes().to_dict(orient="records"),
                      "inputs_table": d.inputs_table().to_dict(orient="records")})
         return
-    console.print(render_show(d))
+    console.print(render_show(d), crop=False)
 
 
 PassesOpt = Annotated[Optional[str], typer.Option("--passes", "-p", help="Comma-separated package.module:callable FX passes; suffix @post_grad to run one inside Inductor.")]

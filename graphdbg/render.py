@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -38,14 +39,94 @@ def rank_ranges(ranks: list[int]) -> str:
     return ",".join(parts)
 
 
-def listing_table(groups: list[dict[str, Any]], root: str | None = None) -> Table:
-    """One row per group of identical failures; paths shown relative to ``root``."""
+def _group_paths(g: dict[str, Any], root: str | None) -> list[str]:
     import os
 
+    return [os.path.relpath(p, root) if root else p for p in g["paths"]]
+
+
+def _path_text(path: str, style: str = "") -> Text:
+    """A path that is never folded or cut: printed whole, past the edge if it must (print with crop=False)."""
+    return Text(path, style=style, no_wrap=True, overflow="ignore")
+
+
+STAND_IN_KINDS = (("stream", ("stream", "Stream", "Event")), ("triton kernel", ("triton",)),
+                  ("device", ("device(", "Device")), ("collective", ("all_reduce", "all_gather", "reduce_scatter", "_c10d", "all_to_all")))
+
+
+def stand_in_kind(construct: str) -> str:
+    """What kind of thing needs a stand-in: stream, triton kernel, device, collective, custom op, other."""
+    for kind, needles in STAND_IN_KINDS:
+        if any(n in construct for n in needles):
+            return kind
+    return "custom op" if construct.startswith("torch.ops.") else "other"
+
+
+def stand_ins_text(constructs: list[str], limit: int = 3) -> str:
+    """The constructs by name when few, else counted by kind with an example of each:
+    ``8: 3 stream (cuda.current_stream), 2 device (...), ...``."""
+    if len(constructs) <= limit:
+        return ", ".join(_short_construct(c) for c in constructs)
+    by_kind: dict[str, list[str]] = {}
+    for c in constructs:
+        by_kind.setdefault(stand_in_kind(c), []).append(_short_construct(c))
+    parts = [f"{len(names)} {kind} ({names[0]}{', ...' if len(names) > 1 else ''})"
+             for kind, names in sorted(by_kind.items(), key=lambda kv: -len(kv[1]))]
+    return f"{len(constructs)}: " + ", ".join(parts)
+
+
+class ListingView:
+    """``ls`` as a table on a wide terminal, else as a list with each path whole on its own line
+    (pipes, CI logs, narrow terminals): a path is never folded, so it can be copied."""
+
+    def __init__(self, groups: list[dict[str, Any]], root: str | None = None):
+        self.groups, self.root = groups, root
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        longest = max((len(p) for g in self.groups for p in _group_paths(g, self.root)), default=0)
+        if console.is_terminal and options.max_width >= longest + 100:
+            yield listing_table(self.groups, self.root)
+        else:
+            yield listing_list(self.groups, self.root)
+
+
+def listing_list(groups: list[dict[str, Any]], root: str | None = None) -> Group:
+    """One block per group: its path whole on one line, then what failed, where, and what it needs."""
+    head = Text(f"graphdbg dumps under {root}" if root else "graphdbg dumps", style="bold")
+    head.append(f": {len(groups)} group{'s' if len(groups) != 1 else ''}, {sum(len(g['paths']) for g in groups)} files", style="")
+    parts: list[Any] = [head]
+    for g in groups:
+        paths = _group_paths(g, root)
+        parts.append(Text(""))
+        parts.append(_path_text(paths[0], style="bold cyan"))
+        facts = Text("  ")
+        facts.append(g["kind"], style=KIND_STYLE.get(g["kind"], ""))
+        if g.get("log"):
+            facts.append(" (from log, inferred)" if g.get("log_inferred") else " (from log)", style="dim")
+        facts.append(f" · rank{'s' if len(g['ranks']) > 1 else ''} {rank_ranges(g['ranks'])} · {g['nodes']} nodes")
+        if g.get("graphs"):
+            facts.append(f" · graph {','.join(map(str, g['graphs']))}")
+        parts.append(facts)
+        error = ": ".join(x for x in (g["error_type"], g["message"]) if x)
+        if error:
+            parts.append(Padding(Text(error), (0, 0, 0, 2)))
+        if g.get("constructs"):
+            parts.append(Padding(Text("needs stand-ins: " + stand_ins_text(g["constructs"]), style="yellow"), (0, 0, 0, 2)))
+        if g.get("differs"):
+            parts.append(Padding(Text("differs from the other ranks: " + ", ".join(g["differs"]), style="bold red"), (0, 0, 0, 2)))
+        for more in paths[1:3]:
+            parts.append(_path_text("  also " + more, style="dim"))
+        if len(paths) > 3:
+            parts.append(Text(f"  and {len(paths) - 3} more (ls --json lists them)", style="dim"))
+    return Group(*parts)
+
+
+def listing_table(groups: list[dict[str, Any]], root: str | None = None) -> Table:
+    """One row per group of identical failures; paths shown relative to ``root``, never folded."""
     table = Table(title=f"graphdbg dumps under {root}" if root else "graphdbg dumps")
     # Printed graph files (graphdbg.formats.printed_graph) add a graph number and the stand-ins they need.
     foreign = any(g.get("format") == "printed_graph" for g in groups)
-    table.add_column("dump", overflow="fold", ratio=3)
+    table.add_column("dump", no_wrap=True)
     if foreign:
         table.add_column("graph", no_wrap=True)
     table.add_column("ranks", no_wrap=True)
@@ -58,7 +139,7 @@ def listing_table(groups: list[dict[str, Any]], root: str | None = None) -> Tabl
     if odd:
         table.add_column("differs from the other ranks", overflow="fold", ratio=2)
     for g in groups:
-        paths = [os.path.relpath(p, root) if root else p for p in g["paths"]]
+        paths = _group_paths(g, root)
         path_text = paths[0] if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1})"
         error = ": ".join(x for x in (g["error_type"], g["message"]) if x)
         row = [Text(path_text)]
@@ -69,7 +150,7 @@ def listing_table(groups: list[dict[str, Any]], root: str | None = None) -> Tabl
             kind.append("\nfrom log, inferred" if g.get("log_inferred") else "\nfrom log", style="dim")
         row += [rank_ranges(g["ranks"]), str(g["nodes"]), kind, Text(error)]
         if foreign:
-            row.append(Text(", ".join(_short_construct(c) for c in g.get("constructs", [])), style="yellow"))
+            row.append(Text(stand_ins_text(g.get("constructs", [])), style="yellow"))
         if odd:
             row.append(Text(", ".join(g.get("differs") or []), style="bold red"))
         table.add_row(*row)
@@ -130,7 +211,7 @@ def dump_panel(dump: Dump) -> Panel:
     env = dump.manifest.get("env", {})
     lines.append(f"torch {env.get('torch')}, python {env.get('python')}, {env.get('device_name')}; "
                  f"{dump.node_count} nodes, graph {dump.graph_hash[:12]}", style="dim")
-    return Panel(lines, title=f"[bold]{dump.id}[/]", subtitle=str(dump.path), expand=False)
+    return Panel(lines, title=f"[bold]{dump.id}[/]", expand=False)
 
 
 def _arg_text(value: Any) -> str:
@@ -210,7 +291,7 @@ def inputs_table(dump: Dump) -> Table:
 
 
 def show(dump: Dump) -> Group:
-    parts: list[Any] = [dump_panel(dump)]
+    parts: list[Any] = [_path_text(str(dump.path), style="dim"), dump_panel(dump)]
     message = dump.message.strip()
     if message:
         parts.append(Panel(Text(message[:2000]), title="error", border_style="red", expand=False))

@@ -186,3 +186,55 @@ def test_ctrl_c_during_minify_says_what_was_kept(tmp_path):
     assert last.startswith("interrupted: best ") and last.endswith(f"-node graph saved to {dump.name}-min/repro.py"), err
     nodes = int(last.split("best ")[1].split("-node")[0])
     assert nodes < 50 and graphdbg.load(next(out_dir.glob("rank*/*"))).node_count == nodes
+
+
+def _run_piped(*args, columns: int = 80) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": str(columns)}
+    return subprocess.run([sys.executable, "-m", "graphdbg.cli", *map(str, args)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=240)
+
+
+def test_ls_piped_at_80_columns_prints_every_path_whole(tmp_path):
+    deep = tmp_path / ("a-rather-long-folder-name-" * 3) / "dumps"
+    for name in ("block_compile_error", "block_dynamic"):
+        src = next((FIXTURES / name).glob("rank*/*"))
+        import shutil
+
+        shutil.copytree(src, deep / name / src.parent.name / src.name)
+    for root in (CORPUS, deep):
+        done = _run_piped("ls", root)
+        assert done.returncode == 0, done.stderr
+        lines = [line.strip() for line in done.stdout.splitlines()]
+        listing = _strict(_run_piped("ls", root, "--json").stdout)
+        for g in listing["groups"]:
+            for p in g["paths"][:3]:
+                rel = os.path.relpath(p, listing["root"])
+                assert rel in lines or f"also {rel}" in lines, (rel, done.stdout)
+        assert "│" not in done.stdout  # a list, not a table folded into 12-character pieces
+    assert "needs stand-ins: 8: 3 stream" in _run_piped("ls", CORPUS).stdout  # eight constructs, counted by kind
+
+
+def test_ls_on_a_wide_terminal_is_a_table_with_whole_paths():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from graphdbg.listing import list_dumps
+    from graphdbg.render import ListingView
+
+    listing = list_dumps(CORPUS)
+    out = StringIO()
+    Console(file=out, force_terminal=True, width=220, color_system=None).print(ListingView(listing.groups, str(listing.root)), crop=False)
+    assert "┃ dump" in out.getvalue()
+    for g in listing.groups:
+        assert os.path.relpath(g["paths"][0], listing.root) in out.getvalue()
+
+
+def test_show_prints_the_whole_path_at_80_columns(tmp_path):
+    import shutil
+
+    src = next((FIXTURES / "block_dynamic").glob("rank*/*"))
+    dump = tmp_path / ("a-long-folder-" * 6) / src.name
+    shutil.copytree(src, dump)
+    done = _run_piped("show", dump)
+    assert done.returncode == 0 and str(dump) in done.stdout.splitlines(), done.stdout[:2000]

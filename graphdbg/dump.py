@@ -187,7 +187,9 @@ class Dump(Displayed):
                 "code": src.get("code"),
                 "module": info.get(node.name, {}).get("module"),
             })
-        return pd.DataFrame(rows, columns=["name", "op", "target", "dtype", "shape", "source", "code", "module"]).astype(object)
+        from graphdbg.tables import typed_table
+
+        return typed_table(pd.DataFrame(rows, columns=["name", "op", "target", "dtype", "shape", "source", "code", "module"]).astype(object), self)
 
     def inputs_table(self):
         """A pandas DataFrame of the inputs: name, kind, dtype, shape, stored, and statistics."""
@@ -209,7 +211,9 @@ class Dump(Displayed):
                 "mean": stats.get("mean"),
                 "std": stats.get("std"),
             })
-        return pd.DataFrame(rows).astype(object)
+        from graphdbg.tables import typed_table
+
+        return typed_table(pd.DataFrame(rows).astype(object), self)
 
     def summary(self) -> dict[str, Any]:
         """The stable JSON row used by ``graphdbg ls --json``."""

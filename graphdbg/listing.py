@@ -26,6 +26,7 @@ from typing import Any
 
 from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.manifest import MANIFEST, find_dumps
+from graphdbg.display import Displayed
 from graphdbg.dump import Dump
 from graphdbg.formats import load
 
@@ -34,7 +35,7 @@ _LOG_KEYS = ("log", "log_line", "log_inferred", "log_how")
 
 
 @dataclass
-class Listing:
+class Listing(Displayed):
     root: Path
     dumps: list[Dump] = field(default_factory=list)
     problems: list[dict[str, str]] = field(default_factory=list)

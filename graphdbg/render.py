@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 def _txt(value: Any) -> str:
     """Table cell text; pandas gives NaN for missing strings."""
-    if value is None or (isinstance(value, float) and value != value):
+    if value is None or (isinstance(value, float) and value != value) or type(value).__name__ == "NAType":
         return ""
     return str(value)
 
@@ -280,7 +280,8 @@ def inputs_table(dump: Dump) -> Table:
     for col in ("name", "kind", "type", "value / stats", "stored"):
         table.add_column(col, overflow="fold")
     for row in df.itertuples(index=False):
-        typ = f"{_txt(row.dtype)}{_txt(row.shape)} {_txt(row.device)}" if row.kind == "tensor" else ""
+        shape = "[" + ", ".join(map(str, row.shape)) + "]" if isinstance(row.shape, tuple) else _txt(row.shape)
+        typ = f"{_txt(row.dtype)}{shape} {_txt(row.device)}" if row.kind == "tensor" else ""
         if row.kind == "tensor" and _txt(row.mean):
             detail = f"min {row.min:.3g} max {row.max:.3g} mean {row.mean:.3g} std {row.std:.3g}"
         else:
@@ -444,9 +445,54 @@ def minify_panel(result: Any) -> Panel:
     return Panel(lines, title="minify" + (" (interrupted)" if result.interrupted else ""), expand=False)
 
 
-RENDERERS = {"Dump": lambda d: dump_panel(d), "Case": lambda c: case_panel(c), "Outcome": lambda o: outcome_panel(o),
+RENDERERS = {"Dump": lambda d: Group(_path_text(str(d.path), style="dim"), dump_panel(d)), "Case": lambda c: case_panel(c), "Outcome": lambda o: outcome_panel(o),
              "PassBisection": pass_bisection_panel, "NodeDivergence": node_divergence_panel,
-             "RankReport": rank_report_table, "MinifyResult": minify_panel}
+             "RankReport": rank_report_table, "MinifyResult": minify_panel,
+             "Listing": lambda listing: ListingView(listing.groups, str(listing.root))}
+
+
+def _seconds(value: Any) -> str:
+    return f", {value:.2f}s" if value is not None and value == value else ""
+
+
+def _case_repr(c: Any) -> str:
+    origin = f", from {c.dump.id}" if getattr(c, "dump", None) is not None else ""
+    stand_ins = f", {len(c.stand_ins)} stand-ins" if c.stand_ins else ""
+    return f"Case({len(c.gm.graph.nodes)} nodes, {len(c.placeholders)} inputs on {c.device}{origin}{stand_ins})"
+
+
+def _listing_repr(listing: Any) -> str:
+    return f"Listing({len(listing.groups)} groups, {len(listing.dumps)} dumps under {str(listing.root)!r}" + \
+        (f", {len(listing.problems)} unreadable" if listing.problems else "") + ")"
+
+
+def _minify_repr(r: Any) -> str:
+    saved = f", saved to {str(r.saved)!r}" if r.saved else ""
+    return (f"MinifyResult({r.start_nodes} -> {r.final_nodes} nodes, {r.queries} queries, {r.outcome.status}"
+            f"{', interrupted' if r.interrupted else ''}{saved})")
+
+
+REPRS = {
+    "Case": _case_repr,
+    "Outcome": lambda o: f"Outcome({o.summary() if o.status != 'pass' else 'pass'}, backend {o.backend!r}{_seconds(o.total_s)})",
+    "MinifyResult": _minify_repr,
+    "Listing": _listing_repr,
+    "PassBisection": lambda r: f"PassBisection(culprit={r.culprit!r}, {r.runs} runs)",
+    "NodeDivergence": lambda r: f"NodeDivergence({r.summary()})",
+    "RankReport": lambda r: f"RankReport(ranks {rank_ranges(r.ranks)}, odd {rank_ranges(r.odd) or 'none'})",
+}
+
+
+def short_repr(obj: Any) -> str:
+    """One line, no tensors, no tracebacks: what a notebook shows for a graphdbg noun."""
+    for cls in type(obj).__mro__:
+        fn = REPRS.get(cls.__name__)
+        if fn is not None:
+            try:
+                return fn(obj)
+            except Exception as e:  # a repr must never raise
+                return f"<{type(obj).__name__}: {type(e).__name__} in repr>"
+    return object.__repr__(obj)
 
 
 def renderable(obj: Any) -> Any:
@@ -463,7 +509,7 @@ def html_of(obj: Any, width: int = 120) -> str:
     from rich.console import Console
 
     console = Console(record=True, width=width, file=_Null(), force_jupyter=False)
-    console.print(renderable(obj))
+    console.print(renderable(obj), crop=False)
     return console.export_html(inline_styles=True, code_format="<pre style=\"font-family:monospace\">{code}</pre>")
 
 

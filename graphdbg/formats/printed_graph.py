@@ -245,7 +245,9 @@ class ForeignDump(Dump):
                          "shape": "[" + ", ".join(map(str, d["shape"])) + "]" if d["kind"] == "tensor" else None,
                          "device": d.get("device"), "value": f"synthesized: {plan.how}", "stored": None,
                          "min": None, "max": None, "mean": None, "std": None})
-        return pd.DataFrame(rows, columns=["name", "kind", "dtype", "shape", "device", "value", "stored", "min", "max", "mean", "std"]).astype(object)
+        from graphdbg.tables import typed_table
+
+        return typed_table(pd.DataFrame(rows, columns=["name", "kind", "dtype", "shape", "device", "value", "stored", "min", "max", "mean", "std"]).astype(object))
 
     def nodes(self):
         """As Dump's; a custom op this machine lacks shows under its own name."""

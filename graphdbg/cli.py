@@ -322,6 +322,20 @@ def minify(
             console.print(f"wrote {result.saved} and {Path(out) / 'repro.py'}", highlight=False, soft_wrap=True)
 
 
+@app.command()
+def report(
+    path: Annotated[Path, typer.Argument(help="A dump folder, a folder of dumps or printed graphs, or a minify output.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The HTML file to write.")] = Path("report.html"),
+    ops: OpsOpt = None,
+) -> None:
+    """Write one self-contained HTML page (no network) about the failures under PATH."""
+    from graphdbg.report import write_report
+
+    _inputs_setup(ops)
+    written = write_report(path, out)
+    console.print(f"wrote {written}", highlight=False, soft_wrap=True)
+
+
 bisect_app = typer.Typer(help="Find what broke it: which pass, which node, which rank.", no_args_is_help=True)
 app.add_typer(bisect_app, name="bisect")
 

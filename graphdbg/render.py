@@ -15,8 +15,8 @@ if TYPE_CHECKING:
     from graphdbg.case import Case
     from graphdbg.dump import Dump
 
-def _txt(value: Any) -> str:
-    """Table cell text; pandas gives NaN for missing strings."""
+def cell_text(value: Any) -> str:
+    """Table cell text: "" for None, NaN and pandas' NA (a missing string in a DataFrame)."""
     if value is None or (isinstance(value, float) and value != value) or type(value).__name__ == "NAType":
         return ""
     return str(value)
@@ -280,14 +280,14 @@ def inputs_table(dump: Dump) -> Table:
     for col in ("name", "kind", "type", "value / stats", "stored"):
         table.add_column(col, overflow="fold")
     for row in df.itertuples(index=False):
-        shape = "[" + ", ".join(map(str, row.shape)) + "]" if isinstance(row.shape, tuple) else _txt(row.shape)
-        typ = f"{_txt(row.dtype)}{shape} {_txt(row.device)}" if row.kind == "tensor" else ""
-        if row.kind == "tensor" and _txt(row.mean):
+        shape = "[" + ", ".join(map(str, row.shape)) + "]" if isinstance(row.shape, tuple) else cell_text(row.shape)
+        typ = f"{cell_text(row.dtype)}{shape} {cell_text(row.device)}" if row.kind == "tensor" else ""
+        if row.kind == "tensor" and cell_text(row.mean):
             detail = f"min {row.min:.3g} max {row.max:.3g} mean {row.mean:.3g} std {row.std:.3g}"
         else:
-            detail = _txt(row.value)
+            detail = cell_text(row.value)
         stored = {True: "yes", False: Text("no: stats only", style="yellow")}.get(row.stored, "")
-        table.add_row(Text(_txt(row.name)), Text(_txt(row.kind)), Text(typ), Text(detail), stored)
+        table.add_row(Text(cell_text(row.name)), Text(cell_text(row.kind)), Text(typ), Text(detail), stored)
     return table
 
 
@@ -352,7 +352,7 @@ def compare_table(df: Any) -> Table:
     for row in df.itertuples(index=False):
         err = "" if row.max_abs_error is None or row.max_abs_error != row.max_abs_error else f"{row.max_abs_error:.3g}"
         secs = "" if row.seconds is None or row.seconds != row.seconds else f"{row.seconds:.2f}"
-        table.add_row(Text(row.backend), Text(row.status, style=STATUS_STYLE.get(row.status, "")), Text(_txt(row.signature)), secs, err)
+        table.add_row(Text(row.backend), Text(row.status, style=STATUS_STYLE.get(row.status, "")), Text(cell_text(row.signature)), secs, err)
     return table
 
 

@@ -198,19 +198,26 @@ def _short_construct(name: str) -> str:
 
 def dump_panel(dump: Dump) -> Panel:
     lines = Text()
-    lines.append(f"{dump.failure_kind}", style=KIND_STYLE.get(dump.failure_kind, "bold"))
     failure = dump.manifest.get("failure") or {}
     log = failure.get("log") if failure.get("source") == "log" else None
-    lines.append(f" in backend {(failure.get('backend') if log else None) or dump.backend!r}, rank {dump.rank} of {dump.world_size}\n")
+    env = dump.manifest.get("env") or {}
+    captured = bool(env.get("torch"))  # a graphdbg capture records its environment; another tool's file doesn't
+    backend = (failure.get("backend") if log else None) or (dump.backend if captured else None)
+    if dump.failure_kind == "foreign" and not log:
+        lines.append("printed graph, no failure recorded", style="bold")
+    else:
+        lines.append(f"{dump.failure_kind}", style=KIND_STYLE.get(dump.failure_kind, "bold"))
+        lines.append(f" in backend {backend!r}" if backend else " (backend not recorded)")
+    lines.append(f", rank {dump.rank} of {dump.world_size}\n")
     if dump.signature:
         lines.append(f"{dump.signature}\n", style="bold")
     if log:
         lines.append(f"from the run's log {log['path']}:{log['line']} ({log['occurrences']} traceback{'s' if log['occurrences'] != 1 else ''}); {log['how']}\n", style="yellow")
         if log.get("rank_how"):
             lines.append(f"ranks {rank_ranges(log['ranks'] or [])}: {log['rank_how']}\n", style="yellow")
-    env = dump.manifest.get("env", {})
-    lines.append(f"torch {env.get('torch')}, python {env.get('python')}, {env.get('device_name')}; "
-                 f"{dump.node_count} nodes, graph {dump.graph_hash[:12]}", style="dim")
+    where = (f"torch {env.get('torch')}, python {env.get('python')}, {env.get('device_name')}; " if captured
+             else "environment not recorded (not a graphdbg capture); ")
+    lines.append(f"{where}{dump.node_count} nodes, graph {dump.graph_hash[:12]}", style="dim")
     return Panel(lines, title=f"[bold]{dump.id}[/]", expand=False)
 
 
@@ -231,7 +238,10 @@ def graph_tree(dump: Dump) -> Tree:
     """The graph grouped under the user source line each node came from."""
     from graphdbg.graph_hash import target_name
 
+    from graphdbg.tables import failing_node_names
+
     info = dump.manifest["graph"].get("node_info", {})
+    failing = failing_node_names(dump)
     tree = Tree(Text(f"graph: {dump.node_count} nodes", style="bold"))
     branch = tree.add(Text("inputs", style="cyan"))
     current: tuple | None = ("inputs",)
@@ -263,9 +273,11 @@ def graph_tree(dump: Dump) -> Tree:
         if node.op == "output":
             branch.add(Text(args))
             continue
-        line = Text(f"{node.name} = ")
+        line = Text(f"{node.name} = ", style="bold red" if node.name in failing else "")
         line.append(target_name(node), style="bold")
         line.append(f"({args})")
+        if node.name in failing:
+            line.append("  <- failed here", style="bold red")
         if ann:
             line.append(f"  {ann}", style="green")
         if module:
@@ -291,11 +303,20 @@ def inputs_table(dump: Dump) -> Table:
     return table
 
 
+TRACEBACK_LINES = 24
+
+
 def show(dump: Dump) -> Group:
     parts: list[Any] = [_path_text(str(dump.path), style="dim"), dump_panel(dump)]
     message = dump.message.strip()
     if message:
         parts.append(Panel(Text(message[:2000]), title="error", border_style="red", expand=False))
+    exception = dump.exception if isinstance(dump.exception, dict) else {}
+    tb = (exception.get("traceback") or "").strip().splitlines()
+    if tb:
+        shown = tb[-TRACEBACK_LINES:]
+        more = f" (last {len(shown)} of {len(tb)} lines; show --json has it all)" if len(tb) > len(shown) else ""
+        parts.append(Panel(Text("\n".join(shown), style="dim"), title="traceback" + more, border_style="red", expand=False))
     parts.extend([graph_tree(dump), inputs_table(dump)])
     return Group(*parts)
 

@@ -238,3 +238,15 @@ def test_show_prints_the_whole_path_at_80_columns(tmp_path):
     shutil.copytree(src, dump)
     done = _run_piped("show", dump)
     assert done.returncode == 0 and str(dump) in done.stdout.splitlines(), done.stdout[:2000]
+
+
+def test_show_gives_the_traceback_stored_values_statistics_and_honest_wording(cli):
+    r = cli("show", FIXTURES / "block_runtime_error")
+    assert r.code == 0, r
+    assert "traceback" in r.out and "RuntimeError: mat1 and mat2 shapes cannot be multiplied (16x32 and 96x32)" in r.out
+    x_row = next(line for line in r.out.splitlines() if "l_x_" in line and "float32[2, 8, 32]" in line and "yes" in line)
+    assert "min " in x_row and "mean " in x_row  # a stored input's statistics, read from its values
+    r = cli("show", CORPUS / "Qwen3-0.6B" / "rank0_0.py")
+    assert r.code == 0 and "printed graph, no failure recorded" in r.out, r
+    assert "torch None" not in r.out and "backend 'eager'" not in r.out
+    assert "environment not recorded" in r.out

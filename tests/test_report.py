@@ -130,3 +130,11 @@ def test_report_in_headless_chromium_highlights_the_failing_node(cli, minified):
     width, bpp, rows = _png_pixels(shot.read_bytes())
     highlighted = sum(1 for row in rows for x in range(0, width * bpp, bpp * 4) if tuple(row[x:x + 3]) == HIGHLIGHT)
     assert highlighted > 50, "the failing node is not highlighted on screen"
+
+
+def test_show_marks_the_failing_node(cli, minified):
+    dump = next(minified.glob("rank*/*"))
+    r = cli("show", dump)
+    assert r.code == 0, r
+    (marked,) = [line for line in r.out.splitlines() if "<- failed here" in line]
+    assert "linear = torch._C._nn.linear(" in marked

@@ -250,3 +250,20 @@ def test_show_gives_the_traceback_stored_values_statistics_and_honest_wording(cl
     assert r.code == 0 and "printed graph, no failure recorded" in r.out, r
     assert "torch None" not in r.out and "backend 'eager'" not in r.out
     assert "environment not recorded" in r.out
+
+
+def test_complex64_and_fnuz_inputs_are_stored_not_stats_only(tmp_path, cli):
+    import torch
+
+    def f(z, q):
+        return (z * 2).real + q.to(torch.float32)
+
+    z = torch.randn(4, dtype=torch.complex64)
+    q = torch.randn(4).to(torch.float8_e4m3fnuz)
+    torch.compile(f, backend=graphdbg.capture("eager", tmp_path, mode="always"))(z, q)
+    (dump,) = [graphdbg.load(p) for p in tmp_path.glob("rank*/*")]
+    table = dump.inputs_table()
+    assert table.stored.all(), table[["name", "dtype", "stored"]]
+    case = dump.case()
+    assert torch.equal(case.inputs[0], z) and torch.equal(case.inputs[1].view(torch.uint8), q.view(torch.uint8))
+    assert "no: stats only" not in cli("show", dump.path).out

@@ -97,7 +97,8 @@ def _note(message: str) -> None:
 
 @contextlib.contextmanager
 def _progress(label: str, quiet: bool = False) -> Iterator[None]:
-    """A spinner on a terminal; off a terminal (CI logs), a line when it starts and when it ends."""
+    """A spinner on a terminal; off a terminal (CI logs), a line when each step is done (none
+    on an error, which stays the one line on stderr)."""
     err = _err_console()
     if quiet:
         yield
@@ -106,7 +107,6 @@ def _progress(label: str, quiet: bool = False) -> Iterator[None]:
             yield
     else:
         started = time.monotonic()
-        _note(f"{label} ...")
         yield
         _note(f"{label}: done in {time.monotonic() - started:.1f}s")
 

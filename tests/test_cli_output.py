@@ -267,3 +267,11 @@ def test_complex64_and_fnuz_inputs_are_stored_not_stats_only(tmp_path, cli):
     case = dump.case()
     assert torch.equal(case.inputs[0], z) and torch.equal(case.inputs[1].view(torch.uint8), q.view(torch.uint8))
     assert "no: stats only" not in cli("show", dump.path).out
+
+
+def test_compare_piped_prints_a_line_per_backend(cli):
+    r = cli("compare", FIXTURES / "block_compile_error", "--backends", "eager,aot_eager", "--no-isolate")
+    assert r.code == 0, r
+    lines = r.err.strip().splitlines()
+    assert [line.split(":")[1].strip() for line in lines] == ["eager (1/2)", "aot_eager (2/2)"], r.err
+    assert "backends" in r.out and "pass" in r.out

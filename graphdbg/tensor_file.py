@@ -37,6 +37,12 @@ for _name, _code in (("uint16", "U16"), ("uint32", "U32"), ("uint64", "U64"),
                      ("float8_e5m2", "F8_E5M2"), ("float8_e4m3fn", "F8_E4M3")):
     if hasattr(torch, _name):
         SAFETENSORS_DTYPES[getattr(torch, _name)] = _code
+try:  # safetensors' own table (complex64, the FNUZ float8s, ...) wins over ours
+    from safetensors.torch import _TYPES as _SAFETENSORS_TYPES
+
+    SAFETENSORS_DTYPES.update({dtype: code for code, dtype in _SAFETENSORS_TYPES.items()})
+except ImportError:
+    pass
 
 _WRITE_CHUNK = 64 << 20  # bytes per write for host tensors; device tensors copy over in pieces this big
 

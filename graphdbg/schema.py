@@ -84,14 +84,11 @@ def _hint(value: Any) -> Any:
         if not math.isfinite(value):
             raise ValueError(f"must be a finite number (got {value!r})")
         return value
-    if isinstance(value, str) and len(value) <= MAX_EXPR:  # a hint Dynamo could only print (``s0``)
-        return value
     raise ValueError(f"must be a number, a bool or null (got {_shown(value)})")
 
 
 Hint = Annotated[Any, PlainValidator(_hint),
-                 WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "number"}, {"type": "boolean"},
-                                           {"type": "string", "maxLength": MAX_EXPR}, {"type": "null"}]})]
+                 WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "number"}, {"type": "boolean"}, {"type": "null"}]})]
 
 
 class _Open(BaseModel):
@@ -156,7 +153,7 @@ class ValueDesc(_Open):
                         raise ValueError(f"shape has a negative size ({d})")
                     n *= d
                     if n > MAX_NUMEL:
-                        raise ValueError(f"shape {_shown(self.shape)} has more than 2**36 elements; "
+                        raise ValueError(f"shape {str(self.shape)[:60]} has more than 2**36 elements; "
                                          "graphdbg will not make a tensor that large")
         return self
 
@@ -238,6 +235,50 @@ class Manifest(_Open):
     redacted: Optional[bool] = None
 
     model_config = ConfigDict(extra="allow", strict=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _sizes_bounded(self) -> "Manifest":
+        """Every size, symbolic or not, evaluates within bounds: a dump's own sizes are integers,
+        and an expression (``9**9**9``) is evaluated here, by the bounded evaluator, so a hostile
+        one is refused at load instead of hanging whatever reads it later."""
+        from graphdbg.specs import GraphdbgError, check_numel, eval_dim
+
+        env = _SmallSymbols({d.expr: d.hint for d in self.inputs if d.kind == "symint" and isinstance(d.hint, int)
+                             and not isinstance(d.hint, bool) and d.expr and d.expr.isidentifier()})
+        own_dump = self.schema_ == "graphdbg.dump" and self.format is None  # not built by another reader
+        described = [(f"inputs[{i}]", d) for i, d in enumerate(self.inputs)]
+        described += [(f"attrs.{q}", d) for q, d in (self.attrs or {}).items()]
+        described += [(f"external_objects[{i}]", d) for i, d in enumerate(self.external_objects or [])]
+        while described:
+            where, d = described.pop()
+            described += [(f"{where}.items[{i}]", item) for i, item in enumerate(d.items or [])]
+            for key in ("shape", "stride", "symbolic_shape", "symbolic_stride"):
+                dims = getattr(d, key)
+                for j, dim in enumerate(dims or []):
+                    if own_dump and key in ("shape", "stride") and not isinstance(dim, int):
+                        raise ValueError(f"{where}.{key}[{j}]: must be an integer (got {_shown(dim)})")
+                    if isinstance(dim, str):
+                        try:
+                            eval_dim(dim, env)
+                        except GraphdbgError as e:
+                            raise ValueError(f"{where}.{key}[{j}]: {e}") from None
+                if key in ("shape", "symbolic_shape") and dims and any(isinstance(x, str) for x in dims):
+                    try:
+                        check_numel([eval_dim(x, env) for x in dims], "tensor")
+                    except GraphdbgError as e:
+                        raise ValueError(f"{where}.{key}: {e}") from None
+        return self
+
+
+class _SmallSymbols(dict):
+    """Symbol values for checking expressions: recorded hints, else 2 (a printed graph's
+    symbols have no hint; replay picks their sizes later, within the same bounds)."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __getitem__(self, key: str) -> int:
+        return dict.get(self, key, 2)
 
 
 # Checking ----------------------------------------------------------------------------------
@@ -336,7 +377,10 @@ def _first_error(e: ValidationError) -> str:
         says = err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
     else:
         says = err["msg"][:1].lower() + err["msg"][1:]
-    got = "" if kind == "missing" or "(got " in says else f" (got {_shown(err.get('input'))})"
+    quiet = kind == "missing" or "(got " in says or (kind == "value_error" and isinstance(err.get("input"), dict))
+    got = "" if quiet else f" (got {_shown(err.get('input'))})"
+    if not field and re.match(r"^[\w.\[\]]+: ", says):  # a whole-manifest check names its own field
+        return f"{says}"
     return f"{field or 'manifest'}: {says}{got}"
 
 

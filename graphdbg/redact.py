@@ -134,13 +134,16 @@ def redact_folder(folder: Path, *, root: Path | str | None = None, redactor: Red
         redactor = Redactor(PurePosixPath(root) if root is not None else project_root(source_paths(manifest, graph)),
                             _names(manifest))
     env = manifest.get("env") or {}
-    removed = sorted(k for k in env if k not in KEPT_ENV)
+    removed = sorted(k for k in env if k not in (*KEPT_ENV, "argv"))
     kept_env = {k: v for k, v in env.items() if k in KEPT_ENV}
     argv = env.get("argv")
     if isinstance(argv, list) and argv:
-        kept_env["argv"] = [PurePosixPath(str(argv[0])).name]  # the program, not its arguments or path
-    body = {k: v for k, v in manifest.items() if k != "env"}
-    redacted = {**redactor.value(body), "env": redactor.value(kept_env), "redacted": True}
+        program = PurePosixPath(str(argv[0])).name  # the program, not its arguments or path
+        kept_env["argv"] = [program]
+        if argv != [program]:
+            removed.append("argv")
+    redacted = {k: redactor.value(kept_env if k == "env" else v) for k, v in manifest.items()}
+    redacted["redacted"] = True
     lines = [redactor.text(line) if line.lstrip().startswith("#") else line for line in graph.splitlines(keepends=True)]
     _replace(graph_path, "".join(lines))
     tmp = folder / f".{MANIFEST}.redacting"

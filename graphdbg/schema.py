@@ -91,6 +91,9 @@ Hint = Annotated[Any, PlainValidator(_hint),
                  WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "number"}, {"type": "boolean"}, {"type": "null"}]})]
 
 
+_DEVICE = r"^(cpu|cuda|meta|mps|xpu|hpu|mtia|xla|lazy|ipu|privateuseone)(:[0-9]{1,5})?$"
+
+
 class _Open(BaseModel):
     """Known keys typed, unknown keys kept (a format may add its own)."""
 
@@ -128,7 +131,7 @@ class ValueDesc(_Open):
     stride: Optional[Dims] = None
     symbolic_shape: Optional[Dims] = None
     symbolic_stride: Optional[Dims] = None
-    device: Optional[Annotated[str, Field(strict=True, max_length=64)]] = None
+    device: Optional[Annotated[str, Field(strict=True, pattern=_DEVICE)]] = None
     requires_grad: Optional[bool] = None
     storage_offset: Optional[Dim] = None
     stored: Optional[Name] = None
@@ -141,6 +144,16 @@ class ValueDesc(_Open):
 
     @model_validator(mode="after")
     def _tensor_has_spec(self) -> "ValueDesc":
+        extra = self.__pydantic_extra__ or {}
+        if "value" in extra:
+            _check_value(self.kind, extra["value"])
+        if self.stride is not None and self.shape is not None and len(self.stride) != len(self.shape):
+            raise ValueError(f"stride has {len(self.stride)} dims, shape has {len(self.shape)}")
+        for key in ("stride", "symbolic_stride"):
+            if any(isinstance(d, int) and d < 0 for d in getattr(self, key) or []):
+                raise ValueError(f"{key} has a negative step")
+        if isinstance(self.storage_offset, int) and self.storage_offset < 0:
+            raise ValueError("storage_offset is negative")
         if self.kind == "tensor":
             if self.dtype is None:
                 raise ValueError("a tensor needs a dtype")
@@ -156,6 +169,20 @@ class ValueDesc(_Open):
                         raise ValueError(f"shape {str(self.shape)[:60]} has more than 2**36 elements; "
                                          "graphdbg will not make a tensor that large")
         return self
+
+
+def _check_value(kind: str, value: Any) -> None:
+    """A scalar input's ``value`` has the type its ``kind`` says (replay passes it on as is)."""
+    ok = {
+        "int": lambda v: type(v) is int and abs(v) <= MAX_INT,
+        "bool": lambda v: type(v) is bool,
+        "float": lambda v: (type(v) in (int, float) and math.isfinite(v)) or v in ("nan", "inf", "-inf"),
+        "str": lambda v: isinstance(v, str) and len(v) <= MAX_TEXT,
+        "device": lambda v: isinstance(v, str) and re.fullmatch(_DEVICE, v) is not None,
+        "dtype": lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9_.]{1,64}", v) is not None,
+    }.get(kind)
+    if ok is not None and not ok(value):
+        raise ValueError(f"value is not a valid {kind} (got {_shown(value)})")
 
 
 class ExceptionInfo(_Open):

@@ -154,7 +154,7 @@ def _entry_span(path: Path, name: str, entry: object, data_size: int) -> tuple[i
     if not isinstance(entry, dict):
         raise DumpError(f"{where}: not a tensor entry")
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-    if dtype not in _ITEMSIZE:
+    if not isinstance(dtype, str) or dtype not in _ITEMSIZE:
         raise DumpError(f"{where}: unknown dtype {_short(repr(dtype))}")
     if not isinstance(shape, list) or len(shape) > 64 or not all(type(d) is int and 0 <= d < (1 << 62) for d in shape):
         raise DumpError(f"{where}: shape must be a list of non-negative integers")

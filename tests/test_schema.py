@@ -163,7 +163,7 @@ def test_the_writer_checks_the_schema_before_writing(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
-def test_schema_command_prints_the_json_schema(cli, fixture_copy):
+def test_schema_command_prints_the_json_schema(cli):
     r = cli("schema")
     assert r.code == 0, r
     schema = json.loads(r.out)
@@ -178,3 +178,17 @@ def test_schema_command_prints_the_json_schema(cli, fixture_copy):
         jsonschema.validate(json.loads(path.read_text()), schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**json.loads(path.read_text()), "dist": {"rank": "zero"}}, schema)
+
+
+def test_minifier_repro_sizes_are_bounded(cli, tmp_path):
+    import shutil
+
+    folder = tmp_path / "after_dynamo"
+    shutil.copytree(Path(__file__).parent.parent / "fixtures" / "torch_minifier" / "after_dynamo", folder)
+    repro = folder / "repro.py"
+    text = repro.read_text()
+    assert "reader.tensor(buf0, (4, 32)" in text
+    repro.write_text(text.replace("reader.tensor(buf0, (4, 32)", "reader.tensor(buf0, (9**9**9, 32)"))
+    for command in (["show", repro], ["replay", repro, "--no-isolate", "--backend", "eager"]):
+        r = cli(*command)
+        assert r.code == 2 and "'9 ** 9 ** 9' is too large" in r.err and len(r.err.strip().splitlines()) == 1, r

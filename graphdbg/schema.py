@@ -319,7 +319,10 @@ def load_manifest_text(text: str | bytes, where: str) -> Any:
             text = text.decode("utf-8")
         except UnicodeDecodeError as e:
             raise DumpError(f"{where}: malformed manifest (not UTF-8 at byte {e.start})") from None
-    depth = _max_depth(text)
+    # A run of MAX_DEPTH + 1 opening brackets is the cheap sign of a nesting attack (found by the
+    # regex engine at C speed); only then is the exact, string-aware scan paid for. Deep nesting
+    # with keys in between is caught by json's own recursion limit and by validate_manifest.
+    depth = _max_depth(text) if _OPENERS.search(text) else 0
     if depth > MAX_DEPTH:
         raise DumpError(f"{where}: malformed manifest (JSON nested {depth} deep; at most {MAX_DEPTH})")
     try:
@@ -329,6 +332,7 @@ def load_manifest_text(text: str | bytes, where: str) -> Any:
         raise DumpError(f"{where}: malformed manifest ({type(e).__name__}: {first})") from None
 
 
+_OPENERS = re.compile(r"[\[{](?:\s*[\[{]){%d}" % MAX_DEPTH)
 _BRACKETS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 

@@ -383,7 +383,7 @@ def parse_printed_graph(
     return _Reader(source, filename, resolve).read()
 
 
-MAX_SOURCE_LINES = 200_000  # ~1 minute of parsing; the largest real graphs seen are ~50k nodes
+MAX_SOURCE_LINES = 200_000  # about a minute of parsing (~0.2 ms a node); the corpus graphs are under 1,000 lines
 MAX_SOURCE_CHARS = 64 << 20
 
 

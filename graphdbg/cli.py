@@ -140,11 +140,12 @@ def capture(
     dump_dir: Annotated[Path, typer.Option("--dump-dir", "-o", help="Where dumps go (rank<R>/<id>/ below it).")] = Path("graphdbg_dumps"),
     mode: Annotated[str, typer.Option(help="error | accuracy | always")] = "error",
     budget_gb: Annotated[float, typer.Option("--budget-gb", help="Input bytes stored per graph, in GiB.")] = 4.0,
+    redact: Annotated[bool, typer.Option("--redact", help="Write dumps safe to share (relative paths, no host or user names).")] = False,
 ) -> None:
     """Run a command with every torch.compile backend in it wrapped: graphdbg capture -- python train.py"""
     from graphdbg.capture.launch import run_captured
 
-    code = run_captured(list(ctx.args), dump_dir, mode, int(budget_gb * (1 << 30)))
+    code = run_captured(list(ctx.args), dump_dir, mode, int(budget_gb * (1 << 30)), redact=redact)
     raise typer.Exit(code if code >= 0 else 128 - code)
 
 
@@ -484,6 +485,32 @@ def export_test(
         backend = _own_backend(dump, trust_backend, "export-test")
     path = run(d, out, backend=backend, passes=passes)
     console.print(f"wrote {path}")
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of manifest.json, for other tools that check dumps."""
+    from graphdbg.schema import manifest_json_schema
+
+    _print_json(manifest_json_schema())
+
+
+@app.command()
+def redact(
+    dump: Annotated[Path, typer.Argument(help="A dump folder, or a folder of dumps.")],
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the redacted copy here (default: redact in place).")] = None,
+    root: Annotated[Optional[Path], typer.Option("--root", help="Project root that source paths become relative to (default: found from the paths).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Make a dump safe to share: relative source paths, no host name, user names or environment."""
+    from graphdbg.redact import redact_dumps
+
+    report = redact_dumps(dump, out=out, root=root)
+    if as_json:
+        _print_json(report)
+    else:
+        for row in report:
+            console.print(f"{row['path']}: {row['paths']} paths made relative, removed {', '.join(row['removed']) or 'nothing'}", highlight=False)
 
 
 def _report(result: object, as_json: bool) -> None:

@@ -37,9 +37,10 @@ class Case(Displayed):
 
     def run(self, backend: Any = "eager", passes: Any = None, **options: Any):
         """Replay under ``backend`` after ``passes``; returns an Outcome (see ``run_case``)."""
+        from graphdbg.display import run_quietly
         from graphdbg.replay.run import run_case
 
-        return run_case(self, backend, passes, **options)
+        return run_quietly(lambda: run_case(self, backend, passes, **options))
 
     def run_eager(self) -> Any:
         """Run the graph as it is, in eager mode, on the case's inputs."""

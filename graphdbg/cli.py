@@ -6,10 +6,13 @@ was reproduced (replay), 2 the input could not be used (one line on stderr says 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
+import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Callable, Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -22,8 +25,24 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 console = Console()
+DEFAULT_TIMEOUT = 600.0  # seconds an isolated replay may take before it counts as a timeout
+
+
+def _version(value: bool) -> None:
+    if value:
+        import graphdbg
+
+        typer.echo(f"graphdbg {graphdbg.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                   help="Print the version and exit.")] = False) -> None:
+    pass
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON (stable; see README) instead of tables.")]
 OpsOpt = Annotated[Optional[str], typer.Option("--ops", help="Comma-separated modules defining real implementations of custom ops (instead of stand-ins).")]
 LogOpt = Annotated[Optional[Path], typer.Option("--log", help="The run's log, for graph files that record no failure (default: log.txt or *.log beside them).")]
@@ -42,8 +61,77 @@ def _inputs_setup(ops: str | None, seed: int | None = None) -> None:
         os.environ["GRAPHDBG_SEED"] = str(seed)
 
 
+def json_ready(value: object) -> object:
+    """``value`` with only strict-JSON types: non-finite floats and pandas/numpy missing values
+    become None, numpy scalars and arrays plain Python, paths and anything else strings.
+
+        >>> json_ready({"err": float("nan"), "shape": (2, 3)})
+        {'err': None, 'shape': [2, 3]}
+    """
+    import math
+
+    if value is None or isinstance(value, (bool, str, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [json_ready(v) for v in value]
+    tolist = getattr(value, "tolist", None)  # numpy scalars and arrays, without importing numpy
+    if callable(tolist) and type(value).__module__ == "numpy":
+        return json_ready(tolist())
+    if type(value).__name__ in ("NAType", "NaTType"):  # pandas.NA, pandas.NaT
+        return None
+    return str(value)
+
+
+def _err_console() -> Console:
+    return Console(stderr=True)
+
+
+def _note(message: str) -> None:
+    """A line on stderr for people (stdout stays the result, JSON or table)."""
+    _err_console().print(message, highlight=False, soft_wrap=True, markup=False)
+
+
+@contextlib.contextmanager
+def _progress(label: str, quiet: bool = False) -> Iterator[None]:
+    """A spinner on a terminal; off a terminal (CI logs), a line when each step is done (none
+    on an error, which stays the one line on stderr)."""
+    err = _err_console()
+    if quiet:
+        yield
+    elif err.is_terminal:
+        with err.status(label):
+            yield
+    else:
+        started = time.monotonic()
+        yield
+        _note(f"{label}: done in {time.monotonic() - started:.1f}s")
+
+
+def _line_progress(name: str, every_s: float = 5.0) -> Callable[[int, Optional[int], Optional[str]], None]:
+    """minify's progress as plain lines, for pipes and CI: every log line, and the count at most
+    every ``every_s`` seconds."""
+    last = [0.0]
+
+    def report(queries: int, best: Optional[int], line: Optional[str]) -> None:
+        now = time.monotonic()
+        if line:
+            _note(f"{name}: {line}")
+        elif now - last[0] >= every_s:
+            _note(f"{name}: {queries} queries, best {best if best is not None else '?'} nodes")
+        else:
+            return
+        last[0] = now
+
+    return report
+
+
 def _print_json(data: object) -> None:
-    sys.stdout.write(json.dumps(data, indent=1, default=str) + "\n")
+    """The one JSON writer of every ``--json``: strict (``null``, never ``NaN``)."""
+    sys.stdout.write(json.dumps(json_ready(data), indent=1, allow_nan=False) + "\n")
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -52,11 +140,12 @@ def capture(
     dump_dir: Annotated[Path, typer.Option("--dump-dir", "-o", help="Where dumps go (rank<R>/<id>/ below it).")] = Path("graphdbg_dumps"),
     mode: Annotated[str, typer.Option(help="error | accuracy | always")] = "error",
     budget_gb: Annotated[float, typer.Option("--budget-gb", help="Input bytes stored per graph, in GiB.")] = 4.0,
+    redact: Annotated[bool, typer.Option("--redact", help="Write dumps safe to share (relative paths, no host or user names).")] = False,
 ) -> None:
     """Run a command with every torch.compile backend in it wrapped: graphdbg capture -- python train.py"""
     from graphdbg.capture.launch import run_captured
 
-    code = run_captured(list(ctx.args), dump_dir, mode, int(budget_gb * (1 << 30)))
+    code = run_captured(list(ctx.args), dump_dir, mode, int(budget_gb * (1 << 30)), redact=redact)
     raise typer.Exit(code if code >= 0 else 128 - code)
 
 
@@ -66,15 +155,17 @@ def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps o
     """List dumps under PATH; identical failures on several ranks are one row."""
     from graphdbg.listing import list_dumps
 
-    from graphdbg.render import listing_table
+    from graphdbg.render import ListingView
 
     _inputs_setup(ops)
 
     listing = list_dumps(path, log=log)
-    if as_json:
+    if not listing.dumps and not listing.problems and not as_json:
+        console.print(f"no dumps under {listing.root}", highlight=False, soft_wrap=True)
+    elif as_json:
         _print_json(listing.to_json())
     else:
-        console.print(listing_table(listing.groups, str(listing.root)))
+        console.print(ListingView(listing.groups, str(listing.root)), crop=False)
         if listing.logs:
             from graphdbg.render import log_notes
 
@@ -100,13 +191,13 @@ def show(dump: Annotated[Path, typer.Argument(help="A dump folder or a graph fil
                      "nodes_table": d.nodes().to_dict(orient="records"),
                      "inputs_table": d.inputs_table().to_dict(orient="records")})
         return
-    console.print(render_show(d))
+    console.print(render_show(d), crop=False)
 
 
 PassesOpt = Annotated[Optional[str], typer.Option("--passes", "-p", help="Comma-separated package.module:callable FX passes; suffix @post_grad to run one inside Inductor.")]
 DeviceOpt = Annotated[Optional[str], typer.Option("--device", "-d", help="cpu, cuda, cuda:N (default: the capture device if present, else cpu).")]
 IsolateOpt = Annotated[bool, typer.Option("--isolate/--no-isolate", help="Run in a child process, so a segfault or hang becomes an outcome.")]
-TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", help="Seconds before an isolated replay counts as a timeout (default 600).")]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds before an isolated replay counts as a timeout.")]
 TrustOpt = Annotated[bool, typer.Option("--trust-backend", help="Import the module:qualname backend the dump names (code from the dump's author).")]
 ConfigOpt = Annotated[Optional[list[str]], typer.Option("--config", help="Override one recorded compiler setting: inductor.KEY=VALUE (dynamo.*, functorch.*); repeatable.")]
 NoConfigOpt = Annotated[bool, typer.Option("--no-config", help="Drop the compiler settings recorded in the dump (run with torch's defaults).")]
@@ -138,7 +229,7 @@ def replay(
     passes: PassesOpt = None,
     device: DeviceOpt = None,
     isolate: IsolateOpt = True,
-    timeout: TimeoutOpt = None,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
     direct: Annotated[bool, typer.Option("--direct", help="Call backend(gm, inputs) on the dumped graph instead of re-tracing it with torch.compile.")] = False,
     accuracy: Annotated[bool, typer.Option("--accuracy/--no-accuracy", help="Compare outputs with eager (float64 where possible).")] = True,
     rtol: Annotated[Optional[float], typer.Option(help="Relative tolerance (default: by dtype).")] = None,
@@ -219,7 +310,7 @@ def compare(
     backends: Annotated[Optional[str], typer.Option("--backends", help="Comma-separated backends (default: eager, aot_eager, inductor and the dump's own).")] = None,
     device: DeviceOpt = None,
     isolate: IsolateOpt = True,
-    timeout: TimeoutOpt = None,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
     ops: OpsOpt = None,
     seed: SeedOpt = None,
     trust_backend: TrustOpt = False,
@@ -228,6 +319,8 @@ def compare(
     as_json: JsonFlag = False,
 ) -> None:
     """Replay a dump under several backends; one row per backend. Exit 1 if any fails."""
+    import pandas as pd
+
     import graphdbg
     from graphdbg.render import compare_table
 
@@ -238,11 +331,14 @@ def compare(
     if backends is None:
         try:
             own = _own_backend(dump, trust_backend, "compare")
-            names += [own] if own not in names else []
+            names += [own] if own and own not in names else []
         except GraphdbgError as e:
             Console(stderr=True).print(f"graphdbg: left out {e}", highlight=False, soft_wrap=True, markup=False)
-    df = graphdbg.compare(d, names,
-                          device=device, isolate=isolate, timeout=timeout)
+    rows = []
+    for i, name in enumerate(names, 1):  # one backend at a time, so a slow one shows progress
+        with _progress(f"compare: {name} ({i}/{len(names)})", quiet=as_json):
+            rows.append(graphdbg.compare(d, [name], device=device, isolate=isolate, timeout=timeout))
+    df = pd.concat(rows, ignore_index=True)
     if as_json:
         _print_json({"dump": str(dump), "rows": df.to_dict(orient="records")})
     else:
@@ -258,7 +354,7 @@ def minify(
     accuracy: Annotated[Optional[bool], typer.Option("--accuracy/--no-accuracy", help="Keep a numeric mismatch (default: what the dump recorded).")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Candidates tried at once (isolated).")] = 1,
     isolate: Annotated[Optional[bool], typer.Option("--isolate/--no-isolate", help="Try candidates in child processes (for backends that may crash).")] = None,
-    timeout: TimeoutOpt = None,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
     device: DeviceOpt = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where the smallest dump and repro.py go.")] = None,
     any_failure: Annotated[bool, typer.Option("--any-failure", help="Shrink whatever failure the backend shows, not only the captured one.")] = False,
@@ -274,13 +370,32 @@ def minify(
     _inputs_setup(ops)
     _config_setup(config, no_config)
     backend = backend or _own_backend(dump, trust_backend, "minify")
-    out = out or Path(f"{dump.name.removesuffix('.py')}-min")
+    if out is None:
+        out = Path(f"{dump.name.removesuffix('.py')}-min")
+        _note(f"minify: writing to ./{out}/ (-o to choose)")
+    progress = False if as_json else (True if _err_console().is_terminal else _line_progress("minify"))
     result = run_minify(dump, backend, passes, accuracy=accuracy, jobs=jobs, isolate=isolate, timeout=timeout,
-                        device=device, out=out, progress=not as_json, any_failure=any_failure)
+                        device=device, out=out, progress=progress, any_failure=any_failure)
     if as_json:
         _print_json(result.to_dict())
     else:
         console.print(result)
+        if result.saved:
+            console.print(f"wrote {result.saved} and {Path(out) / 'repro.py'}", highlight=False, soft_wrap=True)
+
+
+@app.command()
+def report(
+    path: Annotated[Path, typer.Argument(help="A dump folder, a folder of dumps or printed graphs, or a minify output.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The HTML file to write.")] = Path("report.html"),
+    ops: OpsOpt = None,
+) -> None:
+    """Write one self-contained HTML page (no network) about the failures under PATH."""
+    from graphdbg.report import write_report
+
+    _inputs_setup(ops)
+    written = write_report(path, out)
+    console.print(f"wrote {written}", highlight=False, soft_wrap=True)
 
 
 bisect_app = typer.Typer(help="Find what broke it: which pass, which node, which rank.", no_args_is_help=True)
@@ -355,28 +470,56 @@ def export_test(
     backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="Backend under test (default: the dump's own).")] = None,
     passes: PassesOpt = None,
     trust_backend: TrustOpt = False,
+    force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing test file and its data folder.")] = False,
 ) -> None:
     """Write a pytest regression test from a dump, with its data next to it; it fails while the bug is there."""
     import graphdbg
     from graphdbg.minify import export_test as run
 
+    data = out.with_name(out.stem + "_data")
+    there = [p for p in (out, data) if p.exists()]
+    if there and not force:
+        raise GraphdbgError(f"{there[0]} exists; pass --force to overwrite it")
     d = graphdbg.load(dump)
     if backend is None and not (d.manifest.get("minified") or {}).get("backend"):
         backend = _own_backend(dump, trust_backend, "export-test")
-
     path = run(d, out, backend=backend, passes=passes)
     console.print(f"wrote {path}")
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of manifest.json, for other tools that check dumps."""
+    from graphdbg.schema import manifest_json_schema
+
+    _print_json(manifest_json_schema())
+
+
+@app.command()
+def redact(
+    dump: Annotated[Path, typer.Argument(help="A dump folder, or a folder of dumps.")],
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the redacted copy here (default: redact in place).")] = None,
+    root: Annotated[Optional[Path], typer.Option("--root", help="Project root that source paths become relative to (default: found from the paths).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Make a dump safe to share: relative source paths, no host name, user names or environment."""
+    from graphdbg.redact import redact_dumps
+
+    report = redact_dumps(dump, out=out, root=root)
+    if as_json:
+        _print_json(report)
+    else:
+        for row in report:
+            console.print(f"{row['path']}: {row['paths']} paths made relative, removed {', '.join(row['removed']) or 'nothing'}", highlight=False)
 
 
 def _report(result: object, as_json: bool) -> None:
     if as_json:
         _print_json(result.to_dict())
-    elif hasattr(result, "__rich__"):
-        console.print(result)
-    elif hasattr(result, "summary"):
-        console.print(result.summary(), highlight=False)
     else:
-        _print_json(result.to_dict())
+        from graphdbg.render import renderable
+
+        console.print(result if hasattr(result, "__rich__") else renderable(result))
 
 
 def main() -> None:
@@ -385,10 +528,16 @@ def main() -> None:
     An unexpected exception is a graphdbg bug: one line and exit code 3, with the traceback
     only when GRAPHDBG_DEBUG=1.
     """
-    import os
-
+    _cwd_importable(sys.argv[1:])
     try:
         app()  # standalone: typer/click print usage errors themselves and exit 2
+    except SystemExit as e:
+        interrupt = _interrupt_of(e)  # typer turns Ctrl-C into a silent exit 130
+        if interrupt is None:
+            raise
+        _end_children()
+        _note(_interrupted_line(interrupt))
+        sys.exit(130)
     except GraphdbgError as e:
         _fail(str(e), e.exit_code)
     except Exception as e:
@@ -396,6 +545,71 @@ def main() -> None:
             raise
         first = (str(e).strip().splitlines() or [""])[0]
         _fail(f"internal error: {type(e).__name__}: {first} (set GRAPHDBG_DEBUG=1 for the traceback)", 3)
+
+
+MODULE_OPTIONS = ("--passes", "-p", "--backend", "-b", "--backends", "--ops")
+
+
+def _cwd_importable(args: list[str]) -> None:
+    """Modules named by ``--passes``/``--backend``/``--ops`` may live in the current folder, as
+    ``python script.py`` would find them: put it on ``sys.path``, and on ``PYTHONPATH`` for
+    isolated children. Only when the command line names such modules."""
+    if not any(a.split("=", 1)[0] in MODULE_OPTIONS for a in args):
+        return
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if cwd not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([*paths, cwd])
+
+
+def _interrupt_of(exc: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt behind an exit, if any (typer raises Exit(130) from it)."""
+    seen = exc
+    for _ in range(6):
+        seen = seen.__cause__ or seen.__context__
+        if seen is None:
+            return None
+        if isinstance(seen, KeyboardInterrupt):
+            return seen
+    return None
+
+
+def _interrupted_line(interrupt: KeyboardInterrupt) -> str:
+    result = getattr(interrupt, "result", None)  # minify's MinifyInterrupted: the best graph so far
+    if result is None:
+        return "interrupted"
+    if result.saved is None:
+        return f"interrupted after {result.queries} queries: nothing smaller than {result.start_nodes} nodes found yet, nothing saved"
+    return f"interrupted: best {result.final_nodes}-node graph saved to {Path(result.saved).parent.parent / 'repro.py'}"
+
+
+def _end_children() -> None:
+    """Kill what this process started and left running: isolated replays run in their own
+    session (so the terminal's Ctrl-C does not reach them), and would outlive us otherwise."""
+    import signal
+
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return
+    me = os.getpid()
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rpartition(")")[2].split()  # after "(comm)": state, ppid, pgrp, ...
+        pid, ppid, pgrp = int(entry.name), int(fields[1]), int(fields[2])
+        if ppid != me:
+            continue
+        with contextlib.suppress(OSError):
+            if pgrp == pid:  # a group of its own: take its children with it
+                os.killpg(pgrp, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGKILL)
 
 
 def _fail(message: str, code: int) -> None:

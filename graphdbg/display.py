@@ -1,17 +1,28 @@
 """How the nouns show themselves in rich and in notebooks, without importing the renderers.
 
-``Dump``, ``Case``, ``Outcome`` and the minify/bisect results inherit ``Displayed``; the one
-lazy import of ``graphdbg.render`` is here, so the nouns sit below the rendering layer and
-``render`` can import them freely. ``render.RENDERERS`` maps a class name to its renderer.
+``Dump``, ``Case``, ``Outcome``, the listing and the minify/bisect results inherit ``Displayed``;
+the one lazy import of ``graphdbg.render`` is here, so the nouns sit below the rendering layer
+and ``render`` can import them freely. ``render.RENDERERS`` maps a class name to its renderer,
+``render.REPRS`` to its one-line repr (no tensors, no tracebacks: a notebook cell stays short).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import io
+from typing import Any, Callable
 
 
 class Displayed:
-    """Mixin: ``__rich__`` and ``_repr_html_`` come from ``graphdbg.render``."""
+    """Mixin: ``__rich__``, ``_repr_html_`` and a short ``__repr__`` come from ``graphdbg.render``."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # @dataclass writes a __repr__ of every field (tensors, tracebacks) unless the class
+        # body already holds one; this runs before the decorator, so pinning the inherited one
+        # (ours, or a parent's own) keeps reprs short.
+        if "__repr__" not in cls.__dict__:
+            cls.__repr__ = cls.__repr__
 
     def __rich__(self) -> Any:
         from graphdbg.render import renderable
@@ -22,3 +33,27 @@ class Displayed:
         from graphdbg.render import html_of
 
         return html_of(self)
+
+    def __repr__(self) -> str:
+        from graphdbg.render import short_repr
+
+        return short_repr(self)
+
+
+STDERR_KEPT = 4000
+
+
+def run_quietly(run: Callable[[], Any]) -> Any:
+    """Call ``run`` (which returns an Outcome) with Python's stderr kept rather than printed.
+
+    A call that returns an Outcome has said what happened: torch.fx prints the failing graph's
+    traceback on stderr before re-raising, and the Outcome already holds it. What was written
+    goes to ``outcome.stderr_tail`` unless the run filled that itself.
+    """
+    kept = io.StringIO()
+    with contextlib.redirect_stderr(kept):
+        outcome = run()
+    text = kept.getvalue()
+    if text and not getattr(outcome, "stderr_tail", None):
+        outcome.stderr_tail = text[-STDERR_KEPT:]
+    return outcome

@@ -321,7 +321,9 @@ class Dump(Displayed):
                 "code": src.get("code"),
                 "module": info.get(node.name, {}).get("module"),
             })
-        return pd.DataFrame(rows, columns=["name", "op", "target", "dtype", "shape", "source", "code", "module"]).astype(object)
+        from graphdbg.tables import typed_table
+
+        return typed_table(pd.DataFrame(rows, columns=["name", "op", "target", "dtype", "shape", "source", "code", "module"]).astype(object), self)
 
     def inputs_table(self):
         """A pandas DataFrame of the inputs: name, kind, dtype, shape, device, value, stored, and
@@ -350,7 +352,9 @@ class Dump(Displayed):
                 "mean": stats.get("mean"),
                 "std": stats.get("std"),
             })
-        return pd.DataFrame(rows, columns=_INPUT_COLUMNS).astype(object)
+        from graphdbg.tables import typed_table
+
+        return typed_table(pd.DataFrame(rows, columns=_INPUT_COLUMNS).astype(object), self)
 
     def _plans(self) -> dict[str, Any]:
         from graphdbg.rebuild.synthesize import plan_inputs

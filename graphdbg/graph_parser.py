@@ -369,7 +369,21 @@ def parse_printed_graph(
     lacks); it returns a callable, or None. Refused names never reach it. Raises
     GraphSourceError with file and line for anything that isn't a readable printed graph.
     """
+    check_source_size(source, filename)
     return _Reader(source, filename, resolve).read()
+
+
+MAX_SOURCE_LINES = 200_000  # about a minute of parsing (~0.2 ms a node); the corpus graphs are under 1,000 lines
+MAX_SOURCE_CHARS = 64 << 20
+
+
+def check_source_size(source: str, filename: str) -> None:
+    """Refuse at once a file too large to be a printed graph (a hostile 1,000,000-node one)."""
+    if len(source) > MAX_SOURCE_CHARS:
+        raise GraphSourceError(f"{len(source)} characters is more than a printed graph graphdbg reads ({MAX_SOURCE_CHARS})", file=filename)
+    lines = source.count("\n")
+    if lines > MAX_SOURCE_LINES:
+        raise GraphSourceError(f"{lines} lines is more than a printed graph graphdbg reads ({MAX_SOURCE_LINES})", file=filename)
 
 
 def parse_module_class(
@@ -390,6 +404,7 @@ def parse_module_class(
     the caller already has the module's AST.
     """
     reader = _Reader(source, filename, resolve)
+    check_source_size(source, filename)
     if tree is None:
         try:
             tree = ast.parse(source, filename=filename)

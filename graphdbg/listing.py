@@ -26,6 +26,7 @@ from typing import Any
 
 from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.manifest import MANIFEST, find_dumps
+from graphdbg.display import Displayed
 from graphdbg.dump import Dump
 from graphdbg.formats import load
 
@@ -34,7 +35,7 @@ _LOG_KEYS = ("log", "log_line", "log_inferred", "log_how")
 
 
 @dataclass
-class Listing:
+class Listing(Displayed):
     root: Path
     dumps: list[Dump] = field(default_factory=list)
     problems: list[dict[str, str]] = field(default_factory=list)
@@ -156,7 +157,8 @@ def list_dumps(path: str | Path, log: str | Path | None = None) -> Listing:
     """Every dump and printed graph file under ``path`` (or ``path`` itself), read and grouped.
 
     A file that can't be read is a ``problems`` entry (one line, with file and line), not an
-    exception; a folder with neither dumps nor printed graphs is a DumpError. Graph files
+    exception; a folder with neither dumps nor printed graphs is an empty listing (a CI step
+    after a green run has nothing to list), a file that is neither a DumpError. Graph files
     with no recorded failure take it from ``log``, or from the logs found beside them; a
     ``log`` that can't be read is a GraphdbgError, a found one a ``logs`` entry with its error.
     """
@@ -168,7 +170,7 @@ def list_dumps(path: str | Path, log: str | Path | None = None) -> Listing:
     listing = Listing(root)
     folders = find_dumps(root) if root.is_dir() else []
     files = printed_graph_files(root)
-    if not folders and not files:
+    if not folders and not files and not root.is_dir():
         raise DumpError(f"{root}: no graphdbg dumps here")
     for folder in folders:
         try:

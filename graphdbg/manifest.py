@@ -31,34 +31,56 @@ FAILURE_KINDS = ("compile_error", "runtime_error", "accuracy", "captured")
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
+    """The manifest of a dump folder, checked against the schema (``graphdbg.schema``).
+
+    The file is untrusted: its size and nesting are bounded before it is parsed, and every
+    field graphdbg reads is type- and range-checked; a violation is a DumpError naming it.
+    """
+    from graphdbg.schema import MAX_MANIFEST_BYTES, load_manifest_text, validate_manifest
+
     path = folder / MANIFEST
     if not folder.is_dir():
         raise DumpError(f"{folder}: not a dump folder")
     if not os.path.lexists(path):
         raise DumpError(f"{folder}: not a graphdbg dump (no {MANIFEST})")
     try:
-        data = json.loads(read_inside(folder, MANIFEST, max_bytes=MAX_MANIFEST_BYTES, text=True))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DumpError(f"{path}: malformed manifest ({type(e).__name__}: {str(e).splitlines()[0]})") from e
+        raw = read_inside(folder, MANIFEST, max_bytes=MAX_MANIFEST_BYTES)
+    except OSError as e:
+        raise DumpError(f"{path}: cannot read the manifest ({type(e).__name__})") from None
+    data = load_manifest_text(raw, str(path))
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise DumpError(f"{path}: not a graphdbg manifest (schema is {data.get('schema') if isinstance(data, dict) else None!r})")
+        raise DumpError(f"{path}: not a graphdbg manifest (schema is {_schema_of(data)})")
     version = data.get("schema_version")
-    if not isinstance(version, int):
+    if not isinstance(version, int) or isinstance(version, bool):
         raise DumpError(f"{path}: manifest has no schema_version")
     if version > SCHEMA_VERSION:
-        made_by = data.get("env", {}).get("graphdbg", "a newer graphdbg")
+        env = data.get("env")
+        made_by = env.get("graphdbg") if isinstance(env, dict) and isinstance(env.get("graphdbg"), str) else None
         raise DumpError(
             f"{path}: schema version {version} is newer than this graphdbg reads ({SCHEMA_VERSION}); "
-            f"written by graphdbg {made_by}, upgrade graphdbg to read it"
+            f"written by graphdbg {(made_by or 'a newer graphdbg')[:40]}, upgrade graphdbg to read it"
         )
     for key in ("id", "graph", "inputs", "failure"):
         if key not in data:
             raise DumpError(f"{path}: manifest lacks {key!r}")
-    return data
+    return validate_manifest(data, str(path))
+
+
+def _schema_of(data: Any) -> str:
+    value = data.get("schema") if isinstance(data, dict) else None
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
-    (folder / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str) + "\n")
+    """Write ``manifest`` after checking it against the schema the readers use: a graphdbg bug
+    fails here, at capture, instead of producing a dump graphdbg itself would refuse."""
+    from graphdbg.schema import load_manifest_text, validate_manifest
+
+    text = json.dumps(manifest, indent=1, default=str) + "\n"
+    where = f"{folder / MANIFEST} (being written)"
+    validate_manifest(load_manifest_text(text, where), where)
+    (folder / MANIFEST).write_text(text)
 
 
 def find_dumps(root: Path) -> list[Path]:

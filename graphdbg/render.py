@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -14,9 +15,9 @@ if TYPE_CHECKING:
     from graphdbg.case import Case
     from graphdbg.dump import Dump
 
-def _txt(value: Any) -> str:
-    """Table cell text; pandas gives NaN for missing strings."""
-    if value is None or (isinstance(value, float) and value != value):
+def cell_text(value: Any) -> str:
+    """Table cell text: "" for None, NaN and pandas' NA (a missing string in a DataFrame)."""
+    if value is None or (isinstance(value, float) and value != value) or type(value).__name__ == "NAType":
         return ""
     return str(value)
 
@@ -38,14 +39,96 @@ def rank_ranges(ranks: list[int]) -> str:
     return ",".join(parts)
 
 
-def listing_table(groups: list[dict[str, Any]], root: str | None = None) -> Table:
-    """One row per group of identical failures; paths shown relative to ``root``."""
+def _group_paths(g: dict[str, Any], root: str | None) -> list[str]:
     import os
 
+    return [os.path.relpath(p, root) if root else p for p in g["paths"]]
+
+
+def _path_text(path: str, style: str = "") -> Text:
+    """A path that is never folded or cut: printed whole, past the edge if it must (print with crop=False)."""
+    return Text(path, style=style, no_wrap=True, overflow="ignore")
+
+
+STAND_IN_KINDS = (("stream", ("stream", "Stream", "Event")), ("triton kernel", ("triton",)),
+                  ("device", ("device(", "Device")), ("collective", ("all_reduce", "all_gather", "reduce_scatter", "_c10d", "all_to_all")))
+
+
+def stand_in_kind(construct: str) -> str:
+    """What kind of thing needs a stand-in: stream, triton kernel, device, collective, custom op, other."""
+    for kind, needles in STAND_IN_KINDS:
+        if any(n in construct for n in needles):
+            return kind
+    return "custom op" if construct.startswith("torch.ops.") else "other"
+
+
+def stand_ins_text(constructs: list[str], limit: int = 3) -> str:
+    """The constructs by name when few, else counted by kind with an example of each:
+    ``8: 3 stream (cuda.current_stream), 2 device (...), ...``."""
+    if len(constructs) <= limit:
+        return ", ".join(_short_construct(c) for c in constructs)
+    by_kind: dict[str, list[str]] = {}
+    for c in constructs:
+        by_kind.setdefault(stand_in_kind(c), []).append(_short_construct(c))
+    parts = [f"{len(names)} {kind} ({names[0]}{', ...' if len(names) > 1 else ''})"
+             for kind, names in sorted(by_kind.items(), key=lambda kv: -len(kv[1]))]
+    return f"{len(constructs)}: " + ", ".join(parts)
+
+
+class ListingView:
+    """``ls`` as a table on a wide terminal, else as a list with each path whole on its own line
+    (pipes, CI logs, narrow terminals): a path is never folded, so it can be copied."""
+
+    def __init__(self, groups: list[dict[str, Any]], root: str | None = None):
+        self.groups, self.root = groups, root
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        longest = max((len(p) for g in self.groups for p in _group_paths(g, self.root)), default=0)
+        if console.is_terminal and options.max_width >= longest + 100:
+            yield listing_table(self.groups, self.root)
+        else:
+            yield listing_list(self.groups, self.root)
+
+
+def listing_list(groups: list[dict[str, Any]], root: str | None = None) -> Group:
+    """One block per group: its path whole on one line, then what failed, where, and what it needs."""
+    head = Text(f"graphdbg dumps under {root}" if root else "graphdbg dumps", style="bold")
+    head.append(f": {len(groups)} group{'s' if len(groups) != 1 else ''}, {sum(len(g['paths']) for g in groups)} files", style="")
+    parts: list[Any] = [head]
+    for g, depth in _as_tree(groups):
+        paths = _group_paths(g, root)
+        parts.append(Text(""))
+        if depth:  # a piece a nested compile failed on, under the dump of its graph
+            parts.append(Text("  " * depth + f"└─ piece {g.get('piece')} of the graph above:", style="dim"))
+        parts.append(_path_text(paths[0], style="bold cyan"))
+        facts = Text("  ")
+        facts.append(g["kind"], style=KIND_STYLE.get(g["kind"], ""))
+        if g.get("log"):
+            facts.append(" (from log, inferred)" if g.get("log_inferred") else " (from log)", style="dim")
+        facts.append(f" · rank{'s' if len(g['ranks']) > 1 else ''} {rank_ranges(g['ranks'])} · {g['nodes']} nodes")
+        if g.get("graphs"):
+            facts.append(f" · graph {','.join(map(str, g['graphs']))}")
+        parts.append(facts)
+        error = ": ".join(x for x in (g["error_type"], g["message"]) if x)
+        if error:
+            parts.append(Padding(Text(error), (0, 0, 0, 2)))
+        if g.get("constructs"):
+            parts.append(Padding(Text("needs stand-ins: " + stand_ins_text(g["constructs"]), style="yellow"), (0, 0, 0, 2)))
+        if g.get("differs"):
+            parts.append(Padding(Text("differs from the other ranks: " + ", ".join(g["differs"]), style="bold red"), (0, 0, 0, 2)))
+        for more in paths[1:3]:
+            parts.append(_path_text("  also " + more, style="dim"))
+        if len(paths) > 3:
+            parts.append(Text(f"  and {len(paths) - 3} more (ls --json lists them)", style="dim"))
+    return Group(*parts)
+
+
+def listing_table(groups: list[dict[str, Any]], root: str | None = None) -> Table:
+    """One row per group of identical failures; paths shown relative to ``root``, never folded."""
     table = Table(title=f"graphdbg dumps under {root}" if root else "graphdbg dumps")
     # Printed graph files (graphdbg.formats.printed_graph) add a graph number and the stand-ins they need.
     foreign = any(g.get("format") == "printed_graph" for g in groups)
-    table.add_column("dump", overflow="fold", ratio=3)
+    table.add_column("dump", no_wrap=True)
     if foreign:
         table.add_column("graph", no_wrap=True)
     table.add_column("ranks", no_wrap=True)
@@ -58,7 +141,7 @@ def listing_table(groups: list[dict[str, Any]], root: str | None = None) -> Tabl
     if odd:
         table.add_column("differs from the other ranks", overflow="fold", ratio=2)
     for g, depth in _as_tree(groups):
-        paths = [os.path.relpath(p, root) if root else p for p in g["paths"]]
+        paths = _group_paths(g, root)
         path_text = paths[0] if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1})"
         if depth:  # a piece a nested compile failed on, under the dump of its graph
             path_text = "   " * (depth - 1) + f"└─ {g.get('piece')}: {os.path.basename(paths[0])}"
@@ -71,7 +154,7 @@ def listing_table(groups: list[dict[str, Any]], root: str | None = None) -> Tabl
             kind.append("\nfrom log, inferred" if g.get("log_inferred") else "\nfrom log", style="dim")
         row += [rank_ranges(g["ranks"]), str(g["nodes"]), kind, Text(error)]
         if foreign:
-            row.append(Text(", ".join(_short_construct(c) for c in g.get("constructs", [])), style="yellow"))
+            row.append(Text(stand_ins_text(g.get("constructs", [])), style="yellow"))
         if odd:
             row.append(Text(", ".join(g.get("differs") or []), style="bold red"))
         table.add_row(*row)
@@ -171,20 +254,27 @@ def _short_construct(name: str) -> str:
 
 def dump_panel(dump: Dump) -> Panel:
     lines = Text()
-    lines.append(f"{dump.failure_kind}", style=KIND_STYLE.get(dump.failure_kind, "bold"))
     failure = dump.manifest.get("failure") or {}
     log = failure.get("log") if failure.get("source") == "log" else None
-    lines.append(f" in backend {(failure.get('backend') if log else None) or dump.backend!r}, rank {dump.rank} of {dump.world_size}\n")
+    env = dump.manifest.get("env") or {}
+    captured = bool(env.get("torch"))  # a graphdbg capture records its environment; another tool's file doesn't
+    backend = (failure.get("backend") if log else None) or (dump.backend if captured else None)
+    if dump.failure_kind == "foreign" and not log:
+        lines.append("printed graph, no failure recorded", style="bold")
+    else:
+        lines.append(f"{dump.failure_kind}", style=KIND_STYLE.get(dump.failure_kind, "bold"))
+        lines.append(f" in backend {backend!r}" if backend else " (backend not recorded)")
+    lines.append(f", rank {dump.rank} of {dump.world_size}\n")
     if dump.signature:
         lines.append(f"{dump.signature}\n", style="bold")
     if log:
         lines.append(f"from the run's log {log['path']}:{log['line']} ({log['occurrences']} traceback{'s' if log['occurrences'] != 1 else ''}); {log['how']}\n", style="yellow")
         if log.get("rank_how"):
             lines.append(f"ranks {rank_ranges(log['ranks'] or [])}: {log['rank_how']}\n", style="yellow")
-    env = dump.manifest.get("env", {})
-    lines.append(f"torch {env.get('torch')}, python {env.get('python')}, {env.get('device_name')}; "
-                 f"{dump.node_count} nodes, graph {dump.graph_hash[:12]}", style="dim")
-    return Panel(lines, title=f"[bold]{dump.id}[/]", subtitle=str(dump.path), expand=False)
+    where = (f"torch {env.get('torch')}, python {env.get('python')}, {env.get('device_name')}; " if captured
+             else "environment not recorded (not a graphdbg capture); ")
+    lines.append(f"{where}{dump.node_count} nodes, graph {dump.graph_hash[:12]}", style="dim")
+    return Panel(lines, title=f"[bold]{dump.id}[/]", expand=False)
 
 
 def _arg_text(value: Any) -> str:
@@ -204,7 +294,10 @@ def graph_tree(dump: Dump) -> Tree:
     """The graph grouped under the user source line each node came from."""
     from graphdbg.graph_hash import target_name
 
+    from graphdbg.tables import failing_node_names
+
     info = dump.manifest["graph"].get("node_info", {})
+    failing = failing_node_names(dump)
     tree = Tree(Text(f"graph: {dump.node_count} nodes", style="bold"))
     branch = tree.add(Text("inputs", style="cyan"))
     current: tuple | None = ("inputs",)
@@ -236,9 +329,11 @@ def graph_tree(dump: Dump) -> Tree:
         if node.op == "output":
             branch.add(Text(args))
             continue
-        line = Text(f"{node.name} = ")
+        line = Text(f"{node.name} = ", style="bold red" if node.name in failing else "")
         line.append(target_name(node), style="bold")
         line.append(f"({args})")
+        if node.name in failing:
+            line.append("  <- failed here", style="bold red")
         if ann:
             line.append(f"  {ann}", style="green")
         if module:
@@ -253,24 +348,34 @@ def inputs_table(dump: Dump) -> Table:
     for col in ("name", "kind", "type", "value / stats", "stored"):
         table.add_column(col, overflow="fold")
     for row in df.itertuples(index=False):
-        typ = f"{_txt(row.dtype)}{_txt(row.shape)} {_txt(row.device)}" if row.kind == "tensor" else ""
-        if row.kind == "tensor" and _txt(row.mean):
+        shape = "[" + ", ".join(map(str, row.shape)) + "]" if isinstance(row.shape, tuple) else cell_text(row.shape)
+        typ = f"{cell_text(row.dtype)}{shape} {cell_text(row.device)}" if row.kind == "tensor" else ""
+        if row.kind == "tensor" and cell_text(row.mean):
             detail = f"min {row.min:.3g} max {row.max:.3g} mean {row.mean:.3g} std {row.std:.3g}"
         else:
-            detail = _txt(row.value)
+            detail = cell_text(row.value)
         stored = {True: "yes", False: Text("no: stats only", style="yellow")}.get(row.stored, "")
-        table.add_row(Text(_txt(row.name)), Text(_txt(row.kind)), Text(typ), Text(detail), stored)
+        table.add_row(Text(cell_text(row.name)), Text(cell_text(row.kind)), Text(typ), Text(detail), stored)
     return table
 
 
+TRACEBACK_LINES = 24
+
+
 def show(dump: Dump) -> Group:
-    parts: list[Any] = [dump_panel(dump)]
+    parts: list[Any] = [_path_text(str(dump.path), style="dim"), dump_panel(dump)]
     message = dump.message.strip()
     if message:
         parts.append(Panel(Text(message[:2000]), title="error", border_style="red", expand=False))
     extra = nested_panel(dump) if isinstance(getattr(dump, "manifest", None), dict) else None
     if extra is not None:
         parts.append(extra)
+    exception = dump.exception if isinstance(dump.exception, dict) else {}
+    tb = (exception.get("traceback") or "").strip().splitlines()
+    if tb:
+        shown = tb[-TRACEBACK_LINES:]
+        more = f" (last {len(shown)} of {len(tb)} lines; show --json has it all)" if len(tb) > len(shown) else ""
+        parts.append(Panel(Text("\n".join(shown), style="dim"), title="traceback" + more, border_style="red", expand=False))
     parts.extend([graph_tree(dump), inputs_table(dump)])
     return Group(*parts)
 
@@ -331,7 +436,7 @@ def compare_table(df: Any) -> Table:
     for row in df.itertuples(index=False):
         err = "" if row.max_abs_error is None or row.max_abs_error != row.max_abs_error else f"{row.max_abs_error:.3g}"
         secs = "" if row.seconds is None or row.seconds != row.seconds else f"{row.seconds:.2f}"
-        table.add_row(Text(row.backend), Text(row.status, style=STATUS_STYLE.get(row.status, "")), Text(_txt(row.signature)), secs, err)
+        table.add_row(Text(row.backend), Text(row.status, style=STATUS_STYLE.get(row.status, "")), Text(cell_text(row.signature)), secs, err)
     return table
 
 
@@ -348,7 +453,132 @@ def world_table(world: Any) -> Table:
     return table
 
 
-RENDERERS = {"Dump": lambda d: dump_panel(d), "Case": lambda c: case_panel(c), "Outcome": lambda o: outcome_panel(o)}
+def _num(value: Any) -> str:
+    return "" if value is None or value != value else f"{value:.3g}"
+
+
+def pass_bisection_panel(result: Any) -> Panel:
+    """``bisect passes``: the culprit pass (and pattern/match), then the good and bad outcomes."""
+    text = Text()
+    if result.culprit is None:
+        text.append("no pass breaks it", style="bold green")
+    else:
+        text.append(f"culprit: pass {result.index} ", style="bold")
+        text.append(result.culprit, style="bold red")
+        if result.pattern:
+            text.append(f"\npattern {result.pattern_index}: {result.pattern}")
+        if result.match_index is not None:
+            text.append(f"\nfirst bad match: #{result.match_index}")
+    if result.outcome is not None:
+        text.append(f"\nwith it:    {result.outcome.summary()}", style=STATUS_STYLE.get(result.outcome.status, ""))
+    if result.good_outcome is not None:
+        text.append(f"\nbefore it:  {result.good_outcome.summary()}", style=STATUS_STYLE.get(result.good_outcome.status, ""))
+    text.append(f"\n{result.runs} runs", style="dim")
+    if result.note:
+        text.append(f"\n{result.note}", style="yellow")
+    return Panel(text, title="bisect passes", expand=False)
+
+
+def node_divergence_panel(result: Any) -> Panel:
+    """``bisect nodes``: the first diverging node, its source line and module, how far off."""
+    text = Text()
+    if result.node is None:
+        text.append("no node diverges", style="bold green")
+    else:
+        text.append(result.node, style="bold red")
+        if result.target:
+            text.append(f" ({result.target})")
+        if result.replaced:
+            text.append(f"\nrewritten from {result.replaced}" + (f" into {', '.join(result.new_nodes)}" if result.new_nodes else ""))
+        if result.source:
+            text.append(f"\n{result.source}", style="cyan")
+            if result.code:
+                text.append(f"  {result.code.strip()}", style="italic")
+        if result.module:
+            text.append(f"\nmodule {result.module}", style="dim")
+        text.append(f"\nmax abs error {_num(result.max_abs_error)}" + (f", max rel error {_num(result.max_rel_error)}" if result.max_rel_error is not None else ""), style="yellow")
+    text.append(f"\n{result.compared} nodes compared ({result.method})", style="dim")
+    if result.note:
+        text.append(f"\n{result.note}", style="yellow")
+    return Panel(text, title="bisect nodes", expand=False)
+
+
+def rank_report_table(report: Any) -> Group:
+    """``bisect ranks``: one row per rank, its graph and signature, what differs from the majority."""
+    table = Table(title=f"{len(report.ranks)} ranks" + (f", odd: {rank_ranges(report.odd)}" if report.odd else ", none differs"))
+    for col, opts in (("rank", {"no_wrap": True}), ("graph", {"no_wrap": True}), ("signature", {"overflow": "fold"}),
+                      ("differs from the majority", {"overflow": "fold"})):
+        table.add_column(col, **opts)
+    for r in report.ranks:
+        diff = report.differences.get(r) or []
+        table.add_row(str(r), (report.graphs.get(r) or "")[:12], Text(report.signatures.get(r) or ""),
+                      Text("\n".join(diff), style="bold red") if diff else Text("-", style="dim"))
+    parts: list[Any] = [table]
+    if report.notes:
+        parts.append(Text("\n".join(report.notes), style="dim"))
+    return Group(*parts)
+
+
+def minify_panel(result: Any) -> Panel:
+    """``minify``: nodes before and after, queries, where it was saved, and each winning step."""
+    lines = Text(f"{result.start_nodes} -> {result.final_nodes} nodes, {result.queries} queries, "
+                 f"{result.cache_hits} cache hits, {result.seconds:.1f}s\n")
+    lines.append(result.outcome.summary() + "\n", style=STATUS_STYLE.get(result.outcome.status, ""))
+    for line in result.log:
+        lines.append(line + "\n", style="dim")
+    if result.saved:
+        lines.append(f"saved to {result.saved}", style="bold")
+    return Panel(lines, title="minify" + (" (interrupted)" if result.interrupted else ""), expand=False)
+
+
+RENDERERS = {"Dump": lambda d: Group(_path_text(str(d.path), style="dim"), dump_panel(d)), "Case": lambda c: case_panel(c), "Outcome": lambda o: outcome_panel(o),
+             "PassBisection": pass_bisection_panel, "NodeDivergence": node_divergence_panel,
+             "RankReport": rank_report_table, "MinifyResult": minify_panel,
+             "Listing": lambda listing: ListingView(listing.groups, str(listing.root))}
+
+
+def _seconds(value: Any) -> str:
+    return f", {value:.2f}s" if value is not None and value == value else ""
+
+
+def _case_repr(c: Any) -> str:
+    origin = f", from {c.dump.id}" if getattr(c, "dump", None) is not None else ""
+    stand_ins = f", {len(c.stand_ins)} stand-ins" if c.stand_ins else ""
+    return f"Case({len(c.gm.graph.nodes)} nodes, {len(c.placeholders)} inputs on {c.device}{origin}{stand_ins})"
+
+
+def _listing_repr(listing: Any) -> str:
+    return f"Listing({len(listing.groups)} groups, {len(listing.dumps)} dumps under {str(listing.root)!r}" + \
+        (f", {len(listing.problems)} unreadable" if listing.problems else "") + ")"
+
+
+def _minify_repr(r: Any) -> str:
+    saved = f", saved to {str(r.saved)!r}" if r.saved else ""
+    return (f"MinifyResult({r.start_nodes} -> {r.final_nodes} nodes, {r.queries} queries, {r.outcome.status}"
+            f"{', interrupted' if r.interrupted else ''}{saved})")
+
+
+REPRS = {
+    "Case": _case_repr,
+    "Outcome": lambda o: f"Outcome({o.summary() if o.status != 'pass' else 'pass'}, backend {o.backend!r}{_seconds(o.total_s)})",
+    "MinifyResult": _minify_repr,
+    "Listing": _listing_repr,
+    "PassBisection": lambda r: f"PassBisection(culprit={r.culprit!r}, {r.runs} runs)",
+    "NodeDivergence": lambda r: f"NodeDivergence({r.summary()})",
+    "RankReport": lambda r: f"RankReport(ranks {rank_ranges(r.ranks)}, odd {rank_ranges(r.odd) or 'none'})",
+}
+
+
+def short_repr(obj: Any) -> str:
+    """One line, no tensors, no tracebacks: what a notebook shows for a graphdbg noun."""
+    for cls in type(obj).__mro__:
+        fn = REPRS.get(cls.__name__)
+        if fn is not None:
+            try:
+                return fn(obj)
+            except Exception as e:  # a repr must never raise
+                return f"<{type(obj).__name__}: {type(e).__name__} in repr>"
+    return object.__repr__(obj)
 
 
 def renderable(obj: Any) -> Any:
@@ -365,7 +595,7 @@ def html_of(obj: Any, width: int = 120) -> str:
     from rich.console import Console
 
     console = Console(record=True, width=width, file=_Null(), force_jupyter=False)
-    console.print(renderable(obj))
+    console.print(renderable(obj), crop=False)
     return console.export_html(inline_styles=True, code_format="<pre style=\"font-family:monospace\">{code}</pre>")
 
 

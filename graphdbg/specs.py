@@ -13,6 +13,7 @@ device) or ``"Sym(s0)"``. The same spec, as a dict, describes every input in a m
 from __future__ import annotations
 
 import ast
+import math
 import operator
 import re
 from dataclasses import asdict, dataclass, field
@@ -111,7 +112,9 @@ class TensorSpec:
         return self.numel(env) * self.torch_dtype.itemsize
 
     def concrete_shape(self, env: dict[str, int] | None = None) -> list[int]:
-        return [eval_dim(d, env or {}) for d in self.shape]
+        shape = [eval_dim(d, env or {}) for d in self.shape]
+        check_numel(shape, f"a {self.dtype} tensor")
+        return shape
 
     def concrete_stride(self, env: dict[str, int] | None = None) -> list[int] | None:
         if self.stride is None:
@@ -147,6 +150,7 @@ def _dim(d: Any) -> Dim:
     return int(d)
 
 
+MAX_ANNOTATION_CHARS = 8192  # a 64-dim tensor with symbolic strides prints in under 2 KB
 _ANNOTATION = re.compile(
     r"^(?P<dtype>[a-z][a-z0-9_]*)\[(?P<shape>[^\]]*)\](?:\[(?P<stride>[^\]]*)\])?(?P<device>[a-z]+(?::\d+)?)?$"
 )
@@ -155,6 +159,8 @@ _ANNOTATION = re.compile(
 def parse_annotation(text: str) -> TensorSpec | SymSpec | None:
     """Parse a printed annotation; returns None for text that is not a tensor or Sym annotation."""
     text = text.strip()
+    if len(text) > MAX_ANNOTATION_CHARS:
+        return None
     if text.startswith("Sym(") and text.endswith(")"):
         expr = text[4:-1].strip()
         hint: int | float | bool | None = None
@@ -162,7 +168,7 @@ def parse_annotation(text: str) -> TensorSpec | SymSpec | None:
             value = ast.literal_eval(expr)
             if isinstance(value, (int, float, bool)):
                 hint = value
-        except (ValueError, SyntaxError):
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             pass
         kind = "symfloat" if isinstance(hint, float) else "symbool" if expr in ("True", "False") else "symint"
         return SymSpec(expr=expr, hint=hint, kind=kind)
@@ -183,7 +189,8 @@ def _parse_dims(text: str) -> list[Dim]:
         part = part.strip()
         if not part:
             continue
-        dims.append(int(part) if re.fullmatch(r"-?\d+", part) else part)
+        # more digits than any real size stays text: eval_dim refuses it with a reason
+        dims.append(int(part) if re.fullmatch(r"-?\d{1,19}", part) else part)
     return dims
 
 
@@ -215,32 +222,93 @@ _BINOPS = {
 _FUNCS = {"Max": max, "Min": min, "max": max, "min": min, "FloorDiv": operator.floordiv,
           "CeilDiv": lambda a, b: -(-a // b), "Mod": operator.mod, "PythonMod": operator.mod}
 
+# Bounds of the size evaluator: sizes come from untrusted files (`9**9**9`, `2**2**100`), and
+# one unbounded power or product hangs the process. Real sizes are far inside these.
+MAX_EXPR_CHARS = 512
+MAX_EXPR_NODES = 128
+MAX_MAGNITUDE = 1 << 64  # any value met while evaluating
+MAX_NUMEL = 1 << 36  # elements of one tensor graphdbg will make (as graphdbg.schema)
+
 
 def eval_dim(dim: Dim, env: dict[str, int]) -> int:
     """Evaluate a symbolic dim like ``"8*s27"`` against concrete symbol values.
 
-    Only arithmetic on names and integers is accepted; nothing is exec'd.
-    """
-    if isinstance(dim, int):
-        return dim
-    try:
-        tree = ast.parse(str(dim), mode="eval")
-    except SyntaxError as e:
-        raise GraphdbgError(f"cannot read symbolic size {dim!r}") from e
+    Only arithmetic on names and integers is accepted; nothing is exec'd, and every value met
+    on the way is bounded, so a hostile ``9**9**9`` is refused at once instead of computed.
 
-    def ev(node: ast.AST) -> int:
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
-            return node.value
+        >>> eval_dim("8*s27", {"s27": 4})
+        32
+    """
+    if isinstance(dim, bool):
+        raise GraphdbgError(f"symbolic size {dim!r} is not a number")
+    if isinstance(dim, int):
+        return _bounded(dim, dim)
+    text = str(dim)
+    if len(text) > MAX_EXPR_CHARS:
+        raise GraphdbgError(f"symbolic size {text[:40]!r}... is {len(text)} characters long (at most {MAX_EXPR_CHARS})")
+    try:
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        raise GraphdbgError(f"cannot read symbolic size {_short(text)}") from None
+    if sum(1 for _ in ast.walk(tree)) > MAX_EXPR_NODES:
+        raise GraphdbgError(f"symbolic size {_short(text)} is too complex (more than {MAX_EXPR_NODES} terms)")
+
+    def ev(node: ast.AST) -> int | float:
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+            return _bounded(node.value, text)
         if isinstance(node, ast.Name):
             if node.id not in env:
-                raise GraphdbgError(f"symbolic size {dim!r} uses {node.id}, which has no value")
-            return env[node.id]
+                raise GraphdbgError(f"symbolic size {_short(text)} uses {node.id}, which has no value")
+            return _bounded(env[node.id], text)
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-            return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -ev(node.operand)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS:
-            return _FUNCS[node.func.id](*[ev(a) for a in node.args])
-        raise GraphdbgError(f"cannot evaluate symbolic size {dim!r}")
+            left, right = ev(node.left), ev(node.right)
+            if isinstance(node.op, ast.Pow):
+                _check_power(left, right, text)
+            return _bounded(_BINOPS[type(node.op)](left, right), text)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            v = ev(node.operand)
+            return -v if isinstance(node.op, ast.USub) else v
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS and not node.keywords:
+            return _bounded(_FUNCS[node.func.id](*[ev(a) for a in node.args]), text)
+        raise GraphdbgError(f"cannot evaluate symbolic size {_short(text)}")
 
-    return int(ev(tree.body))
+    try:
+        value = ev(tree.body)
+        return int(value)
+    except GraphdbgError:
+        raise
+    except (ArithmeticError, TypeError, ValueError) as e:  # 1//0, Max(), int(nan)
+        raise GraphdbgError(f"cannot evaluate symbolic size {_short(text)} ({type(e).__name__})") from None
+
+
+def _check_power(base: int | float, exp: int | float, text: str) -> None:
+    if abs(base) <= 1:
+        return
+    # |base| ** exp stays under MAX_MAGNITUDE iff exp * log2|base| < 64; checked before computing
+    if exp > 64 or exp * math.log2(abs(base)) > MAX_MAGNITUDE.bit_length():
+        raise GraphdbgError(f"symbolic size {_short(text)} is too large (more than 2**64)")
+
+
+def _bounded(value: Any, text: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise GraphdbgError(f"symbolic size {_short(str(text))} is not finite")
+    if isinstance(value, complex) or abs(value) > MAX_MAGNITUDE:
+        raise GraphdbgError(f"symbolic size {_short(str(text))} is too large (more than 2**64)")
+    return value
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return repr(text) if len(text) <= limit else repr(text[: limit - 3] + "...")
+
+
+def check_numel(shape: list[int], what: str = "tensor") -> int:
+    """The element count of ``shape``; GraphdbgError if a size is negative or the count is past
+    MAX_NUMEL (statistics of a 10**12-element tensor must not make replay build it)."""
+    n = 1
+    for d in shape:
+        if d < 0:
+            raise GraphdbgError(f"{what} has a negative size in {shape}")
+        n *= d
+        if n > MAX_NUMEL:
+            raise GraphdbgError(f"{what} of shape {_short(str(shape))} has more than 2**36 elements; graphdbg will not make it")
+    return n

@@ -37,6 +37,12 @@ for _name, _code in (("uint16", "U16"), ("uint32", "U32"), ("uint64", "U64"),
                      ("float8_e5m2", "F8_E5M2"), ("float8_e4m3fn", "F8_E4M3")):
     if hasattr(torch, _name):
         SAFETENSORS_DTYPES[getattr(torch, _name)] = _code
+try:  # safetensors' own table (complex64, the FNUZ float8s, ...) wins over ours
+    from safetensors.torch import _TYPES as _SAFETENSORS_TYPES
+
+    SAFETENSORS_DTYPES.update({dtype: code for code, dtype in _SAFETENSORS_TYPES.items()})
+except ImportError:
+    pass
 
 _WRITE_CHUNK = 64 << 20  # bytes per write for host tensors; device tensors copy over in pieces this big
 
@@ -89,6 +95,7 @@ def read_tensors(path: str | os.PathLike, names: Iterable[str] | None = None, de
     from safetensors import safe_open
 
     path = Path(path)
+    check_tensor_file(path)
     try:
         with safe_open(str(path), framework="pt", device=str(device)) as f:
             keys = list(f.keys())
@@ -103,8 +110,18 @@ def read_tensors(path: str | os.PathLike, names: Iterable[str] | None = None, de
         raise DumpError(f"{path}: cannot read tensors ({_one_line(e)})") from e
 
 
+MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
+_ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "U16": 2, "I16": 2, "F16": 2, "BF16": 2,
+             "U32": 4, "I32": 4, "F32": 4, "U64": 8, "I64": 8, "F64": 8}
+
+
 def check_tensor_file(path: str | os.PathLike) -> dict[str, dict]:
-    """Validate the header and the file size without reading data; returns the header."""
+    """Validate the header against the file before any tensor is read; returns the header.
+
+    The file is untrusted: the header's size is bounded, every entry's dtype, shape and
+    offsets are checked (dtype x shape == byte length, inside the file, no two tensors
+    overlapping), and then safetensors' own reader validates it too.
+    """
     path = Path(path)
     try:
         size = path.stat().st_size
@@ -113,17 +130,69 @@ def check_tensor_file(path: str | os.PathLike) -> dict[str, dict]:
             if len(head) < 8:
                 raise DumpError(f"{path}: truncated (no safetensors header)")
             (n,) = struct.unpack("<Q", head)
+            if n > MAX_HEADER_BYTES:
+                raise DumpError(f"{path}: safetensors header of {n} bytes is over the {MAX_HEADER_BYTES} byte limit")
             if n > size - 8:
                 raise DumpError(f"{path}: truncated (header claims {n} bytes, file has {size - 8})")
             header = json.loads(f.read(n))
     except DumpError:
         raise
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         raise DumpError(f"{path}: not a safetensors file ({_one_line(e)})") from e
-    end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
-    if 8 + n + end > size:
-        raise DumpError(f"{path}: truncated ({size} bytes, tensors need {8 + n + end})")
+    if not isinstance(header, dict):
+        raise DumpError(f"{path}: not a safetensors file (the header is not a JSON object)")
+    data_size = size - 8 - n
+    spans = []
+    for name, entry in header.items():
+        if name == "__metadata__":
+            if not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
+                raise DumpError(f"{path}: __metadata__ must map names to strings")
+            continue
+        spans.append((*_entry_span(path, name, entry, data_size), name))
+    spans.sort()
+    for (start, end, name), (next_start, _, next_name) in zip(spans, spans[1:]):
+        if next_start < end:
+            raise DumpError(f"{path}: tensors {_short(name)} and {_short(next_name)} overlap")
+    _check_with_safetensors(path)
     return header
+
+
+def _entry_span(path: Path, name: str, entry: object, data_size: int) -> tuple[int, int]:
+    where = f"{path}: tensor {_short(name)}"
+    if not isinstance(entry, dict):
+        raise DumpError(f"{where}: not a tensor entry")
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if not isinstance(dtype, str) or dtype not in _ITEMSIZE:
+        raise DumpError(f"{where}: unknown dtype {_short(repr(dtype))}")
+    if not isinstance(shape, list) or len(shape) > 64 or not all(type(d) is int and 0 <= d < (1 << 62) for d in shape):
+        raise DumpError(f"{where}: shape must be a list of non-negative integers")
+    if (not isinstance(offsets, list) or len(offsets) != 2 or not all(type(o) is int for o in offsets)
+            or not 0 <= offsets[0] <= offsets[1]):
+        raise DumpError(f"{where}: data_offsets must be [begin, end] with 0 <= begin <= end")
+    if offsets[1] > data_size:
+        raise DumpError(f"{path}: truncated (tensor {_short(name)} ends at byte {offsets[1]}, the data has {data_size})")
+    numel = 1
+    for d in shape:
+        numel *= d
+    if numel * _ITEMSIZE[dtype] != offsets[1] - offsets[0]:
+        raise DumpError(f"{where}: {dtype}{shape} needs {numel * _ITEMSIZE[dtype]} bytes, its offsets span {offsets[1] - offsets[0]}")
+    return offsets[0], offsets[1]
+
+
+def _check_with_safetensors(path: Path) -> None:
+    """safetensors' own validation (it maps the file; nothing is read until a tensor is asked for)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            f.keys()
+    except Exception as e:
+        raise DumpError(f"{path}: not a valid safetensors file ({_one_line(e)})") from None
+
+
+def _short(name: str, limit: int = 60) -> str:
+    text = repr(name)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _one_line(e: BaseException) -> str:

@@ -82,7 +82,7 @@ def test_graph_py_carries_annotations_and_source_lines(tmp_path):
     assert gelu.source.endswith(f"programs.py:{_line_of('return self.down(F.gelu(self.up(x)))')}")
     assert gelu.module == "mlp"
     assert nodes[nodes.name == "linear"].iloc[0].module == "attn.qkv"
-    assert list(nodes.columns) == ["name", "op", "target", "dtype", "shape", "source", "code", "module"]
+    assert list(nodes.columns) == ["name", "op", "target", "dtype", "shape", "source", "code", "module", "failed"]
 
 
 def _line_of(code: str) -> int:

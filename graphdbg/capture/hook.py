@@ -33,6 +33,7 @@ from graphdbg.rebuild.inputs import clone_values
 MODES = ("error", "accuracy", "always")
 DEFAULT_BUDGET = 4 << 30  # bytes of input values stored per graph; past it, spec and statistics only
 ENV_DUMP_DIR = "GRAPHDBG_DUMP_DIR"
+ENV_REDACT = "GRAPHDBG_REDACT"
 
 
 def capture(
@@ -43,19 +44,23 @@ def capture(
     budget_bytes: int = DEFAULT_BUDGET,
     rtol: float | None = None,
     atol: float | None = None,
+    redact: bool | None = None,
 ) -> CapturingBackend:
     """A backend for ``torch.compile`` that runs ``backend`` and dumps the graphs it fails on.
 
     ``mode``: ``"error"`` dumps on a compile error or a run-time error of the compiled code;
     ``"accuracy"`` also runs each graph eagerly on copies of the inputs and dumps when the
     outputs disagree; ``"always"`` also dumps every graph when it is compiled.
-    ``dump_dir`` defaults to ``$GRAPHDBG_DUMP_DIR``, else ``./graphdbg_dumps``.
+    ``dump_dir`` defaults to ``$GRAPHDBG_DUMP_DIR``, else ``./graphdbg_dumps``. ``redact``
+    (default ``$GRAPHDBG_REDACT``) writes dumps safe to share (see ``graphdbg.redact``).
     """
     if isinstance(backend, CapturingBackend):
         return backend
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
-    return CapturingBackend(backend, dump_dir, mode=mode, budget_bytes=budget_bytes, rtol=rtol, atol=atol)
+    if redact is None:
+        redact = os.environ.get(ENV_REDACT, "") not in ("", "0")
+    return CapturingBackend(backend, dump_dir, mode=mode, budget_bytes=budget_bytes, rtol=rtol, atol=atol, redact=redact)
 
 
 def user_backend(backend: Any) -> Any:
@@ -131,7 +136,7 @@ class CapturingBackend:
     callback, where running Python code for a missing attribute crashes the interpreter.
     """
 
-    def __init__(self, backend, dump_dir, *, mode, budget_bytes, rtol, atol):
+    def __init__(self, backend, dump_dir, *, mode, budget_bytes, rtol, atol, redact=False):
         self.backend_ref = backend_reference(backend)
         self.backend_source = backend_source(backend)
         # torch.compile(mode=..., options=...) are Inductor settings the dump must carry too
@@ -158,6 +163,7 @@ class CapturingBackend:
         self.mode = mode
         self.budget_bytes = budget_bytes
         self.rtol, self.atol = rtol, atol
+        self.redact = redact
         self.dumps: list[Path] = []
         self._seq = itertools.count()
         self._lock = threading.Lock()
@@ -270,7 +276,7 @@ class CapturingBackend:
         def write() -> Path:
             return write_dump(
                 self.dump_dir, snap=snap, inputs=inputs, kind=kind, exc=exc,
-                backend=self.backend_ref, mode=self.mode, budget_bytes=self.budget_bytes,
+                backend=self.backend_ref, mode=self.mode, budget_bytes=self.budget_bytes, redact=self.redact,
                 manifest_overrides=overrides, **extra,
             )
 

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import graphdbg
 from graphdbg.capture.autowrap import ENV_BUDGET, ENV_MODE
-from graphdbg.capture.hook import DEFAULT_BUDGET, ENV_DUMP_DIR, MODES
+from graphdbg.capture.hook import DEFAULT_BUDGET, ENV_DUMP_DIR, ENV_REDACT, MODES
 from graphdbg.errors import GraphdbgError
 
 SITE_DIR = Path(__file__).parent / "site"
 
 
-def capture_env(dump_dir: str | os.PathLike, mode: str = "error", budget_bytes: int = DEFAULT_BUDGET) -> dict[str, str]:
+def capture_env(dump_dir: str | os.PathLike, mode: str = "error", budget_bytes: int = DEFAULT_BUDGET,
+                redact: bool = False) -> dict[str, str]:
     """The environment under which any Python process wraps its torch.compile backends."""
     if mode not in MODES:
         raise GraphdbgError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -25,14 +26,17 @@ def capture_env(dump_dir: str | os.PathLike, mode: str = "error", budget_bytes: 
     env[ENV_DUMP_DIR] = str(Path(dump_dir).resolve())
     env[ENV_MODE] = mode
     env[ENV_BUDGET] = str(budget_bytes)
+    if redact:
+        env[ENV_REDACT] = "1"
     return env
 
 
-def run_captured(command: list[str], dump_dir: str | os.PathLike, mode: str = "error", budget_bytes: int = DEFAULT_BUDGET) -> int:
+def run_captured(command: list[str], dump_dir: str | os.PathLike, mode: str = "error", budget_bytes: int = DEFAULT_BUDGET,
+                 redact: bool = False) -> int:
     """Run ``command``; returns its exit code. Dumps land in ``dump_dir/rank<R>/``."""
     if not command:
         raise GraphdbgError("give the command to run after --, e.g. graphdbg capture -- python train.py")
     try:
-        return subprocess.call(command, env=capture_env(dump_dir, mode, budget_bytes))
+        return subprocess.call(command, env=capture_env(dump_dir, mode, budget_bytes, redact))
     except FileNotFoundError as e:
         raise GraphdbgError(f"cannot run {command[0]!r}: {e.strerror}") from e

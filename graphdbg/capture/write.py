@@ -40,6 +40,7 @@ def write_dump(
     inputs_state: str,
     mismatches: list | None = None,
     manifest_overrides: dict[str, Any] | None = None,
+    redact: bool = False,
 ) -> Path:
     dist = {**distributed_info(), "collectives": snap.collectives}
     dump_id = f"g{snap.seq}-{kind}-{snap.graph_hash[:8]}"
@@ -106,6 +107,10 @@ def write_dump(
             manifest["config"] = snap.config
         manifest.update(manifest_overrides or {})
         write_manifest(tmp, manifest)
+        if redact:  # before publishing: no reader ever sees the unredacted dump
+            from graphdbg.redact import redact_folder
+
+            redact_folder(tmp)
         return _publish(tmp, rank_dir, dump_id)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -81,8 +81,12 @@ def reader_for(path: str | Path) -> Reader:
 
 
 def load(path: str | Path) -> "Dump":
-    """Read ``path`` with the reader that recognises it."""
-    return reader_for(path).load(Path(path))
+    """Read ``path`` with the reader that recognises it; its manifest checked by graphdbg.schema."""
+    from graphdbg.schema import validate_manifest
+
+    dump = reader_for(path).load(Path(path))
+    validate_manifest(dump.manifest, str(path))
+    return dump
 
 
 def manifest_for(path: Path, printed: PrintedGraph, *, fmt: str, inputs: list[dict[str, Any]], dump_id: str | None = None,

@@ -213,7 +213,7 @@ def _read_load_args(fn: ast.FunctionDef, lines: list[str], symbols: dict[str, in
 # --- the saved tensors -----------------------------------------------------------------
 
 
-def read_storage_bytes(path: str | Path) -> bytes:
+def read_storage_bytes(path: str | Path, nbytes: int | None = None) -> bytes:
     """The raw bytes of the one storage a content-store file holds, without unpickling.
 
     ``torch.save`` writes a zip archive: ``<root>/data.pkl`` (a pickle naming the storages)
@@ -232,9 +232,13 @@ def read_storage_bytes(path: str | Path) -> bytes:
             if len(entries) != 1:
                 raise GraphdbgError(f"{path}: expected one storage in the archive, found {len(entries)}")
             order = [n for n in names if re.fullmatch(r"[^/]+/byteorder", n)]
-            if order and z.read(order[0]).strip() not in (b"little", b""):
+            if order and (z.getinfo(order[0]).file_size > 16 or z.read(order[0]).strip() not in (b"little", b"")):
                 raise GraphdbgError(f"{path}: big-endian storage; this reader only reads little-endian")
-            return z.read(entries[0])
+            declared = z.getinfo(entries[0]).file_size
+            if nbytes is not None and declared != nbytes:
+                # checked before decompressing: a zip bomb never gets to inflate
+                raise GraphdbgError(f"{path}: the storage holds {declared} bytes, load_args says {nbytes}")
+            return z.read(entries[0])  # zipfile stops at the declared size and checks the CRC
     except zipfile.BadZipFile:
         raise GraphdbgError(f"{path}: not a torch.save zip archive (truncated?)") from None
     except OSError as e:
@@ -278,13 +282,15 @@ class MinifierStore(Contents):
     def __init__(self, repro: ReproFile, store: Path | None):
         super().__init__(repro.path, printed=repro.printed)
         self.store = store
+        # what load_args says each storage holds: a zip entry declaring more is refused unread
+        self.nbytes = {st.hash: st.nbytes for st in repro.storages.values() if st.hash}
 
     def read(self, keys: list[str]) -> dict[str, torch.Tensor]:
         out = {}
         for key in keys:
             if self.store is None:
                 raise GraphdbgError(f"{self.graph_file}: storage {key} asked for, but no content store was found")
-            raw = read_storage_bytes(inside(self.store, f"storages/{key}"))
+            raw = read_storage_bytes(inside(self.store, f"storages/{key}"), self.nbytes.get(key))
             out[key] = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
         return out
 

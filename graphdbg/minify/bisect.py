@@ -34,6 +34,7 @@ from graphdbg.minify.candidates import COMPUTE_OPS, Candidate, Origin
 from graphdbg.minify.shrinker import as_case
 from graphdbg.minify.values import ValueRecorder
 from graphdbg.case import Case
+from graphdbg.display import Displayed
 from graphdbg.replay.outcome import Outcome
 from graphdbg.rebuild.inputs import clone_values, to_float64
 from graphdbg.replay.run import run_case
@@ -41,7 +42,7 @@ from graphdbg.replay.run import run_case
 
 # Passes -------------------------------------------------------------------------------
 @dataclass
-class PassBisection:
+class PassBisection(Displayed):
     """The first pass after which the outcome goes bad; for a pattern matcher, which pattern
     (and which of its matches)."""
 
@@ -168,7 +169,7 @@ def _describe_entry(entry: Any) -> str:
 
 # Nodes --------------------------------------------------------------------------------
 @dataclass
-class NodeDivergence:
+class NodeDivergence(Displayed):
     """The first node whose value is off the reference, where it came from, and how far off."""
 
     node: str | None
@@ -350,7 +351,7 @@ def _bisect_opaque(case: Case, backend: Any, gm: fx.GraphModule, ref: ValueRecor
 
 # Ranks --------------------------------------------------------------------------------
 @dataclass
-class RankReport:
+class RankReport(Displayed):
     """Per rank: what differs from the majority of ranks (graph, input specs, input values, error)."""
 
     ranks: list[int]

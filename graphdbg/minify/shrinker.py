@@ -27,6 +27,7 @@ from graphdbg.minify.candidates import Candidate, Origin
 from graphdbg.minify.oracle import Oracle, case_key
 from graphdbg.capture.write import save_case
 from graphdbg.case import Case
+from graphdbg.display import Displayed
 from graphdbg.replay.outcome import Outcome
 
 
@@ -128,7 +129,7 @@ class Shrinker:
 
 
 @dataclass
-class MinifyResult:
+class MinifyResult(Displayed):
     """The smallest failing Case found, and how it was found.
 
         >>> result.case.gm.print_readable()
@@ -167,13 +168,6 @@ class MinifyResult:
         leaves a half-written dump."""
         return save_minified(self.case, self.outcome, out, backend=self.backend, passes=self.passes,
                              direct=self.direct, accuracy=self.accuracy, summary=self.to_dict())
-
-    def __rich__(self) -> Any:
-        from rich.panel import Panel
-
-        body = "\n".join([f"{self.start_nodes} -> {self.final_nodes} nodes, {self.queries} queries, "
-                          f"{self.cache_hits} cache hits, {self.seconds:.1f}s", f"{self.outcome.summary()}", *self.log])
-        return Panel(body, title="minify" + (" (interrupted)" if self.interrupted else ""))
 
 
 def save_minified(case: Case, outcome: Outcome, out: str | Path, *, backend: Any, passes: Any = None,

@@ -1,0 +1,263 @@
+"""One self-contained HTML page for a dump folder, a corpus folder or a minify output.
+
+    >>> write_report("graphdbg_dumps/", "report.html")   # or: graphdbg report graphdbg_dumps -o report.html
+
+The page has no scripts, fonts or images from elsewhere (it opens offline and in CI artifacts):
+the groups of identical failures with their ranks, each failure's signature and traceback, the
+graph source with the failing node highlighted and the user's source lines, the stand-ins, the
+minify steps as a small inline SVG (nodes against queries), and any ``bisect*.json`` beside the
+dumps (``graphdbg bisect ... --json > bisect-passes.json``).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+MAX_SOURCE_LINES = 4000  # per graph; a huge graph is cut, with a note saying so
+
+STYLE = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 24px; color: #1d1d1f; max-width: 1400px; }
+h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 36px; border-bottom: 1px solid #ddd; }
+h3 { font-size: 15px; margin: 18px 0 6px; }
+code, pre, .path { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 12.5px; }
+.path { overflow-wrap: anywhere; }
+pre { background: #f6f8fa; padding: 8px 10px; overflow-x: auto; border-radius: 4px; }
+pre.source { max-height: 520px; overflow: auto; }
+pre.source span { display: block; white-space: pre; }
+pre.source .file { color: #6a737d; }
+pre.source .failing { background: #ffd7d5; outline: 2px solid #d73a49; font-weight: bold; }
+pre.source .failing-file { background: #fff1c2; color: #5c4400; }
+table { border-collapse: collapse; margin: 6px 0; }
+td, th { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
+tr.failing td { background: #ffd7d5; font-weight: bold; }
+.kind-compile_error { color: #c00; } .kind-runtime_error { color: #a0a; } .kind-accuracy { color: #a60; }
+.sig { font-weight: bold; }
+.muted { color: #6a737d; }
+"""
+
+
+def write_report(path: str | Path, out: str | Path) -> Path:
+    """Write the HTML page for everything under ``path`` to ``out``; returns ``out``."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(report_html(path), encoding="utf-8")
+    return out
+
+
+def report_html(path: str | Path) -> str:
+    """The report page as a string (see ``write_report``)."""
+    import graphdbg
+    from graphdbg.listing import list_dumps
+
+    root = Path(path)
+    listing = list_dumps(root)
+    groups = sorted(listing.groups, key=_rank_key)
+    body = [f"<h1>graphdbg report</h1><p class=path>{_e(root.resolve())}</p>",
+            f"<p class=muted>graphdbg {_e(graphdbg.__version__)}; {len(listing.dumps)} dumps in {len(groups)} groups"
+            + (f"; {len(listing.problems)} could not be read" if listing.problems else "") + "</p>"]
+    body.append(_groups_table(groups, str(root)))
+    for p in listing.problems:
+        body.append(f"<p class=muted>skipped: {_e(p['error'])}</p>")
+    for i, g in enumerate(groups):
+        body.append(_group_section(i, g, listing))
+    body.extend(_bisect_sections(root))
+    return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
+            f"<title>graphdbg report: {_e(root.name or root)}</title><style>{STYLE}</style></head>\n<body>\n"
+            + "\n".join(body) + "\n</body></html>\n")
+
+
+def _e(value: Any) -> str:
+    from graphdbg.render import cell_text
+
+    return html.escape(cell_text(value))
+
+
+_KIND_ORDER = {"compile_error": 0, "runtime_error": 1, "accuracy": 2}
+
+
+def _rank_key(g: dict[str, Any]) -> tuple:
+    """Failures first (compile, run time, accuracy), the most ranks first within a kind."""
+    return (_KIND_ORDER.get(g["kind"], 3), -len(g["ranks"]), g["id"])
+
+
+def _groups_table(groups: list[dict[str, Any]], root: str) -> str:
+    from graphdbg.render import rank_ranges
+
+    rows = []
+    for i, g in enumerate(groups):
+        rel = _rel(g["paths"][0], root)
+        more = f" <span class=muted>(+{len(g['paths']) - 1})</span>" if len(g["paths"]) > 1 else ""
+        rows.append(f"<tr><td><a href='#group-{i}' class=path>{_e(rel)}</a>{more}</td>"
+                    f"<td class='kind-{_e(g['kind'])}'>{_e(g['kind'])}</td><td>{_e(rank_ranges(g['ranks']))}</td>"
+                    f"<td>{_e(g['nodes'])}</td><td class=sig>{_e(g['signature'] or '')}</td></tr>")
+    return ("<h2>Groups</h2><table><tr><th>dump</th><th>failure</th><th>ranks</th><th>nodes</th><th>signature</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+def _rel(p: str, root: str) -> str:
+    import os
+
+    try:
+        return os.path.relpath(p, root)
+    except ValueError:
+        return p
+
+
+def _group_section(i: int, g: dict[str, Any], listing: Any) -> str:
+    from graphdbg.render import rank_ranges, stand_ins_text
+    from graphdbg.tables import failing_node_names
+
+    dump = next(d for d in listing.dumps if str(d.path) == g["paths"][0])
+    parts = [f"<h2 id='group-{i}'>{_e(dump.id)} <span class='kind-{_e(g['kind'])}'>{_e(g['kind'])}</span></h2>",
+             f"<p>ranks {_e(rank_ranges(g['ranks']))}; {_e(g['nodes'])} nodes; backend <code>{_e(dump.backend)}</code></p>"]
+    parts.append("<p>" + "<br>".join(f"<span class=path>{_e(_rel(p, str(listing.root)))}</span>" for p in g["paths"][:8])
+                 + (f"<br><span class=muted>and {len(g['paths']) - 8} more</span>" if len(g["paths"]) > 8 else "") + "</p>")
+    if g.get("signature"):
+        parts.append(f"<p class=sig>{_e(g['signature'])}</p>")
+    if g.get("log"):
+        parts.append(f"<p class=muted>failure from the run's log {_e(g['log'])}:{_e(g.get('log_line'))}"
+                     f"{' (inferred)' if g.get('log_inferred') else ''}: {_e(g.get('log_how'))}</p>")
+    if g.get("differs"):
+        parts.append(f"<p><b>differs from the other ranks:</b> {_e(', '.join(g['differs']))}</p>")
+    exception = dump.exception if isinstance(dump.exception, dict) else {}
+    message = exception.get("message") or dump.message
+    if message:
+        parts.append(f"<h3>error</h3><pre>{_e(message.strip()[:4000])}</pre>")
+    if exception.get("traceback"):
+        parts.append(f"<h3>traceback</h3><pre>{_e(exception['traceback'][-12000:])}</pre>")
+    constructs = g.get("constructs") or []
+    if constructs:
+        parts.append(f"<h3>stand-ins</h3><p>{_e(stand_ins_text(constructs))}</p><ul>"
+                     + "".join(f"<li><code>{_e(c)}</code></li>" for c in constructs) + "</ul>")
+    failing = failing_node_names(dump)
+    parts.append(_nodes_section(dump, failing))
+    parts.append(_source_section(dump, failing))
+    minified = dump.manifest.get("minified")
+    if minified:
+        parts.append(_minify_section(minified, dump))
+    return "\n".join(parts)
+
+
+def _nodes_section(dump: Any, failing: set[str]) -> str:
+    """The computing nodes with the user source line each came from; the failing one marked."""
+    try:
+        df = dump.nodes()
+    except Exception as e:  # a graph that doesn't rebuild still gets its source and error shown
+        return f"<p class=muted>nodes: {_e(type(e).__name__)}: {_e(e)}</p>"
+    rows = []
+    for r in df[~df.op.isin(["placeholder", "output"])].head(400).itertuples(index=False):
+        cls = " class=failing" if r.name in failing else ""
+        shape = "[" + ", ".join(map(str, r.shape)) + "]" if isinstance(r.shape, tuple) else r.shape
+        rows.append(f"<tr{cls}><td><code>{_e(r.name)}</code></td><td><code>{_e(r.target)}</code></td>"
+                    f"<td>{_e(r.dtype)}{_e(shape)}</td><td class=path>{_e(r.source)}</td>"
+                    f"<td><code>{_e(_e_strip(r.code))}</code></td><td>{_e(r.module)}</td></tr>")
+    note = (f"<p>failing node: <code>{_e(', '.join(sorted(failing)))}</code></p>" if failing
+            else "<p class=muted>the dump does not say which node failed (replay it: the Outcome names the node)</p>")
+    return ("<h3>nodes and their source lines</h3>" + note
+            + "<table><tr><th>node</th><th>target</th><th>value</th><th>source</th><th>code</th><th>module</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+def _e_strip(value: Any) -> Any:
+    return value.strip() if isinstance(value, str) else value
+
+
+def _source_section(dump: Any, failing: set[str]) -> str:
+    """The graph's source, one span per line: the failing node's line and its ``# File:`` line marked."""
+    try:
+        lines = dump.source.splitlines()
+    except Exception as e:
+        return f"<p class=muted>graph source: {_e(e)}</p>"
+    defines = re.compile(r"^\s*(" + "|".join(map(re.escape, sorted(failing))) + r")\s*(:|=)") if failing else None
+    spans = []
+    last_file: int | None = None
+    for n, line in enumerate(lines[:MAX_SOURCE_LINES]):
+        stripped = line.lstrip()
+        cls = ""
+        if stripped.startswith(("# File:", "# Annotation:")):
+            cls, last_file = "file", n
+        elif defines is not None and defines.match(line):
+            cls = "failing"
+            if last_file is not None:
+                spans[last_file] = spans[last_file].replace("class='file'", "class='file failing-file'", 1)
+        spans.append(f"<span class='{cls}' id='L{n + 1}'>{_e(line) or ' '}</span>" if cls else f"<span>{_e(line) or ' '}</span>")
+    cut = f"<p class=muted>first {MAX_SOURCE_LINES} of {len(lines)} lines</p>" if len(lines) > MAX_SOURCE_LINES else ""
+    return "<h3>graph source</h3><pre class=source>" + "".join(spans) + "</pre>" + cut
+
+
+def steps_svg(steps: list[dict[str, Any]], start_nodes: int, width: int = 420, height: int = 180) -> str:
+    """Nodes (y) against oracle queries (x) after each winning minify step, as inline SVG."""
+    points = [(0, start_nodes)]
+    queries = 0
+    for s in steps:
+        queries += int(s.get("queries") or 0)
+        points.append((queries, int(s.get("nodes_after") or 0)))
+    max_q = max(q for q, _ in points) or 1
+    max_n = max(n for _, n in points) or 1
+    left, bottom, top, right = 44, 28, 10, 12
+
+    def xy(q: int, n: int) -> tuple[float, float]:
+        return (left + (width - left - right) * q / max_q, top + (height - top - bottom) * (1 - n / max_n))
+
+    line = " ".join(f"{x:.1f},{y:.1f}" for x, y in (xy(q, n) for q, n in points))
+    dots = "".join(f"<circle cx='{x:.1f}' cy='{y:.1f}' r='3' fill='#0366d6'><title>{q} queries: {n} nodes</title></circle>"
+                   for (q, n), (x, y) in zip(points, (xy(q, n) for q, n in points)))
+    x0, y0 = xy(0, 0)
+    return (f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' class=steps role=img "
+            f"aria-label='nodes against queries'>"
+            f"<line x1='{left}' y1='{y0}' x2='{width - right}' y2='{y0}' stroke='#999'/>"
+            f"<line x1='{left}' y1='{top}' x2='{left}' y2='{y0}' stroke='#999'/>"
+            f"<text x='{left - 6}' y='{top + 10}' font-size='11' text-anchor='end'>{max_n}</text>"
+            f"<text x='{left - 6}' y='{y0}' font-size='11' text-anchor='end'>0</text>"
+            f"<text x='{width - right}' y='{height - 8}' font-size='11' text-anchor='end'>{max_q} queries</text>"
+            f"<text x='{left}' y='{height - 8}' font-size='11'>nodes</text>"
+            f"<polyline fill='none' stroke='#0366d6' stroke-width='2' points='{line}'/>{dots}</svg>")
+
+
+def _minify_section(minified: dict[str, Any], dump: Any) -> str:
+    steps = minified.get("steps") or []
+    start = minified.get("start_nodes") or (steps[0]["nodes_before"] if steps else dump.node_count)
+    rows = "".join(f"<tr><td>{_e(s.get('pass_name'))}</td><td>{_e(s.get('nodes_before'))} &rarr; {_e(s.get('nodes_after'))}</td>"
+                   f"<td>{_e(s.get('queries'))}</td><td>{float(s.get('seconds') or 0):.1f}s</td></tr>" for s in steps)
+    parts = [f"<h3>minify</h3><p>{_e(start)} &rarr; {_e(dump.node_count)} nodes in {_e(minified.get('oracle_queries'))} queries"
+             f"{' (interrupted)' if minified.get('interrupted') else ''}; backend <code>{_e(minified.get('backend'))}</code>"
+             + (f"; from <span class=path>{_e(minified.get('from'))}</span>" if minified.get("from") else "") + "</p>",
+             steps_svg(steps, int(start)),
+             "<table><tr><th>pass</th><th>nodes</th><th>queries</th><th>time</th></tr>" + rows + "</table>"]
+    repro = dump.path.parent.parent / "repro.py"
+    if repro.is_file():
+        parts.append(f"<h3>repro.py</h3><p class=path>{_e(repro)}</p><pre>{_e(repro.read_text()[:20000])}</pre>")
+    return "\n".join(parts)
+
+
+def _bisect_sections(root: Path) -> list[str]:
+    """What ``bisect`` found, from ``bisect*.json`` files (its ``--json`` output) under ``root``."""
+    if not root.is_dir():
+        return []
+    found = []
+    for path in sorted(root.rglob("bisect*.json"))[:20]:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        if "culprit" in data:
+            what = f"culprit pass <code>{_e(data['culprit'])}</code>" if data["culprit"] else "no pass breaks it"
+            if data.get("pattern"):
+                what += f"; pattern <code>{_e(data['pattern'])}</code>"
+        elif "odd" in data:
+            diffs = data.get("differences") or {}
+            what = ("odd ranks: " + ", ".join(f"{_e(r)} ({_e('; '.join(diffs.get(str(r), [])))})" for r in data["odd"])
+                    if data["odd"] else "no rank differs")
+        elif "node" in data:
+            what = (f"first diverging node <code>{_e(data['node'])}</code> at <span class=path>{_e(data.get('source'))}</span>"
+                    f" (max abs error {_e(data.get('max_abs_error'))})" if data["node"] else "no node diverges")
+        else:
+            continue
+        found.append(f"<li><span class=path>{_e(path.relative_to(root))}</span>: {what}</li>")
+    return ["<h2>bisect</h2><ul>" + "".join(found) + "</ul>"] if found else []

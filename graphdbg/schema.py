@@ -1,0 +1,448 @@
+"""The manifest's schema: what a dump may say, checked before anything reads it.
+
+A dump is untrusted input (it comes from a bug report or a CI artifact), so every field is
+checked for type, range and size by one pydantic model, the same one the dump writer checks
+against before it writes. A violation is one line naming the field:
+
+    >>> validate_manifest({"schema": "graphdbg.dump", "dist": {"rank": "zero"}, ...}, where="d/manifest.json")
+    DumpError: d/manifest.json: dist.rank: must be an integer (got 'zero')
+    >>> print(json.dumps(manifest_json_schema())[:40])      # `graphdbg schema`
+    {"$defs": {"Dist": {"additionalProperties"
+
+Readers of other tools' files (printed graphs, minifier repros, compile caches) build their
+manifests in memory; they are checked by the same model, so extra keys are allowed where a
+format adds its own, but every key graphdbg reads has a type and a bound.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.functional_validators import AfterValidator, PlainValidator
+from pydantic.json_schema import WithJsonSchema
+
+from graphdbg.errors import DumpError
+from graphdbg.specs import MAX_NUMEL  # elements of one tensor: 64 Gi elements is past any one device's memory
+
+MAX_MANIFEST_BYTES = 64 << 20  # node_info of a 100k-node graph is a few MB
+MAX_DEPTH = 24  # deepest real manifest: inputs[i].items[j].items[k].stats (describe_value stops at 3)
+MAX_DIM = 1 << 62  # one size, stride or offset
+MAX_INT = 1 << 63  # other integers (hints, counts, byte sizes)
+MAX_RANKS = 1 << 20
+MAX_NAME = 4096  # ids, names, keys, types
+MAX_TEXT = 4 << 20  # messages and tracebacks
+MAX_ITEMS = 1 << 20  # inputs, ops, node_info entries
+MAX_EXPR = 512  # characters of one symbolic size expression
+
+_SYMBOLIC = re.compile(r"[A-Za-z0-9_+\-*/%(), .]{1," + str(MAX_EXPR) + "}")
+
+
+# Field types -----------------------------------------------------------------------------
+
+def _int_range(lo: int, hi: int):
+    return Annotated[int, Field(strict=True, ge=lo, le=hi)]
+
+
+Name = Annotated[str, Field(strict=True, max_length=MAX_NAME)]
+Text = Annotated[str, Field(strict=True, max_length=MAX_TEXT)]
+Count = _int_range(0, MAX_INT)
+Rank = _int_range(0, MAX_RANKS)
+Finite = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+
+
+def _dim(value: Any) -> int | str:
+    """A size: an int in range, or a short symbolic expression (``s0``, ``8*s27``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"must be an integer or a symbolic expression (got {_shown(value)})")
+    if isinstance(value, int):
+        if not -MAX_DIM <= value <= MAX_DIM:
+            raise ValueError(f"must be at most {MAX_DIM} in size (got {_shown(value)})")
+        return value
+    if not _SYMBOLIC.fullmatch(value):
+        raise ValueError(f"not a symbolic size expression (got {_shown(value)})")
+    return value
+
+
+_DIM_SCHEMA = {"anyOf": [{"type": "integer", "minimum": -MAX_DIM, "maximum": MAX_DIM},
+                         {"type": "string", "maxLength": MAX_EXPR, "pattern": _SYMBOLIC.pattern}]}
+Dim = Annotated[Union[int, str], PlainValidator(_dim), WithJsonSchema(_DIM_SCHEMA)]
+Dims = Annotated[list[Dim], Field(max_length=64)]
+
+
+def _hint(value: Any) -> Any:
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if abs(value) > MAX_INT:
+            raise ValueError(f"must be at most {MAX_INT} in size (got {_shown(value)})")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"must be a finite number (got {value!r})")
+        return value
+    raise ValueError(f"must be a number, a bool or null (got {_shown(value)})")
+
+
+Hint = Annotated[Any, PlainValidator(_hint),
+                 WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "number"}, {"type": "boolean"}, {"type": "null"}]})]
+
+
+_DEVICE = r"^(cpu|cuda|meta|mps|xpu|hpu|mtia|xla|lazy|ipu|privateuseone)(:[0-9]{1,5})?$"
+
+
+class _Open(BaseModel):
+    """Known keys typed, unknown keys kept (a format may add its own)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+# The parts of a manifest -----------------------------------------------------------------
+
+class Stats(_Open):
+    numel: Optional[Count] = None
+    nan: Optional[Count] = None
+    inf: Optional[Count] = None
+    min: Optional[Finite] = None
+    max: Optional[Finite] = None
+    mean: Optional[Finite] = None
+    std: Optional[Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0)]] = None
+
+    @field_validator("numel")
+    @classmethod
+    def _numel_bounded(cls, v: int | None) -> int | None:
+        if v is not None and v > MAX_NUMEL:
+            raise ValueError(f"{v} elements is more than graphdbg will make (at most 2**36)")
+        return v
+
+
+class ValueDesc(_Open):
+    """One input, attribute or external object: a tensor spec, a scalar, a stream, ..."""
+
+    kind: Annotated[str, Field(strict=True, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")]
+    name: Optional[Name] = None
+    node: Optional[Name] = None
+    index: Optional[Count] = None
+    dtype: Optional[Annotated[str, Field(strict=True, pattern=r"^[A-Za-z0-9_.]{1,64}$")]] = None
+    shape: Optional[Dims] = None
+    stride: Optional[Dims] = None
+    symbolic_shape: Optional[Dims] = None
+    symbolic_stride: Optional[Dims] = None
+    device: Optional[Annotated[str, Field(strict=True, pattern=_DEVICE)]] = None
+    requires_grad: Optional[bool] = None
+    storage_offset: Optional[Dim] = None
+    stored: Optional[Name] = None
+    stats: Optional[Stats] = None
+    reason: Optional[Text] = None
+    expr: Optional[Annotated[str, Field(strict=True, max_length=MAX_EXPR)]] = None
+    hint: Hint = None
+    type: Optional[Name] = None
+    items: Optional[Annotated[list["ValueDesc"], Field(max_length=MAX_ITEMS)]] = None
+
+    @model_validator(mode="after")
+    def _tensor_has_spec(self) -> "ValueDesc":
+        extra = self.__pydantic_extra__ or {}
+        if "value" in extra:
+            _check_value(self.kind, extra["value"])
+        if self.stride is not None and self.shape is not None and len(self.stride) != len(self.shape):
+            raise ValueError(f"stride has {len(self.stride)} dims, shape has {len(self.shape)}")
+        for key in ("stride", "symbolic_stride"):
+            if any(isinstance(d, int) and d < 0 for d in getattr(self, key) or []):
+                raise ValueError(f"{key} has a negative step")
+        if isinstance(self.storage_offset, int) and self.storage_offset < 0:
+            raise ValueError("storage_offset is negative")
+        if self.kind == "tensor":
+            if self.dtype is None:
+                raise ValueError("a tensor needs a dtype")
+            if self.shape is None:
+                raise ValueError("a tensor needs a shape")
+            n = 1
+            for d in self.shape:
+                if isinstance(d, int):
+                    if d < 0:
+                        raise ValueError(f"shape has a negative size ({d})")
+                    n *= d
+                    if n > MAX_NUMEL:
+                        raise ValueError(f"shape {str(self.shape)[:60]} has more than 2**36 elements; "
+                                         "graphdbg will not make a tensor that large")
+        return self
+
+
+def _check_value(kind: str, value: Any) -> None:
+    """A scalar input's ``value`` has the type its ``kind`` says (replay passes it on as is)."""
+    ok = {
+        "int": lambda v: type(v) is int and abs(v) <= MAX_INT,
+        "bool": lambda v: type(v) is bool,
+        "float": lambda v: (type(v) in (int, float) and math.isfinite(v)) or v in ("nan", "inf", "-inf"),
+        "str": lambda v: isinstance(v, str) and len(v) <= MAX_TEXT,
+        "device": lambda v: isinstance(v, str) and re.fullmatch(_DEVICE, v) is not None,
+        "dtype": lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9_.]{1,64}", v) is not None,
+    }.get(kind)
+    if ok is not None and not ok(value):
+        raise ValueError(f"value is not a valid {kind} (got {_shown(value)})")
+
+
+class ExceptionInfo(_Open):
+    type: Optional[Name] = None
+    qualified_type: Optional[Name] = None
+    message: Optional[Text] = None
+    traceback: Optional[Text] = None
+
+
+class Failure(_Open):
+    kind: Name
+    exception: Optional[ExceptionInfo] = None
+    signature: Optional[Text] = None
+    message: Optional[Text] = None
+    mismatches: Optional[Annotated[list[dict[str, Any]], Field(max_length=MAX_ITEMS)]] = None
+
+
+class NodeInfo(_Open):
+    module: Optional[Name] = None
+    module_type: Optional[Name] = None
+
+
+class Graph(_Open):
+    file: Optional[Name] = None
+    hash: Optional[Annotated[str, Field(strict=True, pattern=r"^[0-9a-fA-F]{0,128}$")]] = None
+    nodes: Optional[Count] = None
+    ops: Optional[Annotated[dict[Name, Count], Field(max_length=MAX_ITEMS)]] = None
+    node_info: Optional[Annotated[dict[Name, NodeInfo], Field(max_length=MAX_ITEMS)]] = None
+
+
+class Dist(_Open):
+    rank: Rank = 0
+    local_rank: Optional[Rank] = None
+    world_size: _int_range(1, MAX_RANKS) = 1
+    source: Optional[Name] = None
+    backend: Optional[Name] = None
+    collectives: Optional[Annotated[list[dict[str, Any]], Field(max_length=MAX_ITEMS)]] = None
+
+    @model_validator(mode="after")
+    def _rank_in_world(self) -> "Dist":
+        if self.rank >= self.world_size:
+            raise ValueError(f"rank {self.rank} is not below world_size {self.world_size}")
+        return self
+
+
+class Env(_Open):
+    graphdbg: Optional[Name] = None
+    torch: Optional[Name] = None
+    python: Optional[Name] = None
+    hostname: Optional[Name] = None
+    argv: Optional[Annotated[list[Text], Field(max_length=4096)]] = None
+    cuda_devices: Optional[Count] = None
+
+
+class Manifest(_Open):
+    """manifest.json of a graphdbg dump (``graphdbg.dump``), or one a reader built (``graphdbg.foreign``)."""
+
+    schema_: Literal["graphdbg.dump", "graphdbg.foreign"] = Field(alias="schema")
+    schema_version: Optional[_int_range(1, 1 << 20)] = None
+    id: Name
+    created: Optional[Name] = None
+    format: Optional[Name] = None
+    env: Optional[Env] = None
+    dist: Dist = Dist()
+    backend: Optional[Name] = None
+    mode: Optional[Name] = None
+    grad_enabled: Optional[bool] = None
+    failure: Failure
+    graph: Graph
+    inputs_file: Optional[Name] = None
+    inputs_state: Optional[Name] = None
+    budget_bytes: Optional[Count] = None
+    stored_bytes: Optional[Count] = None
+    inputs: Annotated[list[ValueDesc], Field(max_length=MAX_ITEMS)]
+    attrs: Optional[Annotated[dict[Name, ValueDesc], Field(max_length=MAX_ITEMS)]] = None
+    external_objects: Optional[Annotated[list[ValueDesc], Field(max_length=MAX_ITEMS)]] = None
+    redacted: Optional[bool] = None
+
+    model_config = ConfigDict(extra="allow", strict=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _sizes_bounded(self) -> "Manifest":
+        """Every size, symbolic or not, evaluates within bounds: a dump's own sizes are integers,
+        and an expression (``9**9**9``) is evaluated here, by the bounded evaluator, so a hostile
+        one is refused at load instead of hanging whatever reads it later."""
+        from graphdbg.specs import GraphdbgError, check_numel, eval_dim
+
+        env = _SmallSymbols({d.expr: d.hint for d in self.inputs if d.kind == "symint" and isinstance(d.hint, int)
+                             and not isinstance(d.hint, bool) and d.expr and d.expr.isidentifier()})
+        own_dump = self.schema_ == "graphdbg.dump" and self.format is None  # not built by another reader
+        described = [(f"inputs[{i}]", d) for i, d in enumerate(self.inputs)]
+        described += [(f"attrs.{q}", d) for q, d in (self.attrs or {}).items()]
+        described += [(f"external_objects[{i}]", d) for i, d in enumerate(self.external_objects or [])]
+        while described:
+            where, d = described.pop()
+            described += [(f"{where}.items[{i}]", item) for i, item in enumerate(d.items or [])]
+            for key in ("shape", "stride", "symbolic_shape", "symbolic_stride"):
+                dims = getattr(d, key)
+                for j, dim in enumerate(dims or []):
+                    if own_dump and key in ("shape", "stride") and not isinstance(dim, int):
+                        raise ValueError(f"{where}.{key}[{j}]: must be an integer (got {_shown(dim)})")
+                    if isinstance(dim, str):
+                        try:
+                            eval_dim(dim, env)
+                        except GraphdbgError as e:
+                            raise ValueError(f"{where}.{key}[{j}]: {e}") from None
+                if key in ("shape", "symbolic_shape") and dims and any(isinstance(x, str) for x in dims):
+                    try:
+                        check_numel([eval_dim(x, env) for x in dims], "tensor")
+                    except GraphdbgError as e:
+                        raise ValueError(f"{where}.{key}: {e}") from None
+        return self
+
+
+class _SmallSymbols(dict):
+    """Symbol values for checking expressions: recorded hints, else 2 (a printed graph's
+    symbols have no hint; replay picks their sizes later, within the same bounds)."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __getitem__(self, key: str) -> int:
+        return dict.get(self, key, 2)
+
+
+# Checking ----------------------------------------------------------------------------------
+
+def load_manifest_text(text: str | bytes, where: str) -> Any:
+    """``json.loads`` with bounds: size, and nesting depth checked before parsing."""
+    if len(text) > MAX_MANIFEST_BYTES:
+        raise DumpError(f"{where}: manifest is {len(text)} bytes, more than graphdbg reads ({MAX_MANIFEST_BYTES})")
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DumpError(f"{where}: malformed manifest (not UTF-8 at byte {e.start})") from None
+    # A run of MAX_DEPTH + 1 opening brackets is the cheap sign of a nesting attack (found by the
+    # regex engine at C speed); only then is the exact, string-aware scan paid for. Deep nesting
+    # with keys in between is caught by json's own recursion limit and by validate_manifest.
+    depth = _max_depth(text) if _OPENERS.search(text) else 0
+    if depth > MAX_DEPTH:
+        raise DumpError(f"{where}: malformed manifest (JSON nested {depth} deep; at most {MAX_DEPTH})")
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError, ValueError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise DumpError(f"{where}: malformed manifest ({type(e).__name__}: {first})") from None
+
+
+_OPENERS = re.compile(r"[\[{](?:\s*[\[{]){%d}" % MAX_DEPTH)
+_BRACKETS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _max_depth(text: str) -> int:
+    """Deepest bracket nesting outside strings; stops counting past MAX_DEPTH (cheap on 64 MB)."""
+    depth = deepest = 0
+    for m in _BRACKETS.finditer(text):
+        ch = m.group()
+        if ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_DEPTH:
+                    return deepest
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def validate_manifest(data: Any, where: str) -> dict[str, Any]:
+    """Check ``data`` against :class:`Manifest`; DumpError naming the first bad field if it fails."""
+    if _value_depth(data) > MAX_DEPTH:
+        raise DumpError(f"{where}: manifest nested more than {MAX_DEPTH} deep")
+    try:
+        Manifest.model_validate(data)
+    except ValidationError as e:
+        raise DumpError(f"{where}: {_first_error(e)}") from None
+    except RecursionError:
+        raise DumpError(f"{where}: manifest nested too deep") from None
+    return data
+
+
+def _value_depth(value: Any) -> int:
+    """Nesting depth of a JSON-like value, iteratively (a deep value must not blow the stack)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict):
+            children = v.values()
+        elif isinstance(v, (list, tuple)):
+            children = v
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > MAX_DEPTH:
+            return deepest
+        stack.extend((c, depth + 1) for c in children)
+    return deepest
+
+
+_SAYS = {
+    "int_type": "must be an integer",
+    "float_type": "must be a number",
+    "finite_number": "must be a finite number",
+    "string_type": "must be a string",
+    "bool_type": "must be true or false",
+    "dict_type": "must be an object",
+    "model_type": "must be an object",
+    "model_attributes_type": "must be an object",
+    "list_type": "must be a list",
+    "missing": "is required",
+    "literal_error": "is not a value graphdbg knows",
+}
+
+
+def _first_error(e: ValidationError) -> str:
+    err = e.errors(include_url=False)[0]
+    field = _field_path(err["loc"])
+    kind = err["type"]
+    if kind in _SAYS:
+        says = _SAYS[kind]
+    elif kind in ("value_error", "assertion_error"):
+        says = err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    else:
+        says = err["msg"][:1].lower() + err["msg"][1:]
+    quiet = kind == "missing" or "(got " in says or (kind == "value_error" and isinstance(err.get("input"), dict))
+    got = "" if quiet else f" (got {_shown(err.get('input'))})"
+    if not field and re.match(r"^[\w.\[\]]+: ", says):  # a whole-manifest check names its own field
+        return f"{says}"
+    return f"{field or 'manifest'}: {says}{got}"
+
+
+def _field_path(loc: tuple) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif part == "schema_":
+            text += ".schema" if text else "schema"
+        else:
+            text += f".{part}" if text else str(part)
+    return text
+
+
+def _shown(value: Any, limit: int = 40) -> str:
+    if isinstance(value, (dict, list)):
+        kind = "an object" if isinstance(value, dict) else "a list"
+        return f"{kind} of {len(value)}"
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 96:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def manifest_json_schema() -> dict[str, Any]:
+    """The manifest's JSON Schema (draft 2020-12), as ``graphdbg schema`` prints it."""
+    schema = Manifest.model_json_schema(by_alias=True)
+    schema["$id"] = "https://graphdbg/manifest.schema.json"
+    schema["title"] = "graphdbg dump manifest"
+    return schema
+
+
+__all__ = ["Manifest", "validate_manifest", "load_manifest_text", "manifest_json_schema", "MAX_NUMEL"]

@@ -1,0 +1,277 @@
+"""What the CLI prints: strict JSON, readable renderings, narrow terminals and pipes, the small flags."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import graphdbg
+
+from conftest import FIXTURES, ROOT
+
+BAD_REWRITE = "fixtures.programs:bad_rewrite_backend"
+CORPUS = FIXTURES / "corpus"
+
+
+def _strict(text: str) -> object:
+    """json.loads that refuses NaN, Infinity and -Infinity, as JSON.parse in a browser does."""
+
+    def refuse(name: str) -> None:
+        raise ValueError(f"not JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _two_ranks(tmp_path, monkeypatch):
+    from graphdbg.capture.write import save_case
+
+    root = tmp_path / "ranks"
+    for rank in range(2):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        save_case(graphdbg.load(FIXTURES / "block_compile_error").case(), root)
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    return root
+
+
+def test_every_json_output_is_strict_json(cli, tmp_path, monkeypatch):
+    commands = [
+        ("ls", FIXTURES),
+        ("ls", CORPUS),
+        ("show", FIXTURES / "block_dynamic"),  # dynamic shapes: the table had 52 NaN
+        ("show", CORPUS / "Qwen3-0.6B" / "rank0_0.py"),
+        ("replay", FIXTURES / "block_accuracy", "--backend", BAD_REWRITE, "--no-isolate"),
+        ("replay", FIXTURES / "block_compile_error", "--no-isolate"),
+        ("compare", FIXTURES / "block_compile_error", "--backends", "eager,aot_eager", "--no-isolate"),  # NaN error, NaN signature
+        ("minify", FIXTURES / "block_compile_error", "-o", tmp_path / "min"),
+        ("bisect", "passes", FIXTURES / "block_compile_error", "--passes", "passes_for_tests:clone_output,passes_for_tests:gelu_to_relu"),
+        ("bisect", "nodes", FIXTURES / "block_accuracy", "--backend", BAD_REWRITE),
+        ("bisect", "ranks", _two_ranks(tmp_path, monkeypatch)),
+    ]
+    for args in commands:
+        r = cli(*args, "--json")
+        assert r.code in (0, 1), (args, r)
+        assert "NaN" not in r.out and "Infinity" not in r.out, args
+        data = _strict(r.out)
+        assert isinstance(data, dict) and data, args
+    rows = _strict(cli("compare", FIXTURES / "block_compile_error", "--backends", "eager", "--no-isolate", "--json").out)["rows"]
+    assert rows[0]["signature"] is None and rows[0]["max_abs_error"] is None
+
+
+def test_bisect_results_print_as_text_not_json(cli, tmp_path, monkeypatch):
+    r = cli("bisect", "passes", FIXTURES / "block_compile_error", "--passes", "passes_for_tests:clone_output,passes_for_tests:gelu_to_relu")
+    assert r.code == 1 and "culprit" in r.out and "passes_for_tests:gelu_to_relu" in r.out, r
+    assert not r.out.lstrip().startswith("{")
+    r = cli("bisect", "ranks", _two_ranks(tmp_path, monkeypatch))
+    assert r.code == 0 and "2 ranks, none differs" in r.out and not r.out.lstrip().startswith("{"), r
+
+
+def _graphdbg(*args, cwd, **kw) -> subprocess.Popen:
+    """The CLI as a user runs it, in its own process (PYTHONPATH names only graphdbg itself)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    return subprocess.Popen([sys.executable, "-m", "graphdbg.cli", *map(str, args)], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def test_help_and_version_are_quick_and_do_not_import_torch(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    check = "import sys, graphdbg.cli, graphdbg; assert 'torch' not in sys.modules, 'torch imported'; print(graphdbg.capture.__name__)"
+    done = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "capture", done.stderr
+    for flag in ("-h", "--help"):
+        done = subprocess.run([sys.executable, "-m", "graphdbg.cli", flag], env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and "replay" in done.stdout and "minify" in done.stdout, done.stderr
+    done = subprocess.run([sys.executable, "-m", "graphdbg.cli", "--version"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == f"graphdbg {graphdbg.__version__}"
+
+
+def test_capture_names_still_import():
+    from graphdbg.capture import DEFAULT_BUDGET, CapturingBackend, capture
+
+    backend = graphdbg.capture("eager")
+    assert isinstance(backend, CapturingBackend) and capture is graphdbg.capture and DEFAULT_BUDGET > 0
+
+
+def test_isolated_replays_have_a_default_timeout_shown_in_help(cli):
+    for command in ("replay", "compare", "minify"):
+        r = cli(command, "--help")
+        assert r.code == 0 and "[default: 600.0]" in r.out, (command, r)
+
+
+def test_passes_and_backends_from_the_current_folder(tmp_path):
+    (tmp_path / "my_passes.py").write_text("def count(gm):\n    return len(gm.graph.nodes)\n")
+    (tmp_path / "my_backend.py").write_text("def plain(gm, example_inputs):\n    return gm.forward\n")
+    # isolated (the default): the child finds them too
+    proc = _graphdbg("replay", FIXTURES / "block_compile_error", "--backend", "my_backend:plain", "--passes", "my_passes:count",
+                     "--json", cwd=tmp_path)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    data = _strict(out)
+    assert data["status"] == "pass" and data["isolated"] and [p["name"] for p in data["passes"]] == ["my_passes:count"]
+
+
+def test_export_test_refuses_to_overwrite_without_force(cli, tmp_path):
+    test_file = tmp_path / "test_gelu.py"
+    test_file.write_text("# mine\n")
+    r = cli("export-test", FIXTURES / "block_compile_error", "-o", test_file)
+    assert r.code == 2 and "exists; pass --force" in r.err and test_file.read_text() == "# mine\n", r
+    r = cli("export-test", FIXTURES / "block_compile_error", "-o", test_file, "--force")
+    assert r.code == 0 and "def test_" in test_file.read_text(), r
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = open(f"/proc/{entry}/stat").read().rpartition(")")[2].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                kids.append(int(entry))
+    return kids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _wait_for(predicate, timeout: float) -> None:
+    import time
+
+    end = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < end, "timed out waiting"
+        time.sleep(0.2)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_ctrl_c_during_an_isolated_replay_ends_the_child(tmp_path):
+    import signal
+
+    # the backend module is found in the current folder (tests/), as a user's would be
+    proc = _graphdbg("replay", FIXTURES / "block_compile_error", "--backend", "backends_for_tests:hang", cwd=ROOT / "tests")
+    _wait_for(lambda: _children(proc.pid), 120)
+    (child,) = _children(proc.pid)
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err, (out, err)
+    _wait_for(lambda: not _alive(child), 10)
+
+
+def test_ctrl_c_during_minify_says_what_was_kept(tmp_path):
+    import signal
+
+    (tmp_path / "slow.py").write_text(
+        "import time\nfrom fixtures.programs import unsupported_op_backend\n_inner = unsupported_op_backend('gelu')\n"
+        "def gelu(gm, example_inputs):\n    time.sleep(0.3)\n    return _inner(gm, example_inputs)\n")
+    dump = FIXTURES / "block_compile_error" / "rank0" / "g0-compile_error-3b0e0256"
+    proc = _graphdbg("minify", dump, "--backend", "slow:gelu", "--no-isolate", cwd=tmp_path)
+    out_dir = tmp_path / f"{dump.name}-min"
+    _wait_for(lambda: (out_dir / "repro.py").exists() or proc.poll() is not None, 240)
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert f"minify: writing to ./{dump.name}-min/" in err, err
+    assert proc.returncode == 130, (out, err)
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("interrupted: best ") and last.endswith(f"-node graph saved to {dump.name}-min/repro.py"), err
+    nodes = int(last.split("best ")[1].split("-node")[0])
+    assert nodes < 50 and graphdbg.load(next(out_dir.glob("rank*/*"))).node_count == nodes
+
+
+def _run_piped(*args, columns: int = 80) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": str(columns)}
+    return subprocess.run([sys.executable, "-m", "graphdbg.cli", *map(str, args)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=240)
+
+
+def test_ls_piped_at_80_columns_prints_every_path_whole(tmp_path):
+    deep = tmp_path / ("a-rather-long-folder-name-" * 3) / "dumps"
+    for name in ("block_compile_error", "block_dynamic"):
+        src = next((FIXTURES / name).glob("rank*/*"))
+        import shutil
+
+        shutil.copytree(src, deep / name / src.parent.name / src.name)
+    for root in (CORPUS, deep):
+        done = _run_piped("ls", root)
+        assert done.returncode == 0, done.stderr
+        lines = [line.strip() for line in done.stdout.splitlines()]
+        listing = _strict(_run_piped("ls", root, "--json").stdout)
+        for g in listing["groups"]:
+            for p in g["paths"][:3]:
+                rel = os.path.relpath(p, listing["root"])
+                assert rel in lines or f"also {rel}" in lines, (rel, done.stdout)
+        assert "│" not in done.stdout  # a list, not a table folded into 12-character pieces
+    assert "needs stand-ins: 8: 3 stream" in _run_piped("ls", CORPUS).stdout  # eight constructs, counted by kind
+
+
+def test_ls_on_a_wide_terminal_is_a_table_with_whole_paths():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from graphdbg.listing import list_dumps
+    from graphdbg.render import ListingView
+
+    listing = list_dumps(CORPUS)
+    out = StringIO()
+    Console(file=out, force_terminal=True, width=220, color_system=None).print(ListingView(listing.groups, str(listing.root)), crop=False)
+    assert "┃ dump" in out.getvalue()
+    for g in listing.groups:
+        assert os.path.relpath(g["paths"][0], listing.root) in out.getvalue()
+
+
+def test_show_prints_the_whole_path_at_80_columns(tmp_path):
+    import shutil
+
+    src = next((FIXTURES / "block_dynamic").glob("rank*/*"))
+    dump = tmp_path / ("a-long-folder-" * 6) / src.name
+    shutil.copytree(src, dump)
+    done = _run_piped("show", dump)
+    assert done.returncode == 0 and str(dump) in done.stdout.splitlines(), done.stdout[:2000]
+
+
+def test_show_gives_the_traceback_stored_values_statistics_and_honest_wording(cli):
+    r = cli("show", FIXTURES / "block_runtime_error")
+    assert r.code == 0, r
+    assert "traceback" in r.out and "RuntimeError: mat1 and mat2 shapes cannot be multiplied (16x32 and 96x32)" in r.out
+    x_row = next(line for line in r.out.splitlines() if "l_x_" in line and "float32[2, 8, 32]" in line and "yes" in line)
+    assert "min " in x_row and "mean " in x_row  # a stored input's statistics, read from its values
+    r = cli("show", CORPUS / "Qwen3-0.6B" / "rank0_0.py")
+    assert r.code == 0 and "printed graph, no failure recorded" in r.out, r
+    assert "torch None" not in r.out and "backend 'eager'" not in r.out
+    assert "environment not recorded" in r.out
+
+
+def test_complex64_and_fnuz_inputs_are_stored_not_stats_only(tmp_path, cli):
+    import torch
+
+    def f(z, q):
+        return (z * 2).real + q.to(torch.float32)
+
+    z = torch.randn(4, dtype=torch.complex64)
+    q = torch.randn(4).to(torch.float8_e4m3fnuz)
+    torch.compile(f, backend=graphdbg.capture("eager", tmp_path, mode="always"))(z, q)
+    (dump,) = [graphdbg.load(p) for p in tmp_path.glob("rank*/*")]
+    table = dump.inputs_table()
+    assert table.stored.all(), table[["name", "dtype", "stored"]]
+    case = dump.case()
+    assert torch.equal(case.inputs[0], z) and torch.equal(case.inputs[1].view(torch.uint8), q.view(torch.uint8))
+    assert "no: stats only" not in cli("show", dump.path).out
+
+
+def test_compare_piped_prints_a_line_per_backend(cli):
+    r = cli("compare", FIXTURES / "block_compile_error", "--backends", "eager,aot_eager", "--no-isolate")
+    assert r.code == 0, r
+    lines = r.err.strip().splitlines()
+    assert [line.split(":")[1].strip() for line in lines] == ["eager (1/2)", "aot_eager (2/2)"], r.err
+    assert "backends" in r.out and "pass" in r.out

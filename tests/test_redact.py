@@ -1,0 +1,131 @@
+"""Dumps safe to share: `graphdbg redact` and capture's redact option keep what show and replay
+need (source lines, relative to the project) and drop host, user, pid and command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+import graphdbg
+from fixtures import programs
+from graphdbg.manifest import find_dumps
+
+from conftest import FIXTURES, ROOT
+
+
+def _capture(dump_dir: Path, **options) -> Path:
+    model, x = programs.tiny_block()
+    try:
+        with torch.no_grad():
+            torch.compile(model, backend=graphdbg.capture(programs.refuses_gelu, dump_dir=dump_dir, **options))(x)
+    except Exception:
+        pass
+    (path,) = find_dumps(dump_dir)
+    return path
+
+
+def _text_of(folder: Path) -> str:
+    return (folder / "manifest.json").read_text() + (folder / "graph.py").read_text()
+
+
+def _assert_redacted(folder: Path) -> None:
+    m = json.loads((folder / "manifest.json").read_text())
+    assert m["redacted"] is True
+    assert set(m["env"]) <= {"graphdbg", "torch", "triton", "python", "platform", "cuda", "device_name", "cuda_devices", "argv"}
+    assert "hostname" not in m["env"] and "pid" not in m["env"]
+    text = _text_of(folder)
+    assert str(ROOT) not in text and sys.prefix not in text and str(Path.home()) + "/" not in text
+    host = socket.gethostname()
+    if len(host) >= 4:
+        assert host not in text
+    # source lines survive, relative to the project root
+    assert "# File: fixtures/programs.py:" in (folder / "graph.py").read_text()
+
+
+def test_redact_command_makes_a_captured_dump_shareable(cli, tmp_path):
+    original = _capture(tmp_path / "dumps")
+    m = json.loads((original / "manifest.json").read_text())
+    assert m["env"]["hostname"] and str(ROOT) in _text_of(original)  # what a dump records by default
+
+    r = cli("redact", tmp_path / "dumps", "-o", tmp_path / "shared")
+    assert r.code == 0, r
+    (shared,) = find_dumps(tmp_path / "shared")
+    assert shared.relative_to(tmp_path / "shared") == original.relative_to(tmp_path / "dumps")
+    _assert_redacted(shared)
+    assert str(ROOT) in _text_of(original)  # -o leaves the original alone
+    red = json.loads((shared / "manifest.json").read_text())
+    assert red["env"]["argv"] == [Path(m["env"]["argv"][0]).name]
+    assert 'File "graphdbg/capture/hook.py"' in red["failure"]["exception"]["traceback"]
+    assert "<site-packages>/torch/" in red["failure"]["exception"]["traceback"] or "site-packages" not in m["failure"]["exception"]["traceback"]
+    # the graph and its values are untouched
+    assert red["graph"] == {**m["graph"], "node_info": red["graph"]["node_info"]}
+    assert (shared / "inputs.safetensors").read_bytes() == (original / "inputs.safetensors").read_bytes()
+
+    # show and replay still work, with source lines relative to the project
+    r = cli("show", shared, "--json")
+    assert r.code == 0, r
+    gelu = next(n for n in json.loads(r.out)["nodes_table"] if n["target"] == "torch._C._nn.gelu")
+    assert gelu["source"].startswith("fixtures/programs.py:")
+    r = cli("replay", shared, "--no-isolate")
+    assert r.code == 1 and "no lowering for gelu" in r.out, r
+
+
+def test_redact_in_place_and_again(cli, tmp_path):
+    dump = _capture(tmp_path / "dumps")
+    assert cli("redact", dump).code == 0
+    _assert_redacted(dump)
+    before = _text_of(dump)
+    r = cli("redact", dump, "--json")
+    assert r.code == 0 and json.loads(r.out)[0]["paths"] == 0 and json.loads(r.out)[0]["removed"] == [] and _text_of(dump) == before
+
+
+def test_capture_can_write_redacted_dumps(tmp_path):
+    dump = _capture(tmp_path / "dumps", redact=True)
+    _assert_redacted(dump)
+    assert graphdbg.load(dump).failure_kind == "compile_error"
+
+
+SCRIPT = """
+import sys, torch
+sys.path.insert(0, {root!r})
+from fixtures import programs
+model, x = programs.tiny_block()
+torch.compile(model, backend=programs.refuses_gelu)(x)
+"""
+
+
+def test_capture_command_redact_flag(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(root=str(ROOT)))
+    dumps = tmp_path / "dumps"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "graphdbg.cli", "capture", "--redact", "--dump-dir", str(dumps), "--",
+                           sys.executable, str(script), "--secret-flag"], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr[-2000:]
+    (dump,) = find_dumps(dumps)
+    _assert_redacted(dump)
+    m = json.loads((dump / "manifest.json").read_text())
+    assert m["env"]["argv"] == ["train.py"] and "--secret-flag" not in _text_of(dump) and str(tmp_path) not in _text_of(dump)
+
+
+def test_committed_fixtures_are_redacted():
+    for manifest in FIXTURES.glob("*/rank*/*/manifest.json"):
+        _assert_redacted_fixture(manifest.parent)
+
+
+def _assert_redacted_fixture(folder: Path) -> None:
+    m = json.loads((folder / "manifest.json").read_text())
+    assert m.get("redacted") is True, folder
+    assert "hostname" not in m["env"] and "pid" not in m["env"], folder
+    assert "/work/" not in _text_of(folder) and "/home/" not in _text_of(folder), folder
+
+
+def test_redact_refuses_what_is_not_a_dump(cli, tmp_path):
+    r = cli("redact", tmp_path)
+    assert r.code == 2 and "no graphdbg dump here" in r.err, r

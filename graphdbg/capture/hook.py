@@ -22,6 +22,8 @@ import torch
 import torch.fx as fx
 
 from graphdbg.accuracy import OutputMismatch, compare_outputs
+from graphdbg.capture.dynamo_exceptions import is_control_flow
+from graphdbg.capture.rng import rng_state, same_draws
 from graphdbg.capture.snapshot import GraphSnapshot, format_exception
 from graphdbg.capture.training import attrs_before_call, load_attrs, mutation_mismatches, watch_backward
 from graphdbg.capture.write import write_dump
@@ -117,7 +119,7 @@ class CapturingBackend:
             with watch:
                 compiled = self.backend(gm, example_inputs, **kwargs)
         except Exception as e:
-            if snap is not None:
+            if snap is not None and not is_control_flow(e):  # a restart or graph break is Dynamo's, not a failure
                 self._dump(snap, list(example_inputs), "compile_error", e, inputs_state="at_compile")
             raise
         if snap is None:
@@ -136,6 +138,7 @@ class CapturingBackend:
             before = self._guarded(lambda: clone_values(inputs), "copy inputs") if accuracy and "accuracy" not in snap.dumped else None
             # training: attributes the graph writes (an optimizer's parameters and states)
             attrs = self._guarded(lambda: attrs_before_call(snap.eager, snap.attrs), "copy attributes") if before is not None else None
+            rng = rng_state() if before is not None else None  # eager's reference replays the same draws
             try:
                 out = compiled(*args)
             except Exception as e:
@@ -144,7 +147,7 @@ class CapturingBackend:
                     self._dump(snap, inputs, "runtime_error", e, inputs_state="after_failed_call")
                 raise
             if before is not None:
-                self._check_accuracy(snap, before, out, inputs, attrs or {})
+                self._check_accuracy(snap, before, out, inputs, attrs or {}, rng)
             return out
 
         if boxed:
@@ -152,9 +155,9 @@ class CapturingBackend:
         return run
 
     def _check_accuracy(self, snap: GraphSnapshot, before: list[Any], out: Any, inputs: list[Any],
-                        attrs: dict[str, torch.Tensor]) -> None:
+                        attrs: dict[str, torch.Tensor], rng: dict[str, Any] | None = None) -> None:
         def check() -> list[OutputMismatch]:
-            with torch.no_grad():
+            with torch.no_grad(), same_draws(rng):
                 eager_attrs = load_attrs(snap.eager, attrs)
                 eager_inputs = clone_values(before)
                 expected = snap.eager(*eager_inputs)

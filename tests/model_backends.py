@@ -1,0 +1,62 @@
+"""Backends that fail on real models, for tests/test_real_models.py. Importable by child
+processes (repro.py, isolated replays) as ``model_backends:<name>``."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+
+
+def _named(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    fn.__name__ = fn.__qualname__ = name  # a dump's backend reference imports it again
+    return fn
+
+
+def argmax_off_by_one(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """A 'fused argmax' that returns the index one past the right one (clamped to the last)."""
+    for node in list(gm.graph.nodes):
+        if node.op in ("call_function", "call_method") and getattr(node.target, "__name__", node.target) == "argmax":
+            with gm.graph.inserting_after(node):
+                shifted = gm.graph.call_function(torch.add, (node, 1))
+            with gm.graph.inserting_after(shifted):
+                clamped = gm.graph.call_function(torch.clamp, (shifted,), {"max": 63})
+            node.replace_all_uses_with(clamped, delete_user_cb=lambda user: user is not shifted)
+    gm.recompile()
+    return gm.forward
+
+
+def aborts_when_called(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """Compiles fine; the compiled code aborts the process (a failed assert in a C++ kernel)."""
+    def run(*args: Any) -> Any:
+        os.abort()
+
+    return run
+
+
+def segfaults_when_called(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """Compiles fine; the compiled code reads address 0 (a kernel's bad pointer)."""
+    def run(*args: Any) -> Any:
+        ctypes.string_at(0)
+
+    return run
+
+
+def refuses_silu(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """No lowering for SiLU (Llama's and Mixtral's MLP activation)."""
+    for node in gm.graph.nodes:
+        if node.op in ("call_function", "call_method") and getattr(node.target, "__name__", node.target) == "silu":
+            raise NotImplementedError("no lowering for silu")
+    return gm.forward
+
+
+def refuses_gelu(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """No lowering for GELU (GPT-2's MLP activation, which transformers writes out as tanh math:
+    refuses its ``tanh``)."""
+    for node in gm.graph.nodes:
+        if node.op in ("call_function", "call_method") and getattr(node.target, "__name__", node.target) in ("gelu", "tanh"):
+            raise NotImplementedError(f"no lowering for {getattr(node.target, '__name__', node.target)}")
+    return gm.forward

@@ -84,3 +84,53 @@ def test_accuracy_mode_keeps_dropout_draws_and_the_users_loss(tmp_path):
     wrapped = graphdbg.capture("eager", dump_dir=tmp_path, mode="accuracy")
     assert loss_of(wrapped) == plain
     assert wrapped.dumps == [] and _dumps(tmp_path) == []
+
+
+# --- integer outputs ----------------------------------------------------------------------------
+def _tiny_gpt2():
+    pytest.importorskip("transformers")
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=64)).eval()
+
+
+class NextToken(nn.Module):
+    """Greedy decoding's step: the argmax of a causal LM's last logits."""
+
+    def __init__(self, lm: nn.Module) -> None:
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.lm(input_ids=ids).logits[:, -1].argmax(-1)
+
+
+def test_argmax_off_by_one_is_dumped_replayed_and_minified(tmp_path, cli, monkeypatch):
+    from model_backends import argmax_off_by_one
+
+    monkeypatch.syspath_prepend(str(ROOT / "tests"))
+    model = NextToken(_tiny_gpt2())
+    ids = torch.randint(0, 64, (3, 8))
+    wrapped = graphdbg.capture(argmax_off_by_one, dump_dir=tmp_path / "dumps", mode="accuracy")
+    with torch.no_grad():
+        torch.compile(model, backend=wrapped)(ids)
+    [dump] = _dumps(tmp_path / "dumps")
+    failure = json.loads((dump / "manifest.json").read_text())["failure"]
+    assert failure["kind"] == "accuracy"
+    [m] = failure["mismatches"]
+    assert m["differing"] >= 1 and m["at"] and m["max_rel_error"] is None
+    assert "must be exact" in failure["message"]
+
+    r = cli("replay", dump, "--json")
+    assert r.code == 1, r
+    assert json.loads(r.out)["mismatches"][0]["differing"] == m["differing"]
+
+    r = cli("minify", dump, "--out", tmp_path / "min", "--json")
+    assert r.code == 0, r
+    result = json.loads(r.out)
+    before, after = result["start_nodes"], result["final_nodes"]
+    assert after < before, result
+    r = subprocess.run([sys.executable, str(tmp_path / "min" / "repro.py")], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])})
+    assert r.returncode == 1 and "REPRODUCED" in r.stdout, (r.stdout, r.stderr[-2000:])

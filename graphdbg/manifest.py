@@ -23,7 +23,7 @@ MANIFEST = "manifest.json"
 GRAPH = "graph.py"
 INPUTS = "inputs.safetensors"
 
-FAILURE_KINDS = ("compile_error", "runtime_error", "accuracy", "captured")
+FAILURE_KINDS = ("compile_error", "runtime_error", "accuracy", "captured", "crash")
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:

@@ -21,7 +21,7 @@ def _txt(value: Any) -> str:
     return str(value)
 
 
-KIND_STYLE = {"compile_error": "red", "runtime_error": "magenta", "accuracy": "yellow", "captured": "green"}
+KIND_STYLE = {"compile_error": "red", "runtime_error": "magenta", "accuracy": "yellow", "captured": "green", "crash": "bright_red"}
 
 
 def rank_ranges(ranks: list[int]) -> str:

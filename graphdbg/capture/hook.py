@@ -22,6 +22,7 @@ import torch
 import torch.fx as fx
 
 from graphdbg.accuracy import OutputMismatch, compare_outputs
+from graphdbg.capture.armed import ArmedCalls
 from graphdbg.capture.dynamo_exceptions import is_control_flow
 from graphdbg.capture.rng import rng_state, same_draws
 from graphdbg.capture.snapshot import GraphSnapshot, format_exception
@@ -129,6 +130,7 @@ class CapturingBackend:
     def _wrap(self, compiled: Callable[..., Any], snap: GraphSnapshot) -> Callable[..., Any]:
         boxed = bool(getattr(compiled, "_boxed_call", False))
         accuracy = self.mode == "accuracy" and snap.eager is not None
+        arming = ArmedCalls(self, snap)  # the first calls leave a crash dump if a signal kills them
 
         def run(*args: Any) -> Any:
             # Dynamo calls with positional inputs even when the compiled function is boxed; an
@@ -140,7 +142,8 @@ class CapturingBackend:
             attrs = self._guarded(lambda: attrs_before_call(snap.eager, snap.attrs), "copy attributes") if before is not None else None
             rng = rng_state() if before is not None else None  # eager's reference replays the same draws
             try:
-                out = compiled(*args)
+                with arming.call(inputs):
+                    out = compiled(*args)
             except Exception as e:
                 if "runtime_error" not in snap.dumped:
                     snap.dumped.add("runtime_error")

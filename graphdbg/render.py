@@ -60,8 +60,11 @@ def listing_table(groups: list[dict[str, Any]], root: str | None = None) -> Tabl
     for g in groups:
         paths = [os.path.relpath(p, root) if root else p for p in g["paths"]]
         path_text = paths[0] if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1})"
+        where = [x for x in (g.get("frames") or [])[:1] + [", ".join(m for m in g.get("modules") or [] if m)] if x]
         error = ": ".join(x for x in (g["error_type"], g["message"]) if x)
         row = [Text(path_text)]
+        if where:  # frame, compile id and the blocks a collapsed group stands for (capture/origin.py)
+            row[0].append("\n" + "\n".join(where), style="dim")
         if foreign:
             row.append(",".join(map(str, g.get("graphs") or [])) or "-")
         kind = Text(g["kind"], style=KIND_STYLE.get(g["kind"], ""))

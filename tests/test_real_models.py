@@ -191,3 +191,66 @@ def test_armed_dump_is_removed_when_the_call_returns(tmp_path):
         out = torch.compile(block, backend=wrapped)(torch.randn(2, 8, 6, 6))
     assert out.shape == (2, 8, 6, 6)
     assert wrapped.dumps == [] and list(tmp_path.glob("rank*/*")) == []
+
+
+# --- which graph is which -------------------------------------------------------------------------
+class BrokenBlocks(nn.Module):
+    """Eleven GPT-2 blocks with a graph break after each: one graph per block (g0 ... g10), from resume frames."""
+
+    def __init__(self, h: nn.ModuleList) -> None:
+        super().__init__()
+        self.h = h
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # written out: Dynamo skips a whole frame whose loop holds a graph break
+        x = self.h[0](x)[0]
+        torch._dynamo.graph_break()
+        x = self.h[1](x)[0]
+        torch._dynamo.graph_break()
+        x = self.h[2](x)[0]
+        torch._dynamo.graph_break()
+        x = self.h[3](x)[0]
+        torch._dynamo.graph_break()
+        x = self.h[4](x)[0]
+        torch._dynamo.graph_break()
+        x = self.h[5](x)[0]
+        torch._dynamo.graph_break()
+        x = self.h[6](x)[0]
+        torch._dynamo.graph_break()
+        x = self.h[7](x)[0]
+        torch._dynamo.graph_break()
+        x = self.h[8](x)[0]
+        torch._dynamo.graph_break()
+        x = self.h[9](x)[0]
+        torch._dynamo.graph_break()
+        x = self.h[10](x)[0]
+        torch._dynamo.graph_break()
+        return x
+
+
+def test_ls_names_frame_compile_id_and_blocks_in_natural_order(tmp_path, cli):
+    pytest.importorskip("transformers")
+    from transformers import GPT2Config, GPT2Model
+
+    torch.manual_seed(0)
+    blocks = GPT2Model(GPT2Config(vocab_size=64, n_embd=32, n_layer=11, n_head=4, n_positions=64)).eval().h
+    with torch.no_grad():
+        torch.compile(BrokenBlocks(blocks), backend=graphdbg.capture("eager", dump_dir=tmp_path, mode="always"))(torch.randn(1, 8, 32))
+    r = cli("ls", tmp_path, "--json")
+    assert r.code == 0, r
+    groups = json.loads(r.out)["groups"]
+    ids = [g["id"].split("-")[0] for g in groups]
+    assert ids[:3] == ["g0", "g1", "g2"] and ids[-1] == "g10", ids
+    assert groups[0]["frame"].startswith("forward (test_real_models.py:") and groups[0]["compile_id"] == "0/0"
+    assert groups[-1]["frame"].startswith("torch_dynamo_resume_in_") and groups[-1]["compile_id"] != "0/0"
+    assert [m for g in groups for m in g["modules"]] == [f"h.{i}" for i in range(11)]
+    r = cli("ls", tmp_path)
+    assert "forward (test_real_models.py:" in r.out and "h.10" in r.out, r
+
+    # the same graph captured by a second run: one row, both members' blocks listed
+    with torch.no_grad():
+        torch._dynamo.reset()
+        torch.compile(BrokenBlocks(blocks), backend=graphdbg.capture("eager", dump_dir=tmp_path, mode="always"))(torch.randn(1, 8, 32))
+    groups = json.loads(cli("ls", tmp_path, "--json").out)["groups"]
+    assert all(len(g["paths"]) == 2 and g["modules"] == [g["modules"][0]] * 2 for g in groups)
+    assert len(groups) == 11

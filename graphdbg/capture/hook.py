@@ -24,6 +24,7 @@ import torch.fx as fx
 from graphdbg.accuracy import OutputMismatch, compare_outputs
 from graphdbg.capture.armed import ArmedCalls
 from graphdbg.capture.dynamo_exceptions import is_control_flow
+from graphdbg.capture.origin import compile_origin
 from graphdbg.capture.rng import rng_state, same_draws
 from graphdbg.capture.snapshot import GraphSnapshot, format_exception
 from graphdbg.capture.training import attrs_before_call, load_attrs, mutation_mismatches, watch_backward
@@ -113,6 +114,8 @@ class CapturingBackend:
         with self._lock:
             seq = next(self._seq)
         snap = self._guarded(lambda: GraphSnapshot.take(seq, gm, keep_eager=self.mode == "accuracy"), "snapshot the graph")
+        if snap is not None:
+            snap.origin = compile_origin(gm)
         if snap is not None and self.mode == "always":
             self._dump(snap, list(example_inputs), "captured", None, inputs_state="at_compile")
         watch = watch_backward(self, snap)  # training: the lazily compiled backward (capture/training.py)

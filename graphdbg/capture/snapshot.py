@@ -34,6 +34,7 @@ class GraphSnapshot:
     collectives: list[dict[str, Any]] = field(default_factory=list)
     eager: fx.GraphModule | None = None
     dumped: set[str] = field(default_factory=set)
+    origin: dict[str, Any] = field(default_factory=dict)  # frame and compile id (capture/origin.py)
 
     @classmethod
     def take(cls, seq: int, gm: fx.GraphModule, keep_eager: bool) -> GraphSnapshot:

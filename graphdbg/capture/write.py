@@ -99,6 +99,7 @@ def write_dump(
             "inputs": input_descs,
             "attrs": attr_descs,
             "external_objects": snap.external_objects,
+            **({"origin": snap.origin} if snap.origin else {}),  # frame and compile id
         }
         manifest.update(manifest_overrides or {})
         write_manifest(tmp, manifest)

@@ -60,3 +60,12 @@ def refuses_gelu(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[...,
         if node.op in ("call_function", "call_method") and getattr(node.target, "__name__", node.target) in ("gelu", "tanh"):
             raise NotImplementedError(f"no lowering for {getattr(node.target, '__name__', node.target)}")
     return gm.forward
+
+
+def inductor_with_relu_compile_error(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """Inductor with its test-only bug switched on: C++ for relu that doesn't compile."""
+    import torch._inductor.config as config
+    from torch._inductor.compile_fx import compile_fx
+
+    with config.patch({"cpp.inject_relu_bug_TESTING_ONLY": "compile_error"}):
+        return compile_fx(gm, example_inputs)

@@ -254,3 +254,41 @@ def test_ls_names_frame_compile_id_and_blocks_in_natural_order(tmp_path, cli):
     groups = json.loads(cli("ls", tmp_path, "--json").out)["groups"]
     assert all(len(g["paths"]) == 2 and g["modules"] == [g["modules"][0]] * 2 for g in groups)
     assert len(groups) == 11
+
+
+# --- repros and exit codes --------------------------------------------------------------------------
+def _run_repro(folder: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(folder / "repro.py")], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])})
+
+
+@pytest.mark.slow
+def test_inductor_compile_error_has_one_signature_in_capture_replay_and_repro(tmp_path, cli, monkeypatch):
+    from model_backends import inductor_with_relu_compile_error
+
+    monkeypatch.syspath_prepend(str(ROOT / "tests"))
+    block = ResidualBlock()
+    with pytest.raises(Exception), torch.no_grad():
+        torch.compile(block, backend=graphdbg.capture(inductor_with_relu_compile_error, dump_dir=tmp_path / "d"))(torch.randn(2, 8, 6, 6))
+    [dump] = _dumps(tmp_path / "d")
+    d = graphdbg.load(dump)
+    assert d.error_type == "InductorError" and d.signature.startswith("CppCompileError: "), d.signature
+    r = cli("replay", dump, "--json")
+    assert r.code == 1 and json.loads(r.out)["reproduces"], r
+    assert json.loads(r.out)["signature"].startswith("CppCompileError: ")
+    r = cli("minify", dump, "--out", tmp_path / "min", "--json")
+    assert r.code == 0 and json.loads(r.out)["final_nodes"] < d.manifest["graph"]["nodes"], r
+    r = _run_repro(tmp_path / "min")
+    assert r.returncode == 1 and r.stdout.startswith("REPRODUCED: CppCompileError"), (r.stdout, r.stderr[-2000:])
+
+
+def test_repro_of_a_segfault_exits_1_naming_the_signal(tmp_path, cli):
+    program = tmp_path / "dies.py"
+    program.write_text(_DIES.format(tests=str(ROOT / "tests")))
+    subprocess.run([sys.executable, str(program), "segfaults_when_called", str(tmp_path / "dumps")], capture_output=True,
+                   timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    [dump] = _dumps(tmp_path / "dumps")
+    r = cli("minify", dump, "--out", tmp_path / "min", "--json")
+    assert r.code == 0 and json.loads(r.out)["signature"] == "Signal SIGSEGV", r
+    r = _run_repro(tmp_path / "min")
+    assert r.returncode == 1 and "SIGSEGV" in r.stdout and r.stdout.startswith("REPRODUCED"), (r.returncode, r.stdout, r.stderr[-2000:])

@@ -246,14 +246,10 @@ def _judge(outcome: Outcome, reference: Any, result: Any, rtol: float | None, at
 
 
 def _unwrap(e: BaseException) -> BaseException:
-    """The backend's own exception, not Dynamo's BackendCompilerFailed wrapper around it."""
-    seen = 0
-    while seen < 5 and type(e).__name__ == "BackendCompilerFailed":
-        inner = getattr(e, "inner_exception", None) or e.__cause__
-        if inner is None:
-            break
-        e, seen = inner, seen + 1
-    return e
+    """The backend's own exception, not Dynamo's or Inductor's wrapper around it."""
+    from graphdbg.signature import unwrap_backend_exception
+
+    return unwrap_backend_exception(e)
 
 
 def _crash(outcome: Outcome, e: BaseException, stage: str, gm: fx.GraphModule | None, node: fx.Node | None = None) -> None:

@@ -69,3 +69,11 @@ def inductor_with_relu_compile_error(gm: fx.GraphModule, example_inputs: list[An
 
     with config.patch({"cpp.inject_relu_bug_TESTING_ONLY": "compile_error"}):
         return compile_fx(gm, example_inputs)
+
+
+def refuses_non_leaf_inputs(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """A backend whose calling convention can't take activations (tensors with autograd history)."""
+    for i, x in enumerate(example_inputs):
+        if isinstance(x, torch.Tensor) and x.requires_grad and not x.is_leaf:
+            raise NotImplementedError("input is a non-leaf tensor that requires grad")
+    return gm.forward

@@ -292,3 +292,23 @@ def test_repro_of_a_segfault_exits_1_naming_the_signal(tmp_path, cli):
     assert r.code == 0 and json.loads(r.out)["signature"] == "Signal SIGSEGV", r
     r = _run_repro(tmp_path / "min")
     assert r.returncode == 1 and "SIGSEGV" in r.stdout and r.stdout.startswith("REPRODUCED"), (r.returncode, r.stdout, r.stderr[-2000:])
+
+
+# --- faithful inputs ------------------------------------------------------------------------------
+def test_non_leaf_inputs_replay_as_non_leaves(tmp_path, cli):
+    model = _tiny_llama()
+    layer = model.model.layers[0].mlp  # the MLP gets the attention's activations: non-leaf, requires_grad
+    h = model.model.embed_tokens(torch.randint(0, 64, (1, 8))) * 2
+    assert h.requires_grad and not h.is_leaf
+    from model_backends import refuses_non_leaf_inputs
+
+    with pytest.raises(Exception):
+        torch.compile(layer, backend=graphdbg.capture(refuses_non_leaf_inputs, dump_dir=tmp_path))(h)
+    [dump] = _dumps(tmp_path)
+    d = graphdbg.load(dump)
+    [x] = [i for i in d.manifest["inputs"] if i.get("leaf") is False]
+    assert x["requires_grad"]
+    case = d.case("cpu")
+    assert [not v.is_leaf for v in case.inputs if isinstance(v, torch.Tensor) and v.requires_grad].count(True) == 1
+    r = cli("replay", dump, "--json")
+    assert r.code == 1 and json.loads(r.out)["reproduces"], r

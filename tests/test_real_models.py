@@ -312,3 +312,31 @@ def test_non_leaf_inputs_replay_as_non_leaves(tmp_path, cli):
     assert [not v.is_leaf for v in case.inputs if isinstance(v, torch.Tensor) and v.requires_grad].count(True) == 1
     r = cli("replay", dump, "--json")
     assert r.code == 1 and json.loads(r.out)["reproduces"], r
+
+
+def test_custom_op_stand_in_names_the_ops_module_that_provides_it(tmp_path, cli, monkeypatch):
+    from graphdbg.rebuild import stand_ins
+
+    monkeypatch.setattr(stand_ins, "_allowed_namespaces", [])
+    monkeypatch.setenv(stand_ins.OPS_ENV, "")
+    pkg = tmp_path / "g16ops"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "kernels.py").write_text(
+        "import torch\n"
+        "@torch.library.custom_op('g16ops::scale', mutates_args=())\n"
+        "def scale(x: torch.Tensor) -> torch.Tensor:\n    return x * 2\n"
+        "@scale.register_fake\n"
+        "def _(x):\n    return torch.empty_like(x)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # importable, but nothing imported g16ops.kernels
+    graph = tmp_path / "rank0_0.py"
+    graph.write_text(
+        "class GraphModule(torch.nn.Module):\n"
+        '    def forward(self, l_x_: "f32[2, 3]"):\n'
+        '        y: "f32[2, 3]" = torch.ops.g16ops.scale.default(l_x_);  l_x_ = None\n'
+        "        return (y,)\n")
+    r = cli("replay", graph, "--backend", "eager", "--no-isolate", "--json")
+    [note] = [s for s in json.loads(r.out)["stand_ins"] if "g16ops.scale" in s]
+    assert "--ops g16ops.kernels would provide it" in note, note
+    r = cli("replay", graph, "--backend", "eager", "--no-isolate", "--json", "--ops", "g16ops.kernels")
+    assert not [s for s in json.loads(r.out)["stand_ins"] if "g16ops" in s], r

@@ -77,3 +77,19 @@ def refuses_non_leaf_inputs(gm: fx.GraphModule, example_inputs: list[Any]) -> Ca
         if isinstance(x, torch.Tensor) and x.requires_grad and not x.is_leaf:
             raise NotImplementedError("input is a non-leaf tensor that requires grad")
     return gm.forward
+
+
+def fw_refusing_silu(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """An AOT forward compiler with no lowering for aten.silu (for ``aot_autograd(fw_compiler=...)``)."""
+    for node in gm.graph.nodes:
+        if "silu" in str(node.target):
+            raise NotImplementedError(f"no lowering for {node.target}")
+    return gm.forward
+
+
+def compile_with_options(gm: fx.GraphModule, example_inputs: list[Any], *, refuse: str = "silu") -> Callable[..., Any]:
+    """A backend taking options, as users bind them with ``functools.partial``."""
+    for node in gm.graph.nodes:
+        if node.op in ("call_function", "call_method") and getattr(node.target, "__name__", node.target) == refuse:
+            raise NotImplementedError(f"no lowering for {refuse}")
+    return gm.forward

@@ -340,3 +340,31 @@ def test_custom_op_stand_in_names_the_ops_module_that_provides_it(tmp_path, cli,
     assert "--ops g16ops.kernels would provide it" in note, note
     r = cli("replay", graph, "--backend", "eager", "--no-isolate", "--json", "--ops", "g16ops.kernels")
     assert not [s for s in json.loads(r.out)["stand_ins"] if "g16ops" in s], r
+
+
+# --- rebuildable backends ----------------------------------------------------------------------------
+def test_aot_autograd_and_partial_backends_are_recorded_and_rebuilt(tmp_path, monkeypatch):
+    import functools
+
+    from torch._dynamo.backends.common import aot_autograd
+
+    from graphdbg.capture.backend_recipe import rebuild_backend
+    from model_backends import compile_with_options, fw_refusing_silu
+
+    monkeypatch.syspath_prepend(str(ROOT / "tests"))
+    model = _tiny_llama().model.layers[0].mlp.eval()
+    x = torch.randn(1, 4, 32)
+    for name, backend in [("aot", aot_autograd(fw_compiler=fw_refusing_silu)),
+                          ("partial", functools.partial(compile_with_options, refuse="silu"))]:
+        torch._dynamo.reset()
+        with pytest.raises(Exception), torch.no_grad():
+            torch.compile(model, backend=graphdbg.capture(backend, dump_dir=tmp_path / name))(x)
+        [dump] = _dumps(tmp_path / name)
+        d = graphdbg.load(dump)
+        recipe = d.manifest["backend_recipe"]
+        assert recipe["complete"], recipe
+        rebuilt = rebuild_backend(recipe)
+        outcome = d.case("cpu").run(rebuilt)
+        assert outcome.reproduces(d), (name, outcome.summary(), d.signature)
+    assert recipe == {"kind": "partial", "func": {"callable": "model_backends:compile_with_options"}, "args": [],
+                      "keywords": {"refuse": {"value": "silu"}}, "complete": True}

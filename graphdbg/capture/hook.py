@@ -23,6 +23,7 @@ import torch.fx as fx
 
 from graphdbg.accuracy import OutputMismatch, compare_outputs
 from graphdbg.capture.armed import ArmedCalls
+from graphdbg.capture.backend_recipe import backend_recipe
 from graphdbg.capture.dynamo_exceptions import is_control_flow
 from graphdbg.capture.origin import compile_origin
 from graphdbg.capture.rng import rng_state, same_draws
@@ -82,6 +83,7 @@ class CapturingBackend:
 
     def __init__(self, backend, dump_dir, *, mode, budget_bytes, rtol, atol):
         self.backend_ref = backend_reference(backend)
+        self.backend_recipe = backend_recipe(backend)  # aot_autograd(...) / partial: its parts (capture/backend_recipe.py)
         if isinstance(backend, str):
             from torch._dynamo import lookup_backend
 
@@ -183,6 +185,7 @@ class CapturingBackend:
             return write_dump(
                 self.dump_dir, snap=snap, inputs=inputs, kind=kind, exc=exc,
                 backend=self.backend_ref, mode=self.mode, budget_bytes=self.budget_bytes, **extra,
+                **({"manifest_overrides": {"backend_recipe": self.backend_recipe}} if self.backend_recipe else {}),
             )
 
         path = self._guarded(write, "write a dump")

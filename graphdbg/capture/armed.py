@@ -49,6 +49,18 @@ def armed_calls() -> int:
         return ARMED_CALLS
 
 
+def _restore_faulthandler(was_enabled: bool) -> None:
+    # Never left pointing at the closed fault.txt: its descriptor number may be reused.
+    if was_enabled:
+        for stream in (sys.stderr, sys.__stderr__):
+            try:
+                faulthandler.enable(file=stream, all_threads=True)
+                return
+            except Exception:
+                continue
+    faulthandler.disable()
+
+
 class ArmedCalls:
     """Counts a compiled graph's calls and arms the first few."""
 
@@ -84,8 +96,7 @@ class ArmedCalls:
             yield path
         finally:
             if fault is not None:
-                with contextlib.suppress(Exception):
-                    faulthandler.enable(file=sys.stderr) if was_enabled else faulthandler.disable()
+                _restore_faulthandler(was_enabled)
                 fault.close()
             if path is not None:
                 shutil.rmtree(path, ignore_errors=True)

@@ -290,7 +290,7 @@ def main():
         except Exception as e:
             inner = e
             while type(inner).__name__ in ("BackendCompilerFailed", "InductorError") and getattr(inner, "inner_exception", None):
-                inner = inner.inner_exception  # the backend's own error, as graphdbg's signature names it
+                inner = inner.inner_exception  # the backend's own error, as the captured signature names it
             same = EXPECT["status"] == "crash" and type(inner).__name__ == EXPECT["error_type"] and masked(str(inner)) == masked(EXPECT["message"])
             print(("REPRODUCED: " if same else "FAILED DIFFERENTLY: ") + f"{{type(inner).__name__}}: {{str(inner).strip().splitlines()[0] if str(inner).strip() else ''}}")
             return 1 if same else 2

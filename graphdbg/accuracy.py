@@ -37,15 +37,27 @@ class OutputMismatch:
     rtol: float | None = None
     atol: float | None = None
     detail: str = ""
+    differing: int | None = None  # integer and bool outputs: how many elements differ, and where
+    at: list[list[int]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def describe(self) -> str:
+        if self.reason == "value" and self.differing is not None:
+            where = ", ".join(str(tuple(i)) if len(i) != 1 else str(i[0]) for i in self.at or [])
+            more = ", ..." if (self.at and self.differing > len(self.at)) else ""
+            return f"output {self.index}: {self.detail} (must be exact; at {where}{more})"
+        if self.reason == "value" and (self.max_abs_error is None or self.max_rel_error is None):
+            return f"output {self.index}: value differs ({self.detail})" if self.max_abs_error is None else (
+                f"output {self.index}: max abs error {self.max_abs_error:.3g} ({self.detail})")
         if self.reason == "value":
             return (f"output {self.index}: max abs error {self.max_abs_error:.3g}, max rel error "
                     f"{self.max_rel_error:.3g} (rtol {self.rtol:g}, atol {self.atol:g})")
         return f"output {self.index}: {self.reason} differs ({self.detail})"
+
+
+_SHOWN = 8  # indices of differing integer elements kept in a mismatch
 
 
 def tolerance(dtype: torch.dtype, rtol: float | None = None, atol: float | None = None) -> tuple[float, float]:
@@ -82,11 +94,13 @@ def compare_value(index: int, e: Any, a: Any, *, rtol: float | None = None, atol
         return None
     e = e.detach()
     a = a.detach().to(e.device)
-    if not (e.is_floating_point() or e.is_complex()):
+    if not (e.is_floating_point() or e.is_complex()):  # integers and bools: exact, and say which elements
         diff = (e != a)
         if bool(diff.any()):
+            count = int(diff.sum())
+            at = diff.nonzero()[:_SHOWN].tolist()
             return OutputMismatch(index, "value", float((e.double() - a.double()).abs().max()), None, 0, 0,
-                                  detail=f"{int(diff.sum())} of {e.numel()} elements differ")
+                                  detail=f"{count} of {e.numel()} elements differ", differing=count, at=at)
         return None
     r, t = tolerance(e.dtype, rtol, atol)
     e64, a64 = e.to(torch.complex128 if e.is_complex() else torch.float64), a.to(torch.complex128 if a.is_complex() else torch.float64)

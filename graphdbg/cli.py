@@ -298,7 +298,7 @@ def replay_exit_code(dump: object, outcome: object) -> int:
     """0 pass, 1 the captured failure again (any failure, for a dump that recorded none), 4 a
     different failure, 2/timeout as the Outcome says."""
     code = outcome.exit_code
-    recorded = dump.failure_kind in ("compile_error", "runtime_error", "accuracy")
+    recorded = dump.failure_kind in ("compile_error", "runtime_error", "accuracy", "crash")
     if code == 1 and recorded and not outcome.reproduces(dump):
         return DIFFERENT_FAILURE
     return code

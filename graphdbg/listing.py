@@ -30,7 +30,7 @@ from graphdbg.display import Displayed
 from graphdbg.dump import Dump
 from graphdbg.formats import load
 
-_SUMMARY_KEYS = ("id", "nodes", "kind", "backend", "error_type", "message", "signature", "graph_hash")
+_SUMMARY_KEYS = ("id", "nodes", "kind", "backend", "error_type", "message", "signature", "graph_hash", "frame", "compile_id")
 _LOG_KEYS = ("log", "log_line", "log_inferred", "log_how")
 
 
@@ -58,7 +58,7 @@ class Listing(Displayed):
             key = ("printed_graph", s["model"], s["group_hash"], s["signature"]) if foreign else (s["graph_hash"], s["kind"], s["signature"])
             g = groups.get(key)
             if g is None:
-                g = groups[key] = {**{k: s[k] for k in _SUMMARY_KEYS}, "ranks": [], "paths": []}
+                g = groups[key] = {**{k: s.get(k) for k in _SUMMARY_KEYS}, "ranks": [], "paths": [], "modules": [], "frames": []}
                 if foreign:
                     g.update({"format": "printed_graph", "model": s["model"], "graphs": [], "files": [],
                               "constructs": s["constructs"], "rank_literals": []})
@@ -67,6 +67,8 @@ class Listing(Displayed):
                 members[key] = []
             g["ranks"].append(s["rank"])
             g["paths"].append(s["path"])
+            g["modules"].append(s.get("module"))  # identical per-block graphs: which blocks
+            g["frames"].append(" ".join(x for x in (s.get("frame"), f"[{s['compile_id']}]" if s.get("compile_id") else None) if x) or None)
             members[key].append(d)
             if foreign:
                 g["files"].append(Path(s["path"]).name)
@@ -103,9 +105,14 @@ class Listing(Displayed):
 def summary_row(d: Dump) -> dict[str, Any]:
     """``d.summary()``; for a file of another tool's, plus where its failure came from when a
     run's log gave it: ``log`` (the log's path), ``log_line``, ``log_inferred`` and ``log_how``
-    (all None otherwise). The backend is then the log's. A captured dump's row is unchanged."""
+    (all None otherwise). The backend is then the log's. A captured dump's row adds ``frame``,
+    ``compile_id`` (capture/origin.py) and ``module``, the module path all its nodes share."""
     row = d.summary()
     if d.format == "dump":
+        origin = d.manifest.get("origin") or {}
+        where = f"{origin['function']} ({Path(origin['file']).name}:{origin['line']})" if origin.get("function") else None
+        row.update(frame=where, compile_id=origin.get("compile_id"),
+                   module=module_prefix((d.manifest.get("graph") or {}).get("node_info") or {}))
         return row
     failure = d.manifest.get("failure") or {}
     log = failure.get("log") if failure.get("source") == "log" else None
@@ -184,11 +191,32 @@ def list_dumps(path: str | Path, log: str | Path | None = None) -> Listing:
             foreign.append(load_printed_graph(file))
         except GraphdbgError as e:
             listing.problems.append({"path": str(file), "error": str(e)})
-    dumps.sort(key=lambda d: (d.id, d.rank))
+    dumps.sort(key=lambda d: (natural_key(d.id), d.rank))  # g2 before g10
     foreign.sort(key=lambda d: (d.model, d.graph_number if d.graph_number is not None else -1, d.id.rstrip("0123456789"), d.rank, d.id))
     listing.dumps = dumps + foreign
     listing.logs = apply_logs(listing.dumps, root, log)
     return listing
+
+
+def module_prefix(node_info: dict[str, dict[str, Any]]) -> str | None:
+    """The module path every node of a graph shares (``transformer.h.2``), or None."""
+    paths = [info["module"].split(".") for info in node_info.values() if info.get("module")]
+    if not paths:
+        return None
+    common = paths[0]
+    for p in paths[1:]:
+        n = 0
+        while n < min(len(common), len(p)) and common[n] == p[n]:
+            n += 1
+        common = common[:n]
+    return ".".join(common) or None
+
+
+def natural_key(text: str) -> list[Any]:
+    """Sort key with the numbers in ``text`` compared as numbers: g2-... before g10-..."""
+    import re
+
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
 def apply_logs(dumps: list[Dump], root: Path, log: str | Path | None = None) -> list[dict[str, Any]]:

@@ -27,7 +27,7 @@ INPUTS = "inputs.safetensors"
 MAX_MANIFEST_BYTES = 64 << 20
 MAX_GRAPH_BYTES = 256 << 20
 
-FAILURE_KINDS = ("compile_error", "runtime_error", "accuracy", "captured")
+FAILURE_KINDS = ("compile_error", "runtime_error", "accuracy", "captured", "crash")
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:

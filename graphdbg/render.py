@@ -22,7 +22,7 @@ def cell_text(value: Any) -> str:
     return str(value)
 
 
-KIND_STYLE = {"compile_error": "red", "runtime_error": "magenta", "accuracy": "yellow", "captured": "green"}
+KIND_STYLE = {"compile_error": "red", "runtime_error": "magenta", "accuracy": "yellow", "captured": "green", "crash": "bright_red"}
 
 
 def rank_ranges(ranks: list[int]) -> str:
@@ -109,6 +109,9 @@ def listing_list(groups: list[dict[str, Any]], root: str | None = None) -> Group
         if g.get("graphs"):
             facts.append(f" · graph {','.join(map(str, g['graphs']))}")
         parts.append(facts)
+        where = [x for x in (g.get("frames") or [])[:1] + [", ".join(m for m in g.get("modules") or [] if m)] if x]
+        for line in where:  # frame, compile id and the blocks a collapsed group stands for (capture/origin.py)
+            parts.append(Padding(Text(line, style="dim"), (0, 0, 0, 2)))
         error = ": ".join(x for x in (g["error_type"], g["message"]) if x)
         if error:
             parts.append(Padding(Text(error), (0, 0, 0, 2)))
@@ -145,8 +148,11 @@ def listing_table(groups: list[dict[str, Any]], root: str | None = None) -> Tabl
         path_text = paths[0] if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1})"
         if depth:  # a piece a nested compile failed on, under the dump of its graph
             path_text = "   " * (depth - 1) + f"└─ {g.get('piece')}: {os.path.basename(paths[0])}"
+        where = [x for x in (g.get("frames") or [])[:1] + [", ".join(m for m in g.get("modules") or [] if m)] if x]
         error = ": ".join(x for x in (g["error_type"], g["message"]) if x)
         row = [Text(path_text)]
+        if where:  # frame, compile id and the blocks a collapsed group stands for (capture/origin.py)
+            row[0].append("\n" + "\n".join(where), style="dim")
         if foreign:
             row.append(",".join(map(str, g.get("graphs") or [])) or "-")
         kind = Text(g["kind"], style=KIND_STYLE.get(g["kind"], ""))

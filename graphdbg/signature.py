@@ -45,7 +45,35 @@ def normalize_message(message: str, max_len: int = 300) -> str:
     return text[:max_len]
 
 
+# Exceptions that only wrap the backend's own: Dynamo's, and Inductor's around CppCompileError.
+WRAPPERS = ("BackendCompilerFailed", "InductorError")
+_WRAPPED = re.compile(r"^(?:backend=.* raised:\s*)?([A-Za-z_][\w.]*(?:Error|Exception|Failed|Interrupt)\w*): ?(.*)$", re.S)
+
+
+def unwrap_backend_exception(e: BaseException) -> BaseException:
+    """The backend's own exception inside Dynamo's and Inductor's wrappers (``inner_exception``)."""
+    for _ in range(8):
+        inner = getattr(e, "inner_exception", None) if type(e).__name__ in WRAPPERS else None
+        if inner is None:
+            return e
+        e = inner
+    return e
+
+
+def unwrapped_error(exc_type: str, message: str) -> tuple[str, str]:
+    """(type, message) of the wrapped exception when ``exc_type`` is a wrapper whose message
+    names it ("InductorError", "CppCompileError: C++ compile error ..."); else unchanged. The
+    same failure then has one signature at capture, in replay and in repro.py."""
+    for _ in range(8):
+        m = _WRAPPED.match(message.strip()) if exc_type in WRAPPERS else None
+        if m is None:
+            return exc_type, message
+        exc_type, message = m.group(1).rsplit(".", 1)[-1], m.group(2)
+    return exc_type, message
+
+
 def signature(exc_type: str, message: str, node_target: str | None = None) -> str:
+    exc_type, message = unwrapped_error(exc_type, message)
     sig = f"{exc_type}: {normalize_message(message)}"
     if node_target:
         sig += f" @ {node_target}"

@@ -14,8 +14,10 @@ from graphdbg.manifest import find_dumps
 
 from conftest import FIXTURES
 
-LS_KEYS = {"path", "rank", "world_size", "id", "nodes", "kind", "backend", "error_type", "message", "signature", "graph_hash"}
-GROUP_KEYS = {"id", "nodes", "kind", "backend", "error_type", "message", "signature", "graph_hash", "ranks", "paths", "differs"}
+LS_KEYS = {"path", "rank", "world_size", "id", "nodes", "kind", "backend", "error_type", "message", "signature", "graph_hash",
+           "frame", "compile_id", "module"}
+GROUP_KEYS = {"id", "nodes", "kind", "backend", "error_type", "message", "signature", "graph_hash", "ranks", "paths", "differs",
+              "frame", "compile_id", "modules", "frames"}
 
 
 def test_load_fixture_and_run_it():

@@ -34,6 +34,8 @@ def describe_value(value: Any, *, symbolic: Any = None, depth: int = 0) -> dict[
         d: dict[str, Any] = {"kind": "tensor", **TensorSpec.of(value).to_dict()}
         if isinstance(value, torch.nn.Parameter):
             d["parameter"] = True
+        if value.requires_grad and not value.is_leaf:  # an activation: autograd history, not a leaf
+            d["leaf"] = False
         if type(value) not in (torch.Tensor, torch.nn.Parameter):
             d["subclass"] = type_name(value)
         return d

@@ -23,6 +23,11 @@ import torch.fx as fx
 
 from graphdbg.accuracy import OutputMismatch, compare_outputs
 from graphdbg.signature import exception_text
+from graphdbg.capture.armed import ArmedCalls
+from graphdbg.capture.backend_recipe import backend_recipe
+from graphdbg.capture.dynamo_exceptions import is_control_flow
+from graphdbg.capture.origin import compile_origin
+from graphdbg.capture.rng import rng_state, same_draws
 from graphdbg.capture.snapshot import GraphSnapshot, format_exception
 from graphdbg.capture import nested
 from graphdbg.capture.training import attrs_before_call, load_attrs, mutation_mismatches, watch_backward
@@ -143,6 +148,7 @@ class CapturingBackend:
         options = getattr(backend, "config", None) if type(backend).__name__ == "_TorchCompileInductorWrapper" else None
         self.config_extra = dict(options) if isinstance(options, dict) else None
         nested.install()
+        self.backend_recipe = backend_recipe(backend)  # aot_autograd(...) / partial: its parts (capture/backend_recipe.py)
         if isinstance(backend, str):
             from torch._dynamo import lookup_backend
 
@@ -179,6 +185,7 @@ class CapturingBackend:
         snap = self._guarded(lambda: GraphSnapshot.take(seq, gm, keep_eager=self.mode == "accuracy"), "snapshot the graph")
         if snap is not None:
             snap.config = self._guarded(lambda: config_diff(self.config_extra), "record the compiler settings")
+            snap.origin = compile_origin(gm)
             if parent is not None:
                 call = parent.next_call()
                 name, position = self._guarded(lambda: nested.piece_place(gm), "name the piece") or (None, None)
@@ -194,7 +201,9 @@ class CapturingBackend:
                 with watch:
                     compiled = self.backend(gm, example_inputs, **kwargs)
             except Exception as e:
-                written = self._dump(snap, list(example_inputs), "compile_error", e, inputs_state="at_compile")
+                # a restart or graph break is Dynamo's control flow, not a failure (capture/dynamo_exceptions.py)
+                written = None if is_control_flow(e) else self._dump(snap, list(example_inputs), "compile_error", e,
+                                                                       inputs_state="at_compile")
                 self._link_pieces(snap, written, list(example_inputs), "at_compile")
                 raise
         self._link_pieces(snap, None, list(example_inputs), "at_compile")
@@ -203,6 +212,7 @@ class CapturingBackend:
     def _wrap(self, compiled: Callable[..., Any], snap: GraphSnapshot, gm: fx.GraphModule) -> Callable[..., Any]:
         boxed = bool(getattr(compiled, "_boxed_call", False))
         accuracy = self.mode == "accuracy" and snap.eager is not None
+        arming = ArmedCalls(self, snap)  # the first calls leave a crash dump if a signal kills them
 
         def run(*args: Any) -> Any:
             # Dynamo calls with positional inputs even when the compiled function is boxed; an
@@ -212,10 +222,12 @@ class CapturingBackend:
             before = self._guarded(lambda: clone_values(inputs), "copy inputs") if accuracy and "accuracy" not in snap.dumped else None
             # training: attributes the graph writes (an optimizer's parameters and states)
             attrs = self._guarded(lambda: attrs_before_call(snap.eager, snap.attrs), "copy attributes") if before is not None else None
+            rng = rng_state() if before is not None else None  # eager's reference replays the same draws
             # Backends that compile their pieces on first call (Thunder's Inductor pieces) do it here.
             with nested.outer_frame(self, snap, gm, "run"):
                 try:
-                    out = compiled(*args)
+                    with arming.call(inputs):
+                        out = compiled(*args)
                 except Exception as e:
                     written = None
                     if "runtime_error" not in snap.dumped:
@@ -226,7 +238,7 @@ class CapturingBackend:
             if snap.children:
                 self._link_pieces(snap, None, inputs, "at_call")
             if before is not None:
-                self._check_accuracy(snap, before, out, inputs, attrs or {})
+                self._check_accuracy(snap, before, out, inputs, attrs or {}, rng)
             return out
 
         if boxed:
@@ -247,9 +259,9 @@ class CapturingBackend:
             self._guarded(lambda: link_children(target, unlinked), "link the piece dumps to their graph's dump")
 
     def _check_accuracy(self, snap: GraphSnapshot, before: list[Any], out: Any, inputs: list[Any],
-                        attrs: dict[str, torch.Tensor]) -> None:
+                        attrs: dict[str, torch.Tensor], rng: dict[str, Any] | None = None) -> None:
         def check() -> list[OutputMismatch]:
-            with torch.no_grad():
+            with torch.no_grad(), same_draws(rng):
                 eager_attrs = load_attrs(snap.eager, attrs)
                 eager_inputs = clone_values(before)
                 expected = snap.eager(*eager_inputs)
@@ -277,7 +289,8 @@ class CapturingBackend:
             return write_dump(
                 self.dump_dir, snap=snap, inputs=inputs, kind=kind, exc=exc,
                 backend=self.backend_ref, mode=self.mode, budget_bytes=self.budget_bytes, redact=self.redact,
-                manifest_overrides=overrides, **extra,
+                manifest_overrides={**overrides, **({"backend_recipe": self.backend_recipe} if self.backend_recipe else {})},
+                **extra,
             )
 
         path = self._guarded(write, "write a dump")

@@ -40,6 +40,7 @@ class GraphSnapshot:
     children: list[dict[str, Any]] = field(default_factory=list)  # piece dumps not yet linked to an outer dump
     captured_path: Any = None  # the "always" dump of this graph, if one was written
     parent: Any = None  # {"frame", "call", "piece", "position"} when this graph is itself a piece of another captured graph
+    origin: dict[str, Any] = field(default_factory=dict)  # frame and compile id (capture/origin.py)
 
     @classmethod
     def take(cls, seq: int, gm: fx.GraphModule, keep_eager: bool) -> GraphSnapshot:

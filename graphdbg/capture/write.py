@@ -102,6 +102,7 @@ def write_dump(
             "inputs": input_descs,
             "attrs": attr_descs,
             "external_objects": snap.external_objects,
+            **({"origin": snap.origin} if snap.origin else {}),  # frame and compile id
         }
         if snap.config is not None:
             manifest["config"] = snap.config

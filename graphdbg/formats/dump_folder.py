@@ -15,6 +15,7 @@ import torch
 from graphdbg.confined import inside, read_inside
 from graphdbg.dump import Contents, Dump
 from graphdbg.errors import DumpError
+from graphdbg.fatal_signal import resolve_crash
 from graphdbg.formats import register
 from graphdbg.manifest import GRAPH, INPUTS, MANIFEST, MAX_GRAPH_BYTES, find_dumps, read_manifest
 from graphdbg.tensor_file import check_tensor_file, read_tensors
@@ -56,6 +57,7 @@ def load_dump_folder(path: Path) -> Dump:
         elif len(found) > 1:
             raise DumpError(f"{path}: holds {len(found)} dumps; name one (graphdbg ls {path} lists them)")
     manifest = read_manifest(path)
+    resolve_crash(path, manifest)  # an armed dump left by a process a signal killed
     dump = Dump(path, manifest, DumpFolder(path, manifest))
     dump.check()
     return dump

@@ -72,8 +72,21 @@ class Oracle:
         self._lock = threading.Lock()
 
     def run(self, case: Case) -> Outcome:
-        return run_case(case, self.backend, self.passes, isolate=self.isolate, timeout=self.timeout,
-                        accuracy=True, rtol=self.rtol, atol=self.atol, direct=self.direct)
+        from graphdbg.minify.functorch_layers import balanced_functorch_layers, escaped_vmap
+
+        error = None
+        with balanced_functorch_layers() as layers:  # a candidate that cut a vmap in half
+            try:
+                outcome = run_case(case, self.backend, self.passes, isolate=self.isolate, timeout=self.timeout,
+                                   accuracy=True, rtol=self.rtol, atol=self.atol, direct=self.direct)
+            except RuntimeError as e:
+                error = e
+        if layers.unbalanced or escaped_vmap(error):
+            return Outcome(status="crash", backend=str(self.backend), stage="reference", error_type="CutVmap",
+                           signature="CutVmap: the candidate cuts a vmap in half (an open level or an escaped tensor)")
+        if error is not None:
+            raise error
+        return outcome
 
     def interesting(self, outcome: Outcome) -> bool:
         return is_same_failure(self.target, outcome, self.accuracy)

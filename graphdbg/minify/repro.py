@@ -103,8 +103,12 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
             raise GraphdbgError(f"repro.py can't store an input of type {type(v).__name__}")
     torch.save({"inputs": inputs, "attrs": attrs, "device": str(case.device)}, path.parent / INPUTS_FILE)
     backend_ref = backend if isinstance(backend, str) else f"{backend.__module__}:{backend.__qualname__}"
-    expect = {"status": outcome.status, "error_type": outcome.error_type,
-              "message": (outcome.message or "").strip().splitlines()[0] if outcome.message else ""}
+    from graphdbg.signature import unwrapped_error
+
+    # the failure as graphdbg's signature names it: Inductor's and Dynamo's wrappers unwrapped
+    error_type, message = unwrapped_error(outcome.error_type or "", outcome.message or "")
+    expect = {"status": outcome.status, "error_type": error_type or None,
+              "message": message.strip().splitlines()[0] if message.strip() else ""}
     tol = {str(k).replace("torch.", ""): v for k, v in TOLERANCES.items()}
     settings = replay_settings(case.dump.manifest if case.dump is not None else None)
     config = "\n".join(["# Compiler settings of the captured run (non-default values; graphdbg show lists them)",
@@ -144,10 +148,13 @@ The failure it looks for is FAILURE below. Graph: {nodes} nodes. Inputs: INPUTS_
 (torch.save, loaded with weights_only=True).
 Exit codes: 1 while the bug is there, 0 once it is fixed, 2 when it fails some other way.
 Run with another backend: python repro.py --backend eager
+The backend runs in a child process, so a segfault or abort is an answer too (--in-process: not).
 """
 import argparse
 import importlib
 import re
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -278,7 +285,16 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--backend", default=BACKEND)
     parser.add_argument("--device", default=None)
+    parser.add_argument("--in-process", action="store_true", help="don't run the backend in a child process")
     args = parser.parse_args()
+    if not args.in_process:  # a backend that dies by a signal still gets an answer
+        code = subprocess.call([sys.executable, __file__, "--in-process", *sys.argv[1:]])
+        if code >= 0:
+            return code
+        name = signal.Signals(-code).name
+        same = EXPECT["status"] == "crash" and EXPECT["error_type"] == name
+        print(("REPRODUCED: " if same else "FAILED DIFFERENTLY: ") + f"the backend's process was killed by {{name}}")
+        return 1 if same else 2
     device = args.device or ("cuda" if torch.cuda.is_available() and "cuda" in {captured} else "cpu")
     gm, inputs = build(device)
     with torch.no_grad():
@@ -290,7 +306,9 @@ def main():
         try:
             got = run_backend(gm, inputs, args.backend)
         except Exception as e:
-            inner = (getattr(e, "inner_exception", None) or e) if type(e).__name__ == "BackendCompilerFailed" else e
+            inner = e
+            while type(inner).__name__ in ("BackendCompilerFailed", "InductorError") and getattr(inner, "inner_exception", None):
+                inner = inner.inner_exception  # the backend's own error, as the captured signature names it
             same = EXPECT["status"] == "crash" and type(inner).__name__ == EXPECT["error_type"] and masked(str(inner)) == masked(EXPECT["message"])
             print(("REPRODUCED: " if same else "FAILED DIFFERENTLY: ") + f"{{type(inner).__name__}}: {{str(inner).strip().splitlines()[0] if str(inner).strip() else ''}}")
             return 1 if same else 2

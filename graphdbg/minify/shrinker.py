@@ -273,7 +273,7 @@ def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, accura
     # ``any_failure`` (or a Case with nothing recorded) is it whatever the backend does first.
     own_backend = dump is not None and (backend is None or _backend_ref(backend) == dump.backend)
     recorded = (dump is not None and not any_failure and not case.modified
-                and dump.failure_kind in ("compile_error", "runtime_error", "accuracy"))
+                and dump.failure_kind in ("compile_error", "runtime_error", "accuracy", "crash"))
     if backend is None:
         if dump is None:
             raise GraphdbgError("minify needs a backend for a Case that did not come from a dump")
@@ -295,7 +295,7 @@ def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, accura
     # proves the failure reproduces here, so the original is only run again when no candidate
     # does (below): one backend run saved on every minify that makes progress.
     lazy = (own_backend and not case.modified and passes is None and direct is not False
-            and dump.failure_kind in ("compile_error", "runtime_error", "accuracy"))
+            and dump.failure_kind in ("compile_error", "runtime_error", "accuracy", "crash"))
     tries = [] if lazy else ([direct] if direct is not None else [True, False])
     target = _recorded_failure(dump, backend) if lazy else None
     direct = True if lazy else direct
@@ -425,5 +425,5 @@ def _recorded_failure(dump: Any, backend: Any) -> Outcome:
         return Outcome(status="mismatch", backend=name, signature=dump.signature)
     sig = dump.signature or ""
     return Outcome(status="crash", backend=name, signature=sig, error_type=dump.error_type, message=dump.message,
-                   stage="run" if dump.failure_kind == "runtime_error" else "compile",
+                   stage="run" if dump.failure_kind in ("runtime_error", "crash") else "compile",
                    node_target=sig.partition(" @ ")[2] or None)

@@ -98,7 +98,7 @@ def clone_values(values: list[Any]) -> list[Any]:
         if isinstance(v, torch.Tensor):
             c = v.detach().clone()
             c.requires_grad_(v.requires_grad)
-            out.append(c)
+            out.append(c if v.is_leaf else c.clone())  # a non-leaf stays one (autograd treats them apart)
         else:
             out.append(v)
     return out
@@ -238,6 +238,8 @@ class InputBuilder:
             data = self._regenerate(name, spec, shape, stride, d.get("stats") or {}, device, d.get("reason", "not stored"))
         if spec.requires_grad and (data.is_floating_point() or data.is_complex()):
             data.requires_grad_(True)
+            if d.get("leaf") is False:  # captured with autograd history: rebuilt as a non-leaf
+                data = data.clone()
         return data
 
     def _view(self, name: str, d: Mapping[str, Any], stored: Mapping[str, torch.Tensor]) -> torch.Tensor:

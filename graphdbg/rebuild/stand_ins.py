@@ -390,7 +390,11 @@ def _replace(node: fx.Node, qual: str, path: str, ctx: _Context) -> bool:
     if isinstance(node.target, MissingOp):
         fn, how = _from_annotation(node, ctx.device)
         node.target = _named(short, fn, "custom_op")
-        ctx.used.append(StandIn(path, "custom_op", f"{qual} is not on this machine: {how}"))
+        from graphdbg.rebuild.ops_hint import ops_module_for
+
+        module = ops_module_for(qual)  # its package is here, the module defining it was not imported
+        hint = f"; --ops {module} would provide it" if module else ""
+        ctx.used.append(StandIn(path, "custom_op", f"{qual} is not on this machine: {how}{hint}"))
         return True
     return False
 

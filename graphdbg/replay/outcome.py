@@ -87,7 +87,7 @@ class Outcome(Displayed):
         kind = dump.failure_kind
         if kind == "accuracy":
             return self.status == "mismatch"
-        if kind in ("compile_error", "runtime_error"):
+        if kind in ("compile_error", "runtime_error", "crash"):
             return self.status == "crash" and same_signature(self.signature, dump.signature)
         return False
 

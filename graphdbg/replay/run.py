@@ -368,14 +368,18 @@ def _label_stand_ins(outcome: Outcome, case: Case) -> None:
 
 
 def _unwrap(e: BaseException) -> BaseException:
-    """The backend's own exception, not Dynamo's BackendCompilerFailed wrapper around it."""
+    """The backend's own exception, not Dynamo's or Inductor's wrapper around it."""
+    from graphdbg.signature import unwrap_backend_exception
+
     seen = 0
-    while seen < 5 and type(e).__name__ in ("BackendCompilerFailed", "InternalTorchDynamoError"):
-        inner = getattr(e, "inner_exception", None) or e.__cause__
+    while seen < 5:
         if type(e).__name__ == "InternalTorchDynamoError":
             # Dynamo formats the backend's exception into its wrapper; when that exception's
             # __str__ raises, Dynamo reports the __str__ failure: the backend's own is its context.
             inner = _raised_by_str(e.__cause__ or e.__context__)
+        else:
+            inner = unwrap_backend_exception(e)
+            inner = None if inner is e else inner
         if inner is None:
             break
         e, seen = inner, seen + 1

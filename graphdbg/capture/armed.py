@@ -1,0 +1,102 @@
+"""Crash-safe capture: a graph's first calls are dumped before they run, and the dump is
+removed when they return.
+
+A segfault or abort in compiled code ends the process before any ``except`` runs, so the dump
+must already be on disk. For the first ``ARMED_CALLS`` calls of each compiled graph:
+
+1. a dump of kind ``crash`` is written (inputs as they are before the call), quietly;
+2. ``faulthandler`` is pointed at its ``fault.txt`` for the length of the call;
+3. when the call returns or raises, ``faulthandler`` is put back and the dump removed.
+
+If a signal kills the process during the call, the dump stays, and ``fault.txt`` names the
+signal and the Python stack (read back by ``graphdbg.fatal_signal``). A Python signal handler
+can't do this: CPython runs it between bytecodes, and a SIGSEGV in C code, or ``abort()``
+(which restores the default action before re-raising), never gets there.
+
+    >>> arming = ArmedCalls(capturing_backend, snap)
+    >>> with arming.call(inputs):      # a nullcontext after the first ARMED_CALLS calls
+    ...     out = compiled(*inputs)
+
+Choices: ``faulthandler`` takes one file; a user who had it on gets it back on ``sys.stderr``
+(where ``PYTHONFAULTHANDLER=1`` puts it) when the call returns. ``GRAPHDBG_ARMED_CALLS=0``
+turns arming off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+
+from graphdbg.capture.write import write_dump
+from graphdbg.fatal_signal import FAULT_FILE
+
+if TYPE_CHECKING:
+    from graphdbg.capture.hook import CapturingBackend
+    from graphdbg.capture.snapshot import GraphSnapshot
+
+ARMED_CALLS = 1  # the first call of a graph is where its kernels first run
+
+
+def armed_calls() -> int:
+    try:
+        return max(0, int(os.environ.get("GRAPHDBG_ARMED_CALLS", ARMED_CALLS)))
+    except ValueError:
+        return ARMED_CALLS
+
+
+def _restore_faulthandler(was_enabled: bool) -> None:
+    # Never left pointing at the closed fault.txt: its descriptor number may be reused.
+    if was_enabled:
+        for stream in (sys.stderr, sys.__stderr__):
+            try:
+                faulthandler.enable(file=stream, all_threads=True)
+                return
+            except Exception:
+                continue
+    faulthandler.disable()
+
+
+class ArmedCalls:
+    """Counts a compiled graph's calls and arms the first few."""
+
+    def __init__(self, owner: CapturingBackend, snap: GraphSnapshot):
+        self.owner, self.snap = owner, snap
+        self.left = armed_calls()
+
+    def call(self, inputs: list[Any]) -> contextlib.AbstractContextManager[Any]:
+        if self.left <= 0:
+            return contextlib.nullcontext()
+        self.left -= 1
+        return self._armed(inputs)
+
+    @contextlib.contextmanager
+    def _armed(self, inputs: list[Any]) -> Iterator[Path | None]:
+        snap, owner = self.snap, self.owner
+
+        def write() -> Path:
+            return write_dump(owner.dump_dir, snap=snap, inputs=inputs, kind="crash", exc=None, backend=owner.backend_ref,
+                              mode=owner.mode, budget_bytes=owner.budget_bytes, inputs_state="before_call",
+                              manifest_overrides={"failure": {"kind": "crash", "armed": True, "pid": os.getpid()}})
+
+        path = owner._guarded(write, "arm a crash dump")
+        fault = None
+        was_enabled = faulthandler.is_enabled()
+        if path is not None:
+            try:
+                fault = open(path / FAULT_FILE, "w")
+                faulthandler.enable(file=fault, all_threads=True)
+            except Exception:
+                fault = None
+        try:
+            yield path
+        finally:
+            if fault is not None:
+                _restore_faulthandler(was_enabled)
+                fault.close()
+            if path is not None:
+                shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,53 @@
+"""Which signal killed a process, from what ``faulthandler`` wrote as it died.
+
+An armed dump (``graphdbg.capture.armed``) is written before the compiled code runs and points
+``faulthandler`` at its ``fault.txt``. If a signal kills the process during the call, that file
+holds the fatal error and the Python stack; the dump is read back as kind ``crash`` with
+signature ``Signal SIGSEGV``, the same signature an isolated replay gives the same death.
+
+    >>> signal_from_fault_text("Fatal Python error: Segmentation fault\\n\\nCurrent thread ...")
+    'SIGSEGV'
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+FAULT_FILE = "fault.txt"
+
+# faulthandler's names for the signals it handles (Modules/faulthandler.c)
+_FATAL = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Floating-point exception": "SIGFPE",
+          "Floating point exception": "SIGFPE", "Bus error": "SIGBUS", "Illegal instruction": "SIGILL"}
+
+
+def signal_from_fault_text(text: str) -> str | None:
+    """The signal's name in a faulthandler report, or None when there is none."""
+    for line in text.splitlines():
+        if line.startswith("Fatal Python error:"):
+            what = line.partition(":")[2].strip()
+            return _FATAL.get(what, what or None)
+    return None
+
+
+def resolve_crash(folder: Path, manifest: dict[str, Any]) -> None:
+    """Fill an armed crash dump's ``failure`` from its ``fault.txt``: the signal, a signature,
+    a message and the stack. A dump whose process died with no report (SIGKILL, ``os._exit``)
+    says so; a parent that saw the exit status may have written ``signal`` already."""
+    failure = manifest.get("failure") or {}
+    if failure.get("kind") != "crash" or failure.get("signature"):
+        return
+    text = ""
+    try:
+        text = (folder / FAULT_FILE).read_text(errors="replace")
+    except OSError:
+        pass
+    name = failure.get("signal") or signal_from_fault_text(text)
+    if name:
+        failure.update(signal=name, signature=f"Signal {name}",
+                       message=f"the process was killed by {name} while the compiled code ran")
+    else:
+        failure.update(signature="Crash: the process ended while the compiled code ran",
+                       message="the process ended during the call without a fatal-signal report (SIGKILL, os._exit?)")
+    if text:
+        failure["exception"] = {"type": name or "Crash", "message": failure["message"], "traceback": text[-8000:]}

@@ -95,12 +95,19 @@ def listing_list(groups: list[dict[str, Any]], root: str | None = None) -> Group
     head = Text(f"graphdbg dumps under {root}" if root else "graphdbg dumps", style="bold")
     head.append(f": {len(groups)} group{'s' if len(groups) != 1 else ''}, {sum(len(g['paths']) for g in groups)} files", style="")
     parts: list[Any] = [head]
-    for g, depth in _as_tree(groups):
+    import os
+
+    tree = _as_tree(groups)
+    for i, (g, depth) in enumerate(tree):
         paths = _group_paths(g, root)
         parts.append(Text(""))
-        if depth:  # a piece a nested compile failed on, under the dump of its graph
-            parts.append(Text("  " * depth + f"└─ piece {g.get('piece')} of the graph above:", style="dim"))
-        parts.append(_path_text(paths[0], style="bold cyan"))
+        parts.append(_path_text(("  " * depth + f"└─ {g.get('piece')}: " if depth else "") + paths[0], style="bold cyan"))
+        for child, child_depth in tree[i + 1:]:  # the pieces a nested compile failed on, named right under their graph
+            if child_depth <= depth:
+                break
+            if child_depth == depth + 1:
+                name = os.path.basename(_group_paths(child, root)[0])
+                parts.append(Text("  " * child_depth + f"└─ {child.get('piece')}: {name}", style="dim"))
         facts = Text("  ")
         facts.append(g["kind"], style=KIND_STYLE.get(g["kind"], ""))
         if g.get("log"):

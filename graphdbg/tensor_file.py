@@ -113,6 +113,9 @@ def read_tensors(path: str | os.PathLike, names: Iterable[str] | None = None, de
 MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
 _ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "U16": 2, "I16": 2, "F16": 2, "BF16": 2,
              "U32": 4, "I32": 4, "F32": 4, "U64": 8, "I64": 8, "F64": 8}
+# every dtype the writer may use (safetensors' own table: complex64, the FNUZ float8s, ...) is one the checker knows
+_ITEMSIZE.update({code: torch.empty((), dtype=dtype).element_size() for dtype, code in SAFETENSORS_DTYPES.items()
+                  if code not in _ITEMSIZE})
 
 
 def check_tensor_file(path: str | os.PathLike) -> dict[str, dict]:

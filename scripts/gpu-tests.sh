@@ -7,8 +7,15 @@
 # the one GPU (each needs little memory), which is what keeps it well under that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if compgen -G ".whl/*/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*/*.whl
+# .whl/opt holds what graphdbg needs that the GPU image may lack (pydantic): installed only if missing,
+# so the image's own versions win where it has them.
+wheels=()
+for dir in .whl/*/; do
+  [[ $dir == .whl/opt/ ]] && python3 -c "import pydantic" 2>/dev/null && continue
+  compgen -G "$dir*.whl" >/dev/null && wheels+=("$dir"*.whl)
+done
+if ((${#wheels[@]})); then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target .site "${wheels[@]}"
 fi
 export PYTHONPATH="$PWD/.site:$PWD:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1

@@ -46,10 +46,10 @@ def test_every_json_output_is_strict_json(cli, tmp_path, monkeypatch):
         ("show", FIXTURES / "block_dynamic"),  # dynamic shapes: the table had 52 NaN
         ("show", CORPUS / "Qwen3-0.6B" / "rank0_0.py"),
         ("replay", FIXTURES / "block_accuracy", "--backend", BAD_REWRITE, "--no-isolate"),
-        ("replay", FIXTURES / "block_compile_error", "--no-isolate"),
+        ("replay", FIXTURES / "block_compile_error", "--no-isolate", "--trust-backend"),
         ("compare", FIXTURES / "block_compile_error", "--backends", "eager,aot_eager", "--no-isolate"),  # NaN error, NaN signature
-        ("minify", FIXTURES / "block_compile_error", "-o", tmp_path / "min"),
-        ("bisect", "passes", FIXTURES / "block_compile_error", "--passes", "passes_for_tests:clone_output,passes_for_tests:gelu_to_relu"),
+        ("minify", FIXTURES / "block_compile_error", "-o", tmp_path / "min", "--trust-backend"),
+        ("bisect", "passes", FIXTURES / "block_compile_error", "--passes", "passes_for_tests:clone_output,passes_for_tests:gelu_to_relu", "--trust-backend"),
         ("bisect", "nodes", FIXTURES / "block_accuracy", "--backend", BAD_REWRITE),
         ("bisect", "ranks", _two_ranks(tmp_path, monkeypatch)),
     ]
@@ -64,7 +64,7 @@ def test_every_json_output_is_strict_json(cli, tmp_path, monkeypatch):
 
 
 def test_bisect_results_print_as_text_not_json(cli, tmp_path, monkeypatch):
-    r = cli("bisect", "passes", FIXTURES / "block_compile_error", "--passes", "passes_for_tests:clone_output,passes_for_tests:gelu_to_relu")
+    r = cli("bisect", "passes", FIXTURES / "block_compile_error", "--passes", "passes_for_tests:clone_output,passes_for_tests:gelu_to_relu", "--trust-backend")
     assert r.code == 1 and "culprit" in r.out and "passes_for_tests:gelu_to_relu" in r.out, r
     assert not r.out.lstrip().startswith("{")
     r = cli("bisect", "ranks", _two_ranks(tmp_path, monkeypatch))
@@ -118,9 +118,9 @@ def test_passes_and_backends_from_the_current_folder(tmp_path):
 def test_export_test_refuses_to_overwrite_without_force(cli, tmp_path):
     test_file = tmp_path / "test_gelu.py"
     test_file.write_text("# mine\n")
-    r = cli("export-test", FIXTURES / "block_compile_error", "-o", test_file)
+    r = cli("export-test", FIXTURES / "block_compile_error", "-o", test_file, "--trust-backend")
     assert r.code == 2 and "exists; pass --force" in r.err and test_file.read_text() == "# mine\n", r
-    r = cli("export-test", FIXTURES / "block_compile_error", "-o", test_file, "--force")
+    r = cli("export-test", FIXTURES / "block_compile_error", "-o", test_file, "--force", "--trust-backend")
     assert r.code == 0 and "def test_" in test_file.read_text(), r
 
 

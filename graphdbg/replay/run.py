@@ -279,7 +279,7 @@ def fresh_inputs(values: list[Any], mutated: set[int]) -> list[Any]:
         if isinstance(v, torch.Tensor) and (i in mutated or v.numel() * v.element_size() <= SMALL_INPUT_BYTES):
             c = v.detach().clone()
             c.requires_grad_(v.requires_grad)
-            out.append(c)
+            out.append(c if v.is_leaf else c.clone())  # a non-leaf stays one (autograd treats them apart)
         else:
             out.append(v)
     return out

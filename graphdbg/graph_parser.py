@@ -91,8 +91,11 @@ _OPERATORS: dict[type, Callable[..., Any]] = {
     ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_,
     ast.IsNot: operator.is_not,
 }
-_SOURCE_COMMENT = re.compile(r"^\s*# File: (?P<file>.+?):(?P<line>\d+) in (?P<fn>.+?), code: (?P<code>.*)$")
-_NO_SOURCE_COMMENT = re.compile(r"^\s*# No stacktrace found for following nodes")
+# fx may put a node's `custom` meta (`Annotation: {'stream': 1}`), recompute tags or extra meta
+# before the stack trace on the same comment line: the source is wherever `File:` starts.
+_SOURCE_COMMENT = re.compile(r"^\s*#(?:.*?\bAnnotation: (?P<annotation>\{.*?\})(?= ))?.*?\bFile: (?P<file>.+?):(?P<line>\d+) "
+                             r"in (?P<fn>.+?), code: (?P<code>.*)$")
+_NO_SOURCE_COMMENT = re.compile(r"^\s*#.*\bNo stacktrace found for following nodes")
 
 
 class _Refused(Exception):
@@ -670,7 +673,8 @@ class _ForwardReader:
         # statements are the only record of where the user's code was.
         for text in self.r.lines[after: before - 1]:
             if m := _SOURCE_COMMENT.match(text):
-                self.source = {"file": m["file"], "line": int(m["line"]), "fn": m["fn"], "code": m["code"]}
+                self.source = {"file": m["file"], "line": int(m["line"]), "fn": m["fn"], "code": m["code"],
+                               **({"annotation": m["annotation"]} if m["annotation"] else {})}
             elif _NO_SOURCE_COMMENT.match(text):
                 self.source = None
 

@@ -413,3 +413,24 @@ class GraphModule(torch.nn.Module):
     assert [n.name for n in pg.graph.nodes] == ["x", "relu", "output"]
     with pytest.raises(GraphSourceError, match="refusing import of a relative module"):
         parse_printed_graph("from .__future__ import annotations\n", filename="x.py")
+
+
+def test_annotation_and_recompute_comments_keep_the_source_line():
+    # torch prints a node's `custom` meta before its stack trace: `# Annotation: {...} File: ...`
+    from graphdbg.graph_parser import parse_printed_graph
+
+    source = """class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[4]"):
+        # File: /proj/model.py:10 in forward, code: y = x + 1
+        add: "f32[4]" = x + 1
+        # Annotation: {'stream': 1} File: /proj/model.py:12 in forward, code: z = y.sin()
+        sin: "f32[4]" = add.sin()
+        # recompute: MUST_SAVE File: /proj/model.py:13 in forward, code: w = z * 2
+        mul: "f32[4]" = sin * 2
+        return (mul,)
+"""
+    graph = parse_printed_graph(source, filename="annotated.py").graph
+    src = {n.name: n.meta.get("graphdbg_source") for n in graph.nodes if n.op == "call_function" or n.op == "call_method"}
+    assert src["add"]["line"] == 10 and "annotation" not in src["add"]
+    assert src["sin"]["line"] == 12 and src["sin"]["annotation"] == "{'stream': 1}" and src["sin"]["code"] == "z = y.sin()"
+    assert src["mul"]["line"] == 13

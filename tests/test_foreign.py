@@ -257,3 +257,12 @@ def test_bad_input_is_one_line_with_file_and_line(tmp_path, cli):
     data = json.loads(r.out)
     assert r.code == 2 and len(data["dumps"]) == 1
     assert {Path(p["path"]).name for p in data["problems"]} == {"truncated.py", "annotation.py", "system.py", "unknown.py"}
+
+
+def test_a_piece_copy_nothing_calls_lists_no_stand_ins_of_its_own():
+    # Inductor pieces print with an `_orig_mod` class holding the same graph; nothing calls it
+    dump = graphdbg.load(CORPUS_FIXTURES / "Qwen3-0.6B" / "rank0_0.py")
+    case = dump.case("cpu")
+    names = [s.name for s in case.stand_ins]
+    assert "inductor_1.inplace_all_reduce" in names and not any("_orig_mod" in n for n in names)
+    assert case.run("eager").status == "pass"

@@ -256,11 +256,14 @@ def install_stand_ins(gm: fx.GraphModule, device: torch.device, *, zero_uninitia
     """
     ctx = _Context(device, {}, [])
     zeroed: list[str] = []
+    reached = _reached(gm)
     for prefix, mod in _graph_modules(gm):
         changed = False
+        listed = len(ctx.used)
         for node in list(mod.graph.nodes):
             if zero_uninitialized and _zero_allocation(node):
-                zeroed.append(f"{prefix}{node.name}")
+                if prefix in reached:
+                    zeroed.append(f"{prefix}{node.name}")
                 changed = True
                 continue
             qual = construct_of(node.target) if node.op == "call_function" else None
@@ -268,6 +271,10 @@ def install_stand_ins(gm: fx.GraphModule, device: torch.device, *, zero_uninitia
                 continue
             path = f"{prefix}{node.name}"
             changed |= _replace(node, qual, path, ctx)
+        if prefix not in reached:
+            # a nested class nothing calls (Inductor's `_orig_mod` copy of a piece) is stood in for
+            # too, so it is safe, but listing it would name every stand-in of that piece twice
+            del ctx.used[listed:]
         if changed:
             mod.recompile()
     if zeroed:
@@ -313,6 +320,22 @@ def _zeroed_method(name: str) -> Callable[..., Any]:
     zeroed.__module__ = __name__
     zeroed.graphdbg_kind, zeroed.graphdbg_writes = "zeroed_allocation", _writes_nothing  # type: ignore[attr-defined]
     return zeroed
+
+
+def _reached(gm: fx.GraphModule) -> set[str]:
+    """The prefixes (``""``, ``"inductor_1."``) of the nested GraphModules a run of ``gm`` calls."""
+    reached, todo = {""}, [("", gm)]
+    while todo:
+        prefix, mod = todo.pop()
+        for node in mod.graph.nodes:
+            if node.op != "call_module":
+                continue
+            child = mod.get_submodule(str(node.target)) if hasattr(mod, "get_submodule") else None
+            key = f"{prefix}{node.target}."
+            if isinstance(child, fx.GraphModule) and key not in reached:
+                reached.add(key)
+                todo.append((key, child))
+    return reached
 
 
 def _graph_modules(gm: fx.GraphModule) -> list[tuple[str, fx.GraphModule]]:

@@ -275,3 +275,17 @@ def test_compare_piped_prints_a_line_per_backend(cli):
     lines = r.err.strip().splitlines()
     assert [line.split(":")[1].strip() for line in lines] == ["eager (1/2)", "aot_eager (2/2)"], r.err
     assert "backends" in r.out and "pass" in r.out
+
+
+def test_an_exported_test_survives_a_backend_that_segfaults(tmp_path, cli):
+    # the exported test replays in a child process: a segfault fails the test, not pytest
+    test_file = tmp_path / "regress" / "test_segv.py"
+    r = cli("export-test", FIXTURES / "block_compile_error", "-o", test_file, "--backend", "model_backends:segfaults_when_called")
+    assert r.code == 0, r
+    text = test_file.read_text()
+    assert "graphdbg.replay" not in text and "isolate=True" in text
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "Signal SIGSEGV" in done.stdout and "1 failed" in done.stdout

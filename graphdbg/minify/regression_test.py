@@ -20,11 +20,13 @@ from graphdbg.errors import GraphdbgError
 
 
 def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any = None,
-                direct: bool | None = None, isolate: bool = False, timeout: float | None = None) -> Path:
+                direct: bool | None = None, isolate: bool = True, timeout: float | None = None) -> Path:
     """Write a pytest file at ``path`` and the dump's data next to it; returns ``path``.
 
     ``backend`` defaults to the dump's (a minified dump records the one minify used, and how it
-    called it in ``manifest["minified"]``).
+    called it in ``manifest["minified"]``). The test replays in a child process by default
+    (``isolate``), so a backend that segfaults fails the test instead of taking pytest down;
+    it uses only graphdbg's public API (``graphdbg.load``, ``Case.run``).
     """
     import graphdbg
     from graphdbg.dump import Dump
@@ -102,7 +104,6 @@ graphdbg dump: manifest.json, graph.py, inputs.safetensors; no pickle, nothing t
 from pathlib import Path
 
 import graphdbg
-from graphdbg.replay.run import run_case
 
 DUMP = Path(__file__).with_name({data})
 BACKEND = {backend}
@@ -113,6 +114,6 @@ CAPTURED = {signature}
 
 def test_{name}():
     dump = graphdbg.load(DUMP)
-    outcome = run_case(dump.case(), BACKEND, PASSES, direct={direct}, isolate={isolate}, timeout={timeout})
+    outcome = dump.case().run(BACKEND, PASSES, direct={direct}, isolate={isolate}, timeout={timeout})
     assert outcome.status == "pass", f"{{outcome.summary()}} (the captured failure: {{CAPTURED}})"
 '''

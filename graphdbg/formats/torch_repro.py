@@ -40,6 +40,7 @@ from graphdbg.errors import GraphdbgError, GraphSourceError
 from graphdbg.confined import inside, read_regular
 from graphdbg.formats import manifest_for, register
 from graphdbg.graph_parser import PrintedGraph, _dotted, parse_module_class, resolve_target
+from graphdbg.rebuild.inputs import contiguous_strides
 from graphdbg.specs import TensorSpec, dtype_name, eval_dim
 
 __all__ = ["MinifierStore", "detect_format", "load_torch_repro", "read_storage_bytes"]
@@ -195,7 +196,7 @@ def _read_load_args(fn: ast.FunctionDef, lines: list[str], symbols: dict[str, in
             if buf not in storages or len(pos) < 2:
                 raise fail(f"reader.tensor on an unknown storage: `{ast.unparse(stmt)[:100]}`", stmt)
             shape = [int(d) for d in pos[1]]
-            stride = [int(d) for d in pos[2]] if len(pos) > 2 else _contiguous(shape)
+            stride = [int(d) for d in pos[2]] if len(pos) > 2 else contiguous_strides(shape)
             args.append(ArgCall("tensor", name, stmt.lineno, buf, shape, stride, kw.get("dtype") or torch.float32,
                                 int(kw.get("storage_offset") or 0), bool(kw.get("requires_grad", False))))
         elif method == "symint":
@@ -403,14 +404,6 @@ def _comment_name(lines: list[str], stmt: ast.stmt) -> str | None:
     line = lines[(stmt.end_lineno or stmt.lineno) - 1] if (stmt.end_lineno or stmt.lineno) <= len(lines) else ""
     m = re.search(r"#\s*([A-Za-z_][\w.\[\]]*)", line.split(")", 1)[-1] if ")" in line else "")
     return m.group(1) if m else None
-
-
-def _contiguous(shape: list[int]) -> list[int]:
-    stride, acc = [], 1
-    for s in reversed(shape):
-        stride.append(acc)
-        acc *= max(s, 1)
-    return list(reversed(stride))
 
 
 def _failer(path: Path):

@@ -93,15 +93,14 @@ class NullEvent:
 def clone_values(values: list[Any]) -> list[Any]:
     """Fresh copies of the tensors among ``values`` (requires_grad kept), the rest as they are:
     what every run of a graph gets, so that in-place ops and donated buffers touch no one else's."""
-    out = []
-    for v in values:
-        if isinstance(v, torch.Tensor):
-            c = v.detach().clone()
-            c.requires_grad_(v.requires_grad)
-            out.append(c if v.is_leaf else c.clone())  # a non-leaf stays one (autograd treats them apart)
-        else:
-            out.append(v)
-    return out
+    return [clone_value(v) if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def clone_value(v: torch.Tensor) -> torch.Tensor:
+    """A fresh copy of one tensor input, with its autograd standing (requires_grad, non-leaf)."""
+    c = v.detach().clone()
+    c.requires_grad_(v.requires_grad)
+    return c if v.is_leaf else c.clone()  # a non-leaf stays one (autograd treats them apart)
 
 
 def to_float64(values: list[Any]) -> list[Any]:
@@ -249,7 +248,7 @@ class InputBuilder:
         spec = TensorSpec.from_dict(d)
         dtype = spec.torch_dtype
         shape = spec.concrete_shape(self.env)
-        stride = spec.concrete_stride(self.env) or _contiguous(shape)
+        stride = spec.concrete_stride(self.env) or contiguous_strides(shape)
         offset = int(d.get("storage_offset") or 0)
         extent = offset + 1 + sum((s - 1) * st for s, st in zip(shape, stride)) if all(shape) else 0
         if extent * dtype.itemsize > base.numel():
@@ -363,7 +362,7 @@ def _random_bytes(nbytes: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
     return raw
 
 
-def _contiguous(shape: list[int]) -> list[int]:
+def contiguous_strides(shape: list[int]) -> list[int]:
     stride, acc = [], 1
     for s in reversed(shape):
         stride.append(acc)

@@ -35,6 +35,7 @@ from graphdbg.accuracy import compare_outputs, forgive, needs_float64
 from graphdbg.compiler_config import applied_config, replay_settings
 from graphdbg.errors import GraphdbgError
 from graphdbg.graph_hash import target_name
+from graphdbg.rebuild.inputs import clone_value
 from graphdbg.replay.backends import resolve_backend
 from graphdbg.replay.mutation import mutated_inputs
 from graphdbg.replay.outcome import Outcome
@@ -277,9 +278,7 @@ def fresh_inputs(values: list[Any], mutated: set[int]) -> list[Any]:
     out = []
     for i, v in enumerate(values):
         if isinstance(v, torch.Tensor) and (i in mutated or v.numel() * v.element_size() <= SMALL_INPUT_BYTES):
-            c = v.detach().clone()
-            c.requires_grad_(v.requires_grad)
-            out.append(c if v.is_leaf else c.clone())  # a non-leaf stays one (autograd treats them apart)
+            out.append(clone_value(v))
         else:
             out.append(v)
     return out

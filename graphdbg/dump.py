@@ -265,9 +265,9 @@ class Dump(Displayed):
 
         # The inputs: what the file recorded, else synthesized from the graph's own annotations.
         if any(made_up(d) for d in descs):
-            plans = {p.name: p for p in plan_inputs(gm)}
-            # all that will be made up is checked against the device's memory at once, before any is
             names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+            plans = {p.name: p for p in plan_inputs(gm, made_up={n for n, d in zip(names, descs) if made_up(d)})}
+            # all that will be made up is checked against the device's memory at once, before any is
             made_up_plans = [plans[n] for n, d in zip(names, descs) if made_up(d) and n in plans]
             check_fits(planned_bytes(made_up_plans, dev), dev)
 

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -178,6 +181,82 @@ def test_the_qwen3_next_graph_with_its_mamba_cache_replays_with_accuracy_in_litt
     # the caches are read only at this layer's slot (mamba_cache[0]): made with that slot alone
     shrunk = [s for s in data["stand_ins"] if ": shrunk (" in s]
     assert len(shrunk) == 2 and any("f32[36, 513, 4, 128, 128] made as f32[1, 513, 4, 128, 128]" in s for s in shrunk)
+
+
+def _kv_write(q, k_buffer, loc, k):
+    k_buffer[loc] = k                        # set_kv_buffer: the new token's slot, written in place
+    return (k_buffer[loc].float() * q).sum(-1)
+
+
+def test_a_cache_used_only_through_synthesised_indices_is_made_with_that_many_slots(tmp_path, cli):
+    # a 2.5 GiB KV buffer (as annotated) written and read at out_cache_loc, which graphdbg makes itself
+    text = _printed(_kv_write, torch.randn(4, 2, 128), torch.zeros(64, 2, 128, dtype=torch.bfloat16),
+                    torch.tensor([1, 5, 9, 11]), torch.randn(4, 2, 128, dtype=torch.bfloat16))
+    text = text.replace("bf16[64, 2, 128]", "bf16[5000000, 2, 128]")
+    path = _write(tmp_path, "kv_rank0.py", text)
+    r = cli("replay", path, "--backend", "aot_eager", "--device", "cpu", "--json")
+    data = json.loads(r.out)
+    assert r.code == 0 and data["status"] == "pass", r
+    shrunk = [s for s in data["stand_ins"] if ": shrunk (" in s]
+    assert len(shrunk) == 1 and "bf16[5000000, 2, 128] made as bf16[4, 2, 128]" in shrunk[0], shrunk
+    assert any("integers in [0, 4)" in s and "loc" in s for s in data["stand_ins"]), data["stand_ins"]
+
+    # the same cache read through an index the dump stores keeps its size: real slots can be anywhere
+    from graphdbg.rebuild.synthesize import plan_inputs
+
+    gm = graphdbg.load(path).printed.to_module(missing_attr=lambda q, s: None)
+    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    cache = next(i for i, n in enumerate(names) if "buffer" in n)
+    assert plan_inputs(gm)[cache].spec.shape[0] == 4
+    stored_index = {n for n in names if "loc" not in n}
+    assert plan_inputs(gm, made_up=stored_index)[cache].spec.shape[0] == 5_000_000
+
+
+def test_the_kv_buffers_a_split_graph_passes_to_its_pieces_are_cut_to_the_slots_written():
+    # Llama-4 (SGLang + ThunderFX): two 1.5 GiB KV buffers handed to thunder pieces that write
+    # them at out_cache_loc
+    case = graphdbg.load(ROOT / "fixtures" / "corpus" / "Llama-4-Maverick-17B-128E-Instruct" / "rank1_6.py").case("cpu")
+    shrunk = [s for s in case.stand_ins if s.kind == "shrunk"]
+    assert sorted(s.name for s in shrunk) == ["l_forward_batch_token_to_kv_pool_k_buffer_0_",
+                                               "l_forward_batch_token_to_kv_pool_v_buffer_0_"]
+    assert all("bf16[3195971, 2, 128] made as bf16[1, 2, 128]" in s.detail for s in shrunk)
+    assert run_case(case, "eager", accuracy=False).status == "pass"
+
+
+def test_a_graph_returning_views_of_multi_gib_caches_replays_with_accuracy_in_little_memory():
+    # Qwen3-0.6B: the thunder piece returns k_cache = paged_kv_cache.unsqueeze(-3) for two
+    # 4.3 GiB caches. Comparing those outputs used to make several 17 GiB float64 copies.
+    graph = ROOT / "fixtures" / "corpus" / "Qwen3-0.6B" / "rank0_7.py"
+    script = (
+        "import resource, graphdbg\n"
+        f"case = graphdbg.load({str(graph)!r}).case('cpu')\n"
+        "from graphdbg.replay.run import run_case\n"
+        "o = run_case(case, 'aot_eager', accuracy=True, direct=True)\n"
+        "print(o.status, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    status, rss_kib = out.stdout.split()[-2:]
+    assert status == "pass", out.stderr[-2000:]
+    assert int(rss_kib) < 2 * (1 << 20), f"peak RSS {int(rss_kib) >> 10} MiB for 8.6 GiB of cache inputs"
+
+
+def test_large_outputs_are_compared_in_chunks_with_the_same_verdicts(monkeypatch):
+    import graphdbg.accuracy as accuracy
+
+    x = torch.randn(6, 5, 4)
+    y = x.clone()
+    y[2, 1, 3] += 1
+    ints = torch.arange(50).reshape(5, 10)
+    bad_ints = ints.clone()
+    bad_ints[3, 4], bad_ints[4, 9] = 0, 1
+    nan = x.clone()
+    nan[1, 1, 1] = float("nan")
+    cases = [(x, y), (x, x.clone()), (ints, bad_ints), (x, nan), (torch.tensor(1.0), torch.tensor(1.5))]
+    whole = [accuracy.compare_outputs(e, a) for e, a in cases]
+    monkeypatch.setattr(accuracy, "CHUNK_ELEMENTS", 7)
+    assert [accuracy.compare_outputs(e, a) for e, a in cases] == whole
+    assert whole[2][0].at == [[3, 4], [4, 9]] and whole[2][0].differing == 2
+    assert whole[1] == [] and whole[3][0].reason == "nan"
 
 
 def test_inputs_the_graph_does_not_write_are_shared_and_written_ones_copied():

@@ -57,10 +57,15 @@ class InputPlan:
     high: int = 0
     how: str = ""
     shrunk_from: str | None = None  # the annotation before the input was cut to the slots the graph reads
+    shrunk_why: str = ""  # which slots the graph reads, said as the stand-in's detail
 
 
-def plan_inputs(gm: fx.GraphModule) -> list[InputPlan]:
-    """One plan per placeholder of ``gm`` (in order), from annotations and how the graph uses each."""
+def plan_inputs(gm: fx.GraphModule, made_up: set[str] | None = None) -> list[InputPlan]:
+    """One plan per placeholder of ``gm`` (in order), from annotations and how the graph uses each.
+
+    ``made_up`` names the inputs graphdbg will make (default: all). Only those are shrunk to
+    the slots the graph reads: an input indexed by stored, real indices keeps its size.
+    """
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     env = symbol_sizes(placeholders)
     tokens = _token_count(placeholders, env)
@@ -68,6 +73,7 @@ def plan_inputs(gm: fx.GraphModule) -> list[InputPlan]:
     for node in placeholders:
         spec = node.meta.get("graphdbg_spec")
         plans.append(_shrunk(node, _plan(node, spec, gm, env, tokens)))
+    _shrink_indexed(gm, placeholders, plans, env, made_up)
     return plans
 
 
@@ -83,8 +89,109 @@ def _shrunk(node: fx.Node, plan: InputPlan) -> InputPlan:
         return plan
     plan.spec = dataclasses.replace(spec, shape=[slots, *spec.shape[1:]])
     plan.shrunk_from = spec.annotation()
+    plan.shrunk_why = f"the graph reads only the first {slots} slots of dim 0"
     plan.how += f"; shrunk from {spec.annotation()}: the graph reads only slots [0, {slots}) of dim 0"
     return plan
+
+
+# A cache read through indices graphdbg makes itself -------------------------------------
+
+_KEEPS_INDEX = {"long", "int", "to", "contiguous", "view", "reshape", "flatten", "clone", "detach", "_to_copy", "alias",
+                "_unsafe_view"}
+
+
+def _shrink_indexed(gm: fx.GraphModule, placeholders: list[fx.Node], plans: list[InputPlan], env: dict[str, int],
+                    made_up: set[str] | None) -> None:
+    """A cache used only at dim 0 through index inputs that graphdbg synthesises itself
+    (``k_buffer[out_cache_loc] = k``, ``cache.index_select(0, cache_indices)``), in the graph or
+    the nested graphs it calls, is made with as many slots as the largest such index has
+    elements, and those indices are drawn in [0, slots): the graph does the same work on a
+    1.5 GiB KV buffer cut to a few rows."""
+    by_node = dict(zip(placeholders, plans))
+    origins = {p: p for p in placeholders}
+    for node, plan in by_node.items():
+        spec = plan.spec
+        if (plan.kind not in ("normal", "mask", "integers") or not isinstance(spec, TensorSpec) or not spec.shape
+                or not isinstance(spec.shape[0], int) or (made_up is not None and plan.name not in made_up)):
+            continue
+        indexers: set[fx.Node] = set()
+        if not node.users or not _read_at_dim0(node, gm, origins, indexers) or not indexers:
+            continue
+        index_plans = [by_node[q] for q in indexers]
+        if any(p.kind != "index" or p.low != 0 or not isinstance(p.spec, TensorSpec)
+               or (made_up is not None and p.name not in made_up) for p in index_plans):
+            continue
+        slots = max(max(1, math.prod(p.spec.concrete_shape(_with_defaults(p.spec, env)))) for p in index_plans)
+        if slots >= spec.shape[0]:
+            continue
+        names = ", ".join(sorted(p.name for p in index_plans))
+        plan.spec = dataclasses.replace(spec, shape=[slots, *spec.shape[1:]])
+        plan.shrunk_from = spec.annotation()
+        plan.shrunk_why = f"the graph reads and writes it only at dim 0 through {names}, made in [0, {slots})"
+        plan.how += f"; shrunk from {spec.annotation()}: used only through {names} at dim 0"
+        for p in index_plans:
+            if p.high > slots:
+                p.high = slots
+                p.how = f"integers in [0, {slots}): indexes dim 0 of {plan.name} (shrunk from {spec.shape[0]} slots)"
+
+
+def _index_origin(value: Any, origins: dict[fx.Node, fx.Node]) -> fx.Node | None:
+    """The outer placeholder whose values ``value`` holds unchanged (through casts and views)."""
+    for _ in range(64):
+        if not isinstance(value, fx.Node):
+            return None
+        if value in origins:
+            return origins[value]
+        name = str(value.target) if value.op == "call_method" else _fn_name(value.target) if value.op == "call_function" else ""
+        if name not in _KEEPS_INDEX or not value.args:
+            return None
+        value = value.args[0]
+    return None
+
+
+def _read_at_dim0(node: fx.Node, gm: fx.GraphModule, origins: dict[fx.Node, fx.Node], indexers: set[fx.Node]) -> bool:
+    """True when every use of ``node`` (here and in the nested graphs it is passed to) indexes
+    its dim 0 with a tensor holding an input's values; those inputs are added to ``indexers``."""
+    for user in node.users:
+        if user.op == "call_module":
+            sub = gm.get_submodule(str(user.target))
+            if not isinstance(sub, fx.GraphModule) or user.kwargs:
+                return False
+            inner = [n for n in sub.graph.nodes if n.op == "placeholder"]
+            inner_origins = {}
+            for i, arg in enumerate(user.args[:len(inner)]):
+                found = _index_origin(arg, origins)
+                if found is not None:
+                    inner_origins[inner[i]] = found
+            for i, arg in enumerate(user.args):
+                if arg is node and (i >= len(inner) or not _read_at_dim0(inner[i], sub, inner_origins, indexers)):
+                    return False
+            continue
+        found = _index_origin(_dim0_index(node, user), origins)
+        if found is None:
+            return False
+        indexers.add(found)
+    return True
+
+
+def _dim0_index(node: fx.Node, user: fx.Node) -> Any:
+    """The index ``user`` applies to dim 0 of ``node`` (``node[i]``, ``node[i] = v``,
+    ``node.index_select(0, i)``, ``node.index_copy_(0, i, v)``, ``node.index_put_((i,), v)``), when
+    that is all ``user`` does with ``node``; else None."""
+    args, kwargs = user.args, user.kwargs
+    if not args or args[0] is not node or any(a is node for a in args[1:]) or kwargs:
+        return None
+    name = str(user.target) if user.op == "call_method" else _fn_name(user.target) if user.op == "call_function" else ""
+    if name in ("getitem", "setitem", "index", "index_put", "index_put_", "_index_put_impl_") and len(args) >= 2:
+        index = args[1]
+        first = index[0] if isinstance(index, (tuple, list)) and index else index
+        rest = list(index[1:]) if isinstance(index, (tuple, list)) else []
+        if isinstance(first, fx.Node) and not _nodes_in(rest) and (name != "getitem" or len(args) == 2):
+            return first
+        return None
+    if name in ("index_select", "index_copy", "index_copy_") and len(args) >= 3 and args[1] == 0:
+        return args[2]
+    return None
 
 
 def _constant_slots(node: fx.Node) -> int | None:
@@ -397,8 +504,7 @@ def synthesize(plans: list[InputPlan], device: torch.device, *, seed: int = 0,
         values.append(value)
         stand_ins.append(StandIn(p.name, "synthesized", detail))
         if p.shrunk_from:
-            stand_ins.append(StandIn(p.name, "shrunk", f"{p.shrunk_from} made as {p.spec.annotation()}: the graph reads "
-                                     f"only the first {p.spec.shape[0]} slots of dim 0"))
+            stand_ins.append(StandIn(p.name, "shrunk", f"{p.shrunk_from} made as {p.spec.annotation()}: {p.shrunk_why}"))
     return values, stand_ins
 
 
@@ -435,10 +541,17 @@ def _make(p: InputPlan, device: torch.device, seed: int, env: dict[str, int], li
         n = shape[0] - 1
         cuts = [round(i * p.high / n) for i in range(n + 1)]
         out.copy_(torch.tensor(cuts, dtype=dtype))
+    elif p.kind == "index" and 1 < out.numel() <= p.high - p.low <= _DISTINCT_LIMIT:
+        # distinct, as a real program's slots are: a write at a repeated index keeps whichever
+        # write lands last, which differs between backends and would read as a mismatch
+        picked = torch.randperm(p.high - p.low, generator=gen, device=device)[:out.numel()] + p.low
+        _fill_cast(out, picked.view(shape), gen)
     else:  # index, range, integers
         _fill_cast(out, torch.randint(p.low, max(p.high, p.low + 1), shape, generator=gen, device=device, dtype=torch.int64), gen)
     return out, label + p.how
 
+
+_DISTINCT_LIMIT = 1 << 24  # index ranges up to this size are drawn without repeats
 
 _NORMAL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 

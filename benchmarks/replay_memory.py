@@ -16,7 +16,7 @@ Three measurements, each in its own process so peaks don't mix:
       it: wall time and the peak RSS of the whole process tree (polled), killed past --cap-gb
       so the measurement can't swap the machine to death.
 
-  python benchmarks/replay_memory.py corpus DIR [--device cuda] [--backend inductor]
+  python benchmarks/replay_memory.py corpus DIR [--device cuda] [--backend inductor] [--shard I/N]
       Every printed graph under DIR in-process on the device (the GPU run of the issue):
       status, input bytes, eager peak, accuracy peak and ratio per file, one JSON line each.
 """
@@ -181,7 +181,8 @@ def corpus(args: argparse.Namespace) -> None:
     import graphdbg
     from graphdbg.replay.run import run_case
 
-    for path in sorted(Path(args.dir).rglob("*.py")):
+    index, count = (int(x) for x in args.shard.split("/"))
+    for path in sorted(Path(args.dir).rglob("*.py"))[index::count]:
         row: dict = {"file": str(path)}
         try:
             case = graphdbg.load(path).case(args.device)
@@ -228,6 +229,7 @@ def main() -> None:
     p.add_argument("dir", type=Path)
     p.add_argument("--device", default="cuda")
     p.add_argument("--backend", default="inductor")
+    p.add_argument("--shard", default="0/1", help="I/N: every N-th file from the I-th (for N processes on one GPU)")
     args = parser.parse_args()
     {"made": made, "file": file, "corpus": corpus}[args.what](args)
 

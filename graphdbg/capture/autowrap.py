@@ -12,11 +12,11 @@ including those that never use torch; the import hook costs nothing until torch 
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import os
 import sys
 from typing import Any
+
+from graphdbg.capture.on_import import watch
 
 TARGET = "torch._dynamo.eval_frame"
 ENV_MODE = "GRAPHDBG_MODE"
@@ -50,28 +50,15 @@ def patch(eval_frame: Any) -> None:
     nested.install()
 
 
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != TARGET:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_then_patch(module: Any) -> None:
-            exec_module(module)
-            try:
-                patch(module)
-            except Exception as e:
-                sys.stderr.write(f"graphdbg: could not wrap torch.compile backends ({type(e).__name__}: {e})\n")
-
-        spec.loader.exec_module = exec_then_patch  # type: ignore[method-assign]
-        return spec
+def _patch_logged(name: str, module: Any) -> None:
+    try:
+        patch(module)
+    except Exception as e:
+        sys.stderr.write(f"graphdbg: could not wrap torch.compile backends ({type(e).__name__}: {e})\n")
 
 
 def install() -> None:
     if TARGET in sys.modules:
         patch(sys.modules[TARGET])
-    elif not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchOnImport())
+    else:
+        watch("autowrap", lambda name: name == TARGET, _patch_logged)

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.abc
-import importlib.machinery
 import sys
 import threading
 from dataclasses import dataclass
@@ -34,6 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch.fx as fx
+
+from graphdbg.capture.on_import import watch
 
 if TYPE_CHECKING:
     from graphdbg.capture.hook import CapturingBackend
@@ -275,26 +275,6 @@ def _apply(name: str, module: Any) -> None:
         say(f"graphdbg: could not watch {name} for nested compiles ({type(e).__name__}: {e})")
 
 
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Patches an entry point's module right after it is imported, so that watching for nested
-    compiles never imports Inductor into a program that does not use it."""
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name not in _PATCHES or name in _installed:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_then_patch(module: Any) -> None:
-            exec_module(module)
-            _apply(name, module)
-
-        spec.loader.exec_module = exec_then_patch  # type: ignore[method-assign]
-        return spec
-
-
 def install() -> None:
     """Watch the nested-compile entry points in this process (idempotent, cheap)."""
     for name in _PATCHES:
@@ -303,5 +283,6 @@ def install() -> None:
             if name == "torch._inductor" and not hasattr(module, "standalone_compile"):
                 continue  # still being imported: the finder below patches it once it is done
             _apply(name, module)
-    if len(_installed) < len(_PATCHES) and not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchOnImport())
+    if len(_installed) < len(_PATCHES):
+        # the rest are patched right after they are imported: watching never imports Inductor
+        watch("nested", lambda name: name in _PATCHES and name not in _installed, _apply)

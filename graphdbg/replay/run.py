@@ -114,7 +114,8 @@ def run_case(
             # Dynamo trims its callers' frames from tracebacks; find the node while they are here.
             # With a graph break this is one of several graphs, each with inputs of its own: keep
             # them (references) for the interpreter, in case the frames don't say.
-            held = list(args[0]) if len(args) == 1 and isinstance(args[0], list) else list(args)
+            boxed = getattr(compiled, "_boxed_call", False) and len(args) == 1 and isinstance(args[0], list)
+            held = list(args[0]) if boxed else list(args)
             try:
                 return compiled(*args)
             except Exception as e:

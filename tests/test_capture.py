@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import traceback
+from pathlib import Path
 
 import pytest
 import torch
@@ -106,6 +107,50 @@ def test_runtime_error_of_compiled_code(tmp_path):
     case = dump.case()
     with pytest.raises(RuntimeError, match="mat1 and mat2 shapes cannot be multiplied"):
         programs.broken_transpose_backend(case.gm, case.inputs)(*case.inputs)
+
+
+GRAPHDBG_DIR = str(Path(graphdbg.__file__).resolve().parent)
+
+
+def _frames(e):
+    """(file, function) of every frame of ``e`` and of its causes; fx's generated code by kind only."""
+    out = []
+    while e is not None:
+        for f in traceback.extract_tb(e.__traceback__):
+            out.append(("<eval_with_key>" if f.filename.startswith("<eval_with_key>") else f.filename, f.name))
+        e = e.__cause__
+    return out
+
+
+@pytest.mark.parametrize("backend", [programs.broken_transpose_backend, programs.refuses_gelu],
+                         ids=["runtime_error", "compile_error"])
+def test_the_users_traceback_has_no_graphdbg_frame(tmp_path, capfd, backend):
+    model, x = programs.tiny_block()
+    _, bare = _call(torch.compile(model, backend=backend), x)
+    bare_err = capfd.readouterr().err
+    torch._dynamo.reset()
+    _, wrapped = _call(torch.compile(model, backend=graphdbg.capture(backend, dump_dir=tmp_path)), x)
+    wrapped_err = capfd.readouterr().err
+    assert len(find_dumps(tmp_path)) == 1
+    assert type(wrapped) is type(bare) and str(wrapped) == str(bare)
+    if sys.version_info >= (3, 11):
+        # the very frames the program shows without graphdbg: none of graphdbg's, and the
+        # backend's or its generated code's line where the error was raised
+        assert _frames(wrapped) == _frames(bare)
+        assert not [f for f in _frames(wrapped) if f[0].startswith(GRAPHDBG_DIR)]
+    else:  # a bare raise keeps the wrapper's frame on 3.10; pytest hides it
+        tb = wrapped.__cause__.__traceback__ if wrapped.__cause__ else wrapped.__traceback__
+        ours = [t.tb_frame for t in _walk(tb) if t.tb_frame.f_code.co_filename.startswith(GRAPHDBG_DIR)]
+        assert ours and all(f.f_locals.get("__tracebackhide__") for f in ours)
+    # and no report on stderr that the program without graphdbg doesn't print (fx's, when its
+    # generated frames are cut), only graphdbg's own line about the dump
+    assert ("Call using an FX-traced Module" in wrapped_err) == ("Call using an FX-traced Module" in bare_err)
+
+
+def _walk(tb):
+    while tb is not None:
+        yield tb
+        tb = tb.tb_next
 
 
 def test_accuracy_mode_dumps_wrong_numbers_and_returns_them_unchanged(tmp_path):

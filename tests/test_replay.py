@@ -47,6 +47,44 @@ def test_crash_reproduces_the_captured_signature(cli):
     assert data["node"] == "linear"
 
 
+def _linears(dump):
+    """The dump's linear nodes, in order, with their weight's shape."""
+    from graphdbg.graph_hash import target_name
+
+    return [(n, tuple(n.args[1].meta["graphdbg_spec"].shape)) for n in dump.printed.graph.nodes
+            if target_name(n) == "torch._C._nn.linear"]
+
+
+def test_dynamic_shapes_crash_names_the_linear_that_raised(cli):
+    """block_dynamic was captured with dynamic shapes: its graph starts with SymInt inputs and
+    reads each RMSNorm's eps with .item(), where the replay's re-trace breaks the graph; the
+    traceback also runs through the split graph's code at the line it broke on (an ``item``),
+    and fx's GraphModule.__call__ cut the failing graph's frames. The node named is still the
+    one whose execution raised."""
+    dump = graphdbg.load(FIXTURES / "block_dynamic")
+    assert any(n.op == "placeholder" and n.meta["graphdbg_spec"].kind == "symint" for n in dump.printed.graph.nodes)
+    # broken_transpose_backend transposes every linear's weight: the first non-square one raises
+    expected = next(n for n, shape in _linears(dump) if shape[0] != shape[1])
+    r = cli("replay", FIXTURES / "block_dynamic", "--trust-backend", "--json")
+    assert r.code == 1, r
+    data = json.loads(r.out)
+    assert data["status"] == "crash" and data["stage"] == "run" and data["reproduces"]
+    assert (data["node"], data["node_target"]) == (expected.name, "torch._C._nn.linear")
+    assert data["signature"].endswith(" @ torch._C._nn.linear")
+
+
+@pytest.mark.parametrize("backend", ["transposes_biased_linear_weights", "transposes_biased_linear_weights_called_as_module"])
+def test_a_crash_in_a_later_graph_after_a_break_is_named_in_the_dumps_nodes(backend):
+    """The failing linear is in the third graph Dynamo makes of the dump (after two breaks);
+    the node is found from that graph's own frames, or (when GraphModule.__call__ cut them) by
+    running that graph, on its own inputs, under fx.Interpreter; and named as in the dump."""
+    dump = graphdbg.load(FIXTURES / "block_dynamic")
+    expected = next(n for n, _ in _linears(dump) if len(n.args) > 2 and n.args[2] is not None)
+    outcome = dump.case().run(f"backends_for_tests:{backend}")
+    assert outcome.status == "crash" and outcome.stage == "run", outcome
+    assert (outcome.node, outcome.node_target) == (expected.name, "torch._C._nn.linear")
+
+
 def test_signature_is_stable_across_runs_and_ranks(tmp_path, monkeypatch):
     case = graphdbg.load(FIXTURES / "block_compile_error").case()
     a = case.run("backends_for_tests:crash_on_call")

@@ -4,7 +4,8 @@
     >>> compiled(x)   # if Inductor fails, dumps/rank0/<id>/ holds the graph and its inputs
 
 The wrapper is transparent: the backend sees the same graph and inputs, the user sees the
-same result or the same exception (type, message and traceback). Everything graphdbg does
+same result or the same exception (type, message and traceback: the wrapper's frames are
+taken out of it, see ``capture/passthrough.py``). Everything graphdbg does
 on top is guarded, so a failure to dump costs one line on stderr and nothing else.
 """
 
@@ -27,6 +28,7 @@ from graphdbg.capture.armed import ArmedCalls
 from graphdbg.capture.backend_recipe import backend_recipe
 from graphdbg.capture.dynamo_exceptions import is_control_flow
 from graphdbg.capture.origin import compile_origin
+from graphdbg.capture.passthrough import as_dynamo_calls_it, drop_own_frame
 from graphdbg.capture.rng import rng_state, same_draws
 from graphdbg.capture.snapshot import GraphSnapshot, format_exception
 from graphdbg.capture import nested
@@ -182,6 +184,7 @@ class CapturingBackend:
         return self.backend_ref if self._user_object is None else repr(self._user_object)
 
     def __call__(self, gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
+        __tracebackhide__ = True  # noqa: F841 - pytest hides this frame where Python keeps it (3.10)
         with self._lock:
             seq = next(self._seq)
         parent = nested.parent_of(gm)  # this capture runs inside another captured backend
@@ -197,7 +200,11 @@ class CapturingBackend:
         if snap is not None and self.mode == "always":
             self._dump(snap, list(example_inputs), "captured", None, inputs_state="at_compile")
         if snap is None:
-            return self.backend(gm, example_inputs, **kwargs)
+            try:
+                return self.backend(gm, example_inputs, **kwargs)
+            except BaseException as e:
+                drop_own_frame(e)
+                raise
         watch = watch_backward(self, snap)  # training: the lazily compiled backward (capture/training.py)
         with nested.outer_frame(self, snap, gm, "compile"):
             try:
@@ -208,9 +215,13 @@ class CapturingBackend:
                 written = None if is_control_flow(e) else self._dump(snap, list(example_inputs), "compile_error", e,
                                                                        inputs_state="at_compile")
                 self._link_pieces(snap, written, list(example_inputs), "at_compile")
+                drop_own_frame(e)  # the user's traceback, as without graphdbg (capture/passthrough.py)
+                raise
+            except BaseException as e:
+                drop_own_frame(e)
                 raise
         self._link_pieces(snap, None, list(example_inputs), "at_compile")
-        return watch.wrap_forward(self._wrap(compiled, snap, gm))
+        return watch.wrap_forward(self._wrap(as_dynamo_calls_it(compiled), snap, gm))
 
     def _wrap(self, compiled: Callable[..., Any], snap: GraphSnapshot, gm: fx.GraphModule) -> Callable[..., Any]:
         boxed = bool(getattr(compiled, "_boxed_call", False))
@@ -218,6 +229,7 @@ class CapturingBackend:
         arming = ArmedCalls(self, snap)  # the first calls leave a crash dump if a signal kills them
 
         def run(*args: Any) -> Any:
+            __tracebackhide__ = True  # noqa: F841 - pytest hides this frame where Python keeps it (3.10)
             # Dynamo calls with positional inputs even when the compiled function is boxed; an
             # AOT caller passes one list, which a boxed callee may empty: keep our own references.
             boxed_list = boxed and len(args) == 1 and isinstance(args[0], list)
@@ -237,6 +249,10 @@ class CapturingBackend:
                         snap.dumped.add("runtime_error")
                         written = self._dump(snap, inputs, "runtime_error", e, inputs_state="after_failed_call")
                     self._link_pieces(snap, written, inputs, "after_failed_call")
+                    drop_own_frame(e)  # the user's traceback, as without graphdbg (capture/passthrough.py)
+                    raise
+                except BaseException as e:
+                    drop_own_frame(e)
                     raise
             if snap.children:
                 self._link_pieces(snap, None, inputs, "at_call")

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import torch.fx as fx
 
 from graphdbg.capture.on_import import watch
+from graphdbg.capture.passthrough import drop_own_frame
 
 if TYPE_CHECKING:
     from graphdbg.capture.hook import CapturingBackend
@@ -179,13 +180,18 @@ def _entry(fn: Callable[..., Any], backend: Callable[[tuple, dict], str], graph_
 
     @functools.wraps(fn)
     def entry(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # noqa: F841 - pytest hides this frame where Python keeps it (3.10)
         try:
             gm, inputs = graph_and_inputs(args, kwargs)
             frame = parent_of(gm)
         except Exception:
             frame = None
         if frame is None:
-            return fn(*args, **kwargs)
+            try:
+                return fn(*args, **kwargs)
+            except BaseException as e:
+                drop_own_frame(e)  # the user's traceback, as without graphdbg (capture/passthrough.py)
+                raise
         from graphdbg.capture.snapshot import GraphSnapshot
         from graphdbg.compiler_config import config_diff
 
@@ -206,6 +212,10 @@ def _entry(fn: Callable[..., Any], backend: Callable[[tuple, dict], str], graph_
                     name, position = frame.owner._guarded(lambda: piece_place(gm), "name the piece") or (None, None)
                     dump_piece(frame, snap, inputs, e, backend=backend(args, kwargs), call=call, name=name,
                                position=position, config=snap.config)
+                drop_own_frame(e)
+                raise
+            except BaseException as e:
+                drop_own_frame(e)
                 raise
 
     entry._graphdbg_piece_entry = True  # type: ignore[attr-defined]

@@ -34,6 +34,7 @@ import torch
 import torch.fx as fx
 
 from graphdbg.accuracy import OutputMismatch, compare_value
+from graphdbg.capture.passthrough import drop_own_frame
 from graphdbg.capture.snapshot import GraphSnapshot
 from graphdbg.rebuild.inputs import clone_values
 
@@ -219,11 +220,16 @@ class BackwardWatch:
 
         @functools.wraps(fn)
         def run(*args: Any) -> Any:
+            __tracebackhide__ = True  # noqa: F841 - pytest hides this frame where Python keeps it (3.10)
             if self.bw_count:
                 values = list(args[0]) if boxed and len(args) == 1 and isinstance(args[0], list) else list(args)
                 if torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in values):
                     self.last_inputs = values
-            return fn(*args)
+            try:
+                return fn(*args)
+            except BaseException as e:
+                drop_own_frame(e)  # the user's traceback, as without graphdbg (capture/passthrough.py)
+                raise
 
         if boxed:
             run._boxed_call = True  # type: ignore[attr-defined]
@@ -236,6 +242,7 @@ class BackwardWatch:
         self.bw_reference = _function_reference(bw_compiler)
 
         def compile_backward(gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
+            __tracebackhide__ = True  # noqa: F841
             owner = watch.owner
             accuracy = owner.mode == "accuracy"
             bsnap = owner._guarded(lambda: _backward_snapshot(watch.snap, gm, accuracy), "snapshot the backward graph")
@@ -248,6 +255,10 @@ class BackwardWatch:
                 if bsnap is not None and (args is not None or not watch.compiling):
                     watch.dump(bsnap, args if args is not None else list(example_inputs), "compile_error", e,
                                inputs_state="backward_at_compile" if args is not None else "backward_fake")
+                drop_own_frame(e)
+                raise
+            except BaseException as e:
+                drop_own_frame(e)
                 raise
             if bsnap is None:
                 return compiled
@@ -265,6 +276,7 @@ class BackwardWatch:
         accuracy = owner.mode == "accuracy" and bsnap.eager is not None
 
         def run(*args: Any) -> Any:
+            __tracebackhide__ = True  # noqa: F841
             values = list(args[0]) if boxed and len(args) == 1 and isinstance(args[0], list) else list(args)
             before = owner._guarded(lambda: clone_values(values), "copy the backward's inputs") \
                 if accuracy and "accuracy" not in bsnap.dumped else None
@@ -274,6 +286,10 @@ class BackwardWatch:
                 if "runtime_error" not in bsnap.dumped:
                     bsnap.dumped.add("runtime_error")
                     self.dump(bsnap, values, "runtime_error", e, inputs_state="backward_after_failed_call")
+                drop_own_frame(e)
+                raise
+            except BaseException as e:
+                drop_own_frame(e)
                 raise
             if before is not None:
                 bad = owner._guarded(lambda: _gradient_mismatches(bsnap, before, grads, owner.rtol, owner.atol),

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import linecache
 import re
 import time
 import traceback as tb
@@ -32,6 +33,7 @@ import torch
 import torch.fx as fx
 
 from graphdbg.accuracy import compare_outputs, forgive, needs_float64
+from graphdbg.capture.passthrough import as_dynamo_calls_it
 from graphdbg.compiler_config import applied_config, replay_settings
 from graphdbg.errors import GraphdbgError
 from graphdbg.graph_hash import target_name
@@ -103,16 +105,22 @@ def run_case(
         reports.extend(done)
         state["gm"] = gm
         t0 = time.perf_counter()
-        compiled = backend_fn(gm, example_inputs, **kwargs)
+        # what Dynamo calls for a GraphModule's lazy forward, which it can't see behind ``run`` below
+        compiled = as_dynamo_calls_it(backend_fn(gm, example_inputs, **kwargs))
         state["compile_s"] += time.perf_counter() - t0
         state["compiled"] = True
 
         def run(*args: Any) -> Any:
             # Dynamo trims its callers' frames from tracebacks; find the node while they are here.
+            # With a graph break this is one of several graphs, each with inputs of its own: keep
+            # them (references) for the interpreter, in case the frames don't say.
+            boxed = getattr(compiled, "_boxed_call", False) and len(args) == 1 and isinstance(args[0], list)
+            held = list(args[0]) if boxed else list(args)
             try:
                 return compiled(*args)
             except Exception as e:
                 state["node"] = failing_node(e, gm)
+                state["failed"] = (gm, held)
                 raise
 
         if getattr(compiled, "_boxed_call", False):
@@ -164,9 +172,14 @@ def run_case(
             return outcome
         inner = _unwrap(e)
         node = state["node"]
+        failed_gm, failed_inputs = state.get("failed") or (state["gm"], case.inputs)
         if node is None and state["compiled"]:
-            node = _locate_with_interpreter(state["gm"], case.inputs, inner, grad, mutated)
-        _crash(outcome, inner, "run" if state["compiled"] else "compile", state["gm"], node)
+            node = _locate_with_interpreter(failed_gm, failed_inputs, inner, grad, mutated_inputs(failed_gm))
+        if node is None:
+            node = failing_node(inner, failed_gm)
+        if node is not None:
+            node = dump_node(node, gm)  # in the dump's names, not those of Dynamo's re-trace
+        _crash(outcome, inner, "run" if state["compiled"] else "compile", failed_gm, node)
     else:
         if reference is not None:
             # what the backend wrote is judged first; then its inputs are done with and only outputs are
@@ -428,21 +441,69 @@ def _locate_with_interpreter(gm: fx.GraphModule, inputs: list[Any], exc: BaseExc
 
 
 _WHILE_EXECUTING = re.compile(r"While executing %(\w+)")
+_ASSIGNS = re.compile(r"\s*([A-Za-z_]\w*)\s*(?::[^=]*)?=(?!=)")  # fx's line for a node: `name = ...` or `name: T = ...`
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 
 def failing_node(e: BaseException, gm: fx.GraphModule) -> fx.Node | None:
-    """The node whose code raised, from the traceback through fx's generated forward, or the
-    'While executing %name' note fx.Interpreter adds."""
+    """The node whose code raised, from the traceback through ``gm``'s generated forward, or the
+    'While executing %name' note fx.Interpreter adds.
+
+    Only frames of ``gm``'s own code count: with a graph break the traceback also passes
+    through the code of the graph Dynamo split (at the line it broke on), and through other
+    GraphModules' code, whose line numbers mean nothing in ``gm``."""
     nodes = {n.name: n for n in gm.graph.nodes}
     text = exception_text(e) + "".join(str(n) for n in (getattr(e, "__notes__", None) or []) if isinstance(n, str))
     m = _WHILE_EXECUTING.search(text)
     if m and m.group(1) in nodes:
         return nodes[m.group(1)]
-    code_lines = gm.code.splitlines()
+    own = _code_file(gm)
+    if own is None:
+        return None
     for frame in reversed(tb.extract_tb(e.__traceback__)):
-        if frame.filename.startswith("<eval_with_key>") and frame.lineno and 0 < frame.lineno <= len(code_lines):
-            line = code_lines[frame.lineno - 1].strip()
-            name = line.split("=", 1)[0].strip().split(":")[0].strip() if "=" in line else ""
-            if name in nodes:
-                return nodes[name]
+        if frame.filename == own and frame.lineno:
+            node = _node_on_line(gm, frame.lineno)
+            if node is not None:
+                return node
     return None
+
+
+def dump_node(node: fx.Node, gm: fx.GraphModule) -> fx.Node:
+    """``node`` of a graph Dynamo traced from ``gm``'s code, as the node of ``gm`` it came from.
+
+    Dynamo names a re-traced graph's nodes afresh (after a graph break the second graph's first
+    linear is ``linear`` again); each node's ``stack_trace`` still names the line of ``gm``'s
+    code it was traced from. A node that came from no line of ``gm`` (a backend or pass added
+    it), or from one that calls something else, stays as it is."""
+    if node.graph is gm.graph:
+        return node
+    own = _code_file(gm)
+    trace = node.meta.get("stack_trace") if own is not None else None
+    if not isinstance(trace, str):
+        return node
+    lines = [int(n) for f, n in _FRAME.findall(trace) if f == own]
+    found = _node_on_line(gm, lines[-1]) if lines else None
+    if found is None or target_name(found) != target_name(node):
+        return node
+    return found
+
+
+def _code_file(gm: fx.GraphModule) -> str | None:
+    """The file name of ``gm``'s generated forward (``<eval_with_key>.N``), or None."""
+    code = getattr(getattr(type(gm), "forward", None), "__code__", None)
+    name = getattr(code, "co_filename", None)
+    return name if isinstance(name, str) and name.startswith("<eval_with_key>") else None
+
+
+def _node_on_line(gm: fx.GraphModule, lineno: int) -> fx.Node | None:
+    """The node line ``lineno`` of ``gm``'s generated code computes."""
+    line = linecache.getline(_code_file(gm) or "", lineno) or _line(gm.code, lineno)
+    m = _ASSIGNS.match(line)
+    if m is None:
+        return None
+    return next((n for n in gm.graph.nodes if n.name == m.group(1) and n.op != "placeholder"), None)
+
+
+def _line(text: str, lineno: int) -> str:
+    lines = text.splitlines()
+    return lines[lineno - 1] if 0 < lineno <= len(lines) else ""

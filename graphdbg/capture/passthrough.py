@@ -1,0 +1,55 @@
+"""Keep graphdbg out of what the user sees when an exception passes through its wrappers.
+
+    >>> try:
+    ...     out = compiled(*args)
+    ... except Exception as e:
+    ...     dump(e)
+    ...     drop_own_frame(e)
+    ...     raise          # a bare raise: the traceback now lacks this frame
+
+Every frame an exception unwinds through gets an entry at the head of its traceback when it
+gets there. A bare ``raise`` (Python 3.11+) re-raises the exception with the traceback it
+carries, adding nothing; so taking the wrapper's entry off the head just before it leaves the
+traceback as it would be without the wrapper. On Python 3.10 a bare ``raise`` re-raises the
+traceback the interpreter saved when the ``except`` began, and the wrapper's frame stays
+(marked ``__tracebackhide__``, which pytest honours).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+
+def drop_own_frame(e: BaseException) -> None:
+    """Take the calling function's own entry off the head of ``e``'s traceback.
+
+    Call it last in an ``except`` block, right before a bare ``raise``."""
+    tb = e.__traceback__
+    if tb is not None and tb.tb_frame is sys._getframe(1):
+        e.__traceback__ = tb.tb_next
+
+
+def as_dynamo_calls_it(compiled: Callable[..., Any]) -> Callable[..., Any]:
+    """The callable Dynamo would call for a backend's result.
+
+    A backend that returns ``gm.forward`` of a lazily compiled GraphModule hands Dynamo the
+    ``_lazy_forward`` stub; Dynamo compiles the module's code at once and calls its real
+    ``forward`` instead, so an error in that code keeps the generated line in its traceback.
+    Behind a wrapper Dynamo sees only the wrapper, so the wrapper has to do the same: calling
+    the stub goes through ``GraphModule.__call__``, which cuts the generated frames from the
+    traceback and prints fx's own report on stderr."""
+    owner = getattr(compiled, "__self__", None)
+    if getattr(compiled, "__name__", None) != "_lazy_forward" or owner is None:
+        return compiled
+    try:
+        from torch.fx._lazy_graph_module import _LazyGraphModule
+    except ImportError:  # a torch without lazy graph modules never hands out the stub
+        return compiled
+    if not isinstance(owner, _LazyGraphModule):
+        return compiled
+    try:
+        owner.real_recompile()
+    except Exception:  # the stub raises the same when it is called, where Dynamo would have raised it
+        return compiled
+    return owner.forward

@@ -167,7 +167,8 @@ def torchrun_run(tmp_path_factory) -> Path:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with (run / "log.txt").open("wb") as f:
         proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--tee", "3",
-                               str(program), str(run)], stdout=f, stderr=subprocess.STDOUT, env=env, timeout=300, cwd=tmp)
+                               "--log-dir", str(tmp / "torchrun_logs"), str(program), str(run)],
+                              stdout=f, stderr=subprocess.STDOUT, env=env, timeout=300, cwd=tmp)
     assert proc.returncode != 0, (run / "log.txt").read_text()[-3000:]
     return run
 
@@ -193,6 +194,23 @@ def test_torchrun_log_splits_by_rank_prefix_and_attaches_each_failure_to_its_gra
     # rank 0 never names its files: its last graph; rank 1 names the file it compiles
     assert rows["rank0_1.py"]["log_inferred"] is True and "last graph (Graph 1)" in rows["rank0_1.py"]["log_how"]
     assert "names before the failure (rank1_0.py" in rows["rank1_0.py"]["log_how"]
+
+
+def test_torchruns_per_rank_log_files_give_the_rank_by_folder(cli, torchrun_run, tmp_path):
+    # the same run as torchrun's --log-dir wrote it: RUN/attempt_0/<local rank>/stderr.log, no prefixes
+    run = tmp_path / "run"
+    run.mkdir()
+    for graph in torchrun_run.glob("rank*.py"):
+        shutil.copy(graph, run)
+    shutil.copytree(torchrun_run.parent / "torchrun_logs", run / "logs")
+    data = _ls(cli, run)
+    assert sorted(Path(log["path"]).parent.name for log in data["logs"] if "stderr" in log["path"]) == ["0", "1"]
+    failures = {f["signature"]: f for log in data["logs"] for f in log["failures"]}
+    gelu, add = failures["NotImplementedError: no lowering for gelu"], failures["NotImplementedError: no lowering for add"]
+    assert gelu["ranks"] == [0] and add["ranks"] == [1] and gelu["rank_source"] == add["rank_source"] == "file_name"
+    rows = {Path(d["path"]).name: d for d in data["dumps"]}
+    assert rows["rank0_1.py"]["signature"] == gelu["signature"] and rows["rank1_0.py"]["signature"] == add["signature"]
+    assert rows["rank0_0.py"]["kind"] == "foreign"
 
 
 def test_explicit_log_from_elsewhere(cli, torchrun_run, tmp_path):

@@ -125,12 +125,37 @@ class RunLog:
 
 
 def find_logs(folder: Path) -> list[Path]:
-    """The run logs in ``folder``: ``log.txt`` and ``*.log``."""
+    """The run logs in ``folder``: ``log.txt`` and ``*.log``, and the per-rank files torchrun's
+    ``--log-dir`` writes below it (``RUN/attempt_K/LOCAL_RANK/stderr.log``; the last attempt
+    of each run, at most three folders down)."""
     try:
         entries = sorted(p for p in folder.iterdir() if p.is_file())
     except OSError:
         return []
-    return [p for p in entries if p.name in LOG_NAMES or p.suffix in LOG_SUFFIXES]
+    found = [p for p in entries if p.name in LOG_NAMES or p.suffix in LOG_SUFFIXES]
+    attempts: dict[Path, list[Path]] = {}
+    for pattern in _TORCHRUN_LOGS:
+        try:
+            for log in folder.glob(pattern):
+                if log.is_file() and torchrun_rank(log) is not None:
+                    attempts.setdefault(log.parent.parent.parent, []).append(log)
+        except OSError:
+            continue
+    for logs in attempts.values():
+        last = max(int(p.parent.parent.name.partition("_")[2]) for p in logs)
+        found += sorted(p for p in logs if int(p.parent.parent.name.partition("_")[2]) == last)
+    return found
+
+
+_TORCHRUN_LOGS = ("attempt_*/*/*.log", "*/attempt_*/*/*.log", "*/*/attempt_*/*/*.log")
+_ATTEMPT = re.compile(r"attempt_\d{1,6}")
+
+
+def torchrun_rank(path: Path) -> int | None:
+    """The local rank of a file torchrun wrote under ``--log-dir`` (``attempt_0/3/stderr.log``)."""
+    if path.parent.name.isdigit() and len(path.parent.name) < 7 and _ATTEMPT.fullmatch(path.parent.parent.name):
+        return int(path.parent.name)
+    return None
 
 
 def read_log(path: str | Path, graph_names: Iterable[str] = ()) -> RunLog:
@@ -241,7 +266,8 @@ class _Scanner:
     def __init__(self, path: Path, graph_names: Iterable[str]):
         self.path = path
         m = _RANK_FILE.search(path.name)
-        self.file_rank = int(m.group(1)) if m else None  # rank3.log: unprefixed lines are rank 3's
+        # rank3.log, or torchrun's attempt_0/3/stderr.log: unprefixed lines are rank 3's
+        self.file_rank = int(m.group(1)) if m else torchrun_rank(path)
         self.ranks: set[int] = set()
         self.processes: set[int] = set()
         self.open: deque[_Traceback] = deque()

@@ -186,7 +186,7 @@ def show(dump: Annotated[Path, typer.Argument(help="A dump folder or a graph fil
     _inputs_setup(ops)
     d = load_with_log(dump, log)
     if as_json:
-        _print_json({**summary_row(d), **{k: d.manifest[k] for k in ("parent", "children", "config", "backend_source")
+        _print_json({**summary_row(d), **{k: d.manifest[k] for k in ("parent", "children", "config", "backend_source", "backend_recipe")
                                           if k in (getattr(d, "manifest", None) or {})},
                      "nodes_table": d.nodes().to_dict(orient="records"),
                      "inputs_table": d.inputs_table().to_dict(orient="records")})
@@ -322,6 +322,7 @@ def compare(
     import pandas as pd
 
     import graphdbg
+    from graphdbg.capture.backend_recipe import backend_label
     from graphdbg.render import compare_table
 
     _inputs_setup(ops, seed)
@@ -336,7 +337,7 @@ def compare(
             Console(stderr=True).print(f"graphdbg: left out {e}", highlight=False, soft_wrap=True, markup=False)
     rows = []
     for i, name in enumerate(names, 1):  # one backend at a time, so a slow one shows progress
-        with _progress(f"compare: {name} ({i}/{len(names)})", quiet=as_json):
+        with _progress(f"compare: {backend_label(name)} ({i}/{len(names)})", quiet=as_json):
             rows.append(graphdbg.compare(d, [name], device=device, isolate=isolate, timeout=timeout))
     df = pd.concat(rows, ignore_index=True)
     if as_json:

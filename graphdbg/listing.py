@@ -108,6 +108,10 @@ def summary_row(d: Dump) -> dict[str, Any]:
     (all None otherwise). The backend is then the log's. A captured dump's row adds ``frame``,
     ``compile_id`` (capture/origin.py) and ``module``, the module path all its nodes share."""
     row = d.summary()
+    if d.manifest.get("backend_recipe") is not None:  # aot_autograd(...) / partial: what it was built from
+        from graphdbg.capture.backend_recipe import shown_backend
+
+        row["backend"] = shown_backend(d.manifest)
     if d.format == "dump":
         origin = d.manifest.get("origin") or {}
         where = f"{origin['function']} ({Path(origin['file']).name}:{origin['line']})" if origin.get("function") else None

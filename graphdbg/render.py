@@ -265,13 +265,20 @@ def _short_construct(name: str) -> str:
     return name.removeprefix("torch.ops.higher_order.").removeprefix("torch.ops.").removeprefix("torch.")
 
 
+def _shown_backend(dump: Dump) -> str:
+    """The dump's backend; an aot_autograd(...)/partial one as its recipe reads."""
+    from graphdbg.capture.backend_recipe import shown_backend
+
+    return shown_backend(dump.manifest)
+
+
 def dump_panel(dump: Dump) -> Panel:
     lines = Text()
     failure = dump.manifest.get("failure") or {}
     log = failure.get("log") if failure.get("source") == "log" else None
     env = dump.manifest.get("env") or {}
     captured = bool(env.get("torch"))  # a graphdbg capture records its environment; another tool's file doesn't
-    backend = (failure.get("backend") if log else None) or (dump.backend if captured else None)
+    backend = (failure.get("backend") if log else None) or (_shown_backend(dump) if captured else None)
     if dump.failure_kind == "foreign" and not log:
         lines.append("printed graph, no failure recorded", style="bold")
     else:

@@ -108,12 +108,13 @@ def _rel(p: str, root: str) -> str:
 
 
 def _group_section(i: int, g: dict[str, Any], listing: Any) -> str:
+    from graphdbg.capture.backend_recipe import shown_backend
     from graphdbg.render import rank_ranges, stand_ins_text
     from graphdbg.tables import failing_node_names
 
     dump = next(d for d in listing.dumps if str(d.path) == g["paths"][0])
     parts = [f"<h2 id='group-{i}'>{_e(dump.id)} <span class='kind-{_e(g['kind'])}'>{_e(g['kind'])}</span></h2>",
-             f"<p>ranks {_e(rank_ranges(g['ranks']))}; {_e(g['nodes'])} nodes; backend <code>{_e(dump.backend)}</code></p>"]
+             f"<p>ranks {_e(rank_ranges(g['ranks']))}; {_e(g['nodes'])} nodes; backend <code>{_e(shown_backend(dump.manifest))}</code></p>"]
     parts.append("<p>" + "<br>".join(f"<span class=path>{_e(_rel(p, str(listing.root)))}</span>" for p in g["paths"][:8])
                  + (f"<br><span class=muted>and {len(g['paths']) - 8} more</span>" if len(g["paths"]) > 8 else "") + "</p>")
     if g.get("signature"):
@@ -219,12 +220,14 @@ def steps_svg(steps: list[dict[str, Any]], start_nodes: int, width: int = 420, h
 
 
 def _minify_section(minified: dict[str, Any], dump: Any) -> str:
+    from graphdbg.capture.backend_recipe import backend_label
+
     steps = minified.get("steps") or []
     start = minified.get("start_nodes") or (steps[0]["nodes_before"] if steps else dump.node_count)
     rows = "".join(f"<tr><td>{_e(s.get('pass_name'))}</td><td>{_e(s.get('nodes_before'))} &rarr; {_e(s.get('nodes_after'))}</td>"
                    f"<td>{_e(s.get('queries'))}</td><td>{float(s.get('seconds') or 0):.1f}s</td></tr>" for s in steps)
     parts = [f"<h3>minify</h3><p>{_e(start)} &rarr; {_e(dump.node_count)} nodes in {_e(minified.get('oracle_queries'))} queries"
-             f"{' (interrupted)' if minified.get('interrupted') else ''}; backend <code>{_e(minified.get('backend'))}</code>"
+             f"{' (interrupted)' if minified.get('interrupted') else ''}; backend <code>{_e(backend_label(minified.get('backend')))}</code>"
              + (f"; from <span class=path>{_e(minified.get('from'))}</span>" if minified.get("from") else "") + "</p>",
              steps_svg(steps, int(start)),
              "<table><tr><th>pass</th><th>nodes</th><th>queries</th><th>time</th></tr>" + rows + "</table>"]

@@ -368,3 +368,96 @@ def test_aot_autograd_and_partial_backends_are_recorded_and_rebuilt(tmp_path, mo
         assert outcome.reproduces(d), (name, outcome.summary(), d.signature)
     assert recipe == {"kind": "partial", "func": {"callable": "model_backends:compile_with_options"}, "args": [],
                       "keywords": {"refuse": {"value": "silu"}}, "complete": True}
+
+
+def _silu_relu(x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.silu(x) * 2 + torch.relu(x)
+
+
+def _capture_failing(backend, dump_dir: Path, capsys) -> Path:
+    torch._dynamo.reset()
+    with pytest.raises(Exception), torch.no_grad():
+        torch.compile(_silu_relu, backend=graphdbg.capture(backend, dump_dir=dump_dir))(torch.randn(4, 8))
+    capsys.readouterr()  # capture's own "dump written" line is not the CLI's
+    [dump] = _dumps(dump_dir)
+    return dump
+
+
+def test_recipe_backends_replay_minify_and_refuse_through_the_cli(tmp_path, cli, capsys):
+    """A dump of aot_autograd(fw_compiler=...) / functools.partial(...) replays under the backend it
+    recorded (in a child and in-process), only with --trust-backend, and minifies keeping its failure."""
+    import functools
+
+    from torch._dynamo.backends.common import aot_autograd
+
+    from model_backends import compile_with_options, fw_refusing_silu
+
+    shown = {"aot": "aot_autograd(fw_compiler=model_backends:fw_refusing_silu)",
+             "partial": "partial(model_backends:compile_with_options, refuse='silu')"}
+    for name, backend in [("aot", aot_autograd(fw_compiler=fw_refusing_silu)),
+                          ("partial", functools.partial(compile_with_options, refuse="silu"))]:
+        dump = _capture_failing(backend, tmp_path / name, capsys)
+        d = graphdbg.load(dump)
+        assert ":" in d.manifest["backend"] and d.manifest["backend_recipe"]["complete"], d.manifest["backend"]
+        # without trust: one line naming the recipe's parts and the command to run, exit 2
+        r = cli("replay", dump, "--json")
+        assert r.code == 2 and r.err.strip().count("\n") == 0, r
+        assert shown[name] in r.err and f"graphdbg replay {dump} --trust-backend" in r.err, r
+        # the recipe wins over the recorded class name: the captured failure again, in a child and in-process
+        for isolate in ("--isolate", "--no-isolate")[:2 if name == "aot" else 1]:  # a child (the default), in-process
+            r = cli("replay", dump, "--trust-backend", "--json", isolate)
+            out = json.loads(r.out)
+            assert r.code == 1 and out["reproduces"] and out["signature"] == d.signature, (isolate, r)
+            assert out["backend"] == shown[name] and out["isolated"] == (isolate == "--isolate"), out
+        r = cli("ls", tmp_path / name, "--json")
+        assert [g["backend"] for g in json.loads(r.out)["groups"]] == [shown[name]], r.out
+
+    # minify under the recorded recipe keeps the captured signature; the repro rebuilds the backend alone
+    r = cli("minify", _dumps(tmp_path / "aot")[0], "--out", tmp_path / "min")
+    assert r.code == 2 and "--trust-backend" in r.err, r
+    r = cli("minify", _dumps(tmp_path / "aot")[0], "--trust-backend", "--out", tmp_path / "min", "--json")
+    assert r.code == 0, r
+    [small] = _dumps(tmp_path / "min")
+    m = graphdbg.load(small)
+    assert m.signature == graphdbg.load(_dumps(tmp_path / "aot")[0]).signature, m.signature
+    assert m.node_count < graphdbg.load(_dumps(tmp_path / "aot")[0]).node_count
+    assert m.manifest["backend_recipe"]["kwargs"] == {"fw_compiler": {"callable": "model_backends:fw_refusing_silu"}}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}  # the repro needs torch and the backend, no graphdbg
+    run = subprocess.run([sys.executable, "repro.py"], cwd=tmp_path / "min", env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 1 and run.stdout.startswith("REPRODUCED: NotImplementedError"), run
+    r = cli("replay", small, "--trust-backend", "--json", "--no-isolate")
+    assert r.code == 1 and json.loads(r.out)["reproduces"], r
+
+    # export-test of the captured dump: the test rebuilds the recipe too, and fails while the bug is there
+    r = cli("export-test", _dumps(tmp_path / "aot")[0], "--out", tmp_path / "et" / "test_aot.py")
+    assert r.code == 2 and "graphdbg export-test" in r.err and "--trust-backend" in r.err, r
+    r = cli("export-test", _dumps(tmp_path / "aot")[0], "--out", tmp_path / "et" / "test_aot.py", "--trust-backend")
+    assert r.code == 0, r
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("exported_recipe_test", tmp_path / "et" / "test_aot.py")
+    exported = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(exported)
+    with pytest.raises(AssertionError, match="no lowering for aten.silu.default"):
+        exported.test_aot()  # replays in a child process, as pytest would run it
+
+
+def test_recipe_backend_with_an_unrecorded_part_or_a_forged_recipe_is_one_line(tmp_path, cli, capsys):
+    from torch._dynamo.backends.common import aot_autograd
+
+    from model_backends import fw_refusing_silu
+
+    dump = _capture_failing(aot_autograd(fw_compiler=lambda gm, ex: fw_refusing_silu(gm, ex)), tmp_path / "lam", capsys)
+    assert graphdbg.load(dump).manifest["backend_recipe"]["complete"] is False
+    r = cli("replay", dump, "--trust-backend")
+    assert r.code == 2 and r.err.strip().count("\n") == 0, r
+    assert "fw_compiler (<function" in r.err and "not recorded" in r.err and "--backend" in r.err, r
+    r = cli("replay", dump, "--backend", "eager", "--json")  # --backend still picks one
+    assert r.code == 0 and json.loads(r.out)["status"] == "pass", r
+    # a dump is someone else's file: a recipe not in graphdbg's shape is refused, never imported
+    manifest = json.loads((dump / "manifest.json").read_text())
+    manifest["backend_recipe"] = {"kind": "aot_autograd", "kwargs": {"fw_compiler": {"callable": "os:system('x')"}}}
+    (dump / "manifest.json").write_text(json.dumps(manifest))
+    r = cli("replay", dump, "--trust-backend")
+    assert r.code == 2 and r.err.strip().count("\n") == 0 and "not one graphdbg wrote" in r.err, r

@@ -8,12 +8,20 @@ together again (it imports the named callables: call it only for dumps you trust
     >>> backend_recipe(aot_autograd(fw_compiler=mypkg.compilers.fw))
     {'kind': 'aot_autograd', 'kwargs': {'fw_compiler': {'callable': 'mypkg.compilers:fw'}}, 'complete': True}
     >>> backend = rebuild_backend(dump.manifest["backend_recipe"])
+
+On a command line, in an isolated child's request and in a repro script, a recipe travels as
+one string, ``recipe:`` and its compact JSON (``recipe_spec``); nothing else starts with
+``recipe:{`` (a ``module:callable`` name can't), so readers check for it before they split at
+``:``. People read it as ``describe_recipe`` writes it: ``aot_autograd(fw_compiler=mypkg.compilers:fw)``.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import inspect
+import json
+import re
 from typing import Any
 
 from graphdbg.errors import GraphdbgError
@@ -26,6 +34,8 @@ def _part(value: Any) -> dict[str, Any]:
         nested = backend_recipe(value)
         if nested is not None:
             return {"recipe": nested}
+    if inspect.ismethod(value) and not isinstance(value.__self__, type):
+        return {"unrecorded": repr(value)[:200]}  # bound to an object the dump can't hold
     module, qual = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
     if module and qual and "<" not in qual and module != "__main__":
         return {"callable": f"{module}:{qual}"}
@@ -47,6 +57,117 @@ def backend_recipe(backend: Any) -> dict[str, Any] | None:
     return recipe
 
 
+RECIPE_PREFIX = "recipe:"
+_CALLABLE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+
+
+def recipe_spec(recipe: dict[str, Any]) -> str:
+    """The recipe as one backend string: ``recipe:{...}`` (``resolve_backend`` takes it)."""
+    return RECIPE_PREFIX + json.dumps(recipe, separators=(",", ":"), sort_keys=True)
+
+
+def is_recipe_spec(spec: Any) -> bool:
+    return isinstance(spec, str) and spec.startswith(RECIPE_PREFIX + "{")
+
+
+def recipe_of_spec(spec: str) -> dict[str, Any]:
+    """``recipe:{...}`` -> the recipe, checked; GraphdbgError (one line) when it is not one."""
+    try:
+        recipe = json.loads(spec[len(RECIPE_PREFIX):])
+    except ValueError as e:
+        raise GraphdbgError(f"backend {spec[:80]!r}: not a recipe (bad JSON: {e})") from None
+    return check_recipe(recipe)
+
+
+def check_recipe(recipe: Any) -> dict[str, Any]:
+    """``recipe`` if it has a recipe's shape (a dump is someone else's file); else GraphdbgError."""
+    def part_ok(part: Any) -> bool:
+        if not isinstance(part, dict) or len(part.keys() & {"value", "callable", "recipe", "unrecorded"}) != 1:
+            return False
+        if "value" in part:
+            return part["value"] is None or isinstance(part["value"], (bool, int, float, str))
+        if "callable" in part:
+            return isinstance(part["callable"], str) and bool(_CALLABLE.fullmatch(part["callable"]))
+        if "recipe" in part:
+            return shape_ok(part["recipe"])
+        return isinstance(part["unrecorded"], str)
+
+    def shape_ok(r: Any) -> bool:
+        if not isinstance(r, dict):
+            return False
+        if r.get("kind") == "aot_autograd":
+            kw = r.get("kwargs")
+            return isinstance(kw, dict) and all(isinstance(k, str) and k.isidentifier() and part_ok(v) for k, v in kw.items())
+        if r.get("kind") == "partial":
+            args, kw = r.get("args", []), r.get("keywords", {})
+            return (part_ok(r.get("func")) and isinstance(args, list) and all(map(part_ok, args))
+                    and isinstance(kw, dict) and all(isinstance(k, str) and k.isidentifier() and part_ok(v) for k, v in kw.items()))
+        return False
+
+    if not shape_ok(recipe):
+        raise GraphdbgError(f"the backend recipe {json.dumps(recipe, default=str)[:120]} is not one graphdbg wrote "
+                            "(kind aot_autograd or partial, parts named module:qualname); give the backend with --backend")
+    return recipe
+
+
+def _shown(part: dict[str, Any]) -> str:
+    if "value" in part:
+        return repr(part["value"])
+    if "recipe" in part:
+        return describe_recipe(part["recipe"])
+    if "callable" in part:
+        return part["callable"]
+    return "<not recorded>"
+
+
+def describe_recipe(recipe: dict[str, Any]) -> str:
+    """How people read a (checked) recipe: ``aot_autograd(fw_compiler=mod:fw, bw_compiler=mod:bw)``,
+    ``partial(mod:compile_fn, mode='x')``."""
+    if recipe.get("kind") == "aot_autograd":
+        return "aot_autograd(" + ", ".join(f"{k}={_shown(v)}" for k, v in recipe["kwargs"].items()) + ")"
+    parts = [_shown(recipe["func"]), *map(_shown, recipe.get("args", [])),
+             *(f"{k}={_shown(v)}" for k, v in recipe.get("keywords", {}).items())]
+    return "partial(" + ", ".join(parts) + ")"
+
+
+def unrecorded_parts(recipe: dict[str, Any], where: str = "") -> list[str]:
+    """The parts of a (checked) recipe that were not recorded, each as ``name (its repr)``."""
+    if recipe.get("kind") == "aot_autograd":
+        named = list(recipe["kwargs"].items())
+    else:
+        named = [("func", recipe["func"]), *((f"args[{i}]", a) for i, a in enumerate(recipe.get("args", []))),
+                 *recipe.get("keywords", {}).items()]
+    out = []
+    for name, part in named:
+        if "recipe" in part:
+            out += unrecorded_parts(part["recipe"], f"{where}{name}.")
+        elif "unrecorded" in part:
+            shown = " ".join(str(part["unrecorded"]).split())[:80]
+            out.append(f"{where}{name} ({shown})")
+    return out
+
+
+def backend_label(spec: Any) -> str:
+    """A backend string as people read it: a ``recipe:{...}`` spelled as ``describe_recipe`` does."""
+    if is_recipe_spec(spec):
+        try:
+            return describe_recipe(recipe_of_spec(spec))
+        except GraphdbgError:
+            return str(spec)[:80]
+    return str(spec)
+
+
+def shown_backend(manifest: dict[str, Any]) -> str:
+    """The backend a manifest records, for display: its recipe when it has one, else its name."""
+    recipe = manifest.get("backend_recipe")
+    if recipe is not None:
+        try:
+            return describe_recipe(check_recipe(recipe))
+        except GraphdbgError:
+            pass
+    return backend_label(manifest.get("backend", "?"))
+
+
 def _build(part: dict[str, Any]) -> Any:
     if "value" in part:
         return part["value"]
@@ -54,9 +175,17 @@ def _build(part: dict[str, Any]) -> Any:
         return rebuild_backend(part["recipe"])
     if "callable" in part:
         module, _, qual = part["callable"].partition(":")
-        obj: Any = importlib.import_module(module)
+        try:
+            obj: Any = importlib.import_module(module)
+        except Exception as e:
+            first = (str(e).strip().splitlines() or [""])[0]
+            raise GraphdbgError(f"the backend recipe names {part['callable']}: cannot import {module} "
+                                f"({type(e).__name__}: {first})") from e
         for name in qual.split("."):
-            obj = getattr(obj, name)
+            try:
+                obj = getattr(obj, name)
+            except AttributeError:
+                raise GraphdbgError(f"the backend recipe names {part['callable']}: {module} has no {qual}") from None
         return obj
     raise GraphdbgError(f"the backend can't be rebuilt: {part.get('unrecorded', part)!r} was not recorded "
                         "(a lambda or a function defined inside another)")
@@ -64,11 +193,12 @@ def _build(part: dict[str, Any]) -> Any:
 
 def rebuild_backend(recipe: dict[str, Any]) -> Any:
     """The backend a recipe describes; GraphdbgError when a part of it wasn't recordable."""
+    check_recipe(recipe)
     if recipe.get("kind") == "aot_autograd":
         from torch._dynamo.backends.common import aot_autograd
 
         return aot_autograd(**{k: _build(v) for k, v in recipe["kwargs"].items()})
     if recipe.get("kind") == "partial":
-        return functools.partial(_build(recipe["func"]), *[_build(a) for a in recipe["args"]],
-                                 **{k: _build(v) for k, v in recipe["keywords"].items()})
+        return functools.partial(_build(recipe["func"]), *[_build(a) for a in recipe.get("args", [])],
+                                 **{k: _build(v) for k, v in recipe.get("keywords", {}).items()})
     raise GraphdbgError(f"unknown backend recipe {recipe.get('kind')!r}")

@@ -30,6 +30,7 @@ def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any
     """
     import graphdbg
     from graphdbg.dump import Dump
+    from graphdbg.replay.backends import backend_label, backend_spec, recorded_backend
 
     d = dump if isinstance(dump, Dump) else graphdbg.load(dump)
     path = Path(path)
@@ -37,11 +38,11 @@ def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any
         raise GraphdbgError(f"{path}: a pytest file is named test_*.py")
     minified = d.manifest.get("minified") or {}
     if backend is None:
-        backend = minified.get("backend") or d.backend
+        backend = minified.get("backend") or recorded_backend(d)  # an aot_autograd(...)/partial dump: its recipe
     if not isinstance(backend, str):
         if not callable(backend):
             raise GraphdbgError(f"{d.path}: the dump's backend {str(backend)[:60]!r} is not a backend name")
-        backend = f"{backend.__module__}:{backend.__qualname__}"
+        backend = backend_spec(backend, strict=False)
     if passes is None:
         passes = minified.get("passes")
     if passes is not None and not isinstance(passes, (str, list, tuple)):
@@ -56,7 +57,9 @@ def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any
     name = re.sub(r"\W", "_", path.stem[len("test_"):]) or "dump"
     # Every value goes into the file through repr, and the result must compile: a captured
     # message with quotes or backslashes is data, never code.
-    text = _TEMPLATE.format(name=name, data=repr(data.name), backend=repr(backend), passes=repr(passes),
+    shown = " ".join(backend_label(backend).split())  # a recipe, as people read it, in a comment beside it
+    backend_line = repr(backend) + (f"  # {shown}" if shown != backend else "")
+    text = _TEMPLATE.format(name=name, data=repr(data.name), backend=backend_line, passes=repr(passes),
                             direct=repr(bool(direct)), isolate=repr(bool(isolate)),
                             timeout=repr(None if timeout is None else float(timeout)),
                             kind=repr(str(d.failure_kind)), signature=repr(str(d.signature or "")))

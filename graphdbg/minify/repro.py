@@ -102,7 +102,11 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
         if not isinstance(v, (torch.Tensor, int, float, bool, type(None), dict)):
             raise GraphdbgError(f"repro.py can't store an input of type {type(v).__name__}")
     torch.save({"inputs": inputs, "attrs": attrs, "device": str(case.device)}, path.parent / INPUTS_FILE)
-    backend_ref = backend if isinstance(backend, str) else f"{backend.__module__}:{backend.__qualname__}"
+    from graphdbg.replay.backends import backend_label, backend_spec
+
+    backend_ref = backend_spec(backend, strict=False)
+    shown = backend_label(backend_ref)  # a recipe, as people read it, in a comment beside it
+    backend_line = repr(str(backend_ref)) + (f"  # {' '.join(shown.split())}" if shown != backend_ref else "")
     from graphdbg.signature import unwrapped_error
 
     # the failure as graphdbg's signature names it: Inductor's and Dynamo's wrappers unwrapped
@@ -117,7 +121,7 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
     # Data enters the script only through repr (a message with quotes or `C:\\xtemp` in it stays a
     # string), and the script must compile before it is written: a repro that is a SyntaxError
     # would exit 1 forever, which reads as "the bug is still there".
-    text = _TEMPLATE.format(config=config, prelude=prelude, forward=_indent(forward.strip("\n")), backend=repr(str(backend_ref)),
+    text = _TEMPLATE.format(config=config, prelude=prelude, forward=_indent(forward.strip("\n")), backend=backend_line,
                             direct=repr(bool(direct)), expect=repr(expect), tol=repr(tol), inputs=repr(INPUTS_FILE),
                             nodes=int(len(case.gm.graph.nodes)), captured=repr(str(case.device)),
                             summary=repr(outcome.summary()))
@@ -151,7 +155,9 @@ Run with another backend: python repro.py --backend eager
 The backend runs in a child process, so a segfault or abort is an answer too (--in-process: not).
 """
 import argparse
+import functools
 import importlib
+import json
 import re
 import signal
 import subprocess
@@ -185,7 +191,28 @@ class Repro(torch.nn.Module):
 {forward}
 
 
+def _from_recipe(recipe):
+    """aot_autograd(...) or functools.partial(...) again, from the parts recorded at capture."""
+    def part(p):
+        if "value" in p:
+            return p["value"]
+        if "recipe" in p:
+            return _from_recipe(p["recipe"])
+        if "callable" not in p:
+            raise LookupError(f"the backend's part {{p.get('unrecorded')}} was not recorded; run with --backend")
+        return _resolve(*p["callable"].split(":", 1))
+
+    if recipe["kind"] == "aot_autograd":
+        from torch._dynamo.backends.common import aot_autograd
+
+        return aot_autograd(**{{k: part(v) for k, v in recipe["kwargs"].items()}})
+    return functools.partial(part(recipe["func"]), *[part(a) for a in recipe.get("args", [])],
+                             **{{k: part(v) for k, v in recipe.get("keywords", {{}}).items()}})
+
+
 def load_backend(ref):
+    if ref.startswith("recipe:{{"):  # aot_autograd(...) / functools.partial, as recorded at capture
+        return _from_recipe(json.loads(ref[len("recipe:"):]))
     if ":" in ref:
         module, _, qualname = ref.partition(":")
         obj = _resolve(module, qualname)

@@ -28,6 +28,8 @@ from graphdbg.minify.oracle import Oracle, case_key
 from graphdbg.capture.write import save_case
 from graphdbg.case import Case
 from graphdbg.display import Displayed
+from graphdbg.capture.backend_recipe import backend_label, is_recipe_spec, recipe_of_spec
+from graphdbg.replay.backends import backend_spec, recorded_backend
 from graphdbg.replay.outcome import Outcome
 
 
@@ -197,8 +199,11 @@ def save_minified(case: Case, outcome: Outcome, out: str | Path, *, backend: Any
         manifest["minified"] = {"from": str(case.dump.path) if case.dump is not None else None,
                                 "backend": _backend_ref(backend), "passes": _passes_ref(passes), "direct": direct,
                                 **(summary or {})}
-        if not isinstance(backend, str) or ":" in backend:
-            manifest["backend"] = _backend_ref(backend)
+        ref = _backend_ref(backend)
+        if is_recipe_spec(ref):  # aot_autograd(...) / partial: the recipe says how to build it again
+            manifest["backend_recipe"] = recipe_of_spec(ref)
+        elif not isinstance(backend, str) or ":" in backend:
+            manifest["backend"] = ref
         manifest_path.write_text(json.dumps(manifest, indent=1, default=str))
         rank_dir = out / written.parent.name
         rank_dir.mkdir(exist_ok=True)
@@ -213,15 +218,29 @@ def save_minified(case: Case, outcome: Outcome, out: str | Path, *, backend: Any
 
 
 def _backend_ref(backend: Any) -> str:
-    if isinstance(backend, str):
-        return backend
-    return f"{backend.__module__}:{backend.__qualname__}"
+    """The backend as a string to record (``recipe:{...}`` for aot_autograd(...)/partial objects)."""
+    return backend_spec(backend, strict=False)  # a lambda or a local function: named as well as it can be
+
+
+def _own_refs(dump: Any) -> set[str]:
+    """How a dump's own backend may be spelled: its recorded name, and its recipe if it has one."""
+    refs = {dump.backend}
+    try:
+        refs.add(recorded_backend(dump))
+    except GraphdbgError:  # a recipe not in graphdbg's shape is nobody's backend
+        pass
+    return refs
+
+
+def _backend_name(backend: Any) -> str:
+    """The backend as people read it, for messages."""
+    return backend_label(_backend_ref(backend))
 
 
 def _passes_ref(passes: Any) -> Any:
     if passes is None or isinstance(passes, str):
         return passes
-    return [p if isinstance(p, str) else _backend_ref(p) for p in passes]
+    return [p if isinstance(p, str) else f"{p.__module__}:{p.__qualname__}" for p in passes]
 
 
 def as_case(case_or_dump: Any, device: Any = None) -> Case:
@@ -271,13 +290,13 @@ def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, accura
     dump = dump or case.dump
     # The failure to keep is the one the dump recorded, under any backend; only with
     # ``any_failure`` (or a Case with nothing recorded) is it whatever the backend does first.
-    own_backend = dump is not None and (backend is None or _backend_ref(backend) == dump.backend)
+    own_backend = dump is not None and (backend is None or _backend_ref(backend) in _own_refs(dump))
     recorded = (dump is not None and not any_failure and not case.modified
                 and dump.failure_kind in ("compile_error", "runtime_error", "accuracy", "crash"))
     if backend is None:
         if dump is None:
             raise GraphdbgError("minify needs a backend for a Case that did not come from a dump")
-        backend = dump.backend
+        backend = recorded_backend(dump)
     crashy = bool(dump is not None and str(dump.signature or "").startswith(("Signal ", "Timeout")))
     isolate = crashy if isolate is None else isolate
     isolate = isolate or jobs > 1
@@ -308,10 +327,10 @@ def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, accura
             break
     if target is None:
         if recorded and o.failed:
-            raise GraphdbgError(f"{_backend_ref(backend)} fails differently from the captured failure "
+            raise GraphdbgError(f"{_backend_name(backend)} fails differently from the captured failure "
                                 f"({o.summary()}; captured: {dump.signature or dump.failure_kind}); "
                                 "pass --any-failure to minify that failure instead")
-        raise GraphdbgError(f"the graph does not fail under {_backend_ref(backend)} (last outcome: {o.summary()})")
+        raise GraphdbgError(f"the graph does not fail under {_backend_name(backend)} (last outcome: {o.summary()})")
     if recorded and target.status == "crash" and not lazy:
         # the oracle compares candidates with the captured signature, not with this backend's first words
         target = _recorded_failure(dump, backend)
@@ -361,7 +380,7 @@ def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, accura
             if not fails(oracle.run(case)):
                 oracle.queries += 1
                 if not fails(first_run(False)):
-                    raise GraphdbgError(f"the graph does not fail under {_backend_ref(backend)} as the dump recorded")
+                    raise GraphdbgError(f"the graph does not fail under {_backend_name(backend)} as the dump recorded")
                 retry = minify(case, backend, passes, accuracy=accuracy, jobs=jobs, isolate=isolate, timeout=timeout,
                                out=out, progress=progress, direct=False, rtol=rtol, atol=atol, log=log, on_query=on_query,
                                any_failure=any_failure)
@@ -420,7 +439,7 @@ def graphdbg_nodes(dump_path: Path) -> int:
 
 def _recorded_failure(dump: Any, backend: Any) -> Outcome:
     """The failure a dump recorded, as the Outcome the oracle compares candidates with."""
-    name = _backend_ref(backend) if backend is not None else dump.backend
+    name = _backend_name(backend) if backend is not None else dump.backend
     if dump.failure_kind == "accuracy":
         return Outcome(status="mismatch", backend=name, signature=dump.signature)
     sig = dump.signature or ""

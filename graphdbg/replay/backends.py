@@ -3,6 +3,7 @@
     >>> resolve_backend("inductor")          # any registered torch.compile backend
     >>> resolve_backend("thunder")           # Lightning Thunder's ThunderCompiler
     >>> resolve_backend("mypkg.compilers:my_backend")
+    >>> resolve_backend('recipe:{"kind":"aot_autograd","kwargs":{"fw_compiler":{"callable":"mypkg.compilers:fw"}}}')
 
 Importing ``module:callable`` runs that module: it is code the user named. A dump names its
 backend too, but a dump is someone else's file: ``dump_backend`` hands out a ``module:qualname``
@@ -10,6 +11,9 @@ it recorded only when the user said ``--trust-backend``. A backend defined in th
 script itself (``__main__``) is loaded from the recorded script path (``path/prog.py:picky``)
 with its definitions only: the script's top-level calls and its ``if __name__ ==
 "__main__":`` block are left out, so loading the backend does not run the program.
+An ``aot_autograd(...)`` or ``functools.partial`` backend is recorded as a recipe of its parts
+(capture/backend_recipe.py); ``dump_backend`` hands it out as ``recipe:{...}``, with
+``--trust-backend`` too, since rebuilding it imports the compilers it names.
 """
 
 from __future__ import annotations
@@ -21,6 +25,17 @@ import types
 from pathlib import Path
 from typing import Any, Callable
 
+from graphdbg.capture.backend_recipe import (
+    backend_label,
+    backend_recipe,
+    check_recipe,
+    describe_recipe,
+    is_recipe_spec,
+    rebuild_backend,
+    recipe_of_spec,
+    recipe_spec,
+    unrecorded_parts,
+)
 from graphdbg.errors import GraphdbgError
 
 
@@ -119,6 +134,10 @@ def dump_backend(dump: Any, trust: bool, command: str = "replay", shown_path: An
     script) only with ``trust``, else a GraphdbgError whose one line gives the command to run."""
     spec = str(dump.manifest.get("backend") or "eager")
     spec = KNOWN_ALIASES.get(spec, spec)
+    recipe = dump.manifest.get("backend_recipe")
+    if recipe is not None or is_recipe_spec(spec):  # aot_autograd(...) / partial: the recipe wins over the class name
+        return _recipe_backend(check_recipe(recipe) if recipe is not None else recipe_of_spec(spec), trust, command,
+                               shown_path or dump.path)
     if ":" not in spec:
         return spec
     source = dump.manifest.get("backend_source") or {}
@@ -137,6 +156,54 @@ def dump_backend(dump: Any, trust: bool, command: str = "replay", shown_path: An
                                 f"give it with --backend path/to/script.py:{spec.partition(':')[2]}")
         return f"{script}:{spec.partition(':')[2]}"
     return spec
+
+
+def _recipe_backend(recipe: dict[str, Any], trust: bool, command: str, shown_path: Any) -> str:
+    shown = describe_recipe(recipe)
+    missing = unrecorded_parts(recipe)
+    if missing:
+        raise GraphdbgError(f"the dump's backend {shown} can't be rebuilt: its part {missing[0]} was not recorded "
+                            "(a lambda, a function defined inside another or in the script, or a bound method); "
+                            "give the backend with --backend package.module:callable")
+    if not trust:
+        raise GraphdbgError(
+            f"the dump's backend is {shown}, code the dump names; graphdbg imports it only when you say so: "
+            f"graphdbg {command} {shown_path} --trust-backend (or pick one with --backend)")
+    return recipe_spec(recipe)
+
+
+def recorded_backend(dump: Any) -> str:
+    """The backend a dump records, as ``resolve_backend`` takes it (its recipe when it has one);
+    for callers that already trust the dump (the Python API's defaults)."""
+    recipe = dump.manifest.get("backend_recipe")
+    if recipe is not None:
+        return recipe_spec(check_recipe(recipe))
+    return str(dump.backend)
+
+
+def backend_spec(backend: str | Callable[..., Any], strict: bool = True) -> str:
+    """A backend as a string a child process (or a repro script) can resolve again: a name as it
+    is; an ``aot_autograd(...)``/``partial`` object as its recipe; else ``module:qualname``.
+    Not ``strict``: a backend no other process can import gets its best name instead of an error."""
+    if isinstance(backend, str):
+        return backend
+    if not strict:
+        try:
+            return backend_spec(backend)
+        except GraphdbgError:
+            return f"{getattr(backend, '__module__', '?')}:{getattr(backend, '__qualname__', type(backend).__name__)}"
+    recipe = backend_recipe(backend)
+    if recipe is not None:
+        missing = unrecorded_parts(recipe)
+        if missing:
+            raise GraphdbgError(f"{describe_recipe(recipe)} can't be sent to another process: its part {missing[0]} "
+                                "has no module:qualname; give it as package.module:callable")
+        return recipe_spec(recipe)
+    module = getattr(backend, "__module__", None)
+    qual = getattr(backend, "__qualname__", None)
+    if not module or not qual or "<locals>" in qual or module == "__main__":
+        raise GraphdbgError(f"{backend!r} can't be sent to another process; give it as package.module:callable")
+    return f"{module}:{qual}"
 
 
 def _first_line(e: BaseException) -> str:
@@ -168,6 +235,9 @@ def resolve_backend(spec: str | Callable[..., Any]) -> tuple[str, Callable[..., 
         return spec, thunder_backend()
     if spec == "eager":
         return spec, eager
+    if is_recipe_spec(spec):  # before the module:callable reading: the JSON has ':' in it too
+        recipe = recipe_of_spec(spec)
+        return backend_label(spec), rebuild_backend(recipe)
     if ":" in spec:
         obj = import_object(spec)
         if isinstance(obj, type):

@@ -44,11 +44,12 @@ def main(request_path: str, outcome_path: str) -> int:
     except Exception as e:  # the replay could not even start here (an import, a device): say what
         import traceback
 
+        from graphdbg.replay.backends import backend_label
         from graphdbg.replay.outcome import Outcome
         from graphdbg.signature import signature
 
         text = exception_text(e)
-        data = Outcome(status="crash", backend=str(request["backend"]), stage="child", error_type=type(e).__name__,
+        data = Outcome(status="crash", backend=backend_label(request["backend"]), stage="child", error_type=type(e).__name__,
                        message=text, signature=signature(type(e).__name__, text), device=request["device"],
                        traceback="".join(traceback.format_exception(type(e), e, e.__traceback__))[-8000:]).to_dict()
     Path(outcome_path).write_text(json.dumps(data, default=str))

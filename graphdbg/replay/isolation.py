@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from graphdbg.errors import GraphdbgError
 from graphdbg.capture.write import save_case
+from graphdbg.replay.backends import backend_label, backend_spec
 from graphdbg.replay.outcome import Outcome
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ def run_isolated(case: Case | Dump, backend: str | Callable[..., Any], passes: s
     else:
         device = case.device
     timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
-    request: dict[str, Any] = {"backend": _spec_of(backend), "passes": passes, "device": str(device), "options": options}
+    request: dict[str, Any] = {"backend": backend_spec(backend), "passes": passes, "device": str(device), "options": options}
     with tempfile.TemporaryDirectory(prefix="graphdbg-child-") as tmp:
         tmpdir = Path(tmp)
         if _is_dump(case):
@@ -75,9 +76,9 @@ def run_isolated(case: Case | Dump, backend: str | Callable[..., Any], passes: s
             returncode = child.wait(timeout)
             err = tail_of(err_path)
         if returncode is None:
-            return Outcome(status="timeout", backend=str(request["backend"]), signature=f"Timeout after {timeout:g}s",
+            return Outcome(status="timeout", backend=backend_label(request["backend"]), signature=f"Timeout after {timeout:g}s",
                            stage="child", device=request["device"], isolated=True, stderr_tail=err)
-        outcome = child_outcome(returncode, outcome_path, err, str(request["backend"]), request["device"])
+        outcome = child_outcome(returncode, outcome_path, err, backend_label(request["backend"]), request["device"])
         if outcome.stage == "child" and outcome.error_type == "GraphdbgError":
             raise GraphdbgError(outcome.message)  # the replay could not start: an error, not an outcome
         return outcome

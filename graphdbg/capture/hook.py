@@ -25,7 +25,7 @@ import torch.fx as fx
 from graphdbg.accuracy import OutputMismatch, compare_outputs
 from graphdbg.signature import exception_text
 from graphdbg.capture.armed import ArmedCalls
-from graphdbg.capture.backend_recipe import backend_recipe
+from graphdbg.capture.backend_recipe import backend_recipe, describe_recipe
 from graphdbg.capture.dynamo_exceptions import is_control_flow
 from graphdbg.capture.origin import compile_origin
 from graphdbg.capture.passthrough import as_dynamo_calls_it, drop_own_frame
@@ -321,7 +321,8 @@ class CapturingBackend:
                 parent_frame.children.append({"path": path, "piece": overrides["parent"]["piece"], "position": overrides["parent"]["position"],
                                               "call": snap.parent["call"], "kind": kind, "backend": self.backend_ref})
             what = f"{type(exc).__name__}" if exc is not None else kind
-            _say(f"graphdbg: {kind} in backend {self.backend_ref!r} ({what}); dump written to {path}")
+            shown = describe_recipe(self.backend_recipe) if self.backend_recipe else self.backend_ref
+            _say(f"graphdbg: {kind} in backend {shown!r} ({what}); dump written to {path}")
         return path
 
     def _guarded(self, fn: Callable[[], Any], what: str) -> Any:

@@ -40,6 +40,19 @@ def bisect_training_nodes(case_or_dump: Any, backend: Any = "eager", passes: Any
     return _noted(found, where if found.node is not None else "no forward or backward node diverges")
 
 
+def _names_of(dump: Any) -> set[str]:
+    """The spellings of the backend a dump records: its name, and its recipe's when it has one."""
+    from graphdbg.errors import GraphdbgError
+    from graphdbg.replay.backends import recorded_backend
+
+    names = {str(dump.backend)}
+    try:
+        names.add(recorded_backend(dump))
+    except GraphdbgError:
+        pass  # a recipe in a shape capture doesn't write: only the name counts
+    return names
+
+
 def backward_case(case: Case, backend: Any) -> tuple[Case, Any, str]:
     """(the backward graph as a Case, the backend that compiles it, where it came from)."""
     dump = case.dump
@@ -47,7 +60,7 @@ def backward_case(case: Case, backend: Any) -> tuple[Case, Any, str]:
         import graphdbg
 
         parent = graphdbg.load((Path(dump.path) / dump.manifest["backward_dump"]).resolve())
-        if backend in (None, dump.backend):  # the user's backend: its bw_compiler compiles the backward
+        if backend is None or backend in _names_of(dump):  # the user's backend: its bw_compiler compiles the backward
             backend = parent.backend
             if backend == (parent.manifest.get("backward") or {}).get("compiler"):
                 from graphdbg.replay.backends import resolve_backend

@@ -367,3 +367,41 @@ def test_inductor_entry_points_inside_a_backend_dump_their_piece(tmp_path, via):
     (outer,) = [d for d in loaded if "parent" not in d.manifest]
     assert piece.backend == "inductor" and piece.manifest["parent"]["piece"] == "inductor_1"
     assert piece.manifest["parent"]["id"] == outer.id and outer.manifest["children"][0]["id"] == piece.id
+
+
+def fails_when_run(gm, example_inputs):
+    """A forward compiler whose code compiles fine and raises when it runs on a graph with relu
+    (a kernel that fails at launch)."""
+    if not any("relu" in str(n.target) for n in gm.graph.nodes):
+        return gm
+
+    def run(*args):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered (injected)")
+
+    return run
+
+
+def test_a_piece_that_compiles_and_fails_when_it_runs_is_dumped_with_that_calls_inputs(tmp_path, cli):
+    from torch._dynamo.backends.common import aot_autograd
+
+    from fixtures.split_backend import SplitBackend
+
+    be = graphdbg.capture(SplitBackend(delegate=("relu",), via=aot_autograd(fw_compiler=fails_when_run)), dump_dir=tmp_path)
+    x = torch.randn(3)
+    with pytest.raises(RuntimeError, match="illegal memory access") as err:
+        torch.compile(_f, backend=be)(x)
+    assert not any("graphdbg" in f.filename for f in __import__("traceback").extract_tb(err.value.__traceback__))
+    loaded = [graphdbg.load(p) for p in find_dumps(tmp_path)]
+    (piece,) = [d for d in loaded if "parent" in d.manifest]
+    (outer,) = [d for d in loaded if "parent" not in d.manifest]
+    assert piece.failure_kind == outer.failure_kind == "runtime_error"
+    assert piece.signature == "RuntimeError: CUDA error: an illegal memory access was encountered (injected)"
+    assert piece.manifest["parent"]["piece"] == "inductor_1" and piece.manifest["parent"]["id"] == outer.id
+    assert [c["id"] for c in outer.manifest["children"]] == [piece.id]
+    # the piece's input is what the call got: x * 2 from the eager region before it
+    (stored,) = [v for v in piece.case().inputs if isinstance(v, torch.Tensor)]
+    assert torch.equal(stored, x * 2)
+    # and it replays as captured, under the forward compiler the dump names
+    r = cli("replay", piece.path, "--trust-backend", "--json")
+    data = json.loads(r.out)
+    assert r.code == 1 and data["signature"] == piece.signature, r

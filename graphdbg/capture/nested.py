@@ -141,7 +141,7 @@ def piece_place(gm: fx.GraphModule, max_frames: int = 40) -> tuple[str | None, i
 
 def dump_piece(frame: Frame, snap: GraphSnapshot, inputs: list[Any], exc: BaseException | None, *, backend: str,
                call: int, name: str | None, position: int | None, config: dict[str, Any] | None,
-               kind: str = "compile_error") -> Path | None:
+               kind: str = "compile_error", inputs_state: str = "at_compile") -> Path | None:
     """Write the failed piece as its own dump, a child of ``frame``'s graph; never raises."""
     from graphdbg.capture.write import write_dump
 
@@ -160,7 +160,7 @@ def dump_piece(frame: Frame, snap: GraphSnapshot, inputs: list[Any], exc: BaseEx
 
     def write() -> Path:
         return write_dump(owner.dump_dir, snap=snap, inputs=inputs, kind=kind, exc=exc, backend=backend,
-                          mode=owner.mode, budget_bytes=owner.budget_bytes, inputs_state="at_compile",
+                          mode=owner.mode, budget_bytes=owner.budget_bytes, inputs_state=inputs_state,
                           manifest_overrides={"parent": parent, "config": config or snap.config})
 
     path = owner._guarded(write, "write a piece dump")
@@ -206,7 +206,10 @@ def _entry(fn: Callable[..., Any], backend: Callable[[tuple, dict], str], graph_
                        position=position, config=snap.config, kind="captured")
         with piece_compile(frame):
             try:
-                return fn(*args, **kwargs)
+                compiled = fn(*args, **kwargs)
+                if snap is None or not callable(compiled):
+                    return compiled
+                return PieceRuns(compiled, frame, snap, backend(args, kwargs), call, gm)
             except Exception as e:
                 if snap is not None:
                     name, position = frame.owner._guarded(lambda: piece_place(gm), "name the piece") or (None, None)
@@ -220,6 +223,46 @@ def _entry(fn: Callable[..., Any], backend: Callable[[tuple, dict], str], graph_
 
     entry._graphdbg_piece_entry = True  # type: ignore[attr-defined]
     return entry
+
+
+class PieceRuns:
+    """A piece's compiled code that, when a call of it raises, dumps the piece with that call's
+    inputs (kind ``runtime_error``, once per piece) and re-raises. vLLM and SGLang compile their
+    pieces up front and run them later: a kernel that fails when it runs is found here, not
+    only as the outer graph's failure. Everything else (``_boxed_call``, a standalone
+    artifact's ``save``) is the compiled object's own."""
+
+    def __init__(self, compiled: Any, frame: Frame, snap: GraphSnapshot, backend: str, call: int, gm: fx.GraphModule):
+        self.__dict__.update(_compiled=compiled, _frame=frame, _snap=snap, _backend=backend, _call=call, _gm=gm,
+                             _dumped=False)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # noqa: F841 - pytest hides this frame where Python keeps it (3.10)
+        # a boxed callee empties the list it is given: keep our own references for the dump
+        held = None if self._dumped else (list(args[0]) if len(args) == 1 and isinstance(args[0], list) else list(args))
+        try:
+            return self._compiled(*args, **kwargs)
+        except Exception as e:
+            if held is not None:
+                self._dump(held, e)
+            drop_own_frame(e)
+            raise
+
+    def _dump(self, inputs: list[Any], exc: BaseException) -> None:
+        from graphdbg.capture.dynamo_exceptions import is_control_flow
+
+        if is_control_flow(exc):
+            return
+        self.__dict__["_dumped"] = True
+        running = current()  # the outer graph's run in progress, whose dump will list this piece
+        frame = running if running is not None and running.snap is self._frame.snap else self._frame
+        owner = frame.owner
+        name, position = owner._guarded(lambda: piece_place(self._gm), "name the piece") or (None, None)
+        dump_piece(frame, self._snap, inputs, exc, backend=self._backend, call=self._call, name=name, position=position,
+                   config=self._snap.config, kind="runtime_error", inputs_state="after_failed_call")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["_compiled"], name)
 
 
 def _gm_inputs(args: tuple, kwargs: dict, gm_key: str = "gm", inputs_key: str = "example_inputs") -> tuple:

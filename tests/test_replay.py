@@ -37,6 +37,24 @@ def test_inductor_cpp_backend_passes_and_matches_eager():
     assert outcome.compile_s > 0
 
 
+def test_a_dynamic_shape_dump_reaches_the_backend_as_one_graph_with_the_captured_dims_dynamic():
+    """block_dynamic's graph takes Sym(s77), Sym(s27) and x: f32[s77, s27, 32], and reads its
+    RMSNorm eps with .item() (Dynamo's tensorified floats). Re-traced statically it broke into
+    three graphs; as captured, the backend gets one, with x's first two dims symbolic only."""
+    seen = []
+
+    def spy(gm, example_inputs):
+        seen.append([n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"])
+        return gm.forward
+
+    assert graphdbg.load(FIXTURES / "block_dynamic").case().run(spy).status == "pass"
+    (values,) = seen
+    x = next(v for v in values if isinstance(v, torch.Tensor) and v.dim() == 3)
+    assert [isinstance(d, torch.SymInt) for d in x.shape] == [True, True, False]
+    weights = [v for v in values if isinstance(v, torch.Tensor) and v.dim() == 2]
+    assert weights and all(not isinstance(d, torch.SymInt) for w in weights for d in w.shape)
+
+
 def test_crash_reproduces_the_captured_signature(cli):
     r = cli("replay", FIXTURES / "block_runtime_error", "--backend", BROKEN, "--json")
     assert r.code == 1, r

@@ -153,8 +153,11 @@ def run_case(
                 result = compiled(*inputs)
             else:
                 torch._dynamo.reset()
-                compiled = torch.compile(gm, backend=staged, dynamic=False)
-                result = compiled(*inputs)
+                dynamic, extra = as_captured(gm, inputs)
+                extra = {k: v for k, v in extra.items() if f"dynamo.{k}" not in settings}  # recorded settings win
+                with torch._dynamo.config.patch(**extra):
+                    compiled = torch.compile(gm, backend=staged, dynamic=dynamic)
+                    result = compiled(*inputs)
             outcome.run_s = time.perf_counter() - t0 - state["compile_s"]
     except PassFailed as e:
         reports.extend(r for r in e.reports if r not in reports)
@@ -194,6 +197,30 @@ def run_case(
     outcome.compile_s = state["compile_s"]
     outcome.total_s = time.perf_counter() - started
     return outcome
+
+
+def as_captured(gm: fx.GraphModule, inputs: list[Any]) -> tuple[bool, dict[str, Any]]:
+    """(``dynamic`` for torch.compile, Dynamo settings) so that the re-trace gives the backend
+    the graph it was captured with: a graph whose annotations have symbolic sizes (``Sym(s77)``
+    inputs, ``f32[s77, 32]``) is traced with exactly those dims dynamic (the rest marked
+    static), and one that calls ``.item()`` in the graph keeps it there instead of breaking
+    (Dynamo turns float attributes into 0-d tensors read by ``.item()`` under dynamic shapes)."""
+    from graphdbg.specs import SymSpec, TensorSpec
+
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    specs = [n.meta.get("graphdbg_symbolic_spec", n.meta.get("graphdbg_spec")) for n in placeholders]
+    dynamic = any(isinstance(sp, SymSpec) or (isinstance(sp, TensorSpec) and any(isinstance(d, str) for d in sp.shape))
+                  for sp in specs)
+    if dynamic:
+        for value, spec in zip(inputs, specs):
+            if isinstance(value, torch.Tensor) and isinstance(spec, TensorSpec) and len(spec.shape) == value.dim():
+                for dim, size in enumerate(spec.shape):
+                    if isinstance(size, int):
+                        torch._dynamo.mark_static(value, dim)
+    extra = {}
+    if any(n.op == "call_method" and n.target == "item" for n in gm.graph.nodes):
+        extra["capture_scalar_outputs"] = True
+    return dynamic, extra
 
 
 def replay_dump(dump: Any, backend: str | Callable[..., Any] = "eager", passes: Any = None, *,

@@ -307,7 +307,7 @@ def replay_exit_code(dump: object, outcome: object) -> int:
 @app.command()
 def compare(
     dump: Annotated[Path, typer.Argument(help="A dump folder.")],
-    backends: Annotated[Optional[str], typer.Option("--backends", help="Comma-separated backends (default: eager, aot_eager, inductor and the dump's own).")] = None,
+    backends: Annotated[Optional[str], typer.Option("--backends", help="Comma-separated backends; 'dump' is the dump's own (default: eager, aot_eager, inductor and the dump's own).")] = None,
     device: DeviceOpt = None,
     isolate: IsolateOpt = True,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT,
@@ -329,7 +329,10 @@ def compare(
     _config_setup(config, no_config)
     d = graphdbg.load(dump)
     names = [b.strip() for b in (backends or "eager,aot_eager,inductor").split(",") if b.strip()]
-    if backends is None:
+    if "dump" in names:  # the dump's own backend, however it is spelled (an aot_autograd recipe has commas)
+        own = _own_backend(dump, trust_backend, "compare") or "eager"
+        names = [own if n == "dump" else n for n in names]
+    elif backends is None:
         try:
             own = _own_backend(dump, trust_backend, "compare")
             names += [own] if own and own not in names else []

@@ -263,6 +263,10 @@ def test_a_module_backend_is_recorded_by_module_and_qualname(tmp_path, cli, monk
     rows = {row["backend"]: row for row in json.loads(r.out)["rows"]}
     assert rows["mybackends:picky"]["status"] == "crash" and rows["mybackends:picky"]["reproduces"]
     assert rows["eager"]["status"] == "pass"
+    # or named among others as 'dump'
+    r = cli("compare", path, "--backends", "dump", "--trust-backend", "--no-isolate", "--json")
+    assert [row["backend"] for row in json.loads(r.out)["rows"]] == ["mybackends:picky"]
+    assert cli("compare", path, "--backends", "eager,dump").code == 2  # code the dump names: only with trust
 
 
 def test_only_json_settings_are_recorded():

@@ -92,15 +92,36 @@ def test_dynamic_shapes_crash_names_the_linear_that_raised(cli):
 
 
 @pytest.mark.parametrize("backend", ["transposes_biased_linear_weights", "transposes_biased_linear_weights_called_as_module"])
-def test_a_crash_in_a_later_graph_after_a_break_is_named_in_the_dumps_nodes(backend):
-    """The failing linear is in the third graph Dynamo makes of the dump (after two breaks);
-    the node is found from that graph's own frames, or (when GraphModule.__call__ cut them) by
-    running that graph, on its own inputs, under fx.Interpreter; and named as in the dump."""
+def test_a_crash_in_a_later_linear_is_named_in_the_dumps_nodes(backend):
+    """The failing linear is the MLP's, late in the graph (a static re-trace used to break the
+    graph before it, at the norms' .item()); the node is found from the graph's own frames, or
+    (when GraphModule.__call__ cut them) by running the graph that raised, on its own inputs,
+    under fx.Interpreter; and named as in the dump."""
     dump = graphdbg.load(FIXTURES / "block_dynamic")
     expected = next(n for n, _ in _linears(dump) if len(n.args) > 2 and n.args[2] is not None)
     outcome = dump.case().run(f"backends_for_tests:{backend}")
     assert outcome.status == "crash" and outcome.stage == "run", outcome
     assert (outcome.node, outcome.node_target) == (expected.name, "torch._C._nn.linear")
+
+
+def _refuse_relu_graphs(gm, example_inputs):
+    if any(n.target is torch.relu for n in gm.graph.nodes):
+        raise NotImplementedError("no lowering for relu")
+    return gm.forward
+
+
+def test_after_a_graph_break_a_later_graphs_compile_failure_is_a_compile_crash():
+    from graphdbg.case import Case
+
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    y = g.call_function(torch.mul, (x, 2))
+    nz = g.call_function(torch.nonzero, (y,))  # a data-dependent shape: Dynamo splits the graph here
+    g.output((g.call_function(torch.relu, (y,)), nz))
+    case = Case(gm=torch.fx.GraphModule(torch.nn.Module(), g), inputs=[torch.randn(3)], device=torch.device("cpu"))
+    outcome = case.run(_refuse_relu_graphs)
+    assert outcome.status == "crash" and outcome.stage == "compile", outcome
+    assert outcome.signature == "NotImplementedError: no lowering for relu"
 
 
 def test_signature_is_stable_across_runs_and_ranks(tmp_path, monkeypatch):

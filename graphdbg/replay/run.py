@@ -101,6 +101,7 @@ def run_case(
     grad = bool(case.dump.manifest.get("grad_enabled", False)) if case.dump is not None else False
 
     def staged(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
+        state["compiled"] = False  # after a graph break, the next graph compiling: a failure now is its compile's
         gm, done = apply_passes(gm, pre)
         reports.extend(done)
         state["gm"] = gm

@@ -65,6 +65,13 @@ def test_crash_reproduces_the_captured_signature(cli):
     assert data["node"] == "linear"
 
 
+def test_a_run_crash_keeps_the_generated_line_in_its_traceback():
+    outcome = graphdbg.load(FIXTURES / "block_runtime_error").case().run(BROKEN)
+    assert outcome.status == "crash" and outcome.stage == "run"
+    assert '<eval_with_key>' in outcome.traceback and "linear = torch._C._nn.linear(" in outcome.traceback
+    assert "replay/run.py" not in outcome.traceback  # the backend's code down, not the replayer's frames
+
+
 def _linears(dump):
     """The dump's linear nodes, in order, with their weight's shape."""
     from graphdbg.graph_hash import target_name

@@ -122,6 +122,10 @@ def run_case(
             except Exception as e:
                 state["node"] = failing_node(e, gm)
                 state["failed"] = (gm, held)
+                # the traceback as it stands here still has the generated code's line; Dynamo's
+                # frames above cut it (fx re-raises with_traceback(None)) on the way out
+                below = e.__traceback__.tb_next if e.__traceback__ is not None else None  # from the backend's code down
+                state["traceback"] = (e, "".join(tb.format_exception(type(e), e, below)))
                 raise
 
         if getattr(compiled, "_boxed_call", False):
@@ -184,6 +188,9 @@ def run_case(
         if node is not None:
             node = dump_node(node, gm)  # in the dump's names, not those of Dynamo's re-trace
         _crash(outcome, inner, "run" if state["compiled"] else "compile", failed_gm, node)
+        raised, text = state.get("traceback") or (None, "")
+        if raised is inner and text:
+            outcome.traceback = text[-8000:]
     else:
         if reference is not None:
             # what the backend wrote is judged first; then its inputs are done with and only outputs are

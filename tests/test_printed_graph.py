@@ -434,3 +434,23 @@ def test_annotation_and_recompute_comments_keep_the_source_line():
     assert src["add"]["line"] == 10 and "annotation" not in src["add"]
     assert src["sin"]["line"] == 12 and src["sin"]["annotation"] == "{'stream': 1}" and src["sin"]["code"] == "z = y.sin()"
     assert src["mul"]["line"] == 13
+
+
+def test_a_graph_printed_in_colour_loads_and_replays(tmp_path):
+    """print_readable(colored=True), as a terminal or a log shows it: the colour codes go, the
+    annotations stay."""
+    import graphdbg
+
+    printed = {}
+
+    def keep(gm, example_inputs):
+        printed["text"] = gm.print_readable(print_output=False, colored=True, include_stride=True, include_device=True)
+        return gm.forward
+
+    torch.compile(lambda x, w: torch.nn.functional.gelu(x @ w).sum(-1), backend=keep)(torch.randn(4, 8), torch.randn(8, 8))
+    assert "\x1b[" in printed["text"]
+    path = tmp_path / "colored.py"
+    path.write_text(printed["text"])
+    dump = graphdbg.load(path)
+    assert [d["shape"] for d in dump.manifest["inputs"]] == [[4, 8], [8, 8]]
+    assert dump.case("cpu").run("eager").status == "pass"

@@ -376,6 +376,22 @@ def parse_printed_graph(
     return _Reader(source, filename, resolve).read()
 
 
+_ANGLED_CLASS = re.compile(r"^(\s*class\s+)<(\w+)>(\s*\()", re.M)
+_SGR = re.compile(r"\x1b\[[0-9;]*m")  # terminal colours (ANSI select-graphic-rendition), nothing else
+
+
+def readable_source(source: str) -> str:
+    """``print_readable()`` output as Python can parse it, line for line: terminal colours
+    (``colored=True``, a log copied from a terminal) dropped, and the class of a GraphModule
+    made from a lambda (Inductor's ``fx_graph_readable.py``: ``class <lambda>(torch.nn.Module):``)
+    given a name (``_lambda_``)."""
+    if "\x1b" in source:
+        source = _SGR.sub("", source)
+    if "class <" in source:
+        source = _ANGLED_CLASS.sub(r"\1_\2_\3", source)
+    return source
+
+
 MAX_SOURCE_LINES = 200_000  # about a minute of parsing (~0.2 ms a node); the corpus graphs are under 1,000 lines
 MAX_SOURCE_CHARS = 64 << 20
 
@@ -433,7 +449,7 @@ class _Reader:
 
     def read(self) -> PrintedGraph:
         try:
-            tree = ast.parse(self.source, filename=self.filename)
+            tree = ast.parse(readable_source(self.source), filename=self.filename)
         except SyntaxError as e:
             raise self.fail(f"not a readable printed graph (truncated?): {e.msg}", e.lineno or 1) from None
         classes = []

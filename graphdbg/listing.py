@@ -181,7 +181,7 @@ def list_dumps(path: str | Path, log: str | Path | None = None) -> Listing:
     listing = Listing(root)
     folders = find_dumps(root) if root.is_dir() else []
     files = printed_graph_files(root)
-    if not folders and not files and not root.is_dir():
+    if not folders and not files and not root.is_dir() and not torch_repro_files(root):
         raise DumpError(f"{root}: no graphdbg dumps here")
     for folder in folders:
         try:
@@ -195,8 +195,13 @@ def list_dumps(path: str | Path, log: str | Path | None = None) -> Listing:
             foreign.append(load_printed_graph(file))
         except GraphdbgError as e:
             listing.problems.append({"path": str(file), "error": str(e)})
+    for file in torch_repro_files(root):  # PyTorch's minifier repro.py, Inductor's fx_graph_runnable.py
+        try:
+            foreign.append(load(file))
+        except GraphdbgError as e:
+            listing.problems.append({"path": str(file), "error": str(e)})
     dumps.sort(key=lambda d: (natural_key(d.id), d.rank))  # g2 before g10
-    foreign.sort(key=lambda d: (d.model, d.graph_number if d.graph_number is not None else -1, d.id.rstrip("0123456789"), d.rank, d.id))
+    foreign.sort(key=lambda d: (d.model or "", d.graph_number if d.graph_number is not None else -1, d.id.rstrip("0123456789"), d.rank, d.id))
     listing.dumps = dumps + foreign
     listing.logs = apply_logs(listing.dumps, root, log)
     return listing
@@ -304,6 +309,32 @@ def load_with_log(path: str | Path, log: str | Path | None = None) -> Dump:
             continue  # a sibling that doesn't parse is ls's problem, not this file's
     apply_logs([dump, *others], folder, log)
     return dump
+
+
+def torch_repro_files(root: Path) -> list[Path]:
+    """PyTorch's own runnable repros under ``root`` (or ``root`` itself): the minifier's
+    ``repro.py``, Inductor's ``fx_graph_runnable.py`` from ``TORCH_COMPILE_DEBUG=1``."""
+    from graphdbg.formats.printed_graph import looks_like_printed_graph
+    from graphdbg.formats.torch_repro import detect_format
+
+    def maybe(path: Path) -> bool:
+        try:
+            with path.open("rb") as f:
+                head = f.read(1 << 18)
+        except OSError:
+            return False
+        return b"def load_args(" in head and b"class Repro(" in head and detect_format(path) is not None
+
+    if root.is_file():
+        return [root] if root.suffix == ".py" and not looks_like_printed_graph(root) and maybe(root) else []
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        if MANIFEST in filenames:
+            dirnames[:] = []
+            continue
+        found += [Path(dirpath) / n for n in sorted(filenames) if n.endswith(".py") and maybe(Path(dirpath) / n)]
+    return found
 
 
 def printed_graph_files(root: Path) -> list[Path]:

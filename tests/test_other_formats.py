@@ -293,3 +293,26 @@ def test_regenerated_repeats_still_add_up_to_the_traced_output_size(tmp_path):
     assert size == 7 and repeats.tolist() == [3, 2, 2]
     (out,) = case.run_eager()
     assert out.tolist() == [0, 0, 0, 1, 1, 2, 2]
+
+
+def test_ls_lists_pytorchs_own_repro_scripts_beside_printed_graphs(tmp_path, cli):
+    """What TORCH_COMPILE_DEBUG=1 leaves: fx_graph_runnable.py (a minifier-shaped script) and
+    fx_graph_readable.py, whose class Inductor prints as ``class <lambda>(torch.nn.Module):``."""
+    import json
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    debug = tmp_path / "torchinductor" / "model__0_inference_0.0"
+    debug.mkdir(parents=True)
+    shutil.copy(FIXTURES / "torch_minifier" / "after_aot" / "repro.py", debug / "fx_graph_runnable.py")
+    readable = make_fx(lambda x, w: torch.nn.functional.gelu(x @ w))(torch.randn(4, 8), torch.randn(8, 8))
+    text = readable.print_readable(print_output=False)
+    assert text.startswith("class <lambda>(torch.nn.Module):")
+    (debug / "fx_graph_readable.py").write_text(text)
+    r = cli("ls", tmp_path, "--json")
+    data = json.loads(r.out)
+    assert r.code == 0 and data["problems"] == [], r
+    assert sorted((Path(d["path"]).name, d["format"]) for d in data["dumps"]) == [
+        ("fx_graph_readable.py", "printed_graph"), ("fx_graph_runnable.py", "torch_minifier")]
+    r = cli("replay", debug / "fx_graph_readable.py", "--backend", "aot_eager", "--no-isolate", "--json")
+    assert r.code == 0 and json.loads(r.out)["status"] == "pass", r

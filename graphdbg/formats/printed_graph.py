@@ -33,6 +33,7 @@ from graphdbg.confined import read_regular
 from graphdbg.dump import Contents, Dump
 from graphdbg.errors import GraphSourceError
 from graphdbg.formats import manifest_for, register
+from graphdbg.graph_parser import readable_source
 from graphdbg.rebuild.inputs import SEED_ENV
 from graphdbg.specs import SymSpec, TensorSpec
 
@@ -43,7 +44,6 @@ FAILURE_KIND = "foreign"
 _HEADER = re.compile(r"#\s*Rank:\s*(\d+),\s*Graph\s*(\d+)")
 _RANK_FILE = re.compile(r"rank(\d+)_\d+\.py$")
 MAX_BYTES = 64 << 20  # a printed graph of a real model is well under a MB; anything huge is not one
-_SGR = re.compile(r"\x1b\[[0-9;]*m")  # terminal colours (ANSI select-graphic-rendition), nothing else
 
 
 def looks_like_printed_graph(path: Path) -> bool:
@@ -76,8 +76,7 @@ def load_printed_graph(path: str | Path) -> Dump:
         size = path.stat().st_size
         if size > MAX_BYTES:
             raise GraphSourceError(f"not a printed graph ({size} bytes)", file=str(path))
-        # print_readable(colored=True), or a log copied from a terminal, colours the annotations
-        source = _SGR.sub("", read_regular(path, max_bytes=MAX_BYTES).decode())
+        source = readable_source(read_regular(path, max_bytes=MAX_BYTES).decode())  # colours, <lambda> classes
     except UnicodeDecodeError:
         raise GraphSourceError("not a printed graph: not UTF-8 text", file=str(path), line=1) from None
     except OSError as e:

@@ -517,6 +517,23 @@ def redact(
             console.print(f"{row['path']}: {row['paths']} paths made relative, removed {', '.join(row['removed']) or 'nothing'}", highlight=False)
 
 
+@app.command()
+def extract(
+    log: Annotated[Path, typer.Argument(help="A log with printed graphs (TORCH_LOGS=graph_code, aot_graphs, print_readable()).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the graph files (must not hold files of the same names).")] = Path("graphs"),
+    as_json: JsonFlag = False,
+) -> None:
+    """Write the graphs printed in a log as graph files (rankR_G.py) that ls, replay and minify read."""
+    from graphdbg.formats.log_graphs import extract_graphs
+
+    written = extract_graphs(log, out)
+    if as_json:
+        _print_json({"log": str(log), "out": str(out), "files": [str(p) for p in written]})
+    else:
+        console.print(f"wrote {len(written)} graph file(s) to {out}: {', '.join(p.name for p in written[:8])}"
+                      + (" ..." if len(written) > 8 else "") + f"\nnext: graphdbg ls {out}", highlight=False, soft_wrap=True)
+
+
 def _report(result: object, as_json: bool) -> None:
     if as_json:
         _print_json(result.to_dict())

@@ -374,3 +374,39 @@ def test_a_log_too_big_to_scan_is_read_from_its_tail(cli, stream_graphs, monkeyp
     rows = {Path(d["path"]).name: d for d in data["dumps"]}
     assert {n for n, d in rows.items() if d["signature"]} == {"graph_module_170076.py", "graph_module_956955.py"}
     assert rows["graph_module_170076.py"]["log_inferred"] is True
+
+
+# Graphs printed inside a log (TORCH_LOGS=graph_code,aot_graphs) ------------------------------
+
+TORCH_LOGS_PROGRAM = """
+import torch
+def f(x, w):
+    return torch.nn.functional.gelu(x @ w).sum(-1)
+torch.compile(f, backend="aot_eager")(torch.randn(4, 8), torch.randn(8, 8))
+"""
+
+
+def test_graphs_printed_in_a_log_are_extracted_per_rank_and_replay(cli, tmp_path):
+    env = {**os.environ, "TORCH_LOGS": "graph_code,aot_graphs"}
+    run = subprocess.run([sys.executable, "-c", TORCH_LOGS_PROGRAM], capture_output=True, text=True, env=env, timeout=300)
+    assert "[__graph_code]" in run.stderr, run.stderr[-2000:]
+    # two ranks of a launcher that prefixes lines, their records interleaved line by line
+    lines = run.stderr.splitlines()
+    (tmp_path / "log.txt").write_text("".join(f"[rank{r}]:{line}\n" for line in lines for r in (0, 1)))
+    r = cli("extract", tmp_path / "log.txt", "-o", tmp_path / "graphs", "--json")
+    assert r.code == 0, r
+    names = sorted(Path(p).name for p in json.loads(r.out)["files"])
+    assert names == ["rank0_0.py", "rank0_1_aot_graphs.py", "rank1_0.py", "rank1_1_aot_graphs.py"]
+    dynamo = (tmp_path / "graphs" / "rank1_0.py").read_text()
+    assert dynamo.startswith("# Rank: 1, Graph 0\n# extracted by graphdbg from log.txt line ")
+    assert "class GraphModule(torch.nn.Module):\n    def forward(self, L_x_: " in dynamo
+    data = _ls(cli, tmp_path / "graphs")
+    assert sorted(d["rank"] for d in data["dumps"]) == [0, 0, 1, 1]
+    for name in ("rank0_0.py", "rank0_1_aot_graphs.py"):  # the Dynamo graph, and AOT's aten forward graph
+        r = cli("replay", tmp_path / "graphs" / name, "--backend", "aot_eager", "--no-isolate", "--json")
+        assert r.code == 0 and json.loads(r.out)["status"] == "pass", r
+    # again into the same folder: refused, nothing overwritten; a log without graphs: one line, exit 2
+    assert cli("extract", tmp_path / "log.txt", "-o", tmp_path / "graphs").code == 2
+    (tmp_path / "plain.log").write_text("nothing to see\n")
+    r = cli("extract", tmp_path / "plain.log", "-o", tmp_path / "none")
+    assert r.code == 2 and "no printed graphs" in r.err and not (tmp_path / "none").exists()

@@ -39,6 +39,13 @@ def _two_ranks(tmp_path, monkeypatch):
     return root
 
 
+def _log_with_a_graph(tmp_path):
+    log = tmp_path / "printed.log"
+    log.write_text('[rank0]: class GraphModule(torch.nn.Module):\n[rank0]:     def forward(self, L_x_: "f32[2]"):\n'
+                   "[rank0]:         relu = torch.relu(L_x_);  L_x_ = None\n[rank0]:         return (relu,)\n")
+    return log
+
+
 def test_every_json_output_is_strict_json(cli, tmp_path, monkeypatch):
     commands = [
         ("ls", FIXTURES),
@@ -52,6 +59,7 @@ def test_every_json_output_is_strict_json(cli, tmp_path, monkeypatch):
         ("bisect", "passes", FIXTURES / "block_compile_error", "--passes", "passes_for_tests:clone_output,passes_for_tests:gelu_to_relu", "--backend", "eager"),
         ("bisect", "nodes", FIXTURES / "block_accuracy", "--backend", BAD_REWRITE),
         ("bisect", "ranks", _two_ranks(tmp_path, monkeypatch)),
+        ("extract", _log_with_a_graph(tmp_path), "-o", tmp_path / "extracted"),
     ]
     for args in commands:
         r = cli(*args, "--json")

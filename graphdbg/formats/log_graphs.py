@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from graphdbg.errors import GraphdbgError
-from graphdbg.formats.run_log import MAX_LINE, split_prefix
+from graphdbg.formats.run_log import split_prefix
 
 __all__ = ["LoggedGraph", "graphs_in_log", "extract_graphs"]
 
@@ -32,6 +32,7 @@ _GLOG = re.compile(r"^(?P<head>[VIWEDCF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [^\]\s]+
 _TITLE = re.compile(r"^\s*=====\s*(?P<title>.+?)\s*=====\s*$")
 _CLASS = re.compile(r"(?:^|\s)(?P<cls>class\s+(?:\w+|<\w+>)\((?:torch\.)?nn\.Module\):\s*)$")
 _ARTIFACT = re.compile(r"\[__(\w+)\]")
+MAX_LINE = 4 << 20  # a whole model's forward signature is one line; past this a line is cut (and the graph won't parse)
 MAX_GRAPH_LINES = 200_000  # a printed graph graphdbg reads has fewer (graph_parser.MAX_SOURCE_LINES)
 MAX_GRAPHS = 10_000
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.manifest import MANIFEST, find_dumps
@@ -181,7 +181,8 @@ def list_dumps(path: str | Path, log: str | Path | None = None) -> Listing:
     listing = Listing(root)
     folders = find_dumps(root) if root.is_dir() else []
     files = printed_graph_files(root)
-    if not folders and not files and not root.is_dir() and not torch_repro_files(root):
+    repros = torch_repro_files(root)  # PyTorch's minifier repro.py, Inductor's fx_graph_runnable.py
+    if not folders and not files and not repros and not root.is_dir():
         raise DumpError(f"{root}: no graphdbg dumps here")
     for folder in folders:
         try:
@@ -195,7 +196,7 @@ def list_dumps(path: str | Path, log: str | Path | None = None) -> Listing:
             foreign.append(load_printed_graph(file))
         except GraphdbgError as e:
             listing.problems.append({"path": str(file), "error": str(e)})
-    for file in torch_repro_files(root):  # PyTorch's minifier repro.py, Inductor's fx_graph_runnable.py
+    for file in repros:
         try:
             foreign.append(load(file))
         except GraphdbgError as e:
@@ -311,6 +312,20 @@ def load_with_log(path: str | Path, log: str | Path | None = None) -> Dump:
     return dump
 
 
+def _python_files(root: Path) -> Iterator[Path]:
+    """``root`` itself if it is a file, else the ``.py`` files under it in order, skipping dump
+    folders (their graph.py belongs to the dump) and hidden ones (dumps being written)."""
+    if root.is_file():
+        yield root
+        return
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        if MANIFEST in filenames:
+            dirnames[:] = []
+            continue
+        yield from (Path(dirpath) / name for name in sorted(filenames) if name.endswith(".py"))
+
+
 def torch_repro_files(root: Path) -> list[Path]:
     """PyTorch's own runnable repros under ``root`` (or ``root`` itself): the minifier's
     ``repro.py``, Inductor's ``fx_graph_runnable.py`` from ``TORCH_COMPILE_DEBUG=1``."""
@@ -325,32 +340,13 @@ def torch_repro_files(root: Path) -> list[Path]:
             return False
         return b"def load_args(" in head and b"class Repro(" in head and detect_format(path) is not None
 
-    if root.is_file():
-        return [root] if root.suffix == ".py" and not looks_like_printed_graph(root) and maybe(root) else []
-    found = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        if MANIFEST in filenames:
-            dirnames[:] = []
-            continue
-        found += [Path(dirpath) / n for n in sorted(filenames) if n.endswith(".py") and maybe(Path(dirpath) / n)]
-    return found
+    if root.is_file() and (root.suffix != ".py" or looks_like_printed_graph(root)):
+        return []
+    return [p for p in _python_files(root) if maybe(p)]
 
 
 def printed_graph_files(root: Path) -> list[Path]:
     """Printed graph files under ``root`` (or ``root`` itself), skipping dump folders' graph.py."""
     from graphdbg.formats.printed_graph import looks_like_printed_graph
 
-    if root.is_file():
-        return [root] if looks_like_printed_graph(root) else []
-    found = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        # A dump's own graph.py belongs to the dump; hidden folders are dumps being written.
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        if MANIFEST in filenames:
-            dirnames[:] = []
-            continue
-        for name in sorted(filenames):
-            if name.endswith(".py") and looks_like_printed_graph(Path(dirpath) / name):
-                found.append(Path(dirpath) / name)
-    return found
+    return [p for p in _python_files(root) if looks_like_printed_graph(p)]

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from graphdbg.errors import GraphdbgError
-from graphdbg.formats.run_log import split_prefix
+from graphdbg.formats.run_log import log_lines, split_prefix
 
 __all__ = ["LoggedGraph", "graphs_in_log", "extract_graphs"]
 
@@ -73,10 +73,7 @@ def graphs_in_log(path: str | Path) -> list[LoggedGraph]:
     open_graphs: dict[tuple[int | None, str], LoggedGraph] = {}  # (rank, record) -> the graph it is printing
     titles: dict[int | None, str] = {}
     with f:
-        for lineno, raw in enumerate(iter(lambda: f.readline(MAX_LINE), b""), 1):
-            text = raw.decode("utf-8", "replace").rstrip("\r\n")
-            if "\x1b" in text:
-                text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+        for lineno, text in log_lines(f, MAX_LINE):
             rank, key, artifact, body = _record(text)
             graph = open_graphs.get((rank, key))
             if graph is not None:

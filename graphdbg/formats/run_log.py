@@ -180,7 +180,7 @@ def read_log(path: str | Path, graph_names: Iterable[str] = ()) -> RunLog:
             f.seek(size - MAX_SCAN)
             _skip_rest_of_line(f)
         scan = _Scanner(path, graph_names)
-        for lineno, text in _lines(f):
+        for lineno, text in log_lines(f):
             scan.line(lineno, text)
         log = scan.finish()
     log.truncated = truncated
@@ -203,14 +203,17 @@ def _skip_rest_of_line(f) -> None:
             return
 
 
-def _lines(f) -> Iterator[tuple[int, str]]:
+def log_lines(f, max_line: int = MAX_LINE) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a log opened in binary: lines cut at ``max_line`` bytes (the rest
+    skipped), undecodable bytes replaced, what a progress bar's ``\\r`` left standing, no
+    terminal escapes."""
     lineno = 0
     while True:
-        raw = f.readline(MAX_LINE)
+        raw = f.readline(max_line)
         if not raw:
             return
         lineno += 1
-        if len(raw) == MAX_LINE and not raw.endswith(b"\n"):
+        if len(raw) == max_line and not raw.endswith(b"\n"):
             _skip_rest_of_line(f)
         text = raw.decode("utf-8", "replace").rstrip("\r\n")
         if "\r" in text:  # progress bars redraw with \r: what stands last is what was seen

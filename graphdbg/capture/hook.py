@@ -28,7 +28,7 @@ from graphdbg.capture.armed import ArmedCalls
 from graphdbg.capture.backend_recipe import backend_recipe, describe_recipe
 from graphdbg.capture.dynamo_exceptions import is_control_flow
 from graphdbg.capture.origin import compile_origin
-from graphdbg.capture.passthrough import as_dynamo_calls_it, drop_own_frame
+from graphdbg.capture.passthrough import as_dynamo_calls_it, call_inputs, drop_own_frame
 from graphdbg.capture.rng import rng_state, same_draws
 from graphdbg.capture.snapshot import GraphSnapshot, format_exception
 from graphdbg.capture import nested
@@ -230,10 +230,7 @@ class CapturingBackend:
 
         def run(*args: Any) -> Any:
             __tracebackhide__ = True  # noqa: F841 - pytest hides this frame where Python keeps it (3.10)
-            # Dynamo calls with positional inputs even when the compiled function is boxed; an
-            # AOT caller passes one list, which a boxed callee may empty: keep our own references.
-            boxed_list = boxed and len(args) == 1 and isinstance(args[0], list)
-            inputs = list(args[0]) if boxed_list else list(args)
+            inputs = call_inputs(args, boxed)  # our own references: a boxed callee may empty its list
             before = self._guarded(lambda: clone_values(inputs), "copy inputs") if accuracy and "accuracy" not in snap.dumped else None
             # training: attributes the graph writes (an optimizer's parameters and states)
             attrs = self._guarded(lambda: attrs_before_call(snap.eager, snap.attrs), "copy attributes") if before is not None else None

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import torch.fx as fx
 
 from graphdbg.capture.on_import import watch
-from graphdbg.capture.passthrough import drop_own_frame
+from graphdbg.capture.passthrough import call_inputs, drop_own_frame
 
 if TYPE_CHECKING:
     from graphdbg.capture.hook import CapturingBackend
@@ -234,12 +234,11 @@ class PieceRuns:
 
     def __init__(self, compiled: Any, frame: Frame, snap: GraphSnapshot, backend: str, call: int, gm: fx.GraphModule):
         self.__dict__.update(_compiled=compiled, _frame=frame, _snap=snap, _backend=backend, _call=call, _gm=gm,
-                             _dumped=False)
+                             _dumped=False, _boxed=bool(getattr(compiled, "_boxed_call", False)))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True  # noqa: F841 - pytest hides this frame where Python keeps it (3.10)
-        # a boxed callee empties the list it is given: keep our own references for the dump
-        held = None if self._dumped else (list(args[0]) if len(args) == 1 and isinstance(args[0], list) else list(args))
+        held = None if self._dumped else call_inputs(args, self._boxed)  # for the dump; a boxed callee may empty its list
         try:
             return self._compiled(*args, **kwargs)
         except Exception as e:

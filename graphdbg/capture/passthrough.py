@@ -53,3 +53,10 @@ def as_dynamo_calls_it(compiled: Callable[..., Any]) -> Callable[..., Any]:
     except Exception:  # the stub raises the same when it is called, where Dynamo would have raised it
         return compiled
     return owner.forward
+
+
+def call_inputs(args: tuple, boxed: bool) -> list[Any]:
+    """The inputs of one call of compiled code, as references of our own. Dynamo calls with
+    positional inputs even when the compiled function is boxed (``_boxed_call``); an AOT caller
+    passes it one list, which the callee may empty. Only then is the one list the inputs."""
+    return list(args[0]) if boxed and len(args) == 1 and isinstance(args[0], list) else list(args)

@@ -33,7 +33,7 @@ import torch
 import torch.fx as fx
 
 from graphdbg.accuracy import compare_outputs, forgive, needs_float64
-from graphdbg.capture.passthrough import as_dynamo_calls_it
+from graphdbg.capture.passthrough import as_dynamo_calls_it, call_inputs
 from graphdbg.compiler_config import applied_config, replay_settings
 from graphdbg.errors import GraphdbgError
 from graphdbg.graph_hash import target_name
@@ -111,12 +111,13 @@ def run_case(
         state["compile_s"] += time.perf_counter() - t0
         state["compiled"] = True
 
+        boxed = bool(getattr(compiled, "_boxed_call", False))
+
         def run(*args: Any) -> Any:
             # Dynamo trims its callers' frames from tracebacks; find the node while they are here.
             # With a graph break this is one of several graphs, each with inputs of its own: keep
             # them (references) for the interpreter, in case the frames don't say.
-            boxed = getattr(compiled, "_boxed_call", False) and len(args) == 1 and isinstance(args[0], list)
-            held = list(args[0]) if boxed else list(args)
+            held = call_inputs(args, boxed)
             try:
                 return compiled(*args)
             except Exception as e:
@@ -128,7 +129,7 @@ def run_case(
                 state["traceback"] = (e, "".join(tb.format_exception(type(e), e, below)))
                 raise
 
-        if getattr(compiled, "_boxed_call", False):
+        if boxed:
             run._boxed_call = True  # type: ignore[attr-defined]
         return run
 

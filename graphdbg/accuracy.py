@@ -173,14 +173,7 @@ def _chunks(e: torch.Tensor, a: torch.Tensor):
 def _unravel(flat: torch.Tensor, shape: torch.Size) -> list[list[int]]:
     if len(shape) == 0:
         return [[] for _ in flat.tolist()]
-    out = []
-    for i in flat.tolist():
-        idx = []
-        for size in reversed(shape):
-            idx.append(i % size)
-            i //= size
-        out.append(idx[::-1])
-    return out
+    return torch.stack(torch.unravel_index(flat, shape), dim=-1).tolist()
 
 
 def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -81,17 +81,29 @@ def _shrunk(node: fx.Node, plan: InputPlan) -> InputPlan:
     """A cache read only at constant slots of its first dim (``mamba_cache[0]``: this layer's
     slice of a 36-layer cache) is made with just those slots: the values the graph reads are
     the same, and a 4.8 GiB input becomes 134 MiB."""
-    spec = plan.spec
-    if not isinstance(spec, TensorSpec) or not spec.shape or not isinstance(spec.shape[0], int) or plan.kind not in ("normal", "mask", "integers"):
+    if not _cuttable(plan):
         return plan
     slots = _constant_slots(node)
-    if slots is None or slots >= spec.shape[0]:
-        return plan
+    if slots is not None and slots < plan.spec.shape[0]:
+        _cut(plan, slots, f"the graph reads only the first {slots} slots of dim 0",
+             f"the graph reads only slots [0, {slots}) of dim 0")
+    return plan
+
+
+def _cuttable(plan: InputPlan) -> bool:
+    """An input graphdbg makes up whose dim 0 has a known size: one it may make with fewer slots."""
+    spec = plan.spec
+    return (plan.kind in ("normal", "mask", "integers") and isinstance(spec, TensorSpec) and bool(spec.shape)
+            and isinstance(spec.shape[0], int))
+
+
+def _cut(plan: InputPlan, slots: int, why: str, how: str) -> None:
+    """Make ``plan``'s input with ``slots`` slots of dim 0; ``why`` becomes the stand-in's detail."""
+    spec = plan.spec
     plan.spec = dataclasses.replace(spec, shape=[slots, *spec.shape[1:]])
     plan.shrunk_from = spec.annotation()
-    plan.shrunk_why = f"the graph reads only the first {slots} slots of dim 0"
-    plan.how += f"; shrunk from {spec.annotation()}: the graph reads only slots [0, {slots}) of dim 0"
-    return plan
+    plan.shrunk_why = why
+    plan.how += f"; shrunk from {spec.annotation()}: {how}"
 
 
 # A cache read through indices graphdbg makes itself -------------------------------------
@@ -111,8 +123,7 @@ def _shrink_indexed(gm: fx.GraphModule, placeholders: list[fx.Node], plans: list
     origins = {p: p for p in placeholders}
     for node, plan in by_node.items():
         spec = plan.spec
-        if (plan.kind not in ("normal", "mask", "integers") or not isinstance(spec, TensorSpec) or not spec.shape
-                or not isinstance(spec.shape[0], int) or (made_up is not None and plan.name not in made_up)):
+        if not _cuttable(plan) or (made_up is not None and plan.name not in made_up):
             continue
         indexers: set[fx.Node] = set()
         if not node.users or not _read_at_dim0(node, gm, origins, indexers) or not indexers:
@@ -125,10 +136,8 @@ def _shrink_indexed(gm: fx.GraphModule, placeholders: list[fx.Node], plans: list
         if slots >= spec.shape[0]:
             continue
         names = ", ".join(sorted(p.name for p in index_plans))
-        plan.spec = dataclasses.replace(spec, shape=[slots, *spec.shape[1:]])
-        plan.shrunk_from = spec.annotation()
-        plan.shrunk_why = f"the graph reads and writes it only at dim 0 through {names}, made in [0, {slots})"
-        plan.how += f"; shrunk from {spec.annotation()}: used only through {names} at dim 0"
+        _cut(plan, slots, f"the graph reads and writes it only at dim 0 through {names}, made in [0, {slots})",
+             f"used only through {names} at dim 0")
         for p in index_plans:
             if p.high > slots:
                 p.high = slots

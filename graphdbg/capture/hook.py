@@ -28,7 +28,7 @@ from graphdbg.capture.armed import ArmedCalls
 from graphdbg.capture.backend_recipe import backend_recipe, describe_recipe
 from graphdbg.capture.dynamo_exceptions import is_control_flow
 from graphdbg.capture.origin import compile_origin
-from graphdbg.capture.passthrough import as_dynamo_calls_it, call_inputs, drop_own_frame
+from graphdbg.capture.passthrough import as_dynamo_calls_it, call_inputs, drop_own_frame, say
 from graphdbg.capture.rng import rng_state, same_draws
 from graphdbg.capture.snapshot import GraphSnapshot, format_exception
 from graphdbg.capture import nested
@@ -319,7 +319,7 @@ class CapturingBackend:
                                               "call": snap.parent["call"], "kind": kind, "backend": self.backend_ref})
             what = f"{type(exc).__name__}" if exc is not None else kind
             shown = describe_recipe(self.backend_recipe) if self.backend_recipe else self.backend_ref
-            _say(f"graphdbg: {kind} in backend {shown!r} ({what}); dump written to {path}")
+            say(f"graphdbg: {kind} in backend {shown!r} ({what}); dump written to {path}")
         return path
 
     def _guarded(self, fn: Callable[[], Any], what: str) -> Any:
@@ -327,12 +327,8 @@ class CapturingBackend:
             return fn()
         except Exception as e:
             first = (exception_text(e).strip().splitlines() or [""])[0]
-            _say(f"graphdbg: could not {what} ({type(e).__name__}: {first}); the original behaviour is unchanged")
+            say(f"graphdbg: could not {what} ({type(e).__name__}: {first}); the original behaviour is unchanged")
             return None
-
-
-
-_say = nested.say
 
 
 __all__ = ["capture", "CapturingBackend", "GraphSnapshot", "DEFAULT_BUDGET"]

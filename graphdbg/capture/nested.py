@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import torch.fx as fx
 
 from graphdbg.capture.on_import import watch
-from graphdbg.capture.passthrough import call_inputs, drop_own_frame
+from graphdbg.capture.passthrough import call_inputs, drop_own_frame, say
 
 if TYPE_CHECKING:
     from graphdbg.capture.hook import CapturingBackend
@@ -64,15 +64,6 @@ class Frame:
 
 
 _counter_lock = threading.Lock()
-
-
-def say(line: str) -> None:
-    """One line on stderr, never an exception: capture must not change the user's program."""
-    try:
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
-    except Exception:
-        pass
 
 
 def _stack() -> list[Frame]:

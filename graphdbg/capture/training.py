@@ -34,6 +34,7 @@ import torch
 import torch.fx as fx
 
 from graphdbg.accuracy import OutputMismatch, compare_value
+from graphdbg.capture.passthrough import say
 from graphdbg.capture.passthrough import drop_own_frame
 from graphdbg.capture.snapshot import GraphSnapshot
 from graphdbg.rebuild.inputs import clone_values
@@ -312,7 +313,7 @@ class BackwardWatch:
         if path is not None:
             owner.dumps.append(path)
             what = type(exc).__name__ if exc is not None else "gradients differ"
-            _say(f"graphdbg: backward {kind} in backend {owner.backend_ref!r} ({what}); dump written to {path}")
+            say(f"graphdbg: backward {kind} in backend {owner.backend_ref!r} ({what}); dump written to {path}")
 
     def _write(self, bsnap: GraphSnapshot, inputs: list[Any], kind: str, exc: BaseException | None, **extra: Any) -> Path:
         from graphdbg.capture.write import write_dump
@@ -452,14 +453,6 @@ def _install() -> None:
     for module in (common, aot):
         if getattr(module, "aot_module_simplified", None) is original:
             module.aot_module_simplified = watched
-
-
-def _say(line: str) -> None:
-    try:
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
-    except Exception:
-        pass
 
 
 __all__ = ["BackwardWatch", "GradientMismatch", "InputMismatch", "compare_mutations", "mutated_inputs",

@@ -232,16 +232,15 @@ def input_bytes(dump: Any) -> int:
 
 
 def free_bytes(device: str) -> int:
-    """What ``device`` has free now: CUDA's own count, or the host's MemAvailable."""
+    """What ``device`` has free now (``rebuild.memory_budget.free_bytes``: CUDA's own count, or
+    the host's MemAvailable); on a host without /proc/meminfo, its available pages."""
+    from graphdbg.rebuild.memory_budget import free_bytes as free_on
+
+    free = free_on(torch.device(device))
+    if free is not None:
+        return free
     if device.startswith("cuda"):
-        free, _ = torch.cuda.mem_get_info(torch.device(device))
-        return int(free)
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+        raise GraphdbgError(f"cannot read the free memory of {device}")
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 

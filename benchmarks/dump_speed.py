@@ -27,9 +27,9 @@ import torch
 import torch.fx as fx
 
 import graphdbg
-from graphdbg.capture.snapshot import GraphSnapshot
-from graphdbg.capture.write import write_dump
 from fixtures import programs
+from graphdbg.graph.snapshot import GraphSnapshot
+from graphdbg.store.write import write_dump
 
 
 def large_inputs(gib: float) -> dict[str, torch.Tensor]:

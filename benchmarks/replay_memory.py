@@ -147,7 +147,7 @@ def _tree_rss(pid: int) -> int:
 
 
 def file(args: argparse.Namespace) -> None:
-    cmd = [sys.executable, "-m", "graphdbg.cli", "replay", str(args.path), "--backend", args.backend,
+    cmd = [sys.executable, "-m", "graphdbg.ui.cli", "replay", str(args.path), "--backend", args.backend,
            "--device", "cpu", "--json"]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)

@@ -59,9 +59,9 @@ def main() -> None:
         script.write_text(PLAIN.format(root=str(ROOT), tensors=str(dump / "inputs.safetensors")))
         commands = {
             "plain script": [sys.executable, str(script)],
-            "graphdbg replay --no-isolate --direct": [sys.executable, "-m", "graphdbg.cli", "replay", str(dump), "--backend", "eager", "--no-isolate", "--direct", "--json"],
-            "graphdbg replay --no-isolate": [sys.executable, "-m", "graphdbg.cli", "replay", str(dump), "--backend", "eager", "--no-isolate", "--json"],
-            "graphdbg replay (isolated)": [sys.executable, "-m", "graphdbg.cli", "replay", str(dump), "--backend", "eager", "--json"],
+            "graphdbg replay --no-isolate --direct": [sys.executable, "-m", "graphdbg.ui.cli", "replay", str(dump), "--backend", "eager", "--no-isolate", "--direct", "--json"],
+            "graphdbg replay --no-isolate": [sys.executable, "-m", "graphdbg.ui.cli", "replay", str(dump), "--backend", "eager", "--no-isolate", "--json"],
+            "graphdbg replay (isolated)": [sys.executable, "-m", "graphdbg.ui.cli", "replay", str(dump), "--backend", "eager", "--json"],
         }
         for cmd in commands.values():  # warm the page cache and .pyc files once
             timed(cmd)

@@ -22,7 +22,7 @@ def env() -> dict[str, str]:
 
 def graphdbg(*args: str, timeout: float = 600) -> tuple[int, dict, float]:
     """Run `graphdbg ARGS --json`; returns (exit code, parsed JSON, seconds)."""
-    cmd = [sys.executable, "-m", "graphdbg.cli", *map(str, args), "--json"]
+    cmd = [sys.executable, "-m", "graphdbg.ui.cli", *map(str, args), "--json"]
     start = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=timeout)
     seconds = time.perf_counter() - start

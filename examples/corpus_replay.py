@@ -36,7 +36,7 @@ import torch  # noqa: E402
 
 import graphdbg  # noqa: E402
 from graphdbg.errors import GraphdbgError  # noqa: E402
-from graphdbg.listing import list_dumps  # noqa: E402
+from graphdbg.formats.listing import list_dumps  # noqa: E402
 from graphdbg.formats.printed_graph import SEED_ENV  # noqa: E402
 
 DEFAULT = ROOT.parent / "shared" / "corpus" / "sglang-thunderfx"
@@ -44,7 +44,7 @@ FAILING_MODEL = "Qwen3-Next-80B-A3B-Instruct"
 
 
 def input_bytes(dump) -> int:
-    from graphdbg.specs import dtype_from_name
+    from graphdbg.store.specs import dtype_from_name
 
     total = 0
     for d in dump.manifest["inputs"]:

@@ -1,7 +1,11 @@
 """Exploration on the GPU machine: what Thunder and Inductor do with streams, and real CUDA dumps."""
-import os, shutil, traceback
+import os
+import shutil
+import traceback
 from pathlib import Path
+
 import torch
+
 import graphdbg
 from fixtures import programs
 

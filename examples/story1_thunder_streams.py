@@ -12,9 +12,9 @@ from __future__ import annotations
 import shutil
 import sys
 
+import _story
 import torch
 
-import _story
 import graphdbg
 from fixtures import programs
 
@@ -39,7 +39,7 @@ def main() -> dict:
     bare = compile_and_run(ThunderCompiler())
     wrapped_backend = graphdbg.capture(ThunderCompiler(), dump_dir=dump_dir)
     wrapped = compile_and_run(wrapped_backend)
-    from graphdbg.signature import normalize_message
+    from graphdbg.judge.signature import normalize_message
 
     # the same type and message; a backend object's address in the message may differ
     result["user_error_unchanged"] = (type(bare) is type(wrapped) and

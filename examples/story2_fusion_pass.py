@@ -12,11 +12,11 @@ from __future__ import annotations
 import shutil
 import sys
 
+import _story
+import llama_fusion
 import torch
 
-import _story
 import graphdbg
-import llama_fusion
 
 GOOD = "llama_fusion:fuse_add_rmsnorm@post_grad_pre"
 BUGGY = "llama_fusion:use_flashinfer_kernel@post_grad_pre"

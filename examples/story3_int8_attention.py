@@ -12,12 +12,12 @@ from __future__ import annotations
 import shutil
 import sys
 
-import torch
-
 import _story
-import graphdbg
 import int8_attention
 import llama_fusion
+import torch
+
+import graphdbg
 
 SELECT = "int8_attention:select_int8_attention"
 

@@ -1,7 +1,7 @@
 """How the nouns show themselves in rich and in notebooks, without importing the renderers.
 
 ``Dump``, ``Case``, ``Outcome``, the listing and the minify/bisect results inherit ``Displayed``;
-the one lazy import of ``graphdbg.render`` is here, so the nouns sit below the rendering layer
+the one lazy import of ``graphdbg.ui.render`` is here, so the nouns sit below the rendering layer
 and ``render`` can import them freely. ``render.RENDERERS`` maps a class name to its renderer,
 ``render.REPRS`` to its one-line repr (no tensors, no tracebacks: a notebook cell stays short).
 """
@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 
 class Displayed:
-    """Mixin: ``__rich__``, ``_repr_html_`` and a short ``__repr__`` come from ``graphdbg.render``."""
+    """Mixin: ``__rich__``, ``_repr_html_`` and a short ``__repr__`` come from ``graphdbg.ui.render``."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -25,17 +25,17 @@ class Displayed:
             cls.__repr__ = cls.__repr__
 
     def __rich__(self) -> Any:
-        from graphdbg.render import renderable
+        from graphdbg.ui.render import renderable
 
         return renderable(self)
 
     def _repr_html_(self) -> str:
-        from graphdbg.render import html_of
+        from graphdbg.ui.render import html_of
 
         return html_of(self)
 
     def __repr__(self) -> str:
-        from graphdbg.render import short_repr
+        from graphdbg.ui.render import short_repr
 
         return short_repr(self)
 

@@ -22,11 +22,11 @@ import torch
 
 from graphdbg.display import Displayed
 from graphdbg.errors import DumpError, GraphdbgError
-from graphdbg.graph_hash import target_name
-from graphdbg.specs import SymSpec, TensorSpec
+from graphdbg.graph.hashing import target_name
+from graphdbg.store.specs import SymSpec, TensorSpec
 
 if TYPE_CHECKING:
-    from graphdbg.graph_parser import PrintedGraph
+    from graphdbg.graph.parser import PrintedGraph
 
 
 class Contents:
@@ -46,8 +46,8 @@ class Contents:
 
     def text(self) -> str:
         if self._text is None:
-            from graphdbg.confined import read_regular
-            from graphdbg.manifest import MAX_GRAPH_BYTES
+            from graphdbg.store.confined import read_regular
+            from graphdbg.store.manifest import MAX_GRAPH_BYTES
 
             try:
                 self._text = read_regular(self.graph_file, max_bytes=MAX_GRAPH_BYTES, text=True)
@@ -57,7 +57,7 @@ class Contents:
 
     def graph(self) -> PrintedGraph:
         if self._printed is None:
-            from graphdbg.graph_parser import parse_printed_graph
+            from graphdbg.graph.parser import parse_printed_graph
             from graphdbg.rebuild.stand_ins import resolver
 
             # ops this machine lacks (a custom op of the user's server) parse into named stand-ins
@@ -228,11 +228,13 @@ class Dump(Displayed):
         install stand-ins for what this machine lacks; move device literals. Every value or
         call that is not the captured one is in ``case.stand_ins``.
         """
-        from graphdbg.case import Case, lift_external_objects, retarget_devices
+        from graphdbg.case import Case
         from graphdbg.rebuild.attributes import build_attribute, synthesized_attribute
+        from graphdbg.rebuild.devices import retarget_devices
+        from graphdbg.rebuild.external_objects import lift_external_objects
         from graphdbg.rebuild.inputs import InputBuilder, StandIn, default_seed, made_up
-        from graphdbg.rebuild.sizes import bind_sizes, bound_spec, size_env
         from graphdbg.rebuild.memory_budget import check_fits
+        from graphdbg.rebuild.sizes import bind_sizes, bound_spec, size_env
         from graphdbg.rebuild.synthesize import plan_inputs, planned_bytes, synthesize
 
         dev = self.resolve_device(device)

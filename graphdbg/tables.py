@@ -30,7 +30,7 @@ def failing_node_names(dump: Any) -> set[str]:
     """The nodes a dump says failed: the manifest's ``failure.node`` when capture knew it, else
     the nodes whose target the signature names (``... @ torch._C._nn.linear``), when it names one
     node only; empty when the dump doesn't say."""
-    from graphdbg.graph_hash import target_name
+    from graphdbg.graph.hashing import target_name
 
     failure = dump.manifest.get("failure") or {}
     if failure.get("node"):
@@ -51,7 +51,7 @@ def stored_stats(dump: Any) -> list[dict[str, float] | None]:
     ``STATS_READ_LIMIT`` bytes, one tensor at a time."""
     import torch
 
-    from graphdbg.tensor_file import read_tensors
+    from graphdbg.store.tensor_file import read_tensors
 
     entries = dump.manifest.get("inputs") or []
     found: list[dict[str, float] | None] = [None] * len(entries)

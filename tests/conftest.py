@@ -52,7 +52,7 @@ class CliResult:
 @pytest.fixture
 def cli(capsys, monkeypatch):
     """Run the graphdbg CLI in-process, exactly as the console script does."""
-    from graphdbg.cli import main
+    from graphdbg.ui.cli import main
 
     # child processes (isolated replays) import the test passes and backends by name
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]))

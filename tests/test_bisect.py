@@ -11,8 +11,8 @@ import torch.fx as fx
 
 import graphdbg
 from fixtures import programs as P
+from graphdbg.case import save_case
 from graphdbg.minify import bisect_nodes, bisect_passes, bisect_ranks
-from graphdbg.capture.write import save_case
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"

@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import ROOT
 
 import graphdbg
 from fixtures import programs
-from graphdbg.signature import normalize_message
-from graphdbg.manifest import SCHEMA_VERSION, find_dumps
-
-from conftest import ROOT
+from graphdbg.judge.signature import normalize_message
+from graphdbg.store.manifest import SCHEMA_VERSION, find_dumps
 
 
 def _call(fn, *args):
@@ -265,7 +264,7 @@ def test_non_tensor_inputs_are_described(tmp_path):
 
 
 def test_descriptors_of_things_that_cannot_travel():
-    from graphdbg.capture.describe import describe_value
+    from graphdbg.store.describe import describe_value
 
     assert describe_value(torch.device("cuda", 5)) == {"kind": "device", "value": "cuda:5"}
     assert describe_value(torch.bfloat16) == {"kind": "dtype", "value": "bfloat16"}
@@ -279,13 +278,13 @@ def test_descriptors_of_things_that_cannot_travel():
 def test_process_group_descriptor(tmp_path):
     import torch.distributed as dist
 
-    from graphdbg.capture.describe import describe_value
+    from graphdbg.store.describe import describe_value
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
     try:
         d = describe_value(dist.group.WORLD)
         assert d["kind"] == "process_group" and d["rank"] == 0 and d["size"] == 1 and d["ranks"] == [0]
-        from graphdbg.capture.environment import distributed_info
+        from graphdbg.store.environment import distributed_info
 
         info = distributed_info()
         assert info["source"] == "torch.distributed" and info["backend"] == "gloo"
@@ -362,7 +361,7 @@ def test_capture_command_wraps_an_unmodified_script(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT.format(root=str(ROOT)))
     dump_dir = tmp_path / "dumps"
-    cmd = [sys.executable, "-m", "graphdbg.cli", "capture", "--dump-dir", str(dump_dir), "--", sys.executable, str(script)]
+    cmd = [sys.executable, "-m", "graphdbg.ui.cli", "capture", "--dump-dir", str(dump_dir), "--", sys.executable, str(script)]
     env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
     failed = subprocess.run([*cmd, "broken"], env=env, capture_output=True, text=True, timeout=300)
     assert failed.returncode == 1

@@ -7,9 +7,9 @@ import os
 import subprocess
 import sys
 
-import graphdbg
-
 from conftest import FIXTURES, ROOT
+
+import graphdbg
 
 
 def _env_without_graphdbg() -> dict:

@@ -8,10 +8,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import FIXTURES, ROOT
 
 import graphdbg
-
-from conftest import FIXTURES, ROOT
 
 BAD_REWRITE = "fixtures.programs:bad_rewrite_backend"
 CORPUS = FIXTURES / "corpus"
@@ -27,7 +26,7 @@ def _strict(text: str) -> object:
 
 
 def _two_ranks(tmp_path, monkeypatch):
-    from graphdbg.capture.write import save_case
+    from graphdbg.case import save_case
 
     root = tmp_path / "ranks"
     for rank in range(2):
@@ -82,19 +81,19 @@ def test_bisect_results_print_as_text_not_json(cli, tmp_path, monkeypatch):
 def _graphdbg(*args, cwd, **kw) -> subprocess.Popen:
     """The CLI as a user runs it, in its own process (PYTHONPATH names only graphdbg itself)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
-    return subprocess.Popen([sys.executable, "-m", "graphdbg.cli", *map(str, args)], cwd=cwd, env=env,
+    return subprocess.Popen([sys.executable, "-m", "graphdbg.ui.cli", *map(str, args)], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
 def test_help_and_version_are_quick_and_do_not_import_torch(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    check = "import sys, graphdbg.cli, graphdbg; assert 'torch' not in sys.modules, 'torch imported'; print(graphdbg.capture.__name__)"
+    check = "import sys, graphdbg.ui.cli, graphdbg; assert 'torch' not in sys.modules, 'torch imported'; print(graphdbg.capture.__name__)"
     done = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "capture", done.stderr
     for flag in ("-h", "--help"):
-        done = subprocess.run([sys.executable, "-m", "graphdbg.cli", flag], env=env, capture_output=True, text=True, timeout=60)
+        done = subprocess.run([sys.executable, "-m", "graphdbg.ui.cli", flag], env=env, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0 and "replay" in done.stdout and "minify" in done.stdout, done.stderr
-    done = subprocess.run([sys.executable, "-m", "graphdbg.cli", "--version"], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-m", "graphdbg.ui.cli", "--version"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == f"graphdbg {graphdbg.__version__}"
 
 
@@ -198,7 +197,7 @@ def test_ctrl_c_during_minify_says_what_was_kept(tmp_path):
 
 def _run_piped(*args, columns: int = 80) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": str(columns)}
-    return subprocess.run([sys.executable, "-m", "graphdbg.cli", *map(str, args)], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "graphdbg.ui.cli", *map(str, args)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=240)
 
 
@@ -227,8 +226,8 @@ def test_ls_on_a_wide_terminal_is_a_table_with_whole_paths():
 
     from rich.console import Console
 
-    from graphdbg.listing import list_dumps
-    from graphdbg.render import ListingView
+    from graphdbg.formats.listing import list_dumps
+    from graphdbg.ui.render import ListingView
 
     listing = list_dumps(CORPUS)
     out = StringIO()

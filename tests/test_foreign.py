@@ -14,9 +14,10 @@ import pytest
 import torch
 
 import graphdbg
-from graphdbg.errors import GraphSourceError
-from graphdbg.rebuild import stand_ins
 from graphdbg.dump import Dump
+from graphdbg.errors import GraphSourceError
+from graphdbg.graph import allow_list
+from graphdbg.rebuild import stand_ins
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS_FIXTURES = ROOT / "fixtures" / "corpus"
@@ -169,7 +170,7 @@ def test_ls_groups_ranks_of_the_same_graph_and_names_what_needs_stand_ins(cli):
 @needs_corpus
 def test_ls_over_the_whole_shared_corpus_groups_every_rank():
     # how fast: benchmarks/corpus_ls.py (a timed assertion here only measures CI's neighbours)
-    from graphdbg.listing import list_dumps
+    from graphdbg.formats.listing import list_dumps
 
     listing = list_dumps(SHARED_CORPUS)
     groups = listing.groups
@@ -182,7 +183,7 @@ def test_ls_over_the_whole_shared_corpus_groups_every_rank():
 
 
 def test_a_registered_op_replaces_its_stand_in(tmp_path, monkeypatch):
-    monkeypatch.setattr(stand_ins, "_allowed_namespaces", [])
+    monkeypatch.setattr(allow_list, "_allowed_namespaces", [])
     monkeypatch.setenv(stand_ins.OPS_ENV, "")
     monkeypatch.syspath_prepend(str(tmp_path))
     graph = tmp_path / "custom.py"

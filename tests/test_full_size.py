@@ -241,7 +241,7 @@ def test_a_graph_returning_views_of_multi_gib_caches_replays_with_accuracy_in_li
 
 
 def test_large_outputs_are_compared_in_chunks_with_the_same_verdicts(monkeypatch):
-    import graphdbg.accuracy as accuracy
+    import graphdbg.judge.accuracy as accuracy
 
     x = torch.randn(6, 5, 4)
     y = x.clone()

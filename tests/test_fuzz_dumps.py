@@ -24,10 +24,9 @@ import pytest
 
 pytest.importorskip("hypothesis")  # a dev dependency; the GPU machine may not have it
 
+from conftest import FIXTURES, ROOT  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-
-from conftest import FIXTURES, ROOT  # noqa: E402
 
 FIXTURE = next((FIXTURES / "block_runtime_error").glob("rank*/*"))
 MANIFEST = json.loads((FIXTURE / "manifest.json").read_text())
@@ -80,7 +79,7 @@ def _on_alarm(signum, frame):
 
 def run_cli(*args: str) -> tuple[int, str]:
     """The CLI in-process, as the console script runs it: (exit code, stderr)."""
-    from graphdbg.cli import main
+    from graphdbg.ui.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     old_argv, old_handler = sys.argv, signal.signal(signal.SIGALRM, _on_alarm)

@@ -9,12 +9,11 @@ import json
 
 import pytest
 import torch
+from conftest import FIXTURES
 
 import graphdbg
 from fixtures import programs
-from graphdbg.manifest import find_dumps
-
-from conftest import FIXTURES
+from graphdbg.store.manifest import find_dumps
 
 pytestmark = pytest.mark.gpu
 

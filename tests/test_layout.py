@@ -8,6 +8,7 @@ is still a dependency; only ``if TYPE_CHECKING:`` blocks are left out. Importing
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "graphdbg"
@@ -115,21 +116,102 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def _without_root(graph: dict[str, set[str]]) -> dict[str, set[str]]:
-    # ``graphdbg/__init__`` is the public surface (load, capture, compare): it sits above every
-    # layer, and every ``import graphdbg.x`` runs it first, which is not a dependency of x on it.
-    return {m: {d for d in deps if d != "graphdbg"} for m, deps in graph.items()}
+ARCHITECTURE = PKG.parent / "ARCHITECTURE.md"
+
+
+def layers_from_architecture(text: str | None = None) -> tuple[list[tuple[str, list[str]]], set[tuple[str, str]]]:
+    """The layer table of ARCHITECTURE.md, bottom first, and its list of upward imports."""
+    text = ARCHITECTURE.read_text() if text is None else text
+    layers: list[tuple[str, list[str]]] = []
+    upward: set[tuple[str, str]] = set()
+    in_table = False
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        if cells[:2] == ["layer", "modules"]:
+            in_table = True
+            continue
+        if in_table and cells and not set(cells[0]) <= set("- "):
+            layers.append((cells[0], re.findall(r"`(graphdbg[\w.]*)`", cells[1])))
+        elif in_table and not cells:
+            in_table = False
+        m = re.match(r"^- `(graphdbg[\w.]*)` → `(graphdbg[\w.]*)`", line)
+        if m:
+            upward.add((m.group(1), m.group(2)))
+    return layers, upward
+
+
+def layer_of(module: str, layers: list[tuple[str, list[str]]]) -> int | None:
+    """The index of the row whose most specific entry names ``module`` or a package holding it."""
+    best: tuple[int, int] | None = None
+    for i, (_, names) in enumerate(layers):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and (best is None or len(name) > best[1]):
+                best = (i, len(name))
+    return None if best is None else best[0]
+
+
+def upward_imports(graph: dict[str, set[str]], layers: list[tuple[str, list[str]]]) -> set[tuple[str, str]]:
+    out = set()
+    for module, deps in graph.items():
+        for dep in deps:
+            if layer_of(dep, layers) > layer_of(module, layers):
+                out.add((module, dep))
+    return out
 
 
 def test_no_import_circles():
-    cycles = find_cycles(_without_root(import_graph()))
+    # the listed upward imports are lazy by design (ARCHITECTURE.md); every other edge counts
+    _, declared = layers_from_architecture()
+    graph = {m: {d for d in deps if (m, d) not in declared and (m, d.rpartition(".")[0]) not in declared}
+             for m, deps in import_graph().items()}
+    cycles = find_cycles(graph)
     assert cycles == [], "import circles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_every_module_has_a_layer_in_architecture_md():
+    layers, _ = layers_from_architecture()
+    assert [name for name, _ in layers][:2] == ["base", "judge"] and layers[-1][0] == "facade"
+    unplaced = sorted(m for m in import_graph() if layer_of(m, layers) is None)
+    assert unplaced == [], f"modules no row of ARCHITECTURE.md's layer table names: {unplaced}"
+
+
+def test_imports_follow_the_layer_table():
+    """An import that goes up a layer is a failure unless ARCHITECTURE.md lists it; a listed one
+    that the code no longer makes is a failure too, so the document stays true."""
+    layers, declared = layers_from_architecture()
+    # a package's own __init__ is run by the import of any module in it: not an edge upward
+    graph = {m: {d for d in deps if not m.startswith(d + ".")} for m, deps in import_graph().items()}
+    found = {(m, d) for m, d in upward_imports(graph, layers) if not d.startswith(m + ".")}
+    # ``from graphdbg.ui.render import x`` also names the package ``graphdbg.ui``: one import
+    found = {(m, d) for m, d in found if not any(m2 == m and d2.startswith(d + ".") for m2, d2 in found)}
+    assert sorted(found - declared) == [], "imports that go up a layer, not listed in ARCHITECTURE.md"
+    assert sorted(declared - found) == [], "ARCHITECTURE.md lists upward imports the code no longer makes"
+
+
+def test_the_layer_check_fails_on_an_import_that_goes_up():
+    """The check itself, on a made-up table and graph: a store module that imports the CLI."""
+    text = ("| layer | modules | holds |\n| --- | --- | --- |\n| store | `graphdbg.store` | x |\n"
+            "| ui | `graphdbg.ui` | y |\n\n- `graphdbg.ui.cli` → `graphdbg.store.x`: fine, it goes down\n")
+    layers, declared = layers_from_architecture(text)
+    assert layers == [("store", ["graphdbg.store"]), ("ui", ["graphdbg.ui"])]
+    graph = {"graphdbg.store.manifest": {"graphdbg.ui.cli"}, "graphdbg.ui.cli": {"graphdbg.store.manifest"}}
+    assert upward_imports(graph, layers) == {("graphdbg.store.manifest", "graphdbg.ui.cli")}
+
+
+def test_nothing_in_the_package_imports_the_facade_or_reaches_into_capture():
+    graph = import_graph()
+    facade = sorted(m for m, deps in graph.items() if "graphdbg" in deps)
+    assert facade == [], f"modules that import the graphdbg facade: {facade}"
+    allowed = ("graphdbg.capture", "graphdbg.ui.cli")
+    into_capture = sorted((m, d) for m, deps in graph.items() for d in deps
+                          if d.startswith("graphdbg.capture") and not (m == "graphdbg" or m.startswith(allowed)))
+    assert into_capture == [], f"imports of capture/ from outside it: {into_capture}"
 
 
 def test_nouns_do_not_import_render_or_readers():
     graph = import_graph()
     for noun in ("graphdbg.dump", "graphdbg.case", "graphdbg.replay.outcome"):
-        bad = {d for d in graph[noun] if d == "graphdbg.render" or d.startswith("graphdbg.formats.")}
+        bad = {d for d in graph[noun] if d == "graphdbg.ui.render" or d.startswith("graphdbg.formats.")}
         assert not bad, f"{noun} imports {sorted(bad)}"
 
 

@@ -7,12 +7,11 @@ import shutil
 
 import pytest
 import torch
+from conftest import FIXTURES
 
 import graphdbg
 from fixtures import programs
-from graphdbg.manifest import find_dumps
-
-from conftest import FIXTURES
+from graphdbg.store.manifest import find_dumps
 
 LS_KEYS = {"path", "rank", "world_size", "id", "nodes", "kind", "backend", "error_type", "message", "signature", "graph_hash",
            "frame", "compile_id", "module"}

@@ -215,7 +215,7 @@ def test_a_node_kept_for_its_effect_survives_minification(tmp_path):
 
     import graphdbg
     from graphdbg.minify import minify
-    from graphdbg.manifest import find_dumps
+    from graphdbg.store.manifest import find_dumps
 
     def program(x, buf):
         buf.copy_(x.sin() * 3)

@@ -11,15 +11,14 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 
 import graphdbg
-from graphdbg.compiler_config import ENV_NO_CONFIG, ENV_OVERRIDES
-from graphdbg.manifest import find_dumps
+from graphdbg.backends.compiler_config import ENV_NO_CONFIG, ENV_OVERRIDES
+from graphdbg.store.manifest import find_dumps
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,7 +56,7 @@ def piece_dumps(tmp_path_factory):
     prog.write_text(PROGRAM)
     dumps = tmp / "dumps"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "graphdbg.cli", "capture", "-o", str(dumps), "--", sys.executable, str(prog)],
+    proc = subprocess.run([sys.executable, "-m", "graphdbg.ui.cli", "capture", "-o", str(dumps), "--", sys.executable, str(prog)],
                           env=env, capture_output=True, text=True, timeout=600)
     loaded = [graphdbg.load(p) for p in find_dumps(dumps)]
     (outer,) = [d for d in loaded if "parent" not in d.manifest]
@@ -106,7 +105,7 @@ def test_show_lists_the_settings_and_the_link(piece_dumps, cli):
     r = cli("show", piece.path)
     assert r.code == 0
     assert "setting inductor.cpp.inject_relu_bug_TESTING_ONLY = 'compile_error'" in r.out
-    assert f"piece inductor_1" in r.out and outer.id in r.out
+    assert "piece inductor_1" in r.out and outer.id in r.out
     data = json.loads(cli("show", piece.path, "--json").out)
     assert data["parent"]["id"] == outer.id and "inductor.cpp.inject_relu_bug_TESTING_ONLY" in data["config"]["values"]
 
@@ -272,7 +271,7 @@ def test_a_module_backend_is_recorded_by_module_and_qualname(tmp_path, cli, monk
 def test_only_json_settings_are_recorded():
     import torch._inductor.config as ic
 
-    from graphdbg.compiler_config import config_diff
+    from graphdbg.backends.compiler_config import config_diff
 
     with ic.patch({"max_autotune": True, "post_grad_custom_post_pass": _refuse_relu}):
         diff = config_diff({"triton.cudagraphs": True})

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 import graphdbg
-from graphdbg.errors import GraphdbgError, GraphSourceError
 from fixtures.programs import Block
 from fixtures.torch_minifier.make_fixture import ReluMLP, relu_mlp
+from graphdbg.errors import GraphdbgError, GraphSourceError
 from graphdbg.formats import compile_cache, torch_repro
 from graphdbg.formats.compile_cache import load_computation_graph
 from graphdbg.formats.torch_repro import load_torch_repro, read_storage_bytes

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import pickle
 
+import passes_for_tests
 import pytest
 import torch
 import torch.fx as fx
+from conftest import FIXTURES
 
 import graphdbg
-import passes_for_tests
-from conftest import FIXTURES
 from graphdbg.errors import GraphdbgError
 from graphdbg.replay.passes import (
     PassFailed,

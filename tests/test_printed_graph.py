@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-import re
 import operator
+import re
 from pathlib import Path
 
 import pytest
@@ -13,8 +13,8 @@ import torch.fx as fx
 import torch.nn as nn
 
 from graphdbg.errors import GraphSourceError
-from graphdbg.graph_parser import PrintedGraph, mangled_name, parse_printed_graph, resolve_target
-from graphdbg.specs import SymSpec, TensorSpec
+from graphdbg.graph.parser import PrintedGraph, mangled_name, parse_printed_graph, resolve_target
+from graphdbg.store.specs import SymSpec, TensorSpec
 
 CORPUS = Path("/work/shared/corpus/sglang-thunderfx")
 needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason="corpus not available in this checkout")
@@ -365,7 +365,7 @@ def load_args(reader):
 
 
 def test_parse_module_class_reads_init_as_data_and_skips_the_rest():
-    from graphdbg.graph_parser import parse_module_class
+    from graphdbg.graph.parser import parse_module_class
 
     pg = parse_module_class(REPRO_CLASS, "Repro", filename="repro.py")
     got = {c.name: (c.kind, c.func, c.args, c.kwargs, c.device) for c in pg.inits}
@@ -386,7 +386,7 @@ def test_parse_module_class_reads_init_as_data_and_skips_the_rest():
     ("self.__class__ = Linear(1, 1)", "refusing dunder attribute"),
 ])
 def test_parse_module_class_refuses_init_statements_it_cannot_read_as_data(init, message):
-    from graphdbg.graph_parser import parse_module_class
+    from graphdbg.graph.parser import parse_module_class
 
     source = REPRO_CLASS.replace("self.fc = Linear(in_features=8, out_features=8, bias=True)", init)
     with pytest.raises(GraphSourceError, match=rf"repro\.py:\d+: .*({message})"):
@@ -394,7 +394,7 @@ def test_parse_module_class_refuses_init_statements_it_cannot_read_as_data(init,
 
 
 def test_parse_module_class_errors_name_file_and_line():
-    from graphdbg.graph_parser import parse_module_class
+    from graphdbg.graph.parser import parse_module_class
 
     with pytest.raises(GraphSourceError, match=r"^repro\.py:1: no `class Missing"):
         parse_module_class(REPRO_CLASS, "Missing", filename="repro.py")
@@ -417,7 +417,7 @@ class GraphModule(torch.nn.Module):
 
 def test_annotation_and_recompute_comments_keep_the_source_line():
     # torch prints a node's `custom` meta before its stack trace: `# Annotation: {...} File: ...`
-    from graphdbg.graph_parser import parse_printed_graph
+    from graphdbg.graph.parser import parse_printed_graph
 
     source = """class GraphModule(torch.nn.Module):
     def forward(self, x: "f32[4]"):

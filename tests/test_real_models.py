@@ -315,9 +315,10 @@ def test_non_leaf_inputs_replay_as_non_leaves(tmp_path, cli):
 
 
 def test_custom_op_stand_in_names_the_ops_module_that_provides_it(tmp_path, cli, monkeypatch):
+    from graphdbg.graph import allow_list
     from graphdbg.rebuild import stand_ins
 
-    monkeypatch.setattr(stand_ins, "_allowed_namespaces", [])
+    monkeypatch.setattr(allow_list, "_allowed_namespaces", [])
     monkeypatch.setenv(stand_ins.OPS_ENV, "")
     pkg = tmp_path / "g16ops"
     pkg.mkdir()
@@ -346,10 +347,10 @@ def test_custom_op_stand_in_names_the_ops_module_that_provides_it(tmp_path, cli,
 def test_aot_autograd_and_partial_backends_are_recorded_and_rebuilt(tmp_path, monkeypatch):
     import functools
 
+    from model_backends import compile_with_options, fw_refusing_silu
     from torch._dynamo.backends.common import aot_autograd
 
-    from graphdbg.capture.backend_recipe import rebuild_backend
-    from model_backends import compile_with_options, fw_refusing_silu
+    from graphdbg.backends.recipe import rebuild_backend
 
     monkeypatch.syspath_prepend(str(ROOT / "tests"))
     model = _tiny_llama().model.layers[0].mlp.eval()
@@ -388,9 +389,8 @@ def test_recipe_backends_replay_minify_and_refuse_through_the_cli(tmp_path, cli,
     recorded (in a child and in-process), only with --trust-backend, and minifies keeping its failure."""
     import functools
 
-    from torch._dynamo.backends.common import aot_autograd
-
     from model_backends import compile_with_options, fw_refusing_silu
+    from torch._dynamo.backends.common import aot_autograd
 
     shown = {"aot": "aot_autograd(fw_compiler=model_backends:fw_refusing_silu)",
              "partial": "partial(model_backends:compile_with_options, refuse='silu')"}
@@ -444,9 +444,8 @@ def test_recipe_backends_replay_minify_and_refuse_through_the_cli(tmp_path, cli,
 
 
 def test_recipe_backend_with_an_unrecorded_part_or_a_forged_recipe_is_one_line(tmp_path, cli, capsys):
-    from torch._dynamo.backends.common import aot_autograd
-
     from model_backends import fw_refusing_silu
+    from torch._dynamo.backends.common import aot_autograd
 
     dump = _capture_failing(aot_autograd(fw_compiler=lambda gm, ex: fw_refusing_silu(gm, ex)), tmp_path / "lam", capsys)
     assert graphdbg.load(dump).manifest["backend_recipe"]["complete"] is False

@@ -11,12 +11,11 @@ import sys
 from pathlib import Path
 
 import torch
+from conftest import FIXTURES, ROOT
 
 import graphdbg
 from fixtures import programs
-from graphdbg.manifest import find_dumps
-
-from conftest import FIXTURES, ROOT
+from graphdbg.store.manifest import find_dumps
 
 
 def _capture(dump_dir: Path, **options) -> Path:
@@ -105,7 +104,7 @@ def test_capture_command_redact_flag(tmp_path):
     script.write_text(SCRIPT.format(root=str(ROOT)))
     dumps = tmp_path / "dumps"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "graphdbg.cli", "capture", "--redact", "--dump-dir", str(dumps), "--",
+    done = subprocess.run([sys.executable, "-m", "graphdbg.ui.cli", "capture", "--redact", "--dump-dir", str(dumps), "--",
                            sys.executable, str(script), "--secret-flag"], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stderr[-2000:]
     (dump,) = find_dumps(dumps)

@@ -7,11 +7,10 @@ import os
 
 import pytest
 import torch
+from conftest import FIXTURES, ROOT
 
 import graphdbg
 from graphdbg.replay.outcome import Outcome
-
-from conftest import FIXTURES, ROOT
 
 BROKEN = "fixtures.programs:broken_transpose_backend"
 BAD_REWRITE = "fixtures.programs:bad_rewrite_backend"
@@ -74,7 +73,7 @@ def test_a_run_crash_keeps_the_generated_line_in_its_traceback():
 
 def _linears(dump):
     """The dump's linear nodes, in order, with their weight's shape."""
-    from graphdbg.graph_hash import target_name
+    from graphdbg.graph.hashing import target_name
 
     return [(n, tuple(n.args[1].meta["graphdbg_spec"].shape)) for n in dump.printed.graph.nodes
             if target_name(n) == "torch._C._nn.linear"]

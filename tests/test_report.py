@@ -12,7 +12,6 @@ import zlib
 from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURES
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
@@ -29,11 +28,11 @@ def minified(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("report") / "min"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
-    done = subprocess.run([sys.executable, "-m", "graphdbg.cli", "minify", str(FIXTURES / "block_runtime_error"),
+    done = subprocess.run([sys.executable, "-m", "graphdbg.ui.cli", "minify", str(FIXTURES / "block_runtime_error"),
                            "--backend", "fixtures.programs:broken_transpose_backend", "-o", str(out), "--json"],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    done = subprocess.run([sys.executable, "-m", "graphdbg.cli", "bisect", "nodes", str(FIXTURES / "block_accuracy"),
+    done = subprocess.run([sys.executable, "-m", "graphdbg.ui.cli", "bisect", "nodes", str(FIXTURES / "block_accuracy"),
                            "--backend", "fixtures.programs:bad_rewrite_backend", "--json"],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stderr[-3000:]

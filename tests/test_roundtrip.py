@@ -67,8 +67,18 @@ def test_in_place_python_operators_read_back_and_replay(tmp_path, cli):
 
 def _tiny_transformers():
     transformers = pytest.importorskip("transformers")
-    from transformers import (BertConfig, BertModel, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
-                              MixtralConfig, MixtralForCausalLM, T5Config, T5EncoderModel)
+    from transformers import (
+        BertConfig,
+        BertModel,
+        GPT2Config,
+        GPT2LMHeadModel,
+        LlamaConfig,
+        LlamaForCausalLM,
+        MixtralConfig,
+        MixtralForCausalLM,
+        T5Config,
+        T5EncoderModel,
+    )
 
     torch.manual_seed(0)
     small = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,

@@ -345,7 +345,7 @@ def test_a_traceback_through_a_graph_file_names_it(cli, stream_graphs):
         "Traceback (most recent call last):\n"
         '  File "/home/me/run_graph.py", line 9, in <module>\n'
         "    out = gm(*inputs)\n"
-        f'  File "/home/me/gm/graph_module_216725.py", line 30, in forward\n'
+        '  File "/home/me/gm/graph_module_216725.py", line 30, in forward\n'
         "    sglang_inplace_all_reduce = torch.ops.sglang.inplace_all_reduce(x, group_name = 'tp:0')\n"
         "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, unhandled cuda error\n")
     data = _ls(cli, stream_graphs)

@@ -153,7 +153,7 @@ def test_zip_bomb_storage_is_refused_before_inflating(tmp_path):
 
 def test_the_writer_checks_the_schema_before_writing(tmp_path):
     from graphdbg.errors import DumpError
-    from graphdbg.manifest import write_manifest
+    from graphdbg.store.manifest import write_manifest
 
     good = json.loads(next((Path(__file__).parent.parent / "fixtures" / FIXTURE).glob("rank*/*/manifest.json")).read_text())
     write_manifest(tmp_path, good)

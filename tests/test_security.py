@@ -19,11 +19,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.fx as fx
+from conftest import FIXTURES, ROOT
 
 import graphdbg
 from graphdbg.errors import GraphSourceError
-
-from conftest import FIXTURES, ROOT
 
 # Each attack: lines for forward's body; {v} is a tensor value, {m} the marker the attack tries
 # to create, {f} an existing file it tries to overwrite.
@@ -142,7 +141,7 @@ def test_no_subprocess_or_write_during_hostile_replays(tmp_path):
                 if {str(tmp_path)!r} in str(args[0]):
                     events.append([event, repr(args)[:200]])
         sys.addaudithook(hook)
-        from graphdbg.cli import main
+        from graphdbg.ui.cli import main
         codes = []
         for path in {paths!r}:
             for cmd in (["show", path], ["replay", path, "--backend", "eager", "--no-isolate"]):
@@ -205,6 +204,6 @@ def test_allowed_graphs_still_run():
     out = case.run_eager()
     assert isinstance(out, tuple) and isinstance(out[0], torch.Tensor)
     gm = fx.symbolic_trace(lambda x: torch.nn.functional.gelu(x).sum(-1).shape[0] + x.T.mean())
-    from graphdbg.graph_allow_list import check_graph_module
+    from graphdbg.graph.allow_list import check_graph_module
 
     check_graph_module(gm, [torch.ones(2, 2)])

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURES, ROOT
 
 SECRET = "TOPSECRET-do-not-echo"
@@ -89,7 +88,7 @@ def test_fifo_in_a_dump_is_refused_at_once(name, fixture_copy, tmp_path):
     (dump / name).unlink()
     os.mkfifo(dump / name)
     for cmd in (["show", str(dump)], ["replay", str(dump), "--backend", "eager", "--no-isolate"]):
-        done = subprocess.run([sys.executable, "-m", "graphdbg.cli", *cmd], capture_output=True, text=True, timeout=120,
+        done = subprocess.run([sys.executable, "-m", "graphdbg.ui.cli", *cmd], capture_output=True, text=True, timeout=120,
                               env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert done.returncode == 2, done.stderr
         assert "FIFO" in done.stderr and "Traceback" not in done.stderr
@@ -98,7 +97,7 @@ def test_fifo_in_a_dump_is_refused_at_once(name, fixture_copy, tmp_path):
 def test_fifo_named_on_the_command_line_is_refused(tmp_path):
     fifo = tmp_path / "rank0_0.py"
     os.mkfifo(fifo)
-    done = subprocess.run([sys.executable, "-m", "graphdbg.cli", "show", str(fifo)], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "graphdbg.ui.cli", "show", str(fifo)], capture_output=True, text=True,
                           timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
 

@@ -17,10 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES, ROOT
 
 import graphdbg
-
-from conftest import FIXTURES, ROOT
 
 DUMP = FIXTURES / "block_compile_error"
 NOTES = "GRAPHDBG_TEST_NOTES"
@@ -130,7 +129,7 @@ def test_an_exception_whose_str_raises_is_an_outcome(direct):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signals_to_the_parent_end_the_child_group_and_its_folder(sig, notes, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)]), NOTES: str(notes)}
-    parent = subprocess.Popen([sys.executable, "-m", "graphdbg.cli", "replay", str(DUMP), "--backend",
+    parent = subprocess.Popen([sys.executable, "-m", "graphdbg.ui.cli", "replay", str(DUMP), "--backend",
                                "test_security_isolation:sleeps_until_killed", "--timeout", "600"],
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:

@@ -6,12 +6,11 @@ import json
 import os
 
 import pytest
-
-import graphdbg
-from graphdbg.manifest import find_dumps
-
 from conftest import ROOT
 from dist_programs import capture_world
+
+import graphdbg
+from graphdbg.store.manifest import find_dumps
 
 
 @pytest.fixture(autouse=True)
@@ -35,7 +34,7 @@ def test_each_rank_writes_its_own_dump_with_its_groups(world2):
         assert group["ops"] == ["torch.ops._c10d_functional.all_reduce"]
         assert d.signature == "NotImplementedError: no lowering for _c10d_functional.all_reduce"
     # the same failure on both ranks: one group in ls
-    from graphdbg.listing import list_dumps
+    from graphdbg.formats.listing import list_dumps
 
     (g,) = [g for g in list_dumps(world2).groups]
     assert sorted(g["ranks"]) == [0, 1]

@@ -11,7 +11,6 @@ import os
 
 import pytest
 import torch
-
 from conftest import FIXTURES, ROOT
 from dist_programs import capture_world
 

@@ -12,7 +12,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import FIXTURES, ROOT
 
 TP4 = FIXTURES / "world_printed" / "Qwen3-0.6B"  # SGLang TP=4 files of Qwen3-0.6B, graphs 0 and 9
@@ -60,7 +59,7 @@ def test_four_ranks_as_two_nodes_each_reporting_its_own(tmp_path):
     env = {**os.environ, "COLUMNS": "200"}
     nodes = []
     for node in (0, 1):
-        cmd = [sys.executable, "-m", "graphdbg.cli", "replay", str(TP4), "--all-ranks", "--graph", "9", "--nnodes", "2",
+        cmd = [sys.executable, "-m", "graphdbg.ui.cli", "replay", str(TP4), "--all-ranks", "--graph", "9", "--nnodes", "2",
                "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", port, "--timeout", "240", "--direct",
                "--json"]
         nodes.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))

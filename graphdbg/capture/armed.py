@@ -9,7 +9,7 @@ must already be on disk. For the first ``ARMED_CALLS`` calls of each compiled gr
 3. when the call returns or raises, ``faulthandler`` is put back and the dump removed.
 
 If a signal kills the process during the call, the dump stays, and ``fault.txt`` names the
-signal and the Python stack (read back by ``graphdbg.fatal_signal``). A Python signal handler
+signal and the Python stack (read back by ``graphdbg.judge.fatal_signal``). A Python signal handler
 can't do this: CPython runs it between bytecodes, and a SIGSEGV in C code, or ``abort()``
 (which restores the default action before re-raising), never gets there.
 
@@ -32,12 +32,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from graphdbg.capture.write import write_dump
-from graphdbg.fatal_signal import FAULT_FILE
+from graphdbg.judge.fatal_signal import FAULT_FILE
+from graphdbg.store.write import write_dump
 
 if TYPE_CHECKING:
     from graphdbg.capture.hook import CapturingBackend
-    from graphdbg.capture.snapshot import GraphSnapshot
+    from graphdbg.graph.snapshot import GraphSnapshot
 
 ARMED_CALLS = 1  # the first call of a graph is where its kernels first run
 

@@ -22,20 +22,22 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from graphdbg.accuracy import OutputMismatch, compare_outputs
-from graphdbg.signature import exception_text
+from graphdbg.backends.calls import as_dynamo_calls_it, call_inputs, drop_own_frame
+from graphdbg.backends.compiler_config import config_diff
+from graphdbg.backends.recipe import backend_recipe, describe_recipe
+from graphdbg.capture import nested
 from graphdbg.capture.armed import ArmedCalls
-from graphdbg.capture.backend_recipe import backend_recipe, describe_recipe
 from graphdbg.capture.dynamo_exceptions import is_control_flow
 from graphdbg.capture.origin import compile_origin
-from graphdbg.capture.passthrough import as_dynamo_calls_it, call_inputs, drop_own_frame, say
 from graphdbg.capture.rng import rng_state, same_draws
-from graphdbg.capture.snapshot import GraphSnapshot, format_exception
-from graphdbg.capture import nested
-from graphdbg.capture.training import attrs_before_call, load_attrs, mutation_mismatches, watch_backward
-from graphdbg.capture.write import link_children, write_dump
-from graphdbg.compiler_config import config_diff
+from graphdbg.capture.stderr import say
+from graphdbg.capture.training import watch_backward
+from graphdbg.graph.snapshot import GraphSnapshot
+from graphdbg.judge.accuracy import OutputMismatch, compare_outputs
+from graphdbg.judge.mutations import attrs_before_call, load_attrs, mutation_mismatches
+from graphdbg.judge.signature import exception_text
 from graphdbg.rebuild.inputs import clone_values
+from graphdbg.store.write import link_children, write_dump
 
 MODES = ("error", "accuracy", "always")
 DEFAULT_BUDGET = 4 << 30  # bytes of input values stored per graph; past it, spec and statistics only
@@ -59,7 +61,7 @@ def capture(
     ``"accuracy"`` also runs each graph eagerly on copies of the inputs and dumps when the
     outputs disagree; ``"always"`` also dumps every graph when it is compiled.
     ``dump_dir`` defaults to ``$GRAPHDBG_DUMP_DIR``, else ``./graphdbg_dumps``. ``redact``
-    (default ``$GRAPHDBG_REDACT``) writes dumps safe to share (see ``graphdbg.redact``).
+    (default ``$GRAPHDBG_REDACT``) writes dumps safe to share (see ``graphdbg.store.redact``).
     """
     if isinstance(backend, CapturingBackend):
         return backend

@@ -6,7 +6,6 @@ import os
 import subprocess
 from pathlib import Path
 
-import graphdbg
 from graphdbg.capture.autowrap import ENV_BUDGET, ENV_MODE
 from graphdbg.capture.hook import DEFAULT_BUDGET, ENV_DUMP_DIR, ENV_REDACT, MODES
 from graphdbg.errors import GraphdbgError
@@ -20,7 +19,7 @@ def capture_env(dump_dir: str | os.PathLike, mode: str = "error", budget_bytes: 
     if mode not in MODES:
         raise GraphdbgError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
     env = dict(os.environ)
-    package_root = str(Path(graphdbg.__file__).resolve().parent.parent)
+    package_root = str(Path(__file__).resolve().parents[2])  # the folder holding graphdbg/
     parts = [str(SITE_DIR), *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p), package_root]
     env["PYTHONPATH"] = os.pathsep.join(parts)
     env[ENV_DUMP_DIR] = str(Path(dump_dir).resolve())

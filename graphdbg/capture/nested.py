@@ -33,12 +33,13 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch.fx as fx
 
+from graphdbg.backends.calls import call_inputs, drop_own_frame
 from graphdbg.capture.on_import import watch
-from graphdbg.capture.passthrough import call_inputs, drop_own_frame, say
+from graphdbg.capture.stderr import say
 
 if TYPE_CHECKING:
     from graphdbg.capture.hook import CapturingBackend
-    from graphdbg.capture.snapshot import GraphSnapshot
+    from graphdbg.graph.snapshot import GraphSnapshot
 
 _local = threading.local()
 
@@ -134,7 +135,7 @@ def dump_piece(frame: Frame, snap: GraphSnapshot, inputs: list[Any], exc: BaseEx
                call: int, name: str | None, position: int | None, config: dict[str, Any] | None,
                kind: str = "compile_error", inputs_state: str = "at_compile") -> Path | None:
     """Write the failed piece as its own dump, a child of ``frame``'s graph; never raises."""
-    from graphdbg.capture.write import write_dump
+    from graphdbg.store.write import write_dump
 
     owner = frame.owner
     parent = {
@@ -183,8 +184,8 @@ def _entry(fn: Callable[..., Any], backend: Callable[[tuple, dict], str], graph_
             except BaseException as e:
                 drop_own_frame(e)  # the user's traceback, as without graphdbg (capture/passthrough.py)
                 raise
-        from graphdbg.capture.snapshot import GraphSnapshot
-        from graphdbg.compiler_config import config_diff
+        from graphdbg.backends.compiler_config import config_diff
+        from graphdbg.graph.snapshot import GraphSnapshot
 
         call = frame.next_call()
         snap = frame.owner._guarded(lambda: GraphSnapshot.take(0, gm, keep_eager=False), "snapshot a piece")

@@ -27,7 +27,7 @@ from graphdbg.errors import DumpError
 
 if TYPE_CHECKING:
     from graphdbg.dump import Dump
-    from graphdbg.graph_parser import PrintedGraph
+    from graphdbg.graph.parser import PrintedGraph
 
 # Modules imported on first use, so that ``Dump`` and the readers never import each other at
 # import time: each of them imports ``graphdbg.dump``; nothing below imports them back.
@@ -81,8 +81,8 @@ def reader_for(path: str | Path) -> Reader:
 
 
 def load(path: str | Path) -> "Dump":
-    """Read ``path`` with the reader that recognises it; its manifest checked by graphdbg.schema."""
-    from graphdbg.schema import validate_manifest
+    """Read ``path`` with the reader that recognises it; its manifest checked by graphdbg.store.schema."""
+    from graphdbg.store.schema import validate_manifest
 
     dump = reader_for(path).load(Path(path))
     validate_manifest(dump.manifest, str(path))
@@ -103,8 +103,8 @@ def manifest_for(path: Path, printed: PrintedGraph, *, fmt: str, inputs: list[di
         >>> manifest_for(Path("repro.py"), printed, fmt="torch_minifier", inputs=descs)["id"]
         'repro-torch_minifier-1a2b3c4d'
     """
-    from graphdbg.graph_hash import graph_hash, op_histogram
-    from graphdbg.manifest import SCHEMA, SCHEMA_VERSION
+    from graphdbg.graph.hashing import graph_hash, op_histogram
+    from graphdbg.store.manifest import SCHEMA, SCHEMA_VERSION
 
     extra = dict(extra or {})
     env = {"torch": None, "python": None, "device_name": None, **extra.pop("env", {})}

@@ -30,9 +30,9 @@ from typing import Any
 
 from graphdbg.dump import Contents, Dump
 from graphdbg.errors import GraphdbgError
-from graphdbg.confined import read_regular
 from graphdbg.formats import manifest_for, register
-from graphdbg.specs import SymSpec, TensorSpec
+from graphdbg.store.confined import read_regular
+from graphdbg.store.specs import SymSpec, TensorSpec
 
 __all__ = ["detect_format", "load_computation_graph", "cache_location"]
 

@@ -12,13 +12,13 @@ from typing import Any
 
 import torch
 
-from graphdbg.confined import inside, read_inside
 from graphdbg.dump import Contents, Dump
 from graphdbg.errors import DumpError
-from graphdbg.fatal_signal import resolve_crash
 from graphdbg.formats import register
-from graphdbg.manifest import GRAPH, INPUTS, MANIFEST, MAX_GRAPH_BYTES, find_dumps, read_manifest
-from graphdbg.tensor_file import check_tensor_file, read_tensors
+from graphdbg.judge.fatal_signal import resolve_crash
+from graphdbg.store.confined import inside, read_inside
+from graphdbg.store.manifest import GRAPH, INPUTS, MANIFEST, MAX_GRAPH_BYTES, find_dumps, read_manifest
+from graphdbg.store.tensor_file import check_tensor_file, read_tensors
 
 
 class DumpFolder(Contents):

@@ -29,13 +29,13 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from graphdbg.confined import read_regular
 from graphdbg.dump import Contents, Dump
 from graphdbg.errors import GraphSourceError
 from graphdbg.formats import manifest_for, register
-from graphdbg.graph_parser import readable_source
+from graphdbg.graph.parser import readable_source
 from graphdbg.rebuild.inputs import SEED_ENV
-from graphdbg.specs import SymSpec, TensorSpec
+from graphdbg.store.confined import read_regular
+from graphdbg.store.specs import SymSpec, TensorSpec
 
 __all__ = ["load_printed_graph", "looks_like_printed_graph", "SEED_ENV"]
 
@@ -122,7 +122,7 @@ def _check_annotations(source: str, filename: str) -> None:
     so one that doesn't (``"bf16[1, 2048"``) is an error at its line, not a silent None."""
     import ast
 
-    from graphdbg.specs import parse_annotation
+    from graphdbg.store.specs import parse_annotation
 
     bad = [node.annotation for node in ast.walk(ast.parse(source, filename=filename))
            if isinstance(node, (ast.arg, ast.AnnAssign)) and isinstance(node.annotation, ast.Constant)
@@ -243,7 +243,7 @@ def _masked_structure(pg: Any) -> tuple[str, list[Any]]:
         return str(value) if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)) else type(value).__name__
 
     def walk(p: Any, prefix: str) -> None:
-        from graphdbg.graph_hash import target_name
+        from graphdbg.graph.hashing import target_name
 
         index = {n: i for i, n in enumerate(p.graph.nodes)}
         for node in p.graph.nodes:

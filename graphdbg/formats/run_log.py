@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from graphdbg.errors import GraphdbgError
-from graphdbg.signature import signature
+from graphdbg.judge.signature import signature
 
 __all__ = ["RunLog", "LogFailure", "read_log", "find_logs", "attach_log", "MAX_LINE", "MAX_SCAN"]
 

@@ -37,11 +37,11 @@ import torch
 
 from graphdbg.dump import Contents, Dump
 from graphdbg.errors import GraphdbgError, GraphSourceError
-from graphdbg.confined import inside, read_regular
 from graphdbg.formats import manifest_for, register
-from graphdbg.graph_parser import PrintedGraph, _dotted, parse_module_class, resolve_target
+from graphdbg.graph.parser import PrintedGraph, _dotted, parse_module_class, resolve_target
 from graphdbg.rebuild.inputs import contiguous_strides
-from graphdbg.specs import TensorSpec, dtype_name, eval_dim
+from graphdbg.store.confined import inside, read_regular
+from graphdbg.store.specs import TensorSpec, dtype_name, eval_dim
 
 __all__ = ["MinifierStore", "detect_format", "load_torch_repro", "read_storage_bytes"]
 

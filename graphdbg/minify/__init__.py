@@ -21,8 +21,8 @@ from graphdbg.minify.bisect import (
     bisect_passes,
     bisect_ranks,
 )
+from graphdbg.minify.export_test import export_test
 from graphdbg.minify.oracle import Oracle
-from graphdbg.minify.regression_test import export_test
 from graphdbg.minify.repro import write_repro
 from graphdbg.minify.shrinker import MinifyInterrupted, MinifyResult, minify
 

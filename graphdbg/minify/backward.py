@@ -42,8 +42,8 @@ def bisect_training_nodes(case_or_dump: Any, backend: Any = "eager", passes: Any
 
 def _names_of(dump: Any) -> set[str]:
     """The spellings of the backend a dump records: its name, and its recipe's when it has one."""
+    from graphdbg.backends.resolve import recorded_backend
     from graphdbg.errors import GraphdbgError
-    from graphdbg.replay.backends import recorded_backend
 
     names = {str(dump.backend)}
     try:
@@ -57,13 +57,13 @@ def backward_case(case: Case, backend: Any) -> tuple[Case, Any, str]:
     """(the backward graph as a Case, the backend that compiles it, where it came from)."""
     dump = case.dump
     if dump is not None and dump.manifest.get("backward_dump"):
-        import graphdbg
+        from graphdbg.formats import load as load_dump
 
-        parent = graphdbg.load((Path(dump.path) / dump.manifest["backward_dump"]).resolve())
+        parent = load_dump((Path(dump.path) / dump.manifest["backward_dump"]).resolve())
         if backend is None or backend in _names_of(dump):  # the user's backend: its bw_compiler compiles the backward
             backend = parent.backend
             if backend == (parent.manifest.get("backward") or {}).get("compiler"):
-                from graphdbg.replay.backends import resolve_backend
+                from graphdbg.backends.resolve import resolve_backend
                 from graphdbg.replay.backward import as_graph_backend
 
                 backend = as_graph_backend(resolve_backend(backend)[1], backend, parent)

@@ -27,16 +27,16 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from graphdbg.accuracy import judge_outputs
+from graphdbg.case import Case
+from graphdbg.display import Displayed
 from graphdbg.errors import GraphdbgError
-from graphdbg.graph_hash import target_name
+from graphdbg.graph.hashing import target_name
+from graphdbg.judge.accuracy import judge_outputs
 from graphdbg.minify.candidates import COMPUTE_OPS, Candidate, Origin
 from graphdbg.minify.shrinker import as_case
 from graphdbg.minify.values import ValueRecorder
-from graphdbg.case import Case
-from graphdbg.display import Displayed
-from graphdbg.replay.outcome import Outcome
 from graphdbg.rebuild.inputs import clone_values, to_float64
+from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.run import run_case
 
 
@@ -199,7 +199,7 @@ class NodeDivergence(Displayed):
 def bisect_nodes(case_or_dump: Any, backend: Any = "eager", passes: Any = None, *, rtol: float | None = None,
                  atol: float | None = None) -> NodeDivergence:
     """The first node whose value diverges from the reference beyond tolerance."""
-    from graphdbg.compiler_config import applied_config, replay_settings
+    from graphdbg.backends.compiler_config import applied_config, replay_settings
 
     case = as_case(case_or_dump)
     # the backend runs under the compiler settings of the captured run, as in a replay
@@ -270,7 +270,7 @@ def _backend_graph(gm: fx.GraphModule, inputs: list[Any], backend: Any) -> fx.Gr
     """The GraphModule the backend runs, when it hands back a GraphModule's own forward."""
     if backend in (None, "eager"):
         return gm
-    from graphdbg.replay.backends import resolve_backend
+    from graphdbg.backends.resolve import resolve_backend
     from graphdbg.replay.run import _backend_callable
 
     _, be = resolve_backend(backend)
@@ -310,7 +310,7 @@ def _bisect_opaque(case: Case, backend: Any, gm: fx.GraphModule, ref: ValueRecor
     """Compile prefixes that return one node with the backend (with the passes that run inside
     Inductor hooked in); bisect for the first whose value is off from the reference's value of
     that node (about log2(n) compiles)."""
-    from graphdbg.replay.backends import resolve_backend
+    from graphdbg.backends.resolve import resolve_backend
     from graphdbg.replay.passes import inductor_post_grad_patch
     from graphdbg.replay.run import _backend_callable, _inductor_patch
 
@@ -379,16 +379,16 @@ def bisect_ranks(paths: Any, graph: str | None = None) -> RankReport:
         >>> bisect_ranks("corpus/Qwen3-0.6B", graph="0").differences[2]
         ['Qwen3-0.6B/0: literal 113000 in thunder_0.lt, where ranks 0, 1, 3 follow 37984 * rank + 37984 (rank 2: 113952)']
     """
-    import graphdbg
-    from graphdbg.manifest import find_dumps
+    from graphdbg.formats import load as load_dump
+    from graphdbg.store.manifest import find_dumps
 
     if isinstance(paths, (str, Path)):
         folders = find_dumps(Path(paths)) if Path(paths).is_dir() else []
         if not folders:
             return _printed_rank_report(Path(paths), graph)
     else:
-        folders = [graphdbg.load(p).path for p in paths]
-    dumps = [graphdbg.load(f) for f in folders]
+        folders = [load_dump(p).path for p in paths]
+    dumps = [load_dump(f) for f in folders]
     by_rank: dict[int, Any] = {}
     for d in sorted(dumps, key=lambda d: (d.rank, d.id)):
         by_rank.setdefault(d.rank, d)  # the first graph of each rank
@@ -413,9 +413,9 @@ def bisect_ranks(paths: Any, graph: str | None = None) -> RankReport:
 
 
 def _rank_facts(d: Any) -> dict[str, Any]:
-    from graphdbg.confined import inside
-    from graphdbg.manifest import INPUTS
-    from graphdbg.tensor_file import read_tensors
+    from graphdbg.store.confined import inside
+    from graphdbg.store.manifest import INPUTS
+    from graphdbg.store.tensor_file import read_tensors
 
     specs = tuple((i.get("name") or i.get("node"), i.get("kind"), i.get("dtype"), str(i.get("shape")), str(i.get("value")))
                   for i in d.manifest["inputs"])

@@ -144,7 +144,7 @@ class Origin:
 
 def _describe_placeholder(ph: fx.Node, original: fx.Node, value: Any) -> None:
     """The meta a dump's printer and the graph hash read: spec, example value, source line."""
-    from graphdbg.specs import TensorSpec
+    from graphdbg.store.specs import TensorSpec
 
     for key in ("graphdbg_source", "nn_module_stack", "stack_trace"):
         if key in original.meta:

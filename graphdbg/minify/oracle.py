@@ -19,11 +19,11 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from graphdbg.graph_hash import module_hash
 from graphdbg.case import Case
+from graphdbg.graph.hashing import module_hash
+from graphdbg.judge.signature import same_signature
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.run import run_case
-from graphdbg.signature import same_signature
 
 
 def case_key(case: Case) -> str:

@@ -20,10 +20,10 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from graphdbg.accuracy import TOLERANCES
-from graphdbg.compiler_config import python_lines, replay_settings
-from graphdbg.errors import GraphdbgError
+from graphdbg.backends.compiler_config import python_lines, replay_settings
 from graphdbg.case import Case
+from graphdbg.errors import GraphdbgError
+from graphdbg.judge.accuracy import TOLERANCES
 from graphdbg.replay.outcome import Outcome
 
 INPUTS_FILE = "repro_inputs.pt"
@@ -102,12 +102,12 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
         if not isinstance(v, (torch.Tensor, int, float, bool, type(None), dict)):
             raise GraphdbgError(f"repro.py can't store an input of type {type(v).__name__}")
     torch.save({"inputs": inputs, "attrs": attrs, "device": str(case.device)}, path.parent / INPUTS_FILE)
-    from graphdbg.replay.backends import backend_label, backend_spec
+    from graphdbg.backends.resolve import backend_label, backend_spec
 
     backend_ref = backend_spec(backend, strict=False)
     shown = backend_label(backend_ref)  # a recipe, as people read it, in a comment beside it
     backend_line = repr(str(backend_ref)) + (f"  # {' '.join(shown.split())}" if shown != backend_ref else "")
-    from graphdbg.signature import unwrapped_error
+    from graphdbg.judge.signature import unwrapped_error
 
     # the failure as graphdbg's signature names it: Inductor's and Dynamo's wrappers unwrapped
     error_type, message = unwrapped_error(outcome.error_type or "", outcome.message or "")

@@ -12,9 +12,12 @@ it cleans up.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
+
+if TYPE_CHECKING:  # the shrinker imports these passes; a runtime import would be a circle
+    from graphdbg.minify.shrinker import Shrinker
 
 # Passes take the Shrinker (``minify.shrinker``) as their argument; they only call its
 # ``test``/``test_many``/``best`` surface, so this module doesn't import it.
@@ -41,7 +44,7 @@ def focus_failing_node(s: Shrinker) -> None:
         return
     s.focused = True
     target = s.oracle.target
-    from graphdbg.graph_hash import target_name
+    from graphdbg.graph.hashing import target_name
 
     if target.node is not None and target.node in s.origin.by_name:
         names = [target.node]

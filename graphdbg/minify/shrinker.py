@@ -22,14 +22,13 @@ from typing import Any, Callable
 
 import torch
 
+from graphdbg.backends.recipe import backend_label, is_recipe_spec, recipe_of_spec
+from graphdbg.backends.resolve import backend_spec, recorded_backend
+from graphdbg.case import Case, save_case
+from graphdbg.display import Displayed
 from graphdbg.errors import GraphdbgError
 from graphdbg.minify.candidates import Candidate, Origin
 from graphdbg.minify.oracle import Oracle, case_key
-from graphdbg.capture.write import save_case
-from graphdbg.case import Case
-from graphdbg.display import Displayed
-from graphdbg.capture.backend_recipe import backend_label, is_recipe_spec, recipe_of_spec
-from graphdbg.replay.backends import backend_spec, recorded_backend
 from graphdbg.replay.outcome import Outcome
 
 
@@ -174,8 +173,8 @@ class MinifyResult(Displayed):
 
 def save_minified(case: Case, outcome: Outcome, out: str | Path, *, backend: Any, passes: Any = None,
                   direct: bool = True, accuracy: bool = False, summary: dict[str, Any] | None = None) -> Path:
-    from graphdbg.manifest import MANIFEST
     from graphdbg.minify.repro import write_repro
+    from graphdbg.store.manifest import MANIFEST
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -248,9 +247,9 @@ def as_case(case_or_dump: Any, device: Any = None) -> Case:
     if isinstance(case_or_dump, Case):
         return case_or_dump
     if isinstance(case_or_dump, (str, Path)):
-        import graphdbg
+        from graphdbg.formats import load as load_dump
 
-        case_or_dump = graphdbg.load(case_or_dump)
+        case_or_dump = load_dump(case_or_dump)
     return case_or_dump.case(device)
 
 
@@ -280,8 +279,8 @@ def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, accura
     another backend can't "minify" a different bug it happens to hit first. ``any_failure``
     lifts that, for shrinking whatever ``backend`` does to the graph.
     """
-    from graphdbg.minify.shrink_passes import PASSES
     from graphdbg.dump import Dump
+    from graphdbg.minify.shrink_passes import PASSES
     from graphdbg.replay.run import run_case
 
     started = time.perf_counter()
@@ -432,7 +431,7 @@ def _progress_reporter(progress: Any) -> Callable[[int | None, int | None, str |
 
 
 def graphdbg_nodes(dump_path: Path) -> int:
-    from graphdbg.manifest import read_manifest
+    from graphdbg.store.manifest import read_manifest
 
     return int(read_manifest(dump_path)["graph"].get("nodes", 0))
 

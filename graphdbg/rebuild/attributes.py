@@ -20,10 +20,10 @@ import torch
 from graphdbg.errors import GraphdbgError, GraphSourceError
 from graphdbg.rebuild.inputs import StandIn
 from graphdbg.rebuild.synthesize import InputPlan, synthesize
-from graphdbg.specs import TensorSpec
+from graphdbg.store.specs import TensorSpec
 
 if TYPE_CHECKING:
-    from graphdbg.graph_parser import AttrConstruction
+    from graphdbg.graph.parser import AttrConstruction
 
 # The nn classes torch's minifier prints as constructors (NNModuleToString.safe_reprs).
 SAFE_MODULES = frozenset({

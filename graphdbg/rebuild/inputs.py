@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from graphdbg.errors import DumpError, GraphSourceError
-from graphdbg.specs import TensorSpec, dtype_from_name, eval_dim
+from graphdbg.store.specs import TensorSpec, dtype_from_name, eval_dim
 
 SEED_ENV = "GRAPHDBG_SEED"  # the seed an isolated replay's child uses for values it makes up
 

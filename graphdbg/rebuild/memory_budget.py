@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from graphdbg.errors import GraphdbgError
-from graphdbg.specs import TensorSpec
+from graphdbg.store.specs import TensorSpec
 
 MAX_INPUT_GB_ENV = "GRAPHDBG_MAX_INPUT_GB"
 # What replay itself needs besides the inputs: the reference's outputs, the backend's

@@ -21,7 +21,7 @@ import torch.fx as fx
 from graphdbg.errors import GraphdbgError
 from graphdbg.rebuild.inputs import StandIn, symbol_env
 from graphdbg.rebuild.synthesize import DEFAULT_SYMBOL_SIZE, symbol_sizes
-from graphdbg.specs import SymSpec, TensorSpec, eval_dim
+from graphdbg.store.specs import SymSpec, TensorSpec, eval_dim
 
 
 def size_env(placeholders: list[fx.Node], descs: list[Mapping[str, Any]],

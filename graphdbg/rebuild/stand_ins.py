@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import functools
 import importlib
-import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,17 +35,12 @@ import torch
 import torch.fx as fx
 
 from graphdbg.errors import GraphdbgError
+from graphdbg.graph.allow_list import OPS_ENV, allowed_namespaces, register_ops
 from graphdbg.rebuild.inputs import NullStream, StandIn
-from graphdbg.specs import TensorSpec
+from graphdbg.store.specs import TensorSpec
 
 __all__ = ["MissingOp", "register_ops", "allowed_namespaces", "resolver", "install_stand_ins", "constructs",
            "OPS_ENV", "construct_of"]
-
-# Isolated replays run in a child process; it reads the registrations from here.
-OPS_ENV = "GRAPHDBG_OPS"
-
-# Python module paths whose functions may be graph targets, besides torch/operator/math.
-_allowed_namespaces: list[str] = []
 
 # Names under torch that a CPU-only torch lacks but a printed CUDA graph calls. They parse as
 # MissingOp markers and become stand-ins (on a CUDA replay they resolve to the real thing).
@@ -75,37 +69,6 @@ class MissingOp:
 
     def __repr__(self) -> str:
         return f"MissingOp({self.qualname!r})"
-
-
-def register_ops(modules: Iterable[str]) -> list[str]:
-    """Import modules that define real implementations (``torch.library`` ops, or plain functions
-    a graph calls); their ops then resolve instead of getting stand-ins. Returns the modules.
-
-        >>> register_ops(["mypkg.sglang_ops"])   # defines torch.ops.sglang.inplace_all_reduce
-        ['mypkg.sglang_ops']
-
-    The modules are also allow-listed as namespaces (a graph may call ``mypkg.sglang_ops.f``),
-    and exported in ``$GRAPHDBG_OPS`` so an isolated replay's child process imports them too.
-    This runs the user's own code, never code from a graph file.
-    """
-    names = [m.strip() for m in modules if m and m.strip()]
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except Exception as e:
-            raise GraphdbgError(f"cannot import ops module {name}: {type(e).__name__}: {e}") from None
-        if name not in _allowed_namespaces:
-            _allowed_namespaces.append(name)
-    os.environ[OPS_ENV] = ",".join(_allowed_namespaces)
-    return names
-
-
-def allowed_namespaces() -> list[str]:
-    """The user's allow-listed namespaces (registered modules), after those in ``$GRAPHDBG_OPS``."""
-    pending = [m for m in os.environ.get(OPS_ENV, "").split(",") if m.strip() and m.strip() not in _allowed_namespaces]
-    if pending:
-        register_ops(pending)
-    return list(_allowed_namespaces)
 
 
 def resolver() -> Callable[[str], Any]:

@@ -35,7 +35,7 @@ import torch.fx as fx
 from graphdbg.errors import GraphdbgError
 from graphdbg.rebuild.inputs import StandIn
 from graphdbg.rebuild.memory_budget import check_fits, tensor_bytes
-from graphdbg.specs import SymSpec, TensorSpec
+from graphdbg.store.specs import SymSpec, TensorSpec
 
 __all__ = ["InputPlan", "plan_inputs", "synthesize", "planned_bytes", "FLOAT_STD", "DEFAULT_SYMBOL_SIZE"]
 

@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 import torch.fx as fx
 
-from graphdbg.accuracy import OutputMismatch, judge_outputs
-from graphdbg.capture.training import GradientMismatch, compare_mutations, written_state
+from graphdbg.backends.resolve import resolve_backend
 from graphdbg.errors import GraphdbgError
+from graphdbg.judge.accuracy import OutputMismatch, judge_outputs
+from graphdbg.judge.mutations import GradientMismatch, compare_mutations, written_state
+from graphdbg.judge.signature import signature
 from graphdbg.rebuild.inputs import clone_values, to_float64
-from graphdbg.replay.backends import resolve_backend
 from graphdbg.replay.outcome import Outcome
-from graphdbg.signature import signature
 
 if TYPE_CHECKING:
     from graphdbg.case import Case
@@ -267,8 +267,8 @@ def _recorded_tangents(case: Case) -> list[torch.Tensor] | None:
     dump = case.dump
     if dump is None or not dump.manifest.get("backward_dump"):
         return None
-    from graphdbg.manifest import read_manifest
-    from graphdbg.tensor_file import read_tensors
+    from graphdbg.store.manifest import read_manifest
+    from graphdbg.store.tensor_file import read_tensors
 
     parent = (Path(dump.path) / dump.manifest["backward_dump"]).resolve()
     try:

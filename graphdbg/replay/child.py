@@ -29,14 +29,14 @@ def die_with_parent() -> None:
 def main(request_path: str, outcome_path: str) -> int:
     die_with_parent()
     from graphdbg.errors import GraphdbgError
-    from graphdbg.signature import exception_text
+    from graphdbg.judge.signature import exception_text
 
     request = json.loads(Path(request_path).read_text())
     try:
-        import graphdbg
+        from graphdbg.formats import load as load_dump
         from graphdbg.replay.run import run_case
 
-        case = graphdbg.load(request["dump"]).case(device=request["device"])
+        case = load_dump(request["dump"]).case(device=request["device"])
         outcome = run_case(case, request["backend"], request["passes"], isolate=False, **request["options"])
         data = outcome.to_dict()
     except GraphdbgError as e:
@@ -44,9 +44,9 @@ def main(request_path: str, outcome_path: str) -> int:
     except Exception as e:  # the replay could not even start here (an import, a device): say what
         import traceback
 
-        from graphdbg.replay.backends import backend_label
+        from graphdbg.backends.resolve import backend_label
+        from graphdbg.judge.signature import signature
         from graphdbg.replay.outcome import Outcome
-        from graphdbg.signature import signature
 
         text = exception_text(e)
         data = Outcome(status="crash", backend=backend_label(request["backend"]), stage="child", error_type=type(e).__name__,

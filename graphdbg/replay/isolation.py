@@ -25,9 +25,9 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from graphdbg.backends.resolve import backend_label, backend_spec
+from graphdbg.case import save_case
 from graphdbg.errors import GraphdbgError
-from graphdbg.capture.write import save_case
-from graphdbg.replay.backends import backend_label, backend_spec
 from graphdbg.replay.outcome import Outcome
 
 if TYPE_CHECKING:

@@ -73,7 +73,7 @@ class Outcome(Displayed):
         if self.status != other.status:
             return False
         if self.status == "crash":
-            from graphdbg.signature import same_signature
+            from graphdbg.judge.signature import same_signature
 
             return same_signature(self.signature, other.signature)
         if self.status == "mismatch":
@@ -82,7 +82,7 @@ class Outcome(Displayed):
 
     def reproduces(self, dump: Any) -> bool:
         """Does this outcome show the failure ``dump`` recorded?"""
-        from graphdbg.signature import same_signature
+        from graphdbg.judge.signature import same_signature
 
         kind = dump.failure_kind
         if kind == "accuracy":

@@ -36,7 +36,7 @@ import torch
 import torch.fx as fx
 
 from graphdbg.errors import GraphdbgError
-from graphdbg.graph_hash import op_histogram
+from graphdbg.graph.hashing import op_histogram
 
 # "post_grad_pre" runs before Inductor's own post-grad patterns (which, e.g., fold a residual
 # add into addmm and so hide an add+RMSNorm pattern), "post_grad" after them.

@@ -29,8 +29,8 @@ def main(request_path: str) -> int:
     import torch
     import torch.distributed as dist
 
-    import graphdbg
     from graphdbg.errors import GraphdbgError
+    from graphdbg.formats import load as load_dump
     from graphdbg.rebuild.collectives import use_groups
     from graphdbg.rebuild.stand_ins import install_stand_ins
     from graphdbg.replay.run import run_case
@@ -43,7 +43,7 @@ def main(request_path: str) -> int:
     dist.init_process_group(request["pg_backend"], timeout=datetime.timedelta(seconds=float(request["timeout"]) + 120))
     try:
         use_groups(request["groups"])
-        case = graphdbg.load(request["dumps"][str(rank)]).case(device=device)
+        case = load_dump(request["dumps"][str(rank)]).case(device=device)
         # A dump's case leaves collectives alone once a world is up; missing ops still need
         # their stand-ins, and collectives their real group (a no-op where already installed).
         case.stand_ins += install_stand_ins(case.gm, torch.device(device), zero_uninitialized=False)

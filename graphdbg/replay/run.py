@@ -10,7 +10,7 @@ that need Dynamo's metadata (Thunder's splitter) see what they expect. ``direct=
 Dynamo and calls ``backend(gm, inputs)`` on the dumped graph itself.
 
 The reference is the same graph run eagerly; outputs are judged against it
-(``graphdbg.accuracy``). An output outside tolerance is judged again against a float64 run of
+(``graphdbg.judge.accuracy``). An output outside tolerance is judged again against a float64 run of
 the graph (``graphdbg.replay.float64``), made only then and only for those outputs; a mismatch
 that remains and depends on stand-ins is marked untrusted (``replay.stand_in_flow``). Inputs
 the graph doesn't write (``replay.mutation``) are shared by the runs rather than copied for
@@ -32,16 +32,16 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 import torch.fx as fx
 
-from graphdbg.accuracy import compare_outputs, forgive, needs_float64
-from graphdbg.capture.passthrough import as_dynamo_calls_it, call_inputs
-from graphdbg.compiler_config import applied_config, replay_settings
+from graphdbg.backends.calls import as_dynamo_calls_it, call_inputs
+from graphdbg.backends.compiler_config import applied_config, replay_settings
+from graphdbg.backends.resolve import resolve_backend
 from graphdbg.errors import GraphdbgError
-from graphdbg.graph_hash import target_name
+from graphdbg.graph.hashing import target_name
+from graphdbg.judge.accuracy import compare_outputs, forgive, needs_float64
+from graphdbg.judge.signature import exception_text, signature
 from graphdbg.rebuild.inputs import clone_value
-from graphdbg.replay.backends import resolve_backend
 from graphdbg.replay.mutation import mutated_inputs
 from graphdbg.replay.outcome import Outcome
-from graphdbg.signature import exception_text, signature
 
 if TYPE_CHECKING:
     from graphdbg.case import Case
@@ -69,13 +69,20 @@ def run_case(
         return run_isolated(case, backend, passes, timeout=timeout, accuracy=accuracy, rtol=rtol, atol=atol,
                             direct=direct, pass_stage=pass_stage, **({"backward": True} if backward else {}))
     # training (replay/backward.py): forward + backward, and the graphs that write in place
-    from graphdbg.replay.backward import (add_mismatches, as_graph_backend, is_backward_dump, mutation_mismatches_of,
-                                          restore_attrs, run_training_case, written_attrs_before)
+    from graphdbg.replay.backward import (
+        add_mismatches,
+        as_graph_backend,
+        is_backward_dump,
+        mutation_mismatches_of,
+        restore_attrs,
+        run_training_case,
+        written_attrs_before,
+    )
 
     if backward and not is_backward_dump(case.dump):  # a backward dump's graph replays alone
         return run_training_case(case, backend, passes, accuracy=accuracy, rtol=rtol, atol=atol, direct=direct,
                                  pass_stage=pass_stage)
-    from graphdbg.graph_allow_list import check_graph_module
+    from graphdbg.graph.allow_list import check_graph_module
 
     check_graph_module(case.gm, case.inputs)  # the loader's allow-list, again on what is about to run
     from graphdbg.replay.passes import (
@@ -146,7 +153,7 @@ def run_case(
     gm = copy.deepcopy(case.gm)
     inputs = fresh_inputs(case.inputs, mutated)
     patch = inductor_post_grad_patch(post, reports) if post else {}
-    # The compiler settings of the captured run (graphdbg.compiler_config), unless --no-config.
+    # The compiler settings of the captured run (graphdbg.backends.compiler_config), unless --no-config.
     settings = replay_settings(case.dump.manifest if case.dump is not None else None)
     try:
         with torch.set_grad_enabled(grad), applied_config(settings) as unknown, _inductor_patch(patch):
@@ -214,7 +221,7 @@ def as_captured(gm: fx.GraphModule, inputs: list[Any]) -> tuple[bool, dict[str, 
     inputs, ``f32[s77, 32]``) is traced with exactly those dims dynamic (the rest marked
     static), and one that calls ``.item()`` in the graph keeps it there instead of breaking
     (Dynamo turns float attributes into 0-d tensors read by ``.item()`` under dynamic shapes)."""
-    from graphdbg.specs import SymSpec, TensorSpec
+    from graphdbg.store.specs import SymSpec, TensorSpec
 
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     specs = [n.meta.get("graphdbg_symbolic_spec", n.meta.get("graphdbg_spec")) for n in placeholders]
@@ -421,7 +428,7 @@ def _label_stand_ins(outcome: Outcome, case: Case) -> None:
 
 def _unwrap(e: BaseException) -> BaseException:
     """The backend's own exception, not Dynamo's or Inductor's wrapper around it."""
-    from graphdbg.signature import unwrap_backend_exception
+    from graphdbg.judge.signature import unwrap_backend_exception
 
     seen = 0
     while seen < 5:

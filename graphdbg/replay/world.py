@@ -40,8 +40,8 @@ from typing import Any
 import torch
 
 from graphdbg.errors import GraphdbgError
-from graphdbg.manifest import find_dumps
 from graphdbg.replay.outcome import Outcome
+from graphdbg.store.manifest import find_dumps
 
 DEFAULT_MASTER_PORT = 29500  # torchrun's own default
 KILL_GRACE_S = 20.0
@@ -82,7 +82,7 @@ class WorldReplay:
                 "ranks": [r.to_dict() for r in self.ranks]}
 
     def __rich__(self) -> Any:
-        from graphdbg.render import world_table
+        from graphdbg.ui.render import world_table
 
         return world_table(self)
 
@@ -101,7 +101,7 @@ def world_dumps(root: str | Path, graph: str | None = None) -> tuple[str, dict[i
         >>> world_dumps("corpus/Qwen3-0.6B", graph="9")
         ('Qwen3-0.6B/9', {0: PosixPath('.../rank0_9.py'), 1: ..., 2: ..., 3: ...})
     """
-    import graphdbg
+    from graphdbg.formats import load as load_dump
 
     found = find_dumps(Path(root)) if Path(root).is_dir() else []
     if not found:
@@ -115,7 +115,7 @@ def world_dumps(root: str | Path, graph: str | None = None) -> tuple[str, dict[i
     for p in found:
         if _graph_key(p) != graph and not p.name.startswith(graph):
             continue
-        rank = graphdbg.load(p).rank
+        rank = load_dump(p).rank
         if rank in by_rank:
             raise GraphdbgError(f"rank {rank} has two dumps of {graph}: {by_rank[rank]} and {p}")
         by_rank[rank] = p
@@ -129,7 +129,7 @@ def printed_worlds(root: Path) -> dict[str, dict[int, Any]]:
     ``# Rank: R, Graph G`` header, else ``rank<R>_<G>.py``, else the masked graph hash) -> rank
     -> ForeignDump. A rank
     whose file of that graph differs from the others is still in it: that is what to debug."""
-    from graphdbg.listing import list_dumps
+    from graphdbg.formats.listing import list_dumps
 
     worlds: dict[str, dict[int, Any]] = {}
     for d in list_dumps(root).dumps:
@@ -217,7 +217,7 @@ def place_ranks(ranks: list[int], device: str | None, *, gpus: int | None = None
 def input_bytes(dump: Any) -> int:
     """The bytes of a dump's tensor inputs (and stored attributes), from the manifest alone."""
     from graphdbg.rebuild.inputs import symbol_env
-    from graphdbg.specs import TensorSpec
+    from graphdbg.store.specs import TensorSpec
 
     descs = dump.manifest.get("inputs", [])
     env = symbol_env(descs)
@@ -283,10 +283,10 @@ def replay_world(root: str | Path, backend: str | None = None, passes: str | Non
 
     ``announce`` receives, on a multi-node replay, the command each other node runs.
     """
-    import graphdbg
+    from graphdbg.formats import load as load_dump
 
     graph, paths = world_dumps(root, graph)
-    dumps = {r: graphdbg.load(p) for r, p in paths.items()}
+    dumps = {r: load_dump(p) for r, p in paths.items()}
     first = next(iter(dumps.values()))
     world = first.world_size
     missing = sorted(set(range(world)) - set(dumps))

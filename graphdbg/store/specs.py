@@ -227,7 +227,7 @@ _FUNCS = {"Max": max, "Min": min, "max": max, "min": min, "FloorDiv": operator.f
 MAX_EXPR_CHARS = 512
 MAX_EXPR_NODES = 128
 MAX_MAGNITUDE = 1 << 64  # any value met while evaluating
-MAX_NUMEL = 1 << 36  # elements of one tensor graphdbg will make (as graphdbg.schema)
+MAX_NUMEL = 1 << 36  # elements of one tensor graphdbg will make (as graphdbg.store.schema)
 
 
 def eval_dim(dim: Dim, env: dict[str, int]) -> int:

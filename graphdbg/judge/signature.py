@@ -11,6 +11,7 @@ two ranks or two runs compares equal.
 from __future__ import annotations
 
 import re
+import traceback
 from typing import Any
 
 _RULES: list[tuple[re.Pattern[str], Any]] = [
@@ -108,3 +109,13 @@ def exception_text(e: BaseException) -> str:
             raise
         return f"<str() of {type(e).__name__} raised {type(inner).__name__}>"
     return text if isinstance(text, str) else f"<str() of {type(e).__name__} returned {type(text).__name__}>"
+
+
+def format_exception(exc: BaseException) -> dict[str, Any]:
+    t = type(exc)
+    return {
+        "type": t.__name__,
+        "qualified_type": f"{t.__module__}.{t.__qualname__}",
+        "message": exception_text(exc),
+        "traceback": "".join(traceback.format_exception(t, exc, exc.__traceback__)),
+    }

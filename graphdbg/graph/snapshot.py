@@ -8,15 +8,13 @@ compile time, because some of it (weak references in Dynamo's side table) is gon
 from __future__ import annotations
 
 import copy
-import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.fx as fx
 
-from graphdbg.graph_hash import module_hash, op_histogram, target_name
-from graphdbg.signature import exception_text
+from graphdbg.graph.hashing import module_hash, op_histogram, target_name
 
 
 @dataclass
@@ -110,7 +108,7 @@ def _external_objects(gm: fx.GraphModule) -> list[dict[str, Any]]:
     The side table holds weak references that may be dead by the time a failure is dumped,
     so it is read now, while the graph is being compiled.
     """
-    from graphdbg.capture.describe import describe_value
+    from graphdbg.store.describe import describe_value
 
     try:
         from torch._dynamo import graph_bytecode_inputs as side_table
@@ -179,14 +177,4 @@ def collective_groups(gm: fx.GraphModule) -> list[dict[str, Any]]:
     return sorted(groups.values(), key=lambda g: g["name"])
 
 
-def format_exception(exc: BaseException) -> dict[str, Any]:
-    t = type(exc)
-    return {
-        "type": t.__name__,
-        "qualified_type": f"{t.__module__}.{t.__qualname__}",
-        "message": exception_text(exc),
-        "traceback": "".join(traceback.format_exception(t, exc, exc.__traceback__)),
-    }
-
-
-__all__ = ["GraphSnapshot", "collective_groups", "format_exception"]
+__all__ = ["GraphSnapshot", "collective_groups"]

@@ -25,7 +25,7 @@ import types
 from pathlib import Path
 from typing import Any, Callable
 
-from graphdbg.capture.backend_recipe import (
+from graphdbg.backends.recipe import (
     backend_label,
     backend_recipe,
     check_recipe,
@@ -37,7 +37,6 @@ from graphdbg.capture.backend_recipe import (
     unrecorded_parts,
 )
 from graphdbg.errors import GraphdbgError
-
 
 # Recorded names that mean a backend replay knows by name, whatever module spelled them.
 KNOWN_ALIASES = {"thunder.dynamo.compiler:ThunderCompiler": "thunder", "thunder.dynamo:ThunderCompiler": "thunder"}

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from graphdbg.errors import DumpError, GraphdbgError
-from graphdbg.manifest import MANIFEST, find_dumps
 from graphdbg.display import Displayed
 from graphdbg.dump import Dump
+from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.formats import load
+from graphdbg.store.manifest import MANIFEST, find_dumps
 
 _SUMMARY_KEYS = ("id", "nodes", "kind", "backend", "error_type", "message", "signature", "graph_hash", "frame", "compile_id")
 _LOG_KEYS = ("log", "log_line", "log_inferred", "log_how")
@@ -90,10 +90,10 @@ class Listing(Displayed):
         return list(groups.values())
 
     def to_json(self) -> dict[str, Any]:
-        import graphdbg
+        from graphdbg._version import __version__
 
         return {
-            "graphdbg": graphdbg.__version__,
+            "graphdbg": __version__,
             "root": str(self.root),
             "dumps": [summary_row(d) for d in self.dumps],
             "groups": self.groups,
@@ -109,7 +109,7 @@ def summary_row(d: Dump) -> dict[str, Any]:
     ``compile_id`` (capture/origin.py) and ``module``, the module path all its nodes share."""
     row = d.summary()
     if d.manifest.get("backend_recipe") is not None:  # aot_autograd(...) / partial: what it was built from
-        from graphdbg.capture.backend_recipe import shown_backend
+        from graphdbg.backends.recipe import shown_backend
 
         row["backend"] = shown_backend(d.manifest)
     if d.format == "dump":

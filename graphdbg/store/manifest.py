@@ -16,8 +16,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from graphdbg.confined import read_inside
 from graphdbg.errors import DumpError
+from graphdbg.store.confined import read_inside
 
 SCHEMA = "graphdbg.dump"
 SCHEMA_VERSION = 1
@@ -31,12 +31,12 @@ FAILURE_KINDS = ("compile_error", "runtime_error", "accuracy", "captured", "cras
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
-    """The manifest of a dump folder, checked against the schema (``graphdbg.schema``).
+    """The manifest of a dump folder, checked against the schema (``graphdbg.store.schema``).
 
     The file is untrusted: its size and nesting are bounded before it is parsed, and every
     field graphdbg reads is type- and range-checked; a violation is a DumpError naming it.
     """
-    from graphdbg.schema import MAX_MANIFEST_BYTES, load_manifest_text, validate_manifest
+    from graphdbg.store.schema import MAX_MANIFEST_BYTES, load_manifest_text, validate_manifest
 
     path = folder / MANIFEST
     if not folder.is_dir():
@@ -75,7 +75,7 @@ def _schema_of(data: Any) -> str:
 def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
     """Write ``manifest`` after checking it against the schema the readers use: a graphdbg bug
     fails here, at capture, instead of producing a dump graphdbg itself would refuse."""
-    from graphdbg.schema import load_manifest_text, validate_manifest
+    from graphdbg.store.schema import load_manifest_text, validate_manifest
 
     text = json.dumps(manifest, indent=1, default=str) + "\n"
     where = f"{folder / MANIFEST} (being written)"

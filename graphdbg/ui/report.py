@@ -50,14 +50,14 @@ def write_report(path: str | Path, out: str | Path) -> Path:
 
 def report_html(path: str | Path) -> str:
     """The report page as a string (see ``write_report``)."""
-    import graphdbg
-    from graphdbg.listing import list_dumps
+    from graphdbg._version import __version__
+    from graphdbg.formats.listing import list_dumps
 
     root = Path(path)
     listing = list_dumps(root)
     groups = sorted(listing.groups, key=_rank_key)
     body = [f"<h1>graphdbg report</h1><p class=path>{_e(root.resolve())}</p>",
-            f"<p class=muted>graphdbg {_e(graphdbg.__version__)}; {len(listing.dumps)} dumps in {len(groups)} groups"
+            f"<p class=muted>graphdbg {_e(__version__)}; {len(listing.dumps)} dumps in {len(groups)} groups"
             + (f"; {len(listing.problems)} could not be read" if listing.problems else "") + "</p>"]
     body.append(_groups_table(groups, str(root)))
     for p in listing.problems:
@@ -71,7 +71,7 @@ def report_html(path: str | Path) -> str:
 
 
 def _e(value: Any) -> str:
-    from graphdbg.render import cell_text
+    from graphdbg.ui.render import cell_text
 
     return html.escape(cell_text(value))
 
@@ -85,7 +85,7 @@ def _rank_key(g: dict[str, Any]) -> tuple:
 
 
 def _groups_table(groups: list[dict[str, Any]], root: str) -> str:
-    from graphdbg.render import rank_ranges
+    from graphdbg.ui.render import rank_ranges
 
     rows = []
     for i, g in enumerate(groups):
@@ -108,9 +108,9 @@ def _rel(p: str, root: str) -> str:
 
 
 def _group_section(i: int, g: dict[str, Any], listing: Any) -> str:
-    from graphdbg.capture.backend_recipe import shown_backend
-    from graphdbg.render import rank_ranges, stand_ins_text
+    from graphdbg.backends.recipe import shown_backend
     from graphdbg.tables import failing_node_names
+    from graphdbg.ui.render import rank_ranges, stand_ins_text
 
     dump = next(d for d in listing.dumps if str(d.path) == g["paths"][0])
     parts = [f"<h2 id='group-{i}'>{_e(dump.id)} <span class='kind-{_e(g['kind'])}'>{_e(g['kind'])}</span></h2>",
@@ -220,7 +220,7 @@ def steps_svg(steps: list[dict[str, Any]], start_nodes: int, width: int = 420, h
 
 
 def _minify_section(minified: dict[str, Any], dump: Any) -> str:
-    from graphdbg.capture.backend_recipe import backend_label
+    from graphdbg.backends.recipe import backend_label
 
     steps = minified.get("steps") or []
     start = minified.get("start_nodes") or (steps[0]["nodes_before"] if steps else dump.node_count)

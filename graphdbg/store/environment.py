@@ -21,10 +21,10 @@ def package_version(name: str) -> str | None:
 
 
 def environment() -> dict[str, Any]:
-    import graphdbg
+    from graphdbg._version import __version__
 
     env: dict[str, Any] = {
-        "graphdbg": graphdbg.__version__,
+        "graphdbg": __version__,
         "torch": torch.__version__,
         "triton": package_version("triton"),
         "python": platform.python_version(),

@@ -67,7 +67,7 @@ def _placeholder_spec(node: fx.Node) -> str:
         return spec.annotation()
     val = node.meta.get("example_value", node.meta.get("val"))
     if isinstance(val, torch.Tensor):
-        from graphdbg.specs import TensorSpec
+        from graphdbg.store.specs import TensorSpec
 
         return TensorSpec.of(val).annotation()
     if isinstance(val, torch.SymInt):

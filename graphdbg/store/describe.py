@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from graphdbg.specs import TensorSpec, dtype_name
+from graphdbg.store.specs import TensorSpec, dtype_name
 
 _STATS_CHUNK = 1 << 24
 # torch.cuda.Event derives from a C base, not from the generic torch.Event.

@@ -18,7 +18,7 @@ eval'd or compiled.
     ['l_x_', 'y', 'output']
 
 What resolves (see ``resolve_target``): paths under ``torch``, ``operator`` and ``math``
-whose object is on the allow-list in ``graphdbg.graph_allow_list`` (torch ops, tensor
+whose object is on the allow-list in ``graphdbg.graph.allow_list`` (torch ops, tensor
 functions, a few named grad-mode, symbolic-size, stream and device calls), the builtins in
 ``ALLOWED_BUILTINS``, and the mangled globals fx codegen writes for functions it can't spell
 as a ``torch.*`` path (``math_sqrt``, ``_operator_not_``,
@@ -45,8 +45,8 @@ import torch
 import torch.fx as fx
 
 from graphdbg.errors import GraphSourceError
-from graphdbg.graph_allow_list import ALLOWED_ATTRIBUTES, ALLOWED_BUILTINS, allow_target, allowed_methods, check_value, refusal
-from graphdbg.specs import TensorSpec, parse_annotation
+from graphdbg.graph.allow_list import ALLOWED_ATTRIBUTES, ALLOWED_BUILTINS, allow_target, allowed_methods, check_value, refusal
+from graphdbg.store.specs import TensorSpec, parse_annotation
 
 __all__ = ["AttrConstruction", "PrintedGraph", "parse_module_class", "parse_printed_graph", "resolve_target", "mangled_name"]
 
@@ -68,7 +68,7 @@ _WALKABLE_PREFIXES = ("torch.ops", "torch._higher_order_ops")
 
 @functools.lru_cache(maxsize=1)
 def _walkable_modules() -> frozenset[str]:
-    from graphdbg.graph_allow_list import _FUNCTION_MODULES, NAMED_FUNCTIONS
+    from graphdbg.graph.allow_list import _FUNCTION_MODULES, NAMED_FUNCTIONS
 
     out = {"torch", "torch.nn", "torch.cuda", "torch.cuda.streams", "torch._C", "torch.amp", "torch._dynamo"}
     for path in (*_FUNCTION_MODULES, *NAMED_FUNCTIONS):
@@ -311,7 +311,7 @@ class PrintedGraph:
         """graph_hash of the forward, with each nested class's hash folded in by name."""
         import hashlib
 
-        from graphdbg.graph_hash import graph_hash
+        from graphdbg.graph.hashing import graph_hash
 
         h = hashlib.sha256(graph_hash(self.graph).encode())
         for name in sorted(self.submodules):

@@ -33,9 +33,9 @@ DEFAULT_TIMEOUT = 600.0  # seconds an isolated replay may take before it counts 
 
 def _version(value: bool) -> None:
     if value:
-        import graphdbg
+        from graphdbg._version import __version__
 
-        typer.echo(f"graphdbg {graphdbg.__version__}")
+        typer.echo(f"graphdbg {__version__}")
         raise typer.Exit()
 
 
@@ -54,7 +54,7 @@ def _inputs_setup(ops: str | None, seed: int | None = None) -> None:
     import os
 
     if ops:
-        from graphdbg.rebuild.stand_ins import register_ops
+        from graphdbg.graph.allow_list import register_ops
 
         register_ops([m.strip() for m in ops.split(",") if m.strip()])
     if seed is not None:
@@ -153,9 +153,8 @@ def capture(
 def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps or printed graphs.")], as_json: JsonFlag = False,
        ops: OpsOpt = None, log: LogOpt = None) -> None:
     """List dumps under PATH; identical failures on several ranks are one row."""
-    from graphdbg.listing import list_dumps
-
-    from graphdbg.render import ListingView
+    from graphdbg.formats.listing import list_dumps
+    from graphdbg.ui.render import ListingView
 
     _inputs_setup(ops)
 
@@ -167,7 +166,7 @@ def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps o
     else:
         console.print(ListingView(listing.groups, str(listing.root)), crop=False)
         if listing.logs:
-            from graphdbg.render import log_notes
+            from graphdbg.ui.render import log_notes
 
             console.print(log_notes(listing.logs, str(listing.root)))
     for p in listing.problems:
@@ -180,8 +179,8 @@ def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps o
 def show(dump: Annotated[Path, typer.Argument(help="A dump folder or a graph file.")], as_json: JsonFlag = False,
          ops: OpsOpt = None, log: LogOpt = None) -> None:
     """Show a dump: what failed, the graph with its source lines, and its inputs."""
-    from graphdbg.listing import load_with_log, summary_row
-    from graphdbg.render import show as render_show
+    from graphdbg.formats.listing import load_with_log, summary_row
+    from graphdbg.ui.render import show as render_show
 
     _inputs_setup(ops)
     d = load_with_log(dump, log)
@@ -205,21 +204,21 @@ NoConfigOpt = Annotated[bool, typer.Option("--no-config", help="Drop the compile
 
 def _config_setup(config: list[str] | None, no_config: bool) -> None:
     """--config/--no-config reach isolated children through the environment."""
-    from graphdbg.compiler_config import set_replay_overrides
+    from graphdbg.backends.compiler_config import set_replay_overrides
 
     set_replay_overrides(config, no_config)
 
 
 def _own_backend(path: Path, trust: bool, command: str) -> str | None:
     """The dump's own backend; code it names is imported only with --trust-backend."""
-    import graphdbg
-    from graphdbg.manifest import find_dumps
-    from graphdbg.replay.backends import dump_backend
+    from graphdbg.backends.resolve import dump_backend
+    from graphdbg.formats import load as load_dump
+    from graphdbg.store.manifest import find_dumps
 
     folders = find_dumps(path) if path.is_dir() else []
     if path.is_dir() and not folders:
         return None  # a folder of printed graphs: they record no backend, and replay them as printed (eager)
-    return dump_backend(graphdbg.load(folders[0] if folders else path), trust, command, shown_path=path)
+    return dump_backend(load_dump(folders[0] if folders else path), trust, command, shown_path=path)
 
 
 @app.command()
@@ -254,7 +253,7 @@ def replay(
     as_json: JsonFlag = False,
 ) -> None:
     """Replay a dump under a backend; exit 0 on pass, 1 on a reproduced failure, 2 if it can't run."""
-    import graphdbg
+    from graphdbg.formats import load as load_dump
     from graphdbg.replay.run import replay_dump
 
     _inputs_setup(ops, seed)
@@ -273,9 +272,9 @@ def replay(
         else:
             console.print(world)
         raise typer.Exit(world.exit_code)
-    d = graphdbg.load(dump)
+    d = load_dump(dump)
     if backend is None:
-        from graphdbg.replay.backends import dump_backend
+        from graphdbg.backends.resolve import dump_backend
 
         backend = dump_backend(d, trust_backend, "replay")
     outcome = replay_dump(d, backend, passes, device=device, isolate=isolate, timeout=timeout, direct=direct,
@@ -321,13 +320,14 @@ def compare(
     """Replay a dump under several backends; one row per backend. Exit 1 if any fails."""
     import pandas as pd
 
-    import graphdbg
-    from graphdbg.capture.backend_recipe import backend_label
-    from graphdbg.render import compare_table
+    from graphdbg.backends.recipe import backend_label
+    from graphdbg.formats import load as load_dump
+    from graphdbg.replay.run import compare_backends
+    from graphdbg.ui.render import compare_table
 
     _inputs_setup(ops, seed)
     _config_setup(config, no_config)
-    d = graphdbg.load(dump)
+    d = load_dump(dump)
     names = [b.strip() for b in (backends or "eager,aot_eager,inductor").split(",") if b.strip()]
     if "dump" in names:  # the dump's own backend, however it is spelled (an aot_autograd recipe has commas)
         own = _own_backend(dump, trust_backend, "compare") or "eager"
@@ -341,7 +341,7 @@ def compare(
     rows = []
     for i, name in enumerate(names, 1):  # one backend at a time, so a slow one shows progress
         with _progress(f"compare: {backend_label(name)} ({i}/{len(names)})", quiet=as_json):
-            rows.append(graphdbg.compare(d, [name], device=device, isolate=isolate, timeout=timeout))
+            rows.append(compare_backends(d, [name], device=device, isolate=isolate, timeout=timeout))
     df = pd.concat(rows, ignore_index=True)
     if as_json:
         _print_json({"dump": str(dump), "rows": df.to_dict(orient="records")})
@@ -395,7 +395,7 @@ def report(
     ops: OpsOpt = None,
 ) -> None:
     """Write one self-contained HTML page (no network) about the failures under PATH."""
-    from graphdbg.report import write_report
+    from graphdbg.ui.report import write_report
 
     _inputs_setup(ops)
     written = write_report(path, out)
@@ -418,12 +418,12 @@ def bisect_passes(
     as_json: JsonFlag = False,
 ) -> None:
     """The first pass after which the outcome goes bad (and, for a pattern pass, which replacement)."""
-    import graphdbg
+    from graphdbg.formats import load as load_dump
     from graphdbg.minify import bisect_passes as run
 
     _config_setup(config, no_config)
     backend = backend or _own_backend(dump, trust_backend, "bisect passes")
-    result = run(graphdbg.load(dump).case(device), backend, passes)
+    result = run(load_dump(dump).case(device), backend, passes)
     _report(result, as_json)
     raise typer.Exit(0 if result.culprit is None else 1)
 
@@ -443,14 +443,14 @@ def bisect_nodes(
     as_json: JsonFlag = False,
 ) -> None:
     """The first node whose value diverges from the reference, with its source line and module."""
-    import graphdbg
+    from graphdbg.formats import load as load_dump
     from graphdbg.minify import bisect_nodes as run
 
     _config_setup(config, no_config)
     backend = backend or _own_backend(dump, trust_backend, "bisect nodes")
     if backward:
         from graphdbg.minify.backward import bisect_training_nodes as run  # noqa: F811
-    result = run(graphdbg.load(dump).case(device), backend, passes, rtol=rtol, atol=atol)
+    result = run(load_dump(dump).case(device), backend, passes, rtol=rtol, atol=atol)
     _report(result, as_json)
     raise typer.Exit(0 if result.node is None else 1)
 
@@ -477,14 +477,14 @@ def export_test(
     force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing test file and its data folder.")] = False,
 ) -> None:
     """Write a pytest regression test from a dump, with its data next to it; it fails while the bug is there."""
-    import graphdbg
+    from graphdbg.formats import load as load_dump
     from graphdbg.minify import export_test as run
 
     data = out.with_name(out.stem + "_data")
     there = [p for p in (out, data) if p.exists()]
     if there and not force:
         raise GraphdbgError(f"{there[0]} exists; pass --force to overwrite it")
-    d = graphdbg.load(dump)
+    d = load_dump(dump)
     if backend is None and not (d.manifest.get("minified") or {}).get("backend"):
         backend = _own_backend(dump, trust_backend, "export-test")
     path = run(d, out, backend=backend, passes=passes)
@@ -494,7 +494,7 @@ def export_test(
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of manifest.json, for other tools that check dumps."""
-    from graphdbg.schema import manifest_json_schema
+    from graphdbg.store.schema import manifest_json_schema
 
     _print_json(manifest_json_schema())
 
@@ -507,7 +507,7 @@ def redact(
     as_json: JsonFlag = False,
 ) -> None:
     """Make a dump safe to share: relative source paths, no host name, user names or environment."""
-    from graphdbg.redact import redact_dumps
+    from graphdbg.store.redact import redact_dumps
 
     report = redact_dumps(dump, out=out, root=root)
     if as_json:
@@ -538,7 +538,7 @@ def _report(result: object, as_json: bool) -> None:
     if as_json:
         _print_json(result.to_dict())
     else:
-        from graphdbg.render import renderable
+        from graphdbg.ui.render import renderable
 
         console.print(result if hasattr(result, "__rich__") else renderable(result))
 

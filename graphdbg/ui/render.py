@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
@@ -267,7 +268,7 @@ def _short_construct(name: str) -> str:
 
 def _shown_backend(dump: Dump) -> str:
     """The dump's backend; an aot_autograd(...)/partial one as its recipe reads."""
-    from graphdbg.capture.backend_recipe import shown_backend
+    from graphdbg.backends.recipe import shown_backend
 
     return shown_backend(dump.manifest)
 
@@ -312,8 +313,7 @@ def _arg_text(value: Any) -> str:
 
 def graph_tree(dump: Dump) -> Tree:
     """The graph grouped under the user source line each node came from."""
-    from graphdbg.graph_hash import target_name
-
+    from graphdbg.graph.hashing import target_name
     from graphdbg.tables import failing_node_names
 
     info = dump.manifest["graph"].get("node_info", {})

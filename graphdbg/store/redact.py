@@ -28,7 +28,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from graphdbg.errors import DumpError, GraphdbgError
-from graphdbg.manifest import GRAPH, INPUTS, MANIFEST, find_dumps, read_manifest, write_manifest
+from graphdbg.store.manifest import GRAPH, INPUTS, MANIFEST, find_dumps, read_manifest, write_manifest
 
 # env keys that say which software and device made the dump, and nothing about who or where
 KEPT_ENV = ("graphdbg", "torch", "triton", "python", "platform", "cuda", "device_name", "cuda_devices")

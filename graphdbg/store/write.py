@@ -13,18 +13,19 @@ import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from graphdbg.capture.describe import describe_value, tensor_stats
-from graphdbg.capture.environment import distributed_info, environment
-from graphdbg.capture.snapshot import GraphSnapshot, format_exception
-from graphdbg.compiler_config import replay_settings
-from graphdbg.manifest import GRAPH, INPUTS, MANIFEST, SCHEMA, SCHEMA_VERSION, read_manifest, write_manifest
-from graphdbg.signature import signature
-from graphdbg.specs import TensorSpec
-from graphdbg.tensor_file import storable, write_tensors
+from graphdbg.judge.signature import format_exception, signature
+from graphdbg.store.describe import describe_value, tensor_stats
+from graphdbg.store.environment import distributed_info, environment
+from graphdbg.store.manifest import GRAPH, INPUTS, MANIFEST, SCHEMA, SCHEMA_VERSION, read_manifest, write_manifest
+from graphdbg.store.specs import TensorSpec
+from graphdbg.store.tensor_file import storable, write_tensors
+
+if TYPE_CHECKING:  # a snapshot is made above this layer; here only its fields are read
+    from graphdbg.graph.snapshot import GraphSnapshot
 
 
 def write_dump(
@@ -109,7 +110,7 @@ def write_dump(
         manifest.update(manifest_overrides or {})
         write_manifest(tmp, manifest)
         if redact:  # before publishing: no reader ever sees the unredacted dump
-            from graphdbg.redact import redact_folder
+            from graphdbg.store.redact import redact_folder
 
             redact_folder(tmp)
         return _publish(tmp, rank_dir, dump_id)
@@ -223,18 +224,3 @@ def _publish(tmp: Path, rank_dir: Path, dump_id: str) -> Path:
                 continue
             raise
     raise OSError(f"no free dump name for {dump_id} in {rank_dir}")
-
-
-def save_case(case: Any, dump_dir: Path | str, *, kind: str | None = None) -> Path:
-    """Write ``case`` as a dump folder under ``dump_dir`` (``rank<R>/<id>/``); returns its path."""
-    origin = case.dump.manifest if case.dump is not None else {}
-    snap = GraphSnapshot.take(0, case.gm, keep_eager=False)
-    return write_dump(
-        Path(dump_dir), snap=snap, inputs=list(case.inputs), kind=kind or origin.get("failure", {}).get("kind", "captured"),
-        exc=None, backend=str(origin.get("backend", "replay")), mode="replay", budget_bytes=1 << 62,
-        inputs_state="replay", manifest_overrides={"grad_enabled": origin.get("grad_enabled", False),
-                                                   # training: a backward graph stays one (replay/backward.py)
-                                                   **{k: origin[k] for k in ("stage", "backward") if k in origin},
-                                                   **({"backend_source": origin["backend_source"]} if "backend_source" in origin else {}),
-                                                   "config": {**(origin.get("config") or {}), "values": replay_settings(origin)}},
-    )

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import importlib
 import math
 import operator
 import os
@@ -39,7 +40,46 @@ from typing import Any, Iterable
 import torch
 import torch.fx as fx
 
-from graphdbg.errors import GraphSourceError
+from graphdbg.errors import GraphdbgError, GraphSourceError
+
+# Isolated replays run in a child process; it reads the registrations from here.
+OPS_ENV = "GRAPHDBG_OPS"
+
+# Python module paths whose functions may be graph targets, besides torch/operator/math.
+_allowed_namespaces: list[str] = []
+
+
+def register_ops(modules: Iterable[str]) -> list[str]:
+    """Import modules that define real implementations (``torch.library`` ops, or plain functions
+    a graph calls); their ops then resolve instead of getting stand-ins. Returns the modules.
+
+        >>> register_ops(["mypkg.sglang_ops"])   # defines torch.ops.sglang.inplace_all_reduce
+        ['mypkg.sglang_ops']
+
+    The modules are also allow-listed as namespaces (a graph may call ``mypkg.sglang_ops.f``),
+    and exported in ``$GRAPHDBG_OPS`` so an isolated replay's child process imports them too.
+    This runs the user's own code, never code from a graph file.
+    """
+    names = [m.strip() for m in modules if m and m.strip()]
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as e:
+            raise GraphdbgError(f"cannot import ops module {name}: {type(e).__name__}: {e}") from None
+        if name not in _allowed_namespaces:
+            _allowed_namespaces.append(name)
+    os.environ[OPS_ENV] = ",".join(_allowed_namespaces)
+    return names
+
+
+def allowed_namespaces() -> list[str]:
+    """The user's allow-listed namespaces (registered modules), after those in ``$GRAPHDBG_OPS``."""
+    pending = [m for m in os.environ.get(OPS_ENV, "").split(",") if m.strip() and m.strip() not in _allowed_namespaces]
+    if pending:
+        register_ops(pending)
+    return list(_allowed_namespaces)
+
+
 
 __all__ = ["ALLOWED_ATTRIBUTES", "ALLOWED_BUILTINS", "allowed_methods", "allow_target", "check_graph_module",
            "check_value", "is_allowed_function", "refusal"]
@@ -236,7 +276,6 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def _in_registered_namespace(obj: Any) -> bool:
-    from graphdbg.rebuild.stand_ins import allowed_namespaces  # the user's --ops modules
 
     module = getattr(obj, "__module__", None)
     if not isinstance(module, str) or not callable(obj):

@@ -60,12 +60,3 @@ def call_inputs(args: tuple, boxed: bool) -> list[Any]:
     positional inputs even when the compiled function is boxed (``_boxed_call``); an AOT caller
     passes it one list, which the callee may empty. Only then is the one list the inputs."""
     return list(args[0]) if boxed and len(args) == 1 and isinstance(args[0], list) else list(args)
-
-
-def say(line: str) -> None:
-    """One line on stderr, never an exception: capture must not change the user's program."""
-    try:
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
-    except Exception:
-        pass

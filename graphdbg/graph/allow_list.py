@@ -272,7 +272,7 @@ def _is_graphdbg_stand_in(obj: Any) -> bool:
             and os.path.dirname(os.path.abspath(code.co_filename)).startswith(_PACKAGE_DIR))
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # graphdbg/, this is graphdbg/graph/
 
 
 def _in_registered_namespace(obj: Any) -> bool:

@@ -27,7 +27,17 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-console = Console()
+
+
+class _Stdout:
+    """stdout's Console, made at each use: rich reads COLUMNS and the terminal when a Console is
+    made, and one made at import would keep the width of whoever imported the CLI first."""
+
+    def __getattr__(self, name: str):
+        return getattr(Console(), name)
+
+
+console = _Stdout()
 DEFAULT_TIMEOUT = 600.0  # seconds an isolated replay may take before it counts as a timeout
 
 

@@ -231,7 +231,7 @@ class Dump(Displayed):
         from graphdbg.case import Case
         from graphdbg.rebuild.attributes import build_attribute, synthesized_attribute
         from graphdbg.rebuild.devices import retarget_devices
-        from graphdbg.rebuild.external_objects import lift_external_objects
+        from graphdbg.rebuild.external_objects import place_external_objects
         from graphdbg.rebuild.inputs import InputBuilder, StandIn, default_seed, made_up
         from graphdbg.rebuild.memory_budget import check_fits
         from graphdbg.rebuild.sizes import bind_sizes, bound_spec, size_env
@@ -283,7 +283,7 @@ class Dump(Displayed):
         inputs = builder.build_all(descs, names=[n.name for n in gm.graph.nodes if n.op == "placeholder"])
         externals = {int(d["index"]): builder.build(f"external object {d['index']}", d, {})
                      for d in self.manifest.get("external_objects", []) if d.get("kind") not in ("missing", None)}
-        inputs += lift_external_objects(gm, externals)
+        inputs += place_external_objects(gm, externals, piece=bool((self.manifest.get("parent") or {}).get("piece")))
 
         if not _distributed():
             # One rank on its own: collectives act as on a world of one, missing ops are stood in

@@ -315,23 +315,56 @@ class InputBuilder:
         return out
 
     def _stream(self, name: str, d: Mapping[str, Any]) -> Any:
-        if str(d.get("device", "")).startswith("cpu"):
+        """A stream of the recorded Python type: Dynamo hands a backend ``torch.Stream`` on some
+        paths and ``torch.cuda.Stream`` on others, and a compiler treats the two apart."""
+        typ, where = str(d.get("type") or "torch.cuda.streams.Stream"), str(d.get("device") or "?")
+        if where.startswith("cpu"):
             return torch.Stream(device="cpu")
         if self.device.type == "cuda":
             kwargs = {"priority": d["priority"]} if isinstance(d.get("priority"), int) else {}
-            s = torch.cuda.Stream(device=self.device, **kwargs)
-            self.stand_ins.append(StandIn(name, "stream", f"recreated on {self.device} (captured on {d.get('device', '?')})"))
+            cls, rebuilt = runtime_class(typ, "stream")
+            s = cls(device=self.device, **kwargs)
+            self.stand_ins.append(StandIn(name, "stream", f"a new {type_name_of(s)} on {self.device} "
+                                          f"(captured: {typ} on {where}{'' if rebuilt else '; that type is not here'})"))
             return s
-        self.stand_ins.append(StandIn(name, "stream", f"no CUDA here: a no-op NullStream stands in for {d.get('device', '?')}"))
+        self.stand_ins.append(StandIn(name, "stream", f"no CUDA here: a no-op NullStream stands in for the {typ} on {where}"))
         return NullStream(d)
 
     def _event(self, name: str, d: Mapping[str, Any]) -> Any:
+        typ, where = str(d.get("type") or "torch.cuda.streams.Event"), str(d.get("device") or "cuda")
+        flags = {k: bool(d[k]) for k in ("enable_timing", "blocking", "interprocess") if isinstance(d.get(k), bool)}
+        if where.startswith("cpu"):
+            return torch.Event(device="cpu", **flags)
         if self.device.type == "cuda":
-            e = torch.cuda.Event(enable_timing=bool(d.get("enable_timing", False)))
-            self.stand_ins.append(StandIn(name, "event", f"recreated for {self.device}"))
+            cls, rebuilt = runtime_class(typ, "event")
+            e = cls(device=self.device, **flags) if cls is torch.Event else cls(**flags)
+            self.stand_ins.append(StandIn(name, "event", f"a new {type_name_of(e)} on {self.device} "
+                                          f"(captured: {typ} on {where}{'' if rebuilt else '; that type is not here'})"))
             return e
-        self.stand_ins.append(StandIn(name, "event", "no CUDA here: a no-op NullEvent stands in"))
+        self.stand_ins.append(StandIn(name, "event", f"no CUDA here: a no-op NullEvent stands in for the {typ} on {where}"))
         return NullEvent(d)
+
+
+# The runtime types a backend may be handed, by the name ``store.describe.type_name`` records.
+_RUNTIME_TYPES = {
+    "stream": {"torch.Stream": lambda: torch.Stream, "torch.cuda.streams.Stream": lambda: torch.cuda.Stream,
+               "torch.cuda.streams.ExternalStream": lambda: torch.cuda.Stream},
+    "event": {"torch.Event": lambda: torch.Event, "torch.cuda.streams.Event": lambda: torch.cuda.Event},
+}
+
+
+def runtime_class(recorded: str, kind: str) -> tuple[type, bool]:
+    """(the class to rebuild a recorded ``kind`` with, whether it is the recorded one). A type
+    this torch doesn't have falls back to the CUDA class (what older dumps meant)."""
+    table = _RUNTIME_TYPES[kind]
+    if recorded in table:
+        return table[recorded](), True
+    return table["torch.cuda.streams." + kind.capitalize()](), False
+
+
+def type_name_of(value: Any) -> str:
+    t = type(value)
+    return f"{t.__module__}.{t.__qualname__}"
 
 
 def _stored_keys(descs: list[Mapping[str, Any]]) -> set[str]:

@@ -37,6 +37,7 @@ import torch.fx as fx
 from graphdbg.errors import GraphdbgError
 from graphdbg.graph.allow_list import OPS_ENV, allowed_namespaces, register_ops
 from graphdbg.rebuild.inputs import NullStream, StandIn
+from graphdbg.rebuild.output_uses import ItemUses, outputs_as_used
 from graphdbg.store.specs import TensorSpec
 
 __all__ = ["MissingOp", "register_ops", "allowed_namespaces", "resolver", "install_stand_ins", "constructs",
@@ -195,6 +196,16 @@ class _Context:
     device: torch.device
     streams: dict[tuple, Any]
     used: list[StandIn]
+    root: fx.GraphModule | None = None
+    _uses: ItemUses | None = None
+
+    def uses(self, node: fx.Node) -> dict[int, TensorSpec | None] | None:
+        """How the graph indexes ``node``'s result, across the pieces of a split graph."""
+        if self.root is None:
+            return None
+        if self._uses is None:
+            self._uses = ItemUses(self.root)
+        return self._uses.of(node)
 
     def stream_for(self, key: tuple, what: str, path: str) -> Any:
         if key not in self.streams:
@@ -217,7 +228,7 @@ def install_stand_ins(gm: fx.GraphModule, device: torch.device, *, zero_uninitia
     ``zero_uninitialized``, ``torch.empty``-style allocations are zeroed (one stand-in entry
     names them): a printed graph often returns buffers a kernel elsewhere would fill.
     """
-    ctx = _Context(device, {}, [])
+    ctx = _Context(device, {}, [], gm)
     zeroed: list[str] = []
     reached = _reached(gm)
     for prefix, mod in _graph_modules(gm):
@@ -306,83 +317,129 @@ def _graph_modules(gm: fx.GraphModule) -> list[tuple[str, fx.GraphModule]]:
 
 
 def _replace(node: fx.Node, qual: str, path: str, ctx: _Context) -> bool:
-    cuda = ctx.device.type == "cuda"
-    index = ctx.device.index or 0
+    """Put a stand-in in place of ``node`` (a call of ``qual``); False where it stays as it is."""
+    handler = _HANDLERS.get(qual)
+    if handler is not None:
+        return handler(node, qual, path, ctx)
     short = qual.rsplit(".", 1)[-1]
-    if qual == "torch.cuda.streams.Stream":
-        key = (node.kwargs.get("stream_id"), node.kwargs.get("device_index"), node.kwargs.get("device_type"))
-        stream = ctx.stream_for(key, f"{_call_text(node, qual)}", path)
-        node.target, node.args, node.kwargs = _named(f"stream_{key[0]}", lambda *a, **k: stream), (), {}
-        return True
-    if qual == "torch.cuda.current_stream":
-        if cuda:
-            return False
-        node.target = _named("current_stream", lambda *a, **k: _NULL_STREAM)
-        ctx.used.append(StandIn(path, "stream", "torch.cuda.current_stream(): no CUDA here, a no-op NullStream"))
-        return True
-    if qual == "torch.cuda.set_stream":
-        if cuda:
-            return False
-        node.target = _named("set_stream", _does_nothing)
-        ctx.used.append(StandIn(path, "stream", "torch.cuda.set_stream: no CUDA here, does nothing"))
-        return True
-    if qual in ("torch._C._cuda_exchangeDevice", "torch.cuda.get_device_capability"):
-        if cuda and not isinstance(node.target, MissingOp):
-            if node.args and isinstance(node.args[0], int) and node.args[0] != index:
-                ctx.used.append(StandIn(path, "device", f"{_call_text(node, qual)} remapped to device index {index}"))
-                node.args = (index, *node.args[1:])
-                return True
-            return False
-        if short == "_cuda_exchangeDevice":
-            node.target = _named("cuda_exchange_device", lambda *a, **k: -1)
-            ctx.used.append(StandIn(path, "device", f"{_call_text(node, qual)}: no CUDA here, returns -1 (no switch)"))
-        else:
-            node.target = _named("get_device_capability", lambda *a, **k: (9, 0))
-            ctx.used.append(StandIn(path, "device", f"{_call_text(node, qual)}: no CUDA here, returns (9, 0) (Hopper)"))
-        return True
-    if qual == "torch._C._cuda_maybeExchangeDevice":
-        if cuda and not isinstance(node.target, MissingOp):
-            return False
-        node.target = _named("cuda_maybe_exchange_device", lambda *a, **k: -1)
-        ctx.used.append(StandIn(path, "device", f"{qual}: no CUDA here, does nothing"))
-        return True
-    if qual == "torch.ops.higher_order.triton_kernel_wrapper_mutation":
-        fresh = _fresh_buffers(node)
-        node.target = _named("triton_kernel_wrapper_mutation", _triton_mutation_stand_in(fresh), "triton_kernel",
-                             lambda n: [(n.kwargs.get("kwargs") or {}).get(k) for k in fresh])
-        ctx.used.append(StandIn(path, "triton_kernel", f"kernel_idx={node.kwargs.get('kernel_idx')} was kept only in Dynamo's "
-                                "side table: does nothing" + (f", zero-fills its fresh buffers {', '.join(fresh)}" if fresh else "")))
-        return True
-    if qual == "torch.ops.higher_order.triton_kernel_wrapper_functional":
-        node.target = _named("triton_kernel_wrapper_functional", _triton_functional_stand_in, "triton_kernel")
-        ctx.used.append(StandIn(path, "triton_kernel", f"kernel_idx={node.kwargs.get('kernel_idx')} is lost: returns copies of its outputs unchanged"))
-        return True
     ns = qual.split(".")[2] if qual.startswith("torch.ops.") else ""
-    if ns in COLLECTIVE_NAMESPACES or (isinstance(node.target, MissingOp) and _COLLECTIVE.search(short)):
-        from graphdbg.rebuild.collectives import in_world, real_collective
-
-        if in_world():  # every rank is here: the real collective, on the group the graph names
-            changed, detail = real_collective(node, qual, short)
-            if detail:
-                ctx.used.append(StandIn(path, "collective", detail))
-            if changed or ns in COLLECTIVE_NAMESPACES:
-                return changed
-        fn, how = _collective(node, short, ctx.device)
-        writes = _collective_writes if fn.__name__ == "into" else None
-        node.target = _named(short, fn, "collective", writes)
-        where = "" if ns in COLLECTIVE_NAMESPACES else " is not on this machine"
-        ctx.used.append(StandIn(path, "collective", f"{qual}{where}: as on a world of one, {how}"))
-        return True
-    if isinstance(node.target, MissingOp):
-        fn, how = _from_annotation(node, ctx.device)
-        node.target = _named(short, fn, "custom_op")
-        from graphdbg.rebuild.ops_hint import ops_module_for
-
-        module = ops_module_for(qual)  # its package is here, the module defining it was not imported
-        hint = f"; --ops {module} would provide it" if module else ""
-        ctx.used.append(StandIn(path, "custom_op", f"{qual} is not on this machine: {how}{hint}"))
-        return True
+    missing = isinstance(node.target, MissingOp)
+    # A missing op whose result the graph indexes returns a tuple, whatever its name suggests
+    # (SGLang's flashinfer_allreduce_residual_rmsnorm returns (out, residual)).
+    if missing and ctx.uses(node) is not None:
+        return _replace_custom_op(node, qual, path, ctx)
+    if ns in COLLECTIVE_NAMESPACES or (missing and _COLLECTIVE.search(short)):
+        return _replace_collective(node, qual, path, ctx)
+    if missing:
+        return _replace_custom_op(node, qual, path, ctx)
     return False
+
+
+def _replace_stream(node: fx.Node, qual: str, path: str, ctx: _Context) -> bool:
+    key = (node.kwargs.get("stream_id"), node.kwargs.get("device_index"), node.kwargs.get("device_type"))
+    stream = ctx.stream_for(key, f"{_call_text(node, qual)}", path)
+    node.target, node.args, node.kwargs = _named(f"stream_{key[0]}", lambda *a, **k: stream), (), {}
+    return True
+
+
+def _replace_current_stream(node: fx.Node, qual: str, path: str, ctx: _Context) -> bool:
+    if ctx.device.type == "cuda":
+        return False
+    node.target = _named("current_stream", lambda *a, **k: _NULL_STREAM)
+    ctx.used.append(StandIn(path, "stream", "torch.cuda.current_stream(): no CUDA here, a no-op NullStream"))
+    return True
+
+
+def _replace_set_stream(node: fx.Node, qual: str, path: str, ctx: _Context) -> bool:
+    if ctx.device.type == "cuda":
+        return False
+    node.target = _named("set_stream", _does_nothing)
+    ctx.used.append(StandIn(path, "stream", "torch.cuda.set_stream: no CUDA here, does nothing"))
+    return True
+
+
+def _replace_device_query(node: fx.Node, qual: str, path: str, ctx: _Context) -> bool:
+    """``_cuda_exchangeDevice(i)`` / ``get_device_capability(i)``: remapped to the replay device on
+    a GPU, answered as a CUDA machine would on the CPU."""
+    index = ctx.device.index or 0
+    if ctx.device.type == "cuda" and not isinstance(node.target, MissingOp):
+        if node.args and isinstance(node.args[0], int) and node.args[0] != index:
+            ctx.used.append(StandIn(path, "device", f"{_call_text(node, qual)} remapped to device index {index}"))
+            node.args = (index, *node.args[1:])
+            return True
+        return False
+    if qual.endswith("_cuda_exchangeDevice"):
+        node.target = _named("cuda_exchange_device", lambda *a, **k: -1)
+        ctx.used.append(StandIn(path, "device", f"{_call_text(node, qual)}: no CUDA here, returns -1 (no switch)"))
+    else:
+        node.target = _named("get_device_capability", lambda *a, **k: (9, 0))
+        ctx.used.append(StandIn(path, "device", f"{_call_text(node, qual)}: no CUDA here, returns (9, 0) (Hopper)"))
+    return True
+
+
+def _replace_maybe_exchange(node: fx.Node, qual: str, path: str, ctx: _Context) -> bool:
+    if ctx.device.type == "cuda" and not isinstance(node.target, MissingOp):
+        return False
+    node.target = _named("cuda_maybe_exchange_device", lambda *a, **k: -1)
+    ctx.used.append(StandIn(path, "device", f"{qual}: no CUDA here, does nothing"))
+    return True
+
+
+def _replace_triton_mutation(node: fx.Node, qual: str, path: str, ctx: _Context) -> bool:
+    fresh = _fresh_buffers(node)
+    node.target = _named("triton_kernel_wrapper_mutation", _triton_mutation_stand_in(fresh), "triton_kernel",
+                         lambda n: [(n.kwargs.get("kwargs") or {}).get(k) for k in fresh])
+    ctx.used.append(StandIn(path, "triton_kernel", f"kernel_idx={node.kwargs.get('kernel_idx')} was kept only in Dynamo's "
+                            "side table: does nothing" + (f", zero-fills its fresh buffers {', '.join(fresh)}" if fresh else "")))
+    return True
+
+
+def _replace_triton_functional(node: fx.Node, qual: str, path: str, ctx: _Context) -> bool:
+    node.target = _named("triton_kernel_wrapper_functional", _triton_functional_stand_in, "triton_kernel")
+    ctx.used.append(StandIn(path, "triton_kernel", f"kernel_idx={node.kwargs.get('kernel_idx')} is lost: returns copies of its outputs unchanged"))
+    return True
+
+
+def _replace_collective(node: fx.Node, qual: str, path: str, ctx: _Context) -> bool:
+    short = qual.rsplit(".", 1)[-1]
+    ns = qual.split(".")[2] if qual.startswith("torch.ops.") else ""
+    from graphdbg.rebuild.collectives import in_world, real_collective
+
+    if in_world():  # every rank is here: the real collective, on the group the graph names
+        changed, detail = real_collective(node, qual, short)
+        if detail:
+            ctx.used.append(StandIn(path, "collective", detail))
+        if changed or ns in COLLECTIVE_NAMESPACES:
+            return changed
+    fn, how = _collective(node, short, ctx.device)
+    writes = _collective_writes if fn.__name__ == "into" else None
+    node.target = _named(short, fn, "collective", writes)
+    where = "" if ns in COLLECTIVE_NAMESPACES else " is not on this machine"
+    ctx.used.append(StandIn(path, "collective", f"{qual}{where}: as on a world of one, {how}"))
+    return True
+
+
+def _replace_custom_op(node: fx.Node, qual: str, path: str, ctx: _Context) -> bool:
+    fn, how = outputs_as_used(node, ctx.uses(node), ctx.device)
+    node.target = _named(qual.rsplit(".", 1)[-1], fn, "custom_op")
+    from graphdbg.rebuild.ops_hint import ops_module_for
+
+    module = ops_module_for(qual)  # its package is here, the module defining it was not imported
+    hint = f"; --ops {module} would provide it" if module else ""
+    ctx.used.append(StandIn(path, "custom_op", f"{qual} is not on this machine: {how}{hint}"))
+    return True
+
+
+_HANDLERS: dict[str, Callable[[fx.Node, str, str, _Context], bool]] = {
+    "torch.cuda.streams.Stream": _replace_stream,
+    "torch.cuda.current_stream": _replace_current_stream,
+    "torch.cuda.set_stream": _replace_set_stream,
+    "torch._C._cuda_exchangeDevice": _replace_device_query,
+    "torch.cuda.get_device_capability": _replace_device_query,
+    "torch._C._cuda_maybeExchangeDevice": _replace_maybe_exchange,
+    "torch.ops.higher_order.triton_kernel_wrapper_mutation": _replace_triton_mutation,
+    "torch.ops.higher_order.triton_kernel_wrapper_functional": _replace_triton_functional,
+}
 
 
 _NULL_STREAM = NullStream({"device": "cuda"})
@@ -474,49 +531,6 @@ def _triton_functional_stand_in(*args: Any, kwargs: dict | None = None, tensors_
     return {key: kwargs[key].clone() for key in tensors_to_clone}
 
 
-def _result_specs(node: fx.Node) -> Any:
-    """The annotated result: a TensorSpec, a tuple of them (from getitem users), or None."""
-    spec = node.meta.get("graphdbg_spec")
-    if isinstance(spec, TensorSpec):
-        return spec
-    items: dict[int, TensorSpec] = {}
-    for user in node.users:
-        if user.op == "call_function" and getattr(user.target, "__name__", "") == "getitem" and isinstance(user.args[1], int):
-            s = user.meta.get("graphdbg_spec")
-            if isinstance(s, TensorSpec):
-                items[user.args[1]] = s
-    if items:
-        if set(items) != set(range(max(items) + 1)):
-            raise GraphdbgError(f"node {node.name}: result items {sorted(items)} have no annotation for every index")
-        return tuple(items[i] for i in range(len(items)))
-    return None
-
-
-def _concrete(spec: TensorSpec, node: fx.Node) -> tuple[list[int], torch.dtype]:
-    if not spec.is_static():
-        raise GraphdbgError(f"node {node.name}: a stand-in needs a static annotation, got {spec.annotation()}")
-    return spec.concrete_shape(), spec.torch_dtype
-
-
-def _from_annotation(node: fx.Node, device: torch.device) -> tuple[Callable[..., Any], str]:
-    specs = _result_specs(node)
-    if specs is None:
-        return _does_nothing, "in-place or unused result, does nothing"
-    if isinstance(specs, TensorSpec):
-        shape, dtype = _concrete(specs, node)
-
-        def zeros(*args: Any, **kwargs: Any) -> torch.Tensor:
-            return torch.zeros(shape, dtype=dtype, device=device)
-
-        return zeros, f"returns zeros {specs.annotation()}"
-    made = [_concrete(s, node) for s in specs]
-
-    def zeros_tuple(*args: Any, **kwargs: Any) -> tuple:
-        return tuple(torch.zeros(shape, dtype=dtype, device=device) for shape, dtype in made)
-
-    return zeros_tuple, "returns zeros " + ", ".join(s.annotation() for s in specs)
-
-
 _IN_KEYS = ("input", "input_", "inp", "tensor", "x", "self", "input_tensor", "input_tensors", "inputs", "tensors")
 _OUT_KEYS = ("output", "out", "output_tensor", "output_tensors", "output_tensor_list", "outputs")
 
@@ -558,8 +572,10 @@ def _collective(node: fx.Node, name: str, device: torch.device) -> tuple[Callabl
         _, x = _collective_operands(args, kwargs, functional=True)
         if isinstance(x, (list, tuple)):  # the coalesced forms: one result per input
             return [_resize_like(t, None, name, group_size) for t in x]
-        return _resize_like(x, shape, name, group_size)
+        out = _resize_like(x, shape, name, group_size)
+        return out if dtype is None else out.to(dtype)  # the annotation's dtype (a fused quantizing reduce)
 
+    dtype = spec.torch_dtype if shape is not None else None
     return functional, ("returns its input" if shape is None else f"returns its input as {spec.annotation()}")
 
 

@@ -355,6 +355,9 @@ def _reference(case: Case, grad: bool, mutated: set[int]) -> Any:
 
 
 def _judge(outcome: Outcome, case: Case, ref: Any, result: Any, rtol: float | None, atol: float | None) -> None:
+    from graphdbg.replay.uninitialised import set_aside_uninitialised
+
+    ref, result = set_aside_uninitialised(outcome, case.gm, ref, result)  # no verdict on memory nobody wrote
     bad = compare_outputs(ref, result, rtol=rtol, atol=atol)
     outcome.reference = "eager"
     suspects = needs_float64(bad, ref)

@@ -142,9 +142,15 @@ class Dump(Displayed):
         """Where the graph ran: a printed graph's baked-in device, else its first GPU input's."""
         if self._foreign:  # a printed graph: only its device literals say (its annotations may not)
             return torch.device(self._foreign.get("captured_device") or "cpu")
-        for d in self.manifest.get("inputs", []):
+        inputs = self.manifest.get("inputs", [])
+        for d in inputs:
             if d.get("kind") == "tensor" and str(d.get("device", "cpu")).startswith("cuda"):
                 return torch.device(d["device"])
+        # a piece may be handed only runtime objects on the GPU (a side stream, its events)
+        for d in [*inputs, *self.manifest.get("external_objects", [])]:
+            where = str(d.get("device") or d.get("value") or "")
+            if d.get("kind") in ("stream", "event", "device") and where.startswith("cuda"):
+                return torch.device(where)
         return torch.device("cpu")
 
     # What a printed graph's file says about itself (None / [] for other sources) ----------

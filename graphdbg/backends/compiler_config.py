@@ -15,6 +15,11 @@ and is listed under ``skipped`` with its type instead. A setting that names a pa
 capturing machine (a cache or debug folder) is skipped too: restored elsewhere it would point
 nowhere.
 
+A dump is someone else's file, so restoring is by allow-list (``restorable``): bools, bounded
+ints and floats where the setting has that type, and strings only from ``ENUMS``; settings whose
+name says program, path, file, cache, log, hook or flag never. What is skipped is shown with why,
+and ``--trust-config`` (``GRAPHDBG_TRUST_CONFIG=1``) restores all of it.
+
 Replay overrides travel through the environment, so isolated children see them:
 ``GRAPHDBG_CONFIG`` (a JSON object of key -> value) and ``GRAPHDBG_NO_CONFIG=1``.
 """
@@ -24,8 +29,10 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import math
 import os
 import re
+import typing
 from typing import Any, Iterator
 
 CONFIGS = {"inductor": "torch._inductor.config", "dynamo": "torch._dynamo.config", "functorch": "torch._functorch.config"}
@@ -121,32 +128,50 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
-def set_replay_overrides(overrides: list[str] | None, no_config: bool) -> None:
-    """What ``--config``/``--no-config`` ask for, in the environment (children inherit it)."""
-    if no_config:
-        os.environ[ENV_NO_CONFIG] = "1"
-    else:
-        os.environ.pop(ENV_NO_CONFIG, None)
+def set_replay_overrides(overrides: list[str] | None, no_config: bool, trust_config: bool = False) -> None:
+    """What ``--config``/``--no-config``/``--trust-config`` ask for, in the environment (children inherit it)."""
+    for name, on in ((ENV_NO_CONFIG, no_config), (ENV_TRUST_CONFIG, trust_config)):
+        if on:
+            os.environ[name] = "1"
+        else:
+            os.environ.pop(name, None)
     if overrides:
         os.environ[ENV_OVERRIDES] = json.dumps(dict(parse_override(o) for o in overrides))
     else:
         os.environ.pop(ENV_OVERRIDES, None)
 
 
+ENV_TRUST_CONFIG = "GRAPHDBG_TRUST_CONFIG"
+
+
 def replay_settings(manifest: dict[str, Any] | None) -> dict[str, Any]:
-    """The settings a replay of a dump runs under: the recorded ones unless ``--no-config``,
-    then the ``--config`` overrides."""
+    """The settings a replay of a dump runs under: the recorded ones that pass the allow-list
+    (``restorable``; all of them with ``--trust-config``) unless ``--no-config``, then the
+    ``--config`` overrides."""
+    return settings_and_skipped(manifest)[0]
+
+
+def settings_and_skipped(manifest: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, str]]:
+    """(settings to apply, {recorded key: why it was not restored})."""
     settings: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
     if not os.environ.get(ENV_NO_CONFIG):
         recorded = ((manifest or {}).get("config") or {}).get("values") or {}
+        trusted = bool(os.environ.get(ENV_TRUST_CONFIG))
         if isinstance(recorded, dict):
-            # the dump is untrusted: only well-formed keys, and none that names a program, path or hook
-            settings.update({k: v for k, v in recorded.items() if safe_recorded_key(k)})
+            for key, value in recorded.items():
+                why = "not a setting name" if not (isinstance(key, str) and _KEY.fullmatch(key)) else (
+                    None if trusted else restorable(key, value))
+                if why is None:
+                    settings[key] = value
+                else:
+                    skipped[str(key)[:120]] = why
     try:
-        settings.update(json.loads(os.environ.get(ENV_OVERRIDES) or "{}"))
+        overrides = json.loads(os.environ.get(ENV_OVERRIDES) or "{}")
+        settings.update(overrides if isinstance(overrides, dict) else {})
     except ValueError:
         pass
-    return settings
+    return settings, skipped
 
 
 @contextlib.contextmanager
@@ -178,15 +203,103 @@ def applied_config(settings: dict[str, Any]) -> Iterator[list[str]]:
 
 
 _KEY = re.compile(r"(inductor|dynamo|functorch)(\.[A-Za-z_][A-Za-z0-9_]*)+")
-# Settings a dump could use to make a replay run a program or read/write a place of its choosing
-# (a C++ compiler, a CUDA toolchain, a cache or log folder, a hook): never taken from a dump.
-_UNSAFE = re.compile(r"(cxx|cc|compiler|cmd|command|exe|binary|path|dir|root|file|cache|log|hook|script|custom|pass"
-                     r"|launcher|plugin|profil|trace|debug|cutlass|ck_|rocm|nvcc|ld_|link)", re.I)
+# Settings a dump could use to make a replay run a program, or read or write a place of its
+# choosing (a C++ compiler, a CUDA toolchain, a cache, log or debug folder, a hook), whatever
+# their type: never taken from someone else's dump (a bool such as ``save_args`` writes files).
+# Judged by whole words of the name, so ``fallback_random`` or ``epilogue_fusion`` stay allowed.
+_UNSAFE_SECTIONS = frozenset({"aot_inductor", "cutlass", "cuda", "xpu", "rocm", "trace", "lookup_table", "halide"})
+_UNSAFE_WORDS = frozenset({
+    "save", "trace", "debug", "log", "logs", "logpath", "profile", "profiler", "profiling", "cprofile", "cache",
+    "remote", "upload", "dump", "hook", "hooks", "subproc", "worker", "cmd", "command", "path", "dir", "root",
+    "file", "script", "custom", "compiler", "cxx", "cc", "nvcc", "ld", "link", "linkage", "march",
+    "flag", "env", "exe", "plugin", "runner", "generate", "temps"})
+_WORD = re.compile(r"[A-Za-z][a-z0-9]*|[A-Z0-9]+")
 
 
-def safe_recorded_key(key: Any) -> bool:
-    """A recorded setting that may be restored from someone else's dump (see ``_UNSAFE``)."""
-    return isinstance(key, str) and _KEY.fullmatch(key) is not None and not _UNSAFE.search(key.partition(".")[2])
+def _unsafe_name(key: str) -> bool:
+    short, _, name = key.partition(".")
+    parts = name.split(".")
+    if len(parts) > 1 and parts[0] in _UNSAFE_SECTIONS:
+        return True
+    return any(w.lower() in _UNSAFE_WORDS for part in parts for w in part.split("_"))
+
+
+# The string settings that may come from a dump, each with the values it may take. Every other
+# string setting (march, compiler flags, backend lists that a new torch may grow) is shown and
+# skipped unless --trust-config.
+_INJECT = frozenset({"compile_error", "runtime_error", "accuracy"})
+ENUMS: dict[str, frozenset[str]] = {
+    "inductor.cpp.inject_relu_bug_TESTING_ONLY": _INJECT,
+    "inductor.cpp.inject_log1p_bug_TESTING_ONLY": _INJECT,
+    "inductor.triton.inject_relu_bug_TESTING_ONLY": _INJECT,
+    "inductor.cpu_backend": frozenset({"cpp", "triton", "halide"}),
+    "inductor.cuda_backend": frozenset({"triton", "halide"}),
+    "inductor.max_autotune_gemm_search_space": frozenset({"DEFAULT", "EXHAUSTIVE"}),
+    "inductor.max_autotune_flex_search_space": frozenset({"DEFAULT", "EXHAUSTIVE"}),
+    "inductor.memory_pool": frozenset({"none", "intermediates", "outputs", "combined"}),
+    "inductor.layout_opt_default": frozenset({"0", "1"}),
+    "inductor.triton.descriptive_names": frozenset({"original_aten", "torch", "inductor_node"}),
+    "inductor.cpp.descriptive_names": frozenset({"original_aten", "torch", "inductor_node"}),
+    "dynamo.automatic_dynamic_shapes_mark_as": frozenset({"dynamic", "unbacked", "oblivious"}),
+    "dynamo.numpy_default_float": frozenset({"float64", "float32"}),
+    "dynamo.numpy_default_complex": frozenset({"complex128", "complex64"}),
+    "dynamo.numpy_default_int": frozenset({"int64", "int32"}),
+    "functorch.activation_memory_budget_solver": frozenset({"dp", "greedy", "ilp"}),
+    "functorch.activation_memory_budget_runtime_estimator": frozenset({"flops", "profile"}),
+}
+# Comma-separated lists of these words only (no CUTLASS/CK: they call an outside toolchain).
+_BACKEND_LISTS = {"inductor.max_autotune_gemm_backends", "inductor.max_autotune_conv_backends"}
+_BACKEND_WORDS = frozenset({"ATEN", "TRITON", "CPP"})
+_INT_BOUND = 1 << 20
+_INT_BOUNDS = {"inductor.compile_threads": (1, 64)}  # each thread is a compile worker process
+
+
+def _entry_types(short: str, name: str) -> tuple[bool, set[type]]:
+    """(known here, the plain types the setting may hold: bool, int, float, str, type(None))."""
+    try:
+        entry = _module(short)._config[name]
+    except Exception:
+        return False, set()
+    hint = getattr(entry, "value_type", None)
+    args = typing.get_args(hint) if typing.get_args(hint) else (hint,)
+    types = {a for a in args if a in (bool, int, float, str, type(None))}
+    if not types and entry.default is not None:
+        types = {type(entry.default)} & {bool, int, float, str}
+    return True, types
+
+
+def restorable(key: str, value: Any) -> str | None:
+    """None when the recorded setting ``key = value`` may be restored from an untrusted dump;
+    else why not. Allowed: bools, bounded ints and floats, and strings from ``ENUMS``, each
+    only where this torch's setting has that type; never one whose name says program, path, file,
+    cache, log or hook (``_unsafe_name``)."""
+    if not (isinstance(key, str) and _KEY.fullmatch(key)):
+        return "not a setting name"
+    short, _, name = key.partition(".")
+    if key not in ENUMS and key not in _BACKEND_LISTS and _unsafe_name(key):
+        return "names a program, path, file, cache, log or hook"
+    known, types = _entry_types(short, name)
+    if not known:
+        return None  # applied_config reports it as not in this torch and sets nothing
+    if value is None:
+        return None if type(None) in types else "None where the setting takes a value"
+    if isinstance(value, bool):
+        return None if bool in types else "a bool where the setting takes another type"
+    if isinstance(value, int):
+        lo, hi = _INT_BOUNDS.get(key, (-1, _INT_BOUND))
+        if int not in types:
+            return "an int where the setting takes another type"
+        return None if lo <= value <= hi else f"{value} is outside [{lo}, {hi}]"
+    if isinstance(value, float):
+        ok = float in types and math.isfinite(value) and abs(value) <= _INT_BOUND
+        return None if ok else "a float out of range or where the setting takes another type"
+    if isinstance(value, str):
+        if key in _BACKEND_LISTS and value and set(value.upper().split(",")) <= _BACKEND_WORDS:
+            return None
+        if value in ENUMS.get(key, ()):
+            return None
+        return "a string setting (restore it with --trust-config)"
+    return f"a {type(value).__name__} setting (restore it with --trust-config)"
 
 
 def python_lines(settings: dict[str, Any]) -> list[str]:

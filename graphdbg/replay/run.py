@@ -33,7 +33,7 @@ import torch
 import torch.fx as fx
 
 from graphdbg.backends.calls import as_dynamo_calls_it, call_inputs
-from graphdbg.backends.compiler_config import applied_config, replay_settings
+from graphdbg.backends.compiler_config import applied_config, settings_and_skipped
 from graphdbg.backends.resolve import resolve_backend
 from graphdbg.errors import GraphdbgError
 from graphdbg.graph.hashing import target_name
@@ -154,7 +154,8 @@ def run_case(
     inputs = fresh_inputs(case.inputs, mutated)
     patch = inductor_post_grad_patch(post, reports) if post else {}
     # The compiler settings of the captured run (graphdbg.backends.compiler_config), unless --no-config.
-    settings = replay_settings(case.dump.manifest if case.dump is not None else None)
+    settings, skipped = settings_and_skipped(case.dump.manifest if case.dump is not None else None)
+    outcome.stand_ins += [f"setting {key}: not restored, {why}" for key, why in sorted(skipped.items())]
     try:
         with torch.set_grad_enabled(grad), applied_config(settings) as unknown, _inductor_patch(patch):
             # a recorded setting this torch lacks can't be restored: say so, as for any stand-in

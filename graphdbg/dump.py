@@ -20,9 +20,19 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from graphdbg.case import Case
 from graphdbg.display import Displayed
 from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.graph.hashing import target_name
+from graphdbg.rebuild.inputs import default_seed
+from graphdbg.rebuild.steps import (
+    Rebuild,
+    arrange_synthesis,
+    build_inputs,
+    build_module,
+    install_for_one_rank,
+    move_device_literals,
+)
 from graphdbg.store.specs import SymSpec, TensorSpec
 
 if TYPE_CHECKING:
@@ -234,77 +244,16 @@ class Dump(Displayed):
         install stand-ins for what this machine lacks; move device literals. Every value or
         call that is not the captured one is in ``case.stand_ins``.
         """
-        from graphdbg.case import Case
-        from graphdbg.rebuild.attributes import build_attribute, synthesized_attribute
-        from graphdbg.rebuild.devices import retarget_devices
-        from graphdbg.rebuild.external_objects import place_external_objects
-        from graphdbg.rebuild.inputs import InputBuilder, StandIn, default_seed, made_up
-        from graphdbg.rebuild.memory_budget import check_fits
-        from graphdbg.rebuild.sizes import bind_sizes, bound_spec, size_env
-        from graphdbg.rebuild.synthesize import plan_inputs, planned_bytes, synthesize
-
         dev = self.resolve_device(device)
-        seed = default_seed(seed)
-        printed = self.printed
-        descs = self.manifest["inputs"]
-        placeholders = [n for n in printed.graph.nodes if n.op == "placeholder"]
-        if len(placeholders) != len(descs):
-            raise DumpError(f"{self.path}: the graph has {len(placeholders)} inputs, the manifest describes {len(descs)}")
-        env, stand_ins = size_env(placeholders, descs, sizes)
-        builder = InputBuilder(dev, self.contents.read, env, seed=seed, stand_ins=stand_ins, where=str(self.path))
-
-        # The module: attributes the file builds or stores, the rest made from their annotations.
-        attrs: dict[str, Any] = {}
-        for c in printed.inits:
-            attrs[c.name], made = build_attribute(c, dev, seed, str(self.path))
-            stand_ins += [made] if made else []
-        attr_descs = {q: d for q, d in self.manifest.get("attrs", {}).items() if q not in attrs}
-        keys = [d["stored"] for d in attr_descs.values() if d.get("stored")]
-        attr_tensors = self.contents.read(keys) if keys else {}
-        attrs.update({q: builder.build(q, d, attr_tensors) for q, d in attr_descs.items()})
-
-        def missing_attr(qualname: str, spec: Any) -> Any:
-            value, made = synthesized_attribute(qualname, bound_spec(spec, env), dev, seed, str(self.path))
-            stand_ins.append(made)
-            return value
-
-        gm = printed.to_module(attrs, missing_attr=missing_attr)
-        bind_sizes(gm, env)
-
-        # The inputs: what the file recorded, else synthesized from the graph's own annotations.
-        if any(made_up(d) for d in descs):
-            names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-            plans = {p.name: p for p in plan_inputs(gm, made_up={n for n, d in zip(names, descs) if made_up(d)})}
-            # all that will be made up is checked against the device's memory at once, before any is
-            made_up_plans = [plans[n] for n, d in zip(names, descs) if made_up(d) and n in plans]
-            check_fits(planned_bytes(made_up_plans, dev), dev)
-
-            def synthesize_one(name: str) -> tuple[Any, list[StandIn]] | None:
-                if name not in plans:
-                    return None
-                (value,), made = synthesize([plans[name]], dev, seed=seed)
-                return value, made
-
-            builder.synthesize = synthesize_one
-        inputs = builder.build_all(descs, names=[n.name for n in gm.graph.nodes if n.op == "placeholder"])
-        externals = {int(d["index"]): builder.build(f"external object {d['index']}", d, {})
-                     for d in self.manifest.get("external_objects", []) if d.get("kind") not in ("missing", None)}
-        inputs += place_external_objects(gm, externals, piece=bool((self.manifest.get("parent") or {}).get("piece")))
-
+        rb = Rebuild.start(self.printed, self.manifest, self.contents.read, dev, default_seed(seed), sizes,
+                           where=str(self.path))
+        gm = build_module(rb, self.printed, self.manifest)
+        arrange_synthesis(rb, gm, self.manifest["inputs"])
+        inputs = build_inputs(rb, gm, self.manifest)
         if not _distributed():
-            # One rank on its own: collectives act as on a world of one, missing ops are stood in
-            # for. A graph whose inputs were made up from annotations returns buffers that kernels
-            # elsewhere would fill: zero them, so that two runs of it agree.
-            from graphdbg.rebuild.stand_ins import install_stand_ins
-
-            stand_ins += install_stand_ins(gm, dev, zero_uninitialized=bool(builder.synthesized))
-        moved = retarget_devices(gm, self.captured_device, dev)
-        if dev != self.captured_device or moved:
-            what = f"captured on {self.captured_device}, replayed on {dev}"
-            if moved:
-                what += f"; device literals moved in {', '.join(moved[:5])}" + (" ..." if len(moved) > 5 else "")
-            stand_ins.append(StandIn("graph", "device", what))
-        return Case(gm=gm, inputs=inputs, device=dev, stand_ins=stand_ins, dump=self)
+            install_for_one_rank(rb, gm)
+        move_device_literals(rb, gm, self.captured_device)
+        return Case(gm=gm, inputs=inputs, device=dev, stand_ins=rb.stand_ins, dump=self)
 
     # Tables -----------------------------------------------------------------------
     def nodes(self):

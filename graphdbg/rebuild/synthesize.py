@@ -301,6 +301,9 @@ _SAME_VALUES_METHODS = {"view", "reshape", "flatten", "unsqueeze", "squeeze", "c
 _SAME_VALUES_FUNCTIONS = {"flatten", "reshape", "squeeze", "unsqueeze", "clone", "narrow", "select", "t", "permute",
                           "transpose", "detach", "contiguous", "_to_copy", "view", "_unsafe_view", "expand", "slice",
                           "alias", "repeat"}
+_INDEX_METHODS = {"index_select", "gather", "index_add", "index_add_", "index_copy", "index_copy_", "index_fill",
+                  "index_fill_", "scatter", "scatter_", "scatter_add", "scatter_add_"}
+_INDEX_FUNCTIONS = {"index_select", "gather", "index_add", "index_copy", "scatter", "scatter_add"}
 _COMPARE = {operator.ge: "ge", operator.gt: "gt", operator.lt: "lt", operator.le: "le"}
 _FLIPPED = {"ge": "le", "gt": "lt", "lt": "gt", "le": "ge"}
 
@@ -345,32 +348,39 @@ class IndexUses:
             self.index_why.append(why)
 
     def _use(self, node: fx.Node, user: fx.Node, gm: fx.GraphModule, offset: int) -> None:
-        args = user.args
         if user.op == "call_module":
-            sub = gm.get_submodule(str(user.target))
-            if isinstance(sub, fx.GraphModule):
-                inner = [n for n in sub.graph.nodes if n.op == "placeholder"]
-                for i, a in enumerate(args):
-                    if a is node and i < len(inner):
-                        self.follow(inner[i], sub, offset)
-            return
-        if user.op == "output":
-            return
-        name = str(user.target) if user.op == "call_method" else _fn_name(user.target)
-        if user.op == "call_method":
-            args = args[1:]  # after self
-            this = user.args[0]
-            if name in _SAME_VALUES_METHODS and this is node:
-                self.follow(user, gm, offset)
-            elif name in ("index_select", "gather", "index_add", "index_add_", "index_copy", "index_copy_", "index_fill",
-                          "index_fill_", "scatter", "scatter_", "scatter_add", "scatter_add_") and len(args) >= 2 and args[1] is node:
-                dim = args[0] if isinstance(args[0], int) else 0
-                self._bound(_dim_of(this, dim), offset, f"indexes dim {dim} of {_describe(this)}.{name}")
-            elif name in ("index_put", "index_put_") and args and isinstance(args[0], (tuple, list)):
-                self._indices(this, args[0], node, offset, name)
-            return
-        if user.op != "call_function":
-            return
+            self._use_in_module(node, user, gm, offset)
+        elif user.op == "call_method":
+            self._use_in_method(node, user, gm, offset)
+        elif user.op == "call_function":
+            self._use_in_function(node, user, gm, offset)
+
+    def _use_in_module(self, node: fx.Node, user: fx.Node, gm: fx.GraphModule, offset: int) -> None:
+        """A nested GraphModule called with ``node``: follow its placeholder."""
+        sub = gm.get_submodule(str(user.target))
+        if isinstance(sub, fx.GraphModule):
+            inner = [n for n in sub.graph.nodes if n.op == "placeholder"]
+            for i, a in enumerate(user.args):
+                if a is node and i < len(inner):
+                    self.follow(inner[i], sub, offset)
+
+    def _use_in_method(self, node: fx.Node, user: fx.Node, gm: fx.GraphModule, offset: int) -> None:
+        """``this.name(*args)``: the same values again, or an index into ``this``."""
+        name = str(user.target)
+        args = user.args[1:]  # after self
+        this = user.args[0]
+        if name in _SAME_VALUES_METHODS and this is node:
+            self.follow(user, gm, offset)
+        elif name in _INDEX_METHODS and len(args) >= 2 and args[1] is node:
+            dim = args[0] if isinstance(args[0], int) else 0
+            self._bound(_dim_of(this, dim), offset, f"indexes dim {dim} of {_describe(this)}.{name}")
+        elif name in ("index_put", "index_put_") and args and isinstance(args[0], (tuple, list)):
+            self._indices(this, args[0], node, offset, name)
+
+    def _use_in_function(self, node: fx.Node, user: fx.Node, gm: fx.GraphModule, offset: int) -> None:
+        """``fn(*args)``: the same values, an index (embedding, gather, []), a shift, or a test."""
+        name = _fn_name(user.target)
+        args = user.args
         if name in _SAME_VALUES_FUNCTIONS and args and args[0] is node:
             self.follow(user, gm, offset)
         elif name == "getitem" and len(args) == 2 and args[0] is node and not _nodes_in(args[1]):
@@ -381,7 +391,7 @@ class IndexUses:
             if weight is None and len(args) >= 2:
                 weight = args[1] if args[0] is node else args[0]
             self._bound(_dim_of(weight, 0), offset, f"indexes dim 0 of embedding(..., weight {_describe(weight)})")
-        elif name in ("index_select", "gather", "index_add", "index_copy", "scatter", "scatter_add") and len(args) >= 3 and args[2] is node:
+        elif name in _INDEX_FUNCTIONS and len(args) >= 3 and args[2] is node:
             dim = args[1] if isinstance(args[1], int) else 0
             self._bound(_dim_of(args[0], dim), offset, f"indexes dim {dim} of {_describe(args[0])} in {name}")
         elif name in ("getitem", "setitem") and len(args) >= 2 and args[0] is not node:
@@ -389,22 +399,33 @@ class IndexUses:
         elif name in ("index", "index_put", "index_put_", "_index_put_impl_") and len(args) >= 2:
             self._indices(args[0], args[1], node, offset, name)
         elif name in ("add", "sub", "iadd", "isub") and len(args) == 2:
-            other = args[1] if args[0] is node else args[0]
-            if isinstance(other, int) and not isinstance(other, bool):
-                if name in ("sub", "isub") and args[1] is not node:
-                    return  # c - x reverses the order; not followed
-                shift = other if name in ("add", "iadd") else -other
-                self.follow(user, gm, offset + shift)
+            self._shift(node, user, gm, offset, name)
         elif user.target in _COMPARE and len(args) == 2:
-            kind = _COMPARE[user.target]
-            other = args[1] if args[0] is node else args[0]
-            if args[0] is not node:
-                kind = _FLIPPED[kind]
-            if isinstance(other, int) and not isinstance(other, bool):
-                value = other - offset
-                bound = ("low", value + (kind == "gt")) if kind in ("ge", "gt") else ("high", value + (kind == "le"))
-                self._tests[user] = (*bound, f"{user.name}: {_COMPARE_TEXT[kind]} {other}")
-                self._settle()
+            self._test(node, user, offset)
+
+    def _shift(self, node: fx.Node, user: fx.Node, gm: fx.GraphModule, offset: int, name: str) -> None:
+        """``x + c``, ``x - c``: the same values shifted; ``c - x`` reverses the order and is not followed."""
+        args = user.args
+        other = args[1] if args[0] is node else args[0]
+        if not isinstance(other, int) or isinstance(other, bool):
+            return
+        if name in ("sub", "isub") and args[1] is not node:
+            return
+        shift = other if name in ("add", "iadd") else -other
+        self.follow(user, gm, offset + shift)
+
+    def _test(self, node: fx.Node, user: fx.Node, offset: int) -> None:
+        """``x >= c`` and the like: a bound the graph tests the values against."""
+        args = user.args
+        kind = _COMPARE[user.target]
+        other = args[1] if args[0] is node else args[0]
+        if args[0] is not node:
+            kind = _FLIPPED[kind]
+        if isinstance(other, int) and not isinstance(other, bool):
+            value = other - offset
+            bound = ("low", value + (kind == "gt")) if kind in ("ge", "gt") else ("high", value + (kind == "le"))
+            self._tests[user] = (*bound, f"{user.name}: {_COMPARE_TEXT[kind]} {other}")
+            self._settle()
 
     def _settle(self) -> None:
         """The range the graph tests: a lower and an upper test joined by ``&`` (SGLang's

@@ -33,6 +33,7 @@ from graphdbg.judge.mutations import GradientMismatch, compare_mutations, writte
 from graphdbg.judge.signature import signature
 from graphdbg.rebuild.inputs import clone_values, to_float64
 from graphdbg.replay.outcome import Outcome
+from graphdbg.replay.passes import PassFailed, apply_passes, find_pass_failure, inductor_post_grad_patch, resolve_passes
 
 if TYPE_CHECKING:
     from graphdbg.case import Case
@@ -134,18 +135,7 @@ def run_training_case(case: Case, backend: str | Callable[..., Any] = "eager", p
                       **_: Any) -> Outcome:
     """Forward under ``backend``, then ``torch.autograd.grad`` with ``tangents`` (default: the
     recorded ones, else seeded randn); outputs, gradients and in-place writes judged against eager."""
-    from graphdbg.replay.passes import PassFailed, apply_passes, find_pass_failure, inductor_post_grad_patch, resolve_passes
-
-    name, be = resolve_backend(backend)
-    if isinstance(be, str):
-        from torch._dynamo import lookup_backend
-
-        be = lookup_backend(be)
-    specs = resolve_passes(passes, default_stage=pass_stage)
-    pre = [p for p in specs if p.stage == "pre"]
-    post = [p for p in specs if p.stage != "pre"]
-    if post and name != "inductor":
-        raise GraphdbgError(f"post_grad passes run inside Inductor; backend {name!r} is not inductor")
+    name, be, pre, post = _resolve_training(backend, passes, pass_stage)
     outcome = Outcome(status="pass", backend=name, device=str(case.device), stand_ins=[s.describe() for s in case.stand_ins])
     started = time.perf_counter()
     base = _differentiable(case.inputs)
@@ -213,6 +203,21 @@ def run_training_case(case: Case, backend: str | Callable[..., Any] = "eager", p
     outcome.compile_s = state["compile_s"]
     outcome.total_s = time.perf_counter() - started
     return outcome
+
+
+def _resolve_training(backend: str | Callable[..., Any], passes: Any, pass_stage: str) -> tuple[str, Any, list, list]:
+    """The backend's name and callable, and the passes split into ``pre`` and Inductor's ``post_grad``."""
+    name, be = resolve_backend(backend)
+    if isinstance(be, str):
+        from torch._dynamo import lookup_backend  # torch._dynamo costs seconds: only for a backend named by string
+
+        be = lookup_backend(be)
+    specs = resolve_passes(passes, default_stage=pass_stage)
+    pre = [p for p in specs if p.stage == "pre"]
+    post = [p for p in specs if p.stage != "pre"]
+    if post and name != "inductor":
+        raise GraphdbgError(f"post_grad passes run inside Inductor; backend {name!r} is not inductor")
+    return name, be, pre, post
 
 
 def _differentiable(values: list[Any]) -> list[Any]:

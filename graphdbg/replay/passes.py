@@ -408,14 +408,31 @@ def inductor_post_grad_patch(passes: Sequence[PassSpec], reports: list[PassRepor
     post = [p for p in passes if p.stage in INDUCTOR_STAGES]
     if not post:
         return {}
-    from torch._inductor import custom_graph_pass as cgp
+    ReportingPass, Chain = _inductor_pass_classes()
+
+    settings: dict[str, Any] = {}
+    for stage, key in INDUCTOR_STAGES.items():
+        wrapped = [ReportingPass(p, reports) for p in post if p.stage == stage]
+        if wrapped:
+            settings[key] = Chain(wrapped)
+    if not cache:
+        settings["fx_graph_cache"] = False
+        settings["fx_graph_remote_cache"] = False
+    return settings
+
+
+def _inductor_pass_classes() -> tuple[type, type]:
+    """``ReportingPass`` (one pass, reported each time it runs) and ``Chain`` (a stage's passes
+    as one) over Inductor's ``CustomGraphPass``."""
+    from torch._inductor import custom_graph_pass as cgp  # torch._inductor costs seconds: only when passes run in it
 
     # Inference-aware, so Inductor hands over is_inference; forwarded to passes that want it.
     base = getattr(cgp, "CustomInferenceAwareGraphPass", cgp.CustomGraphPass)
 
     class ReportingPass(base):  # type: ignore[misc, valid-type]
-        def __init__(self, spec: PassSpec):
+        def __init__(self, spec: PassSpec, reports: list[PassReport]):
             self.spec = spec
+            self.reports = reports
             self._uuid = _pass_uuid(spec, cgp)
 
         def __call__(self, graph: fx.Graph, is_inference: bool | None = None) -> None:
@@ -425,10 +442,10 @@ def inductor_post_grad_patch(passes: Sequence[PassSpec], reports: list[PassRepor
             try:
                 _, report = _run(gm, self.spec, replaceable=False, is_inference=bool(is_inference))
             except PassFailed as failed:
-                reports.append(failed.report)
+                self.reports.append(failed.report)
                 failed.reports = [failed.report]
                 raise
-            reports.append(report)
+            self.reports.append(report)
 
         def uuid(self) -> Any:
             return self._uuid
@@ -453,15 +470,7 @@ def inductor_post_grad_patch(passes: Sequence[PassSpec], reports: list[PassRepor
         def __repr__(self) -> str:
             return f"graphdbg passes {[m.spec.name for m in self.members]}"
 
-    settings: dict[str, Any] = {}
-    for stage, key in INDUCTOR_STAGES.items():
-        wrapped = [ReportingPass(p) for p in post if p.stage == stage]
-        if wrapped:
-            settings[key] = Chain(wrapped)
-    if not cache:
-        settings["fx_graph_cache"] = False
-        settings["fx_graph_remote_cache"] = False
-    return settings
+    return ReportingPass, Chain
 
 
 def _pass_uuid(p: PassSpec, cgp: Any) -> str | None:

@@ -21,6 +21,7 @@ from graphdbg.judge.signature import format_exception, signature
 from graphdbg.store.describe import describe_value, tensor_stats
 from graphdbg.store.environment import distributed_info, environment
 from graphdbg.store.manifest import GRAPH, INPUTS, MANIFEST, SCHEMA, SCHEMA_VERSION, read_manifest, write_manifest
+from graphdbg.store.redact import redact_folder
 from graphdbg.store.specs import TensorSpec
 from graphdbg.store.tensor_file import storable, write_tensors
 
@@ -51,30 +52,10 @@ def write_dump(
     tmp.mkdir()
     try:
         input_descs, tensors, stored_bytes = _describe_inputs(snap, inputs, budget_bytes)
-        attr_descs = {}
-        for qualname, t in snap.attrs.items():
-            key = f"attr/{qualname}"
-            d = describe_value(t)
-            if storable(t) and stored_bytes + _nbytes(t) <= budget_bytes:
-                tensors[key] = t
-                stored_bytes += _nbytes(t)
-                d["stored"] = key
-            else:
-                d["stored"] = None
-                d["stats"] = tensor_stats(t)
-            attr_descs[qualname] = d
+        attr_descs, stored_bytes = _describe_attrs(snap, tensors, stored_bytes, budget_bytes)
         write_tensors(tmp / INPUTS, tensors, metadata={"graphdbg.dump": dump_id})
 
-        failure: dict[str, Any] = {"kind": kind}
-        if exc is not None:
-            err = format_exception(exc)
-            failure["exception"] = err
-            failure["signature"] = signature(err["type"], err["message"])
-        if mismatches:
-            failure["mismatches"] = [m.to_dict() for m in mismatches]
-            failure["signature"] = "accuracy: " + "; ".join(f"{getattr(m, 'what', 'output')} {m.index} {m.reason}" for m in mismatches)
-            failure["message"] = "; ".join(m.describe() for m in mismatches)
-
+        failure = _failure(kind, exc, mismatches)
         header = _graph_header(dump_id, kind, backend, failure, dist)
         (tmp / GRAPH).write_text(header + snap.source.rstrip() + "\n")
 
@@ -110,13 +91,43 @@ def write_dump(
         manifest.update(manifest_overrides or {})
         write_manifest(tmp, manifest)
         if redact:  # before publishing: no reader ever sees the unredacted dump
-            from graphdbg.store.redact import redact_folder
-
             redact_folder(tmp)
         return _publish(tmp, rank_dir, dump_id)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _describe_attrs(snap: GraphSnapshot, tensors: dict[str, Any], stored_bytes: int,
+                    budget_bytes: int) -> tuple[dict[str, Any], int]:
+    """The module's attributes: stored (added to ``tensors``) while the budget lasts, else their statistics."""
+    attr_descs = {}
+    for qualname, t in snap.attrs.items():
+        key = f"attr/{qualname}"
+        d = describe_value(t)
+        if storable(t) and stored_bytes + _nbytes(t) <= budget_bytes:
+            tensors[key] = t
+            stored_bytes += _nbytes(t)
+            d["stored"] = key
+        else:
+            d["stored"] = None
+            d["stats"] = tensor_stats(t)
+        attr_descs[qualname] = d
+    return attr_descs, stored_bytes
+
+
+def _failure(kind: str, exc: BaseException | None, mismatches: list | None) -> dict[str, Any]:
+    """The manifest's ``failure``: its kind, the exception and its signature, or the mismatches."""
+    failure: dict[str, Any] = {"kind": kind}
+    if exc is not None:
+        err = format_exception(exc)
+        failure["exception"] = err
+        failure["signature"] = signature(err["type"], err["message"])
+    if mismatches:
+        failure["mismatches"] = [m.to_dict() for m in mismatches]
+        failure["signature"] = "accuracy: " + "; ".join(f"{getattr(m, 'what', 'output')} {m.index} {m.reason}" for m in mismatches)
+        failure["message"] = "; ".join(m.describe() for m in mismatches)
+    return failure
 
 
 def link_children(outer: Path, children: list[dict[str, Any]]) -> None:

@@ -44,7 +44,10 @@ def test_every_fixture_loads_and_replays_under_eager_with_its_stand_ins(path):
     # every input is a named, synthesized stand-in, and the outcome lists every stand-in
     placeholders = [n.name for n in case.placeholders]
     assert [s.name for s in case.stand_ins if s.kind == "synthesized"] == placeholders
-    assert outcome.stand_ins == [s.describe() for s in case.stand_ins]
+    # the outcome lists every stand-in, then what the verdict did not see (uninitialised outputs)
+    described = [s.describe() for s in case.stand_ins]
+    assert outcome.stand_ins[:len(described)] == described
+    assert all(extra.startswith("outputs not compared:") for extra in outcome.stand_ins[len(described):])
     for construct in dump.constructs:
         if construct.startswith("torch.ops.sglang."):
             assert any(construct in s.detail for s in case.stand_ins if s.kind in ("collective", "custom_op")), construct

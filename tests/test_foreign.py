@@ -1,7 +1,7 @@
 """Printed GraphModule files from real SGLang + ThunderFX runs, read and replayed as users would.
 
 The fixtures under fixtures/corpus are byte-for-byte copies of files from the shared
-corpus (../shared/corpus/sglang-thunderfx); tests over the whole corpus skip without it.
+corpus (../shared/corpus/sglang-thunderfx); tests over the whole corpus fail without it (skip with GRAPHDBG_NO_CORPUS=1).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import SHARED_CORPUS
 
 import graphdbg
 from graphdbg.dump import Dump
@@ -21,13 +22,12 @@ from graphdbg.rebuild import stand_ins
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS_FIXTURES = ROOT / "fixtures" / "corpus"
-SHARED_CORPUS = ROOT.parent / "shared" / "corpus" / "sglang-thunderfx"
 NEXT = CORPUS_FIXTURES / "Qwen3-Next-80B-A3B-Instruct"
 FIXTURE_FILES = sorted(CORPUS_FIXTURES.rglob("*.py"))
 # Inputs of several GB (a Mamba cache): run_case's clones and float64 reference would copy them.
 STREAM_GRAPHS = {"graph_module_170076.py", "graph_module_956955.py"}
 
-needs_corpus = pytest.mark.skipif(not SHARED_CORPUS.is_dir(), reason="the shared corpus is not on this machine")
+needs_corpus = pytest.mark.needs_corpus
 
 
 def _kinds(case) -> set[str]:

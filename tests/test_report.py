@@ -12,7 +12,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, child_env
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
 HIGHLIGHT = (0xFF, 0xD7, 0xD5)  # report.STYLE: the failing node's background
@@ -24,10 +24,8 @@ def minified(tmp_path_factory):
     import json
     import sys
 
-    from conftest import ROOT
-
     out = tmp_path_factory.mktemp("report") / "min"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    env = child_env(tests=True)
     done = subprocess.run([sys.executable, "-m", "graphdbg.ui.cli", "minify", str(FIXTURES / "block_runtime_error"),
                            "--backend", "fixtures.programs:broken_transpose_backend", "-o", str(out), "--json"],
                           env=env, capture_output=True, text=True, timeout=300)

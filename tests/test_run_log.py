@@ -17,15 +17,14 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import SHARED_CORPUS, child_env
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS_FIXTURES = ROOT / "fixtures" / "corpus"
 NEXT = CORPUS_FIXTURES / "Qwen3-Next-80B-A3B-Instruct"
 LLAMA = CORPUS_FIXTURES / "Llama-4-Maverick-17B-128E-Instruct"
 QWEN_SMALL = CORPUS_FIXTURES / "Qwen3-0.6B"
-SHARED_CORPUS = next((p for p in (ROOT.parent / "shared", ROOT.parent.parent / "shared")
-                      if (p / "corpus" / "sglang-thunderfx").is_dir()), ROOT.parent / "shared") / "corpus" / "sglang-thunderfx"
-needs_corpus = pytest.mark.skipif(not SHARED_CORPUS.is_dir(), reason="the shared corpus is not on this machine")
+needs_corpus = pytest.mark.needs_corpus
 
 STREAM_SIGNATURE = "NotImplementedError: argument of type: <class 'torch.cuda.streams.Stream'>"
 THUNDER = "thunder.dynamo.compiler:ThunderCompiler"
@@ -164,7 +163,7 @@ def torchrun_run(tmp_path_factory) -> Path:
     program.write_text(PROGRAM)
     run = tmp / "run"
     run.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     with (run / "log.txt").open("wb") as f:
         proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--tee", "3",
                                "--log-dir", str(tmp / "torchrun_logs"), str(program), str(run)],

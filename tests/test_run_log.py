@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -107,14 +106,11 @@ def test_a_log_without_failures_changes_nothing(cli):
 
 @needs_corpus
 def test_the_whole_qwen3_next_folder_is_one_group_of_eight_ranks_with_the_stream_failure(cli):
-    started = time.perf_counter()
-    data = _ls(cli, SHARED_CORPUS / "Qwen" / "Qwen3-Next-80B-A3B-Instruct")
-    seconds = time.perf_counter() - started
+    data = _ls(cli, SHARED_CORPUS / "Qwen" / "Qwen3-Next-80B-A3B-Instruct")  # how fast: benchmarks/log_scan.py
     failed = [g for g in data["groups"] if g["signature"]]
     (g,) = failed
     assert g["ranks"] == list(range(8)) and len(g["files"]) == 8
     assert (g["signature"], g["backend"], g["log_inferred"]) == (STREAM_SIGNATURE, THUNDER, True)
-    assert seconds < 30, seconds
 
 
 # A real run: torchrun, two ranks, a backend that prints its graphs and refuses one ----------
@@ -273,13 +269,10 @@ def test_a_log_with_no_exceptions_and_a_gigantic_line(cli, stream_graphs):
         f.write(b"loading...\n" + b"x" * (48 << 20))  # 48 MB without a newline (a progress bar gone wrong)
         f.write(b"\nRuntimeError: a line that looks like an error, outside any traceback\n")
         f.write(b"Traceback (most recent call last):\n" + b"  File \"y.py\", line 1, in f\n" * 3)  # never closed
-    started = time.perf_counter()
-    data = _ls(cli, stream_graphs)
-    seconds = time.perf_counter() - started
+    data = _ls(cli, stream_graphs)  # how fast: benchmarks/log_scan.py
     (log,) = data["logs"]
     assert log["failures"] == [] and log["lines"] == 7
     assert all(d["kind"] == "foreign" for d in data["dumps"])
-    assert seconds < 60, seconds
 
     # the same giant line, then the real log: its failure is still found
     with (stream_graphs / "log.txt").open("wb") as f:

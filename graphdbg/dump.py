@@ -121,7 +121,8 @@ class Dump(Displayed):
 
     @property
     def failure_kind(self) -> str:
-        return self.manifest["failure"].get("kind", "?")
+        kind = self.manifest["failure"].get("kind", "?")
+        return "printed_graph" if kind == "foreign" else kind  # a printed graph's old name, in saved manifests
 
     @property
     def exception(self) -> dict[str, Any]:
@@ -150,8 +151,8 @@ class Dump(Displayed):
     @property
     def captured_device(self) -> torch.device:
         """Where the graph ran: a printed graph's baked-in device, else its first GPU input's."""
-        if self._foreign:  # a printed graph: only its device literals say (its annotations may not)
-            return torch.device(self._foreign.get("captured_device") or "cpu")
+        if self._printed_facts:  # a printed graph: only its device literals say (its annotations may not)
+            return torch.device(self._printed_facts.get("captured_device") or "cpu")
         for d in self.manifest.get("inputs", []):
             if d.get("kind") == "tensor" and str(d.get("device", "cpu")).startswith("cuda"):
                 return torch.device(d["device"])
@@ -159,32 +160,33 @@ class Dump(Displayed):
 
     # What a printed graph's file says about itself (None / [] for other sources) ----------
     @property
-    def _foreign(self) -> dict[str, Any]:
-        return self.manifest.get("foreign") or {}
+    def _printed_facts(self) -> dict[str, Any]:
+        # under "foreign" in manifests saved by earlier versions
+        return self.manifest.get("printed_graph") or self.manifest.get("foreign") or {}
 
     @property
     def model(self) -> str | None:
         """The model a printed graph belongs to (its folder's name)."""
-        return self._foreign.get("model")
+        return self._printed_facts.get("model")
 
     @property
     def graph_number(self) -> int | None:
         """G of a printed ``# Rank: R, Graph G`` header."""
-        return self._foreign.get("graph_number")
+        return self._printed_facts.get("graph_number")
 
     @property
     def group_hash(self) -> str | None:
         """The graph's hash with rank-specific literals masked: equal on every rank of one graph."""
-        return self._foreign.get("group_hash")
+        return self._printed_facts.get("group_hash")
 
     @property
     def rank_literals(self) -> list[Any]:
-        return list(self._foreign.get("rank_literals", []))
+        return list(self._printed_facts.get("rank_literals", []))
 
     @property
     def constructs(self) -> list[str]:
         """What in the graph replay stands in for (streams, custom ops, collectives, ...)."""
-        return list(self._foreign.get("constructs", []))
+        return list(self._printed_facts.get("constructs", []))
 
     def symbols(self) -> set[str]:
         """The size symbols the inputs' shapes use (``s77``, ...): what ``case(sizes=...)`` can set."""
@@ -330,7 +332,7 @@ class Dump(Displayed):
         }
         if "format" in self.manifest:
             row["format"] = self.format
-        if self._foreign:
+        if self._printed_facts:
             row.update({"model": self.model, "graph": self.graph_number, "rank_source": self.rank_source,
                         "group_hash": self.group_hash, "constructs": self.constructs})
         return row

@@ -37,7 +37,7 @@ def _kinds(case) -> set[str]:
 @pytest.mark.parametrize("path", [p for p in FIXTURE_FILES if p.name not in STREAM_GRAPHS], ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_fixture_loads_and_replays_under_eager_with_its_stand_ins(path):
     dump = graphdbg.load(path)
-    assert type(dump) is Dump and dump.format == "printed_graph" and dump.failure_kind == "foreign"
+    assert type(dump) is Dump and dump.format == "printed_graph" and dump.failure_kind == "printed_graph"
     case = dump.case("cpu", seed=0)
     outcome = case.run("eager")
     assert outcome.status == "pass", outcome.summary()
@@ -127,7 +127,7 @@ def test_show_and_replay_through_the_cli(cli):
     r = cli("show", path, "--json")
     assert r.code == 0, r
     data = json.loads(r.out)
-    assert (data["kind"], data["rank"], data["graph"], data["model"]) == ("foreign", 0, 0, "Qwen3-Next-80B-A3B-Instruct")
+    assert (data["kind"], data["rank"], data["graph"], data["model"]) == ("printed_graph", 0, 0, "Qwen3-Next-80B-A3B-Instruct")
     assert data["world_size"] == 4  # the fixture folder holds ranks 0 and 3 (the corpus holds 0-7)
     first = data["inputs_table"][0]
     assert first["name"] == "l_input_" and "integers in [0, 18992)" in first["value"]
@@ -267,3 +267,14 @@ def test_a_piece_copy_nothing_calls_lists_no_stand_ins_of_its_own():
     names = [s.name for s in case.stand_ins]
     assert "inductor_1.inplace_all_reduce" in names and not any("_orig_mod" in n for n in names)
     assert case.run("eager").status == "pass"
+
+
+def test_a_manifest_saved_under_the_old_name_foreign_still_reads_as_a_printed_graph():
+    dump = graphdbg.load(FIXTURE_FILES[0])
+    old = json.loads(json.dumps(dump.manifest))
+    old["foreign"] = old.pop("printed_graph")
+    old["failure"]["kind"] = "foreign"
+    again = Dump(dump.path, old, dump.contents)
+    assert again.failure_kind == "printed_graph"
+    assert (again.model, again.graph_number, again.group_hash) == (dump.model, dump.graph_number, dump.group_hash)
+    assert again.summary()["kind"] == "printed_graph"

@@ -65,7 +65,7 @@ def test_report_of_a_corpus_shows_groups_ranks_and_stand_ins(cli, tmp_path):
     assert "<h3>stand-ins</h3>" in text and "torch.ops.sglang.inplace_all_reduce" in text
     assert "NotImplementedError: argument of type" in text  # from the run's log
     # failures are ranked first
-    assert text.index("compile_error</span></h2>") < text.index("foreign</span></h2>")
+    assert text.index("compile_error</span></h2>") < text.index("printed_graph</span></h2>")
 
 
 def _png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:

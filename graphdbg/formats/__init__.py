@@ -4,7 +4,7 @@
     >>> [r.name for r in readers()]
     ['dump', 'torch_minifier', 'compile_cache', 'printed_graph']
     >>> load("corpus/Qwen/Qwen3-0.6B/rank0_0.py").failure_kind
-    'foreign'
+    'printed_graph'
 
 A reader is ``Reader(name, detect, load, priority)``: ``detect(path) -> bool`` looks at the
 path cheaply (a name, a first line), ``load(path) -> Dump`` parses it, never runs it. The
@@ -97,7 +97,7 @@ def manifest_for(path: Path, printed: PrintedGraph, *, fmt: str, inputs: list[di
     what the file says, plus the reader's own facts under their key (``extra``).
 
     The failure is ``captured`` unless the file says more (a minifier repro made for an
-    accuracy failure says ``accuracy``; a printed graph says ``foreign``): these files record
+    accuracy failure says ``accuracy``; a printed graph says ``printed_graph``): these files record
     a graph, not an exception.
 
         >>> manifest_for(Path("repro.py"), printed, fmt="torch_minifier", inputs=descs)["id"]

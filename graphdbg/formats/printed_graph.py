@@ -4,13 +4,13 @@ SGLang, Thunder and Dynamo's own logs print graphs with ``print_readable()``: a
 ``class GraphModule(torch.nn.Module)`` with annotated placeholders, nested submodule classes,
 ``# File:`` comments, maybe a ``# Rank: R, Graph G`` header, and nothing else: no inputs, no
 error. The reader makes the manifest up from the file itself (``failure_kind`` is
-``"foreign"``; what it learns goes under ``manifest["foreign"]``), so ``show``, ``replay``,
+``"printed_graph"``; what it learns goes under ``manifest["printed_graph"]``), so ``show``, ``replay``,
 ``nodes()`` and ``case()`` work on it unchanged; its Case gets synthesized inputs and
 stand-ins, all of them listed.
 
     >>> dump = graphdbg.load("corpus/Qwen/Qwen3-Next-80B-A3B-Instruct/rank3_0.py")
     >>> dump.model, dump.rank, dump.graph_number, dump.failure_kind
-    ('Qwen3-Next-80B-A3B-Instruct', 3, 0, 'foreign')
+    ('Qwen3-Next-80B-A3B-Instruct', 3, 0, 'printed_graph')
     >>> case = dump.case("cpu", seed=1)
     >>> case.run("eager").status, [s.kind for s in case.stand_ins][:3]
     ('pass', ['synthesized', 'synthesized', 'custom_op'])
@@ -40,7 +40,7 @@ from graphdbg.store.specs import SymSpec, TensorSpec
 __all__ = ["load_printed_graph", "looks_like_printed_graph", "SEED_ENV"]
 
 FORMAT = "printed_graph"
-FAILURE_KIND = "foreign"
+FAILURE_KIND = "printed_graph"
 _HEADER = re.compile(r"#\s*Rank:\s*(\d+),\s*Graph\s*(\d+)")
 _RANK_FILE = re.compile(r"rank(\d+)_\d+\.py$")
 MAX_BYTES = 64 << 20  # a printed graph of a real model is well under a MB; anything huge is not one
@@ -69,7 +69,7 @@ def load_printed_graph(path: str | Path) -> Dump:
     """Read a printed graph file; GraphSourceError (exit code 2) with file and line if it isn't one.
 
         >>> load_printed_graph("rank0_0.py").summary()["kind"]
-        'foreign'
+        'printed_graph'
     """
     path = Path(path)
     try:
@@ -110,7 +110,7 @@ def printed_graph_manifest(path: Path, pg: Any) -> dict[str, Any]:
         # Nothing records which backend failed; eager replays the graph as it was printed.
         backend="eager", kind=FAILURE_KIND, message="no error recorded (a printed graph)",
         rank=rank, world_size=_world_size(path, rank), rank_source=rank_source,
-        extra={"foreign": {"model": path.parent.name, "graph_number": number,
+        extra={"printed_graph": {"model": path.parent.name, "graph_number": number,
                            "group_hash": hashlib.sha256(masked.encode()).hexdigest(), "rank_literals": literals,
                            "constructs": constructs(pg), "captured_device": device}})
 

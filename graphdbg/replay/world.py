@@ -127,13 +127,12 @@ def world_dumps(root: str | Path, graph: str | None = None) -> tuple[str, dict[i
 def printed_worlds(root: Path) -> dict[str, dict[int, Any]]:
     """Printed graph files under ``root`` by graph: ``'<model>/<graph number>'`` (from the
     ``# Rank: R, Graph G`` header, else ``rank<R>_<G>.py``, else the masked graph hash) -> rank
-    -> ForeignDump. A rank
-    whose file of that graph differs from the others is still in it: that is what to debug."""
+    -> its Dump. A rank whose file of that graph differs from the others is still in it: that is what to debug."""
     from graphdbg.formats.listing import list_dumps
 
     worlds: dict[str, dict[int, Any]] = {}
     for d in list_dumps(root).dumps:
-        if d.failure_kind != "foreign":
+        if d.failure_kind != "printed_graph":
             continue
         number = d.graph_number
         if number is None:  # no header: SGLang's file name, else the graph itself (Dynamo's graph_module_<pid>.py)

@@ -280,7 +280,7 @@ def dump_panel(dump: Dump) -> Panel:
     env = dump.manifest.get("env") or {}
     captured = bool(env.get("torch"))  # a graphdbg capture records its environment; another tool's file doesn't
     backend = (failure.get("backend") if log else None) or (_shown_backend(dump) if captured else None)
-    if dump.failure_kind == "foreign" and not log:
+    if dump.failure_kind == "printed_graph" and not log:
         lines.append("printed graph, no failure recorded", style="bold")
     else:
         lines.append(f"{dump.failure_kind}", style=KIND_STYLE.get(dump.failure_kind, "bold"))

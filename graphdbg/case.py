@@ -58,14 +58,14 @@ class Case(Displayed):
 
 def save_case(case: Case, dump_dir: Path | str, *, kind: str | None = None) -> Path:
     """Write ``case`` as a dump folder under ``dump_dir`` (``rank<R>/<id>/``); returns its path."""
-    origin = case.dump.manifest if case.dump is not None else {}
+    loaded = case.dump.manifest if case.dump is not None else {}
     snap = GraphSnapshot.take(0, case.gm, keep_eager=False)
     return write_dump(
-        Path(dump_dir), snap=snap, inputs=list(case.inputs), kind=kind or origin.get("failure", {}).get("kind", "captured"),
-        exc=None, backend=str(origin.get("backend", "replay")), mode="replay", budget_bytes=1 << 62,
-        inputs_state="replay", manifest_overrides={"grad_enabled": origin.get("grad_enabled", False),
+        Path(dump_dir), snap=snap, inputs=list(case.inputs), kind=kind or loaded.get("failure", {}).get("kind", "captured"),
+        exc=None, backend=str(loaded.get("backend", "replay")), mode="replay", budget_bytes=1 << 62,
+        inputs_state="replay", manifest_overrides={"grad_enabled": loaded.get("grad_enabled", False),
                                                    # training: a backward graph stays one (replay/backward.py)
-                                                   **{k: origin[k] for k in ("stage", "backward") if k in origin},
-                                                   **({"backend_source": origin["backend_source"]} if "backend_source" in origin else {}),
-                                                   "config": {**(origin.get("config") or {}), "values": replay_settings(origin)}},
+                                                   **{k: loaded[k] for k in ("stage", "backward") if k in loaded},
+                                                   **({"backend_source": loaded["backend_source"]} if "backend_source" in loaded else {}),
+                                                   "config": {**(loaded.get("config") or {}), "values": replay_settings(loaded)}},
     )

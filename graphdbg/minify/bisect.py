@@ -257,8 +257,8 @@ def _compare_graph(case: Case, runs_gm: fx.GraphModule, ref: ValueRecorder, ref6
             if mine.name != theirs.name and mine.name not in ref_nodes:
                 result.replaced = theirs.name
                 result.new_nodes = _new_ancestors(mine, ref_nodes)
-                origin = _describe(case, theirs, bad, compared)
-                result.source, result.code, result.module = origin.source, origin.code, origin.module
+                where = _describe(case, theirs, bad, compared)
+                result.source, result.code, result.module = where.source, where.code, where.module
                 if result.new_nodes:
                     result.target = target_name(next(n for n in runs_gm.graph.nodes if n.name == result.new_nodes[-1]))
                 break

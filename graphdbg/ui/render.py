@@ -562,9 +562,9 @@ def _seconds(value: Any) -> str:
 
 
 def _case_repr(c: Any) -> str:
-    origin = f", from {c.dump.id}" if getattr(c, "dump", None) is not None else ""
+    loaded = f", from {c.dump.id}" if getattr(c, "dump", None) is not None else ""
     stand_ins = f", {len(c.stand_ins)} stand-ins" if c.stand_ins else ""
-    return f"Case({len(c.gm.graph.nodes)} nodes, {len(c.placeholders)} inputs on {c.device}{origin}{stand_ins})"
+    return f"Case({len(c.gm.graph.nodes)} nodes, {len(c.placeholders)} inputs on {c.device}{loaded}{stand_ins})"
 
 
 def _listing_repr(listing: Any) -> str:

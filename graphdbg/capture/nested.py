@@ -182,7 +182,7 @@ def _entry(fn: Callable[..., Any], backend: Callable[[tuple, dict], str], graph_
             try:
                 return fn(*args, **kwargs)
             except BaseException as e:
-                drop_own_frame(e)  # the user's traceback, as without graphdbg (capture/passthrough.py)
+                drop_own_frame(e)  # the user's traceback, as without graphdbg (backends/calls.py)
                 raise
         from graphdbg.backends.compiler_config import config_diff
         from graphdbg.graph.snapshot import GraphSnapshot

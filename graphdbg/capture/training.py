@@ -102,7 +102,7 @@ class BackwardWatch:
             try:
                 return fn(*args)
             except BaseException as e:
-                drop_own_frame(e)  # the user's traceback, as without graphdbg (capture/passthrough.py)
+                drop_own_frame(e)  # the user's traceback, as without graphdbg (backends/calls.py)
                 raise
 
         if boxed:

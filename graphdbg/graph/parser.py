@@ -61,7 +61,7 @@ DENIED_ROOTS = frozenset({"os", "posix", "nt", "subprocess", "sys", "shutil", "i
                           "multiprocessing", "threading", "tempfile", "urllib", "http", "shelve", "types",
                           "inspect", "gc", "dill", "requests"} | (set(dir(builtins)) - set(ALLOWED_BUILTINS)))
 # Modules under torch that a path may walk through: those holding allowed targets (see
-# graph_allow_list), and the op namespaces. Walking elsewhere (torch.utils, torch.storage,
+# graph/allow_list.py), and the op namespaces. Walking elsewhere (torch.utils, torch.storage,
 # torch._utils) is refused before anything there is looked up or imported.
 _WALKABLE_PREFIXES = ("torch.ops", "torch._higher_order_ops")
 

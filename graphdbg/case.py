@@ -15,7 +15,7 @@ import torch
 import torch.fx as fx
 
 from graphdbg.backends.compiler_config import replay_settings
-from graphdbg.display import Displayed
+from graphdbg.display import Displayed, run_quietly
 from graphdbg.graph.allow_list import check_graph_module
 from graphdbg.graph.snapshot import GraphSnapshot
 from graphdbg.rebuild.inputs import StandIn
@@ -40,8 +40,7 @@ class Case(Displayed):
 
     def run(self, backend: Any = "eager", passes: Any = None, **options: Any):
         """Replay under ``backend`` after ``passes``; returns an Outcome (see ``run_case``)."""
-        from graphdbg.display import run_quietly
-        from graphdbg.replay.run import run_case
+        from graphdbg.replay.run import run_case  # upward, declared in ARCHITECTURE.md
 
         return run_quietly(lambda: run_case(self, backend, passes, **options))
 

@@ -91,7 +91,7 @@ def user_backend(backend: Any) -> Any:
 
 def _registered(name: str, fn: Any) -> bool:
     try:
-        from torch._dynamo.backends.registry import _COMPILER_FNS
+        from torch._dynamo.backends.registry import _COMPILER_FNS  # torch._dynamo costs about 2 s: imported only when needed
 
         return _COMPILER_FNS.get(name) is fn
     except Exception:
@@ -155,7 +155,7 @@ class CapturingBackend:
         self.backend_recipe = backend_recipe(backend)  # aot_autograd(...) / partial: its parts (backends/recipe.py)
         self._user_object = None if isinstance(backend, str) else backend
         if isinstance(backend, str):
-            from torch._dynamo import lookup_backend
+            from torch._dynamo import lookup_backend  # torch._dynamo costs about 2 s: imported only when needed
 
             resolved = lookup_backend(backend)
             self.compiler_name = backend

@@ -20,6 +20,7 @@ The file is parsed (``printed_graph``), never executed.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import re
@@ -32,10 +33,13 @@ import torch.fx as fx
 from graphdbg.dump import Contents, Dump
 from graphdbg.errors import GraphSourceError
 from graphdbg.formats import manifest_for, register
+from graphdbg.graph.hashing import target_name
 from graphdbg.graph.parser import readable_source
 from graphdbg.rebuild.inputs import SEED_ENV
+from graphdbg.rebuild.stand_ins import construct_of, constructs
+from graphdbg.rebuild.synthesize import plan_inputs
 from graphdbg.store.confined import read_regular
-from graphdbg.store.specs import SymSpec, TensorSpec
+from graphdbg.store.specs import SymSpec, TensorSpec, parse_annotation
 
 __all__ = ["load_printed_graph", "looks_like_printed_graph", "SEED_ENV"]
 
@@ -90,8 +94,6 @@ def load_printed_graph(path: str | Path) -> Dump:
 def printed_graph_manifest(path: Path, pg: Any) -> dict[str, Any]:
     """What the file says about itself: rank (and how it was found), graph number, model, the
     device it ran on, the inputs' specs, and the facts ``ls`` groups ranks by."""
-    from graphdbg.rebuild.stand_ins import constructs
-
     header = next((m for line in pg.header if (m := _HEADER.search(line))), None)
     device_indices = sorted(_cuda_indices(pg))
     if header:
@@ -120,10 +122,6 @@ def printed_graph_manifest(path: Path, pg: Any) -> dict[str, Any]:
 def _check_annotations(source: str, filename: str) -> None:
     """Every string annotation must read as a spec: inputs and stand-ins are made from them,
     so one that doesn't (``"bf16[1, 2048"``) is an error at its line, not a silent None."""
-    import ast
-
-    from graphdbg.store.specs import parse_annotation
-
     bad = [node.annotation for node in ast.walk(ast.parse(source, filename=filename))
            if isinstance(node, (ast.arg, ast.AnnAssign)) and isinstance(node.annotation, ast.Constant)
            and isinstance(node.annotation.value, str) and parse_annotation(node.annotation.value) is None]
@@ -141,8 +139,6 @@ def _values(node: fx.Node) -> list[Any]:
 
 def _cuda_indices(pg: Any) -> set[int]:
     """Device indices a graph baked in: device literals, streams, device switches."""
-    from graphdbg.rebuild.stand_ins import construct_of
-
     found: set[int] = set()
     for graph in pg.graphs():
         for node in graph.nodes:
@@ -164,8 +160,6 @@ def _cuda_indices(pg: Any) -> set[int]:
 def _rank_from_shard(pg: Any) -> int | None:
     """The rank a vocab-parallel graph tests for: ``x >= start & x < end`` with ``start`` a
     multiple of the shard size ``end - start`` is shard ``start // (end - start)``."""
-    from graphdbg.rebuild.synthesize import plan_inputs
-
     try:
         plans = plan_inputs(pg.to_module(missing_attr=lambda q, s: None))
     except Exception:
@@ -178,8 +172,6 @@ def _rank_from_shard(pg: Any) -> int | None:
 
 
 def _uses_cuda(pg: Any) -> bool:
-    from graphdbg.rebuild.stand_ins import construct_of
-
     for graph in pg.graphs():
         for node in graph.nodes:
             qual = construct_of(node.target) if node.op == "call_function" else None
@@ -243,8 +235,6 @@ def _masked_structure(pg: Any) -> tuple[str, list[Any]]:
         return str(value) if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)) else type(value).__name__
 
     def walk(p: Any, prefix: str) -> None:
-        from graphdbg.graph.hashing import target_name
-
         index = {n: i for i, n in enumerate(p.graph.nodes)}
         for node in p.graph.nodes:
             spec = node.meta.get("graphdbg_spec")

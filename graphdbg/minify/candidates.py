@@ -24,7 +24,6 @@ import torch.fx as fx
 
 from graphdbg.case import Case
 from graphdbg.minify.values import record_values
-from graphdbg.store.specs import TensorSpec
 
 COMPUTE_OPS = ("call_function", "call_method", "call_module", "get_attr")
 # values a graph input can hold in a dump (a tuple from split(), say, can't: its producer stays)
@@ -145,6 +144,8 @@ class Origin:
 
 def _describe_placeholder(ph: fx.Node, original: fx.Node, value: Any) -> None:
     """The meta a dump's printer and the graph hash read: spec, example value, source line."""
+    from graphdbg.store.specs import TensorSpec
+
     for key in ("graphdbg_source", "nn_module_stack", "stack_trace"):
         if key in original.meta:
             ph.meta[key] = copy.copy(original.meta[key])

@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from graphdbg.graph.hashing import target_name
-
 if TYPE_CHECKING:  # the shrinker imports these passes; a runtime import would be a circle
     from graphdbg.minify.shrinker import Shrinker
 
@@ -46,6 +44,7 @@ def focus_failing_node(s: Shrinker) -> None:
         return
     s.focused = True
     target = s.oracle.target
+    from graphdbg.graph.hashing import target_name
 
     if target.node is not None and target.node in s.origin.by_name:
         names = [target.node]

@@ -11,18 +11,17 @@ __version__ = "0.1.0"
 
 from graphdbg.capture import capture  # noqa: E402
 from graphdbg.errors import DumpError, GraphdbgError, GraphSourceError  # noqa: E402
+from graphdbg.formats import load as _load
 
 
 def load(path):
     """Load a dump folder (or a printed graph file) as a :class:`~graphdbg.dump.Dump`."""
-    from graphdbg.formats import load as _load
-
     return _load(path)
 
 
 def compare(dump, backends=("eager", "aot_eager", "inductor"), **options):
     """Replay ``dump`` (a Dump or a path) under each backend; a pandas DataFrame, one row each."""
-    from graphdbg.replay.run import compare_backends
+    from graphdbg.replay.run import compare_backends  # this module loads without torch (fast CLI start); this brings torch in
 
     if not hasattr(dump, "manifest"):
         dump = load(dump)

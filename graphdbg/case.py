@@ -15,7 +15,7 @@ import torch
 import torch.fx as fx
 
 from graphdbg.backends.compiler_config import replay_settings
-from graphdbg.display import Displayed
+from graphdbg.display import Displayed, run_quietly
 from graphdbg.graph.allow_list import check_graph_module
 from graphdbg.graph.snapshot import GraphSnapshot
 from graphdbg.rebuild.inputs import StandIn
@@ -40,8 +40,7 @@ class Case(Displayed):
 
     def run(self, backend: Any = "eager", passes: Any = None, **options: Any):
         """Replay under ``backend`` after ``passes``; returns an Outcome (see ``run_case``)."""
-        from graphdbg.display import run_quietly
-        from graphdbg.replay.run import run_case
+        from graphdbg.replay.run import run_case  # upward, declared in ARCHITECTURE.md
 
         return run_quietly(lambda: run_case(self, backend, passes, **options))
 
@@ -58,14 +57,14 @@ class Case(Displayed):
 
 def save_case(case: Case, dump_dir: Path | str, *, kind: str | None = None) -> Path:
     """Write ``case`` as a dump folder under ``dump_dir`` (``rank<R>/<id>/``); returns its path."""
-    origin = case.dump.manifest if case.dump is not None else {}
+    loaded = case.dump.manifest if case.dump is not None else {}
     snap = GraphSnapshot.take(0, case.gm, keep_eager=False)
     return write_dump(
-        Path(dump_dir), snap=snap, inputs=list(case.inputs), kind=kind or origin.get("failure", {}).get("kind", "captured"),
-        exc=None, backend=str(origin.get("backend", "replay")), mode="replay", budget_bytes=1 << 62,
-        inputs_state="replay", manifest_overrides={"grad_enabled": origin.get("grad_enabled", False),
+        Path(dump_dir), snap=snap, inputs=list(case.inputs), kind=kind or loaded.get("failure", {}).get("kind", "captured"),
+        exc=None, backend=str(loaded.get("backend", "replay")), mode="replay", budget_bytes=1 << 62,
+        inputs_state="replay", manifest_overrides={"grad_enabled": loaded.get("grad_enabled", False),
                                                    # training: a backward graph stays one (replay/backward.py)
-                                                   **{k: origin[k] for k in ("stage", "backward") if k in origin},
-                                                   **({"backend_source": origin["backend_source"]} if "backend_source" in origin else {}),
-                                                   "config": {**(origin.get("config") or {}), "values": replay_settings(origin)}},
+                                                   **{k: loaded[k] for k in ("stage", "backward") if k in loaded},
+                                                   **({"backend_source": loaded["backend_source"]} if "backend_source" in loaded else {}),
+                                                   "config": {**(loaded.get("config") or {}), "values": replay_settings(loaded)}},
     )

@@ -25,17 +25,17 @@ class Displayed:
             cls.__repr__ = cls.__repr__
 
     def __rich__(self) -> Any:
-        from graphdbg.ui.render import renderable
+        from graphdbg.ui.render import renderable  # upward, declared in ARCHITECTURE.md
 
         return renderable(self)
 
     def _repr_html_(self) -> str:
-        from graphdbg.ui.render import html_of
+        from graphdbg.ui.render import html_of  # upward, declared in ARCHITECTURE.md
 
         return html_of(self)
 
     def __repr__(self) -> str:
-        from graphdbg.ui.render import short_repr
+        from graphdbg.ui.render import short_repr  # upward, declared in ARCHITECTURE.md
 
         return short_repr(self)
 

@@ -15,6 +15,7 @@ raw storage bytes.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,9 @@ from graphdbg.case import Case
 from graphdbg.display import Displayed
 from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.graph.hashing import target_name
-from graphdbg.rebuild.inputs import default_seed
+from graphdbg.graph.parser import parse_printed_graph
+from graphdbg.rebuild.inputs import default_seed, made_up
+from graphdbg.rebuild.stand_ins import MissingOp, resolver
 from graphdbg.rebuild.steps import (
     Rebuild,
     arrange_synthesis,
@@ -33,7 +36,11 @@ from graphdbg.rebuild.steps import (
     install_for_one_rank,
     move_device_literals,
 )
+from graphdbg.rebuild.synthesize import plan_inputs
+from graphdbg.store.confined import read_regular
+from graphdbg.store.manifest import MAX_GRAPH_BYTES
 from graphdbg.store.specs import SymSpec, TensorSpec
+from graphdbg.tables import typed_table
 
 if TYPE_CHECKING:
     from graphdbg.graph.parser import PrintedGraph
@@ -56,9 +63,6 @@ class Contents:
 
     def text(self) -> str:
         if self._text is None:
-            from graphdbg.store.confined import read_regular
-            from graphdbg.store.manifest import MAX_GRAPH_BYTES
-
             try:
                 self._text = read_regular(self.graph_file, max_bytes=MAX_GRAPH_BYTES, text=True)
             except UnicodeDecodeError as e:
@@ -67,9 +71,6 @@ class Contents:
 
     def graph(self) -> PrintedGraph:
         if self._printed is None:
-            from graphdbg.graph.parser import parse_printed_graph
-            from graphdbg.rebuild.stand_ins import resolver
-
             # ops this machine lacks (a custom op of the user's server) parse into named stand-ins
             self._printed = parse_printed_graph(self.text(), filename=str(self.graph_file), resolve=resolver())
         return self._printed
@@ -121,7 +122,8 @@ class Dump(Displayed):
 
     @property
     def failure_kind(self) -> str:
-        return self.manifest["failure"].get("kind", "?")
+        kind = self.manifest["failure"].get("kind", "?")
+        return "printed_graph" if kind == "foreign" else kind  # a printed graph's old name, in saved manifests
 
     @property
     def exception(self) -> dict[str, Any]:
@@ -150,8 +152,8 @@ class Dump(Displayed):
     @property
     def captured_device(self) -> torch.device:
         """Where the graph ran: a printed graph's baked-in device, else its first GPU input's."""
-        if self._foreign:  # a printed graph: only its device literals say (its annotations may not)
-            return torch.device(self._foreign.get("captured_device") or "cpu")
+        if self._printed_facts:  # a printed graph: only its device literals say (its annotations may not)
+            return torch.device(self._printed_facts.get("captured_device") or "cpu")
         inputs = self.manifest.get("inputs", [])
         for d in inputs:
             if d.get("kind") == "tensor" and str(d.get("device", "cpu")).startswith("cuda"):
@@ -165,37 +167,36 @@ class Dump(Displayed):
 
     # What a printed graph's file says about itself (None / [] for other sources) ----------
     @property
-    def _foreign(self) -> dict[str, Any]:
-        return self.manifest.get("foreign") or {}
+    def _printed_facts(self) -> dict[str, Any]:
+        # under "foreign" in manifests saved by earlier versions
+        return self.manifest.get("printed_graph") or self.manifest.get("foreign") or {}
 
     @property
     def model(self) -> str | None:
         """The model a printed graph belongs to (its folder's name)."""
-        return self._foreign.get("model")
+        return self._printed_facts.get("model")
 
     @property
     def graph_number(self) -> int | None:
         """G of a printed ``# Rank: R, Graph G`` header."""
-        return self._foreign.get("graph_number")
+        return self._printed_facts.get("graph_number")
 
     @property
     def group_hash(self) -> str | None:
         """The graph's hash with rank-specific literals masked: equal on every rank of one graph."""
-        return self._foreign.get("group_hash")
+        return self._printed_facts.get("group_hash")
 
     @property
     def rank_literals(self) -> list[Any]:
-        return list(self._foreign.get("rank_literals", []))
+        return list(self._printed_facts.get("rank_literals", []))
 
     @property
     def constructs(self) -> list[str]:
         """What in the graph replay stands in for (streams, custom ops, collectives, ...)."""
-        return list(self._foreign.get("constructs", []))
+        return list(self._printed_facts.get("constructs", []))
 
     def symbols(self) -> set[str]:
         """The size symbols the inputs' shapes use (``s77``, ...): what ``case(sizes=...)`` can set."""
-        import re
-
         names: set[str] = set()
         for d in self.manifest.get("inputs", []):
             dims = (d.get("symbolic_shape") or d.get("shape") or []) if d.get("kind") == "tensor" else [d.get("expr", "")]
@@ -259,9 +260,7 @@ class Dump(Displayed):
     def nodes(self):
         """A pandas DataFrame, one row per node: name, op, target, dtype, shape, source, code, module.
         A custom op this machine lacks shows under its own name."""
-        import pandas as pd
-
-        from graphdbg.rebuild.stand_ins import MissingOp
+        import pandas as pd  # pandas costs about 1 s: imported only when needed
 
         info = self.manifest["graph"].get("node_info", {})
         rows = []
@@ -278,16 +277,13 @@ class Dump(Displayed):
                 "code": src.get("code"),
                 "module": info.get(node.name, {}).get("module"),
             })
-        from graphdbg.tables import typed_table
 
         return typed_table(pd.DataFrame(rows, columns=["name", "op", "target", "dtype", "shape", "source", "code", "module"]).astype(object), self)
 
     def inputs_table(self):
         """A pandas DataFrame of the inputs: name, kind, dtype, shape, device, value, stored, and
         statistics. ``value`` says how an input nothing recorded will be synthesized."""
-        import pandas as pd
-
-        from graphdbg.rebuild.inputs import made_up
+        import pandas as pd  # pandas costs about 1 s: imported only when needed
 
         descs = self.manifest["inputs"]
         plans = self._plans() if any(made_up(d) for d in descs) else {}
@@ -309,13 +305,10 @@ class Dump(Displayed):
                 "mean": stats.get("mean"),
                 "std": stats.get("std"),
             })
-        from graphdbg.tables import typed_table
 
         return typed_table(pd.DataFrame(rows, columns=_INPUT_COLUMNS).astype(object), self)
 
     def _plans(self) -> dict[str, Any]:
-        from graphdbg.rebuild.synthesize import plan_inputs
-
         return {p.name: p for p in plan_inputs(self.printed.to_module(missing_attr=lambda q, s: None))}
 
     def summary(self) -> dict[str, Any]:
@@ -336,7 +329,7 @@ class Dump(Displayed):
         }
         if "format" in self.manifest:
             row["format"] = self.format
-        if self._foreign:
+        if self._printed_facts:
             row.update({"model": self.model, "graph": self.graph_number, "rank_source": self.rank_source,
                         "group_hash": self.group_hash, "constructs": self.constructs})
         return row
@@ -351,7 +344,7 @@ _INPUT_COLUMNS = ["name", "kind", "dtype", "shape", "device", "value", "stored",
 
 def _distributed() -> bool:
     try:
-        import torch.distributed as dist
+        import torch.distributed as dist  # a torch build may lack torch.distributed: the try answers without it
 
         return dist.is_available() and dist.is_initialized()
     except Exception:

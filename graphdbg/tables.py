@@ -30,7 +30,7 @@ def failing_node_names(dump: Any) -> set[str]:
     """The nodes a dump says failed: the manifest's ``failure.node`` when capture knew it, else
     the nodes whose target the signature names (``... @ torch._C._nn.linear``), when it names one
     node only; empty when the dump doesn't say."""
-    from graphdbg.graph.hashing import target_name
+    from graphdbg.graph.hashing import target_name  # this module loads without torch (fast CLI start); this brings torch in
 
     failure = dump.manifest.get("failure") or {}
     if failure.get("node"):
@@ -49,9 +49,9 @@ def stored_stats(dump: Any) -> list[dict[str, float] | None]:
     """min/max/mean/std of each stored input (None where not stored or not numeric): the
     manifest keeps statistics only for the inputs it could not store. Reads at most
     ``STATS_READ_LIMIT`` bytes, one tensor at a time."""
-    import torch
+    import torch  # this module loads without torch (fast CLI start); this brings torch in
 
-    from graphdbg.store.tensor_file import read_tensors
+    from graphdbg.store.tensor_file import read_tensors  # this module loads without torch (fast CLI start); this brings torch in
 
     entries = dump.manifest.get("inputs") or []
     found: list[dict[str, float] | None] = [None] * len(entries)
@@ -81,7 +81,7 @@ def stored_stats(dump: Any) -> list[dict[str, float] | None]:
 def typed_table(df: Any, dump: Any = None) -> Any:
     """``df`` with statistics as float64, shapes as tuples; given the dump, a node table gets a
     boolean ``failed`` column and an input table the statistics of its stored values."""
-    import pandas as pd
+    import pandas as pd  # pandas costs about 1 s: imported only when needed
 
     df = df.copy()
     if dump is not None and "stored" in df.columns and len(df) == len(dump.manifest.get("inputs") or []):

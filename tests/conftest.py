@@ -10,6 +10,48 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
+TESTS = ROOT / "tests"
+
+# The shared corpus (sglang-thunderfx printed graphs and logs), next to the checkout or one level
+# up (worktrees). Tests marked `needs_corpus` FAIL without it, unless GRAPHDBG_NO_CORPUS=1 (skip).
+SHARED_CORPUS = next((p for p in (ROOT.parent / "shared", ROOT.parent.parent / "shared")
+                      if (p / "corpus" / "sglang-thunderfx").is_dir()), ROOT.parent / "shared") / "corpus" / "sglang-thunderfx"
+
+
+def corpus_files(pattern: str) -> list[Path]:
+    """The shared corpus' files matching ``pattern``, for parametrize; without the corpus one
+    path that does not exist, so that the `needs_corpus` test fails (or skips) instead of vanishing."""
+    found = sorted(SHARED_CORPUS.glob(pattern)) if SHARED_CORPUS.is_dir() else []
+    return found or [SHARED_CORPUS / "missing"]
+
+
+def child_env(*paths: Path | str, graphdbg: bool = True, tests: bool = False, inherit: bool = False, **extra: str) -> dict:
+    """The environment for a child process: this checkout's graphdbg on PYTHONPATH (``graphdbg``),
+    tests/ for its backends and passes (``tests``), ``paths`` first; ``inherit`` keeps the
+    caller's PYTHONPATH after them. ``graphdbg=False`` checks a file runs without graphdbg."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    parts = [*map(str, paths), *([str(TESTS)] if tests else []), *([str(ROOT)] if graphdbg else [])]
+    if inherit and os.environ.get("PYTHONPATH"):
+        parts.append(os.environ["PYTHONPATH"])
+    if parts:
+        env["PYTHONPATH"] = os.pathsep.join(parts)
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(autouse=True)
+def _needs_corpus(request):
+    if request.node.get_closest_marker("needs_corpus") is None or SHARED_CORPUS.is_dir():
+        return
+    if os.environ.get("GRAPHDBG_NO_CORPUS") == "1":
+        pytest.skip(f"the shared corpus is not at {SHARED_CORPUS} (GRAPHDBG_NO_CORPUS=1)")
+    pytest.fail(f"the shared corpus is not at {SHARED_CORPUS}; put it there, or set GRAPHDBG_NO_CORPUS=1 to skip")
+
+
+@pytest.fixture
+def child_pythonpath(monkeypatch):
+    """Child processes (isolated replays, torchrun ranks) import this graphdbg and tests/' backends and passes."""
+    monkeypatch.setenv("PYTHONPATH", child_env(tests=True, inherit=True)["PYTHONPATH"])
 
 
 def pytest_collection_modifyitems(config, items):
@@ -50,12 +92,9 @@ class CliResult:
 
 
 @pytest.fixture
-def cli(capsys, monkeypatch):
+def cli(capsys, monkeypatch, child_pythonpath):
     """Run the graphdbg CLI in-process, exactly as the console script does."""
-    from graphdbg.ui.cli import main
-
-    # child processes (isolated replays) import the test passes and backends by name
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    from graphdbg.ui.cli import main  # here, so that conftest itself imports no graphdbg module
 
     def run(*args: str) -> CliResult:
         monkeypatch.setattr(sys, "argv", ["graphdbg", *map(str, args)])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -18,9 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 
 
-@pytest.fixture(autouse=True)
-def _tests_importable_in_children(monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+pytestmark = pytest.mark.usefixtures("child_pythonpath")
 
 
 def fast_rsqrt(gm: fx.GraphModule) -> None:

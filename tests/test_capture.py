@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, child_env
 
 import graphdbg
 from fixtures import programs
@@ -362,7 +362,7 @@ def test_capture_command_wraps_an_unmodified_script(tmp_path):
     script.write_text(SCRIPT.format(root=str(ROOT)))
     dump_dir = tmp_path / "dumps"
     cmd = [sys.executable, "-m", "graphdbg.ui.cli", "capture", "--dump-dir", str(dump_dir), "--", sys.executable, str(script)]
-    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     failed = subprocess.run([*cmd, "broken"], env=env, capture_output=True, text=True, timeout=300)
     assert failed.returncode == 1
     assert "RuntimeError: mat1 and mat2 shapes cannot be multiplied" in failed.stderr

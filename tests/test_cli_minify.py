@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, child_env
 
 import graphdbg
-
-
-def _env_without_graphdbg() -> dict:
-    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
 
 def test_minify_writes_a_small_dump_and_a_standalone_repro(tmp_path, cli):
@@ -28,7 +23,7 @@ def test_minify_writes_a_small_dump_and_a_standalone_repro(tmp_path, cli):
     assert "gelu" in small.source and small.node_count == data["final_nodes"]
     repro = next(out.rglob("repro.py"))
     # the repro runs with torch alone: graphdbg is not importable from where it runs
-    done = subprocess.run([sys.executable, str(repro)], cwd=tmp_path, env={**_env_without_graphdbg(), "PYTHONPATH": str(ROOT)},
+    done = subprocess.run([sys.executable, str(repro)], cwd=tmp_path, env=child_env(),
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == 1, done.stderr[-2000:]
 
@@ -53,7 +48,7 @@ def test_export_test(tmp_path, cli):
     r = cli("export-test", FIXTURES / "block_compile_error", "-o", test_file, "--trust-backend")
     assert r.code == 0 and test_file.exists(), r
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)], cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=240)
+                          env=child_env(), capture_output=True, text=True, timeout=240)
     assert done.returncode == 1 and "1 failed" in done.stdout, done.stdout[-2000:]
 
 
@@ -67,7 +62,7 @@ def test_minify_a_stream_failure_to_the_wait(tmp_path, cli):
     small = graphdbg.load(data["out"])
     assert "wait_stream" in small.source and "linear" not in small.source
     done = subprocess.run([sys.executable, str(out / "repro.py")], cwd=tmp_path,
-                          env={**_env_without_graphdbg(), "PYTHONPATH": str(ROOT / "tests")}, capture_output=True, text=True, timeout=240)
+                          env=child_env(graphdbg=False, tests=True), capture_output=True, text=True, timeout=240)
     assert done.returncode == 1 and "REPRODUCED" in done.stdout + done.stderr, done.stderr[-2000:]
 
 

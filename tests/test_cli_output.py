@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, child_env
 
 import graphdbg
 
@@ -80,13 +80,13 @@ def test_bisect_results_print_as_text_not_json(cli, tmp_path, monkeypatch):
 
 def _graphdbg(*args, cwd, **kw) -> subprocess.Popen:
     """The CLI as a user runs it, in its own process (PYTHONPATH names only graphdbg itself)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    env = child_env(COLUMNS="200")
     return subprocess.Popen([sys.executable, "-m", "graphdbg.ui.cli", *map(str, args)], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
 def test_help_and_version_are_quick_and_do_not_import_torch(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     check = "import sys, graphdbg.ui.cli, graphdbg; assert 'torch' not in sys.modules, 'torch imported'; print(graphdbg.capture.__name__)"
     done = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "capture", done.stderr
@@ -196,7 +196,7 @@ def test_ctrl_c_during_minify_says_what_was_kept(tmp_path):
 
 
 def _run_piped(*args, columns: int = 80) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": str(columns)}
+    env = child_env(COLUMNS=str(columns))
     return subprocess.run([sys.executable, "-m", "graphdbg.ui.cli", *map(str, args)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=240)
 
@@ -291,7 +291,7 @@ def test_an_exported_test_survives_a_backend_that_segfaults(tmp_path, cli):
     assert r.code == 0, r
     text = test_file.read_text()
     assert "graphdbg.replay" not in text and "isolate=True" in text
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    env = child_env(tests=True)
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]

@@ -15,6 +15,11 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "graphdbg"
 MAX_LINES = 80
 
+# files whose imports inside functions are not checked: the CLI, whose module comment says why
+# for all, and the files helper "runmin" is rewriting (the integrator removes them when it lands)
+UNCHECKED_IMPORTS = {"ui/cli.py", "replay/run.py", "minify/shrinker.py", "minify/candidates.py", "minify/oracle.py",
+                     "minify/shrink_passes.py"}
+
 # helper "runmin" is cutting these into steps; the integrator removes them when runmin lands
 ALLOWED = {
     "replay/run.py:run_case",
@@ -63,3 +68,41 @@ def test_the_counter_sees_a_long_function(tmp_path):
     body = "\n".join(f"    x{i} = {i}" for i in range(MAX_LINES))
     (tmp_path / "long.py").write_text(f"class A:\n    @staticmethod\n    def f():\n    {body.replace(chr(10), chr(10) + '    ')}\n")
     assert function_lengths(tmp_path) == {"long.py:A.f": MAX_LINES + 2}
+
+
+def _said_why(lines: list[str], node: ast.stmt) -> bool:
+    """A comment on the import's last line, or above it in the run of imports it belongs to."""
+    if "#" in lines[node.end_lineno - 1]:
+        return True
+    i = node.lineno - 2
+    while i >= 0 and (lines[i].strip().startswith(("#", "import ", "from ")) or not lines[i].strip()):
+        if lines[i].strip().startswith("#"):
+            return True
+        i -= 1
+    return False
+
+
+def lazy_imports_without_a_reason(package: Path = PACKAGE) -> list[str]:
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        if rel in UNCHECKED_IMPORTS:
+            continue
+        text = path.read_text()
+        lines = text.splitlines()
+        for fn in ast.walk(ast.parse(text)):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(fn):
+                    if isinstance(node, (ast.Import, ast.ImportFrom)) and not _said_why(lines, node):
+                        out.append(f"{rel}:{node.lineno}")
+    return sorted(set(out))
+
+
+def test_an_import_inside_a_function_says_why():
+    missing = lazy_imports_without_a_reason()
+    assert not missing, "move these imports to the top of the module, or say why they stay (a comment): " + ", ".join(missing)
+
+
+def test_the_import_check_sees_a_silent_lazy_import(tmp_path):
+    (tmp_path / "m.py").write_text("def f():\n    import os\n\n    return os\n\n\ndef g():\n    import re  # cheap, but a test\n")
+    assert lazy_imports_without_a_reason(tmp_path) == ["m.py:2"]

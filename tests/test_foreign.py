@@ -1,7 +1,7 @@
 """Printed GraphModule files from real SGLang + ThunderFX runs, read and replayed as users would.
 
 The fixtures under fixtures/corpus are byte-for-byte copies of files from the shared
-corpus (../shared/corpus/sglang-thunderfx); tests over the whole corpus skip without it.
+corpus (../shared/corpus/sglang-thunderfx); tests over the whole corpus fail without it (skip with GRAPHDBG_NO_CORPUS=1).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import SHARED_CORPUS
 
 import graphdbg
 from graphdbg.dump import Dump
@@ -21,13 +22,12 @@ from graphdbg.rebuild import stand_ins
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS_FIXTURES = ROOT / "fixtures" / "corpus"
-SHARED_CORPUS = ROOT.parent / "shared" / "corpus" / "sglang-thunderfx"
 NEXT = CORPUS_FIXTURES / "Qwen3-Next-80B-A3B-Instruct"
 FIXTURE_FILES = sorted(CORPUS_FIXTURES.rglob("*.py"))
 # Inputs of several GB (a Mamba cache): run_case's clones and float64 reference would copy them.
 STREAM_GRAPHS = {"graph_module_170076.py", "graph_module_956955.py"}
 
-needs_corpus = pytest.mark.skipif(not SHARED_CORPUS.is_dir(), reason="the shared corpus is not on this machine")
+needs_corpus = pytest.mark.needs_corpus
 
 
 def _kinds(case) -> set[str]:
@@ -37,7 +37,7 @@ def _kinds(case) -> set[str]:
 @pytest.mark.parametrize("path", [p for p in FIXTURE_FILES if p.name not in STREAM_GRAPHS], ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_fixture_loads_and_replays_under_eager_with_its_stand_ins(path):
     dump = graphdbg.load(path)
-    assert type(dump) is Dump and dump.format == "printed_graph" and dump.failure_kind == "foreign"
+    assert type(dump) is Dump and dump.format == "printed_graph" and dump.failure_kind == "printed_graph"
     case = dump.case("cpu", seed=0)
     outcome = case.run("eager")
     assert outcome.status == "pass", outcome.summary()
@@ -130,7 +130,7 @@ def test_show_and_replay_through_the_cli(cli):
     r = cli("show", path, "--json")
     assert r.code == 0, r
     data = json.loads(r.out)
-    assert (data["kind"], data["rank"], data["graph"], data["model"]) == ("foreign", 0, 0, "Qwen3-Next-80B-A3B-Instruct")
+    assert (data["kind"], data["rank"], data["graph"], data["model"]) == ("printed_graph", 0, 0, "Qwen3-Next-80B-A3B-Instruct")
     assert data["world_size"] == 4  # the fixture folder holds ranks 0 and 3 (the corpus holds 0-7)
     first = data["inputs_table"][0]
     assert first["name"] == "l_input_" and "integers in [0, 18992)" in first["value"]
@@ -270,3 +270,14 @@ def test_a_piece_copy_nothing_calls_lists_no_stand_ins_of_its_own():
     names = [s.name for s in case.stand_ins]
     assert "inductor_1.inplace_all_reduce" in names and not any("_orig_mod" in n for n in names)
     assert case.run("eager").status == "pass"
+
+
+def test_a_manifest_saved_under_the_old_name_foreign_still_reads_as_a_printed_graph():
+    dump = graphdbg.load(FIXTURE_FILES[0])
+    old = json.loads(json.dumps(dump.manifest))
+    old["foreign"] = old.pop("printed_graph")
+    old["failure"]["kind"] = "foreign"
+    again = Dump(dump.path, old, dump.contents)
+    assert again.failure_kind == "printed_graph"
+    assert (again.model, again.graph_number, again.group_hash) == (dump.model, dump.graph_number, dump.group_hash)
+    assert again.summary()["kind"] == "printed_graph"

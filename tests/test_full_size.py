@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import child_env
 
 import graphdbg
 from graphdbg.replay.run import run_case
@@ -234,7 +234,7 @@ def test_a_graph_returning_views_of_multi_gib_caches_replays_with_accuracy_in_li
         "o = run_case(case, 'aot_eager', accuracy=True, direct=True)\n"
         "print(o.status, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+                         env=child_env())
     status, rss_kib = out.stdout.split()[-2:]
     assert status == "pass", out.stderr[-2000:]
     assert int(rss_kib) < 2 * (1 << 20), f"peak RSS {int(rss_kib) >> 10} MiB for 8.6 GiB of cache inputs"

@@ -286,7 +286,7 @@ def test_fuzz_printed_graphs(source):
     with dump_copy() as folder:
         (folder / "graph.py").write_text(source)
         check_dump(folder)
-        standalone = folder.parent.parent / "rank0_0.py"  # the same text as a foreign printed graph
+        standalone = folder.parent.parent / "rank0_0.py"  # the same text as a printed graph from another tool
         standalone.write_text(source)
         READS.dump = folder.parent.parent.resolve()
         try:

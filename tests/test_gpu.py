@@ -86,13 +86,9 @@ def test_committed_cuda_fixture_replays_on_cuda():
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs (nvidia-h200-x2)")
-def test_two_gpu_world_with_nccl(tmp_path, cli, monkeypatch):
-    import os
-
-    from conftest import ROOT
+def test_two_gpu_world_with_nccl(tmp_path, cli, child_pythonpath):
     from dist_programs import capture_world
 
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
     dumps = capture_world(2, str(tmp_path), "backends_for_tests:refuses_collectives", device="cuda")
     loaded = sorted((graphdbg.load(p) for p in find_dumps(dumps)), key=lambda d: d.rank)
     assert [d.captured_device for d in loaded] == [torch.device("cuda", 0), torch.device("cuda", 1)]

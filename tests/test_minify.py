@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -10,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import child_env
 
 import graphdbg
 from fixtures import programs as P
@@ -21,9 +21,7 @@ FIXTURES = ROOT / "fixtures"
 TESTS = Path(__file__).resolve().parent
 
 
-@pytest.fixture(autouse=True)
-def _tests_importable_in_children(monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+pytestmark = pytest.mark.usefixtures("child_pythonpath")
 
 
 def ops(case):
@@ -147,7 +145,7 @@ def _run_without_graphdbg(script: Path, *args: str) -> subprocess.CompletedProce
                "sys.path.insert(0, '.')\n"
                f"sys.argv = [{script.name!r}, *sys.argv[1:]]\n"
                f"runpy.run_path({script.name!r}, run_name='__main__')\n")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = child_env(graphdbg=False)
     return subprocess.run([sys.executable, "-c", blocker, *args], cwd=script.parent, env=env,
                           capture_output=True, text=True, timeout=240)
 
@@ -174,8 +172,7 @@ def test_repro_for_an_accuracy_bug(tmp_path):
 
     result = minify(FIXTURES / "block_accuracy")
     path = write_repro(result.case, P.bad_rewrite_backend, tmp_path / "repro.py", outcome=result.outcome)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(ROOT)  # only for the backend, which lives in fixtures
+    env = child_env()  # graphdbg's folder only for the backend, which lives in fixtures
     proc = subprocess.run([sys.executable, str(path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 1 and "REPRODUCED: output 0" in proc.stdout, proc.stdout + proc.stderr
 
@@ -185,7 +182,7 @@ def test_export_test_fails_while_the_bug_is_there(tmp_path):
     minify(FIXTURES / "block_compile_error", "backends_for_tests:refuses_rsqrt_with_gelu", out=tmp_path / "min", any_failure=True)
     test_file = export_test(tmp_path / "min", tmp_path / "regress" / "test_rsqrt_gelu.py")
     assert (test_file.parent / "test_rsqrt_gelu_data" / "manifest.json").exists()
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{TESTS}"}
+    env = child_env(tests=True)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 1, proc.stdout + proc.stderr

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import child_env
 
 import graphdbg
 from graphdbg.backends.compiler_config import ENV_NO_CONFIG, ENV_OVERRIDES
@@ -55,7 +56,7 @@ def piece_dumps(tmp_path_factory):
     prog = tmp / "prog.py"
     prog.write_text(PROGRAM)
     dumps = tmp / "dumps"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = child_env(inherit=True)
     proc = subprocess.run([sys.executable, "-m", "graphdbg.ui.cli", "capture", "-o", str(dumps), "--", sys.executable, str(prog)],
                           env=env, capture_output=True, text=True, timeout=600)
     loaded = [graphdbg.load(p) for p in find_dumps(dumps)]

@@ -5,20 +5,20 @@ from __future__ import annotations
 import math
 import operator
 import re
-from pathlib import Path
 
 import pytest
 import torch
 import torch.fx as fx
 import torch.nn as nn
+from conftest import SHARED_CORPUS, corpus_files
 
 from graphdbg.errors import GraphSourceError
 from graphdbg.graph.parser import PrintedGraph, mangled_name, parse_printed_graph, resolve_target
 from graphdbg.store.specs import SymSpec, TensorSpec
 
-CORPUS = Path("/work/shared/corpus/sglang-thunderfx")
-needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason="corpus not available in this checkout")
-CORPUS_FILES = sorted(CORPUS.rglob("*.py")) if CORPUS.is_dir() else []
+CORPUS = SHARED_CORPUS
+needs_corpus = pytest.mark.needs_corpus
+CORPUS_FILES = corpus_files("**/*.py")
 
 
 def printed(gm: fx.GraphModule) -> str:

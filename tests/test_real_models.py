@@ -8,7 +8,6 @@ a plain-torch ``x += identity`` block.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn as nn
+from conftest import child_env
 
 import graphdbg
 
@@ -132,7 +132,7 @@ def test_argmax_off_by_one_is_dumped_replayed_and_minified(tmp_path, cli, monkey
     before, after = result["start_nodes"], result["final_nodes"]
     assert after < before, result
     r = subprocess.run([sys.executable, str(tmp_path / "min" / "repro.py")], capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])})
+                       env=child_env(tests=True))
     assert r.returncode == 1 and "REPRODUCED" in r.stdout, (r.stdout, r.stderr[-2000:])
 
 
@@ -171,7 +171,7 @@ def test_a_process_killed_by_a_signal_leaves_a_crash_dump(tmp_path, cli, backend
     program = tmp_path / "dies.py"
     program.write_text(_DIES.format(tests=str(ROOT / "tests")))
     r = subprocess.run([sys.executable, str(program), backend, str(tmp_path / "dumps")], capture_output=True, text=True,
-                       timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                       timeout=300, env=child_env())
     assert r.returncode < 0 and "survived" not in r.stdout, (r.returncode, r.stderr[-2000:])
     [dump] = _dumps(tmp_path / "dumps")
     assert dump.name.startswith("g0-crash-")
@@ -259,7 +259,7 @@ def test_ls_names_frame_compile_id_and_blocks_in_natural_order(tmp_path, cli):
 # --- repros and exit codes --------------------------------------------------------------------------
 def _run_repro(folder: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(folder / "repro.py")], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])})
+                          env=child_env(tests=True))
 
 
 @pytest.mark.slow
@@ -286,7 +286,7 @@ def test_repro_of_a_segfault_exits_1_naming_the_signal(tmp_path, cli):
     program = tmp_path / "dies.py"
     program.write_text(_DIES.format(tests=str(ROOT / "tests")))
     subprocess.run([sys.executable, str(program), "segfaults_when_called", str(tmp_path / "dumps")], capture_output=True,
-                   timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                   timeout=300, env=child_env())
     [dump] = _dumps(tmp_path / "dumps")
     r = cli("minify", dump, "--trust-backend", "--out", tmp_path / "min", "--json")
     assert r.code == 0 and json.loads(r.out)["signature"] == "Signal SIGSEGV", r
@@ -422,7 +422,7 @@ def test_recipe_backends_replay_minify_and_refuse_through_the_cli(tmp_path, cli,
     assert m.signature == graphdbg.load(_dumps(tmp_path / "aot")[0]).signature, m.signature
     assert m.node_count < graphdbg.load(_dumps(tmp_path / "aot")[0]).node_count
     assert m.manifest["backend_recipe"]["kwargs"] == {"fw_compiler": {"callable": "model_backends:fw_refusing_silu"}}
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}  # the repro needs torch and the backend, no graphdbg
+    env = child_env(graphdbg=False, tests=True)  # the repro needs torch and the backend, no graphdbg
     run = subprocess.run([sys.executable, "repro.py"], cwd=tmp_path / "min", env=env, capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 1 and run.stdout.startswith("REPRODUCED: NotImplementedError"), run

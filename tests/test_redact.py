@@ -4,14 +4,13 @@ need (source lines, relative to the project) and drop host, user, pid and comman
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import torch
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, child_env
 
 import graphdbg
 from fixtures import programs
@@ -103,7 +102,7 @@ def test_capture_command_redact_flag(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT.format(root=str(ROOT)))
     dumps = tmp_path / "dumps"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     done = subprocess.run([sys.executable, "-m", "graphdbg.ui.cli", "capture", "--redact", "--dump-dir", str(dumps), "--",
                            sys.executable, str(script), "--secret-flag"], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stderr[-2000:]

@@ -12,7 +12,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, child_env
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
 HIGHLIGHT = (0xFF, 0xD7, 0xD5)  # report.STYLE: the failing node's background
@@ -24,10 +24,8 @@ def minified(tmp_path_factory):
     import json
     import sys
 
-    from conftest import ROOT
-
     out = tmp_path_factory.mktemp("report") / "min"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    env = child_env(tests=True)
     done = subprocess.run([sys.executable, "-m", "graphdbg.ui.cli", "minify", str(FIXTURES / "block_runtime_error"),
                            "--backend", "fixtures.programs:broken_transpose_backend", "-o", str(out), "--json"],
                           env=env, capture_output=True, text=True, timeout=300)
@@ -67,7 +65,7 @@ def test_report_of_a_corpus_shows_groups_ranks_and_stand_ins(cli, tmp_path):
     assert "<h3>stand-ins</h3>" in text and "torch.ops.sglang.inplace_all_reduce" in text
     assert "NotImplementedError: argument of type" in text  # from the run's log
     # failures are ranked first
-    assert text.index("compile_error</span></h2>") < text.index("foreign</span></h2>")
+    assert text.index("compile_error</span></h2>") < text.index("printed_graph</span></h2>")
 
 
 def _png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:

@@ -13,19 +13,17 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from conftest import SHARED_CORPUS, child_env
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS_FIXTURES = ROOT / "fixtures" / "corpus"
 NEXT = CORPUS_FIXTURES / "Qwen3-Next-80B-A3B-Instruct"
 LLAMA = CORPUS_FIXTURES / "Llama-4-Maverick-17B-128E-Instruct"
 QWEN_SMALL = CORPUS_FIXTURES / "Qwen3-0.6B"
-SHARED_CORPUS = next((p for p in (ROOT.parent / "shared", ROOT.parent.parent / "shared")
-                      if (p / "corpus" / "sglang-thunderfx").is_dir()), ROOT.parent / "shared") / "corpus" / "sglang-thunderfx"
-needs_corpus = pytest.mark.skipif(not SHARED_CORPUS.is_dir(), reason="the shared corpus is not on this machine")
+needs_corpus = pytest.mark.needs_corpus
 
 STREAM_SIGNATURE = "NotImplementedError: argument of type: <class 'torch.cuda.streams.Stream'>"
 THUNDER = "thunder.dynamo.compiler:ThunderCompiler"
@@ -62,7 +60,7 @@ def test_qwen3_next_log_is_one_stream_failure_on_eight_ranks_attached_by_what_it
     # the graphs that hold no stream keep "no error recorded"
     for files in (("graph_module_216725.py", "graph_module_765413.py"), ("rank0_0.py", "rank3_0.py")):
         g = _group(data, *files)
-        assert g["kind"] == "foreign" and g["signature"] is None and g["log"] is None
+        assert g["kind"] == "printed_graph" and g["signature"] is None and g["log"] is None
     rows = {Path(d["path"]).name: d for d in data["dumps"]}
     assert rows["graph_module_956955.py"]["signature"] == STREAM_SIGNATURE
     assert rows["rank0_0.py"]["log"] is None
@@ -83,7 +81,7 @@ def test_show_a_printed_graph_beside_its_log(cli):
     assert "ThunderCompiler" in r.out and "from the run's log" in r.out and "inferred" in r.out
     # a graph of the same folder that the failure isn't about stays as it was
     data = json.loads(cli("show", NEXT / "rank3_0.py", "--json").out)
-    assert data["kind"] == "foreign" and data["log"] is None
+    assert data["kind"] == "printed_graph" and data["log"] is None
 
 
 def test_a_load_failure_is_split_by_process_and_attached_to_no_graph(cli):
@@ -94,7 +92,7 @@ def test_a_load_failure_is_split_by_process_and_attached_to_no_graph(cli):
         "AttributeError: module 'triton.language' has no attribute 'constexpr_function'")
     assert f["ranks"] == [0, 1, 2, 3] and f["rank_source"] == "process" and f["occurrences"] == 4
     assert f["kind"] == "error" and f["backend"] is None and log["attached"] == []
-    assert all(g["kind"] == "foreign" for g in data["groups"])
+    assert all(g["kind"] == "printed_graph" for g in data["groups"])
     r = cli("ls", LLAMA)
     assert r.code == 0 and "outside compiling or running a graph" in r.out, r
 
@@ -103,19 +101,16 @@ def test_a_log_without_failures_changes_nothing(cli):
     data = _ls(cli, QWEN_SMALL)
     (log,) = data["logs"]
     assert log["failures"] == [] and log["ranks"] == [0, 1, 2, 3]  # from "[...TP3]" and "[rank0]:" prefixes
-    assert all(d["kind"] == "foreign" and d["log"] is None for d in data["dumps"])
+    assert all(d["kind"] == "printed_graph" and d["log"] is None for d in data["dumps"])
 
 
 @needs_corpus
 def test_the_whole_qwen3_next_folder_is_one_group_of_eight_ranks_with_the_stream_failure(cli):
-    started = time.perf_counter()
-    data = _ls(cli, SHARED_CORPUS / "Qwen" / "Qwen3-Next-80B-A3B-Instruct")
-    seconds = time.perf_counter() - started
+    data = _ls(cli, SHARED_CORPUS / "Qwen" / "Qwen3-Next-80B-A3B-Instruct")  # how fast: benchmarks/log_scan.py
     failed = [g for g in data["groups"] if g["signature"]]
     (g,) = failed
     assert g["ranks"] == list(range(8)) and len(g["files"]) == 8
     assert (g["signature"], g["backend"], g["log_inferred"]) == (STREAM_SIGNATURE, THUNDER, True)
-    assert seconds < 30, seconds
 
 
 # A real run: torchrun, two ranks, a backend that prints its graphs and refuses one ----------
@@ -164,7 +159,7 @@ def torchrun_run(tmp_path_factory) -> Path:
     program.write_text(PROGRAM)
     run = tmp / "run"
     run.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     with (run / "log.txt").open("wb") as f:
         proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--tee", "3",
                                "--log-dir", str(tmp / "torchrun_logs"), str(program), str(run)],
@@ -189,7 +184,7 @@ def test_torchrun_log_splits_by_rank_prefix_and_attaches_each_failure_to_its_gra
 
     rows = {Path(d["path"]).name: d for d in data["dumps"]}
     assert rows["rank0_1.py"]["signature"] == gelu["signature"] and rows["rank1_0.py"]["signature"] == add["signature"]
-    assert rows["rank0_0.py"]["kind"] == "foreign"  # graph 0 of rank 0 compiled
+    assert rows["rank0_0.py"]["kind"] == "printed_graph"  # graph 0 of rank 0 compiled
     assert rows["rank0_1.py"]["backend"] == "printing_backend"
     # rank 0 never names its files: its last graph; rank 1 names the file it compiles
     assert rows["rank0_1.py"]["log_inferred"] is True and "last graph (Graph 1)" in rows["rank0_1.py"]["log_how"]
@@ -210,7 +205,7 @@ def test_torchruns_per_rank_log_files_give_the_rank_by_folder(cli, torchrun_run,
     assert gelu["ranks"] == [0] and add["ranks"] == [1] and gelu["rank_source"] == add["rank_source"] == "file_name"
     rows = {Path(d["path"]).name: d for d in data["dumps"]}
     assert rows["rank0_1.py"]["signature"] == gelu["signature"] and rows["rank1_0.py"]["signature"] == add["signature"]
-    assert rows["rank0_0.py"]["kind"] == "foreign"
+    assert rows["rank0_0.py"]["kind"] == "printed_graph"
 
 
 def test_explicit_log_from_elsewhere(cli, torchrun_run, tmp_path):
@@ -222,7 +217,7 @@ def test_explicit_log_from_elsewhere(cli, torchrun_run, tmp_path):
     elsewhere.parent.mkdir()
     shutil.copy(torchrun_run / "log.txt", elsewhere)
     data = _ls(cli, graphs)
-    assert "logs" not in data and all(d["kind"] == "foreign" and d["log"] is None for d in data["dumps"])
+    assert "logs" not in data and all(d["kind"] == "printed_graph" and d["log"] is None for d in data["dumps"])
 
     data = _ls(cli, graphs, "--log", elsewhere)
     assert data["logs"][0]["path"] == str(elsewhere)
@@ -265,7 +260,7 @@ def test_a_binary_log_is_one_line_and_exit_2_when_given_and_skipped_when_found(c
     shutil.copy(junk, stream_graphs / "core.log")  # found beside the graphs: noted, not fatal
     data = _ls(cli, stream_graphs)
     (entry,) = data["logs"]
-    assert "not a text log" in entry["error"] and all(d["kind"] == "foreign" for d in data["dumps"])
+    assert "not a text log" in entry["error"] and all(d["kind"] == "printed_graph" for d in data["dumps"])
 
 
 def test_a_log_with_no_exceptions_and_a_gigantic_line(cli, stream_graphs):
@@ -274,13 +269,10 @@ def test_a_log_with_no_exceptions_and_a_gigantic_line(cli, stream_graphs):
         f.write(b"loading...\n" + b"x" * (48 << 20))  # 48 MB without a newline (a progress bar gone wrong)
         f.write(b"\nRuntimeError: a line that looks like an error, outside any traceback\n")
         f.write(b"Traceback (most recent call last):\n" + b"  File \"y.py\", line 1, in f\n" * 3)  # never closed
-    started = time.perf_counter()
-    data = _ls(cli, stream_graphs)
-    seconds = time.perf_counter() - started
+    data = _ls(cli, stream_graphs)  # how fast: benchmarks/log_scan.py
     (log,) = data["logs"]
     assert log["failures"] == [] and log["lines"] == 7
-    assert all(d["kind"] == "foreign" for d in data["dumps"])
-    assert seconds < 60, seconds
+    assert all(d["kind"] == "printed_graph" for d in data["dumps"])
 
     # the same giant line, then the real log: its failure is still found
     with (stream_graphs / "log.txt").open("wb") as f:

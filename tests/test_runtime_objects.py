@@ -10,13 +10,13 @@ up by index), and a piece replays with the inputs its compiler was given.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import child_env
 
 import graphdbg
 from graphdbg.rebuild.inputs import InputBuilder, NullStream
@@ -28,7 +28,7 @@ PROGRAM = ROOT / "fixtures" / "side_stream_program.py"
 
 
 def _run_program(device: str, dumps: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = child_env(inherit=True)
     return subprocess.run([sys.executable, str(PROGRAM), device, str(dumps)], env=env, capture_output=True,
                           text=True, timeout=900)
 

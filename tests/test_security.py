@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.fx as fx
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, child_env
 
 import graphdbg
 from graphdbg.errors import GraphSourceError
@@ -153,7 +153,7 @@ def test_no_subprocess_or_write_during_hostile_replays(tmp_path):
         print(json.dumps({{"codes": codes, "events": events}}))
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          env=child_env())
     data = json.loads(done.stdout.strip().splitlines()[-1])
     assert data["codes"] == [2] * (2 * len(paths)), done.stderr[-3000:]
     assert data["events"] == [], data["events"]

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, child_env
 
 SECRET = "TOPSECRET-do-not-echo"
 
@@ -89,7 +89,7 @@ def test_fifo_in_a_dump_is_refused_at_once(name, fixture_copy, tmp_path):
     os.mkfifo(dump / name)
     for cmd in (["show", str(dump)], ["replay", str(dump), "--backend", "eager", "--no-isolate"]):
         done = subprocess.run([sys.executable, "-m", "graphdbg.ui.cli", *cmd], capture_output=True, text=True, timeout=120,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+                              env=child_env())
         assert done.returncode == 2, done.stderr
         assert "FIFO" in done.stderr and "Traceback" not in done.stderr
 
@@ -98,7 +98,7 @@ def test_fifo_named_on_the_command_line_is_refused(tmp_path):
     fifo = tmp_path / "rank0_0.py"
     os.mkfifo(fifo)
     done = subprocess.run([sys.executable, "-m", "graphdbg.ui.cli", "show", str(fifo)], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          timeout=120, env=child_env())
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
 
 
@@ -202,6 +202,6 @@ def test_minify_repro_with_backslashes_and_quotes_still_compiles_and_reproduces(
     repro = next(out.rglob("repro.py"))
     ast.parse(repro.read_text())
     done = subprocess.run([sys.executable, str(repro)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])})
+                          env=child_env(tests=True))
     assert done.returncode == 1 and "REPRODUCED" in done.stdout, (done.stdout, done.stderr[-3000:])
     assert not list(tmp_path.rglob("PWNED"))

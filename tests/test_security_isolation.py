@@ -93,12 +93,11 @@ def _wait_for(path: Path, seconds: float) -> None:
 
 @pytest.mark.parametrize("backend", ["leaves_a_grandchild_holding_the_output", "leaves_a_grandchild_in_its_own_session"])
 def test_a_grandchild_does_not_hold_the_replay_and_is_killed(backend, notes, cli):
-    started = time.monotonic()
     r = cli("replay", DUMP, "--backend", f"test_security_isolation:{backend}", "--timeout", "120", "--json")
-    took = time.monotonic() - started
     assert r.code == 0, r
+    # a pass, not a timeout: done when the child is done (within --timeout 120), not when the
+    # grandchild (asleep for 300 s) lets go of the output
     assert json.loads(r.out)["status"] == "pass"
-    assert took < 100  # done when the child is done, not when the grandchild lets go of the output
     pid = int((notes / "grandchild").read_text())
     end = time.monotonic() + 10
     while _alive(pid) and time.monotonic() < end:

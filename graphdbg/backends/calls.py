@@ -43,7 +43,7 @@ def as_dynamo_calls_it(compiled: Callable[..., Any]) -> Callable[..., Any]:
     if getattr(compiled, "__name__", None) != "_lazy_forward" or owner is None:
         return compiled
     try:
-        from torch.fx._lazy_graph_module import _LazyGraphModule
+        from torch.fx._lazy_graph_module import _LazyGraphModule  # a private torch API that may move: the try answers without it
     except ImportError:  # a torch without lazy graph modules never hands out the stub
         return compiled
     if not isinstance(owner, _LazyGraphModule):

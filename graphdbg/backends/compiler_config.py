@@ -35,6 +35,8 @@ import re
 import typing
 from typing import Any, Iterator
 
+from graphdbg.errors import GraphdbgError
+
 CONFIGS = {"inductor": "torch._inductor.config", "dynamo": "torch._dynamo.config", "functorch": "torch._functorch.config"}
 ENV_OVERRIDES = "GRAPHDBG_CONFIG"
 ENV_NO_CONFIG = "GRAPHDBG_NO_CONFIG"
@@ -106,8 +108,6 @@ def _record(key: str, value: Any, values: dict[str, Any], skipped: dict[str, str
 def parse_override(text: str) -> tuple[str, Any]:
     """``inductor.max_autotune=true`` -> ("inductor.max_autotune", True); values are JSON, else text.
     A key without a known prefix is an Inductor setting."""
-    from graphdbg.errors import GraphdbgError
-
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key:

@@ -195,7 +195,7 @@ def rebuild_backend(recipe: dict[str, Any]) -> Any:
     """The backend a recipe describes; GraphdbgError when a part of it wasn't recordable."""
     check_recipe(recipe)
     if recipe.get("kind") == "aot_autograd":
-        from torch._dynamo.backends.common import aot_autograd
+        from torch._dynamo.backends.common import aot_autograd  # torch._dynamo costs about 2 s: imported only when needed
 
         return aot_autograd(**{k: _build(v) for k, v in recipe["kwargs"].items()})
     if recipe.get("kind") == "partial":

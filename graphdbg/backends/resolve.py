@@ -211,7 +211,7 @@ def _first_line(e: BaseException) -> str:
 
 def thunder_backend() -> Callable[..., Any]:
     try:
-        from thunder.dynamo import ThunderCompiler
+        from thunder.dynamo import ThunderCompiler  # optional: not installed everywhere
     except Exception as e:
         raise GraphdbgError(
             f"backend 'thunder' is not available here: cannot import thunder.dynamo "
@@ -244,7 +244,7 @@ def resolve_backend(spec: str | Callable[..., Any]) -> tuple[str, Callable[..., 
         if not callable(obj):
             raise GraphdbgError(f"{spec!r} is not callable")
         return spec, obj
-    from torch._dynamo import list_backends, lookup_backend
+    from torch._dynamo import list_backends, lookup_backend  # torch._dynamo costs about 2 s: imported only when needed
 
     try:
         lookup_backend(spec)

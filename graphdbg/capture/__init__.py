@@ -19,14 +19,14 @@ def capture(backend: Any = "inductor", dump_dir: Any = None, **options: Any) -> 
 
     Options (``mode``, ``budget_bytes``, ``rtol``, ``atol``): see ``graphdbg.capture.hook.capture``.
     """
-    from graphdbg.capture import hook
+    from graphdbg.capture import hook  # this module loads without torch (fast CLI start); this brings torch in
 
     return hook.capture(backend, dump_dir, **options)
 
 
 def __getattr__(name: str) -> Any:
     if name in _FROM_HOOK:
-        from graphdbg.capture import hook
+        from graphdbg.capture import hook  # this module loads without torch (fast CLI start); this brings torch in
 
         return getattr(hook, name)
     raise AttributeError(f"module 'graphdbg.capture' has no attribute {name!r}")

@@ -20,7 +20,7 @@ _CONTROL_FLOW = ("RestartAnalysis", "SkipFrame", "Unsupported", "ObservedExcepti
 def control_flow_types() -> tuple[type, ...]:
     """The exception classes of ``torch._dynamo.exc`` that steer Dynamo (subclasses included)."""
     try:
-        from torch._dynamo import exc
+        from torch._dynamo import exc  # torch._dynamo costs about 2 s: imported only when needed
     except ImportError:
         return ()
     return tuple(t for t in (getattr(exc, name, None) for name in _CONTROL_FLOW) if isinstance(t, type))

@@ -5,7 +5,7 @@
 
 The wrapper is transparent: the backend sees the same graph and inputs, the user sees the
 same result or the same exception (type, message and traceback: the wrapper's frames are
-taken out of it, see ``capture/passthrough.py``). Everything graphdbg does
+taken out of it, see ``backends/calls.py``). Everything graphdbg does
 on top is guarded, so a failure to dump costs one line on stderr and nothing else.
 """
 
@@ -91,7 +91,7 @@ def user_backend(backend: Any) -> Any:
 
 def _registered(name: str, fn: Any) -> bool:
     try:
-        from torch._dynamo.backends.registry import _COMPILER_FNS
+        from torch._dynamo.backends.registry import _COMPILER_FNS  # torch._dynamo costs about 2 s: imported only when needed
 
         return _COMPILER_FNS.get(name) is fn
     except Exception:
@@ -152,10 +152,10 @@ class CapturingBackend:
         options = getattr(backend, "config", None) if type(backend).__name__ == "_TorchCompileInductorWrapper" else None
         self.config_extra = dict(options) if isinstance(options, dict) else None
         nested.install()
-        self.backend_recipe = backend_recipe(backend)  # aot_autograd(...) / partial: its parts (capture/backend_recipe.py)
+        self.backend_recipe = backend_recipe(backend)  # aot_autograd(...) / partial: its parts (backends/recipe.py)
         self._user_object = None if isinstance(backend, str) else backend
         if isinstance(backend, str):
-            from torch._dynamo import lookup_backend
+            from torch._dynamo import lookup_backend  # torch._dynamo costs about 2 s: imported only when needed
 
             resolved = lookup_backend(backend)
             self.compiler_name = backend
@@ -217,7 +217,7 @@ class CapturingBackend:
                 written = None if is_control_flow(e) else self._dump(snap, list(example_inputs), "compile_error", e,
                                                                        inputs_state="at_compile")
                 self._link_pieces(snap, written, list(example_inputs), "at_compile")
-                drop_own_frame(e)  # the user's traceback, as without graphdbg (capture/passthrough.py)
+                drop_own_frame(e)  # the user's traceback, as without graphdbg (backends/calls.py)
                 raise
             except BaseException as e:
                 drop_own_frame(e)
@@ -248,7 +248,7 @@ class CapturingBackend:
                         snap.dumped.add("runtime_error")
                         written = self._dump(snap, inputs, "runtime_error", e, inputs_state="after_failed_call")
                     self._link_pieces(snap, written, inputs, "after_failed_call")
-                    drop_own_frame(e)  # the user's traceback, as without graphdbg (capture/passthrough.py)
+                    drop_own_frame(e)  # the user's traceback, as without graphdbg (backends/calls.py)
                     raise
                 except BaseException as e:
                     drop_own_frame(e)

@@ -34,8 +34,12 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import torch.fx as fx
 
 from graphdbg.backends.calls import call_inputs, drop_own_frame
+from graphdbg.backends.compiler_config import config_diff
+from graphdbg.capture.dynamo_exceptions import is_control_flow
 from graphdbg.capture.on_import import watch
 from graphdbg.capture.stderr import say
+from graphdbg.graph.snapshot import GraphSnapshot
+from graphdbg.store.write import write_dump
 
 if TYPE_CHECKING:
     from graphdbg.capture.hook import CapturingBackend
@@ -135,8 +139,6 @@ def dump_piece(frame: Frame, snap: GraphSnapshot, inputs: list[Any], exc: BaseEx
                call: int, name: str | None, position: int | None, config: dict[str, Any] | None,
                kind: str = "compile_error", inputs_state: str = "at_compile") -> Path | None:
     """Write the failed piece as its own dump, a child of ``frame``'s graph; never raises."""
-    from graphdbg.store.write import write_dump
-
     owner = frame.owner
     parent = {
         "seq": frame.snap.seq,
@@ -182,10 +184,8 @@ def _entry(fn: Callable[..., Any], backend: Callable[[tuple, dict], str], graph_
             try:
                 return fn(*args, **kwargs)
             except BaseException as e:
-                drop_own_frame(e)  # the user's traceback, as without graphdbg (capture/passthrough.py)
+                drop_own_frame(e)  # the user's traceback, as without graphdbg (backends/calls.py)
                 raise
-        from graphdbg.backends.compiler_config import config_diff
-        from graphdbg.graph.snapshot import GraphSnapshot
 
         call = frame.next_call()
         snap = frame.owner._guarded(lambda: GraphSnapshot.take(0, gm, keep_eager=False), "snapshot a piece")
@@ -240,8 +240,6 @@ class PieceRuns:
             raise
 
     def _dump(self, inputs: list[Any], exc: BaseException) -> None:
-        from graphdbg.capture.dynamo_exceptions import is_control_flow
-
         if is_control_flow(exc):
             return
         self.__dict__["_dumped"] = True
@@ -265,7 +263,7 @@ def _gm_inputs(args: tuple, kwargs: dict, gm_key: str = "gm", inputs_key: str = 
 def _aot_backend_name(self: Any) -> str:
     """The registered name of an aot_autograd backend (``aot_eager``), else its forward compiler."""
     try:
-        from torch._dynamo.backends.registry import _COMPILER_FNS
+        from torch._dynamo.backends.registry import _COMPILER_FNS  # torch._dynamo costs about 2 s: imported only when needed
 
         for name, fn in _COMPILER_FNS.items():
             if fn is self:

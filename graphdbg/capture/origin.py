@@ -18,6 +18,7 @@ def compile_origin(gm: fx.GraphModule) -> dict[str, Any]:
     """The frame and compile id of the Dynamo compile now running; empty outside Dynamo."""
     origin: dict[str, Any] = {}
     try:
+        # torch._dynamo costs about 2 s: imported only when needed
         from torch._dynamo.symbolic_convert import InstructionTranslator
 
         tx = InstructionTranslator.current_tx()
@@ -29,7 +30,7 @@ def compile_origin(gm: fx.GraphModule) -> dict[str, Any]:
     compile_id = getattr(gm, "meta", {}).get("dynamo_compile_id")
     if compile_id is None:
         try:
-            from torch._guards import CompileContext
+            from torch._guards import CompileContext  # a private torch API that may move: the try answers without it
 
             compile_id = CompileContext.current_compile_id()
         except Exception:

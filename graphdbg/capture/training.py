@@ -47,6 +47,7 @@ from graphdbg.judge.mutations import (
     written_state,
 )
 from graphdbg.rebuild.inputs import clone_values
+from graphdbg.store.write import write_dump
 
 if TYPE_CHECKING:
     from graphdbg.capture.hook import CapturingBackend
@@ -102,7 +103,7 @@ class BackwardWatch:
             try:
                 return fn(*args)
             except BaseException as e:
-                drop_own_frame(e)  # the user's traceback, as without graphdbg (capture/passthrough.py)
+                drop_own_frame(e)  # the user's traceback, as without graphdbg (backends/calls.py)
                 raise
 
         if boxed:
@@ -189,8 +190,6 @@ class BackwardWatch:
             say(f"graphdbg: backward {kind} in backend {owner.backend_ref!r} ({what}); dump written to {path}")
 
     def _write(self, bsnap: GraphSnapshot, inputs: list[Any], kind: str, exc: BaseException | None, **extra: Any) -> Path:
-        from graphdbg.store.write import write_dump
-
         owner = self.owner
         roles = [_input_role(n, inputs[i] if i < len(inputs) else None) for i, n in enumerate(bsnap.placeholders)]
         backend = self.bw_reference or owner.backend_ref
@@ -305,8 +304,8 @@ def _install() -> None:
     """Route ``aot_module_simplified`` through ``_watched`` (a pass-through outside a capture)."""
     if _installed:
         return
-    import torch._dynamo.backends.common as common
-    import torch._functorch.aot_autograd as aot
+    import torch._dynamo.backends.common as common  # torch._dynamo costs about 2 s: imported only when needed
+    import torch._functorch.aot_autograd as aot  # aot_autograd brings torch._dynamo (about 2 s): imported only when needed
 
     original = aot.aot_module_simplified
     _installed["original"] = original

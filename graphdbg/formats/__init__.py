@@ -4,7 +4,7 @@
     >>> [r.name for r in readers()]
     ['dump', 'torch_minifier', 'compile_cache', 'printed_graph']
     >>> load("corpus/Qwen/Qwen3-0.6B/rank0_0.py").failure_kind
-    'foreign'
+    'printed_graph'
 
 A reader is ``Reader(name, detect, load, priority)``: ``detect(path) -> bool`` looks at the
 path cheaply (a name, a first line), ``load(path) -> Dump`` parses it, never runs it. The
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from graphdbg.errors import DumpError
+from graphdbg.store.manifest import SCHEMA, SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from graphdbg.dump import Dump
@@ -82,7 +83,7 @@ def reader_for(path: str | Path) -> Reader:
 
 def load(path: str | Path) -> "Dump":
     """Read ``path`` with the reader that recognises it; its manifest checked by graphdbg.store.schema."""
-    from graphdbg.store.schema import validate_manifest
+    from graphdbg.store.schema import validate_manifest  # this module loads without torch (fast CLI start); this brings torch in
 
     dump = reader_for(path).load(Path(path))
     validate_manifest(dump.manifest, str(path))
@@ -97,14 +98,14 @@ def manifest_for(path: Path, printed: PrintedGraph, *, fmt: str, inputs: list[di
     what the file says, plus the reader's own facts under their key (``extra``).
 
     The failure is ``captured`` unless the file says more (a minifier repro made for an
-    accuracy failure says ``accuracy``; a printed graph says ``foreign``): these files record
+    accuracy failure says ``accuracy``; a printed graph says ``printed_graph``): these files record
     a graph, not an exception.
 
         >>> manifest_for(Path("repro.py"), printed, fmt="torch_minifier", inputs=descs)["id"]
         'repro-torch_minifier-1a2b3c4d'
     """
+    # this module loads without torch (fast CLI start); this brings torch in
     from graphdbg.graph.hashing import graph_hash, op_histogram
-    from graphdbg.store.manifest import SCHEMA, SCHEMA_VERSION
 
     extra = dict(extra or {})
     env = {"torch": None, "python": None, "device_name": None, **extra.pop("env", {})}

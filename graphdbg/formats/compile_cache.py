@@ -31,6 +31,7 @@ from typing import Any
 from graphdbg.dump import Contents, Dump
 from graphdbg.errors import GraphdbgError
 from graphdbg.formats import manifest_for, register
+from graphdbg.rebuild.stand_ins import MissingOp
 from graphdbg.store.confined import read_regular
 from graphdbg.store.specs import SymSpec, TensorSpec
 
@@ -93,8 +94,6 @@ def load_computation_graph(path: str | Path) -> Dump:
 
 def compile_cache_manifest(path: Path, fmt: str, text: str, printed: Any) -> dict[str, Any]:
     """Rank and model tag from the cache's folders; inputs from the annotations; the ops it lacks."""
-    from graphdbg.rebuild.stand_ins import MissingOp
-
     where = cache_location(path)
     cuda = _CUDA_LITERAL.search(text)
     captured = f"cuda:{cuda.group(1)}" if cuda else None  # the file has no devices but its literals'

@@ -20,14 +20,21 @@ Graph files that record no failure take theirs from the run's log beside them (`
 from __future__ import annotations
 
 import os
+import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from graphdbg._version import __version__
+from graphdbg.backends.recipe import shown_backend
 from graphdbg.display import Displayed
 from graphdbg.dump import Dump
 from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.formats import load
+from graphdbg.formats.printed_graph import load_printed_graph, looks_like_printed_graph
+from graphdbg.formats.run_log import attach_log, find_logs, read_log
+from graphdbg.formats.torch_repro import detect_format
 from graphdbg.store.manifest import MANIFEST, find_dumps
 
 _SUMMARY_KEYS = ("id", "nodes", "kind", "backend", "error_type", "message", "signature", "graph_hash", "frame", "compile_id")
@@ -90,8 +97,6 @@ class Listing(Displayed):
         return list(groups.values())
 
     def to_json(self) -> dict[str, Any]:
-        from graphdbg._version import __version__
-
         return {
             "graphdbg": __version__,
             "root": str(self.root),
@@ -109,7 +114,6 @@ def summary_row(d: Dump) -> dict[str, Any]:
     ``compile_id`` (capture/origin.py) and ``module``, the module path all its nodes share."""
     row = d.summary()
     if d.manifest.get("backend_recipe") is not None:  # aot_autograd(...) / partial: what it was built from
-        from graphdbg.backends.recipe import shown_backend
 
         row["backend"] = shown_backend(d.manifest)
     if d.format == "dump":
@@ -135,8 +139,6 @@ def _input_specs(d: Dump) -> tuple:
 def _odd_ranks(dumps: list[Dump]) -> dict[Path, list[str]]:
     """For each graph of a world (same g<N> on every rank), what of a rank's dump differs from
     what most ranks have: "graph" (hash), "inputs" (specs) or "error" (signature)."""
-    from collections import Counter
-
     worlds: dict[str, list[Dump]] = {}
     for d in dumps:
         if d.world_size > 1:
@@ -173,8 +175,6 @@ def list_dumps(path: str | Path, log: str | Path | None = None) -> Listing:
     with no recorded failure take it from ``log``, or from the logs found beside them; a
     ``log`` that can't be read is a GraphdbgError, a found one a ``logs`` entry with its error.
     """
-    from graphdbg.formats.printed_graph import load_printed_graph
-
     root = Path(path)
     if not root.exists():
         raise GraphdbgError(f"{root}: no such file or folder")
@@ -224,8 +224,6 @@ def module_prefix(node_info: dict[str, dict[str, Any]]) -> str | None:
 
 def natural_key(text: str) -> list[Any]:
     """Sort key with the numbers in ``text`` compared as numbers: g2-... before g10-..."""
-    import re
-
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
@@ -235,8 +233,6 @@ def apply_logs(dumps: list[Dump], root: Path, log: str | Path | None = None) -> 
     With ``log``, that log serves every dump. Otherwise each dump's folder, then its parents up
     to ``root``, are searched for ``log.txt`` / ``*.log``; the nearest folder with one wins.
     """
-    from graphdbg.formats.run_log import attach_log, find_logs, read_log
-
     # captured dumps speak for themselves, even those of mode="always" that record no failure
     bare = [d for d in dumps if d.format != "dump" and not (d.manifest.get("failure") or {}).get("signature")]
     if not bare and log is None:
@@ -278,9 +274,6 @@ def load_with_log(path: str | Path, log: str | Path | None = None) -> Dump:
     The log is ``log`` or one found beside the file; which graph a failure belongs to is
     decided among the printed graphs in the file's folder, as ``graphdbg ls`` would.
     """
-    from graphdbg.formats.printed_graph import load_printed_graph
-    from graphdbg.formats.run_log import find_logs, read_log
-
     dump = load(path)
     if dump.format == "dump" or (dump.manifest.get("failure") or {}).get("signature"):
         return dump
@@ -329,9 +322,6 @@ def _python_files(root: Path) -> Iterator[Path]:
 def torch_repro_files(root: Path) -> list[Path]:
     """PyTorch's own runnable repros under ``root`` (or ``root`` itself): the minifier's
     ``repro.py``, Inductor's ``fx_graph_runnable.py`` from ``TORCH_COMPILE_DEBUG=1``."""
-    from graphdbg.formats.printed_graph import looks_like_printed_graph
-    from graphdbg.formats.torch_repro import detect_format
-
     def maybe(path: Path) -> bool:
         try:
             with path.open("rb") as f:
@@ -347,6 +337,4 @@ def torch_repro_files(root: Path) -> list[Path]:
 
 def printed_graph_files(root: Path) -> list[Path]:
     """Printed graph files under ``root`` (or ``root`` itself), skipping dump folders' graph.py."""
-    from graphdbg.formats.printed_graph import looks_like_printed_graph
-
     return [p for p in _python_files(root) if looks_like_printed_graph(p)]

@@ -33,7 +33,7 @@ _TITLE = re.compile(r"^\s*=====\s*(?P<title>.+?)\s*=====\s*$")
 _CLASS = re.compile(r"(?:^|\s)(?P<cls>class\s+(?:\w+|<\w+>)\((?:torch\.)?nn\.Module\):\s*)$")
 _ARTIFACT = re.compile(r"\[__(\w+)\]")
 MAX_LINE = 4 << 20  # a whole model's forward signature is one line; past this a line is cut (and the graph won't parse)
-MAX_GRAPH_LINES = 200_000  # a printed graph graphdbg reads has fewer (graph_parser.MAX_SOURCE_LINES)
+MAX_GRAPH_LINES = 200_000  # a printed graph graphdbg reads has fewer (graph/parser.py: MAX_SOURCE_LINES)
 MAX_GRAPHS = 10_000
 
 

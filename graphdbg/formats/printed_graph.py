@@ -4,13 +4,13 @@ SGLang, Thunder and Dynamo's own logs print graphs with ``print_readable()``: a
 ``class GraphModule(torch.nn.Module)`` with annotated placeholders, nested submodule classes,
 ``# File:`` comments, maybe a ``# Rank: R, Graph G`` header, and nothing else: no inputs, no
 error. The reader makes the manifest up from the file itself (``failure_kind`` is
-``"foreign"``; what it learns goes under ``manifest["foreign"]``), so ``show``, ``replay``,
+``"printed_graph"``; what it learns goes under ``manifest["printed_graph"]``), so ``show``, ``replay``,
 ``nodes()`` and ``case()`` work on it unchanged; its Case gets synthesized inputs and
 stand-ins, all of them listed.
 
     >>> dump = graphdbg.load("corpus/Qwen/Qwen3-Next-80B-A3B-Instruct/rank3_0.py")
     >>> dump.model, dump.rank, dump.graph_number, dump.failure_kind
-    ('Qwen3-Next-80B-A3B-Instruct', 3, 0, 'foreign')
+    ('Qwen3-Next-80B-A3B-Instruct', 3, 0, 'printed_graph')
     >>> case = dump.case("cpu", seed=1)
     >>> case.run("eager").status, [s.kind for s in case.stand_ins][:3]
     ('pass', ['synthesized', 'synthesized', 'custom_op'])
@@ -20,6 +20,7 @@ The file is parsed (``printed_graph``), never executed.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import re
@@ -32,15 +33,18 @@ import torch.fx as fx
 from graphdbg.dump import Contents, Dump
 from graphdbg.errors import GraphSourceError
 from graphdbg.formats import manifest_for, register
+from graphdbg.graph.hashing import target_name
 from graphdbg.graph.parser import readable_source
 from graphdbg.rebuild.inputs import SEED_ENV
+from graphdbg.rebuild.stand_ins import construct_of, constructs
+from graphdbg.rebuild.synthesize import plan_inputs
 from graphdbg.store.confined import read_regular
-from graphdbg.store.specs import SymSpec, TensorSpec
+from graphdbg.store.specs import SymSpec, TensorSpec, parse_annotation
 
 __all__ = ["load_printed_graph", "looks_like_printed_graph", "SEED_ENV"]
 
 FORMAT = "printed_graph"
-FAILURE_KIND = "foreign"
+FAILURE_KIND = "printed_graph"
 _HEADER = re.compile(r"#\s*Rank:\s*(\d+),\s*Graph\s*(\d+)")
 _RANK_FILE = re.compile(r"rank(\d+)_\d+\.py$")
 MAX_BYTES = 64 << 20  # a printed graph of a real model is well under a MB; anything huge is not one
@@ -69,7 +73,7 @@ def load_printed_graph(path: str | Path) -> Dump:
     """Read a printed graph file; GraphSourceError (exit code 2) with file and line if it isn't one.
 
         >>> load_printed_graph("rank0_0.py").summary()["kind"]
-        'foreign'
+        'printed_graph'
     """
     path = Path(path)
     try:
@@ -90,8 +94,6 @@ def load_printed_graph(path: str | Path) -> Dump:
 def printed_graph_manifest(path: Path, pg: Any) -> dict[str, Any]:
     """What the file says about itself: rank (and how it was found), graph number, model, the
     device it ran on, the inputs' specs, and the facts ``ls`` groups ranks by."""
-    from graphdbg.rebuild.stand_ins import constructs
-
     header = next((m for line in pg.header if (m := _HEADER.search(line))), None)
     device_indices = sorted(_cuda_indices(pg))
     if header:
@@ -110,7 +112,7 @@ def printed_graph_manifest(path: Path, pg: Any) -> dict[str, Any]:
         # Nothing records which backend failed; eager replays the graph as it was printed.
         backend="eager", kind=FAILURE_KIND, message="no error recorded (a printed graph)",
         rank=rank, world_size=_world_size(path, rank), rank_source=rank_source,
-        extra={"foreign": {"model": path.parent.name, "graph_number": number,
+        extra={"printed_graph": {"model": path.parent.name, "graph_number": number,
                            "group_hash": hashlib.sha256(masked.encode()).hexdigest(), "rank_literals": literals,
                            "constructs": constructs(pg), "captured_device": device}})
 
@@ -120,10 +122,6 @@ def printed_graph_manifest(path: Path, pg: Any) -> dict[str, Any]:
 def _check_annotations(source: str, filename: str) -> None:
     """Every string annotation must read as a spec: inputs and stand-ins are made from them,
     so one that doesn't (``"bf16[1, 2048"``) is an error at its line, not a silent None."""
-    import ast
-
-    from graphdbg.store.specs import parse_annotation
-
     bad = [node.annotation for node in ast.walk(ast.parse(source, filename=filename))
            if isinstance(node, (ast.arg, ast.AnnAssign)) and isinstance(node.annotation, ast.Constant)
            and isinstance(node.annotation.value, str) and parse_annotation(node.annotation.value) is None]
@@ -141,8 +139,6 @@ def _values(node: fx.Node) -> list[Any]:
 
 def _cuda_indices(pg: Any) -> set[int]:
     """Device indices a graph baked in: device literals, streams, device switches."""
-    from graphdbg.rebuild.stand_ins import construct_of
-
     found: set[int] = set()
     for graph in pg.graphs():
         for node in graph.nodes:
@@ -164,8 +160,6 @@ def _cuda_indices(pg: Any) -> set[int]:
 def _rank_from_shard(pg: Any) -> int | None:
     """The rank a vocab-parallel graph tests for: ``x >= start & x < end`` with ``start`` a
     multiple of the shard size ``end - start`` is shard ``start // (end - start)``."""
-    from graphdbg.rebuild.synthesize import plan_inputs
-
     try:
         plans = plan_inputs(pg.to_module(missing_attr=lambda q, s: None))
     except Exception:
@@ -178,8 +172,6 @@ def _rank_from_shard(pg: Any) -> int | None:
 
 
 def _uses_cuda(pg: Any) -> bool:
-    from graphdbg.rebuild.stand_ins import construct_of
-
     for graph in pg.graphs():
         for node in graph.nodes:
             qual = construct_of(node.target) if node.op == "call_function" else None
@@ -243,8 +235,6 @@ def _masked_structure(pg: Any) -> tuple[str, list[Any]]:
         return str(value) if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)) else type(value).__name__
 
     def walk(p: Any, prefix: str) -> None:
-        from graphdbg.graph.hashing import target_name
-
         index = {n: i for i, n in enumerate(p.graph.nodes)}
         for node in p.graph.nodes:
             spec = node.meta.get("graphdbg_spec")

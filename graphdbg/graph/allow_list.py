@@ -169,8 +169,6 @@ def allow_target(obj: Any) -> Any:
 
 
 def _walk(path: str) -> Any:
-    import importlib
-
     parts = path.split(".")
     obj: Any = torch
     for i, part in enumerate(parts[1:], start=2):

@@ -18,6 +18,8 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from graphdbg.store.specs import TensorSpec
+
 
 def target_name(node: fx.Node) -> str:
     """A readable, stable name for what a node calls."""
@@ -67,8 +69,6 @@ def _placeholder_spec(node: fx.Node) -> str:
         return spec.annotation()
     val = node.meta.get("example_value", node.meta.get("val"))
     if isinstance(val, torch.Tensor):
-        from graphdbg.store.specs import TensorSpec
-
         return TensorSpec.of(val).annotation()
     if isinstance(val, torch.SymInt):
         return f"Sym({val.node.expr})"

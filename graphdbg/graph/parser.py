@@ -33,6 +33,7 @@ from __future__ import annotations
 import ast
 import builtins
 import functools
+import hashlib
 import importlib
 import math
 import operator
@@ -45,7 +46,17 @@ import torch
 import torch.fx as fx
 
 from graphdbg.errors import GraphSourceError
-from graphdbg.graph.allow_list import ALLOWED_ATTRIBUTES, ALLOWED_BUILTINS, allow_target, allowed_methods, check_value, refusal
+from graphdbg.graph.allow_list import (
+    _FUNCTION_MODULES,
+    ALLOWED_ATTRIBUTES,
+    ALLOWED_BUILTINS,
+    NAMED_FUNCTIONS,
+    allow_target,
+    allowed_methods,
+    check_value,
+    refusal,
+)
+from graphdbg.graph.hashing import graph_hash
 from graphdbg.store.specs import TensorSpec, parse_annotation
 
 __all__ = ["AttrConstruction", "PrintedGraph", "parse_module_class", "parse_printed_graph", "resolve_target", "mangled_name"]
@@ -61,15 +72,13 @@ DENIED_ROOTS = frozenset({"os", "posix", "nt", "subprocess", "sys", "shutil", "i
                           "multiprocessing", "threading", "tempfile", "urllib", "http", "shelve", "types",
                           "inspect", "gc", "dill", "requests"} | (set(dir(builtins)) - set(ALLOWED_BUILTINS)))
 # Modules under torch that a path may walk through: those holding allowed targets (see
-# graph_allow_list), and the op namespaces. Walking elsewhere (torch.utils, torch.storage,
+# graph/allow_list.py), and the op namespaces. Walking elsewhere (torch.utils, torch.storage,
 # torch._utils) is refused before anything there is looked up or imported.
 _WALKABLE_PREFIXES = ("torch.ops", "torch._higher_order_ops")
 
 
 @functools.lru_cache(maxsize=1)
 def _walkable_modules() -> frozenset[str]:
-    from graphdbg.graph.allow_list import _FUNCTION_MODULES, NAMED_FUNCTIONS
-
     out = {"torch", "torch.nn", "torch.cuda", "torch.cuda.streams", "torch._C", "torch.amp", "torch._dynamo"}
     for path in (*_FUNCTION_MODULES, *NAMED_FUNCTIONS):
         parts = path.split(".")
@@ -309,10 +318,6 @@ class PrintedGraph:
 
     def structural_hash(self) -> str:
         """graph_hash of the forward, with each nested class's hash folded in by name."""
-        import hashlib
-
-        from graphdbg.graph.hashing import graph_hash
-
         h = hashlib.sha256(graph_hash(self.graph).encode())
         for name in sorted(self.submodules):
             h.update(name.encode())

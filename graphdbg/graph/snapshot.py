@@ -15,6 +15,7 @@ import torch
 import torch.fx as fx
 
 from graphdbg.graph.hashing import module_hash, op_histogram, target_name
+from graphdbg.store.describe import describe_value
 
 
 @dataclass
@@ -108,10 +109,8 @@ def _external_objects(gm: fx.GraphModule) -> list[dict[str, Any]]:
     The side table holds weak references that may be dead by the time a failure is dumped,
     so it is read now, while the graph is being compiled.
     """
-    from graphdbg.store.describe import describe_value
-
     try:
-        from torch._dynamo import graph_bytecode_inputs as side_table
+        from torch._dynamo import graph_bytecode_inputs as side_table  # torch._dynamo costs about 2 s: imported only when needed
     except ImportError:
         return []
     used: dict[int, list[str]] = {}
@@ -165,7 +164,9 @@ def collective_groups(gm: fx.GraphModule) -> list[dict[str, Any]]:
                     g["ops"].append(op)
     for g in groups.values():
         try:
-            import torch.distributed as dist
+            import torch.distributed as dist  # a torch build may lack torch.distributed: the try answers without it
+
+            # a torch build may lack torch.distributed: the try answers without it
             from torch.distributed.distributed_c10d import _resolve_process_group
 
             if dist.is_initialized():

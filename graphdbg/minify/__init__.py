@@ -10,7 +10,7 @@
 One concept per module: ``oracle`` (the cached "still the same failure?" predicate),
 ``candidates`` (a candidate is a subset of the original graph), ``shrink_passes`` (the named
 passes), ``shrinker`` (the driver and ``minify``), ``bisect`` (passes, nodes, ranks), ``repro``
-(a torch-only repro.py) and ``regression_test`` (a pytest file from a dump).
+(a torch-only repro.py) and ``export_test`` (a pytest file from a dump).
 """
 
 from graphdbg.minify.bisect import (

@@ -19,11 +19,14 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from graphdbg.backends.resolve import recorded_backend, resolve_backend
 from graphdbg.case import Case
 from graphdbg.errors import GraphdbgError
+from graphdbg.formats import load as load_dump
 from graphdbg.minify.bisect import NodeDivergence, bisect_nodes
 from graphdbg.minify.shrinker import as_case
-from graphdbg.replay.backward import TANGENT_SEED, is_backward_dump
+from graphdbg.rebuild.inputs import clone_values
+from graphdbg.replay.backward import TANGENT_SEED, _differentiable, _leaves, as_graph_backend, is_backward_dump
 
 
 def bisect_training_nodes(case_or_dump: Any, backend: Any = "eager", passes: Any = None, *,
@@ -42,9 +45,6 @@ def bisect_training_nodes(case_or_dump: Any, backend: Any = "eager", passes: Any
 
 def _names_of(dump: Any) -> set[str]:
     """The spellings of the backend a dump records: its name, and its recipe's when it has one."""
-    from graphdbg.backends.resolve import recorded_backend
-    from graphdbg.errors import GraphdbgError
-
     names = {str(dump.backend)}
     try:
         names.add(recorded_backend(dump))
@@ -57,15 +57,10 @@ def backward_case(case: Case, backend: Any) -> tuple[Case, Any, str]:
     """(the backward graph as a Case, the backend that compiles it, where it came from)."""
     dump = case.dump
     if dump is not None and dump.manifest.get("backward_dump"):
-        from graphdbg.formats import load as load_dump
-
         parent = load_dump((Path(dump.path) / dump.manifest["backward_dump"]).resolve())
         if backend is None or backend in _names_of(dump):  # the user's backend: its bw_compiler compiles the backward
             backend = parent.backend
             if backend == (parent.manifest.get("backward") or {}).get("compiler"):
-                from graphdbg.backends.resolve import resolve_backend
-                from graphdbg.replay.backward import as_graph_backend
-
                 backend = as_graph_backend(resolve_backend(backend)[1], backend, parent)
         return parent.case(case.device), backend, f"backward graph of {parent.path}"
     return traced_backward(case), backend, "backward graph traced by AOTAutograd"
@@ -73,10 +68,8 @@ def backward_case(case: Case, backend: Any) -> tuple[Case, Any, str]:
 
 def traced_backward(case: Case) -> Case:
     """The backward graph AOTAutograd makes of ``case``'s graph, with the values it gets."""
+    # aot_autograd brings torch._dynamo (about 2 s): imported only when needed
     from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
-
-    from graphdbg.rebuild.inputs import clone_values
-    from graphdbg.replay.backward import _differentiable, _leaves
 
     got: dict[str, Any] = {}
 

@@ -27,9 +27,12 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from graphdbg.backends.compiler_config import applied_config, replay_settings
+from graphdbg.backends.resolve import resolve_backend
 from graphdbg.case import Case
 from graphdbg.display import Displayed
 from graphdbg.errors import GraphdbgError
+from graphdbg.formats import load as load_dump
 from graphdbg.graph.hashing import target_name
 from graphdbg.judge.accuracy import judge_outputs
 from graphdbg.minify.candidates import COMPUTE_OPS, Candidate, Origin
@@ -37,7 +40,12 @@ from graphdbg.minify.shrinker import as_case
 from graphdbg.minify.values import ValueRecorder
 from graphdbg.rebuild.inputs import clone_values, to_float64
 from graphdbg.replay.outcome import Outcome
-from graphdbg.replay.run import run_case
+from graphdbg.replay.passes import PassSpec, apply_passes, inductor_post_grad_patch, resolve_passes
+from graphdbg.replay.run import _backend_callable, _inductor_patch, run_case
+from graphdbg.replay.world import printed_worlds
+from graphdbg.store.confined import inside
+from graphdbg.store.manifest import INPUTS, find_dumps
+from graphdbg.store.tensor_file import read_tensors
 
 
 # Passes -------------------------------------------------------------------------------
@@ -75,8 +83,6 @@ def bisect_passes(case_or_dump: Any, backend: Any = "eager", passes: Any = None,
     ``PatternMatcherPass`` culprit, its patterns are then tried one at a time (in-process), and
     the bad pattern's matches are bisected by letting only the first k of them apply.
     """
-    from graphdbg.replay.passes import resolve_passes
-
     case = as_case(case_or_dump)
     specs = resolve_passes(passes)
     if not specs:
@@ -118,8 +124,6 @@ def _is_pattern_pass(fn: Any) -> bool:
 
 
 def _bisect_patterns(result: PassBisection, culprit: Any, before: list[Any], run: Any) -> None:
-    from graphdbg.replay.passes import PassSpec
-
     pmp = getattr(culprit.fn, "__self__", culprit.fn)
     entries = [(key, e) for key, es in pmp.patterns.items() for e in es]
 
@@ -199,8 +203,6 @@ class NodeDivergence(Displayed):
 def bisect_nodes(case_or_dump: Any, backend: Any = "eager", passes: Any = None, *, rtol: float | None = None,
                  atol: float | None = None) -> NodeDivergence:
     """The first node whose value diverges from the reference beyond tolerance."""
-    from graphdbg.backends.compiler_config import applied_config, replay_settings
-
     case = as_case(case_or_dump)
     # the backend runs under the compiler settings of the captured run, as in a replay
     with applied_config(replay_settings(case.dump.manifest if case.dump is not None else None)):
@@ -208,8 +210,6 @@ def bisect_nodes(case_or_dump: Any, backend: Any = "eager", passes: Any = None, 
 
 
 def _bisect_nodes(case: Case, backend: Any, passes: Any, *, rtol: float | None, atol: float | None) -> NodeDivergence:
-    from graphdbg.replay.passes import apply_passes, resolve_passes
-
     grad = bool(case.dump.manifest.get("grad_enabled", False)) if case.dump is not None else False
     ref = ValueRecorder(case.gm)
     ref64 = ValueRecorder(case.gm)
@@ -257,8 +257,8 @@ def _compare_graph(case: Case, runs_gm: fx.GraphModule, ref: ValueRecorder, ref6
             if mine.name != theirs.name and mine.name not in ref_nodes:
                 result.replaced = theirs.name
                 result.new_nodes = _new_ancestors(mine, ref_nodes)
-                origin = _describe(case, theirs, bad, compared)
-                result.source, result.code, result.module = origin.source, origin.code, origin.module
+                where = _describe(case, theirs, bad, compared)
+                result.source, result.code, result.module = where.source, where.code, where.module
                 if result.new_nodes:
                     result.target = target_name(next(n for n in runs_gm.graph.nodes if n.name == result.new_nodes[-1]))
                 break
@@ -270,8 +270,6 @@ def _backend_graph(gm: fx.GraphModule, inputs: list[Any], backend: Any) -> fx.Gr
     """The GraphModule the backend runs, when it hands back a GraphModule's own forward."""
     if backend in (None, "eager"):
         return gm
-    from graphdbg.backends.resolve import resolve_backend
-    from graphdbg.replay.run import _backend_callable
 
     _, be = resolve_backend(backend)
     work = copy.deepcopy(gm)
@@ -310,10 +308,6 @@ def _bisect_opaque(case: Case, backend: Any, gm: fx.GraphModule, ref: ValueRecor
     """Compile prefixes that return one node with the backend (with the passes that run inside
     Inductor hooked in); bisect for the first whose value is off from the reference's value of
     that node (about log2(n) compiles)."""
-    from graphdbg.backends.resolve import resolve_backend
-    from graphdbg.replay.passes import inductor_post_grad_patch
-    from graphdbg.replay.run import _backend_callable, _inductor_patch
-
     patch = inductor_post_grad_patch(list(inductor_passes), []) if inductor_passes else {}
 
     pass_case = Case(gm=gm, inputs=case.inputs, device=case.device, stand_ins=case.stand_ins, dump=case.dump, modified=True)
@@ -379,9 +373,6 @@ def bisect_ranks(paths: Any, graph: str | None = None) -> RankReport:
         >>> bisect_ranks("corpus/Qwen3-0.6B", graph="0").differences[2]
         ['Qwen3-0.6B/0: literal 113000 in thunder_0.lt, where ranks 0, 1, 3 follow 37984 * rank + 37984 (rank 2: 113952)']
     """
-    from graphdbg.formats import load as load_dump
-    from graphdbg.store.manifest import find_dumps
-
     if isinstance(paths, (str, Path)):
         folders = find_dumps(Path(paths)) if Path(paths).is_dir() else []
         if not folders:
@@ -413,10 +404,6 @@ def bisect_ranks(paths: Any, graph: str | None = None) -> RankReport:
 
 
 def _rank_facts(d: Any) -> dict[str, Any]:
-    from graphdbg.store.confined import inside
-    from graphdbg.store.manifest import INPUTS
-    from graphdbg.store.tensor_file import read_tensors
-
     specs = tuple((i.get("name") or i.get("node"), i.get("kind"), i.get("dtype"), str(i.get("shape")), str(i.get("value")))
                   for i in d.manifest["inputs"])
     stored = {i["stored"]: (i.get("name") or i.get("node")) for i in d.manifest["inputs"] if i.get("stored")}
@@ -464,8 +451,6 @@ def _printed_rank_report(root: Path, graph: str | None) -> RankReport:
     annotations or literals differ. A literal is judged against the pattern the other ranks
     follow (``offset + step * rank``: device indices, vocab-shard bounds, constants), so what
     differs on every rank by design flags no one."""
-    from graphdbg.replay.world import printed_worlds
-
     worlds = {k: v for k, v in printed_worlds(root).items() if len(v) >= 2}
     if graph is not None:
         worlds = {k: v for k, v in worlds.items() if k == graph or k.rsplit("/", 1)[1] == graph.removeprefix("g")}

@@ -16,7 +16,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from graphdbg.backends.resolve import backend_label, backend_spec, recorded_backend
+from graphdbg.dump import Dump
 from graphdbg.errors import GraphdbgError
+from graphdbg.formats import load as load_dump
+from graphdbg.store.confined import inside
+from graphdbg.store.manifest import GRAPH, INPUTS, MANIFEST
 
 
 def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any = None,
@@ -28,10 +33,6 @@ def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any
     (``isolate``), so a backend that segfaults fails the test instead of taking pytest down;
     it uses only graphdbg's public API (``graphdbg.load``, ``Case.run``).
     """
-    from graphdbg.backends.resolve import backend_label, backend_spec, recorded_backend
-    from graphdbg.dump import Dump
-    from graphdbg.formats import load as load_dump
-
     d = dump if isinstance(dump, Dump) else load_dump(dump)
     path = Path(path)
     if not path.name.startswith("test_") or path.suffix != ".py":
@@ -83,9 +84,6 @@ def copy_dump_files(d: Any, dest: Path) -> list[str]:
     Nothing else in the folder is copied (a ``conftest.py`` or a script placed in a dump would
     run under pytest), no symbolic link is followed, and only regular files are read.
     """
-    from graphdbg.store.confined import inside
-    from graphdbg.store.manifest import GRAPH, INPUTS, MANIFEST
-
     names = [MANIFEST, (d.manifest.get("graph") or {}).get("file", GRAPH), d.manifest.get("inputs_file", INPUTS)]
     dest.mkdir(parents=True)
     copied = []

@@ -21,9 +21,12 @@ import torch
 import torch.fx as fx
 
 from graphdbg.backends.compiler_config import python_lines, replay_settings
+from graphdbg.backends.resolve import backend_label, backend_spec
 from graphdbg.case import Case
 from graphdbg.errors import GraphdbgError
 from graphdbg.judge.accuracy import TOLERANCES
+from graphdbg.judge.signature import unwrapped_error
+from graphdbg.rebuild.inputs import NullEvent, NullStream
 from graphdbg.replay.outcome import Outcome
 
 INPUTS_FILE = "repro_inputs.pt"
@@ -64,8 +67,6 @@ def _storable(value: Any) -> Any:
     """What repro_inputs.pt holds for an input: tensors on the CPU, streams and events as a note
     to make a new one (they can't be saved, and a fresh one on the replay device is what
     graphdbg's own replay uses too)."""
-    from graphdbg.rebuild.inputs import NullEvent, NullStream
-
     if isinstance(value, torch.Tensor):
         return value.detach().cpu()
     if isinstance(value, (torch.Stream, NullStream)):
@@ -102,12 +103,10 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
         if not isinstance(v, (torch.Tensor, int, float, bool, type(None), dict)):
             raise GraphdbgError(f"repro.py can't store an input of type {type(v).__name__}")
     torch.save({"inputs": inputs, "attrs": attrs, "device": str(case.device)}, path.parent / INPUTS_FILE)
-    from graphdbg.backends.resolve import backend_label, backend_spec
 
     backend_ref = backend_spec(backend, strict=False)
     shown = backend_label(backend_ref)  # a recipe, as people read it, in a comment beside it
     backend_line = repr(str(backend_ref)) + (f"  # {' '.join(shown.split())}" if shown != backend_ref else "")
-    from graphdbg.judge.signature import unwrapped_error
 
     # the failure as graphdbg's signature names it: Inductor's and Dynamo's wrappers unwrapped
     error_type, message = unwrapped_error(outcome.error_type or "", outcome.message or "")

@@ -31,7 +31,7 @@ def seat_external_objects(objects: dict[int, Any]) -> None:
     if not objects:
         return
     try:
-        from torch._dynamo import graph_bytecode_inputs as side_table
+        from torch._dynamo import graph_bytecode_inputs as side_table  # torch._dynamo costs about 2 s: imported only when needed
     except ImportError:  # an older torch: its graphs take such objects as inputs
         return
     table = getattr(side_table, "index_to_external_object_weakref", None)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -404,6 +405,4 @@ def contiguous_strides(shape: list[int]) -> list[int]:
 
 
 def _stable_int(text: str) -> int:
-    import zlib
-
     return zlib.crc32(text.encode()) & 0x7FFFFFFF

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -109,6 +110,4 @@ def _gib(n: int) -> str:
 
 
 def _symbols(expr: str) -> list[str]:
-    import re
-
     return re.findall(r"[A-Za-z_]\w*", expr)

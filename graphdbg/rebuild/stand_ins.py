@@ -36,7 +36,9 @@ import torch.fx as fx
 
 from graphdbg.errors import GraphdbgError
 from graphdbg.graph.allow_list import OPS_ENV, allowed_namespaces, register_ops
+from graphdbg.rebuild.collectives import in_world, real_collective
 from graphdbg.rebuild.inputs import NullStream, StandIn
+from graphdbg.rebuild.ops_hint import ops_module_for
 from graphdbg.rebuild.output_uses import ItemUses, outputs_as_used
 from graphdbg.store.specs import TensorSpec
 
@@ -403,7 +405,6 @@ def _replace_triton_functional(node: fx.Node, qual: str, path: str, ctx: _Contex
 def _replace_collective(node: fx.Node, qual: str, path: str, ctx: _Context) -> bool:
     short = qual.rsplit(".", 1)[-1]
     ns = qual.split(".")[2] if qual.startswith("torch.ops.") else ""
-    from graphdbg.rebuild.collectives import in_world, real_collective
 
     if in_world():  # every rank is here: the real collective, on the group the graph names
         changed, detail = real_collective(node, qual, short)
@@ -422,7 +423,6 @@ def _replace_collective(node: fx.Node, qual: str, path: str, ctx: _Context) -> b
 def _replace_custom_op(node: fx.Node, qual: str, path: str, ctx: _Context) -> bool:
     fn, how = outputs_as_used(node, ctx.uses(node), ctx.device)
     node.target = _named(qual.rsplit(".", 1)[-1], fn, "custom_op")
-    from graphdbg.rebuild.ops_hint import ops_module_for
 
     module = ops_module_for(qual)  # its package is here, the module defining it was not imported
     hint = f"; --ops {module} would provide it" if module else ""

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.fx as fx
+import torch.utils._pytree as pytree
 
 from graphdbg.backends.resolve import resolve_backend
 from graphdbg.errors import GraphdbgError
@@ -34,6 +35,8 @@ from graphdbg.judge.signature import signature
 from graphdbg.rebuild.inputs import clone_values, to_float64
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.passes import PassFailed, apply_passes, find_pass_failure, inductor_post_grad_patch, resolve_passes
+from graphdbg.store.manifest import read_manifest
+from graphdbg.store.tensor_file import read_tensors
 
 if TYPE_CHECKING:
     from graphdbg.case import Case
@@ -241,8 +244,6 @@ def _forward(fn: Callable[..., Any], values: list[Any], clone: bool = True) -> t
 
 
 def _leaves(out: Any) -> list[torch.Tensor]:
-    import torch.utils._pytree as pytree
-
     return [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad]
 
 
@@ -272,8 +273,6 @@ def _recorded_tangents(case: Case) -> list[torch.Tensor] | None:
     dump = case.dump
     if dump is None or not dump.manifest.get("backward_dump"):
         return None
-    from graphdbg.store.manifest import read_manifest
-    from graphdbg.store.tensor_file import read_tensors
 
     parent = (Path(dump.path) / dump.manifest["backward_dump"]).resolve()
     try:
@@ -323,8 +322,6 @@ def _judge_training(outcome: Outcome, case: Case, ref_out: Any, out: Any, ref_gr
 
 
 def _detached(value: Any) -> Any:
-    import torch.utils._pytree as pytree
-
     return pytree.tree_map(lambda v: v.detach() if isinstance(v, torch.Tensor) else v, value)
 
 
@@ -335,7 +332,7 @@ class _inductor_config:
 
     def __enter__(self) -> None:
         if self.patch:
-            import torch._inductor.config as inductor_config
+            import torch._inductor.config as inductor_config  # torch._inductor costs seconds: imported only when needed
 
             self.ctx = inductor_config.patch(self.patch)
             self.ctx.__enter__()

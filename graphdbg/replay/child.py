@@ -8,6 +8,9 @@ import signal
 import sys
 from pathlib import Path
 
+from graphdbg.errors import GraphdbgError
+from graphdbg.judge.signature import exception_text
+
 
 def die_with_parent() -> None:
     """Ask Linux to SIGKILL this process when the graphdbg process that started it dies, even
@@ -16,7 +19,7 @@ def die_with_parent() -> None:
     if not sys.platform.startswith("linux") or not parent:
         return
     try:
-        import ctypes
+        import ctypes  # inside the try: a failed import is reported as the child's outcome
 
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
@@ -28,13 +31,11 @@ def die_with_parent() -> None:
 
 def main(request_path: str, outcome_path: str) -> int:
     die_with_parent()
-    from graphdbg.errors import GraphdbgError
-    from graphdbg.judge.signature import exception_text
 
     request = json.loads(Path(request_path).read_text())
     try:
-        from graphdbg.formats import load as load_dump
-        from graphdbg.replay.run import run_case
+        from graphdbg.formats import load as load_dump  # inside the try: a failed import is reported as the child's outcome
+        from graphdbg.replay.run import run_case  # inside the try: a failed import is reported as the child's outcome
 
         case = load_dump(request["dump"]).case(device=request["device"])
         outcome = run_case(case, request["backend"], request["passes"], isolate=False, **request["options"])
@@ -42,11 +43,11 @@ def main(request_path: str, outcome_path: str) -> int:
     except GraphdbgError as e:
         data = {"error": exception_text(e)}
     except Exception as e:  # the replay could not even start here (an import, a device): say what
-        import traceback
+        import traceback  # inside the try: a failed import is reported as the child's outcome
 
-        from graphdbg.backends.resolve import backend_label
-        from graphdbg.judge.signature import signature
-        from graphdbg.replay.outcome import Outcome
+        from graphdbg.backends.resolve import backend_label  # inside the try: a failed import is reported as the child's outcome
+        from graphdbg.judge.signature import signature  # inside the try: a failed import is reported as the child's outcome
+        from graphdbg.replay.outcome import Outcome  # inside the try: a failed import is reported as the child's outcome
 
         text = exception_text(e)
         data = Outcome(status="crash", backend=backend_label(request["backend"]), stage="child", error_type=type(e).__name__,

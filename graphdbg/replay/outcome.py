@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from graphdbg.display import Displayed
+from graphdbg.judge.signature import same_signature
 
 STATUSES = ("pass", "crash", "mismatch", "timeout")
 
@@ -73,8 +74,6 @@ class Outcome(Displayed):
         if self.status != other.status:
             return False
         if self.status == "crash":
-            from graphdbg.judge.signature import same_signature
-
             return same_signature(self.signature, other.signature)
         if self.status == "mismatch":
             return {m["index"] for m in self.mismatches} == {m["index"] for m in other.mismatches} or not self.mismatches
@@ -82,8 +81,6 @@ class Outcome(Displayed):
 
     def reproduces(self, dump: Any) -> bool:
         """Does this outcome show the failure ``dump`` recorded?"""
-        from graphdbg.judge.signature import same_signature
-
         kind = dump.failure_kind
         if kind == "accuracy":
             return self.status == "mismatch"

@@ -16,6 +16,9 @@ import os
 import sys
 from pathlib import Path
 
+from graphdbg.errors import GraphdbgError
+from graphdbg.formats import load as load_dump
+
 
 def main(request_path: str) -> int:
     request = json.loads(Path(request_path).read_text())
@@ -26,11 +29,10 @@ def main(request_path: str) -> int:
     os.dup2(err.fileno(), 2)
     sys.stderr = os.fdopen(2, "w", buffering=1)
 
+    # after stderr is redirected: what torch and its libraries print on import lands in rank<R>.stderr
     import torch
     import torch.distributed as dist
 
-    from graphdbg.errors import GraphdbgError
-    from graphdbg.formats import load as load_dump
     from graphdbg.rebuild.collectives import use_groups
     from graphdbg.rebuild.stand_ins import install_stand_ins
     from graphdbg.replay.run import run_case

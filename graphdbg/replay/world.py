@@ -40,8 +40,14 @@ from typing import Any
 import torch
 
 from graphdbg.errors import GraphdbgError
+from graphdbg.formats import load as load_dump
+from graphdbg.formats.listing import list_dumps
+from graphdbg.rebuild.inputs import symbol_env
+from graphdbg.rebuild.memory_budget import free_bytes as free_on
+from graphdbg.replay.isolation import child_outcome
 from graphdbg.replay.outcome import Outcome
 from graphdbg.store.manifest import find_dumps
+from graphdbg.store.specs import TensorSpec
 
 DEFAULT_MASTER_PORT = 29500  # torchrun's own default
 KILL_GRACE_S = 20.0
@@ -82,7 +88,7 @@ class WorldReplay:
                 "ranks": [r.to_dict() for r in self.ranks]}
 
     def __rich__(self) -> Any:
-        from graphdbg.ui.render import world_table
+        from graphdbg.ui.render import world_table  # upward, declared in ARCHITECTURE.md
 
         return world_table(self)
 
@@ -101,8 +107,6 @@ def world_dumps(root: str | Path, graph: str | None = None) -> tuple[str, dict[i
         >>> world_dumps("corpus/Qwen3-0.6B", graph="9")
         ('Qwen3-0.6B/9', {0: PosixPath('.../rank0_9.py'), 1: ..., 2: ..., 3: ...})
     """
-    from graphdbg.formats import load as load_dump
-
     found = find_dumps(Path(root)) if Path(root).is_dir() else []
     if not found:
         return _printed_world(Path(root), graph)
@@ -127,13 +131,10 @@ def world_dumps(root: str | Path, graph: str | None = None) -> tuple[str, dict[i
 def printed_worlds(root: Path) -> dict[str, dict[int, Any]]:
     """Printed graph files under ``root`` by graph: ``'<model>/<graph number>'`` (from the
     ``# Rank: R, Graph G`` header, else ``rank<R>_<G>.py``, else the masked graph hash) -> rank
-    -> ForeignDump. A rank
-    whose file of that graph differs from the others is still in it: that is what to debug."""
-    from graphdbg.formats.listing import list_dumps
-
+    -> its Dump. A rank whose file of that graph differs from the others is still in it: that is what to debug."""
     worlds: dict[str, dict[int, Any]] = {}
     for d in list_dumps(root).dumps:
-        if d.failure_kind != "foreign":
+        if d.failure_kind != "printed_graph":
             continue
         number = d.graph_number
         if number is None:  # no header: SGLang's file name, else the graph itself (Dynamo's graph_module_<pid>.py)
@@ -216,9 +217,6 @@ def place_ranks(ranks: list[int], device: str | None, *, gpus: int | None = None
 
 def input_bytes(dump: Any) -> int:
     """The bytes of a dump's tensor inputs (and stored attributes), from the manifest alone."""
-    from graphdbg.rebuild.inputs import symbol_env
-    from graphdbg.store.specs import TensorSpec
-
     descs = dump.manifest.get("inputs", [])
     env = symbol_env(descs)
     total = 0
@@ -234,8 +232,6 @@ def input_bytes(dump: Any) -> int:
 def free_bytes(device: str) -> int:
     """What ``device`` has free now (``rebuild.memory_budget.free_bytes``: CUDA's own count, or
     the host's MemAvailable); on a host without /proc/meminfo, its available pages."""
-    from graphdbg.rebuild.memory_budget import free_bytes as free_on
-
     free = free_on(torch.device(device))
     if free is not None:
         return free
@@ -283,8 +279,6 @@ def replay_world(root: str | Path, backend: str | None = None, passes: str | Non
 
     ``announce`` receives, on a multi-node replay, the command each other node runs.
     """
-    from graphdbg.formats import load as load_dump
-
     graph, paths = world_dumps(root, graph)
     dumps = {r: load_dump(p) for r, p in paths.items()}
     first = next(iter(dumps.values()))
@@ -399,8 +393,6 @@ def _failed_ranks(stderr: str) -> dict[int, int]:
 
 def _rank_outcome(rank: int, out: Path, exit_codes: dict[int, int], timed_out: bool, launcher_err: str, backend: str,
                   timeout: float) -> Outcome:
-    from graphdbg.replay.isolation import child_outcome
-
     err_file = out / f"rank{rank}.stderr"
     err = err_file.read_text(errors="replace") if err_file.exists() else ""
     outcome_file = out / f"rank{rank}.json"

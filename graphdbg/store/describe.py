@@ -122,7 +122,7 @@ def _describe_event(e: Any) -> dict[str, Any]:
 
 def _is_process_group(value: Any) -> bool:
     try:
-        import torch.distributed as dist
+        import torch.distributed as dist  # a torch build may lack torch.distributed: the try answers without it
 
         return dist.is_available() and isinstance(value, dist.ProcessGroup)
     except Exception:
@@ -142,7 +142,7 @@ def _describe_process_group(pg: Any) -> dict[str, Any]:
         except Exception:
             pass
     try:
-        import torch.distributed as dist
+        import torch.distributed as dist  # a torch build may lack torch.distributed: the try answers without it
 
         d["ranks"] = dist.get_process_group_ranks(pg)
     except Exception:

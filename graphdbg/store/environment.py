@@ -6,23 +6,22 @@ import os
 import platform
 import socket
 import sys
+from importlib.metadata import version
 from typing import Any
 
 import torch
 
+from graphdbg._version import __version__
+
 
 def package_version(name: str) -> str | None:
     try:
-        from importlib.metadata import version
-
         return version(name)
     except Exception:
         return None
 
 
 def environment() -> dict[str, Any]:
-    from graphdbg._version import __version__
-
     env: dict[str, Any] = {
         "graphdbg": __version__,
         "torch": torch.__version__,
@@ -56,7 +55,7 @@ def distributed_info() -> dict[str, Any]:
         "backend": None,
     }
     try:
-        import torch.distributed as dist
+        import torch.distributed as dist  # a torch build may lack torch.distributed: the try answers without it
 
         if dist.is_available() and dist.is_initialized():
             info["rank"] = dist.get_rank()

@@ -36,6 +36,7 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     The file is untrusted: its size and nesting are bounded before it is parsed, and every
     field graphdbg reads is type- and range-checked; a violation is a DumpError naming it.
     """
+    # this module loads without torch (fast CLI start); this brings torch in
     from graphdbg.store.schema import MAX_MANIFEST_BYTES, load_manifest_text, validate_manifest
 
     path = folder / MANIFEST
@@ -75,6 +76,7 @@ def _schema_of(data: Any) -> str:
 def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
     """Write ``manifest`` after checking it against the schema the readers use: a graphdbg bug
     fails here, at capture, instead of producing a dump graphdbg itself would refuse."""
+    # this module loads without torch (fast CLI start); this brings torch in
     from graphdbg.store.schema import load_manifest_text, validate_manifest
 
     text = json.dumps(manifest, indent=1, default=str) + "\n"

@@ -23,6 +23,7 @@ import getpass
 import os
 import re
 import shutil
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -204,8 +205,6 @@ def _names(manifest: dict[str, Any]) -> list[str]:
 
 
 def socket_hostname() -> str:
-    import socket
-
     try:
         return socket.gethostname()
     except OSError:

@@ -26,7 +26,12 @@ from pydantic.functional_validators import PlainValidator
 from pydantic.json_schema import WithJsonSchema
 
 from graphdbg.errors import DumpError
-from graphdbg.store.specs import MAX_NUMEL  # elements of one tensor: 64 Gi elements is past any one device's memory
+from graphdbg.store.specs import (
+    MAX_NUMEL,  # elements of one tensor: 64 Gi elements is past any one device's memory
+    GraphdbgError,
+    check_numel,
+    eval_dim,
+)
 
 MAX_MANIFEST_BYTES = 64 << 20  # node_info of a 100k-node graph is a few MB
 MAX_DEPTH = 24  # deepest real manifest: inputs[i].items[j].items[k].stats (describe_value stops at 3)
@@ -268,8 +273,6 @@ class Manifest(_Open):
         """Every size, symbolic or not, evaluates within bounds: a dump's own sizes are integers,
         and an expression (``9**9**9``) is evaluated here, by the bounded evaluator, so a hostile
         one is refused at load instead of hanging whatever reads it later."""
-        from graphdbg.store.specs import GraphdbgError, check_numel, eval_dim
-
         env = _SmallSymbols({d.expr: d.hint for d in self.inputs if d.kind == "symint" and isinstance(d.hint, int)
                              and not isinstance(d.hint, bool) and d.expr and d.expr.isidentifier()})
         own_dump = self.schema_ == "graphdbg.dump" and self.format is None  # not built by another reader

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 
 from graphdbg.errors import DumpError
 
@@ -92,8 +93,6 @@ def _as_bytes(flat: torch.Tensor) -> memoryview:
 
 def read_tensors(path: str | os.PathLike, names: Iterable[str] | None = None, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
     """Load some or all tensors, straight to ``device``; a damaged file is a DumpError."""
-    from safetensors import safe_open
-
     path = Path(path)
     check_tensor_file(path)
     try:
@@ -184,8 +183,6 @@ def _entry_span(path: Path, name: str, entry: object, data_size: int) -> tuple[i
 
 def _check_with_safetensors(path: Path) -> None:
     """safetensors' own validation (it maps the file; nothing is read until a tensor is asked for)."""
-    from safetensors import safe_open
-
     try:
         with safe_open(str(path), framework="pt", device="cpu") as f:
             f.keys()

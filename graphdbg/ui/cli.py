@@ -19,6 +19,9 @@ from rich.console import Console
 
 from graphdbg.errors import GraphdbgError
 
+# Each command imports the layers it uses inside its function: this module loads without torch,
+# so `graphdbg --help` and a bad argument answer without the 2 s that importing torch takes.
+
 app = typer.Typer(
     name="graphdbg",
     help="Capture the FX graphs a torch.compile backend fails on, and replay them offline.",

@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Group
+from rich.console import Console, Group
 from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
+
+from graphdbg.backends.recipe import shown_backend
+from graphdbg.tables import failing_node_names
 
 if TYPE_CHECKING:
     from graphdbg.case import Case
@@ -41,8 +44,6 @@ def rank_ranges(ranks: list[int]) -> str:
 
 
 def _group_paths(g: dict[str, Any], root: str | None) -> list[str]:
-    import os
-
     return [os.path.relpath(p, root) if root else p for p in g["paths"]]
 
 
@@ -96,7 +97,6 @@ def listing_list(groups: list[dict[str, Any]], root: str | None = None) -> Group
     head = Text(f"graphdbg dumps under {root}" if root else "graphdbg dumps", style="bold")
     head.append(f": {len(groups)} group{'s' if len(groups) != 1 else ''}, {sum(len(g['paths']) for g in groups)} files", style="")
     parts: list[Any] = [head]
-    import os
 
     tree = _as_tree(groups)
     for i, (g, depth) in enumerate(tree):
@@ -178,8 +178,6 @@ def listing_table(groups: list[dict[str, Any]], root: str | None = None) -> Tabl
 def log_notes(logs: list[dict[str, Any]], root: str | None = None) -> Text:
     """One line per distinct failure of each run log read by ``ls``: its ranks, backend, and
     which graphs it was attached to and how (``graphdbg.formats.run_log``)."""
-    import os
-
     text = Text()
     for entry in logs:
         name = os.path.relpath(entry["path"], root) if root else entry["path"]
@@ -212,8 +210,6 @@ def log_notes(logs: list[dict[str, Any]], root: str | None = None) -> Text:
 
 def _as_tree(groups: list[dict[str, Any]]) -> list[tuple[dict[str, Any], int]]:
     """Groups in listing order, each piece group right under the group holding its parent dump."""
-    import os
-
     owner = {os.path.normpath(p): i for i, g in enumerate(groups) for p in g["paths"]}
     kids: dict[int, list[int]] = {}
     roots = []
@@ -268,8 +264,6 @@ def _short_construct(name: str) -> str:
 
 def _shown_backend(dump: Dump) -> str:
     """The dump's backend; an aot_autograd(...)/partial one as its recipe reads."""
-    from graphdbg.backends.recipe import shown_backend
-
     return shown_backend(dump.manifest)
 
 
@@ -280,7 +274,7 @@ def dump_panel(dump: Dump) -> Panel:
     env = dump.manifest.get("env") or {}
     captured = bool(env.get("torch"))  # a graphdbg capture records its environment; another tool's file doesn't
     backend = (failure.get("backend") if log else None) or (_shown_backend(dump) if captured else None)
-    if dump.failure_kind == "foreign" and not log:
+    if dump.failure_kind == "printed_graph" and not log:
         lines.append("printed graph, no failure recorded", style="bold")
     else:
         lines.append(f"{dump.failure_kind}", style=KIND_STYLE.get(dump.failure_kind, "bold"))
@@ -299,7 +293,7 @@ def dump_panel(dump: Dump) -> Panel:
 
 
 def _arg_text(value: Any) -> str:
-    import torch.fx as fx
+    import torch.fx as fx  # this module loads without torch (fast CLI start); this brings torch in
 
     if isinstance(value, fx.Node):
         return value.name
@@ -313,8 +307,7 @@ def _arg_text(value: Any) -> str:
 
 def graph_tree(dump: Dump) -> Tree:
     """The graph grouped under the user source line each node came from."""
-    from graphdbg.graph.hashing import target_name
-    from graphdbg.tables import failing_node_names
+    from graphdbg.graph.hashing import target_name  # this module loads without torch (fast CLI start); this brings torch in
 
     info = dump.manifest["graph"].get("node_info", {})
     failing = failing_node_names(dump)
@@ -562,9 +555,9 @@ def _seconds(value: Any) -> str:
 
 
 def _case_repr(c: Any) -> str:
-    origin = f", from {c.dump.id}" if getattr(c, "dump", None) is not None else ""
+    loaded = f", from {c.dump.id}" if getattr(c, "dump", None) is not None else ""
     stand_ins = f", {len(c.stand_ins)} stand-ins" if c.stand_ins else ""
-    return f"Case({len(c.gm.graph.nodes)} nodes, {len(c.placeholders)} inputs on {c.device}{origin}{stand_ins})"
+    return f"Case({len(c.gm.graph.nodes)} nodes, {len(c.placeholders)} inputs on {c.device}{loaded}{stand_ins})"
 
 
 def _listing_repr(listing: Any) -> str:
@@ -612,8 +605,6 @@ def renderable(obj: Any) -> Any:
 
 def html_of(obj: Any, width: int = 120) -> str:
     """``renderable(obj)`` as an HTML fragment, for notebooks."""
-    from rich.console import Console
-
     console = Console(record=True, width=width, file=_Null(), force_jupyter=False)
     console.print(renderable(obj), crop=False)
     return console.export_html(inline_styles=True, code_format="<pre style=\"font-family:monospace\">{code}</pre>")

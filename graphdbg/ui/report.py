@@ -13,9 +13,15 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
+
+from graphdbg._version import __version__
+from graphdbg.backends.recipe import backend_label, shown_backend
+from graphdbg.tables import failing_node_names
+from graphdbg.ui.render import cell_text, rank_ranges, stand_ins_text
 
 MAX_SOURCE_LINES = 4000  # per graph; a huge graph is cut, with a note saying so
 
@@ -50,8 +56,7 @@ def write_report(path: str | Path, out: str | Path) -> Path:
 
 def report_html(path: str | Path) -> str:
     """The report page as a string (see ``write_report``)."""
-    from graphdbg._version import __version__
-    from graphdbg.formats.listing import list_dumps
+    from graphdbg.formats.listing import list_dumps  # this module loads without torch (fast CLI start); this brings torch in
 
     root = Path(path)
     listing = list_dumps(root)
@@ -71,8 +76,6 @@ def report_html(path: str | Path) -> str:
 
 
 def _e(value: Any) -> str:
-    from graphdbg.ui.render import cell_text
-
     return html.escape(cell_text(value))
 
 
@@ -85,8 +88,6 @@ def _rank_key(g: dict[str, Any]) -> tuple:
 
 
 def _groups_table(groups: list[dict[str, Any]], root: str) -> str:
-    from graphdbg.ui.render import rank_ranges
-
     rows = []
     for i, g in enumerate(groups):
         rel = _rel(g["paths"][0], root)
@@ -99,8 +100,6 @@ def _groups_table(groups: list[dict[str, Any]], root: str) -> str:
 
 
 def _rel(p: str, root: str) -> str:
-    import os
-
     try:
         return os.path.relpath(p, root)
     except ValueError:
@@ -108,10 +107,6 @@ def _rel(p: str, root: str) -> str:
 
 
 def _group_section(i: int, g: dict[str, Any], listing: Any) -> str:
-    from graphdbg.backends.recipe import shown_backend
-    from graphdbg.tables import failing_node_names
-    from graphdbg.ui.render import rank_ranges, stand_ins_text
-
     dump = next(d for d in listing.dumps if str(d.path) == g["paths"][0])
     parts = [f"<h2 id='group-{i}'>{_e(dump.id)} <span class='kind-{_e(g['kind'])}'>{_e(g['kind'])}</span></h2>",
              f"<p>ranks {_e(rank_ranges(g['ranks']))}; {_e(g['nodes'])} nodes; backend <code>{_e(shown_backend(dump.manifest))}</code></p>"]
@@ -220,8 +215,6 @@ def steps_svg(steps: list[dict[str, Any]], start_nodes: int, width: int = 420, h
 
 
 def _minify_section(minified: dict[str, Any], dump: Any) -> str:
-    from graphdbg.backends.recipe import backend_label
-
     steps = minified.get("steps") or []
     start = minified.get("start_nodes") or (steps[0]["nodes_before"] if steps else dump.node_count)
     rows = "".join(f"<tr><td>{_e(s.get('pass_name'))}</td><td>{_e(s.get('nodes_before'))} &rarr; {_e(s.get('nodes_after'))}</td>"

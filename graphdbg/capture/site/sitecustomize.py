@@ -6,7 +6,7 @@ import sys
 
 def _graphdbg_install():
     try:
-        from graphdbg.capture.autowrap import install
+        from graphdbg.capture.autowrap import install  # inside the try: a broken install must not stop the user's program
 
         install()
     except Exception as e:  # never break the user's program over a debugging aid
@@ -14,6 +14,7 @@ def _graphdbg_install():
 
 
 def _graphdbg_chain():
+    # here, not at the top: this file runs in every process the user starts; keep its names few
     import importlib.machinery
     import importlib.util
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import FIXTURES
 
 import graphdbg
-from conftest import FIXTURES
 from graphdbg.errors import GraphdbgError
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.run import (

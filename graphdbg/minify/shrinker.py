@@ -13,6 +13,7 @@ then fewer input elements) so that "smaller" is always well defined and the loop
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 import time
@@ -27,7 +28,7 @@ from graphdbg.backends.resolve import backend_spec, recorded_backend
 from graphdbg.case import Case, save_case
 from graphdbg.display import Displayed
 from graphdbg.errors import GraphdbgError
-from graphdbg.minify.candidates import Candidate, Origin
+from graphdbg.minify.candidates import Candidate, Origin, has_symbolic_sizes
 from graphdbg.minify.oracle import Oracle, case_key
 from graphdbg.minify.shrink_passes import ShrinkPass, Step, default_passes
 from graphdbg.replay.outcome import Outcome
@@ -268,6 +269,7 @@ def save_minified(case: Case, outcome: Outcome, out: str | Path, *, backend: Any
             manifest["backend_recipe"] = recipe_of_spec(ref)
         elif not isinstance(backend, str) or ":" in backend:
             manifest["backend"] = ref
+        keep_symbolic_sizes(case, written, manifest)
         manifest_path.write_text(json.dumps(manifest, indent=1, default=str))
         rank_dir = out / written.parent.name
         rank_dir.mkdir(exist_ok=True)
@@ -279,6 +281,42 @@ def save_minified(case: Case, outcome: Outcome, out: str | Path, *, backend: Any
         return final
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def keep_symbolic_sizes(case: Case, folder: Path, manifest: dict[str, Any]) -> None:
+    """A candidate of a dynamic-shape graph, saved as it was shrunk: the inputs whose capture
+    had symbolic sizes (``candidates`` keeps them in ``graphdbg_symbolic_spec``) get those
+    annotations back in ``graph.py`` and their descriptors (``Sym(s77)`` a symint, a tensor its
+    ``symbolic_shape``), so the dump replays traced with the same dynamic dims."""
+    from graphdbg.store.specs import SymSpec
+
+    symbolic = {n.name: n.meta["graphdbg_symbolic_spec"] for n in case.gm.graph.nodes
+                if n.op == "placeholder" and "graphdbg_symbolic_spec" in n.meta}
+    if not symbolic:
+        return
+    for d in manifest.get("inputs", []):
+        spec = symbolic.get(d.get("node"))
+        if isinstance(spec, SymSpec) and d.get("kind") == "int":
+            d.update(kind="symint", expr=spec.expr, hint=d.pop("value"))
+        elif spec is not None and d.get("kind") == "tensor":
+            d["symbolic_shape"], d["symbolic_stride"] = list(spec.shape), (list(spec.stride) if spec.stride else None)
+    graph = folder / "graph.py"
+    lines = graph.read_text().splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("def forward(self"):
+            lines[i] = _annotated_signature(line, symbolic)
+            break
+    graph.write_text("".join(lines))
+
+
+def _annotated_signature(line: str, specs: dict[str, Any]) -> str:
+    """``def forward(self, s77, x: "f32[2, 24]..."):`` with the annotations of ``specs``."""
+    head, _, rest = line.partition("def forward(")
+    params, sep, tail = rest.rpartition("):")
+    out = []
+    for name, annotation in re.findall(r'(\w+)(\s*:\s*"[^"]*")?', params):
+        out.append(f'{name}: "{specs[name].annotation()}"' if name in specs else name + annotation)
+    return f"{head}def forward({', '.join(out)}{sep}{tail}"
 
 
 def _backend_ref(backend: Any) -> str:
@@ -388,7 +426,10 @@ def find_target(case: Case, dump: Any, backend: Any, opts: RunOptions, *, direct
     recorded = failed_kind and not any_failure and not case.modified
     own_backend = dump is not None and _backend_ref(backend) in _own_refs(dump)
     if own_backend and failed_kind and not case.modified and opts.passes is None and direct is not False:
-        return Target(case, dump, backend, _recorded_failure(dump, backend), True, recorded, lazy=True)
+        # a dynamic-shape graph is shrunk through torch.compile, which traces its sizes symbolic
+        # as captured: called directly, a backend sees only concrete sizes
+        lazy_direct = bool(direct) or not has_symbolic_sizes(case.gm)
+        return Target(case, dump, backend, _recorded_failure(dump, backend), lazy_direct, recorded, lazy=True)
     target = Target(case, dump, backend, None, bool(direct), recorded, lazy=False)
     for d in [direct] if direct is not None else [True, False]:
         target.queries += 1

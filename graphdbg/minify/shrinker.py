@@ -428,7 +428,9 @@ def find_target(case: Case, dump: Any, backend: Any, opts: RunOptions, *, direct
     if own_backend and failed_kind and not case.modified and opts.passes is None and direct is not False:
         # a dynamic-shape graph is shrunk through torch.compile, which traces its sizes symbolic
         # as captured: called directly, a backend sees only concrete sizes
-        lazy_direct = bool(direct) or not has_symbolic_sizes(case.gm)
+        # (a piece of a nested compile reached its compiler directly, never through Dynamo: it stays direct)
+        piece = bool((dump.manifest.get("parent") or {}).get("piece"))
+        lazy_direct = bool(direct) or piece or not has_symbolic_sizes(case.gm)
         return Target(case, dump, backend, _recorded_failure(dump, backend), lazy_direct, recorded, lazy=True)
     target = Target(case, dump, backend, None, bool(direct), recorded, lazy=False)
     for d in [direct] if direct is not None else [True, False]:

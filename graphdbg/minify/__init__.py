@@ -24,9 +24,9 @@ from graphdbg.minify.bisect import (
 from graphdbg.minify.export_test import export_test
 from graphdbg.minify.oracle import Oracle
 from graphdbg.minify.repro import write_repro
-from graphdbg.minify.shrinker import MinifyInterrupted, MinifyResult, minify
+from graphdbg.minify.shrinker import Budget, MinifyInterrupted, MinifyResult, Predicate, minify, shrink
 
 __all__ = [
-    "MinifyInterrupted", "MinifyResult", "NodeDivergence", "Oracle", "PassBisection", "RankReport",
-    "bisect_nodes", "bisect_passes", "bisect_ranks", "export_test", "minify", "write_repro",
+    "Budget", "MinifyInterrupted", "MinifyResult", "NodeDivergence", "Oracle", "PassBisection", "Predicate", "RankReport",
+    "bisect_nodes", "bisect_passes", "bisect_ranks", "export_test", "minify", "shrink", "write_repro",
 ]

@@ -16,6 +16,7 @@ gives a graph that computes exactly what the original computed there.
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ import torch.fx as fx
 
 from graphdbg.case import Case
 from graphdbg.minify.values import record_values
+from graphdbg.store.specs import SymSpec, TensorSpec
 
 COMPUTE_OPS = ("call_function", "call_method", "call_module", "get_attr")
 # values a graph input can hold in a dump (a tuple from split(), say, can't: its producer stays)
@@ -50,6 +52,7 @@ class Origin:
     nodes: list[fx.Node] = field(default_factory=list)
     by_name: dict[str, fx.Node] = field(default_factory=dict)
     index: dict[str, int] = field(default_factory=dict)
+    size_symbols: dict[str, str] = field(default_factory=dict)  # size symbol (s77) -> the placeholder holding it
 
     @classmethod
     def of(cls, case: Case) -> Origin:
@@ -57,7 +60,7 @@ class Origin:
         values = record_values(case.gm, list(case.inputs), grad=grad)
         nodes = list(case.gm.graph.nodes)
         return cls(case=case, values=values, nodes=nodes, by_name={n.name: n for n in nodes},
-                   index={n.name: i for i, n in enumerate(nodes)})
+                   index={n.name: i for i, n in enumerate(nodes)}, size_symbols=_size_symbols(nodes))
 
     @property
     def compute(self) -> list[str]:
@@ -115,13 +118,14 @@ class Origin:
         if resolved is None:
             return None
         inputs, live, outputs = resolved
+        inputs, keep_symbolic = self._with_size_symbols(inputs)
         narrow = dict(cand.narrow)
         graph = fx.Graph()
         env: dict[str, Any] = {}
         values: list[Any] = []
         for name in inputs:
             value = self.values[name]
-            if name in cand.inline and isinstance(value, (bool, int, float)):
+            if name in cand.inline and name not in keep_symbolic and isinstance(value, (bool, int, float)):
                 env[name] = value
                 continue
             if name in narrow and isinstance(value, torch.Tensor):
@@ -142,13 +146,65 @@ class Origin:
                     dump=self.case.dump, modified=True)
 
 
+    def _with_size_symbols(self, inputs: list[str]) -> tuple[list[str], set[str]]:
+        """``inputs`` plus the placeholders of the size symbols their symbolic annotations use
+        (a cut graph keeps taking ``Sym(s77)`` as Dynamo's graphs do, so its sizes stay
+        symbolic when it is traced and saved), and the names of those size placeholders."""
+        if not self.size_symbols:
+            return inputs, set()
+        used = {sym for name in inputs for sym in symbols_of(_symbolic_spec(self.by_name[name]))}
+        keep = {self.size_symbols[sym] for sym in used if sym in self.size_symbols}
+        return self.order(set(inputs) | keep), keep
+
+
+_SYMBOL = re.compile(r"[A-Za-z_]\w*")
+
+
+def _symbolic_spec(node: fx.Node) -> Any:
+    """The annotation of ``node`` as captured, sizes symbolic (``f32[s77, 32]``, ``Sym(s77)``)."""
+    return node.meta.get("graphdbg_symbolic_spec", node.meta.get("graphdbg_spec"))
+
+
+def symbols_of(spec: Any) -> set[str]:
+    """The size symbols an annotation uses: ``{"s77", "s27"}`` for ``f32[s77, 8*s27]``."""
+
+    if isinstance(spec, TensorSpec):
+        dims = [d for d in [*spec.shape, *(spec.stride or [])] if isinstance(d, str)]
+    elif isinstance(spec, SymSpec):
+        dims = [spec.expr]
+    else:
+        return set()
+    return {m for d in dims for m in _SYMBOL.findall(d)}
+
+
+def has_symbolic_sizes(gm: fx.GraphModule) -> bool:
+    """Whether ``gm``'s inputs were captured with symbolic sizes (a dynamic-shape graph)."""
+    return any(symbols_of(_symbolic_spec(n)) for n in gm.graph.nodes if n.op == "placeholder")
+
+
+def _size_symbols(nodes: list[fx.Node]) -> dict[str, str]:
+    """Each size symbol a placeholder holds (``s77: "Sym(s77)"``) -> that placeholder's name."""
+
+    out = {}
+    for n in nodes:
+        spec = _symbolic_spec(n)
+        if n.op == "placeholder" and isinstance(spec, SymSpec) and spec.expr.isidentifier():
+            out[spec.expr] = n.name
+    return out
+
+
 def _describe_placeholder(ph: fx.Node, original: fx.Node, value: Any) -> None:
-    """The meta a dump's printer and the graph hash read: spec, example value, source line."""
-    from graphdbg.store.specs import TensorSpec
+    """The meta a dump's printer and the graph hash read: spec, example value, source line, and
+    the symbolic annotation where the original had one (``replay.run.as_captured`` then traces
+    those dims dynamic, as they were captured)."""
 
     for key in ("graphdbg_source", "nn_module_stack", "stack_trace"):
         if key in original.meta:
             ph.meta[key] = copy.copy(original.meta[key])
+    symbolic = _symbolic_spec(original)
+    if symbols_of(symbolic) and (isinstance(symbolic, SymSpec) and isinstance(value, int)
+                                 or isinstance(value, torch.Tensor) and len(symbolic.shape) == value.dim()):
+        ph.meta["graphdbg_symbolic_spec"] = symbolic
     if isinstance(value, torch.Tensor):
         ph.meta["graphdbg_spec"] = TensorSpec.of(value)
         ph.meta["example_value"] = value

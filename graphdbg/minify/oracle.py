@@ -22,6 +22,7 @@ import torch
 from graphdbg.case import Case
 from graphdbg.graph.hashing import module_hash
 from graphdbg.judge.signature import same_signature
+from graphdbg.minify.functorch_layers import balanced_functorch_layers, escaped_vmap
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.run import run_case
 
@@ -72,7 +73,6 @@ class Oracle:
         self._lock = threading.Lock()
 
     def run(self, case: Case) -> Outcome:
-        from graphdbg.minify.functorch_layers import balanced_functorch_layers, escaped_vmap
 
         error = None
         with balanced_functorch_layers() as layers:  # a candidate that cut a vmap in half

@@ -12,15 +12,74 @@ it cleans up.
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
+
+from graphdbg.graph.hashing import target_name
 
 if TYPE_CHECKING:  # the shrinker imports these passes; a runtime import would be a circle
     from graphdbg.minify.shrinker import Shrinker
 
 # Passes take the Shrinker (``minify.shrinker``) as their argument; they only call its
 # ``test``/``test_many``/``best`` surface, so this module doesn't import it.
+
+
+@dataclass
+class Step:
+    """One win of a pass: the best graph before and after it, and what it cost."""
+
+    pass_name: str
+    nodes_before: int
+    nodes_after: int
+    queries: int
+    seconds: float
+    elements_before: int = 0  # input elements: what shrink_inputs makes smaller
+    elements_after: int = 0
+
+    def line(self) -> str:
+        what = (f"{self.nodes_before} -> {self.nodes_after} nodes" if self.nodes_before != self.nodes_after
+                else f"{self.nodes_after} nodes, input elements {self.elements_before} -> {self.elements_after}")
+        return f"{self.pass_name}: {what} ({self.queries} queries, {self.seconds:.1f}s)"
+
+
+class ShrinkPass:
+    """A pass as an object that keeps its own statistics across the rounds of one shrink:
+    ``runs``, ``queries`` (backend runs it caused), ``accepted`` (candidates that became the new
+    best) and ``seconds``. ``last`` is the Step of its latest run if that run won, else None.
+
+        >>> p = ShrinkPass(truncate_suffix)
+        >>> step = p.run(shrinker)      # a Step when the best got smaller
+        >>> p.stats()
+        {'name': 'truncate_suffix', 'runs': 1, 'queries': 6, 'accepted': 2, 'seconds': 3.1}
+    """
+
+    def __init__(self, fn: Callable[[Shrinker], None], name: str | None = None):
+        self.fn, self.name = fn, name or fn.__name__
+        self.runs = self.queries = self.accepted = 0
+        self.seconds = 0.0
+        self.last: Step | None = None
+
+    def run(self, s: Shrinker) -> Step | None:
+        """Run once over ``s``; the Step if the best got smaller. Statistics are kept even when
+        the pass is cut short (the budget raises through it)."""
+        before, q0, t0 = s.best_key, s.oracle.queries, time.perf_counter()
+        s.current, self.last = self, None
+        try:
+            self.fn(s)
+        finally:
+            s.current = None
+            queries, seconds = s.oracle.queries - q0, time.perf_counter() - t0
+            self.runs, self.queries, self.seconds = self.runs + 1, self.queries + queries, self.seconds + seconds
+            if s.best_key < before:
+                self.last = Step(self.name, before[0], s.best_key[0], queries, seconds, before[2], s.best_key[2])
+        return self.last
+
+    def stats(self) -> dict[str, Any]:
+        return {"name": self.name, "runs": self.runs, "queries": self.queries, "accepted": self.accepted,
+                "seconds": round(self.seconds, 3)}
 
 
 def _first_true(lo: int, hi: int, probe_many: Callable[[list[int]], list[bool | None]], ways: int) -> int:
@@ -43,9 +102,10 @@ def focus_failing_node(s: Shrinker) -> None:
     if s.focused:
         return
     s.focused = True
-    target = s.oracle.target
-    from graphdbg.graph.hashing import target_name
+    target = getattr(s.oracle, "target", None)
 
+    if target is None:
+        return
     if target.node is not None and target.node in s.origin.by_name:
         names = [target.node]
     elif target.node_target:
@@ -170,3 +230,8 @@ def shrink_inputs(s: Shrinker) -> None:
 PASSES: list[Callable[[Shrinker], None]] = [
     focus_failing_node, truncate_suffix, cut_prefix, drop_middle, delta_debug, drop_outputs, inline_scalars, shrink_inputs,
 ]
+
+
+def default_passes() -> list[ShrinkPass]:
+    """Fresh ShrinkPass objects for ``PASSES`` (statistics start at zero)."""
+    return [ShrinkPass(fn) for fn in PASSES]

@@ -13,6 +13,7 @@ then fewer input elements) so that "smaller" is always well defined and the loop
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 import time
@@ -21,15 +22,28 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from graphdbg.backends.recipe import backend_label, is_recipe_spec, recipe_of_spec
 from graphdbg.backends.resolve import backend_spec, recorded_backend
 from graphdbg.case import Case, save_case
 from graphdbg.display import Displayed
+from graphdbg.dump import Dump
 from graphdbg.errors import GraphdbgError
-from graphdbg.minify.candidates import Candidate, Origin
+from graphdbg.formats import load as load_dump
+from graphdbg.minify.candidates import Candidate, Origin, has_symbolic_sizes
 from graphdbg.minify.oracle import Oracle, case_key
+from graphdbg.minify.repro import write_repro
+from graphdbg.minify.shrink_passes import ShrinkPass, Step, default_passes
 from graphdbg.replay.outcome import Outcome
+from graphdbg.replay.run import run_case
+from graphdbg.store.manifest import MANIFEST, read_manifest
+from graphdbg.store.specs import SymSpec
+
+# Budget defaults: on a 2-core machine a candidate costs 0.1 s (eager) to 10 s (Inductor's C++),
+# so either ends a minify within a few minutes.
+DEFAULT_MAX_QUERIES = 300
+DEFAULT_TIME_BUDGET_S = 240.0
 
 
 def size_key(case: Case) -> tuple[int, int, int]:
@@ -47,27 +61,63 @@ class MinifyInterrupted(KeyboardInterrupt):
         self.result = result
 
 
-@dataclass
-class Step:
-    pass_name: str
-    nodes_before: int
-    nodes_after: int
-    queries: int
-    seconds: float
-    elements_before: int = 0  # input elements: what shrink_inputs makes smaller
-    elements_after: int = 0
+class BudgetSpent(Exception):
+    """Raised inside a pass when the budget is spent; the Shrinker stops on it."""
 
-    def line(self) -> str:
-        what = (f"{self.nodes_before} -> {self.nodes_after} nodes" if self.nodes_before != self.nodes_after
-                else f"{self.nodes_after} nodes, input elements {self.elements_before} -> {self.elements_after}")
-        return f"{self.pass_name}: {what} ({self.queries} queries, {self.seconds:.1f}s)"
+
+@dataclass
+class Budget:
+    """How much shrinking may cost: backend runs (``max_queries``) and wall time (``seconds``).
+    None is no limit. Checked before each batch of candidates, so one candidate (bounded by the
+    replay timeout) may run past ``seconds``."""
+
+    max_queries: int | None = DEFAULT_MAX_QUERIES
+    seconds: float | None = DEFAULT_TIME_BUDGET_S
+
+    def spent(self, queries: int, elapsed: float) -> str | None:
+        """Why the budget is spent, or None while it isn't."""
+        if self.max_queries is not None and queries >= self.max_queries:
+            return f"{queries} queries of a budget of {self.max_queries}"
+        if self.seconds is not None and elapsed >= self.seconds:
+            return f"{elapsed:.0f}s of a time budget of {self.seconds:g}s"
+        return None
+
+
+class Predicate:
+    """A plain ``Case -> bool`` failure predicate with the surface the passes ask of an Oracle:
+    ``test_many``, a cache keyed by graph and inputs, ``queries``, and no pinned target.
+
+        >>> shrink(case, Predicate(lambda c: "gelu" in c.gm.code))
+    """
+
+    def __init__(self, fn: Callable[[Case], bool]):
+        self.fn = fn
+        self.cache: dict[str, bool] = {}
+        self.queries = self.cache_hits = 0
+        self.jobs = 1
+        self.target = None  # nothing pins the failure to a node: focus_failing_node has nothing to try
+
+    def test_many(self, cases: list[Case], *, stop_at_first: bool = False) -> list[bool | None]:
+        answers: list[bool | None] = [None] * len(cases)
+        for i, case in enumerate(cases):
+            key = case_key(case)
+            if key in self.cache:
+                self.cache_hits += 1
+            else:
+                self.queries += 1
+                self.cache[key] = bool(self.fn(case))
+            answers[i] = self.cache[key]
+            if stop_at_first and answers[i]:
+                break
+        return answers
 
 
 class Shrinker:
-    """Holds the best candidate so far; passes ask it to test candidates."""
+    """Holds the best candidate so far; passes ask it to test candidates with its predicate
+    (an Oracle, or any object with ``test_many`` and ``queries``, such as ``Predicate``)."""
 
-    def __init__(self, origin: Origin, oracle: Oracle, *, on_improve: Callable[[Shrinker], None] | None = None,
-                 log: Callable[[str], None] | None = None):
+    def __init__(self, origin: Origin, oracle: Any, *, on_improve: Callable[[Shrinker], None] | None = None,
+                 log: Callable[[str], None] | None = None, budget: Budget | None = None):
         self.origin, self.oracle = origin, oracle
         self.best = origin.initial()
         case = origin.build(self.best)
@@ -79,7 +129,11 @@ class Shrinker:
         self.focused = False
         self.halved = False
         self.steps: list[Step] = []
+        self.passes: list[ShrinkPass] = []
+        self.current: ShrinkPass | None = None  # the pass running now (it counts the candidates it wins with)
         self.on_improve, self._log = on_improve, log
+        self.budget = budget or Budget(None, None)
+        self.stopped: str | None = None  # why the budget ended the search, if it did
         self.started = time.perf_counter()
 
     # What passes read ------------------------------------------------------------------
@@ -103,30 +157,45 @@ class Shrinker:
         built = [(c, self.origin.build(c)) for c in cands]
         runnable = [(i, c, case) for i, (c, case) in enumerate(built) if case is not None]
         answers: list[bool | None] = [False if case is None else None for _, case in built]
-        got = self.oracle.test_many([case for _, _, case in runnable], stop_at_first=stop_at_first)
+        cases = [case for _, _, case in runnable]
+        if any(case_key(c) not in self.oracle.cache for c in cases):  # a backend run ahead: is there budget for it?
+            self.stopped = self.budget.spent(self.oracle.queries, time.perf_counter() - self.started)
+            if self.stopped:
+                raise BudgetSpent(self.stopped)
+        got = self.oracle.test_many(cases, stop_at_first=stop_at_first)
         for (i, cand, case), ok in zip(runnable, got):
             answers[i] = ok
             if ok and size_key(case) < self.best_key:
                 self.best, self.best_case, self.best_key = cand, case, size_key(case)
+                if self.current is not None:
+                    self.current.accepted += 1
         return answers
 
     # The loop ---------------------------------------------------------------------------
-    def run(self, passes: list[Callable[[Shrinker], None]]) -> None:
+    def run(self, passes: list[Any]) -> None:
+        """Run ``passes`` (ShrinkPass objects, or plain functions of the Shrinker) in turn until
+        none makes the best smaller, or the budget is spent (``stopped`` then says why)."""
+        self.passes = [p if isinstance(p, ShrinkPass) else ShrinkPass(p) for p in passes]
         progress = True
-        while progress:
-            progress = False
-            for p in passes:
-                before, q0, t0 = self.best_key, self.oracle.queries, time.perf_counter()
-                p(self)
-                if self.best_key < before:
-                    progress = True
-                    step = Step(p.__name__, before[0], self.best_key[0], self.oracle.queries - q0, time.perf_counter() - t0,
-                                before[2], self.best_key[2])
-                    self.steps.append(step)
-                    if self._log:
-                        self._log(step.line())
-                    if self.on_improve:
-                        self.on_improve(self)
+        current: ShrinkPass | None = None
+        try:
+            while progress:
+                progress = False
+                for current in self.passes:
+                    step = current.run(self)
+                    if step is not None:
+                        progress = True
+                        self._won(step)
+        except BudgetSpent:
+            if current is not None and current.last is not None:  # the pass the budget cut short had won
+                self._won(current.last)
+
+    def _won(self, step: Step) -> None:
+        self.steps.append(step)
+        if self._log:
+            self._log(step.line())
+        if self.on_improve:
+            self.on_improve(self)
 
 
 @dataclass
@@ -152,6 +221,8 @@ class MinifyResult(Displayed):
     steps: list[Step] = field(default_factory=list)
     interrupted: bool = False
     saved: Path | None = None
+    stopped: str | None = None  # why the budget ended the search (the graph is the best so far), or None
+    pass_stats: list[dict[str, Any]] = field(default_factory=list)  # ShrinkPass.stats() of each pass
 
     @property
     def log(self) -> list[str]:
@@ -161,7 +232,8 @@ class MinifyResult(Displayed):
         return {"start_nodes": self.start_nodes, "final_nodes": self.final_nodes, "oracle_queries": self.queries,
                 "cache_hits": self.cache_hits, "seconds": round(self.seconds, 3), "status": self.outcome.status,
                 "signature": self.outcome.signature, "accuracy": self.accuracy, "interrupted": self.interrupted,
-                "steps": [s.__dict__ for s in self.steps], "out": str(self.saved) if self.saved else None}
+                "steps": [s.__dict__ for s in self.steps], "out": str(self.saved) if self.saved else None,
+                "budget_ended": self.stopped is not None, "stopped": self.stopped, "pass_stats": self.pass_stats}
 
     def save(self, out: str | Path) -> Path:
         """Write the minified graph as the only dump under ``out``, with ``repro.py`` beside it;
@@ -173,8 +245,6 @@ class MinifyResult(Displayed):
 
 def save_minified(case: Case, outcome: Outcome, out: str | Path, *, backend: Any, passes: Any = None,
                   direct: bool = True, accuracy: bool = False, summary: dict[str, Any] | None = None) -> Path:
-    from graphdbg.minify.repro import write_repro
-    from graphdbg.store.manifest import MANIFEST
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -203,6 +273,7 @@ def save_minified(case: Case, outcome: Outcome, out: str | Path, *, backend: Any
             manifest["backend_recipe"] = recipe_of_spec(ref)
         elif not isinstance(backend, str) or ":" in backend:
             manifest["backend"] = ref
+        keep_symbolic_sizes(case, written, manifest)
         manifest_path.write_text(json.dumps(manifest, indent=1, default=str))
         rank_dir = out / written.parent.name
         rank_dir.mkdir(exist_ok=True)
@@ -214,6 +285,41 @@ def save_minified(case: Case, outcome: Outcome, out: str | Path, *, backend: Any
         return final
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def keep_symbolic_sizes(case: Case, folder: Path, manifest: dict[str, Any]) -> None:
+    """A candidate of a dynamic-shape graph, saved as it was shrunk: the inputs whose capture
+    had symbolic sizes (``candidates`` keeps them in ``graphdbg_symbolic_spec``) get those
+    annotations back in ``graph.py`` and their descriptors (``Sym(s77)`` a symint, a tensor its
+    ``symbolic_shape``), so the dump replays traced with the same dynamic dims."""
+
+    symbolic = {n.name: n.meta["graphdbg_symbolic_spec"] for n in case.gm.graph.nodes
+                if n.op == "placeholder" and "graphdbg_symbolic_spec" in n.meta}
+    if not symbolic:
+        return
+    for d in manifest.get("inputs", []):
+        spec = symbolic.get(d.get("node"))
+        if isinstance(spec, SymSpec) and d.get("kind") == "int":
+            d.update(kind="symint", expr=spec.expr, hint=d.pop("value"))
+        elif spec is not None and d.get("kind") == "tensor":
+            d["symbolic_shape"], d["symbolic_stride"] = list(spec.shape), (list(spec.stride) if spec.stride else None)
+    graph = folder / "graph.py"
+    lines = graph.read_text().splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("def forward(self"):
+            lines[i] = _annotated_signature(line, symbolic)
+            break
+    graph.write_text("".join(lines))
+
+
+def _annotated_signature(line: str, specs: dict[str, Any]) -> str:
+    """``def forward(self, s77, x: "f32[2, 24]..."):`` with the annotations of ``specs``."""
+    head, _, rest = line.partition("def forward(")
+    params, sep, tail = rest.rpartition("):")
+    out = []
+    for name, annotation in re.findall(r'(\w+)(\s*:\s*"[^"]*")?', params):
+        out.append(f'{name}: "{specs[name].annotation()}"' if name in specs else name + annotation)
+    return f"{head}def forward({', '.join(out)}{sep}{tail}"
 
 
 def _backend_ref(backend: Any) -> str:
@@ -247,17 +353,203 @@ def as_case(case_or_dump: Any, device: Any = None) -> Case:
     if isinstance(case_or_dump, Case):
         return case_or_dump
     if isinstance(case_or_dump, (str, Path)):
-        from graphdbg.formats import load as load_dump
 
         case_or_dump = load_dump(case_or_dump)
     return case_or_dump.case(device)
+
+
+def shrink(case: Case, predicate: Any, *, passes: list[Any] | None = None, budget: Budget | None = None,
+           on_improve: Callable[[Shrinker], None] | None = None, log: Callable[[str], None] | None = None) -> Shrinker:
+    """Shrink ``case`` (which fails) to the smallest candidate ``predicate`` still accepts.
+
+    ``predicate`` is an ``Oracle``, or any ``Case -> bool`` (wrapped in ``Predicate``): the
+    failure to keep is the caller's to define, as with torch's fx_minifier and Hypothesis.
+    Returns the Shrinker: ``best_case``, ``steps``, ``passes`` (with their statistics) and
+    ``stopped`` (why the budget ended it, or None).
+
+        >>> s = shrink(case, lambda c: any("gelu" in str(n.target) for n in c.gm.graph.nodes))
+        >>> len(s.best_case.gm.graph.nodes), [p.stats() for p in s.passes]
+    """
+    if not hasattr(predicate, "test_many"):
+        predicate = Predicate(predicate)
+    shrinker = Shrinker(Origin.of(case), predicate, on_improve=on_improve, log=log, budget=budget)
+    shrinker.run(passes if passes is not None else default_passes())
+    return shrinker
+
+
+@dataclass
+class RunOptions:
+    """How every replay of one minify runs (the first ones, and the oracle's)."""
+
+    passes: Any = None
+    isolate: bool = False
+    timeout: float | None = None
+    rtol: float | None = None
+    atol: float | None = None
+    jobs: int = 1
+
+    def run(self, case: Case, backend: Any, direct: bool) -> Outcome:
+        return run_case(case, backend, self.passes, isolate=self.isolate, timeout=self.timeout, accuracy=True,
+                        rtol=self.rtol, atol=self.atol, direct=direct)
+
+    def oracle(self, target: Target, accuracy: bool, on_query: Any) -> Oracle:
+        return Oracle(target.outcome, target.backend, self.passes, accuracy=accuracy, isolate=self.isolate,
+                      timeout=self.timeout, direct=target.direct, rtol=self.rtol, atol=self.atol, jobs=self.jobs,
+                      on_query=on_query)
+
+
+@dataclass
+class Target:
+    """The failure a minify keeps, found before any shrinking (``find_target``)."""
+
+    case: Case
+    dump: Any
+    backend: Any
+    outcome: Outcome | None
+    direct: bool
+    recorded: bool  # a candidate counts only if it shows the failure the dump recorded
+    lazy: bool  # taken from the dump unrun: the original is run only if nothing smaller fails
+    queries: int = 0  # backend runs spent finding it
+
+    def fails(self, o: Outcome) -> bool:
+        if self.recorded:
+            return o.reproduces(self.dump)
+        return o.failed and o.stage != "reference"
+
+
+def find_target(case: Case, dump: Any, backend: Any, opts: RunOptions, *, direct: bool | None = None,
+                any_failure: bool = False) -> Target:
+    """The failure to keep. A dump that recorded a failure keeps it under any backend (only
+    ``any_failure``, or a Case with nothing recorded, takes whatever the backend does first).
+    Under the dump's own backend the recorded failure is taken without a run (``lazy``): any
+    smaller candidate failing the same way proves it. Else the original is run, directly then
+    through torch.compile (or as ``direct`` says), until it fails."""
+    failed_kind = dump is not None and dump.failure_kind in ("compile_error", "runtime_error", "accuracy", "crash")
+    recorded = failed_kind and not any_failure and not case.modified
+    own_backend = dump is not None and _backend_ref(backend) in _own_refs(dump)
+    if own_backend and failed_kind and not case.modified and opts.passes is None and direct is not False:
+        # a dynamic-shape graph is shrunk through torch.compile, which traces its sizes symbolic
+        # as captured: called directly, a backend sees only concrete sizes
+        # (a piece of a nested compile reached its compiler directly, never through Dynamo: it stays direct)
+        piece = bool((dump.manifest.get("parent") or {}).get("piece"))
+        lazy_direct = bool(direct) or piece or not has_symbolic_sizes(case.gm)
+        return Target(case, dump, backend, _recorded_failure(dump, backend), lazy_direct, recorded, lazy=True)
+    target = Target(case, dump, backend, None, bool(direct), recorded, lazy=False)
+    for d in [direct] if direct is not None else [True, False]:
+        target.queries += 1
+        o = opts.run(case, backend, d)
+        if target.fails(o):
+            target.outcome, target.direct = o, d
+            break
+    if target.outcome is None:
+        if recorded and o.failed:
+            raise GraphdbgError(f"{_backend_name(backend)} fails differently from the captured failure "
+                                f"({o.summary()}; captured: {dump.signature or dump.failure_kind}); "
+                                "pass --any-failure to minify that failure instead")
+        raise GraphdbgError(f"the graph does not fail under {_backend_name(backend)} (last outcome: {o.summary()})")
+    if recorded and target.outcome.status == "crash":
+        # the oracle compares candidates with the captured signature, not with this backend's first words
+        target.outcome = _recorded_failure(dump, backend)
+    return target
+
+
+def confirm_lazy_target(target: Target, oracle: Oracle, opts: RunOptions) -> Target | None:
+    """Nothing smaller failed under a ``lazy`` target: run the original directly (None: it fails,
+    the target stands), else through torch.compile (a target to shrink again with, not direct)."""
+    oracle.queries += 1
+    if target.fails(oracle.run(target.case)):
+        return None
+    try:
+        return find_target(target.case, target.dump, target.backend, opts, direct=False, any_failure=not target.recorded)
+    except GraphdbgError:
+        raise GraphdbgError(f"the graph does not fail under {_backend_name(target.backend)} as the dump recorded") from None
+
+
+class Minifier:
+    """One minify run over a Target: the Oracle, the Shrinker, saving each win under ``out``,
+    the progress line, and Ctrl-C (``MinifyInterrupted``) or a spent budget ending it with the
+    best graph so far saved."""
+
+    def __init__(self, target: Target, opts: RunOptions, *, accuracy: bool | None, budget: Budget,
+                 out: str | Path | None = None, progress: Any = None, log: Callable[[str], None] | None = None,
+                 on_query: Callable[[Oracle, Outcome], None] | None = None, started: float | None = None):
+        self.target, self.opts, self.budget, self.out, self.log = target, opts, budget, out, log
+        self.accuracy = target.outcome.status == "mismatch" if accuracy is None else accuracy
+        self.started = time.perf_counter() if started is None else started
+        self.bar = _progress_reporter(progress)
+        self.oracle = opts.oracle(target, self.accuracy, self._on_query(on_query) if self.bar else on_query)
+        self.oracle.queries = target.queries
+        self.shrinker: Shrinker | None = None
+        self.saved: Path | None = None
+
+    def _on_query(self, user: Callable[[Oracle, Outcome], None] | None) -> Callable[[Oracle, Outcome], None]:
+        def on_query(o: Oracle, outcome: Outcome) -> None:
+            self.bar(o.queries, self.shrinker.best_key[0] if self.shrinker else None, None)
+            if user:
+                user(o, outcome)
+
+        return on_query
+
+    def say(self, line: str) -> None:
+        if self.log is not None:
+            self.log(line)
+        if self.bar is not None:
+            self.bar(self.oracle.queries, self.shrinker.best_key[0] if self.shrinker else None, line)
+
+    def on_improve(self, s: Shrinker) -> None:
+        if self.out is not None:
+            self.saved = self.result().save(self.out)
+
+    def result(self, interrupted: bool = False) -> MinifyResult:
+        t, s = self.target, self.shrinker
+        best = s.best_case if s else self.origin.build(self.origin.initial())
+        return MinifyResult(case=best, outcome=self.oracle.outcomes.get(case_key(best), t.outcome), backend=t.backend,
+                            passes=self.opts.passes, accuracy=bool(self.accuracy), direct=bool(t.direct),
+                            start_nodes=len(t.case.gm.graph.nodes), final_nodes=len(best.gm.graph.nodes),
+                            queries=self.oracle.queries, cache_hits=self.oracle.cache_hits,
+                            seconds=time.perf_counter() - self.started, steps=list(s.steps) if s else [],
+                            interrupted=interrupted, saved=self.saved, stopped=s.stopped if s else None,
+                            pass_stats=[p.stats() for p in s.passes] if s else [])
+
+    def save_best(self, result: MinifyResult) -> MinifyResult:
+        """Save ``result`` unless the best is already on disk (each win was saved when it won)."""
+        if self.out is not None and (self.saved is None or result.final_nodes < graphdbg_nodes(self.saved)
+                                     or result.stopped):
+            result.saved = self.saved = result.save(self.out)
+        return result
+
+    def run(self) -> MinifyResult | None:
+        """The smallest failing graph, saved under ``out``; None when the target was ``lazy``,
+        nothing smaller failed and the original does not fail directly (``self.retry`` is the
+        target to try again with)."""
+        self.retry: Target | None = None
+        self.origin = Origin.of(self.target.case)
+        try:
+            self.shrinker = Shrinker(self.origin, self.oracle, on_improve=self.on_improve, log=self.say,
+                                     budget=self.budget)
+            self.shrinker.run(default_passes())
+            if self.target.lazy and not self.shrinker.steps and not self.shrinker.stopped:
+                self.retry = confirm_lazy_target(self.target, self.oracle, self.opts)
+                if self.retry is not None:
+                    self.retry.queries += self.oracle.queries
+                    return None
+        except KeyboardInterrupt:
+            partial = self.result(interrupted=True)
+            if self.shrinker is not None:
+                self.save_best(partial)
+            raise MinifyInterrupted(partial) from None
+        finally:
+            if self.bar is not None:
+                self.bar(None, None, None)  # close
+        return self.save_best(self.result())
 
 
 def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, accuracy: bool | None = None,
            jobs: int = 1, isolate: bool | None = None, timeout: float | None = None, out: str | Path | None = None,
            progress: Any = None, direct: bool | None = None, rtol: float | None = None, atol: float | None = None,
            device: Any = None, log: Callable[[str], None] | None = None,
-           on_query: Callable[[Oracle, Outcome], None] | None = None, any_failure: bool = False) -> MinifyResult:
+           on_query: Callable[[Oracle, Outcome], None] | None = None, any_failure: bool = False,
+           max_queries: int | None = DEFAULT_MAX_QUERIES, time_budget: float | None = DEFAULT_TIME_BUDGET_S) -> MinifyResult:
     """Shrink a failing graph to the smallest one that still fails the same way.
 
         >>> result = minify("dumps/rank0/g0-compile_error-1a2b3c4d", out="minified")
@@ -273,134 +565,42 @@ def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, accura
     inputs)`` instead of going through ``torch.compile``. With ``out``, the best graph so far is
     saved after every winning step, so Ctrl-C (``MinifyInterrupted``) loses nothing.
     ``progress``: a callable ``(queries, best_nodes, line)``, or True for a rich progress line.
+    ``max_queries`` and ``time_budget`` (seconds; None: no limit) end the search with the best
+    graph so far, saved, and ``result.stopped`` saying which budget ended it.
 
     A dump that recorded a failure keeps it: whatever ``backend`` is, a candidate counts only
     when it fails with the captured signature (for an accuracy dump: still mismatches), so
     another backend can't "minify" a different bug it happens to hit first. ``any_failure``
     lifts that, for shrinking whatever ``backend`` does to the graph.
-    """
-    from graphdbg.dump import Dump
-    from graphdbg.minify.shrink_passes import PASSES
-    from graphdbg.replay.run import run_case
 
+    The steps: ``find_target`` (the failure to keep), then a ``Minifier`` runs ``Shrinker``
+    (the passes over the Oracle, the failure predicate) and saves; see ``shrink`` for shrinking
+    with a predicate of your own.
+    """
     started = time.perf_counter()
-    dump = case_or_dump if isinstance(case_or_dump, Dump) else None
-    case = as_case(case_or_dump, device)
-    dump = dump or case.dump
-    # The failure to keep is the one the dump recorded, under any backend; only with
-    # ``any_failure`` (or a Case with nothing recorded) is it whatever the backend does first.
-    own_backend = dump is not None and (backend is None or _backend_ref(backend) in _own_refs(dump))
-    recorded = (dump is not None and not any_failure and not case.modified
-                and dump.failure_kind in ("compile_error", "runtime_error", "accuracy", "crash"))
+    case, dump = _case_and_dump(case_or_dump, device)
     if backend is None:
         if dump is None:
             raise GraphdbgError("minify needs a backend for a Case that did not come from a dump")
         backend = recorded_backend(dump)
     crashy = bool(dump is not None and str(dump.signature or "").startswith(("Signal ", "Timeout")))
-    isolate = crashy if isolate is None else isolate
-    isolate = isolate or jobs > 1
+    isolate = (crashy if isolate is None else isolate) or jobs > 1
+    opts = RunOptions(passes=passes, isolate=isolate, timeout=timeout, rtol=rtol, atol=atol, jobs=jobs)
+    target = find_target(case, dump, backend, opts, direct=direct, any_failure=any_failure)
+    budget = Budget(max_queries, time_budget)
+    while True:
+        minifier = Minifier(target, opts, accuracy=accuracy, budget=budget, out=out, progress=progress, log=log,
+                            on_query=on_query, started=started)
+        result = minifier.run()
+        if result is not None:
+            return result
+        target = minifier.retry  # the original fails only through torch.compile: shrink again that way
 
-    def first_run(use_direct: bool) -> Outcome:
-        return run_case(case, backend, passes, isolate=isolate, timeout=timeout, accuracy=True,
-                        rtol=rtol, atol=atol, direct=use_direct)
 
-    def fails(o: Outcome) -> bool:
-        if recorded:
-            return o.reproduces(dump)
-        return o.failed and o.stage != "reference"
+def _case_and_dump(case_or_dump: Any, device: Any) -> tuple[Case, Any]:
 
-    # The dump already says how the graph failed. Any smaller candidate that fails the same way
-    # proves the failure reproduces here, so the original is only run again when no candidate
-    # does (below): one backend run saved on every minify that makes progress.
-    lazy = (own_backend and not case.modified and passes is None and direct is not False
-            and dump.failure_kind in ("compile_error", "runtime_error", "accuracy", "crash"))
-    tries = [] if lazy else ([direct] if direct is not None else [True, False])
-    target = _recorded_failure(dump, backend) if lazy else None
-    direct = True if lazy else direct
-    first_queries = 0
-    for d in tries:
-        first_queries += 1
-        o = first_run(d)
-        if fails(o):
-            target, direct = o, d
-            break
-    if target is None:
-        if recorded and o.failed:
-            raise GraphdbgError(f"{_backend_name(backend)} fails differently from the captured failure "
-                                f"({o.summary()}; captured: {dump.signature or dump.failure_kind}); "
-                                "pass --any-failure to minify that failure instead")
-        raise GraphdbgError(f"the graph does not fail under {_backend_name(backend)} (last outcome: {o.summary()})")
-    if recorded and target.status == "crash" and not lazy:
-        # the oracle compares candidates with the captured signature, not with this backend's first words
-        target = _recorded_failure(dump, backend)
-    if accuracy is None:
-        accuracy = target.status == "mismatch"
-
-    bar = _progress_reporter(progress)
-    oracle = Oracle(target, backend, passes, accuracy=accuracy, isolate=isolate, timeout=timeout, direct=bool(direct),
-                    rtol=rtol, atol=atol, jobs=jobs, on_query=on_query)
-    oracle.queries = first_queries
-    origin = Origin.of(case)
-    state: dict[str, Any] = {"saved": None}
-
-    def result(shrinker: Shrinker | None, interrupted: bool = False) -> MinifyResult:
-        best = shrinker.best_case if shrinker else origin.build(origin.initial())
-        outcome = oracle.outcomes.get(case_key(best), target)
-        return MinifyResult(case=best, outcome=outcome, backend=backend, passes=passes, accuracy=bool(accuracy),
-                            direct=bool(direct), start_nodes=len(case.gm.graph.nodes), final_nodes=len(best.gm.graph.nodes),
-                            queries=oracle.queries, cache_hits=oracle.cache_hits, seconds=time.perf_counter() - started,
-                            steps=list(shrinker.steps) if shrinker else [], interrupted=interrupted, saved=state["saved"])
-
-    def on_improve(s: Shrinker) -> None:
-        if out is not None:
-            state["saved"] = result(s).save(out)
-
-    def say(line: str) -> None:
-        if log is not None:
-            log(line)
-        if bar is not None:
-            bar(oracle.queries, shrinker.best_key[0] if shrinker else None, line)
-
-    shrinker: Shrinker | None = None
-    if bar is not None:
-        user_on_query = oracle.on_query
-
-        def on_query_progress(o: Oracle, outcome: Outcome) -> None:
-            bar(o.queries, shrinker.best_key[0] if shrinker else None, None)
-            if user_on_query:
-                user_on_query(o, outcome)
-
-        oracle.on_query = on_query_progress
-    try:
-        shrinker = Shrinker(origin, oracle, on_improve=on_improve, log=say)
-        shrinker.run(PASSES)
-        if lazy and not shrinker.steps:
-            # nothing smaller failed: check the original itself, directly, then through Dynamo
-            if not fails(oracle.run(case)):
-                oracle.queries += 1
-                if not fails(first_run(False)):
-                    raise GraphdbgError(f"the graph does not fail under {_backend_name(backend)} as the dump recorded")
-                retry = minify(case, backend, passes, accuracy=accuracy, jobs=jobs, isolate=isolate, timeout=timeout,
-                               out=out, progress=progress, direct=False, rtol=rtol, atol=atol, log=log, on_query=on_query,
-                               any_failure=any_failure)
-                retry.queries += oracle.queries + 1
-                return retry
-            oracle.queries += 1
-    except KeyboardInterrupt:
-        partial = result(shrinker, interrupted=True)
-        if out is not None and shrinker is not None:
-            # Every winning step was saved when it won; a pass interrupted halfway may have
-            # found better since, and that is one quick (atomic) write away.
-            if state["saved"] is None or shrinker.best_key[0] < graphdbg_nodes(state["saved"]):
-                partial.saved = partial.save(out)
-        raise MinifyInterrupted(partial) from None
-    finally:
-        if bar is not None:
-            bar(None, None, None)  # close
-    final = result(shrinker)
-    if out is not None and final.saved is None:
-        final.saved = final.save(out)  # nothing shrank: the original, as a dump with its repro
-    return final
+    case = as_case(case_or_dump, device)
+    return case, (case_or_dump if isinstance(case_or_dump, Dump) else None) or case.dump
 
 
 def _progress_reporter(progress: Any) -> Callable[[int | None, int | None, str | None], None] | None:
@@ -413,7 +613,6 @@ def _progress_reporter(progress: Any) -> Callable[[int | None, int | None, str |
                 progress(q, n, line)
 
         return call
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), transient=True)
     task = bar.add_task("minify", total=None)
@@ -431,7 +630,6 @@ def _progress_reporter(progress: Any) -> Callable[[int | None, int | None, str |
 
 
 def graphdbg_nodes(dump_path: Path) -> int:
-    from graphdbg.store.manifest import read_manifest
 
     return int(read_manifest(dump_path)["graph"].get("nodes", 0))
 

@@ -23,28 +23,61 @@ from __future__ import annotations
 import contextlib
 import copy
 import linecache
+import os
 import re
 import time
 import traceback as tb
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.fx as fx
+from torch._dynamo import lookup_backend
 
 from graphdbg.backends.calls import as_dynamo_calls_it, call_inputs
 from graphdbg.backends.compiler_config import applied_config, settings_and_skipped
 from graphdbg.backends.resolve import resolve_backend
 from graphdbg.errors import GraphdbgError
+from graphdbg.graph.allow_list import check_graph_module
 from graphdbg.graph.hashing import target_name
 from graphdbg.judge.accuracy import compare_outputs, forgive, needs_float64
-from graphdbg.judge.signature import exception_text, signature
-from graphdbg.rebuild.inputs import clone_value
+from graphdbg.judge.signature import exception_text, signature, unwrap_backend_exception
+from graphdbg.rebuild.inputs import clone_value, symbol_env
+from graphdbg.rebuild.memory_budget import MAX_INPUT_GB_ENV, check_fits, descriptor_bytes
+from graphdbg.replay.backward import (
+    add_mismatches,
+    as_graph_backend,
+    is_backward_dump,
+    mutation_mismatches_of,
+    restore_attrs,
+    run_training_case,
+    written_attrs_before,
+)
+from graphdbg.replay.float64 import ReferenceUnavailable, float64_reference
 from graphdbg.replay.mutation import mutated_inputs
 from graphdbg.replay.outcome import Outcome
+from graphdbg.replay.passes import PassFailed, apply_passes, find_pass_failure, inductor_post_grad_patch, resolve_passes
+from graphdbg.replay.stand_in_flow import stand_ins_behind_outputs
+from graphdbg.replay.uninitialised import set_aside_uninitialised
+from graphdbg.store.specs import SymSpec, TensorSpec
 
 if TYPE_CHECKING:
     from graphdbg.case import Case
+
+
+@dataclass
+class Resolved:
+    """The resolve step's answer: what a replay of one Case runs and how."""
+
+    name: str  # the backend as people read it
+    backend: Callable[..., Any]  # the callable torch.compile (or a direct call) hands the graph to
+    pre: list[Any]  # passes run on the graph before the backend
+    post: list[Any]  # post_grad passes, run inside Inductor
+    grad: bool  # grad mode the graph was captured under
+    mutated: set[int]  # indices of the inputs the graph writes
+    settings: dict[str, Any]  # the captured compiler settings to apply
+    skipped: dict[str, str]  # recorded settings not restored (not on the allow-list), and why
 
 
 def run_case(
@@ -62,62 +95,124 @@ def run_case(
     backward: bool = False,
 ) -> Outcome:
     """Replay ``case`` under ``backend`` after ``passes``; never raises for a failure of the
-    graph or backend (that is the Outcome), only for a replay that can't start (GraphdbgError)."""
+    graph or backend (that is the Outcome), only for a replay that can't start (GraphdbgError).
+
+    The steps, each a function of this module: ``resolve``, ``reference`` (eager, when judging
+    accuracy), ``build_inputs``, ``Compiler`` (the backend as torch.compile calls it, passes
+    first), ``execute``, then ``judge`` the result or ``record_crash`` the failure."""
     if isolate:
-        from graphdbg.replay.isolation import run_isolated
+        from graphdbg.replay.isolation import run_isolated  # isolation -> case -> (lazily) this module
 
         return run_isolated(case, backend, passes, timeout=timeout, accuracy=accuracy, rtol=rtol, atol=atol,
                             direct=direct, pass_stage=pass_stage, **({"backward": True} if backward else {}))
-    # training (replay/backward.py): forward + backward, and the graphs that write in place
-    from graphdbg.replay.backward import (
-        add_mismatches,
-        as_graph_backend,
-        is_backward_dump,
-        mutation_mismatches_of,
-        restore_attrs,
-        run_training_case,
-        written_attrs_before,
-    )
-
     if backward and not is_backward_dump(case.dump):  # a backward dump's graph replays alone
         return run_training_case(case, backend, passes, accuracy=accuracy, rtol=rtol, atol=atol, direct=direct,
                                  pass_stage=pass_stage)
-    from graphdbg.graph.allow_list import check_graph_module
+    started = time.perf_counter()
+    resolved = resolve(case, backend, passes, pass_stage=pass_stage)
+    outcome = Outcome(status="pass", backend=resolved.name, device=str(case.device),
+                      stand_ins=[s.describe() for s in case.stand_ins])
+    outcome.stand_ins += [f"setting {key}: not restored, {why}" for key, why in sorted(resolved.skipped.items())]
+    ref, attrs_before = (reference(case, resolved) if accuracy else (None, None))
+    if isinstance(ref, Outcome):  # the graph fails even eagerly
+        ref.backend, ref.device, ref.stand_ins = resolved.name, outcome.device, outcome.stand_ins
+        return ref
+    gm, inputs = build_inputs(case, resolved)
+    compiler = Compiler(resolved)
+    try:
+        result = execute(gm, inputs, compiler, resolved, outcome, direct=direct)
+    except GraphdbgError:
+        raise
+    except Exception as e:
+        record_crash(outcome, e, compiler, case, gm)
+    else:
+        if ref is not None:
+            # what the backend wrote is judged first; then its inputs are done with and only outputs are
+            bad_writes = mutation_mismatches_of(case, attrs_before, gm, inputs, resolved.grad, rtol, atol)
+            del inputs
+            judge(outcome, case, ref, result, rtol, atol)
+            add_mismatches(outcome, bad_writes)
+    finally:
+        if not direct:
+            torch._dynamo.reset()
+    outcome.passes = [r.to_dict() for r in compiler.reports]
+    outcome.compile_s = compiler.compile_s
+    outcome.total_s = time.perf_counter() - started
+    return outcome
 
+
+def resolve(case: Case, backend: str | Callable[..., Any] = "eager", passes: str | Sequence[Any] | None = None, *,
+            pass_stage: str = "pre") -> Resolved:
+    """Step 1: check the graph against the allow-list, name the backend and the passes, read the
+    captured grad mode and compiler settings. Raises GraphdbgError for a replay that can't start."""
     check_graph_module(case.gm, case.inputs)  # the loader's allow-list, again on what is about to run
-    from graphdbg.replay.passes import (
-        PassFailed,
-        apply_passes,
-        find_pass_failure,
-        inductor_post_grad_patch,
-        resolve_passes,
-    )
-
     name, be = resolve_backend(backend)
     specs = resolve_passes(passes, default_stage=pass_stage)
     pre = [p for p in specs if p.stage == "pre"]
     post = [p for p in specs if p.stage != "pre"]
     if post and name != "inductor":
         raise GraphdbgError(f"post_grad passes run inside Inductor; backend {name!r} is not inductor")
-    backend_fn = as_graph_backend(_backend_callable(be), name, case.dump)  # an AOT bw_compiler replaying its backward dump
+    manifest = case.dump.manifest if case.dump is not None else None
+    # The compiler settings of the captured run (graphdbg.backends.compiler_config), unless --no-config.
+    settings, skipped = settings_and_skipped(manifest)
+    return Resolved(
+        name=name,
+        backend=as_graph_backend(_backend_callable(be), name, case.dump),  # an AOT bw_compiler replaying its backward dump
+        pre=pre, post=post,
+        grad=bool(manifest.get("grad_enabled", False)) if manifest is not None else False,
+        mutated=mutated_inputs(case.gm),
+        settings=settings, skipped=skipped,
+    )
 
-    outcome = Outcome(status="pass", backend=name, device=str(case.device), stand_ins=[s.describe() for s in case.stand_ins])
-    reports: list[Any] = []
-    state: dict[str, Any] = {"compiled": False, "compile_s": 0.0, "gm": case.gm, "node": None}
-    started = time.perf_counter()
-    grad = bool(case.dump.manifest.get("grad_enabled", False)) if case.dump is not None else False
 
-    def staged(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
-        state["compiled"] = False  # after a graph break, the next graph compiling: a failure now is its compile's
-        gm, done = apply_passes(gm, pre)
-        reports.extend(done)
-        state["gm"] = gm
+def reference(case: Case, resolved: Resolved) -> tuple[Any, dict[str, torch.Tensor] | None]:
+    """Step 2: (the eager outputs, the attributes the graph writes as they were before), with the
+    attributes put back after the eager run; the outputs are a crash Outcome if the graph fails
+    even eagerly."""
+    attrs_before = written_attrs_before(case.gm)
+    ref = _reference(case, resolved.grad, resolved.mutated)
+    restore_attrs(case.gm, attrs_before)
+    return ref, attrs_before
+
+
+def build_inputs(case: Case, resolved: Resolved) -> tuple[fx.GraphModule, list[Any]]:
+    """Step 3: the module and inputs of the run under the backend: a copy of the module (a
+    backend may change it), inputs copied where ``fresh_inputs`` says."""
+    return copy.deepcopy(case.gm), fresh_inputs(case.inputs, resolved.mutated)
+
+
+class Compiler:
+    """Step 4: the backend as torch.compile calls it, after the ``pre`` passes; it times the
+    compile, and remembers what it needs to name the failing node when the compiled code fails.
+
+        >>> compiler = Compiler(resolve(case, "inductor"))
+        >>> compiled = compiler(gm, inputs)       # what torch.compile(gm, backend=compiler) calls
+        >>> compiler.compiled, compiler.compile_s
+    """
+
+    def __init__(self, resolved: Resolved):
+        self.resolved = resolved
+        self.reports: list[Any] = []  # one PassReport per pass run
+        self.compiled = False  # whether the graph compiling now got through the backend
+        self.compile_s = 0.0
+        self.gm: fx.GraphModule | None = None  # the graph the backend last received
+        self.node: fx.Node | None = None  # the node the compiled code failed in, if its frames say
+        self.failed: tuple[fx.GraphModule, list[Any]] | None = None  # (graph, inputs) of the failing call
+        self.traceback: tuple[BaseException, str] | None = None  # the failure, formatted before Dynamo cut it
+
+    def __call__(self, gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
+        self.compiled = False  # after a graph break, the next graph compiling: a failure now is its compile's
+        gm, done = apply_passes(gm, self.resolved.pre)
+        self.reports.extend(done)
+        self.gm = gm
         t0 = time.perf_counter()
         # what Dynamo calls for a GraphModule's lazy forward, which it can't see behind ``run`` below
-        compiled = as_dynamo_calls_it(backend_fn(gm, example_inputs, **kwargs))
-        state["compile_s"] += time.perf_counter() - t0
-        state["compiled"] = True
+        compiled = as_dynamo_calls_it(self.resolved.backend(gm, example_inputs, **kwargs))
+        self.compile_s += time.perf_counter() - t0
+        self.compiled = True
+        return self._watched(compiled, gm)
 
+    def _watched(self, compiled: Callable[..., Any], gm: fx.GraphModule) -> Callable[..., Any]:
         boxed = bool(getattr(compiled, "_boxed_call", False))
 
         def run(*args: Any) -> Any:
@@ -128,92 +223,67 @@ def run_case(
             try:
                 return compiled(*args)
             except Exception as e:
-                state["node"] = failing_node(e, gm)
-                state["failed"] = (gm, held)
+                self.node = failing_node(e, gm)
+                self.failed = (gm, held)
                 # the traceback as it stands here still has the generated code's line; Dynamo's
                 # frames above cut it (fx re-raises with_traceback(None)) on the way out
                 below = e.__traceback__.tb_next if e.__traceback__ is not None else None  # from the backend's code down
-                state["traceback"] = (e, "".join(tb.format_exception(type(e), e, below)))
+                self.traceback = (e, "".join(tb.format_exception(type(e), e, below)))
                 raise
 
         if boxed:
             run._boxed_call = True  # type: ignore[attr-defined]
         return run
 
-    mutated = mutated_inputs(case.gm)
-    reference = None
-    attrs_before = written_attrs_before(case.gm) if accuracy else None
-    if accuracy:
-        reference = _reference(case, grad, mutated)
-        restore_attrs(case.gm, attrs_before)
-        if isinstance(reference, Outcome):  # the graph fails even eagerly
-            reference.backend, reference.device, reference.stand_ins = name, outcome.device, outcome.stand_ins
-            return reference
 
-    gm = copy.deepcopy(case.gm)
-    inputs = fresh_inputs(case.inputs, mutated)
-    patch = inductor_post_grad_patch(post, reports) if post else {}
-    # The compiler settings of the captured run (graphdbg.backends.compiler_config), unless --no-config.
-    settings, skipped = settings_and_skipped(case.dump.manifest if case.dump is not None else None)
-    outcome.stand_ins += [f"setting {key}: not restored, {why}" for key, why in sorted(skipped.items())]
-    try:
-        with torch.set_grad_enabled(grad), applied_config(settings) as unknown, _inductor_patch(patch):
-            # a recorded setting this torch lacks can't be restored: say so, as for any stand-in
-            outcome.stand_ins += [f"setting {key}: not in this torch, not restored" for key in unknown]
-            t0 = time.perf_counter()
-            if direct:
-                compiled = staged(gm, inputs)
-                state["compiled"] = True
-                result = compiled(*inputs)
-            else:
-                torch._dynamo.reset()
-                dynamic, extra = as_captured(gm, inputs)
-                extra = {k: v for k, v in extra.items() if f"dynamo.{k}" not in settings}  # recorded settings win
-                with torch._dynamo.config.patch(**extra):
-                    compiled = torch.compile(gm, backend=staged, dynamic=dynamic)
-                    result = compiled(*inputs)
-            outcome.run_s = time.perf_counter() - t0 - state["compile_s"]
-    except PassFailed as e:
-        reports.extend(r for r in e.reports if r not in reports)
-        _crash(outcome, e.__cause__ or e, f"pass:{e.report.name}", None)
-    except GraphdbgError:
-        raise
-    except Exception as e:
-        failed_pass = find_pass_failure(e)  # a post_grad pass, raised from inside Inductor
-        if failed_pass is not None:
-            reports.extend(r for r in failed_pass.reports if r not in reports)
-            _crash(outcome, failed_pass.__cause__ or failed_pass, f"pass:{failed_pass.report.name}", None)
-            outcome.passes = [r.to_dict() for r in reports]
-            outcome.compile_s = state["compile_s"]
-            outcome.total_s = time.perf_counter() - started
-            return outcome
-        inner = _unwrap(e)
-        node = state["node"]
-        failed_gm, failed_inputs = state.get("failed") or (state["gm"], case.inputs)
-        if node is None and state["compiled"]:
-            node = _locate_with_interpreter(failed_gm, failed_inputs, inner, grad, mutated_inputs(failed_gm))
-        if node is None:
-            node = failing_node(inner, failed_gm)
-        if node is not None:
-            node = dump_node(node, gm)  # in the dump's names, not those of Dynamo's re-trace
-        _crash(outcome, inner, "run" if state["compiled"] else "compile", failed_gm, node)
-        raised, text = state.get("traceback") or (None, "")
-        if raised is inner and text:
-            outcome.traceback = text[-8000:]
-    else:
-        if reference is not None:
-            # what the backend wrote is judged first; then its inputs are done with and only outputs are
-            bad_writes = mutation_mismatches_of(case, attrs_before, gm, inputs, grad, rtol, atol)
-            del inputs, compiled
-            _judge(outcome, case, reference, result, rtol, atol)
-            add_mismatches(outcome, bad_writes)
-    finally:
-        if not direct:
+def execute(gm: fx.GraphModule, inputs: list[Any], compiler: Compiler, resolved: Resolved, outcome: Outcome, *,
+            direct: bool = False) -> Any:
+    """Step 5: compile ``gm`` with ``compiler`` and run it on ``inputs`` under the captured grad
+    mode and compiler settings: through torch.compile (Dynamo re-traces it as captured), or
+    with ``direct`` by calling the compiler on ``gm`` itself. Returns the outputs; raises what
+    the compile or the run raised. Sets ``outcome.run_s``, and names recorded settings this
+    torch lacks among ``outcome.stand_ins``. The caller resets Dynamo afterwards."""
+    patch = inductor_post_grad_patch(resolved.post, compiler.reports) if resolved.post else {}
+    settings = resolved.settings
+    with torch.set_grad_enabled(resolved.grad), applied_config(settings) as unknown, _inductor_patch(patch):
+        # a recorded setting this torch lacks can't be restored: say so, as for any stand-in
+        outcome.stand_ins += [f"setting {key}: not in this torch, not restored" for key in unknown]
+        t0 = time.perf_counter()
+        if direct:
+            compiled = compiler(gm, inputs)
+            result = compiled(*inputs)
+        else:
             torch._dynamo.reset()
-    outcome.passes = [r.to_dict() for r in reports]
-    outcome.compile_s = state["compile_s"]
-    outcome.total_s = time.perf_counter() - started
-    return outcome
+            dynamic, extra = as_captured(gm, inputs)
+            extra = {k: v for k, v in extra.items() if f"dynamo.{k}" not in settings}  # recorded settings win
+            with torch._dynamo.config.patch(**extra):
+                compiled = torch.compile(gm, backend=compiler, dynamic=dynamic)
+                result = compiled(*inputs)
+        outcome.run_s = time.perf_counter() - t0 - compiler.compile_s
+    return result
+
+
+def record_crash(outcome: Outcome, e: BaseException, compiler: Compiler, case: Case, gm: fx.GraphModule) -> None:
+    """Step 6 on a failure: ``outcome`` becomes the crash ``e`` is: of a pass (``pass:<name>``),
+    of the compile or of the run, with the failing node in the dump's names where it can be found."""
+    failed_pass = e if isinstance(e, PassFailed) else find_pass_failure(e)  # a post_grad pass raises inside Inductor
+    if failed_pass is not None:
+        compiler.reports.extend(r for r in failed_pass.reports if r not in compiler.reports)
+        _crash(outcome, failed_pass.__cause__ or failed_pass, f"pass:{failed_pass.report.name}", None)
+        return
+    inner = _unwrap(e)
+    node = compiler.node
+    failed_gm, failed_inputs = compiler.failed or (compiler.gm or case.gm, case.inputs)
+    if node is None and compiler.compiled:
+        node = _locate_with_interpreter(failed_gm, failed_inputs, inner, compiler.resolved.grad, mutated_inputs(failed_gm))
+    if node is None:
+        node = failing_node(inner, failed_gm)
+    if node is not None:
+        node = dump_node(node, gm)  # in the dump's names, not those of Dynamo's re-trace
+    _crash(outcome, inner, "run" if compiler.compiled else "compile", failed_gm, node)
+    raised, text = compiler.traceback or (None, "")
+    if raised is inner and text:
+        outcome.traceback = text[-8000:]
 
 
 def as_captured(gm: fx.GraphModule, inputs: list[Any]) -> tuple[bool, dict[str, Any]]:
@@ -222,7 +292,6 @@ def as_captured(gm: fx.GraphModule, inputs: list[Any]) -> tuple[bool, dict[str, 
     inputs, ``f32[s77, 32]``) is traced with exactly those dims dynamic (the rest marked
     static), and one that calls ``.item()`` in the graph keeps it there instead of breaking
     (Dynamo turns float attributes into 0-d tensors read by ``.item()`` under dynamic shapes)."""
-    from graphdbg.store.specs import SymSpec, TensorSpec
 
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     specs = [n.meta.get("graphdbg_symbolic_spec", n.meta.get("graphdbg_spec")) for n in placeholders]
@@ -256,7 +325,7 @@ def replay_dump(dump: Any, backend: str | Callable[..., Any] = "eager", passes: 
     with _input_limit(max_input_gb):
         check_dump_fits(dump, device)
         if isolate:
-            from graphdbg.replay.isolation import run_isolated
+            from graphdbg.replay.isolation import run_isolated  # isolation -> case -> (lazily) this module
 
             return run_isolated(dump, backend, passes, timeout=timeout, device=device, **options)
         return run_case(dump.case(device), backend, passes, **options)
@@ -264,8 +333,6 @@ def replay_dump(dump: Any, backend: str | Callable[..., Any] = "eager", passes: 
 
 def check_dump_fits(dump: Any, device: Any = None) -> None:
     """Raise InputsTooLarge when ``dump``'s inputs can't fit on ``device`` (see memory_budget)."""
-    from graphdbg.rebuild.inputs import symbol_env
-    from graphdbg.rebuild.memory_budget import check_fits, descriptor_bytes
 
     descs = dump.manifest.get("inputs", [])
     check_fits(descriptor_bytes(descs, symbol_env(descs)), dump.resolve_device(device))
@@ -274,9 +341,7 @@ def check_dump_fits(dump: Any, device: Any = None) -> None:
 @contextlib.contextmanager
 def _input_limit(max_input_gb: float | None):
     """``max_input_gb`` for this replay, its child processes included (they read the environment)."""
-    import os
 
-    from graphdbg.rebuild.memory_budget import MAX_INPUT_GB_ENV
 
     if max_input_gb is None:
         yield
@@ -295,7 +360,7 @@ def _input_limit(max_input_gb: float | None):
 def compare_backends(dump: Any, backends: Sequence[str], *, device: Any = None, isolate: bool = True,
                      timeout: float | None = None, **options: Any):
     """One replay per backend; a pandas DataFrame with one row each (and the Outcomes in ``.attrs``)."""
-    import pandas as pd
+    import pandas as pd  # slow to import (~0.5 s), and only tables need it
 
     outcomes = [replay_dump(dump, b, device=device, isolate=isolate, timeout=timeout, **options) for b in backends]
     rows = [{"backend": o.backend, "status": o.status, "signature": o.signature, "stage": o.stage,
@@ -308,7 +373,6 @@ def compare_backends(dump: Any, backends: Sequence[str], *, device: Any = None, 
 
 def _backend_callable(be: str | Callable[..., Any]) -> Callable[..., Any]:
     if isinstance(be, str):
-        from torch._dynamo import lookup_backend
 
         return lookup_backend(be)
     return be
@@ -319,7 +383,7 @@ def _inductor_patch(patch: dict[str, Any]):
     if not patch:
         yield
         return
-    import torch._inductor.config as inductor_config
+    import torch._inductor.config as inductor_config  # loads Inductor; a replay under eager never needs it
 
     with inductor_config.patch(patch):
         yield
@@ -355,8 +419,7 @@ def _reference(case: Case, grad: bool, mutated: set[int]) -> Any:
     return torch.utils._pytree.tree_map(lambda v: v.detach() if isinstance(v, torch.Tensor) else v, ref)
 
 
-def _judge(outcome: Outcome, case: Case, ref: Any, result: Any, rtol: float | None, atol: float | None) -> None:
-    from graphdbg.replay.uninitialised import set_aside_uninitialised
+def judge(outcome: Outcome, case: Case, ref: Any, result: Any, rtol: float | None, atol: float | None) -> None:
 
     ref, result = set_aside_uninitialised(outcome, case.gm, ref, result)  # no verdict on memory nobody wrote
     bad = compare_outputs(ref, result, rtol=rtol, atol=atol)
@@ -384,7 +447,6 @@ def _float64_outputs(case: Case, indices: list[int]) -> tuple[dict[int, Any] | N
     """(float64 values of output leaves ``indices``, what the reference was, why none if none).
 
     Run on the case's device; on the CPU when the device runs out of memory doing it."""
-    from graphdbg.replay.float64 import ReferenceUnavailable, float64_reference
 
     devices = [None] if case.device.type == "cpu" else [None, torch.device("cpu")]
     for device in devices:
@@ -409,7 +471,6 @@ def _float64_outputs(case: Case, indices: list[int]) -> tuple[dict[int, Any] | N
 def _label_stand_ins(outcome: Outcome, case: Case) -> None:
     """Name the stand-ins behind each mismatching output; when every mismatching output depends
     on some, the verdict is untrusted (the difference may be the stand-ins', not the backend's)."""
-    from graphdbg.replay.stand_in_flow import stand_ins_behind_outputs
 
     placeholders = [n.name for n in case.gm.graph.nodes if n.op == "placeholder"]
     zeroed = {s.name for s in case.stand_ins if s.kind == "synthesized" and ": zeros (" in s.detail}
@@ -432,7 +493,6 @@ def _label_stand_ins(outcome: Outcome, case: Case) -> None:
 
 def _unwrap(e: BaseException) -> BaseException:
     """The backend's own exception, not Dynamo's or Inductor's wrapper around it."""
-    from graphdbg.judge.signature import unwrap_backend_exception
 
     seen = 0
     while seen < 5:

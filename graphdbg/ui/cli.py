@@ -378,6 +378,8 @@ def minify(
     device: DeviceOpt = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where the smallest dump and repro.py go.")] = None,
     any_failure: Annotated[bool, typer.Option("--any-failure", help="Shrink whatever failure the backend shows, not only the captured one.")] = False,
+    max_queries: Annotated[int, typer.Option("--max-queries", help="Stop after this many backend runs (0: no limit); the best graph so far is saved.", min=0)] = 300,
+    time_budget: Annotated[float, typer.Option("--time-budget", help="Stop after this many seconds (0: no limit); the best graph so far is saved.", min=0)] = 240.0,
     ops: OpsOpt = None,
     trust_backend: TrustOpt = False,
     config: ConfigOpt = None,
@@ -396,7 +398,8 @@ def minify(
         _note(f"minify: writing to ./{out}/ (-o to choose)")
     progress = False if as_json else (True if _err_console().is_terminal else _line_progress("minify"))
     result = run_minify(dump, backend, passes, accuracy=accuracy, jobs=jobs, isolate=isolate, timeout=timeout,
-                        device=device, out=out, progress=progress, any_failure=any_failure)
+                        device=device, out=out, progress=progress, any_failure=any_failure,
+                        max_queries=max_queries or None, time_budget=time_budget or None)
     if as_json:
         _print_json(result.to_dict())
     else:

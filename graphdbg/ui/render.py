@@ -539,9 +539,12 @@ def minify_panel(result: Any) -> Panel:
     lines.append(result.outcome.summary() + "\n", style=STATUS_STYLE.get(result.outcome.status, ""))
     for line in result.log:
         lines.append(line + "\n", style="dim")
+    if getattr(result, "stopped", None):  # minify's budget: the graph is the best so far, not the smallest
+        lines.append(f"budget ended after {result.stopped}: this is the best graph so far\n", style="bold yellow")
     if result.saved:
         lines.append(f"saved to {result.saved}", style="bold")
-    return Panel(lines, title="minify" + (" (interrupted)" if result.interrupted else ""), expand=False)
+    title = " (interrupted)" if result.interrupted else (" (budget ended)" if getattr(result, "stopped", None) else "")
+    return Panel(lines, title="minify" + title, expand=False)
 
 
 RENDERERS = {"Dump": lambda d: Group(_path_text(str(d.path), style="dim"), dump_panel(d)), "Case": lambda c: case_panel(c), "Outcome": lambda o: outcome_panel(o),

@@ -1,0 +1,47 @@
+"""A failure that depends on a symbolic size: a compiled kernel with a fixed bound on the
+sequence length (tests/symbolic_backends.py), compiled for a dynamic-shape graph and called
+with a longer sequence. Shrinking keeps the sizes symbolic (and the Sym inputs that carry them),
+so the failure survives every cut; the saved dump keeps them too, and replays the failure."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import symbolic_backends as SB
+import torch
+
+import graphdbg
+from fixtures import programs as P
+
+
+def _captured_dynamic(tmp_path):
+    model, x = P.stack(1, seq=8)
+    compiled = torch.compile(model, backend=graphdbg.capture(SB.seq_bounded_softmax, dump_dir=tmp_path / "dumps"),
+                             dynamic=True)
+    compiled(x)  # 8 <= the kernel's bound: fine
+    with pytest.raises(RuntimeError, match="softmax kernel compiled for at most 16"):
+        compiled(torch.randn(2, 24, 32))
+    torch._dynamo.reset()
+    (path,) = [p for p in (tmp_path / "dumps").glob("rank0/*") if "runtime_error" in p.name]
+    return path
+
+
+@pytest.mark.slow
+def test_a_symbolic_size_failure_shrinks_to_a_few_nodes_and_stays_symbolic(tmp_path, cli):
+    dump = _captured_dynamic(tmp_path)
+    assert "Sym(" in (dump / "graph.py").read_text()
+    r = cli("minify", dump, "-o", tmp_path / "min", "--trust-backend", "--json")
+    assert r.code == 0, r
+    data = json.loads(r.out)
+    assert data["final_nodes"] <= 5 < data["start_nodes"], data
+    assert data["oracle_queries"] <= 20 and not data["budget_ended"]
+    assert "softmax kernel compiled for at most" in data["signature"]
+    small = graphdbg.load(data["out"])
+    compute = [n for n in small.case().gm.graph.nodes if n.op not in ("placeholder", "output")]
+    assert [n.target for n in compute] == ["softmax"]
+    source = small.source
+    assert 'Sym(s' in source and "f32[s" in source  # the sizes as captured, not 24
+    replay = cli("replay", data["out"], "--trust-backend", "--json")
+    assert replay.code == 1, replay
+    assert json.loads(replay.out)["reproduces"] is True

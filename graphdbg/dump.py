@@ -46,7 +46,7 @@ class Contents:
 
     def text(self) -> str:
         if self._text is None:
-            from graphdbg.store.confined import read_regular
+            from graphdbg.store.gate import read_regular
             from graphdbg.store.manifest import MAX_GRAPH_BYTES
 
             try:

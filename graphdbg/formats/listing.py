@@ -28,6 +28,7 @@ from graphdbg.display import Displayed
 from graphdbg.dump import Dump
 from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.formats import load
+from graphdbg.store.gate import open_stream
 from graphdbg.store.manifest import MANIFEST, find_dumps
 
 _SUMMARY_KEYS = ("id", "nodes", "kind", "backend", "error_type", "message", "signature", "graph_hash", "frame", "compile_id")
@@ -334,9 +335,9 @@ def torch_repro_files(root: Path) -> list[Path]:
 
     def maybe(path: Path) -> bool:
         try:
-            with path.open("rb") as f:
+            with open_stream(path, follow=False) as f:
                 head = f.read(1 << 18)
-        except OSError:
+        except (OSError, GraphdbgError):
             return False
         return b"def load_args(" in head and b"class Repro(" in head and detect_format(path) is not None
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from graphdbg.errors import GraphdbgError
 from graphdbg.formats.run_log import log_lines, split_prefix
+from graphdbg.store.gate import open_stream
 
 __all__ = ["LoggedGraph", "graphs_in_log", "extract_graphs"]
 
@@ -66,7 +67,7 @@ def graphs_in_log(path: str | Path) -> list[LoggedGraph]:
     """Every printed GraphModule in the log at ``path``, in log order; GraphdbgError if it can't be read."""
     path = Path(path)
     try:
-        f = path.open("rb")
+        f = open_stream(path)
     except OSError as e:
         raise GraphdbgError(f"{path}: cannot read the log ({e.strerror or type(e).__name__})") from None
     found: list[LoggedGraph] = []

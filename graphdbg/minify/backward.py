@@ -13,7 +13,6 @@ inputs and seeded tangents, and compiled by ``backend`` like any graph.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -58,8 +57,9 @@ def backward_case(case: Case, backend: Any) -> tuple[Case, Any, str]:
     dump = case.dump
     if dump is not None and dump.manifest.get("backward_dump"):
         from graphdbg.formats import load as load_dump
+        from graphdbg.store.gate import backward_dump_folder
 
-        parent = load_dump((Path(dump.path) / dump.manifest["backward_dump"]).resolve())
+        parent = load_dump(backward_dump_folder(dump.path, dump.manifest["backward_dump"]))
         if backend is None or backend in _names_of(dump):  # the user's backend: its bw_compiler compiles the backward
             backend = parent.backend
             if backend == (parent.manifest.get("backward") or {}).get("compiler"):

@@ -413,7 +413,7 @@ def bisect_ranks(paths: Any, graph: str | None = None) -> RankReport:
 
 
 def _rank_facts(d: Any) -> dict[str, Any]:
-    from graphdbg.store.confined import inside
+    from graphdbg.store.gate import inside
     from graphdbg.store.manifest import INPUTS
     from graphdbg.store.tensor_file import read_tensors
 

@@ -83,7 +83,7 @@ def copy_dump_files(d: Any, dest: Path) -> list[str]:
     Nothing else in the folder is copied (a ``conftest.py`` or a script placed in a dump would
     run under pytest), no symbolic link is followed, and only regular files are read.
     """
-    from graphdbg.store.confined import inside
+    from graphdbg.store.gate import inside
     from graphdbg.store.manifest import GRAPH, INPUTS, MANIFEST
 
     names = [MANIFEST, (d.manifest.get("graph") or {}).get("file", GRAPH), d.manifest.get("inputs_file", INPUTS)]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from graphdbg.errors import DumpError
-from graphdbg.store.confined import read_inside
+from graphdbg.store.gate import read_inside
 
 SCHEMA = "graphdbg.dump"
 SCHEMA_VERSION = 1

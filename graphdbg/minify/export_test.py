@@ -73,8 +73,9 @@ def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any
         shutil.rmtree(data)
     path.parent.mkdir(parents=True, exist_ok=True)
     copy_dump_files(d, data)
-    path.write_text(text)
-    return path
+    from graphdbg.store.gate import write_file
+
+    return write_file(path, text)
 
 
 def copy_dump_files(d: Any, dest: Path) -> list[str]:
@@ -83,17 +84,16 @@ def copy_dump_files(d: Any, dest: Path) -> list[str]:
     Nothing else in the folder is copied (a ``conftest.py`` or a script placed in a dump would
     run under pytest), no symbolic link is followed, and only regular files are read.
     """
-    from graphdbg.store.gate import inside
+    from graphdbg.store.gate import MAX_COPY_BYTES, Folder, check_name, read_inside
     from graphdbg.store.manifest import GRAPH, INPUTS, MANIFEST
 
     names = [MANIFEST, (d.manifest.get("graph") or {}).get("file", GRAPH), d.manifest.get("inputs_file", INPUTS)]
     dest.mkdir(parents=True)
     copied = []
     for name in dict.fromkeys(names):
-        source = inside(d.path, name)
-        target = dest.joinpath(*Path(name).parts)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target, follow_symlinks=False)
+        data = read_inside(d.path, name, max_bytes=MAX_COPY_BYTES)  # read once, through the gate
+        with Folder.open(dest) as top:
+            top.put(check_name(d.path, name), data, make_folders=True)
         copied.append(name)
     return copied
 

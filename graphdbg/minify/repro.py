@@ -130,8 +130,9 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
     except SyntaxError as e:
         raise GraphdbgError(f"{path}: the generated repro does not compile ({e.msg} at line {e.lineno}); "
                             "please report this") from None
-    path.write_text(text)
-    return path
+    from graphdbg.store.gate import write_file
+
+    return write_file(path, text)
 
 
 def _get_attr(gm: torch.nn.Module, target: str) -> Any:

@@ -12,7 +12,6 @@ then fewer input elements) so that "smaller" is always well defined and the loop
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 import time
@@ -174,7 +173,7 @@ class MinifyResult(Displayed):
 def save_minified(case: Case, outcome: Outcome, out: str | Path, *, backend: Any, passes: Any = None,
                   direct: bool = True, accuracy: bool = False, summary: dict[str, Any] | None = None) -> Path:
     from graphdbg.minify.repro import write_repro
-    from graphdbg.store.manifest import MANIFEST
+    from graphdbg.store.manifest import read_manifest, write_manifest
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -184,8 +183,7 @@ def save_minified(case: Case, outcome: Outcome, out: str | Path, *, backend: Any
     staging = Path(tempfile.mkdtemp(prefix=".minify-", dir=out))
     try:
         written = save_case(case, staging, kind=kind)
-        manifest_path = written / MANIFEST
-        manifest = json.loads(manifest_path.read_text())
+        manifest = read_manifest(written)
         failure = manifest.setdefault("failure", {})
         failure["kind"] = kind
         if outcome.status == "crash":
@@ -203,7 +201,7 @@ def save_minified(case: Case, outcome: Outcome, out: str | Path, *, backend: Any
             manifest["backend_recipe"] = recipe_of_spec(ref)
         elif not isinstance(backend, str) or ":" in backend:
             manifest["backend"] = ref
-        manifest_path.write_text(json.dumps(manifest, indent=1, default=str))
+        write_manifest(written, manifest)  # checked, then through the gate's writer
         rank_dir = out / written.parent.name
         rank_dir.mkdir(exist_ok=True)
         for old in rank_dir.iterdir():  # exactly one dump under out: the newest best

@@ -43,6 +43,7 @@ __all__ = ["inside", "read_inside", "read_regular", "regular_file", "check_name"
 
 MAX_TEXT_BYTES = 16 << 20  # fault.txt, repro.py, log.txt: text a person reads
 MAX_JSON_BYTES = 16 << 20  # bisect-*.json, outcome.json
+MAX_COPY_BYTES = 8 << 30  # one file of a dump copied elsewhere (export-test)
 MAX_INFLATE_BYTES = 8 << 30  # an archive member, whatever it declares
 
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) \
@@ -235,10 +236,13 @@ def inflate_member(archive: Path, member: str, *, declared: int | None = None, c
         size = info.file_size if declared is None else declared
         if size > cap or info.file_size > cap:
             raise DumpError(f"{archive}: {member} declares {info.file_size} bytes, over the {cap} byte limit")
-        with z.open(info) as m:
-            data = m.read(size + 1)
-        if len(data) != info.file_size or len(data) > size:
-            raise DumpError(f"{archive}: {member} inflates to more than the {size} bytes it declares")
+        try:
+            with z.open(info) as m:  # zipfile stops at the declared size and checks the CRC there
+                data = m.read(size + 1)
+        except zipfile.BadZipFile:
+            data = None
+        if data is None or len(data) != info.file_size or len(data) > size:
+            raise DumpError(f"{archive}: {member} is damaged or inflates past the {size} bytes it declares")
         return data
 
 
@@ -332,20 +336,41 @@ class Folder:
             raise DumpError(f"{self.path / name}: cannot write ({e.strerror})") from None
         return self.path / name
 
+    def put(self, parts: tuple[str, ...] | list[str], data: bytes | str, *, replace: bool = False,
+            make_folders: bool = False) -> Path:
+        """Write ``parts[-1]`` in the folder ``parts[:-1]`` below this one, each folder opened
+        without following a link (``check_name`` gives the parts of a dump's file name)."""
+        *folders, base = parts
+        opened: list[Folder] = []
+        try:
+            here = self
+            for part in folders:
+                here = here.sub(part, create=make_folders)
+                opened.append(here)
+            return here.replace(base, data) if replace else here.create(base, data)
+        finally:
+            for f in opened:
+                f.close()
+
     def remove(self, name: str) -> None:
         try:
             os.unlink(name, dir_fd=self.fd)
         except OSError:
             pass
 
-    def _write_new(self, name: str, data: bytes | str) -> None:
-        blob = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    def new_fd(self, name: str) -> int:
+        """A descriptor on a new file ``name`` (``O_CREAT | O_EXCL | O_NOFOLLOW``), for streaming."""
+        _plain(self.path, name)
         try:
-            fd = os.open(name, _NEW_FLAGS, 0o644, dir_fd=self.fd)
+            return os.open(name, _NEW_FLAGS, 0o644, dir_fd=self.fd)
         except FileExistsError:
             raise DumpError(f"{self.path / name}: already exists; refusing to write through or over it") from None
         except OSError as e:
             raise DumpError(f"{self.path / name}: cannot write ({e.strerror})") from None
+
+    def _write_new(self, name: str, data: bytes | str) -> None:
+        blob = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        fd = self.new_fd(name)
         try:
             view = memoryview(blob)
             while view:

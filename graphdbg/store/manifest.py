@@ -80,7 +80,9 @@ def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
     text = json.dumps(manifest, indent=1, default=str) + "\n"
     where = f"{folder / MANIFEST} (being written)"
     validate_manifest(load_manifest_text(text, where), where)
-    (folder / MANIFEST).write_text(text)
+    from graphdbg.store.gate import write_file
+
+    write_file(folder / MANIFEST, text, create_parent=False)
 
 
 def find_dumps(root: Path) -> list[Path]:

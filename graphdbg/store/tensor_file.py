@@ -63,12 +63,23 @@ def write_tensors(path: str | os.PathLike, tensors: Mapping[str, torch.Tensor], 
         header["__metadata__"] = dict(metadata)
     blob = json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * (-len(blob) % 8)
-    with open(path, "wb") as f:
+    with _new_file(Path(path)) as f:
         f.write(struct.pack("<Q", len(blob)))
         f.write(blob)
         for t in tensors.values():
             _write_tensor_bytes(f, t)
     return 8 + len(blob) + offset
+
+
+def _new_file(path: Path):
+    """A new file, made the way the gate's writer makes one (``O_EXCL | O_NOFOLLOW`` in a folder
+    opened once): a link planted at ``path`` is replaced, never written through."""
+    from graphdbg.store.gate import Folder
+
+    with Folder.open(path.parent) as folder:
+        if os.path.lexists(path):
+            folder.remove(path.name)
+        return os.fdopen(folder.new_fd(path.name), "wb")
 
 
 def _write_tensor_bytes(f, t: torch.Tensor) -> None:
@@ -111,6 +122,7 @@ def read_tensors(path: str | os.PathLike, names: Iterable[str] | None = None, de
 
 
 MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
+MAX_TENSOR_ENTRIES = 200_000  # tensors in one file: a dump stores one per input and attribute
 _ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "U16": 2, "I16": 2, "F16": 2, "BF16": 2,
              "U32": 4, "I32": 4, "F32": 4, "U64": 8, "I64": 8, "F64": 8}
 # every dtype the writer may use (safetensors' own table: complex64, the FNUZ float8s, ...) is one the checker knows
@@ -144,6 +156,8 @@ def check_tensor_file(path: str | os.PathLike) -> dict[str, dict]:
         raise DumpError(f"{path}: not a safetensors file ({_one_line(e)})") from e
     if not isinstance(header, dict):
         raise DumpError(f"{path}: not a safetensors file (the header is not a JSON object)")
+    if len(header) > MAX_TENSOR_ENTRIES + 1:  # checked before any entry is looked at
+        raise DumpError(f"{path}: {len(header)} header entries, more than the {MAX_TENSOR_ENTRIES} graphdbg reads")
     data_size = size - 8 - n
     spans = []
     for name, entry in header.items():

@@ -72,9 +72,9 @@ def report_html(path: str | Path) -> str:
 
 
 def _e(value: Any) -> str:
-    from graphdbg.ui.render import cell_text
+    from graphdbg.ui.render import cell_text, escape_text
 
-    return html.escape(cell_text(value))
+    return html.escape(escape_text(cell_text(value)))
 
 
 _KIND_ORDER = {"compile_error": 0, "runtime_error": 1, "accuracy": 2}

@@ -302,6 +302,14 @@ def test_deep_expressions_and_folders_exit_2_not_3(tmp_path, cli):
     assert r.code in (0, 2) and "internal error" not in r.err, r
 
 
+def test_a_graph_fx_cannot_build_exits_2(tmp_path, cli):
+    graph = tmp_path / "rank0_0.py"
+    graph.write_text('class GraphModule(torch.nn.Module):\n    def forward(self, L_x_: "f32[2]", L_x_: "f32[2]"):\n'
+                     "        relu = torch.relu(L_x_)\n        return (relu,)\n")
+    for args in (("show", graph), ("replay", graph, "--backend", "eager", "--no-isolate")):
+        assert "fx cannot build this graph" in _one_error_line(cli(*args))
+
+
 # 6. nothing else opens a file: a grep over the package -----------------------------------------
 
 # Files graphdbg makes for itself, never named by a dump: each entry says why it may open files.

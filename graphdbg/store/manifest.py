@@ -63,7 +63,16 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     for key in ("id", "graph", "inputs", "failure"):
         if key not in data:
             raise DumpError(f"{path}: manifest lacks {key!r}")
-    return validate_manifest(data, str(path))
+    return _nulls_as_absent(validate_manifest(data, str(path)))
+
+
+def _nulls_as_absent(data: dict[str, Any]) -> dict[str, Any]:
+    """A top-level ``null`` where the schema allows one means the field is absent: readers write
+    ``manifest.get("attrs", {})`` and must not meet ``None`` there (a hostile dump's way in)."""
+    from graphdbg.store.schema import Manifest
+
+    optional = {f.alias or name for name, f in Manifest.model_fields.items() if not f.is_required() and f.default is None}
+    return {k: v for k, v in data.items() if not (v is None and k in optional)}
 
 
 def _schema_of(data: Any) -> str:

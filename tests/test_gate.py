@@ -323,7 +323,6 @@ OWN_FILES = {
     "replay/isolation.py": "its own temporary folder (request.json, stderr), /proc",
     "replay/passes.py": "a --passes file the user named",
     "capture/armed.py": "fault.txt of a dump it is writing",
-    "backends/resolve.py": "a backend script trust allowed (--trust-backend)",
     "rebuild/ops_hint.py": "installed packages' sources (which library defines an op)",
     "rebuild/memory_budget.py": "/proc/meminfo",
     "minify/repro.py": "inside the generated repro.py (runs in the user's own process)",

@@ -137,10 +137,12 @@ def check_tensor_file(path: str | os.PathLike) -> dict[str, dict]:
     offsets are checked (dtype x shape == byte length, inside the file, no two tensors
     overlapping), and then safetensors' own reader validates it too.
     """
+    from graphdbg.store.gate import open_stream
+
     path = Path(path)
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
+        with open_stream(path, follow=False) as f:  # the file the gate checked, no link followed
+            size = os.fstat(f.fileno()).st_size
             head = f.read(8)
             if len(head) < 8:
                 raise DumpError(f"{path}: truncated (no safetensors header)")

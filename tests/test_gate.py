@@ -259,6 +259,19 @@ def test_redact_rewrites_every_text_file_and_named_graph(fixture_copy, tmp_path,
     assert cli("show", out).code == 0
 
 
+def test_redact_copies_a_dump_nested_in_another_once(fixture_copy, tmp_path, cli):
+    outer = fixture_copy("block_compile_error")
+    inner = fixture_copy("block_runtime_error")
+    os.replace(inner, outer / "forward")  # a backward dump's layout: forward/ inside, backward_dump ".."
+    _set(outer / "forward", lambda m: m.update(backward_dump="..", env={**m.get("env", {}), "hostname": "host-gate-x"}))
+    out = tmp_path / "shared"
+    r = cli("redact", outer.parent.parent, "-o", out, "--json")
+    assert r.code == 0, r
+    copied = next(out.glob("rank0/*"))
+    assert "host-gate-x" not in (copied / "forward" / "manifest.json").read_text()
+    assert cli("show", copied / "forward").code == 0
+
+
 # 5. escaping and exit codes -----------------------------------------------------------------
 
 HOSTILE_TEXT = "boom [/] [bold red]x[/] \x1b]0;pwned-title\x07 \x1b[2J \x1b]52;c;cm0gLXJmIH4=\x07 \u202e"

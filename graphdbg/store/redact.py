@@ -156,7 +156,11 @@ def redact_dumps(path: Path | str, *, out: Path | str | None = None, root: Path 
     if not dumps:
         raise DumpError(f"{path}: no graphdbg dump here (printed graphs and other tools' files are not dumps)")
     report = []
-    for dump in dumps:
+    outer: list[Path] = []
+    for dump in sorted(dumps, key=lambda d: (len(d.parts), d)):
+        if any(dump.is_relative_to(o) for o in outer):
+            continue  # a dump inside another (a backward dump's forward/): redacted and copied with it
+        outer.append(dump)
         target = dump
         if out is not None:
             target = Path(out) / dump.relative_to(path)

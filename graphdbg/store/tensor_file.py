@@ -151,7 +151,10 @@ def check_tensor_file(path: str | os.PathLike) -> dict[str, dict]:
                 raise DumpError(f"{path}: safetensors header of {n} bytes is over the {MAX_HEADER_BYTES} byte limit")
             if n > size - 8:
                 raise DumpError(f"{path}: truncated (header claims {n} bytes, file has {size - 8})")
-            header = json.loads(f.read(n))
+            raw = f.read(n)
+            if raw.count(b"data_offsets") > MAX_TENSOR_ENTRIES:  # before parsing: a million entries cost minutes
+                raise DumpError(f"{path}: more than {MAX_TENSOR_ENTRIES} header entries, more than graphdbg reads")
+            header = json.loads(raw)
     except DumpError:
         raise
     except (OSError, ValueError, RecursionError) as e:

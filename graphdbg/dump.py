@@ -37,7 +37,7 @@ from graphdbg.rebuild.steps import (
     move_device_literals,
 )
 from graphdbg.rebuild.synthesize import plan_inputs
-from graphdbg.store.confined import read_regular
+from graphdbg.store.gate import read_regular
 from graphdbg.store.manifest import MAX_GRAPH_BYTES
 from graphdbg.store.specs import SymSpec, TensorSpec
 from graphdbg.tables import typed_table

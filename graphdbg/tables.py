@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from graphdbg.errors import GraphdbgError
+from graphdbg.store.gate import inside
+
 NUMBER_COLUMNS = ("min", "max", "mean", "std")
 
 
@@ -55,8 +58,12 @@ def stored_stats(dump: Any) -> list[dict[str, float] | None]:
 
     entries = dump.manifest.get("inputs") or []
     found: list[dict[str, float] | None] = [None] * len(entries)
-    path = dump.path / dump.manifest.get("inputs_file", "inputs.safetensors") if dump.path.is_dir() else None
-    if path is None or not path.is_file():
+    try:  # through the gate: the tensor file the manifest names, inside the dump
+
+        path = inside(dump.path, dump.manifest.get("inputs_file", "inputs.safetensors")) if dump.path.is_dir() else None
+    except GraphdbgError:
+        path = None
+    if path is None:
         return found
     budget = STATS_READ_LIMIT
     for i, d in enumerate(entries):

@@ -25,7 +25,7 @@ import pytest
 pytest.importorskip("hypothesis")  # a dev dependency; the GPU machine may not have it
 
 from conftest import FIXTURES, ROOT  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 FIXTURE = next((FIXTURES / "block_runtime_error").glob("rank*/*"))
@@ -319,3 +319,90 @@ def test_the_audit_hook_sees_reads_outside_the_dump(tmp_path):
     finally:
         READS.dump = None
     assert READS.outside == [str(outside.resolve())]
+
+
+# Every schema field, every file kind (issue 23) ----------------------------------------------------
+
+def _schema_fields() -> list[str]:
+    """Every top-level field the manifest's schema types, by the name a manifest uses."""
+    from graphdbg.store.schema import Manifest
+
+    return sorted(f.alias or name for name, f in Manifest.model_fields.items())
+
+
+SCHEMA_FIELDS = _schema_fields()
+field_values = st.one_of(values, st.sampled_from([
+    {"values": {"inductor.cpp.march": "native -wrapper /bin/sh"}}, {"values": "x"}, {"seq": "1", "dir": "../.."},
+    [{"id": 1, "dir": ["x"]}], {"kind": "partial", "func": {"callable": "os:system"}}, "..", "../other", "/etc",
+    {"backend": "recipe:{}", "passes": ["os:system"], "steps": [{"nodes_before": -1}]}, "[/]\x1b]52;c;eA==\x07"]))
+
+
+NO_SHRINK = settings(FUZZ, phases=[Phase.explicit, Phase.reuse, Phase.generate])  # a shrink here takes minutes
+
+
+@NO_SHRINK
+@given(changes=st.lists(st.tuples(st.sampled_from(SCHEMA_FIELDS), st.one_of(field_values, st.just(_DELETE))), min_size=1, max_size=3))
+def test_fuzz_every_schema_field(changes):
+    manifest = copy.deepcopy(MANIFEST)
+    for field, value in changes:
+        if field in ("graph", "inputs_file") and isinstance(value, str):
+            continue  # where a path goes: confinement has its own test
+        _set(manifest, (field,), value)
+    with dump_copy() as folder:
+        (folder / "manifest.json").write_text(_dumps(manifest))
+        check_dump(folder)
+
+
+FILE_KINDS = ["text", "binary", "link_out", "dangling", "fifo", "device", "folder"]
+# files a dump or a folder of dumps holds that graphdbg reads: (where, name) relative to the dump
+NAMED_FILES = [(".", "fault.txt"), (".", "notes.txt"), ("../..", "repro.py"), ("../..", "bisect-passes.json"),
+               ("../..", "log.txt"), ("..", "bisect-nodes.json")]
+
+
+def _plant(path: Path, kind: str, text: str) -> None:
+    if os.path.lexists(path):
+        path.unlink()
+    if kind == "text":
+        path.write_text(text)
+    elif kind == "binary":
+        path.write_bytes(b"\xff\x00" * 64 + text.encode())
+    elif kind == "link_out":
+        path.symlink_to("/etc/hostname")
+    elif kind == "dangling":
+        path.symlink_to(path.parent / "nowhere" / "x")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+
+
+@NO_SHRINK
+@given(files=st.lists(st.tuples(st.sampled_from(NAMED_FILES), st.sampled_from(FILE_KINDS), st.text(max_size=40)),
+                      min_size=1, max_size=3), crash=st.booleans())
+def test_fuzz_every_file_kind(files, crash):
+    """fault.txt, repro.py, bisect-*.json, log.txt and extra text, each as text, binary, a link
+    out, a dangling link, a FIFO, a device or a folder: show, ls, report and redact end in 0, 1
+    or 2, in time, reading nothing outside, writing nothing through a link."""
+    with dump_copy() as folder:
+        if crash:
+            manifest = copy.deepcopy(MANIFEST)
+            manifest["failure"] = {"kind": "crash"}
+            manifest["minified"] = {"backend": "eager", "steps": []}
+            (folder / "manifest.json").write_text(_dumps(manifest))
+        for (where, name), kind, text in files:
+            _plant(folder / where / name, kind, text)
+        root = folder.parent.parent
+        READS.dump, READS.outside = root.resolve(), []
+        try:
+            for args in (("show", str(folder)), ("ls", str(root)), ("report", str(root), "-o", str(root / "r.html")),
+                         ("redact", str(root), "-o", str(root / "shared"))):
+                code, err = run_cli(*args)
+                assert code in (0, 1, 2), f"{args[0]} exited {code}: {err[-500:]}"
+                if code == 2:  # one line per refused file, no traceback
+                    assert all(ln.startswith(("graphdbg: error: ", "graphdbg: skipped ")) for ln in err.strip().splitlines()), err[-500:]
+        finally:
+            READS.dump = None
+        assert not READS.outside, f"read outside the dump: {READS.outside[:3]}"
+        assert not (folder / "nowhere").exists()

@@ -37,6 +37,7 @@ from graphdbg.backends.recipe import (
     unrecorded_parts,
 )
 from graphdbg.errors import GraphdbgError
+from graphdbg.store.gate import MAX_TEXT_BYTES, read_regular
 
 # Recorded names that mean a backend replay knows by name, whatever module spelled them.
 KNOWN_ALIASES = {"thunder.dynamo.compiler:ThunderCompiler": "thunder", "thunder.dynamo:ThunderCompiler": "thunder"}
@@ -74,9 +75,10 @@ def script_module(path: str) -> types.ModuleType:
     key = str(file)
     if key in _scripts:
         return _scripts[key]
-    try:
-        tree = ast.parse(file.read_text(), filename=key)
-    except (OSError, SyntaxError, UnicodeDecodeError) as e:
+    try:  # through the gate: a FIFO or a device named as the script neither hangs nor is read whole
+
+        tree = ast.parse(read_regular(file, max_bytes=MAX_TEXT_BYTES, text=True), filename=key)
+    except (OSError, SyntaxError, UnicodeDecodeError, GraphdbgError) as e:
         raise GraphdbgError(f"{path}: cannot read the backend's script ({type(e).__name__}: {_first_line(e)})") from e
     kept, skipped = _definitions(tree.body)
     module = types.ModuleType(f"graphdbg_script_{file.stem}")

@@ -32,7 +32,7 @@ from graphdbg.dump import Contents, Dump
 from graphdbg.errors import GraphdbgError
 from graphdbg.formats import manifest_for, register
 from graphdbg.rebuild.stand_ins import MissingOp
-from graphdbg.store.confined import read_regular
+from graphdbg.store.gate import open_stream, read_regular
 from graphdbg.store.specs import SymSpec, TensorSpec
 
 __all__ = ["detect_format", "load_computation_graph", "cache_location"]
@@ -56,9 +56,9 @@ def detect_format(path: str | Path) -> str | None:
     if not m or not path.is_file():
         return None
     try:
-        with path.open(errors="replace") as f:
-            head = f.read(4096)
-    except OSError:
+        with open_stream(path) as f:
+            head = f.read(4096).decode("utf-8", errors="replace")
+    except (OSError, GraphdbgError):
         return None
     if not _HEADER.match(head):
         return None

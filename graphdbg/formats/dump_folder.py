@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,8 @@ import torch
 from graphdbg.dump import Contents, Dump
 from graphdbg.errors import DumpError
 from graphdbg.formats import register
-from graphdbg.judge.fatal_signal import resolve_crash
-from graphdbg.store.confined import inside, read_inside
+from graphdbg.judge.fatal_signal import FAULT_FILE, resolve_crash
+from graphdbg.store.gate import MAX_TEXT_BYTES, inside, read_inside
 from graphdbg.store.manifest import GRAPH, INPUTS, MANIFEST, MAX_GRAPH_BYTES, find_dumps, read_manifest
 from graphdbg.store.tensor_file import check_tensor_file, read_tensors
 
@@ -57,10 +58,20 @@ def load_dump_folder(path: Path) -> Dump:
         elif len(found) > 1:
             raise DumpError(f"{path}: holds {len(found)} dumps; name one (graphdbg ls {path} lists them)")
     manifest = read_manifest(path)
-    resolve_crash(path, manifest)  # an armed dump left by a process a signal killed
+    resolve_crash(path, manifest, _fault_text(path, manifest))  # an armed dump left by a process a signal killed
     dump = Dump(path, manifest, DumpFolder(path, manifest))
     dump.check()
     return dump
+
+
+def _fault_text(path: Path, manifest: dict[str, Any]) -> str:
+    """An armed crash dump's ``fault.txt``, through the gate: a link, a FIFO or a device there is
+    refused (one line, exit 2), a file larger than a fault report is refused."""
+    failure = manifest.get("failure") or {}
+    if failure.get("kind") != "crash" or failure.get("signature") or not os.path.lexists(path / FAULT_FILE):
+        return ""
+    data = read_inside(path, FAULT_FILE, max_bytes=MAX_TEXT_BYTES)
+    return data.decode("utf-8", errors="replace")
 
 
 register("dump", detect, load_dump_folder, priority=0)

@@ -35,6 +35,7 @@ from graphdbg.formats import load
 from graphdbg.formats.printed_graph import load_printed_graph, looks_like_printed_graph
 from graphdbg.formats.run_log import attach_log, find_logs, read_log
 from graphdbg.formats.torch_repro import detect_format
+from graphdbg.store.gate import open_stream
 from graphdbg.store.manifest import MANIFEST, find_dumps
 
 _SUMMARY_KEYS = ("id", "nodes", "kind", "backend", "error_type", "message", "signature", "graph_hash", "frame", "compile_id")
@@ -324,9 +325,9 @@ def torch_repro_files(root: Path) -> list[Path]:
     ``repro.py``, Inductor's ``fx_graph_runnable.py`` from ``TORCH_COMPILE_DEBUG=1``."""
     def maybe(path: Path) -> bool:
         try:
-            with path.open("rb") as f:
+            with open_stream(path, follow=False) as f:
                 head = f.read(1 << 18)
-        except OSError:
+        except (OSError, GraphdbgError):
             return False
         return b"def load_args(" in head and b"class Repro(" in head and detect_format(path) is not None
 

@@ -18,12 +18,14 @@ rank that follow. The title is the ``===== ... =====`` line before it. Each file
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from graphdbg.errors import GraphdbgError
 from graphdbg.formats.run_log import log_lines, split_prefix
+from graphdbg.store.gate import Folder, open_stream
 
 __all__ = ["LoggedGraph", "graphs_in_log", "extract_graphs"]
 
@@ -66,7 +68,7 @@ def graphs_in_log(path: str | Path) -> list[LoggedGraph]:
     """Every printed GraphModule in the log at ``path``, in log order; GraphdbgError if it can't be read."""
     path = Path(path)
     try:
-        f = path.open("rb")
+        f = open_stream(path)
     except OSError as e:
         raise GraphdbgError(f"{path}: cannot read the log ({e.strerror or type(e).__name__})") from None
     found: list[LoggedGraph] = []
@@ -111,13 +113,12 @@ def extract_graphs(log: str | Path, out: str | Path) -> list[Path]:
         counts[rank] = number + 1
         suffix = f"_{_safe(g.artifact)}" if g.artifact and g.artifact != "graph_code" else ""
         plan.append((out / f"rank{rank}_{number}{suffix}.py", rank, number, g))
-    existing = [p for p, *_ in plan if p.exists()]
+    existing = [p for p, *_ in plan if os.path.lexists(p)]  # a dangling link counts: it is never written through
     if existing:
         raise GraphdbgError(f"{existing[0]} exists; extract into an empty folder (or remove it)")
-    out.mkdir(parents=True, exist_ok=True)
     written = []
-    for path, rank, number, g in plan:
-        where = f"{log.name} line {g.line}" + (f", {g.title}" if g.title else "") + (f" [{g.artifact}]" if g.artifact else "")
-        path.write_text(f"# Rank: {rank}, Graph {number}\n# extracted by graphdbg from {where}\n{g.text}")
-        written.append(path)
+    with Folder.open(out, create=True) as folder:
+        for path, rank, number, g in plan:
+            where = f"{log.name} line {g.line}" + (f", {g.title}" if g.title else "") + (f" [{g.artifact}]" if g.artifact else "")
+            written.append(folder.create(path.name, f"# Rank: {rank}, Graph {number}\n# extracted by graphdbg from {where}\n{g.text}"))
     return written

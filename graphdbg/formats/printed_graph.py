@@ -31,14 +31,14 @@ import torch
 import torch.fx as fx
 
 from graphdbg.dump import Contents, Dump
-from graphdbg.errors import GraphSourceError
+from graphdbg.errors import GraphdbgError, GraphSourceError
 from graphdbg.formats import manifest_for, register
 from graphdbg.graph.hashing import target_name
 from graphdbg.graph.parser import readable_source
 from graphdbg.rebuild.inputs import SEED_ENV
 from graphdbg.rebuild.stand_ins import construct_of, constructs
 from graphdbg.rebuild.synthesize import plan_inputs
-from graphdbg.store.confined import read_regular
+from graphdbg.store.gate import open_stream, read_regular
 from graphdbg.store.specs import SymSpec, TensorSpec, parse_annotation
 
 __all__ = ["load_printed_graph", "looks_like_printed_graph", "SEED_ENV"]
@@ -57,9 +57,9 @@ def looks_like_printed_graph(path: Path) -> bool:
     if path.suffix != ".py" or not path.is_file():
         return False
     try:
-        with path.open("rb") as f:
+        with open_stream(path) as f:
             head = f.read(4096)
-    except OSError:
+    except (OSError, GraphdbgError):
         return False
     for raw in head.splitlines():
         line = raw.strip()

@@ -23,6 +23,7 @@ A log is not a graph: nothing here registers a reader. The module imports no tor
 
 from __future__ import annotations
 
+import os
 import re
 from collections import deque
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from typing import Any, Iterable, Iterator
 
 from graphdbg.errors import GraphdbgError
 from graphdbg.judge.signature import signature
+from graphdbg.store.gate import open_stream
 
 __all__ = ["RunLog", "LogFailure", "read_log", "find_logs", "attach_log", "MAX_LINE", "MAX_SCAN"]
 
@@ -129,7 +131,7 @@ def find_logs(folder: Path) -> list[Path]:
     ``--log-dir`` writes below it (``RUN/attempt_K/LOCAL_RANK/stderr.log``; the last attempt
     of each run, at most three folders down)."""
     try:
-        entries = sorted(p for p in folder.iterdir() if p.is_file())
+        entries = sorted(p for p in folder.iterdir() if p.is_file() and not p.is_symlink())
     except OSError:
         return []
     found = [p for p in entries if p.name in LOG_NAMES or p.suffix in LOG_SUFFIXES]
@@ -137,7 +139,7 @@ def find_logs(folder: Path) -> list[Path]:
     for pattern in _TORCHRUN_LOGS:
         try:
             for log in folder.glob(pattern):
-                if log.is_file() and torchrun_rank(log) is not None:
+                if log.is_file() and not log.is_symlink() and torchrun_rank(log) is not None:
                     attempts.setdefault(log.parent.parent.parent, []).append(log)
         except OSError:
             continue
@@ -166,8 +168,8 @@ def read_log(path: str | Path, graph_names: Iterable[str] = ()) -> RunLog:
     """
     path = Path(path)
     try:
-        size = path.stat().st_size
-        f = path.open("rb")
+        f = open_stream(path)
+        size = os.fstat(f.fileno()).st_size
     except OSError as e:
         raise GraphdbgError(f"{path}: cannot read the log ({e.strerror or type(e).__name__})") from None
     with f:

@@ -40,7 +40,7 @@ from graphdbg.errors import GraphdbgError, GraphSourceError
 from graphdbg.formats import manifest_for, register
 from graphdbg.graph.parser import PrintedGraph, _dotted, parse_module_class, resolve_target
 from graphdbg.rebuild.inputs import contiguous_strides
-from graphdbg.store.confined import inside, read_regular
+from graphdbg.store.gate import inflate_member, inside, read_regular
 from graphdbg.store.specs import TensorSpec, dtype_name, eval_dim
 
 __all__ = ["MinifierStore", "detect_format", "load_torch_repro", "read_storage_bytes"]
@@ -58,8 +58,8 @@ def detect_format(path: str | Path) -> str | None:
     if not path.is_file() or path.suffix != ".py" or path.stat().st_size > _MAX_DETECT_BYTES:
         return None
     try:
-        text = path.read_text(errors="replace")
-    except OSError:
+        text = read_regular(path, max_bytes=_MAX_DETECT_BYTES).decode("utf-8", errors="replace")
+    except (OSError, GraphdbgError):
         return None
     if re.search(r"^class Repro\(", text, re.M) and re.search(r"^def load_args\(", text, re.M):
         return FORMAT
@@ -239,7 +239,9 @@ def read_storage_bytes(path: str | Path, nbytes: int | None = None) -> bytes:
             if nbytes is not None and declared != nbytes:
                 # checked before decompressing: a zip bomb never gets to inflate
                 raise GraphdbgError(f"{path}: the storage holds {declared} bytes, load_args says {nbytes}")
-            return z.read(entries[0])  # zipfile stops at the declared size and checks the CRC
+        # bounded by the declared size and an absolute cap: a member that inflates past what it
+        # declares stops there (store.gate.inflate_member)
+        return inflate_member(path, entries[0], declared=declared)
     except zipfile.BadZipFile:
         raise GraphdbgError(f"{path}: not a torch.save zip archive (truncated?)") from None
     except OSError as e:

@@ -347,7 +347,11 @@ class PrintedGraph:
                 owner.add_module(leaf, value)
             else:
                 setattr(owner, leaf, value)
-        gm = fx.GraphModule(root, _copy_graph(self.graph), class_name=self.name)
+        try:  # fx generates and compiles Python for the graph: what it cannot build is bad input (exit 2)
+            gm = fx.GraphModule(root, _copy_graph(self.graph), class_name=self.name)
+        except (SyntaxError, ValueError, TypeError, NameError, AttributeError, RuntimeError, RecursionError) as e:
+            first = (str(e).strip().splitlines() or [""])[0][:200]
+            raise GraphSourceError(f"fx cannot build this graph ({type(e).__name__}: {first})", file=self.filename) from None
         # GraphModule only copies what the graph references; an unused nested class stays too.
         for name, child in children.items():
             if not hasattr(gm, name):

@@ -30,18 +30,17 @@ def signal_from_fault_text(text: str) -> str | None:
     return None
 
 
-def resolve_crash(folder: Path, manifest: dict[str, Any]) -> None:
+def resolve_crash(folder: Path, manifest: dict[str, Any], fault_text: str = "") -> None:
     """Fill an armed crash dump's ``failure`` from its ``fault.txt``: the signal, a signature,
     a message and the stack. A dump whose process died with no report (SIGKILL, ``os._exit``)
-    says so; a parent that saw the exit status may have written ``signal`` already."""
+    says so; a parent that saw the exit status may have written ``signal`` already.
+
+    ``fault_text`` is ``fault.txt`` as the caller read it through the gate (``store.gate``): this
+    layer opens no file a dump names."""
     failure = manifest.get("failure") or {}
     if failure.get("kind") != "crash" or failure.get("signature"):
         return
-    text = ""
-    try:
-        text = (folder / FAULT_FILE).read_text(errors="replace")
-    except OSError:
-        pass
+    text = fault_text
     name = failure.get("signal") or signal_from_fault_text(text)
     if name:
         failure.update(signal=name, signature=f"Signal {name}",

@@ -13,7 +13,6 @@ inputs and seeded tangents, and compiled by ``backend`` like any graph.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,6 +26,7 @@ from graphdbg.minify.bisect import NodeDivergence, bisect_nodes
 from graphdbg.minify.shrinker import as_case
 from graphdbg.rebuild.inputs import clone_values
 from graphdbg.replay.backward import TANGENT_SEED, _differentiable, _leaves, as_graph_backend, is_backward_dump
+from graphdbg.store.gate import backward_dump_folder
 
 
 def bisect_training_nodes(case_or_dump: Any, backend: Any = "eager", passes: Any = None, *,
@@ -57,7 +57,7 @@ def backward_case(case: Case, backend: Any) -> tuple[Case, Any, str]:
     """(the backward graph as a Case, the backend that compiles it, where it came from)."""
     dump = case.dump
     if dump is not None and dump.manifest.get("backward_dump"):
-        parent = load_dump((Path(dump.path) / dump.manifest["backward_dump"]).resolve())
+        parent = load_dump(backward_dump_folder(dump.path, dump.manifest["backward_dump"]))
         if backend is None or backend in _names_of(dump):  # the user's backend: its bw_compiler compiles the backward
             backend = parent.backend
             if backend == (parent.manifest.get("backward") or {}).get("compiler"):

@@ -43,7 +43,7 @@ from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.passes import PassSpec, apply_passes, inductor_post_grad_patch, resolve_passes
 from graphdbg.replay.run import _backend_callable, _inductor_patch, run_case
 from graphdbg.replay.world import printed_worlds
-from graphdbg.store.confined import inside
+from graphdbg.store.gate import inside
 from graphdbg.store.manifest import INPUTS, find_dumps
 from graphdbg.store.tensor_file import read_tensors
 

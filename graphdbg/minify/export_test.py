@@ -20,7 +20,7 @@ from graphdbg.backends.resolve import backend_label, backend_spec, recorded_back
 from graphdbg.dump import Dump
 from graphdbg.errors import GraphdbgError
 from graphdbg.formats import load as load_dump
-from graphdbg.store.confined import inside
+from graphdbg.store.gate import MAX_COPY_BYTES, Folder, check_name, read_inside, write_file
 from graphdbg.store.manifest import GRAPH, INPUTS, MANIFEST
 
 
@@ -74,8 +74,7 @@ def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any
         shutil.rmtree(data)
     path.parent.mkdir(parents=True, exist_ok=True)
     copy_dump_files(d, data)
-    path.write_text(text)
-    return path
+    return write_file(path, text)
 
 
 def copy_dump_files(d: Any, dest: Path) -> list[str]:
@@ -88,10 +87,9 @@ def copy_dump_files(d: Any, dest: Path) -> list[str]:
     dest.mkdir(parents=True)
     copied = []
     for name in dict.fromkeys(names):
-        source = inside(d.path, name)
-        target = dest.joinpath(*Path(name).parts)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target, follow_symlinks=False)
+        data = read_inside(d.path, name, max_bytes=MAX_COPY_BYTES)  # read once, through the gate
+        with Folder.open(dest) as top:
+            top.put(check_name(d.path, name), data, make_folders=True)
         copied.append(name)
     return copied
 
@@ -105,6 +103,7 @@ graphdbg dump: manifest.json, graph.py, inputs.safetensors; no pickle, nothing t
 from pathlib import Path
 
 import graphdbg
+from graphdbg.store.manifest import GRAPH, INPUTS, MANIFEST
 
 DUMP = Path(__file__).with_name({data})
 BACKEND = {backend}

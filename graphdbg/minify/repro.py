@@ -28,6 +28,7 @@ from graphdbg.judge.accuracy import TOLERANCES
 from graphdbg.judge.signature import unwrapped_error
 from graphdbg.rebuild.inputs import NullEvent, NullStream
 from graphdbg.replay.outcome import Outcome
+from graphdbg.store.gate import write_file
 
 INPUTS_FILE = "repro_inputs.pt"
 
@@ -129,8 +130,8 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
     except SyntaxError as e:
         raise GraphdbgError(f"{path}: the generated repro does not compile ({e.msg} at line {e.lineno}); "
                             "please report this") from None
-    path.write_text(text)
-    return path
+
+    return write_file(path, text)
 
 
 def _get_attr(gm: torch.nn.Module, target: str) -> Any:

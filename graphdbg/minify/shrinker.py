@@ -12,7 +12,6 @@ then fewer input elements) so that "smaller" is always well defined and the loop
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import tempfile
@@ -37,7 +36,7 @@ from graphdbg.minify.repro import write_repro
 from graphdbg.minify.shrink_passes import ShrinkPass, Step, default_passes
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.run import run_case
-from graphdbg.store.manifest import MANIFEST, read_manifest
+from graphdbg.store.manifest import read_manifest, write_manifest
 from graphdbg.store.specs import SymSpec
 
 # Budget defaults: on a 2-core machine a candidate costs 0.1 s (eager) to 10 s (Inductor's C++),
@@ -254,8 +253,7 @@ def save_minified(case: Case, outcome: Outcome, out: str | Path, *, backend: Any
     staging = Path(tempfile.mkdtemp(prefix=".minify-", dir=out))
     try:
         written = save_case(case, staging, kind=kind)
-        manifest_path = written / MANIFEST
-        manifest = json.loads(manifest_path.read_text())
+        manifest = read_manifest(written)
         failure = manifest.setdefault("failure", {})
         failure["kind"] = kind
         if outcome.status == "crash":
@@ -274,7 +272,7 @@ def save_minified(case: Case, outcome: Outcome, out: str | Path, *, backend: Any
         elif not isinstance(backend, str) or ":" in backend:
             manifest["backend"] = ref
         keep_symbolic_sizes(case, written, manifest)
-        manifest_path.write_text(json.dumps(manifest, indent=1, default=str))
+        write_manifest(written, manifest)  # checked, then through the gate's writer
         rank_dir = out / written.parent.name
         rank_dir.mkdir(exist_ok=True)
         for old in rank_dir.iterdir():  # exactly one dump under out: the newest best

@@ -20,7 +20,6 @@ from __future__ import annotations
 import copy
 import time
 import traceback as tb
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -35,6 +34,7 @@ from graphdbg.judge.signature import signature
 from graphdbg.rebuild.inputs import clone_values, to_float64
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.passes import PassFailed, apply_passes, find_pass_failure, inductor_post_grad_patch, resolve_passes
+from graphdbg.store.gate import backward_dump_folder, inside
 from graphdbg.store.manifest import read_manifest
 from graphdbg.store.tensor_file import read_tensors
 
@@ -274,14 +274,14 @@ def _recorded_tangents(case: Case) -> list[torch.Tensor] | None:
     if dump is None or not dump.manifest.get("backward_dump"):
         return None
 
-    parent = (Path(dump.path) / dump.manifest["backward_dump"]).resolve()
+    parent = backward_dump_folder(dump.path, dump.manifest["backward_dump"])
     try:
         manifest = read_manifest(parent)
         roles = manifest.get("backward", {}).get("roles", [])
         keys = [d.get("stored") for d, role in zip(manifest["inputs"], roles) if role == "tangent"]
         if not keys or not all(keys):
             return None
-        values = read_tensors(parent / manifest.get("inputs_file", "inputs.safetensors"), keys, device="cpu")
+        values = read_tensors(inside(parent, manifest.get("inputs_file", "inputs.safetensors")), keys, device="cpu")
         return [values[k] for k in keys]
     except Exception:
         return None

@@ -14,6 +14,7 @@ parent reads it, or, when there is none, turns the exit status into an Outcome:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -29,6 +30,7 @@ from graphdbg.backends.resolve import backend_label, backend_spec
 from graphdbg.case import save_case
 from graphdbg.errors import GraphdbgError
 from graphdbg.replay.outcome import Outcome
+from graphdbg.store.gate import read_json
 
 if TYPE_CHECKING:
     from graphdbg.case import Case
@@ -217,12 +219,42 @@ def _on_signal(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 
+_OUTCOME_STATUS = ("pass", "crash", "mismatch", "timeout")
+
+
+def _checked_outcome(data: object, path: Path) -> dict[str, Any]:
+    """outcome.json as the child wrote it, or a GraphdbgError (exit 2) naming the first bad field."""
+
+    where = f"{path}: garbage outcome.json from the replay child"
+    if not isinstance(data, dict):
+        raise GraphdbgError(f"{where} (not an object)")
+    if "error" in data:
+        if not isinstance(data["error"], str):
+            raise GraphdbgError(f"{where} (error is not text)")
+        return data
+    if data.get("status") not in _OUTCOME_STATUS or not isinstance(data.get("backend"), str):
+        raise GraphdbgError(f"{where} (status or backend)")
+    kinds = {"str": str, "int": int, "float": (int, float), "bool": bool, "list": list}
+    for f in dataclasses.fields(Outcome):
+        if f.name not in data or data[f.name] is None:
+            continue
+        want = str(f.type).split("|")[0].split("[")[0].strip()
+        if want in kinds and not isinstance(data[f.name], kinds[want]):
+            raise GraphdbgError(f"{where} ({f.name} is a {type(data[f.name]).__name__})")
+        if want == "list" and not all(isinstance(x, (dict, str)) for x in data[f.name]):
+            raise GraphdbgError(f"{where} ({f.name} holds a non-object)")
+    if any(not isinstance(m, dict) or "index" not in m for m in data.get("mismatches") or []):
+        raise GraphdbgError(f"{where} (mismatches)")
+    return data
+
+
 def child_outcome(returncode: int | None, outcome_path: Path, err: str, backend: str, device: str | None) -> Outcome:
     """What a replay child left behind, as an Outcome: its own, else what its exit says
     (a signal: crash ``Signal SIGSEGV``; a plain exit without an outcome: ``ChildExited``)."""
     tail = err[-STDERR_TAIL:]
-    if outcome_path.exists():
-        data = json.loads(outcome_path.read_text())
+    if os.path.lexists(outcome_path):
+        # through the gate: the child ran a backend, which may have left anything there
+        data = _checked_outcome(read_json(outcome_path.parent, outcome_path.name, what="outcome.json"), outcome_path)
         if "error" in data:
             return Outcome(status="crash", backend=backend, stage="child", error_type="GraphdbgError", device=device,
                            signature=f"GraphdbgError: {data['error']}", message=data["error"], isolated=True, stderr_tail=tail)

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from graphdbg.errors import DumpError
-from graphdbg.store.confined import read_inside
+from graphdbg.store.gate import read_inside, write_file
+from graphdbg.store.schema import Manifest
 
 SCHEMA = "graphdbg.dump"
 SCHEMA_VERSION = 1
@@ -64,7 +65,15 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     for key in ("id", "graph", "inputs", "failure"):
         if key not in data:
             raise DumpError(f"{path}: manifest lacks {key!r}")
-    return validate_manifest(data, str(path))
+    return _nulls_as_absent(validate_manifest(data, str(path)))
+
+
+def _nulls_as_absent(data: dict[str, Any]) -> dict[str, Any]:
+    """A top-level ``null`` where the schema allows one means the field is absent: readers write
+    ``manifest.get("attrs", {})`` and must not meet ``None`` there (a hostile dump's way in)."""
+
+    optional = {f.alias or name for name, f in Manifest.model_fields.items() if not f.is_required() and f.default is None}
+    return {k: v for k, v in data.items() if not (v is None and k in optional)}
 
 
 def _schema_of(data: Any) -> str:
@@ -82,7 +91,8 @@ def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
     text = json.dumps(manifest, indent=1, default=str) + "\n"
     where = f"{folder / MANIFEST} (being written)"
     validate_manifest(load_manifest_text(text, where), where)
-    (folder / MANIFEST).write_text(text)
+
+    write_file(folder / MANIFEST, text, create_parent=False)
 
 
 def find_dumps(root: Path) -> list[Path]:

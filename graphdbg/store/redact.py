@@ -22,14 +22,14 @@ from __future__ import annotations
 import getpass
 import os
 import re
-import shutil
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from graphdbg.errors import DumpError, GraphdbgError
-from graphdbg.store.manifest import GRAPH, INPUTS, MANIFEST, find_dumps, read_manifest, write_manifest
+from graphdbg.store.gate import MAX_COPY_BYTES, Folder, check_name, files_under, inside, read_inside
+from graphdbg.store.manifest import GRAPH, INPUTS, MANIFEST, MAX_GRAPH_BYTES, find_dumps, read_manifest, write_manifest
 
 # env keys that say which software and device made the dump, and nothing about who or where
 KEPT_ENV = ("graphdbg", "torch", "triton", "python", "platform", "cuda", "device_name", "cuda_devices")
@@ -126,11 +126,8 @@ def redact_folder(folder: Path, *, root: Path | str | None = None, redactor: Red
     """Redact one dump folder in place (manifest.json and graph.py's comments); returns what changed."""
     folder = Path(folder)
     manifest = read_manifest(folder)
-    graph_path = folder / GRAPH
-    try:
-        graph = graph_path.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise DumpError(f"{graph_path}: cannot read the graph ({type(e).__name__})") from None
+    graph_name = (manifest.get("graph") or {}).get("file") or GRAPH
+    graph = read_inside(folder, graph_name, max_bytes=MAX_GRAPH_BYTES, text=True)
     if redactor is None:
         redactor = Redactor(PurePosixPath(root) if root is not None else project_root(source_paths(manifest, graph)),
                             _names(manifest))
@@ -146,15 +143,10 @@ def redact_folder(folder: Path, *, root: Path | str | None = None, redactor: Red
     redacted = {k: redactor.value(kept_env if k == "env" else v) for k, v in manifest.items()}
     redacted["redacted"] = True
     lines = [redactor.text(line) if line.lstrip().startswith("#") else line for line in graph.splitlines(keepends=True)]
-    _replace(graph_path, "".join(lines))
-    tmp = folder / f".{MANIFEST}.redacting"
-    tmp.mkdir(exist_ok=True)
-    try:
-        write_manifest(tmp, redacted)  # checked against the schema before it replaces the old one
-        os.replace(tmp / MANIFEST, folder / MANIFEST)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return {"path": str(folder), "paths": redactor.paths, "removed": removed,
+    _replace(folder, graph_name, "".join(lines))
+    texts = _redact_other_texts(folder, {graph_name, MANIFEST}, redactor)
+    write_manifest(folder, redacted)  # checked against the schema, then written through the gate's writer
+    return {"path": str(folder), "paths": redactor.paths, "removed": removed, "texts": texts,
             "root": "<given>" if root is not None else ("<found>" if redactor.root else None)}
 
 
@@ -165,7 +157,11 @@ def redact_dumps(path: Path | str, *, out: Path | str | None = None, root: Path 
     if not dumps:
         raise DumpError(f"{path}: no graphdbg dump here (printed graphs and other tools' files are not dumps)")
     report = []
-    for dump in dumps:
+    outer: list[Path] = []
+    for dump in sorted(dumps, key=lambda d: (len(d.parts), d)):
+        if any(dump.is_relative_to(o) for o in outer):
+            continue  # a dump inside another (a backward dump's forward/): redacted and copied with it
+        outer.append(dump)
         target = dump
         if out is not None:
             target = Path(out) / dump.relative_to(path)
@@ -175,22 +171,49 @@ def redact_dumps(path: Path | str, *, out: Path | str | None = None, root: Path 
 
 
 def _copy_dump(src: Path, dst: Path) -> None:
-    """The dump's own files only, never through a symlink."""
-    if dst.exists() and any(dst.iterdir()):
+    """The dump's regular files (read once through the gate, never through a link), written by
+    the gate's writer into folders it opened itself."""
+    if os.path.lexists(dst) and (not dst.is_dir() or dst.is_symlink() or any(dst.iterdir())):
         raise GraphdbgError(f"{dst}: already exists and is not empty")
-    dst.mkdir(parents=True, exist_ok=True)
-    for name in (MANIFEST, GRAPH, INPUTS):
-        s = src / name
-        if s.is_symlink() or (s.exists() and not s.is_file()):
-            raise DumpError(f"{s}: not a regular file; refusing to copy it")
-        if s.exists():
-            shutil.copyfile(s, dst / name, follow_symlinks=False)
+    for name in (MANIFEST, GRAPH, INPUTS):  # these must be plain files, or nothing is copied
+        if os.path.lexists(src / name):
+            inside(src, name)
+    with Folder.open(dst, create=True) as top:
+        for path in files_under(src, "*", limit=10_000):
+            name = path.relative_to(src).as_posix()
+            top.put(check_name(src, name), read_inside(src, name, max_bytes=MAX_COPY_BYTES), make_folders=True)
 
 
-def _replace(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.redacting")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+def _replace(folder: Path, name: str, text: str) -> None:
+    """Write ``name`` (a checked name inside ``folder``) through the gate's writer: a fresh
+    O_EXCL|O_NOFOLLOW file renamed over it, so a planted link is replaced, never written through."""
+    with Folder.open(folder) as top:
+        top.put(check_name(folder, name), text, replace=True)
+
+
+def _redact_other_texts(folder: Path, done: set[str], redactor: Redactor) -> list[str]:
+    """Every other text file of the dump (graph files the manifest names elsewhere, notes,
+    fault.txt, logs) rewritten like the graph's comments; links and non-files are left alone."""
+    changed = []
+    nested = sorted({p.parent for p in files_under(folder, MANIFEST, limit=1000) if p.parent != folder})
+    for sub in nested:  # a dump inside this one (a backward dump's forward): redacted as a dump
+        redact_folder(sub, redactor=redactor)
+        changed.append(sub.relative_to(folder).as_posix() + "/")
+    for path in files_under(folder, "*", limit=1000):
+        name = path.relative_to(folder).as_posix()
+        if any(path.is_relative_to(sub) for sub in nested):
+            continue
+        if name in done or path.suffix in (".safetensors", ".pt", ".bin", ".pkl", ".zip"):
+            continue
+        try:
+            text = read_inside(folder, name, max_bytes=MAX_GRAPH_BYTES, text=True)
+        except DumpError:
+            continue  # binary or too large: not text to redact
+        new = redactor.text(text)
+        if new != text:
+            _replace(folder, name, new)
+            changed.append(name)
+    return changed
 
 
 def _names(manifest: dict[str, Any]) -> list[str]:

@@ -203,6 +203,7 @@ class Failure(_Open):
     signature: Optional[Text] = None
     message: Optional[Text] = None
     mismatches: Optional[Annotated[list[dict[str, Any]], Field(max_length=MAX_ITEMS)]] = None
+    signal: Optional[Name] = None
 
 
 class NodeInfo(_Open):
@@ -242,6 +243,95 @@ class Env(_Open):
     cuda_devices: Optional[Count] = None
 
 
+_SETTING = r"^(inductor|dynamo|functorch)\.[A-Za-z_][A-Za-z0-9_.]{0,200}$"
+
+
+class Config(_Open):
+    """Compiler settings recorded at capture (``backends.compiler_config``): which ones are
+    restored is trust's decision; here only their shape is checked."""
+    values: Optional[Annotated[dict[Annotated[str, Field(strict=True, pattern=_SETTING)], Any], Field(max_length=4096)]] = None
+    skipped: Optional[Annotated[dict[Name, Text], Field(max_length=4096)]] = None
+
+
+PieceRef = Optional[Union[Count, Name, bool]]
+
+
+class Parent(_Open):
+    """The graph this one is a piece of (``capture.nested``)."""
+    seq: Optional[Count] = None
+    graph_hash: Optional[Annotated[str, Field(strict=True, pattern=r"^[0-9a-fA-F]{0,128}$")]] = None
+    backend: Optional[Text] = None
+    phase: Optional[Name] = None
+    piece: PieceRef = None
+    position: PieceRef = None
+    call: PieceRef = None
+    id: Optional[Name] = None
+    dir: Optional[Name] = None
+
+
+class Child(_Open):
+    id: Optional[Name] = None
+    dir: Optional[Name] = None
+    piece: PieceRef = None
+    position: PieceRef = None
+    call: PieceRef = None
+    kind: Optional[Name] = None
+    backend: Optional[Text] = None
+    signature: Optional[Text] = None
+
+
+class Origin(_Open):
+    """Where Dynamo compiled the graph from."""
+    function: Optional[Name] = None
+    file: Optional[Text] = None
+    line: Optional[Count] = None
+    compile_id: Optional[Name] = None
+
+
+class BackendSource(_Open):
+    """Where the backend came from; importing it is trust's decision (``--trust-backend``)."""
+    name: Optional[Name] = None
+    module: Optional[Name] = None
+    qualname: Optional[Name] = None
+    instance: Optional[bool] = None
+    script: Optional[Text] = None
+
+
+class MinifyStep(_Open):
+    pass_name: Optional[Name] = None
+    nodes_before: Optional[Count] = None
+    nodes_after: Optional[Count] = None
+    queries: Optional[Count] = None
+    seconds: Optional[Annotated[float, Field(strict=False, allow_inf_nan=False, ge=0)]] = None
+
+
+class Minified(_Open):
+    """What ``minify`` recorded about the run that made this dump."""
+    from_: Optional[Text] = Field(default=None, alias="from")
+    backend: Optional[Text] = None
+    passes: Optional[Union[Text, Annotated[list[Name], Field(max_length=256)]]] = None
+    direct: Optional[bool] = None
+    start_nodes: Optional[Count] = None
+    final_nodes: Optional[Count] = None
+    oracle_queries: Optional[Count] = None
+    interrupted: Optional[bool] = None
+    steps: Optional[Annotated[list[MinifyStep], Field(max_length=MAX_ITEMS)]] = None
+    out: Optional[Text] = None
+
+    model_config = ConfigDict(extra="allow", strict=True, populate_by_name=True)
+
+
+class BackendRecipe(_Open):
+    """aot_autograd(...) / partial(...), as ``backends.recipe`` writes it (checked in full there)."""
+    kind: Literal["aot_autograd", "partial"]
+
+
+class Backward(_Open):
+    roles: Optional[Annotated[list[Name], Field(max_length=MAX_ITEMS)]] = None
+    compiler: Optional[Text] = None
+    forward_backend: Optional[Text] = None
+
+
 class Manifest(_Open):
     """manifest.json of a graphdbg dump (``graphdbg.dump``), or one a reader built (``graphdbg.foreign``)."""
 
@@ -265,6 +355,18 @@ class Manifest(_Open):
     attrs: Optional[Annotated[dict[Name, ValueDesc], Field(max_length=MAX_ITEMS)]] = None
     external_objects: Optional[Annotated[list[ValueDesc], Field(max_length=MAX_ITEMS)]] = None
     redacted: Optional[bool] = None
+    config: Optional[Config] = None
+    parent: Optional[Parent] = None
+    children: Optional[Annotated[list[Child], Field(max_length=MAX_ITEMS)]] = None
+    origin: Optional[Origin] = None
+    backend_source: Optional[BackendSource] = None
+    minified: Optional[Minified] = None
+    backward_dump: Optional[Literal[".."]] = None  # a forward dump lies inside its backward dump
+    backward: Optional[Backward] = None
+    forward: Optional[Name] = None
+    stage: Optional[Name] = None
+    failed: Optional[Name] = None
+    backend_recipe: Optional[BackendRecipe] = None
 
     model_config = ConfigDict(extra="allow", strict=True, populate_by_name=True)
 

@@ -21,6 +21,7 @@ import torch
 from safetensors import safe_open
 
 from graphdbg.errors import DumpError
+from graphdbg.store.gate import Folder, open_stream
 
 SAFETENSORS_DTYPES: dict[torch.dtype, str] = {
     torch.bool: "BOOL",
@@ -64,12 +65,22 @@ def write_tensors(path: str | os.PathLike, tensors: Mapping[str, torch.Tensor], 
         header["__metadata__"] = dict(metadata)
     blob = json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * (-len(blob) % 8)
-    with open(path, "wb") as f:
+    with _new_file(Path(path)) as f:
         f.write(struct.pack("<Q", len(blob)))
         f.write(blob)
         for t in tensors.values():
             _write_tensor_bytes(f, t)
     return 8 + len(blob) + offset
+
+
+def _new_file(path: Path):
+    """A new file, made the way the gate's writer makes one (``O_EXCL | O_NOFOLLOW`` in a folder
+    opened once): a link planted at ``path`` is replaced, never written through."""
+
+    with Folder.open(path.parent) as folder:
+        if os.path.lexists(path):
+            folder.remove(path.name)
+        return os.fdopen(folder.new_fd(path.name), "wb")
 
 
 def _write_tensor_bytes(f, t: torch.Tensor) -> None:
@@ -110,6 +121,7 @@ def read_tensors(path: str | os.PathLike, names: Iterable[str] | None = None, de
 
 
 MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
+MAX_TENSOR_ENTRIES = 200_000  # tensors in one file: a dump stores one per input and attribute
 _ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "U16": 2, "I16": 2, "F16": 2, "BF16": 2,
              "U32": 4, "I32": 4, "F32": 4, "U64": 8, "I64": 8, "F64": 8}
 # every dtype the writer may use (safetensors' own table: complex64, the FNUZ float8s, ...) is one the checker knows
@@ -124,10 +136,11 @@ def check_tensor_file(path: str | os.PathLike) -> dict[str, dict]:
     offsets are checked (dtype x shape == byte length, inside the file, no two tensors
     overlapping), and then safetensors' own reader validates it too.
     """
+
     path = Path(path)
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
+        with open_stream(path, follow=False) as f:  # the file the gate checked, no link followed
+            size = os.fstat(f.fileno()).st_size
             head = f.read(8)
             if len(head) < 8:
                 raise DumpError(f"{path}: truncated (no safetensors header)")
@@ -136,13 +149,18 @@ def check_tensor_file(path: str | os.PathLike) -> dict[str, dict]:
                 raise DumpError(f"{path}: safetensors header of {n} bytes is over the {MAX_HEADER_BYTES} byte limit")
             if n > size - 8:
                 raise DumpError(f"{path}: truncated (header claims {n} bytes, file has {size - 8})")
-            header = json.loads(f.read(n))
+            raw = f.read(n)
+            if raw.count(b"data_offsets") > MAX_TENSOR_ENTRIES:  # before parsing: a million entries cost minutes
+                raise DumpError(f"{path}: more than {MAX_TENSOR_ENTRIES} header entries, more than graphdbg reads")
+            header = json.loads(raw)
     except DumpError:
         raise
     except (OSError, ValueError, RecursionError) as e:
         raise DumpError(f"{path}: not a safetensors file ({_one_line(e)})") from e
     if not isinstance(header, dict):
         raise DumpError(f"{path}: not a safetensors file (the header is not a JSON object)")
+    if len(header) > MAX_TENSOR_ENTRIES + 1:  # checked before any entry is looked at
+        raise DumpError(f"{path}: {len(header)} header entries, more than the {MAX_TENSOR_ENTRIES} graphdbg reads")
     data_size = size - 8 - n
     spans = []
     for name, entry in header.items():

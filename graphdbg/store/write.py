@@ -20,6 +20,7 @@ import torch
 from graphdbg.judge.signature import format_exception, signature
 from graphdbg.store.describe import describe_value, tensor_stats
 from graphdbg.store.environment import distributed_info, environment
+from graphdbg.store.gate import write_file
 from graphdbg.store.manifest import GRAPH, INPUTS, MANIFEST, SCHEMA, SCHEMA_VERSION, read_manifest, write_manifest
 from graphdbg.store.redact import redact_folder
 from graphdbg.store.specs import TensorSpec
@@ -57,7 +58,7 @@ def write_dump(
 
         failure = _failure(kind, exc, mismatches)
         header = _graph_header(dump_id, kind, backend, failure, dist)
-        (tmp / GRAPH).write_text(header + snap.source.rstrip() + "\n")
+        write_file(tmp / GRAPH, header + snap.source.rstrip() + "\n", create_parent=False)
 
         manifest = {
             "schema": SCHEMA,
@@ -149,10 +150,8 @@ def link_children(outer: Path, children: list[dict[str, Any]]) -> None:
 
 
 def _replace_manifest(folder: Path, manifest: dict[str, Any]) -> None:
-    # A reader must never see half a manifest: write beside it, then rename over it.
-    tmp = folder / f".{MANIFEST}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1, default=str) + "\n")
-    os.replace(tmp, folder / MANIFEST)
+    # A reader must never see half a manifest: the gate's writer writes beside it, then renames over it.
+    write_file(folder / MANIFEST, json.dumps(manifest, indent=1, default=str) + "\n", create_parent=False)
 
 
 def _nbytes(t: torch.Tensor) -> int:

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Annotated, Callable, Iterator, Optional
 
 import typer
-from rich.console import Console
 
 from graphdbg.errors import GraphdbgError
+from graphdbg.ui.render import safe_console as Console  # gate: no markup read, control characters shown
 
 # Each command imports the layers it uses inside its function: this module loads without torch,
 # so `graphdbg --help` and a bad argument answer without the 2 s that importing torch takes.
@@ -301,7 +301,7 @@ def replay(
         console.print(outcome)
         if outcome.failed:
             same = "the same failure as captured" if outcome.reproduces(d) else f"captured was: {d.signature or d.failure_kind}"
-            console.print(f"[dim]{same}[/]")
+            console.print(same, style="dim")
     raise typer.Exit(replay_exit_code(d, outcome))
 
 
@@ -583,6 +583,11 @@ def main() -> None:
         sys.exit(130)
     except GraphdbgError as e:
         _fail(str(e), e.exit_code)
+    except (RecursionError, MemoryError) as e:  # gate: a hostile input too deep or too large is bad input
+        if os.environ.get("GRAPHDBG_DEBUG"):
+            raise
+        _fail(f"the input is {'nested too deep' if isinstance(e, RecursionError) else 'too large'} to process "
+              f"({type(e).__name__})", 2)
     except Exception as e:
         if os.environ.get("GRAPHDBG_DEBUG"):
             raise

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.padding import Padding
 from rich.panel import Panel
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
@@ -18,6 +21,40 @@ from graphdbg.tables import failing_node_names
 if TYPE_CHECKING:
     from graphdbg.case import Case
     from graphdbg.dump import Dump
+
+# C0 and C1 controls but newline and tab, DEL, and the bidi overrides: a dump's text may hold an
+# OSC (window title, OSC 52 clipboard write), a CSI (screen clear) or a Trojan-Source reordering.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def escape_text(text: Any) -> str:
+    """``text`` with every terminal control character shown, not obeyed (``\\x1b``, ``\\u202e``):
+    the one helper render, report and the CLI use on anything a dump says."""
+    text = str(text)
+    if not _CONTROL.search(text):
+        return text
+    return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", text)
+
+
+def escape_markup(text: Any) -> str:
+    """``text`` made safe to put inside rich markup: controls shown (``escape_text``), ``[`` escaped."""
+
+    return escape(escape_text(text))
+
+
+def safe_console(**kwargs: Any) -> Any:
+    """A rich Console that reads no markup in strings (``[/]`` in a signature is text) and shows,
+    rather than sends, any control character in what it prints (rich's own styling still works)."""
+
+    class SafeConsole(Console):
+        def _render_buffer(self, buffer: Any) -> str:
+            return super()._render_buffer(
+                Segment(escape_text(s.text), s.style, s.control) if not s.control and _CONTROL.search(s.text) else s
+                for s in buffer)
+
+    kwargs.setdefault("markup", False)
+    return SafeConsole(**kwargs)
+
 
 def cell_text(value: Any) -> str:
     """Table cell text: "" for None, NaN and pandas' NA (a missing string in a DataFrame)."""
@@ -289,7 +326,7 @@ def dump_panel(dump: Dump) -> Panel:
     where = (f"torch {env.get('torch')}, python {env.get('python')}, {env.get('device_name')}; " if captured
              else "environment not recorded (not a graphdbg capture); ")
     lines.append(f"{where}{dump.node_count} nodes, graph {dump.graph_hash[:12]}", style="dim")
-    return Panel(lines, title=f"[bold]{dump.id}[/]", expand=False)
+    return Panel(lines, title=Text(str(dump.id), style="bold"), expand=False)
 
 
 def _arg_text(value: Any) -> str:
@@ -608,7 +645,7 @@ def renderable(obj: Any) -> Any:
 
 def html_of(obj: Any, width: int = 120) -> str:
     """``renderable(obj)`` as an HTML fragment, for notebooks."""
-    console = Console(record=True, width=width, file=_Null(), force_jupyter=False)
+    console = safe_console(record=True, width=width, file=_Null(), force_jupyter=False)
     console.print(renderable(obj), crop=False)
     return console.export_html(inline_styles=True, code_format="<pre style=\"font-family:monospace\">{code}</pre>")
 

@@ -12,7 +12,6 @@ dumps (``graphdbg bisect ... --json > bisect-passes.json``).
 from __future__ import annotations
 
 import html
-import json
 import os
 import re
 from pathlib import Path
@@ -20,8 +19,10 @@ from typing import Any
 
 from graphdbg._version import __version__
 from graphdbg.backends.recipe import backend_label, shown_backend
+from graphdbg.errors import GraphdbgError
+from graphdbg.store.gate import MAX_TEXT_BYTES, files_under, read_inside, read_json, write_file
 from graphdbg.tables import failing_node_names
-from graphdbg.ui.render import cell_text, rank_ranges, stand_ins_text
+from graphdbg.ui.render import cell_text, escape_text, rank_ranges, stand_ins_text
 
 MAX_SOURCE_LINES = 4000  # per graph; a huge graph is cut, with a note saying so
 
@@ -49,9 +50,7 @@ tr.failing td { background: #ffd7d5; font-weight: bold; }
 def write_report(path: str | Path, out: str | Path) -> Path:
     """Write the HTML page for everything under ``path`` to ``out``; returns ``out``."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(report_html(path), encoding="utf-8")
-    return out
+    return write_file(out, report_html(path))
 
 
 def report_html(path: str | Path) -> str:
@@ -76,7 +75,7 @@ def report_html(path: str | Path) -> str:
 
 
 def _e(value: Any) -> str:
-    return html.escape(cell_text(value))
+    return html.escape(escape_text(cell_text(value)))
 
 
 _KIND_ORDER = {"compile_error": 0, "runtime_error": 1, "accuracy": 2}
@@ -225,8 +224,12 @@ def _minify_section(minified: dict[str, Any], dump: Any) -> str:
              steps_svg(steps, int(start)),
              "<table><tr><th>pass</th><th>nodes</th><th>queries</th><th>time</th></tr>" + rows + "</table>"]
     repro = dump.path.parent.parent / "repro.py"
-    if repro.is_file():
-        parts.append(f"<h3>repro.py</h3><p class=path>{_e(repro)}</p><pre>{_e(repro.read_text()[:20000])}</pre>")
+    if os.path.lexists(repro):  # through the gate: a link, a FIFO or a device is refused, not followed
+        try:
+            text = read_inside(repro.parent, repro.name, max_bytes=MAX_TEXT_BYTES).decode("utf-8", errors="replace")
+        except GraphdbgError as e:
+            text = f"(not shown: {e})"
+        parts.append(f"<h3>repro.py</h3><p class=path>{_e(repro)}</p><pre>{_e(text[:20000])}</pre>")
     return "\n".join(parts)
 
 
@@ -235,10 +238,10 @@ def _bisect_sections(root: Path) -> list[str]:
     if not root.is_dir():
         return []
     found = []
-    for path in sorted(root.rglob("bisect*.json"))[:20]:
+    for path in files_under(root, "bisect*.json", limit=20):
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
+            data = read_json(path.parent, path.name, what="bisect result")
+        except GraphdbgError:
             continue
         if not isinstance(data, dict):
             continue

@@ -460,7 +460,8 @@ def bisect_nodes(
     backend = backend or _own_backend(dump, trust_backend, "bisect nodes")
     if backward:
         from graphdbg.minify.backward import bisect_training_nodes as run  # noqa: F811
-    result = run(load_dump(dump).case(device), backend, passes, rtol=rtol, atol=atol)
+    result = run(load_dump(dump).case(device), backend, passes, rtol=rtol, atol=atol,
+                 **({"trust": trust_backend} if backward else {}))
     _report(result, as_json)
     raise typer.Exit(0 if result.node is None else 1)
 
@@ -495,9 +496,7 @@ def export_test(
     if there and not force:
         raise GraphdbgError(f"{there[0]} exists; pass --force to overwrite it")
     d = load_dump(dump)
-    if backend is None and not (d.manifest.get("minified") or {}).get("backend"):
-        backend = _own_backend(dump, trust_backend, "export-test")
-    path = run(d, out, backend=backend, passes=passes)
+    path = run(d, out, backend=backend, passes=passes, trust=trust_backend)  # code the dump names: only with --trust-backend
     console.print(f"wrote {path}")
 
 

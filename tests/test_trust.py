@@ -112,3 +112,150 @@ def test_bisect_nodes_backward_refuses_the_backward_dumps_backend(tmp_path, evil
     r = cli("bisect", "nodes", bw / "forward", "--backward")
     _refused(r, "bisect nodes --backward")
     assert not evil.exists()
+
+
+# Compiler settings -------------------------------------------------------------------------
+HOSTILE = 'native -wrapper /bin/sh,-c,touch${IFS}MARKER;exec${IFS}"$0"${IFS}"$@"'
+
+
+def _string_fields() -> list[str]:
+    import torch._dynamo.config as dynamo_config
+    import torch._inductor.config as inductor_config
+
+    return [f"{short}.{name}" for short, mod in (("inductor", inductor_config), ("dynamo", dynamo_config))
+            for name, entry in mod._config.items() if isinstance(entry.default, str) or "str" in str(entry.value_type)]
+
+
+def test_no_string_setting_is_restored_from_a_dump_without_trust_config(monkeypatch):
+    from graphdbg.backends.compiler_config import ENUMS, replay_settings
+
+    fields = _string_fields()
+    assert len(fields) > 60  # torch's own: every free string setting of Inductor and Dynamo
+    monkeypatch.delenv("GRAPHDBG_TRUST_CONFIG", raising=False)
+    monkeypatch.delenv("GRAPHDBG_NO_CONFIG", raising=False)
+    monkeypatch.delenv("GRAPHDBG_CONFIG", raising=False)
+    hostile = HOSTILE.replace("MARKER", str("/tmp/x"))
+    settings = replay_settings({"config": {"values": {key: hostile for key in fields}}})
+    assert dict(settings) == {}
+    assert set(settings.skipped) == set(fields)
+    assert all("not restored" in line for line in settings.shown())
+    # a fixed-choice string is restored with one of its choices, and only then
+    good = replay_settings({"config": {"values": {"inductor.cpu_backend": "cpp",
+                                                  "inductor.cpp.inject_relu_bug_TESTING_ONLY": "runtime_error",
+                                                  "inductor.fallback_random": True, "inductor.realize_opcount_threshold": 30,
+                                                  "inductor.save_args": True, "inductor.max_fusion_size": 10**12}}})
+    assert dict(good) == {"inductor.cpu_backend": "cpp", "inductor.cpp.inject_relu_bug_TESTING_ONLY": "runtime_error",
+                          "inductor.fallback_random": True, "inductor.realize_opcount_threshold": 30}
+    assert set(good.skipped) == {"inductor.save_args", "inductor.max_fusion_size"}
+    assert all(key in fields or key.startswith("functorch.") for key in ENUMS)
+    # --trust-config restores the strings, but never save_args or a machine's paths
+    monkeypatch.setenv("GRAPHDBG_TRUST_CONFIG", "1")
+    trusted = replay_settings({"config": {"values": {"inductor.cpp.march": "native", "inductor.save_args": True,
+                                                     "dynamo.debug_dir_root": "/tmp/x"}}})
+    assert dict(trusted) == {"inductor.cpp.march": "native"}
+
+
+def _config_dump(tmp_path: Path, marker: Path) -> Path:
+    """A dump graphdbg captured while a hostile -march was set (its author's doing)."""
+    import torch._inductor.config as inductor_config
+
+    def refuses(gm, example_inputs):
+        raise RuntimeError("no kernel for sin")
+
+    with inductor_config.patch({"cpp.march": HOSTILE.replace("MARKER", str(marker)), "fallback_random": True}):
+        f = torch.compile(lambda x: torch.sin(x) + 1, backend=graphdbg.capture(refuses, tmp_path / "dumps"))
+        with pytest.raises(Exception):
+            f(torch.randn(8))
+    (dump,) = [p.parent for p in (tmp_path / "dumps").glob("rank*/*/manifest.json")]
+    assert "inductor.cpp.march" in json.loads((dump / "manifest.json").read_text())["config"]["values"]
+    return dump
+
+
+@pytest.mark.slow
+def test_replay_and_compares_inductor_column_skip_a_recorded_compiler_flag(tmp_path, cli, capsys):
+    marker = tmp_path / "PWNED"
+    dump = _config_dump(tmp_path, marker)
+    capsys.readouterr()
+    r = cli("replay", dump, "--backend", "inductor", "--no-isolate", "--json")
+    out = json.loads(r.out)
+    assert out["status"] == "pass", r
+    assert any(s.startswith("setting inductor.cpp.march: ") and "--trust-config" in s
+               for s in out["stand_ins"]), out["stand_ins"]
+    assert not any("fallback_random" in s for s in out["stand_ins"])  # a bool on the list: restored
+    torch._dynamo.reset()
+    r = cli("compare", dump, "--backends", "eager,inductor", "--no-isolate")
+    assert r.code == 0, r
+    assert not marker.exists()
+
+
+# Ops by what they can touch ----------------------------------------------------------------
+PRINTED = '''class GraphModule(torch.nn.Module):
+    def forward(self, L_x_: "f32[4, 8][8, 1]cpu"):
+        l_x_ = L_x_
+        relu: "f32[4, 8][8, 1]cpu" = torch.relu(l_x_)
+{lines}
+        return (relu,)
+'''
+
+REFUSED = {
+    "from_blob": ["pwn = torch._from_blob(140000000, [64], [1])"],
+    "frombuffer": ["pwn = torch.frombuffer(b'abcd', dtype=torch.uint8)"],
+    "alloc_from_pool": ["pwn = torch.ops.inductor._alloc_from_pool.default(l_x_, 1 << 40, torch.float32, [64], [1])"],
+    "reinterpret_tensor": ["pwn = torch.ops.inductor._reinterpret_tensor.default(l_x_, [64], [1], 1 << 30)"],
+    "set_method_offset": ["pwn = l_x_.set_(relu, 1 << 30, [64], [1])"],
+    "set_op_offset": ["pwn = torch.ops.aten.set_.source_Tensor_storage_offset(l_x_, relu, 1 << 30, [64], [1])"],
+    "set_packet": ["pwn = torch.ops.aten.set_(l_x_, relu)"],
+    "print_attr": ["pwn = torch.ops.higher_order.print('{0.__class__.__init__.__globals__}', l_x_)"],
+    "print_item": ["pwn = torch.ops.higher_order.print('{0[PATH]}', l_x_)"],
+}
+
+
+@pytest.mark.parametrize("attack", sorted(REFUSED))
+def test_ops_that_reach_raw_memory_or_format_attributes_are_refused(attack, tmp_path, cli):
+    path = tmp_path / "rank0_0.py"
+    path.write_text(PRINTED.format(lines="\n".join(" " * 8 + ln for ln in REFUSED[attack])))
+    for command in (["show", path], ["replay", path, "--backend", "eager", "--no-isolate"]):
+        r = cli(*command)
+        assert r.code == 2, (command, r)
+        assert "refusing" in r.err and "Traceback" not in r.err, r
+
+
+def test_a_checked_view_and_a_plain_print_still_load(tmp_path, cli):
+    path = tmp_path / "rank0_0.py"
+    path.write_text(PRINTED.format(lines="\n".join(" " * 8 + ln for ln in [
+        "v = torch.ops.aten.as_strided.default(relu, [2, 8], [8, 1], 8)",
+        "pr = torch.ops.higher_order.print('value {} and {x}', v, x=relu)",
+        "st = torch.ops.aten.set_.source_Tensor(l_x_, relu)"])))
+    r = cli("replay", path, "--backend", "eager", "--no-isolate")
+    assert r.code == 0, r
+
+
+def test_dynamo_graphs_with_param_data_and_number_methods_load_and_replay(tmp_path, cli):
+    """``param.data`` becomes ``torch._C._autograd._get_data_attr``; a dynamic mask becomes
+    ``ge.__and__(lt)`` (Gemma-2's sliding window); both are graphs Dynamo wrote and must load."""
+    printed = []
+
+    def printing(gm, example_inputs):
+        printed.append(gm.print_readable(print_output=False))
+        return gm.forward
+
+    def uses_data(x, w):
+        return x @ w.data
+
+    def sliding_window(x):
+        n = x.shape[0]
+        a = torch.arange(n)
+        m = (a[:, None] >= a[None, :]).__and__(a[:, None] - a[None, :] < 4)
+        return x.masked_fill(~m, 0) * (n // 2)
+
+    torch.compile(uses_data, backend=printing)(torch.randn(3, 4), torch.nn.Parameter(torch.randn(4, 2)))
+    x = torch.randn(8, 8)
+    torch._dynamo.mark_dynamic(x, 0)
+    torch.compile(sliding_window, backend=printing, dynamic=True)(x)
+    text = "\n".join(printed)
+    assert "_get_data_attr" in text and ".__and__(" in text
+    for i, graph in enumerate(printed):
+        path = tmp_path / f"rank0_{i}.py"
+        path.write_text(graph)
+        r = cli("replay", path, "--backend", "eager", "--no-isolate")
+        assert r.code == 0, (graph, r)

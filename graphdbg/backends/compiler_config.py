@@ -15,8 +15,16 @@ and is listed under ``skipped`` with its type instead. A setting that names a pa
 capturing machine (a cache or debug folder) is skipped too: restored elsewhere it would point
 nowhere.
 
+A dump is someone else's file, so replay restores a recorded setting only through an
+allow-list (``restorable``): a known setting of this torch typed as a bool, a bounded int or
+float, or one of a fixed set of strings, whose name steers no program, path, hook, log or
+cache. Every other one (every free string, such as ``inductor.cpp.march``, which reaches the
+C++ compiler's command line) is listed as a stand-in and skipped unless ``--trust-config``;
+``NEVER`` (``inductor.save_args``, machine paths) is skipped even then.
+
 Replay overrides travel through the environment, so isolated children see them:
-``GRAPHDBG_CONFIG`` (a JSON object of key -> value) and ``GRAPHDBG_NO_CONFIG=1``.
+``GRAPHDBG_CONFIG`` (a JSON object of key -> value), ``GRAPHDBG_NO_CONFIG=1`` and
+``GRAPHDBG_TRUST_CONFIG=1``.
 """
 
 from __future__ import annotations
@@ -121,8 +129,13 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
-def set_replay_overrides(overrides: list[str] | None, no_config: bool) -> None:
-    """What ``--config``/``--no-config`` ask for, in the environment (children inherit it)."""
+def set_replay_overrides(overrides: list[str] | None, no_config: bool, trust_config: bool = False) -> None:
+    """What ``--config``/``--no-config``/``--trust-config`` ask for, in the environment
+    (children inherit it)."""
+    if trust_config:
+        os.environ[ENV_TRUST_CONFIG] = "1"
+    else:
+        os.environ.pop(ENV_TRUST_CONFIG, None)
     if no_config:
         os.environ[ENV_NO_CONFIG] = "1"
     else:
@@ -133,19 +146,47 @@ def set_replay_overrides(overrides: list[str] | None, no_config: bool) -> None:
         os.environ.pop(ENV_OVERRIDES, None)
 
 
-def replay_settings(manifest: dict[str, Any] | None) -> dict[str, Any]:
+ENV_TRUST_CONFIG = "GRAPHDBG_TRUST_CONFIG"
+
+
+class Settings(dict):
+    """The settings a replay runs under (key -> value), and ``skipped``: recorded ones left out
+    (key -> why), which the Outcome lists as stand-ins."""
+
+    skipped: dict[str, str]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.skipped = {}
+
+    def shown(self) -> list[str]:
+        return [f"setting {key}: {why}, not restored" for key, why in self.skipped.items()]
+
+
+def replay_settings(manifest: dict[str, Any] | None) -> Settings:
     """The settings a replay of a dump runs under: the recorded ones unless ``--no-config``,
-    then the ``--config`` overrides."""
-    settings: dict[str, Any] = {}
+    each through the allow-list (``restorable``) unless ``--trust-config``, then the
+    ``--config`` overrides (the user's own command line, not checked)."""
+    settings = Settings()
     if not os.environ.get(ENV_NO_CONFIG):
-        recorded = ((manifest or {}).get("config") or {}).get("values") or {}
-        if isinstance(recorded, dict):
-            # the dump is untrusted: only well-formed keys, and none that names a program, path or hook
-            settings.update({k: v for k, v in recorded.items() if safe_recorded_key(k)})
+        config = manifest.get("config") if isinstance(manifest, dict) else None
+        recorded = config.get("values") if isinstance(config, dict) else None
+        recorded = recorded if isinstance(recorded, dict) else {}
+        trust = bool(os.environ.get(ENV_TRUST_CONFIG))
+        for key, value in recorded.items():
+            why = restorable(key, value, trust)
+            if why is None:
+                settings[key] = value
+            else:
+                settings.skipped[str(key)[:120]] = why
     try:
-        settings.update(json.loads(os.environ.get(ENV_OVERRIDES) or "{}"))
+        overrides = json.loads(os.environ.get(ENV_OVERRIDES) or "{}")
     except ValueError:
-        pass
+        overrides = {}
+    if isinstance(overrides, dict):
+        settings.update(overrides)
+        for key in overrides:
+            settings.skipped.pop(key, None)
     return settings
 
 
@@ -178,14 +219,110 @@ def applied_config(settings: dict[str, Any]) -> Iterator[list[str]]:
 
 
 _KEY = re.compile(r"(inductor|dynamo|functorch)(\.[A-Za-z_][A-Za-z0-9_]*)+")
-# Settings a dump could use to make a replay run a program or read/write a place of its choosing
-# (a C++ compiler, a CUDA toolchain, a cache or log folder, a hook): never taken from a dump.
-_UNSAFE = re.compile(r"(cxx|cc|compiler|cmd|command|exe|binary|path|dir|root|file|cache|log|hook|script|custom|pass"
-                     r"|launcher|plugin|profil|trace|debug|cutlass|ck_|rocm|nvcc|ld_|link)", re.I)
+# Settings whose name says they steer a program, a path, a hook, logging, debugging output or a
+# cache: never taken from a dump without --trust-config, whatever their type.
+_UNSAFE_WORDS = frozenset(
+    "cxx cc compiler cmd command exe binary path paths dir root file files filename cache caches log logs logging hook "
+    "hooks script custom pass passes launcher plugin profile profiler profiling trace tracing debug cutlass ck ck_tile "
+    "rocm nvcc ld link save repro dump upload remote output package lib libs shim march arch worker subprocess start "
+    "method env home url regex table".split())
+
+
+class _Words:
+    """``search(name)``: whether a word of the setting's name (split at ``.`` and ``_``) is in
+    ``_UNSAFE_WORDS``."""
+
+    @staticmethod
+    def search(name: str) -> bool:
+        return any(word.lower() in _UNSAFE_WORDS for word in re.split(r"[._]", name))
+
+
+_UNSAFE = _Words()
+# ... and these not even with --trust-config: they write files where the dump says, or name a
+# place of the capturing machine.
+NEVER = re.compile(r"(save_args|(^|[._])(base_dir|debug_dir|debug_dir_root|global_cache_dir|output_path)$|log_?path|logpath"
+                   r"|upload|proton_output_dir|pareto_dir|profile_path|profile_bandwidth_output)", re.I)
+# String settings torch types as plain ``str`` whose values form a known, fixed set.
+ENUMS: dict[str, frozenset[str]] = {
+    "inductor.cpp.inject_relu_bug_TESTING_ONLY": frozenset({"compile_error", "runtime_error", "accuracy"}),
+    "inductor.cpp.inject_log1p_bug_TESTING_ONLY": frozenset({"accuracy"}),
+    "inductor.triton.inject_relu_bug_TESTING_ONLY": frozenset({"compile_error", "runtime_error", "accuracy"}),
+    "inductor.cpp.enable_floating_point_contract_flag": frozenset({"off", "on", "fast"}),
+    "functorch.activation_memory_budget_solver": frozenset({"dp", "greedy", "ilp"}),
+    "functorch.activation_memory_budget_runtime_estimator": frozenset({"flops", "profile", "testing"}),
+    "dynamo.numpy_default_float": frozenset({"float16", "float32", "float64"}),
+    "dynamo.numpy_default_int": frozenset({"int32", "int64"}),
+    "dynamo.numpy_default_complex": frozenset({"complex64", "complex128"}),
+    "inductor.layout_opt_default": frozenset({"0", "1"}),
+}
+INT_BOUND = 1 << 31
+
+
+def _value_type(key: str) -> Any:
+    short, _, name = key.partition(".")
+    try:
+        return _module(short)._config[name].value_type
+    except Exception:
+        return None
+
+
+def _allowed_type(value_type: Any, value: Any) -> str | None:
+    """None if ``value`` fits ``value_type`` as a bool, a bounded int or float, or a member of a
+    ``Literal``; else why not."""
+    import math
+    import types
+    import typing
+
+    origin = typing.get_origin(value_type)
+    args = typing.get_args(value_type)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        whys = [_allowed_type(a, value) for a in args if a is not type(None)]
+        return None if any(w is None for w in whys) else (whys[0] if whys else "not a typed setting")
+    if origin is typing.Literal:
+        return None if value in args and not isinstance(value, (list, dict)) else "a value outside its fixed set"
+    if value_type is bool:
+        return None if isinstance(value, bool) else "not a bool"
+    if value_type is int:
+        ok = isinstance(value, int) and not isinstance(value, bool) and -INT_BOUND < value < INT_BOUND
+        return None if ok else "not an int in range"
+    if value_type is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and abs(value) < INT_BOUND
+        return None if ok else "not a finite float in range"
+    if value_type is str:
+        return "a string setting"
+    return "not a bool, int, float or fixed choice"
+
+
+def restorable(key: Any, value: Any, trust: bool = False) -> str | None:
+    """None if the recorded setting ``key = value`` may be restored from someone else's dump,
+    else why not. The allow-list: known settings of this torch whose type is a bool, a bounded
+    int or float, or a fixed set of strings (torch's ``Literal`` types and ``ENUMS``), and whose
+    name does not steer a program, path, hook, log or cache (``_UNSAFE``). ``trust``
+    (``--trust-config``) restores any known setting but those in ``NEVER``."""
+    if not isinstance(key, str) or _KEY.fullmatch(key) is None:
+        return "not a setting name"
+    short, _, name = key.partition(".")
+    if NEVER.search(name):
+        return "writes files or names a place of the capturing machine (never restored)"
+    value_type = _value_type(key)
+    if value_type is None:
+        return "not in this torch"
+    if trust:
+        return None
+    hint = " (--trust-config restores it)"
+    if _UNSAFE.search(name):
+        return "it can name a program, path, hook, log or cache" + hint
+    if key in ENUMS:
+        return None if isinstance(value, str) and value in ENUMS[key] or value is None else "a value outside its fixed set" + hint
+    why = _allowed_type(value_type, value)
+    return None if why is None else why + hint
 
 
 def safe_recorded_key(key: Any) -> bool:
-    """A recorded setting that may be restored from someone else's dump (see ``_UNSAFE``)."""
+    """A recorded setting name that may be restored from someone else's dump at all (its value
+    is checked by ``restorable``)."""
     return isinstance(key, str) and _KEY.fullmatch(key) is not None and not _UNSAFE.search(key.partition(".")[2])
 
 

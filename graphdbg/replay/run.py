@@ -159,6 +159,7 @@ def run_case(
         with torch.set_grad_enabled(grad), applied_config(settings) as unknown, _inductor_patch(patch):
             # a recorded setting this torch lacks can't be restored: say so, as for any stand-in
             outcome.stand_ins += [f"setting {key}: not in this torch, not restored" for key in unknown]
+            outcome.stand_ins += settings.shown() if hasattr(settings, "shown") else []  # the allow-list's skips
             t0 = time.perf_counter()
             if direct:
                 compiled = staged(gm, inputs)

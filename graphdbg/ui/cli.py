@@ -210,13 +210,14 @@ TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds before an 
 TrustOpt = Annotated[bool, typer.Option("--trust-backend", help="Import the module:qualname backend the dump names (code from the dump's author).")]
 ConfigOpt = Annotated[Optional[list[str]], typer.Option("--config", help="Override one recorded compiler setting: inductor.KEY=VALUE (dynamo.*, functorch.*); repeatable.")]
 NoConfigOpt = Annotated[bool, typer.Option("--no-config", help="Drop the compiler settings recorded in the dump (run with torch's defaults).")]
+TrustConfigOpt = Annotated[bool, typer.Option("--trust-config", help="Restore every recorded compiler setting, strings included (they can reach a compiler's command line).")]
 
 
-def _config_setup(config: list[str] | None, no_config: bool) -> None:
-    """--config/--no-config reach isolated children through the environment."""
+def _config_setup(config: list[str] | None, no_config: bool, trust_config: bool = False) -> None:
+    """--config/--no-config/--trust-config reach isolated children through the environment."""
     from graphdbg.backends.compiler_config import set_replay_overrides
 
-    set_replay_overrides(config, no_config)
+    set_replay_overrides(config, no_config, trust_config)
 
 
 def _own_backend(path: Path, trust: bool, command: str) -> str | None:
@@ -260,6 +261,7 @@ def replay(
     trust_backend: TrustOpt = False,
     config: ConfigOpt = None,
     no_config: NoConfigOpt = False,
+    trust_config: TrustConfigOpt = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Replay a dump under a backend; exit 0 on pass, 1 on a reproduced failure, 2 if it can't run."""
@@ -267,7 +269,7 @@ def replay(
     from graphdbg.replay.run import replay_dump
 
     _inputs_setup(ops, seed)
-    _config_setup(config, no_config)
+    _config_setup(config, no_config, trust_config)
     if all_ranks:
         backend = backend or _own_backend(dump, trust_backend, "replay --all-ranks")
         from graphdbg.replay.world import replay_world
@@ -325,6 +327,7 @@ def compare(
     trust_backend: TrustOpt = False,
     config: ConfigOpt = None,
     no_config: NoConfigOpt = False,
+    trust_config: TrustConfigOpt = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Replay a dump under several backends; one row per backend. Exit 1 if any fails."""
@@ -336,7 +339,7 @@ def compare(
     from graphdbg.ui.render import compare_table
 
     _inputs_setup(ops, seed)
-    _config_setup(config, no_config)
+    _config_setup(config, no_config, trust_config)
     d = load_dump(dump)
     names = [b.strip() for b in (backends or "eager,aot_eager,inductor").split(",") if b.strip()]
     if "dump" in names:  # the dump's own backend, however it is spelled (an aot_autograd recipe has commas)
@@ -376,13 +379,14 @@ def minify(
     trust_backend: TrustOpt = False,
     config: ConfigOpt = None,
     no_config: NoConfigOpt = False,
+    trust_config: TrustConfigOpt = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Shrink a failing graph to the smallest one that fails the same way; writes a dump and repro.py."""
     from graphdbg.minify import minify as run_minify
 
     _inputs_setup(ops)
-    _config_setup(config, no_config)
+    _config_setup(config, no_config, trust_config)
     backend = backend or _own_backend(dump, trust_backend, "minify")
     if out is None:
         out = Path(f"{dump.name.removesuffix('.py')}-min")
@@ -425,13 +429,14 @@ def bisect_passes(
     trust_backend: TrustOpt = False,
     config: ConfigOpt = None,
     no_config: NoConfigOpt = False,
+    trust_config: TrustConfigOpt = False,
     as_json: JsonFlag = False,
 ) -> None:
     """The first pass after which the outcome goes bad (and, for a pattern pass, which replacement)."""
     from graphdbg.formats import load as load_dump
     from graphdbg.minify import bisect_passes as run
 
-    _config_setup(config, no_config)
+    _config_setup(config, no_config, trust_config)
     backend = backend or _own_backend(dump, trust_backend, "bisect passes")
     result = run(load_dump(dump).case(device), backend, passes)
     _report(result, as_json)
@@ -450,13 +455,14 @@ def bisect_nodes(
     trust_backend: TrustOpt = False,
     config: ConfigOpt = None,
     no_config: NoConfigOpt = False,
+    trust_config: TrustConfigOpt = False,
     as_json: JsonFlag = False,
 ) -> None:
     """The first node whose value diverges from the reference, with its source line and module."""
     from graphdbg.formats import load as load_dump
     from graphdbg.minify import bisect_nodes as run
 
-    _config_setup(config, no_config)
+    _config_setup(config, no_config, trust_config)
     backend = backend or _own_backend(dump, trust_backend, "bisect nodes")
     if backward:
         from graphdbg.minify.backward import bisect_training_nodes as run  # noqa: F811

@@ -259,3 +259,76 @@ def test_dynamo_graphs_with_param_data_and_number_methods_load_and_replay(tmp_pa
         path.write_text(graph)
         r = cli("replay", path, "--backend", "eager", "--no-isolate")
         assert r.code == 0, (graph, r)
+
+
+# Sandbox -----------------------------------------------------------------------------------
+ESCAPE = r'''
+import json, os, socket, sys
+from pathlib import Path
+import torch, torch.fx as fx
+from graphdbg.replay.sandbox import apply_sandbox
+
+own, outside, inside = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+status = apply_sandbox([own])
+
+def write(path, x):  # what an escape from the op allow-list would call
+    try:
+        Path(path).write_text("escaped")
+        return "wrote"
+    except OSError as e:
+        return type(e).__name__
+
+def connect(x):
+    try:
+        socket.create_connection(("127.0.0.1", 9), timeout=1)
+        return "connected"
+    except OSError as e:
+        return type(e).__name__
+
+g = fx.Graph()
+x = g.placeholder("x")
+a = g.call_function(write, (str(outside), x))
+b = g.call_function(write, (str(inside), x))
+c = g.call_function(connect, (x,))
+d = g.call_function(os.system, ("touch " + str(outside) + ".sh",))
+g.output((a, b, c, d))
+out = fx.GraphModule(torch.nn.Module(), g)(torch.ones(2))
+print(json.dumps({"status": status, "outside": out[0], "inside": out[1], "net": out[2]}))
+'''
+
+
+def test_sandbox_keeps_an_escaped_graph_inside_its_folder(tmp_path):
+    """A graph built by hand that escapes the op allow-list (a Python function that writes a
+    file, os.system, a TCP connection), run in a child after the sandbox helper: it writes in
+    its own folder and nowhere else, and opens no network socket."""
+    import subprocess
+    import sys
+
+    from graphdbg.replay.sandbox import landlock_abi
+
+    own, elsewhere = tmp_path / "child", tmp_path / "elsewhere"
+    own.mkdir()
+    elsewhere.mkdir()
+    script = tmp_path / "escape.py"
+    script.write_text(ESCAPE)
+    r = subprocess.run([sys.executable, str(script), str(own), str(elsewhere / "victim.txt"), str(own / "mine.txt")],
+                       capture_output=True, text=True, timeout=120, env={**__import__("os").environ})
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    if landlock_abi() == 0:
+        assert got["status"].startswith("none (no Landlock"), got
+        pytest.skip(f"this kernel has no Landlock: {got['status']}")
+    assert got["status"].startswith("landlock ("), got
+    assert got["inside"] == "wrote" and (own / "mine.txt").read_text() == "escaped"
+    assert got["outside"] == "PermissionError" and list(elsewhere.iterdir()) == []
+    assert got["net"] == "PermissionError"
+
+
+def test_isolated_replay_says_whether_it_was_sandboxed(fixture_copy, cli):
+    from graphdbg.replay.sandbox import landlock_abi
+
+    r = cli("replay", fixture_copy("block_compile_error"), "--backend", "eager", "--json")
+    out = json.loads(r.out)
+    assert r.code == 0 and out["isolated"], r
+    expected = "landlock (" if landlock_abi() else "none ("
+    assert out["sandbox"].startswith(expected), out["sandbox"]

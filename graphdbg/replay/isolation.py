@@ -10,6 +10,10 @@ parent reads it, or, when there is none, turns the exit status into an Outcome:
   is ``timeout``; the group is also killed when the child ends, and on SIGTERM or SIGINT to
   the parent (see ``ChildGroup``);
 - a replay that could not start (unknown backend, missing device): GraphdbgError, as in-process.
+
+The child runs sandboxed (``graphdbg.replay.sandbox``): no new privileges, writes only under
+its own folder and the compiler caches (Landlock), no network sockets (seccomp); the Outcome's
+``sandbox`` says what was applied, or ``none (why)``.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from graphdbg.backends.resolve import backend_label, backend_spec
 from graphdbg.case import save_case
 from graphdbg.errors import GraphdbgError
 from graphdbg.replay.outcome import Outcome
+from graphdbg.replay.sandbox import SANDBOX_NOTE, child_env
 
 if TYPE_CHECKING:
     from graphdbg.case import Case
@@ -72,16 +77,28 @@ def run_isolated(case: Case | Dump, backend: str | Callable[..., Any], passes: s
         request_path, outcome_path, err_path = tmpdir / "request.json", tmpdir / "outcome.json", tmpdir / "stderr.txt"
         request_path.write_text(json.dumps(request))
         cmd = [sys.executable, "-m", "graphdbg.replay.child", str(request_path), str(outcome_path)]
-        with ChildGroup(cmd, err_path) as child:
+        own = tmpdir / "work"  # the child's own folder: the only place the sandbox lets it write (with the caches)
+        own.mkdir()
+        with ChildGroup(cmd, err_path, env=child_env(own)) as child:
             returncode = child.wait(timeout)
             err = tail_of(err_path)
         if returncode is None:
             return Outcome(status="timeout", backend=backend_label(request["backend"]), signature=f"Timeout after {timeout:g}s",
                            stage="child", device=request["device"], isolated=True, stderr_tail=err)
         outcome = child_outcome(returncode, outcome_path, err, backend_label(request["backend"]), request["device"])
+        if outcome.sandbox is None:  # killed before it wrote an outcome: what the child said it applied
+            outcome.sandbox = _read_small(own.parent / SANDBOX_NOTE)
         if outcome.stage == "child" and outcome.error_type == "GraphdbgError":
             raise GraphdbgError(outcome.message)  # the replay could not start: an error, not an outcome
         return outcome
+
+
+def _read_small(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read(2000).decode("utf-8", errors="replace").strip() or None
+    except OSError:
+        return None
 
 
 def tail_of(path: Path, limit: int = STDERR_TAIL) -> str:

@@ -332,3 +332,40 @@ def test_isolated_replay_says_whether_it_was_sandboxed(fixture_copy, cli):
     assert r.code == 0 and out["isolated"], r
     expected = "landlock (" if landlock_abi() else "none ("
     assert out["sandbox"].startswith(expected), out["sandbox"]
+
+
+# OpInfo sweep (issue 22.3) -----------------------------------------------------------------
+SWEEP_OPS = ["add", "matmul", "nn.functional.gelu", "softmax", "index_select", "as_strided", "masked_fill", "where",
+             "cat", "sum", "nn.functional.layer_norm", "transpose", "new_zeros", "clamp"]
+
+
+@pytest.mark.slow
+def test_opinfo_graphs_dynamo_and_aot_print_all_load_and_replay():
+    """A bounded subset of PyTorch's OpInfo database through Dynamo and AOTAutograd: every
+    printed graph loads (no op Dynamo emitted is refused) and replays eagerly."""
+    import importlib.util
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("opinfo_sweep", ROOT / "benchmarks" / "opinfo_sweep.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    result = module.sweep(names=SWEEP_OPS)
+    assert result["traced"] >= 2 * len(SWEEP_OPS) - 4, result
+    assert result["refused"] == {}, result["refused"]
+    assert result["unloadable"] == {}, result["unloadable"]
+    assert result["loaded"] == result["traced"] and result["replayed"] == result["loaded"], result
+
+
+# Bounded runs ------------------------------------------------------------------------------
+def test_an_isolated_cpu_replay_has_a_memory_limit(tmp_path, cli, monkeypatch):
+    """A graph that allocates more than the limit fails in its child with an out-of-memory
+    error (RLIMIT_AS), instead of taking the machine's memory; the Outcome says the limit."""
+    monkeypatch.setenv("GRAPHDBG_MEMORY_LIMIT_GB", "2.5")
+    path = tmp_path / "rank0_0.py"
+    path.write_text(PRINTED.format(lines=" " * 8 + "big: \"u8[6442450944]\" = torch.empty([6442450944], dtype=torch.uint8)"))
+    r = cli("replay", path, "--backend", "eager", "--json")
+    out = json.loads(r.out)
+    assert "memory limit 2.5 GiB" in out["sandbox"], out
+    assert out["status"] == "crash", out
+    assert "memory" in (out["signature"] or "").lower() or "alloc" in (out["signature"] or "").lower(), out

@@ -79,7 +79,7 @@ def run_isolated(case: Case | Dump, backend: str | Callable[..., Any], passes: s
         cmd = [sys.executable, "-m", "graphdbg.replay.child", str(request_path), str(outcome_path)]
         own = tmpdir / "work"  # the child's own folder: the only place the sandbox lets it write (with the caches)
         own.mkdir()
-        with ChildGroup(cmd, err_path, env=child_env(own)) as child:
+        with ChildGroup(cmd, err_path, env=child_env(own, request["device"])) as child:
             returncode = child.wait(timeout)
             err = tail_of(err_path)
         if returncode is None:
@@ -123,9 +123,10 @@ class ChildGroup:
       killed, and so is every process that carries this replay's token in its environment
       (``$GRAPHDBG_REPLAY_TOKEN``, Linux ``/proc``): a grandchild that left the group with
       ``setsid`` is found that way, unless it also cleared its environment.
-    - SIGTERM and SIGINT to this process (the main thread's handlers) end every live group
-      first, then act as before (KeyboardInterrupt; SystemExit(143) for SIGTERM), so the
-      temporary folder is removed on the way out.
+    - SIGTERM, SIGHUP (the terminal closed) and SIGINT to this process (the main thread's
+      handlers) end every live group first, then act as before (KeyboardInterrupt;
+      SystemExit(128 + signal) for SIGTERM and SIGHUP), so the temporary folder is removed on
+      the way out.
     - The child asks the kernel for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``,
       ``graphdbg.replay.child``), which covers a parent killed with SIGKILL. What remains: the
       child's own children outlive a SIGKILLed parent, and a grandchild that both left the
@@ -212,7 +213,7 @@ def _pids_with_token(token: str) -> list[int]:
 def _install_signal_handlers() -> None:
     if threading.current_thread() is not threading.main_thread():
         return  # handlers can only be set from the main thread; it sets them for the workers too
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])):
         current = signal.getsignal(sig)
         if current is _on_signal:
             continue

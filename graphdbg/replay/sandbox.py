@@ -17,7 +17,9 @@ has it and reported otherwise:
   with EACCES, so no network at all (UDP included); local ``AF_UNIX`` sockets still work.
 
 The result is one line, ``landlock (...)`` or ``none (why)``, that the Outcome records as
-``sandbox``. ``GRAPHDBG_SANDBOX=0`` turns it off (``none (GRAPHDBG_SANDBOX=0)``).
+``sandbox``. ``GRAPHDBG_SANDBOX=0`` turns it off (``none (GRAPHDBG_SANDBOX=0)``);
+``GRAPHDBG_SANDBOX_WRITABLE`` names more folders the child may write (a backend of the user's
+that writes logs or notes).
 """
 
 from __future__ import annotations
@@ -62,13 +64,59 @@ def inductor_cache_dir() -> str:
     return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
 
 
-def child_env(folder: Path) -> dict[str, str]:
+def child_env(folder: Path, device: str | None = None) -> dict[str, str]:
     """The environment of a sandboxed child whose own folder is ``folder``: temporary files
-    (a C++ compiler's) go there, the compiler caches stay where this process has them."""
-    return {"TMPDIR": str(folder), "TORCHINDUCTOR_CACHE_DIR": inductor_cache_dir(), FOLDER_ENV: str(folder)}
+    (a C++ compiler's) go there, the compiler caches stay where this process has them; on a
+    CPU replay, the address space it may take (``memory_limit``)."""
+    env = {"TMPDIR": str(folder), "TORCHINDUCTOR_CACHE_DIR": inductor_cache_dir(), FOLDER_ENV: str(folder)}
+    limit = memory_limit() if str(device or "cpu").startswith("cpu") else None
+    if limit:
+        env[MEMORY_ENV] = str(limit)
+    return env
+
+
+MEMORY_ENV = "GRAPHDBG_MEMORY_LIMIT"  # bytes of address space (RLIMIT_AS) for a CPU replay's child
+_BASELINE = 3 << 30  # what Python, torch and Inductor map before the graph allocates anything
+
+
+def memory_limit() -> int | None:
+    """Bytes of address space a CPU replay child may use: ``GRAPHDBG_MEMORY_LIMIT_GB`` if set,
+    else the memory available now plus what torch itself maps, so a graph that allocates
+    more than the machine has fails with an out-of-memory error in the child instead of
+    swapping or waking the OOM killer. (Not for CUDA: its driver reserves huge address space.)"""
+    given = os.environ.get("GRAPHDBG_MEMORY_LIMIT_GB")
+    if given:
+        try:
+            return int(float(given) * (1 << 30))
+        except ValueError:
+            return None
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f.read(8192).decode().splitlines():
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 + _BASELINE
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def limit_memory() -> str:
+    """Apply ``$GRAPHDBG_MEMORY_LIMIT`` as RLIMIT_AS; what was applied, for the status line."""
+    raw = os.environ.get(MEMORY_ENV)
+    if not raw:
+        return "no memory limit"
+    try:
+        import resource
+
+        limit = int(raw)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    except (ValueError, OSError, ImportError) as e:
+        return f"no memory limit ({e})"
+    return f"memory limit {limit / (1 << 30):.1f} GiB"
 
 
 FOLDER_ENV = "GRAPHDBG_SANDBOX_DIR"
+WRITABLE_ENV = "GRAPHDBG_SANDBOX_WRITABLE"  # the user's own folders a backend of theirs writes to (os.pathsep-separated)
 SANDBOX_NOTE = "sandbox.txt"  # beside the child's folder: what it applied, for an outcome it never wrote
 
 
@@ -80,7 +128,9 @@ def sandbox_child() -> str | None:
     if not folder:
         return None
     own = Path(folder)
-    status = apply_sandbox([own, own.parent])
+    extra = [Path(p) for p in os.environ.get(WRITABLE_ENV, "").split(os.pathsep) if p.strip()]
+    status = apply_sandbox([own, own.parent, *extra])
+    status = f"{status[:-1]}; {limit_memory()})" if status.endswith(")") else f"{status}; {limit_memory()}"
     try:
         (own.parent / SANDBOX_NOTE).write_text(status)
     except OSError:

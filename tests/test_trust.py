@@ -369,3 +369,21 @@ def test_an_isolated_cpu_replay_has_a_memory_limit(tmp_path, cli, monkeypatch):
     assert "memory limit 2.5 GiB" in out["sandbox"], out
     assert out["status"] == "crash", out
     assert "memory" in (out["signature"] or "").lower() or "alloc" in (out["signature"] or "").lower(), out
+
+
+def sleeps_forever(gm, example_inputs):
+    """A backend that never returns (a compiler stuck in a loop)."""
+    import time
+
+    time.sleep(3600)
+    return gm.forward
+
+
+@pytest.mark.slow
+def test_minify_timeout_is_enforced_without_isolate(fixture_copy, tmp_path, cli):
+    """``minify --timeout`` runs candidates isolated when --isolate was not said, so a backend
+    that hangs ends as a timeout instead of hanging minify."""
+    dump = fixture_copy("block_compile_error")
+    r = cli("minify", dump, "--backend", "test_trust:sleeps_forever", "--timeout", "20", "-o", tmp_path / "min", "--json")
+    assert r.code != 0 or "timeout" in r.out.lower(), r
+    assert "timeout" in (r.out + r.err).lower(), r

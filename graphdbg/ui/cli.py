@@ -371,7 +371,7 @@ def minify(
     accuracy: Annotated[Optional[bool], typer.Option("--accuracy/--no-accuracy", help="Keep a numeric mismatch (default: what the dump recorded).")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Candidates tried at once (isolated).")] = 1,
     isolate: Annotated[Optional[bool], typer.Option("--isolate/--no-isolate", help="Try candidates in child processes (for backends that may crash).")] = None,
-    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
+    timeout: Annotated[Optional[float], typer.Option("--timeout", help="Seconds before a candidate counts as a timeout (given: candidates run isolated, where it is enforced).")] = None,
     device: DeviceOpt = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where the smallest dump and repro.py go.")] = None,
     any_failure: Annotated[bool, typer.Option("--any-failure", help="Shrink whatever failure the backend shows, not only the captured one.")] = False,
@@ -388,6 +388,9 @@ def minify(
     _inputs_setup(ops)
     _config_setup(config, no_config, trust_config)
     backend = backend or _own_backend(dump, trust_backend, "minify")
+    if timeout is not None and isolate is None:
+        isolate = True  # a timeout is enforced only on a child process
+    timeout = DEFAULT_TIMEOUT if timeout is None else timeout
     if out is None:
         out = Path(f"{dump.name.removesuffix('.py')}-min")
         _note(f"minify: writing to ./{out}/ (-o to choose)")

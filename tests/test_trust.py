@@ -387,3 +387,10 @@ def test_minify_timeout_is_enforced_without_isolate(fixture_copy, tmp_path, cli)
     r = cli("minify", dump, "--backend", "test_trust:sleeps_forever", "--timeout", "20", "-o", tmp_path / "min", "--json")
     assert r.code != 0 or "timeout" in r.out.lower(), r
     assert "timeout" in (r.out + r.err).lower(), r
+
+
+def test_bisect_nodes_has_a_timeout(fixture_copy, cli):
+    r = cli("bisect", "nodes", fixture_copy("block_compile_error"), "--backend", "test_trust:sleeps_forever",
+            "--timeout", "5")
+    assert r.code == 2, r
+    assert "bisect nodes: no result after 5s" in r.err and "Traceback" not in r.err, r

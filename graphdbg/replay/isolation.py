@@ -18,6 +18,7 @@ its own folder and the compiler caches (Landlock), no network sockets (seccomp);
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -27,7 +28,7 @@ import tempfile
 import threading
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from graphdbg.backends.resolve import backend_label, backend_spec
 from graphdbg.case import save_case
@@ -91,6 +92,33 @@ def run_isolated(case: Case | Dump, backend: str | Callable[..., Any], passes: s
         if outcome.stage == "child" and outcome.error_type == "GraphdbgError":
             raise GraphdbgError(outcome.message)  # the replay could not start: an error, not an outcome
         return outcome
+
+
+class _Expired(BaseException):
+    pass
+
+
+@contextlib.contextmanager
+def deadline(seconds: float | None, what: str) -> Iterator[None]:
+    """End an in-process run (``bisect nodes``) after ``seconds`` with a GraphdbgError (exit 2)
+    naming ``what``: SIGALRM, so Python code (a backend stuck in a loop or a sleep) is stopped;
+    a C call that never returns to Python is not. Main thread on POSIX only; else nothing."""
+    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expired(signum: int, frame: Any) -> None:
+        raise _Expired  # a BaseException: code that catches Exception around a backend can't swallow it
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, float(seconds))
+    try:
+        yield
+    except _Expired:
+        raise GraphdbgError(f"{what}: no result after {seconds:g}s (--timeout)") from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _read_small(path: Path) -> str | None:

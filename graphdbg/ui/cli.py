@@ -455,6 +455,7 @@ def bisect_nodes(
     rtol: Annotated[Optional[float], typer.Option(help="Relative tolerance (default: by dtype).")] = None,
     atol: Annotated[Optional[float], typer.Option(help="Absolute tolerance (default: by dtype).")] = None,
     backward: Annotated[bool, typer.Option("--backward", help="Training: if no forward node diverges, bisect the backward graph.")] = False,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds before bisect gives up (exit 2).")] = 3 * DEFAULT_TIMEOUT,
     trust_backend: TrustOpt = False,
     config: ConfigOpt = None,
     no_config: NoConfigOpt = False,
@@ -469,8 +470,11 @@ def bisect_nodes(
     backend = backend or _own_backend(dump, trust_backend, "bisect nodes")
     if backward:
         from graphdbg.minify.backward import bisect_training_nodes as run  # noqa: F811
-    result = run(load_dump(dump).case(device), backend, passes, rtol=rtol, atol=atol,
-                 **({"trust": trust_backend} if backward else {}))
+    from graphdbg.replay.isolation import deadline
+
+    with deadline(timeout, "bisect nodes"):
+        result = run(load_dump(dump).case(device), backend, passes, rtol=rtol, atol=atol,
+                     **({"trust": trust_backend} if backward else {}))
     _report(result, as_json)
     raise typer.Exit(0 if result.node is None else 1)
 

@@ -125,7 +125,7 @@ NAMED_FUNCTIONS = (
 # Python over them); `torch.X` for an ATen function is the same object as its binding here.
 _FUNCTION_MODULES = ("torch._C._VariableFunctions", "torch._C._nn", "torch._C._fft", "torch._C._linalg",
                      "torch._C._special", "torch.functional", "torch.nn.functional", "torch.fft", "torch.linalg",
-                     "torch.special")
+                     "torch.special", "torch.masked._ops", "torch.signal.windows.windows")  # the last two: OpInfo sweep
 
 # Functions in those modules (and op names) that read or write files.
 DENIED_FUNCTION_NAMES = frozenset({"from_file", "save", "load"})
@@ -231,7 +231,8 @@ def _allowed_ids() -> frozenset[int]:
                 continue
             where = getattr(obj, "__module__", None) or ""
             if path.startswith("torch._C.") or where.startswith(("torch.functional", "torch.nn.functional", "torch._C",
-                                                                  "torch.fft", "torch.linalg", "torch.special")) \
+                                                                  "torch.fft", "torch.linalg", "torch.special",
+                                                                  "torch.masked._ops", "torch.signal.windows")) \
                     or where == "torch":
                 objs.append(obj)
     for path in NAMED_FUNCTIONS:

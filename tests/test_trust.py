@@ -335,9 +335,8 @@ def test_isolated_replay_says_whether_it_was_sandboxed(fixture_copy, cli):
 
 
 # OpInfo sweep (issue 22.3) -----------------------------------------------------------------
-SWEEP_OPS = ["add", "matmul", "nn.functional.gelu", "softmax", "index_select", "as_strided", "masked_fill", "where",
-             "cat", "sum", "nn.functional.layer_norm", "transpose", "new_zeros", "clamp", "masked.cumsum",
-             "signal.windows.hamming"]
+SWEEP_OPS = ["add", "matmul", "nn.functional.gelu", "softmax", "as_strided", "masked_fill", "where", "cat",
+             "masked.cumsum", "signal.windows.hamming"]
 
 
 @pytest.mark.slow

@@ -81,6 +81,7 @@ def notes(tmp_path, monkeypatch):
     folder = tmp_path / "notes"
     folder.mkdir()
     monkeypatch.setenv(NOTES, str(folder))
+    monkeypatch.setenv("GRAPHDBG_SANDBOX_WRITABLE", str(folder))  # the sandboxed child writes its notes here
     return folder
 
 

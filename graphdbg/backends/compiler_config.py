@@ -15,13 +15,16 @@ and is listed under ``skipped`` with its type instead. A setting that names a pa
 capturing machine (a cache or debug folder) is skipped too: restored elsewhere it would point
 nowhere.
 
-A dump is someone else's file, so restoring is by allow-list (``restorable``): bools, bounded
-ints and floats where the setting has that type, and strings only from ``ENUMS``; settings whose
-name says program, path, file, cache, log, hook or flag never. What is skipped is shown with why,
-and ``--trust-config`` (``GRAPHDBG_TRUST_CONFIG=1``) restores all of it.
+A dump is someone else's file, so replay restores a recorded setting only through an
+allow-list (``restorable``): a known setting of this torch typed as a bool, a bounded int or
+float, or one of a fixed set of strings, whose name steers no program, path, hook, log or
+cache. Every other one (every free string, such as ``inductor.cpp.march``, which reaches the
+C++ compiler's command line) is listed as a stand-in and skipped unless ``--trust-config``;
+``NEVER`` (``inductor.save_args``, machine paths) is skipped even then.
 
 Replay overrides travel through the environment, so isolated children see them:
-``GRAPHDBG_CONFIG`` (a JSON object of key -> value) and ``GRAPHDBG_NO_CONFIG=1``.
+``GRAPHDBG_CONFIG`` (a JSON object of key -> value), ``GRAPHDBG_NO_CONFIG=1`` and
+``GRAPHDBG_TRUST_CONFIG=1``.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import json
 import math
 import os
 import re
+import types
 import typing
 from typing import Any, Iterator
 
@@ -129,12 +133,16 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 def set_replay_overrides(overrides: list[str] | None, no_config: bool, trust_config: bool = False) -> None:
-    """What ``--config``/``--no-config``/``--trust-config`` ask for, in the environment (children inherit it)."""
-    for name, on in ((ENV_NO_CONFIG, no_config), (ENV_TRUST_CONFIG, trust_config)):
-        if on:
-            os.environ[name] = "1"
-        else:
-            os.environ.pop(name, None)
+    """What ``--config``/``--no-config``/``--trust-config`` ask for, in the environment
+    (children inherit it)."""
+    if trust_config:
+        os.environ[ENV_TRUST_CONFIG] = "1"
+    else:
+        os.environ.pop(ENV_TRUST_CONFIG, None)
+    if no_config:
+        os.environ[ENV_NO_CONFIG] = "1"
+    else:
+        os.environ.pop(ENV_NO_CONFIG, None)
     if overrides:
         os.environ[ENV_OVERRIDES] = json.dumps(dict(parse_override(o) for o in overrides))
     else:
@@ -144,34 +152,45 @@ def set_replay_overrides(overrides: list[str] | None, no_config: bool, trust_con
 ENV_TRUST_CONFIG = "GRAPHDBG_TRUST_CONFIG"
 
 
-def replay_settings(manifest: dict[str, Any] | None) -> dict[str, Any]:
-    """The settings a replay of a dump runs under: the recorded ones that pass the allow-list
-    (``restorable``; all of them with ``--trust-config``) unless ``--no-config``, then the
-    ``--config`` overrides."""
-    return settings_and_skipped(manifest)[0]
+class Settings(dict):
+    """The settings a replay runs under (key -> value), and ``skipped``: recorded ones left out
+    (key -> why), which the Outcome lists as stand-ins."""
+
+    skipped: dict[str, str]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.skipped = {}
+
+    def shown(self) -> list[str]:
+        return [f"setting {key}: {why}, not restored" for key, why in self.skipped.items()]
 
 
-def settings_and_skipped(manifest: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, str]]:
-    """(settings to apply, {recorded key: why it was not restored})."""
-    settings: dict[str, Any] = {}
-    skipped: dict[str, str] = {}
+def replay_settings(manifest: dict[str, Any] | None) -> Settings:
+    """The settings a replay of a dump runs under: the recorded ones unless ``--no-config``,
+    each through the allow-list (``restorable``) unless ``--trust-config``, then the
+    ``--config`` overrides (the user's own command line, not checked)."""
+    settings = Settings()
     if not os.environ.get(ENV_NO_CONFIG):
-        recorded = ((manifest or {}).get("config") or {}).get("values") or {}
-        trusted = bool(os.environ.get(ENV_TRUST_CONFIG))
-        if isinstance(recorded, dict):
-            for key, value in recorded.items():
-                why = "not a setting name" if not (isinstance(key, str) and _KEY.fullmatch(key)) else (
-                    None if trusted else restorable(key, value))
-                if why is None:
-                    settings[key] = value
-                else:
-                    skipped[str(key)[:120]] = why
+        config = manifest.get("config") if isinstance(manifest, dict) else None
+        recorded = config.get("values") if isinstance(config, dict) else None
+        recorded = recorded if isinstance(recorded, dict) else {}
+        trust = bool(os.environ.get(ENV_TRUST_CONFIG))
+        for key, value in recorded.items():
+            why = restorable(key, value, trust)
+            if why is None:
+                settings[key] = value
+            else:
+                settings.skipped[str(key)[:120]] = why
     try:
         overrides = json.loads(os.environ.get(ENV_OVERRIDES) or "{}")
-        settings.update(overrides if isinstance(overrides, dict) else {})
     except ValueError:
-        pass
-    return settings, skipped
+        overrides = {}
+    if isinstance(overrides, dict):
+        settings.update(overrides)
+        for key in overrides:
+            settings.skipped.pop(key, None)
+    return settings
 
 
 @contextlib.contextmanager
@@ -203,103 +222,108 @@ def applied_config(settings: dict[str, Any]) -> Iterator[list[str]]:
 
 
 _KEY = re.compile(r"(inductor|dynamo|functorch)(\.[A-Za-z_][A-Za-z0-9_]*)+")
-# Settings a dump could use to make a replay run a program, or read or write a place of its
-# choosing (a C++ compiler, a CUDA toolchain, a cache, log or debug folder, a hook), whatever
-# their type: never taken from someone else's dump (a bool such as ``save_args`` writes files).
-# Judged by whole words of the name, so ``fallback_random`` or ``epilogue_fusion`` stay allowed.
-_UNSAFE_SECTIONS = frozenset({"aot_inductor", "cutlass", "cuda", "xpu", "rocm", "trace", "lookup_table", "halide"})
-_UNSAFE_WORDS = frozenset({
-    "save", "trace", "debug", "log", "logs", "logpath", "profile", "profiler", "profiling", "cprofile", "cache",
-    "remote", "upload", "dump", "hook", "hooks", "subproc", "worker", "cmd", "command", "path", "dir", "root",
-    "file", "script", "custom", "compiler", "cxx", "cc", "nvcc", "ld", "link", "linkage", "march",
-    "flag", "env", "exe", "plugin", "runner", "generate", "temps"})
-_WORD = re.compile(r"[A-Za-z][a-z0-9]*|[A-Z0-9]+")
+# Settings whose name says they steer a program, a path, a hook, logging, debugging output or a
+# cache: never taken from a dump without --trust-config, whatever their type.
+_UNSAFE_WORDS = frozenset(
+    "cxx cc compiler cmd command exe binary path paths dir root file files filename cache caches log logs logging hook "
+    "hooks script custom pass passes launcher plugin profile profiler profiling trace tracing debug cutlass ck ck_tile "
+    "rocm nvcc ld link save repro dump upload remote output package lib libs shim march arch worker subprocess start "
+    "method env home url regex table".split())
 
 
-def _unsafe_name(key: str) -> bool:
-    short, _, name = key.partition(".")
-    parts = name.split(".")
-    if len(parts) > 1 and parts[0] in _UNSAFE_SECTIONS:
-        return True
-    return any(w.lower() in _UNSAFE_WORDS for part in parts for w in part.split("_"))
+class _Words:
+    """``search(name)``: whether a word of the setting's name (split at ``.`` and ``_``) is in
+    ``_UNSAFE_WORDS``."""
+
+    @staticmethod
+    def search(name: str) -> bool:
+        return any(word.lower() in _UNSAFE_WORDS for word in re.split(r"[._]", name))
 
 
-# The string settings that may come from a dump, each with the values it may take. Every other
-# string setting (march, compiler flags, backend lists that a new torch may grow) is shown and
-# skipped unless --trust-config.
-_INJECT = frozenset({"compile_error", "runtime_error", "accuracy"})
+_UNSAFE = _Words()
+# ... and these not even with --trust-config: they write files where the dump says, or name a
+# place of the capturing machine.
+NEVER = re.compile(r"(save_args|(^|[._])(base_dir|debug_dir|debug_dir_root|global_cache_dir|output_path)$|log_?path|logpath"
+                   r"|upload|proton_output_dir|pareto_dir|profile_path|profile_bandwidth_output)", re.I)
+# String settings torch types as plain ``str`` whose values form a known, fixed set.
 ENUMS: dict[str, frozenset[str]] = {
-    "inductor.cpp.inject_relu_bug_TESTING_ONLY": _INJECT,
-    "inductor.cpp.inject_log1p_bug_TESTING_ONLY": _INJECT,
-    "inductor.triton.inject_relu_bug_TESTING_ONLY": _INJECT,
-    "inductor.cpu_backend": frozenset({"cpp", "triton", "halide"}),
-    "inductor.cuda_backend": frozenset({"triton", "halide"}),
-    "inductor.max_autotune_gemm_search_space": frozenset({"DEFAULT", "EXHAUSTIVE"}),
-    "inductor.max_autotune_flex_search_space": frozenset({"DEFAULT", "EXHAUSTIVE"}),
-    "inductor.memory_pool": frozenset({"none", "intermediates", "outputs", "combined"}),
-    "inductor.layout_opt_default": frozenset({"0", "1"}),
-    "inductor.triton.descriptive_names": frozenset({"original_aten", "torch", "inductor_node"}),
-    "inductor.cpp.descriptive_names": frozenset({"original_aten", "torch", "inductor_node"}),
-    "dynamo.automatic_dynamic_shapes_mark_as": frozenset({"dynamic", "unbacked", "oblivious"}),
-    "dynamo.numpy_default_float": frozenset({"float64", "float32"}),
-    "dynamo.numpy_default_complex": frozenset({"complex128", "complex64"}),
-    "dynamo.numpy_default_int": frozenset({"int64", "int32"}),
+    "inductor.cpp.inject_relu_bug_TESTING_ONLY": frozenset({"compile_error", "runtime_error", "accuracy"}),
+    "inductor.cpp.inject_log1p_bug_TESTING_ONLY": frozenset({"accuracy"}),
+    "inductor.triton.inject_relu_bug_TESTING_ONLY": frozenset({"compile_error", "runtime_error", "accuracy"}),
+    "inductor.cpp.enable_floating_point_contract_flag": frozenset({"off", "on", "fast"}),
     "functorch.activation_memory_budget_solver": frozenset({"dp", "greedy", "ilp"}),
-    "functorch.activation_memory_budget_runtime_estimator": frozenset({"flops", "profile"}),
+    "functorch.activation_memory_budget_runtime_estimator": frozenset({"flops", "profile", "testing"}),
+    "dynamo.numpy_default_float": frozenset({"float16", "float32", "float64"}),
+    "dynamo.numpy_default_int": frozenset({"int32", "int64"}),
+    "dynamo.numpy_default_complex": frozenset({"complex64", "complex128"}),
+    "inductor.layout_opt_default": frozenset({"0", "1"}),
 }
-# Comma-separated lists of these words only (no CUTLASS/CK: they call an outside toolchain).
-_BACKEND_LISTS = {"inductor.max_autotune_gemm_backends", "inductor.max_autotune_conv_backends"}
-_BACKEND_WORDS = frozenset({"ATEN", "TRITON", "CPP"})
-_INT_BOUND = 1 << 20
-_INT_BOUNDS = {"inductor.compile_threads": (1, 64)}  # each thread is a compile worker process
+INT_BOUND = 1 << 31
 
 
-def _entry_types(short: str, name: str) -> tuple[bool, set[type]]:
-    """(known here, the plain types the setting may hold: bool, int, float, str, type(None))."""
+def _value_type(key: str) -> Any:
+    short, _, name = key.partition(".")
     try:
-        entry = _module(short)._config[name]
+        return _module(short)._config[name].value_type
     except Exception:
-        return False, set()
-    hint = getattr(entry, "value_type", None)
-    args = typing.get_args(hint) if typing.get_args(hint) else (hint,)
-    types = {a for a in args if a in (bool, int, float, str, type(None))}
-    if not types and entry.default is not None:
-        types = {type(entry.default)} & {bool, int, float, str}
-    return True, types
+        return None
 
 
-def restorable(key: str, value: Any) -> str | None:
-    """None when the recorded setting ``key = value`` may be restored from an untrusted dump;
-    else why not. Allowed: bools, bounded ints and floats, and strings from ``ENUMS``, each
-    only where this torch's setting has that type; never one whose name says program, path, file,
-    cache, log or hook (``_unsafe_name``)."""
-    if not (isinstance(key, str) and _KEY.fullmatch(key)):
+def _allowed_type(value_type: Any, value: Any) -> str | None:
+    """None if ``value`` fits ``value_type`` as a bool, a bounded int or float, or a member of a
+    ``Literal``; else why not."""
+
+    origin = typing.get_origin(value_type)
+    args = typing.get_args(value_type)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        whys = [_allowed_type(a, value) for a in args if a is not type(None)]
+        return None if any(w is None for w in whys) else (whys[0] if whys else "not a typed setting")
+    if origin is typing.Literal:
+        return None if value in args and not isinstance(value, (list, dict)) else "a value outside its fixed set"
+    if value_type is bool:
+        return None if isinstance(value, bool) else "not a bool"
+    if value_type is int:
+        ok = isinstance(value, int) and not isinstance(value, bool) and -INT_BOUND < value < INT_BOUND
+        return None if ok else "not an int in range"
+    if value_type is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and abs(value) < INT_BOUND
+        return None if ok else "not a finite float in range"
+    if value_type is str:
+        return "a string setting"
+    return "not a bool, int, float or fixed choice"
+
+
+def restorable(key: Any, value: Any, trust: bool = False) -> str | None:
+    """None if the recorded setting ``key = value`` may be restored from someone else's dump,
+    else why not. The allow-list: known settings of this torch whose type is a bool, a bounded
+    int or float, or a fixed set of strings (torch's ``Literal`` types and ``ENUMS``), and whose
+    name does not steer a program, path, hook, log or cache (``_UNSAFE``). ``trust``
+    (``--trust-config``) restores any known setting but those in ``NEVER``."""
+    if not isinstance(key, str) or _KEY.fullmatch(key) is None:
         return "not a setting name"
     short, _, name = key.partition(".")
-    if key not in ENUMS and key not in _BACKEND_LISTS and _unsafe_name(key):
-        return "names a program, path, file, cache, log or hook"
-    known, types = _entry_types(short, name)
-    if not known:
-        return None  # applied_config reports it as not in this torch and sets nothing
-    if value is None:
-        return None if type(None) in types else "None where the setting takes a value"
-    if isinstance(value, bool):
-        return None if bool in types else "a bool where the setting takes another type"
-    if isinstance(value, int):
-        lo, hi = _INT_BOUNDS.get(key, (-1, _INT_BOUND))
-        if int not in types:
-            return "an int where the setting takes another type"
-        return None if lo <= value <= hi else f"{value} is outside [{lo}, {hi}]"
-    if isinstance(value, float):
-        ok = float in types and math.isfinite(value) and abs(value) <= _INT_BOUND
-        return None if ok else "a float out of range or where the setting takes another type"
-    if isinstance(value, str):
-        if key in _BACKEND_LISTS and value and set(value.upper().split(",")) <= _BACKEND_WORDS:
-            return None
-        if value in ENUMS.get(key, ()):
-            return None
-        return "a string setting (restore it with --trust-config)"
-    return f"a {type(value).__name__} setting (restore it with --trust-config)"
+    if NEVER.search(name):
+        return "writes files or names a place of the capturing machine (never restored)"
+    value_type = _value_type(key)
+    if value_type is None:
+        return "not in this torch"
+    if trust:
+        return None
+    hint = " (--trust-config restores it)"
+    if _UNSAFE.search(name):
+        return "it can name a program, path, hook, log or cache" + hint
+    if key in ENUMS:
+        return None if isinstance(value, str) and value in ENUMS[key] or value is None else "a value outside its fixed set" + hint
+    why = _allowed_type(value_type, value)
+    return None if why is None else why + hint
+
+
+def safe_recorded_key(key: Any) -> bool:
+    """A recorded setting name that may be restored from someone else's dump at all (its value
+    is checked by ``restorable``)."""
+    return isinstance(key, str) and _KEY.fullmatch(key) is not None and not _UNSAFE.search(key.partition(".")[2])
 
 
 def python_lines(settings: dict[str, Any]) -> list[str]:

@@ -159,6 +159,23 @@ def dump_backend(dump: Any, trust: bool, command: str = "replay", shown_path: An
     return spec
 
 
+def names_code(spec: Any) -> bool:
+    """Whether a backend spelling imports code when resolved: ``module:callable``, a script
+    path, or a recipe. A registered name (``eager``, ``inductor``) does not."""
+    return not isinstance(spec, str) or ":" in spec or is_recipe_spec(spec)
+
+
+def trusted_code(spec: Any, trust: bool, what: str, command: str, shown_path: Any) -> Any:
+    """``spec`` (code a dump names: a minified backend, recorded passes) when ``trust``, else a
+    GraphdbgError whose one line gives the command to run."""
+    if trust or spec is None:
+        return spec
+    shown = describe_recipe(recipe_of_spec(spec)) if isinstance(spec, str) and is_recipe_spec(spec) else str(spec)
+    raise GraphdbgError(
+        f"the dump's {what} is {shown[:200]}, code the dump names; graphdbg imports it only when you say so: "
+        f"graphdbg {command} {shown_path} --trust-backend")
+
+
 def _recipe_backend(recipe: dict[str, Any], trust: bool, command: str, shown_path: Any) -> str:
     shown = describe_recipe(recipe)
     missing = unrecorded_parts(recipe)

@@ -33,6 +33,8 @@ import importlib
 import math
 import operator
 import os
+import re
+import string
 import types
 import weakref
 from typing import Any, Iterable
@@ -81,8 +83,8 @@ def allowed_namespaces() -> list[str]:
 
 
 
-__all__ = ["ALLOWED_ATTRIBUTES", "ALLOWED_BUILTINS", "allowed_methods", "allow_target", "check_graph_module",
-           "check_value", "is_allowed_function", "refusal"]
+__all__ = ["ALLOWED_ATTRIBUTES", "ALLOWED_BUILTINS", "allowed_methods", "allow_target", "call_refusal",
+           "check_graph_module", "check_value", "format_refusal", "is_allowed_function", "refusal", "schema_refusal"]
 
 # Builtins fx graphs actually call (getattr/getitem on shapes, symbolic arithmetic).
 ALLOWED_BUILTINS: dict[str, Any] = {
@@ -116,16 +118,31 @@ NAMED_FUNCTIONS = (
     "torch.cuda.current_stream", "torch.cuda.set_stream", "torch.cuda.current_device", "torch.cuda.synchronize",
     "torch.cuda.get_device_capability", "torch._C._cuda_exchangeDevice", "torch._C._cuda_maybeExchangeDevice",
     "torch.Size", "torch.device",
+    "torch._C._autograd._get_data_attr",  # what `param.data` becomes in a Dynamo graph
 )
 
 # Modules whose every public callable is a tensor operation (C bindings of ATen ops, or thin
 # Python over them); `torch.X` for an ATen function is the same object as its binding here.
 _FUNCTION_MODULES = ("torch._C._VariableFunctions", "torch._C._nn", "torch._C._fft", "torch._C._linalg",
                      "torch._C._special", "torch.functional", "torch.nn.functional", "torch.fft", "torch.linalg",
-                     "torch.special")
+                     "torch.special", "torch.masked._ops", "torch.signal.windows.windows")  # the last two: OpInfo sweep
 
 # Functions in those modules (and op names) that read or write files.
 DENIED_FUNCTION_NAMES = frozenset({"from_file", "save", "load"})
+# C bindings in those modules that are not ATen ops (no schema to judge them by) yet take only
+# tensors and plain values; every other schemaless binding (``_from_blob``: a raw address,
+# ``frombuffer``, ``from_numpy``: foreign memory) is refused.
+SCHEMALESS_OK = frozenset({"asarray", "dsmm", "hsmm", "saddmm", "spmm", "_parse_to"})
+_C_BINDINGS = ("torch._C._VariableFunctions", "torch._C._nn", "torch._C._fft", "torch._C._linalg", "torch._C._special")
+
+# What an op can touch, read from its schema (``schema_refusal``): an argument of type Storage
+# (raw memory), an int argument that is an address or an offset into a storage, a string
+# argument that is a file, folder, library or program name.
+_RAW_INT_ARG = re.compile(r"((^|_)(ptr|pointer|address|addr|blob)$|offset_bytes|offset_increment|storage_offset)", re.I)
+_NAME_STR_ARG = re.compile(r"(file|path|dir|folder|lib|library|module|program|command|cmd|shell|url)", re.I)
+# Views whose size, stride and storage offset the op itself checks against the storage's bounds.
+BOUNDS_CHECKED = frozenset({"aten::as_strided", "aten::as_strided_", "aten::as_strided_copy", "aten::as_strided_scatter",
+                            "prims::as_strided", "prims::as_strided_scatter"})
 DENIED_OPS = frozenset({"aten::save", "aten::from_file", "aten::from_file.out"})
 DENIED_OP_NAMESPACES = frozenset({"debugprims"})
 DENIED_OPERATOR = frozenset({"attrgetter", "methodcaller", "call"})
@@ -137,6 +154,18 @@ DENIED_METHODS = frozenset({
 })
 STREAM_METHODS = frozenset({"wait_stream", "wait_event", "record_event", "synchronize", "query", "record", "wait",
                             "elapsed_time"})
+# Methods of SymInt/SymFloat/SymBool and Python scalars that Dynamo writes in dynamic graphs
+# (``mask.__and__(other)``, ``s0.__floordiv__(2)``): the number protocol (what ``operator``
+# spells with dunders, reflected forms too), conversions, and the types' public methods.
+_NUMBER_DUNDERS = {n for n in dir(operator) if n.startswith("__") and n.endswith("__") and callable(getattr(operator, n))
+                   and n not in ("__call__", "__getitem__", "__setitem__", "__delitem__", "__contains__", "__concat__",
+                                 "__iconcat__", "__index__", "__not__", "__inv__")}
+SCALAR_METHODS = frozenset(
+    _NUMBER_DUNDERS | {"__r" + n[2:] for n in _NUMBER_DUNDERS if not n.startswith(("__i", "__r"))}
+    | {"__bool__", "__int__", "__float__", "__round__", "__trunc__", "__floor__", "__ceil__", "__sym_float__",
+       "__sym_int__", "__sym_not__", "__sym_max__", "__sym_min__", "__sym_ite__", "__index__"}
+    | {n for c in (torch.SymInt, torch.SymFloat, torch.SymBool) for n in dir(c)
+       if not n.startswith("_") and callable(getattr(c, n))})
 
 # Attributes a graph may read off a value (tensor metadata, a device's parts, a slice's bounds).
 ALLOWED_ATTRIBUTES = frozenset({
@@ -196,9 +225,12 @@ def _allowed_ids() -> frozenset[int]:
             obj = getattr(mod, name, None)
             if obj is None or isinstance(obj, (types.ModuleType, type)) or not callable(obj):
                 continue
+            if path in _C_BINDINGS and name not in SCHEMALESS_OK and not _has_aten_schema(name):
+                continue
             where = getattr(obj, "__module__", None) or ""
             if path.startswith("torch._C.") or where.startswith(("torch.functional", "torch.nn.functional", "torch._C",
-                                                                  "torch.fft", "torch.linalg", "torch.special")) \
+                                                                  "torch.fft", "torch.linalg", "torch.special",
+                                                                  "torch.masked._ops", "torch.signal.windows")) \
                     or where == "torch":
                 objs.append(obj)
     for path in NAMED_FUNCTIONS:
@@ -221,9 +253,73 @@ _KEEP: list[Any] = []
 @functools.lru_cache(maxsize=1)
 def allowed_methods() -> frozenset[str]:
     """Method names a ``call_method`` node may use: public Tensor methods, minus DENIED_METHODS,
-    plus stream and event methods."""
+    plus stream and event methods, plus the number methods of symbolic sizes and scalars."""
     names = {n for n in dir(torch.Tensor) if not n.startswith("_") and callable(getattr(torch.Tensor, n, None))}
-    return frozenset(names - DENIED_METHODS) | STREAM_METHODS
+    return frozenset(names - DENIED_METHODS) | STREAM_METHODS | SCALAR_METHODS
+
+
+@functools.lru_cache(maxsize=1)
+def _aten_names() -> frozenset[str]:
+    return frozenset(s.name.split("::", 1)[1] for s in torch._C._jit_get_all_schemas() if s.name.startswith("aten::"))
+
+
+def _has_aten_schema(name: str) -> bool:
+    names = _aten_names()
+    return any(n in names for n in (name, name.rstrip("_"), f"fft_{name}", f"linalg_{name}", f"special_{name}"))
+
+
+def schema_refusal(schema: Any) -> str | None:
+    """Why an op with this schema may not run in a replayed graph (what it can touch), or None."""
+    full = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+    if schema.name in BOUNDS_CHECKED:
+        return None
+    for arg in schema.arguments:
+        kind = str(arg.type)
+        if "Storage" in kind:
+            return f"the op {full} takes a Storage ({arg.name}): raw memory"
+        if "int" in kind.lower() and _RAW_INT_ARG.search(arg.name):
+            return f"the op {full} takes a raw address or storage offset ({arg.name})"
+        if kind.startswith("str") and _NAME_STR_ARG.search(arg.name):
+            return f"the op {full} takes a file, library or program name ({arg.name})"
+    return None
+
+
+_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]*")
+
+
+def format_refusal(text: Any) -> str | None:
+    """Why a format string (``higher_order.print``) may not be used: a field that reads an
+    attribute or an item (``{0.__class__...}`` reaches os.environ), or a nested field."""
+    if not isinstance(text, str):
+        return None
+    try:
+        parts = list(string.Formatter().parse(text))
+    except ValueError as e:
+        return f"a malformed format string ({e})"
+    for _, field, spec, _ in parts:
+        if field is not None and not _FIELD.fullmatch(field):
+            return f"a format field {field[:40]!r} that reads attributes or items"
+        if spec and ("{" in spec or "}" in spec):
+            return "a nested format field"
+    return None
+
+
+_SET_VIEW_ARGS = ("storage_offset", "size", "stride")
+
+
+def call_refusal(op: str, target: Any, args: tuple, kwargs: dict) -> str | None:
+    """Why this call, with these arguments, may not run (rules that depend on the arguments):
+    ``Tensor.set_`` given a storage offset, size or stride; ``higher_order.print`` with a
+    format string that reads attributes."""
+    is_set = (op == "call_method" and target == "set_") or (op == "call_function" and target is getattr(torch.Tensor, "set_", None))
+    if is_set and (len(args) > 2 or any(k in kwargs for k in _SET_VIEW_ARGS)):
+        return "Tensor.set_ with a storage offset, size or stride reaches raw memory"
+    if op == "call_function" and isinstance(target, torch._ops.HigherOrderOperator) and target.name() == "print":
+        fmt = args[0] if args else kwargs.get("format_str")
+        why = format_refusal(fmt)
+        if why:
+            return f"higher_order.print with {why}"
+    return None
 
 
 def _op_refusal(obj: Any) -> str | None:
@@ -234,7 +330,20 @@ def _op_refusal(obj: Any) -> str | None:
     ns = name.split("::")[0]
     if ns in DENIED_OP_NAMESPACES or name in DENIED_OPS or full in DENIED_OPS:
         return f"the op {name} reads or writes files"
+    if isinstance(obj, torch._ops.OpOverload):
+        return schema_refusal(obj._schema)
+    for overload in _overloads(obj):  # a packet picks its overload by the arguments: any refused one refuses it
+        why = schema_refusal(overload._schema)
+        if why:
+            return why
     return None
+
+
+def _overloads(packet: Any) -> list[Any]:
+    try:
+        return [getattr(packet, n) for n in packet.overloads()]
+    except Exception:
+        return []
 
 
 def is_allowed_function(obj: Any) -> bool:
@@ -338,6 +447,10 @@ def check_graph_module(gm: fx.GraphModule, inputs: Iterable[Any] | None = None) 
 
 
 def _node_refusal(mod: fx.GraphModule, node: fx.Node) -> str | None:
+    if node.op in ("call_function", "call_method"):
+        why = call_refusal(node.op, node.target, node.args, node.kwargs)
+        if why:
+            return why
     if node.op == "call_function":
         why = refusal(node.target)
         if why:

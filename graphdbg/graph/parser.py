@@ -53,6 +53,7 @@ from graphdbg.graph.allow_list import (
     NAMED_FUNCTIONS,
     allow_target,
     allowed_methods,
+    call_refusal,
     check_value,
     refusal,
 )
@@ -757,6 +758,8 @@ class _ForwardReader:
                 raise self.fail(f"refusing `{_show(at)}`: {why} is not something a replayed graph may use", at)
         if op == "call_function" and (why := refusal(target)):
             raise self.fail(f"refusing `{_show(at)}`: {why}", at)
+        if op in ("call_function", "call_method") and (why := call_refusal(op, target, args, kwargs)):
+            raise self.fail(f"refusing `{_show(at)}`: {why}", at)
         try:
             node = self.graph.create_node(op, target, args, kwargs, name=name)
         except Exception as e:
@@ -780,7 +783,8 @@ class _ForwardReader:
             if isinstance(func, ast.Attribute) and self._is_node_rooted(func.value):
                 if func.attr not in allowed_methods():
                     raise self.fail(f"refusing method call .{func.attr}() in `{_show(expr)}`: methods run only on "
-                                    "tensors, streams and events, and never reach files, storage or callbacks", expr)
+                                    "tensors, streams, events, symbolic sizes and numbers, and never reach files, "
+                                    "storage or callbacks", expr)
                 if func.attr == "type" and any(isinstance(a, str) for a in (*args, *kwargs.values())):
                     raise self.fail(f"refusing .type() with a type name in `{_show(expr)}`", expr)
                 return self._create("call_method", func.attr, (self._node(func.value), *args), kwargs, name, expr)

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from graphdbg.backends.resolve import recorded_backend, resolve_backend
+from graphdbg.backends.resolve import dump_backend, recorded_backend, resolve_backend
 from graphdbg.case import Case
 from graphdbg.errors import GraphdbgError
 from graphdbg.formats import load as load_dump
@@ -30,15 +30,16 @@ from graphdbg.store.gate import backward_dump_folder
 
 
 def bisect_training_nodes(case_or_dump: Any, backend: Any = "eager", passes: Any = None, *,
-                          rtol: float | None = None, atol: float | None = None) -> NodeDivergence:
-    """The first forward node off the reference; if none, the first backward node."""
+                          rtol: float | None = None, atol: float | None = None, trust: bool = True) -> NodeDivergence:
+    """The first forward node off the reference; if none, the first backward node. Not ``trust``
+    (the CLI without ``--trust-backend``): a backend the backward dump names as code is refused."""
     case = as_case(case_or_dump)
     if is_backward_dump(case.dump):
         return _noted(bisect_nodes(case, backend, passes, rtol=rtol, atol=atol), "backward graph")
     found = bisect_nodes(case, backend, passes, rtol=rtol, atol=atol)
     if found.node is not None:
         return _noted(found, "forward graph")
-    bw_case, bw_backend, where = backward_case(case, backend)
+    bw_case, bw_backend, where = backward_case(case, backend, trust=trust)
     found = bisect_nodes(bw_case, bw_backend, None, rtol=rtol, atol=atol)
     return _noted(found, where if found.node is not None else "no forward or backward node diverges")
 
@@ -53,12 +54,17 @@ def _names_of(dump: Any) -> set[str]:
     return names
 
 
-def backward_case(case: Case, backend: Any) -> tuple[Case, Any, str]:
-    """(the backward graph as a Case, the backend that compiles it, where it came from)."""
+def backward_case(case: Case, backend: Any, trust: bool = True) -> tuple[Case, Any, str]:
+    """(the backward graph as a Case, the backend that compiles it, where it came from). The
+    backward dump's own backend is code it names: without ``trust`` it is refused (unless a
+    registered name)."""
     dump = case.dump
     if dump is not None and dump.manifest.get("backward_dump"):
         parent = load_dump(backward_dump_folder(dump.path, dump.manifest["backward_dump"]))
         if backend is None or backend in _names_of(dump):  # the user's backend: its bw_compiler compiles the backward
+
+            if not trust:
+                dump_backend(parent, trust, "bisect nodes --backward", shown_path=dump.path)
             backend = parent.backend
             if backend == (parent.manifest.get("backward") or {}).get("compiler"):
                 backend = as_graph_backend(resolve_backend(backend)[1], backend, parent)

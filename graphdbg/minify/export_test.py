@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from graphdbg.backends.resolve import backend_label, backend_spec, recorded_backend
+from graphdbg.backends.resolve import backend_label, backend_spec, dump_backend, names_code, recorded_backend, trusted_code
 from graphdbg.dump import Dump
 from graphdbg.errors import GraphdbgError
 from graphdbg.formats import load as load_dump
@@ -25,27 +25,40 @@ from graphdbg.store.manifest import GRAPH, INPUTS, MANIFEST
 
 
 def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any = None,
-                direct: bool | None = None, isolate: bool = True, timeout: float | None = None) -> Path:
+                direct: bool | None = None, isolate: bool = True, timeout: float | None = None,
+                trust: bool = True, command: str = "export-test") -> Path:
     """Write a pytest file at ``path`` and the dump's data next to it; returns ``path``.
 
     ``backend`` defaults to the dump's (a minified dump records the one minify used, and how it
     called it in ``manifest["minified"]``). The test replays in a child process by default
     (``isolate``), so a backend that segfaults fails the test instead of taking pytest down;
     it uses only graphdbg's public API (``graphdbg.load``, ``Case.run``).
+
+    Not ``trust`` (the CLI without ``--trust-backend``): code the dump names (its backend, a
+    recipe, minify's recorded backend and passes) is refused with the command to run; the test
+    then holds only what ``backend``/``passes`` gave, or registered backend names.
     """
     d = dump if isinstance(dump, Dump) else load_dump(dump)
     path = Path(path)
     if not path.name.startswith("test_") or path.suffix != ".py":
         raise GraphdbgError(f"{path}: a pytest file is named test_*.py")
     minified = d.manifest.get("minified") or {}
+    if not isinstance(minified, dict):
+        raise GraphdbgError(f"{d.path}: the manifest's 'minified' is not an object")
+    shown = f"{d.path} -o {path}"
     if backend is None:
-        backend = minified.get("backend") or recorded_backend(d)  # an aot_autograd(...)/partial dump: its recipe
+        recorded = minified.get("backend")
+        if recorded is not None and names_code(recorded):
+            recorded = trusted_code(recorded, trust, "minified backend", command, shown)
+        if recorded is None:
+            recorded = recorded_backend(d) if trust else dump_backend(d, trust, command, shown_path=shown)
+        backend = recorded  # an aot_autograd(...)/partial dump: its recipe
     if not isinstance(backend, str):
         if not callable(backend):
             raise GraphdbgError(f"{d.path}: the dump's backend {str(backend)[:60]!r} is not a backend name")
         backend = backend_spec(backend, strict=False)
     if passes is None:
-        passes = minified.get("passes")
+        passes = trusted_code(minified.get("passes"), trust, "minified passes", command, shown)
     if passes is not None and not isinstance(passes, (str, list, tuple)):
         raise GraphdbgError(f"{d.path}: the dump's passes {str(passes)[:60]!r} are not pass names")
     if passes is not None and not isinstance(passes, str):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from graphdbg.errors import GraphdbgError
 from graphdbg.judge.signature import exception_text
+from graphdbg.replay.sandbox import sandbox_child
 
 
 def die_with_parent() -> None:
@@ -31,6 +32,7 @@ def die_with_parent() -> None:
 
 def main(request_path: str, outcome_path: str) -> int:
     die_with_parent()
+    sandbox = sandbox_child()  # before anything from the dump is read
 
     request = json.loads(Path(request_path).read_text())
     try:
@@ -53,6 +55,8 @@ def main(request_path: str, outcome_path: str) -> int:
         data = Outcome(status="crash", backend=backend_label(request["backend"]), stage="child", error_type=type(e).__name__,
                        message=text, signature=signature(type(e).__name__, text), device=request["device"],
                        traceback="".join(traceback.format_exception(type(e), e, e.__traceback__))[-8000:]).to_dict()
+    if sandbox is not None:
+        data["sandbox"] = sandbox
     Path(outcome_path).write_text(json.dumps(data, default=str))
     return 0
 

@@ -10,10 +10,15 @@ parent reads it, or, when there is none, turns the exit status into an Outcome:
   is ``timeout``; the group is also killed when the child ends, and on SIGTERM or SIGINT to
   the parent (see ``ChildGroup``);
 - a replay that could not start (unknown backend, missing device): GraphdbgError, as in-process.
+
+The child runs sandboxed (``graphdbg.replay.sandbox``): no new privileges, writes only under
+its own folder and the compiler caches (Landlock), no network sockets (seccomp); the Outcome's
+``sandbox`` says what was applied, or ``none (why)``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -24,12 +29,13 @@ import tempfile
 import threading
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from graphdbg.backends.resolve import backend_label, backend_spec
 from graphdbg.case import save_case
 from graphdbg.errors import GraphdbgError
 from graphdbg.replay.outcome import Outcome
+from graphdbg.replay.sandbox import SANDBOX_NOTE, child_env
 from graphdbg.store.gate import read_json
 
 if TYPE_CHECKING:
@@ -74,16 +80,55 @@ def run_isolated(case: Case | Dump, backend: str | Callable[..., Any], passes: s
         request_path, outcome_path, err_path = tmpdir / "request.json", tmpdir / "outcome.json", tmpdir / "stderr.txt"
         request_path.write_text(json.dumps(request))
         cmd = [sys.executable, "-m", "graphdbg.replay.child", str(request_path), str(outcome_path)]
-        with ChildGroup(cmd, err_path) as child:
+        own = tmpdir / "work"  # the child's own folder: the only place the sandbox lets it write (with the caches)
+        own.mkdir()
+        with ChildGroup(cmd, err_path, env=child_env(own, request["device"])) as child:
             returncode = child.wait(timeout)
             err = tail_of(err_path)
         if returncode is None:
             return Outcome(status="timeout", backend=backend_label(request["backend"]), signature=f"Timeout after {timeout:g}s",
                            stage="child", device=request["device"], isolated=True, stderr_tail=err)
         outcome = child_outcome(returncode, outcome_path, err, backend_label(request["backend"]), request["device"])
+        if outcome.sandbox is None:  # killed before it wrote an outcome: what the child said it applied
+            outcome.sandbox = _read_small(own.parent / SANDBOX_NOTE)
         if outcome.stage == "child" and outcome.error_type == "GraphdbgError":
             raise GraphdbgError(outcome.message)  # the replay could not start: an error, not an outcome
         return outcome
+
+
+class _Expired(BaseException):
+    pass
+
+
+@contextlib.contextmanager
+def deadline(seconds: float | None, what: str) -> Iterator[None]:
+    """End an in-process run (``bisect nodes``) after ``seconds`` with a GraphdbgError (exit 2)
+    naming ``what``: SIGALRM, so Python code (a backend stuck in a loop or a sleep) is stopped;
+    a C call that never returns to Python is not. Main thread on POSIX only; else nothing."""
+    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expired(signum: int, frame: Any) -> None:
+        raise _Expired  # a BaseException: code that catches Exception around a backend can't swallow it
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, float(seconds))
+    try:
+        yield
+    except _Expired:
+        raise GraphdbgError(f"{what}: no result after {seconds:g}s (--timeout)") from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _read_small(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read(2000).decode("utf-8", errors="replace").strip() or None
+    except OSError:
+        return None
 
 
 def tail_of(path: Path, limit: int = STDERR_TAIL) -> str:
@@ -108,9 +153,10 @@ class ChildGroup:
       killed, and so is every process that carries this replay's token in its environment
       (``$GRAPHDBG_REPLAY_TOKEN``, Linux ``/proc``): a grandchild that left the group with
       ``setsid`` is found that way, unless it also cleared its environment.
-    - SIGTERM and SIGINT to this process (the main thread's handlers) end every live group
-      first, then act as before (KeyboardInterrupt; SystemExit(143) for SIGTERM), so the
-      temporary folder is removed on the way out.
+    - SIGTERM, SIGHUP (the terminal closed) and SIGINT to this process (the main thread's
+      handlers) end every live group first, then act as before (KeyboardInterrupt;
+      SystemExit(128 + signal) for SIGTERM and SIGHUP), so the temporary folder is removed on
+      the way out.
     - The child asks the kernel for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``,
       ``graphdbg.replay.child``), which covers a parent killed with SIGKILL. What remains: the
       child's own children outlive a SIGKILLed parent, and a grandchild that both left the
@@ -197,7 +243,7 @@ def _pids_with_token(token: str) -> list[int]:
 def _install_signal_handlers() -> None:
     if threading.current_thread() is not threading.main_thread():
         return  # handlers can only be set from the main thread; it sets them for the workers too
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])):
         current = signal.getsignal(sig)
         if current is _on_signal:
             continue

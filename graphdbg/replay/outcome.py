@@ -46,6 +46,7 @@ class Outcome(Displayed):
     stand_ins: list[str] = field(default_factory=list)
     device: str | None = None
     isolated: bool = False
+    sandbox: str | None = None  # an isolated child's: "landlock (...)" or "none (why)" (replay/sandbox.py)
     exit_signal: str | None = None
     exit_code_child: int | None = None
     stderr_tail: str | None = None

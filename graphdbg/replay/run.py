@@ -36,7 +36,7 @@ import torch.fx as fx
 from torch._dynamo import lookup_backend
 
 from graphdbg.backends.calls import as_dynamo_calls_it, call_inputs
-from graphdbg.backends.compiler_config import applied_config, settings_and_skipped
+from graphdbg.backends.compiler_config import Settings, applied_config, replay_settings
 from graphdbg.backends.resolve import resolve_backend
 from graphdbg.errors import GraphdbgError
 from graphdbg.graph.allow_list import check_graph_module
@@ -76,8 +76,7 @@ class Resolved:
     post: list[Any]  # post_grad passes, run inside Inductor
     grad: bool  # grad mode the graph was captured under
     mutated: set[int]  # indices of the inputs the graph writes
-    settings: dict[str, Any]  # the captured compiler settings to apply
-    skipped: dict[str, str]  # recorded settings not restored (not on the allow-list), and why
+    settings: Settings  # the captured compiler settings to apply (and those skipped, with why)
 
 
 def run_case(
@@ -112,7 +111,7 @@ def run_case(
     resolved = resolve(case, backend, passes, pass_stage=pass_stage)
     outcome = Outcome(status="pass", backend=resolved.name, device=str(case.device),
                       stand_ins=[s.describe() for s in case.stand_ins])
-    outcome.stand_ins += [f"setting {key}: not restored, {why}" for key, why in sorted(resolved.skipped.items())]
+    outcome.stand_ins += resolved.settings.shown()  # recorded settings the allow-list skipped, and why
     ref, attrs_before = (reference(case, resolved) if accuracy else (None, None))
     if isinstance(ref, Outcome):  # the graph fails even eagerly
         ref.backend, ref.device, ref.stand_ins = resolved.name, outcome.device, outcome.stand_ins
@@ -154,14 +153,14 @@ def resolve(case: Case, backend: str | Callable[..., Any] = "eager", passes: str
         raise GraphdbgError(f"post_grad passes run inside Inductor; backend {name!r} is not inductor")
     manifest = case.dump.manifest if case.dump is not None else None
     # The compiler settings of the captured run (graphdbg.backends.compiler_config), unless --no-config.
-    settings, skipped = settings_and_skipped(manifest)
+    settings = replay_settings(manifest)
     return Resolved(
         name=name,
         backend=as_graph_backend(_backend_callable(be), name, case.dump),  # an AOT bw_compiler replaying its backward dump
         pre=pre, post=post,
         grad=bool(manifest.get("grad_enabled", False)) if manifest is not None else False,
         mutated=mutated_inputs(case.gm),
-        settings=settings, skipped=skipped,
+        settings=settings,
     )
 
 

@@ -213,11 +213,11 @@ TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds before an 
 TrustOpt = Annotated[bool, typer.Option("--trust-backend", help="Import the module:qualname backend the dump names (code from the dump's author).")]
 ConfigOpt = Annotated[Optional[list[str]], typer.Option("--config", help="Override one recorded compiler setting: inductor.KEY=VALUE (dynamo.*, functorch.*); repeatable.")]
 NoConfigOpt = Annotated[bool, typer.Option("--no-config", help="Drop the compiler settings recorded in the dump (run with torch's defaults).")]
-TrustConfigOpt = Annotated[bool, typer.Option("--trust-config", help="Restore every recorded compiler setting, strings included (by default only typed, listed knobs are).")]
+TrustConfigOpt = Annotated[bool, typer.Option("--trust-config", help="Restore every recorded compiler setting, strings included (they can reach a compiler's command line).")]
 
 
 def _config_setup(config: list[str] | None, no_config: bool, trust_config: bool = False) -> None:
-    """--config/--no-config reach isolated children through the environment."""
+    """--config/--no-config/--trust-config reach isolated children through the environment."""
     from graphdbg.backends.compiler_config import set_replay_overrides
 
     set_replay_overrides(config, no_config, trust_config)
@@ -374,7 +374,7 @@ def minify(
     accuracy: Annotated[Optional[bool], typer.Option("--accuracy/--no-accuracy", help="Keep a numeric mismatch (default: what the dump recorded).")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Candidates tried at once (isolated).")] = 1,
     isolate: Annotated[Optional[bool], typer.Option("--isolate/--no-isolate", help="Try candidates in child processes (for backends that may crash).")] = None,
-    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
+    timeout: Annotated[Optional[float], typer.Option("--timeout", help="Seconds before a candidate counts as a timeout (given: candidates run isolated, where it is enforced).")] = None,
     device: DeviceOpt = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where the smallest dump and repro.py go.")] = None,
     any_failure: Annotated[bool, typer.Option("--any-failure", help="Shrink whatever failure the backend shows, not only the captured one.")] = False,
@@ -393,6 +393,9 @@ def minify(
     _inputs_setup(ops)
     _config_setup(config, no_config, trust_config)
     backend = backend or _own_backend(dump, trust_backend, "minify")
+    if timeout is not None and isolate is None:
+        isolate = True  # a timeout is enforced only on a child process
+    timeout = DEFAULT_TIMEOUT if timeout is None else timeout
     if out is None:
         out = Path(f"{dump.name.removesuffix('.py')}-min")
         _note(f"minify: writing to ./{out}/ (-o to choose)")
@@ -458,6 +461,7 @@ def bisect_nodes(
     rtol: Annotated[Optional[float], typer.Option(help="Relative tolerance (default: by dtype).")] = None,
     atol: Annotated[Optional[float], typer.Option(help="Absolute tolerance (default: by dtype).")] = None,
     backward: Annotated[bool, typer.Option("--backward", help="Training: if no forward node diverges, bisect the backward graph.")] = False,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds before bisect gives up (exit 2).")] = 3 * DEFAULT_TIMEOUT,
     trust_backend: TrustOpt = False,
     config: ConfigOpt = None,
     no_config: NoConfigOpt = False,
@@ -472,7 +476,11 @@ def bisect_nodes(
     backend = backend or _own_backend(dump, trust_backend, "bisect nodes")
     if backward:
         from graphdbg.minify.backward import bisect_training_nodes as run  # noqa: F811
-    result = run(load_dump(dump).case(device), backend, passes, rtol=rtol, atol=atol)
+    from graphdbg.replay.isolation import deadline
+
+    with deadline(timeout, "bisect nodes"):
+        result = run(load_dump(dump).case(device), backend, passes, rtol=rtol, atol=atol,
+                     **({"trust": trust_backend} if backward else {}))
     _report(result, as_json)
     raise typer.Exit(0 if result.node is None else 1)
 
@@ -507,9 +515,7 @@ def export_test(
     if there and not force:
         raise GraphdbgError(f"{there[0]} exists; pass --force to overwrite it")
     d = load_dump(dump)
-    if backend is None and not (d.manifest.get("minified") or {}).get("backend"):
-        backend = _own_backend(dump, trust_backend, "export-test")
-    path = run(d, out, backend=backend, passes=passes)
+    path = run(d, out, backend=backend, passes=passes, trust=trust_backend)  # code the dump names: only with --trust-backend
     console.print(f"wrote {path}")
 
 

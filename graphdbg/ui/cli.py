@@ -390,6 +390,8 @@ def minify(
     progress = False if as_json else (True if _err_console().is_terminal else _line_progress("minify"))
     result = run_minify(dump, backend, passes, accuracy=accuracy, jobs=jobs, isolate=isolate, timeout=timeout,
                         device=device, out=out, progress=progress, any_failure=any_failure)
+    if result.saved and not result.interrupted:  # repro.py run once in a fresh interpreter: exit 4 if it fails otherwise
+        _self_checked(lambda c: c.check_repro(Path(out) / "repro.py", timeout=timeout), Path(out) / "repro.py", result.outcome.signature)
     if as_json:
         _print_json(result.to_dict())
     else:
@@ -498,6 +500,8 @@ def export_test(
     if backend is None and not (d.manifest.get("minified") or {}).get("backend"):
         backend = _own_backend(dump, trust_backend, "export-test")
     path = run(d, out, backend=backend, passes=passes)
+    if d.failure_kind in ("compile_error", "runtime_error", "crash", "accuracy"):  # run once on its own: exit 4 if it fails otherwise
+        _self_checked(lambda c: c.check_exported_test(path, kind=d.failure_kind, captured=d.signature), path, d.signature)
     console.print(f"wrote {path}")
 
 
@@ -542,6 +546,17 @@ def extract(
     else:
         console.print(f"wrote {len(written)} graph file(s) to {out}: {', '.join(p.name for p in written[:8])}"
                       + (" ..." if len(written) > 8 else "") + f"\nnext: graphdbg ls {out}", highlight=False, soft_wrap=True)
+
+
+def _self_checked(run: Callable[..., object], path: Path, captured: str | None) -> None:
+    """Run what was written once, in a fresh interpreter (graphdbg.minify.self_check); a note on
+    stderr with its verdict, or SelfCheckFailed (exit 4) when it is not the captured failure."""
+    from graphdbg.minify import self_check
+
+    with _progress(f"checking {path} in a fresh interpreter"):
+        check = run(self_check)
+    check.raise_unless_same(path, captured)
+    _note(f"checked: {path} run on its own: {check.line}")
 
 
 def _report(result: object, as_json: bool) -> None:

@@ -73,7 +73,7 @@ def _folder(config: pytest.Config) -> Path | None:
         return None
     path = Path(value)
     if not path.is_absolute() and not config.getoption("graphdbg_dumps"):
-        path = config.rootpath / path  # the ini's path is the ini file's, as testpaths are
+        path = (config.inipath.parent if config.inipath else config.rootpath) / path  # relative to the ini file, as testpaths are
     return path
 
 

@@ -61,3 +61,14 @@ def test_share_keeps_the_weight_the_failure_needs(tmp_path, cli):
     dropped = [d for d in _parameters(manifest) if d["stored"] is None]
     assert len(dropped) == len(_parameters(manifest)) - 1
     assert data["original_bytes"] == manifest["stored_bytes"] and data["original_bytes"] >= 128 * 32 * 4
+
+
+def test_redact_drop_weights_is_share_and_bad_input_is_one_line(tmp_path, cli):
+    src = next((FIXTURES / "block_compile_error").glob("rank0/g0-*"))
+    r = cli("redact", src, "--drop-weights")
+    assert r.code == 2 and r.err.strip() == "graphdbg: error: redact --drop-weights writes a copy: give it --out", r
+    r = cli("redact", src, "--drop-weights", "-o", tmp_path / "shared")  # the backend is code the dump names
+    assert r.code == 2 and "graphdbg share" in r.err and "--trust-backend" in r.err and len(r.err.strip().splitlines()) == 1, r
+    r = cli("share", tmp_path / "nowhere", "-o", tmp_path / "x")
+    assert r.code == 2 and r.err.strip().splitlines()[-1].endswith("share takes one graphdbg dump folder"), r
+    assert not (tmp_path / "shared").exists() and not (tmp_path / "x").exists()

@@ -124,7 +124,7 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
     text = _TEMPLATE.format(config=config, prelude=prelude, forward=_indent(forward.strip("\n")), backend=backend_line,
                             direct=repr(bool(direct)), expect=repr(expect), tol=repr(tol), inputs=repr(INPUTS_FILE),
                             nodes=int(len(case.gm.graph.nodes)), captured=repr(str(case.device)),
-                            summary=repr(outcome.summary()))
+                            summary=repr(outcome.summary()), node_names=repr([(n.op, n.name) for n in case.gm.graph.nodes]))
     try:
         compile(text, str(path), "exec")
     except SyntaxError as e:
@@ -185,6 +185,7 @@ BACKEND = {backend}
 DIRECT = {direct}  # True: backend(GraphModule, inputs), as graphdbg minify ran it; False: torch.compile
 EXPECT = {expect}
 TOLERANCES = {tol}
+NODE_NAMES = {node_names}
 
 
 class Repro(torch.nn.Module):
@@ -240,7 +241,20 @@ def build(device):
             owner = getattr(owner, part)
         owner.register_buffer(last, value.to(device))
     inputs = [_rebuild(v, device) for v in data["inputs"]]
-    return torch.fx.symbolic_trace(mod), inputs
+    return _named(torch.fx.symbolic_trace(mod)), inputs
+
+
+def _named(gm):
+    """The captured graph's node names back (tracing names a node by its op): a backend's message may name a node."""
+    nodes = list(gm.graph.nodes)
+    if [n.op for n in nodes] != [op for op, _ in NODE_NAMES]:
+        return gm
+    for node in nodes:
+        node._rename(f"_repro_{{node.name}}")
+    for node, (_, name) in zip(nodes, NODE_NAMES):
+        node._rename(name)
+    gm.recompile()
+    return gm
 
 
 class _NoOpStream:

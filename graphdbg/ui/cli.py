@@ -403,6 +403,8 @@ def minify(
     result = run_minify(dump, backend, passes, accuracy=accuracy, jobs=jobs, isolate=isolate, timeout=timeout,
                         device=device, out=out, progress=progress, any_failure=any_failure,
                         max_queries=max_queries or None, time_budget=time_budget or None)
+    if result.saved and not result.interrupted:  # repro.py run once in a fresh interpreter: exit 4 if it fails otherwise
+        _self_checked(lambda c: c.check_repro(Path(out) / "repro.py", timeout=timeout), Path(out) / "repro.py", result.outcome.signature)
     if as_json:
         _print_json(result.to_dict())
     else:
@@ -516,6 +518,8 @@ def export_test(
         raise GraphdbgError(f"{there[0]} exists; pass --force to overwrite it")
     d = load_dump(dump)
     path = run(d, out, backend=backend, passes=passes, trust=trust_backend)  # code the dump names: only with --trust-backend
+    if d.failure_kind in ("compile_error", "runtime_error", "crash", "accuracy"):  # run once on its own: exit 4 if it fails otherwise
+        _self_checked(lambda c: c.check_exported_test(path, kind=d.failure_kind, captured=d.signature), path, d.signature)
     console.print(f"wrote {path}")
 
 
@@ -533,16 +537,43 @@ def redact(
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the redacted copy here (default: redact in place).")] = None,
     root: Annotated[Optional[Path], typer.Option("--root", help="Project root that source paths become relative to (default: found from the paths).")] = None,
     as_json: JsonFlag = False,
+    drop_weights: Annotated[bool, typer.Option("--drop-weights", help="As `graphdbg share`: parameters and large inputs generated from statistics (needs --out).")] = False,
 ) -> None:
     """Make a dump safe to share: relative source paths, no host name, user names or environment."""
     from graphdbg.store.redact import redact_dumps
 
+    if drop_weights:
+        if out is None:
+            raise GraphdbgError("redact --drop-weights writes a copy: give it --out")
+        return share(dump, out, root=root, as_json=as_json)
     report = redact_dumps(dump, out=out, root=root)
     if as_json:
         _print_json(report)
     else:
         for row in report:
             console.print(f"{row['path']}: {row['paths']} paths made relative, removed {', '.join(row['removed']) or 'nothing'}", highlight=False)
+
+
+@app.command()
+def share(
+    dump: Annotated[Path, typer.Argument(help="A dump folder.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where the copy goes (a new dump folder).")],
+    backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="The backend that fails (default: the dump's own).")] = None,
+    trust_backend: TrustOpt = False,
+    isolate: IsolateOpt = True,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
+    root: Annotated[Optional[Path], typer.Option("--root", help="Project root that source paths become relative to.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """A redacted copy without the weights (generated from statistics) that still fails the same way; says which values stay."""
+    from graphdbg.minify.share import share_dump
+
+    result = share_dump(dump, out, backend=backend, trust_backend=trust_backend, isolate=isolate, timeout=timeout, root=root,
+                        announce=_note)
+    if as_json:
+        _print_json(result.to_dict())
+    else:
+        console.print(result.line(), highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -560,6 +591,17 @@ def extract(
     else:
         console.print(f"wrote {len(written)} graph file(s) to {out}: {', '.join(p.name for p in written[:8])}"
                       + (" ..." if len(written) > 8 else "") + f"\nnext: graphdbg ls {out}", highlight=False, soft_wrap=True)
+
+
+def _self_checked(run: Callable[..., object], path: Path, captured: str | None) -> None:
+    """Run what was written once, in a fresh interpreter (graphdbg.minify.self_check); a note on
+    stderr with its verdict, or SelfCheckFailed (exit 4) when it is not the captured failure."""
+    from graphdbg.minify import self_check
+
+    with _progress(f"checking {path} in a fresh interpreter"):
+        check = run(self_check)
+    check.raise_unless_same(path, captured)
+    _note(f"checked: {path} run on its own: {check.line}")
 
 
 def _report(result: object, as_json: bool) -> None:

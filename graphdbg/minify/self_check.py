@@ -1,0 +1,119 @@
+"""Repros that check themselves: run what minify or export-test wrote once, in a clean child.
+
+    >>> check_repro("bug/repro.py", captured="NotImplementedError: no lowering for gelu")
+    SelfCheck(same=True, line='REPRODUCED: NotImplementedError: no lowering for gelu', ...)
+
+The child is a fresh interpreter started the way the user would start the file (``python
+repro.py``, ``python -m pytest test_x.py``), from the current folder and with the user's own
+``PYTHONPATH`` (the backend must import as it does for them). For a ``repro.py`` graphdbg itself
+is made unimportable (a package of that name that refuses to load comes first on the path), so a
+repro that needs graphdbg shows up here, not in the upstream bug report.
+
+When the child's verdict is not the captured failure, the file is kept and the command exits 4
+(``SelfCheckFailed``), saying what the child saw.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from graphdbg.errors import GraphdbgError
+from graphdbg.judge.signature import same_signature
+
+SHADOW = ('raise ModuleNotFoundError("No module named \'graphdbg\' (a repro graphdbg writes must run without it)", '
+          'name="graphdbg")\n')
+
+
+class SelfCheckFailed(GraphdbgError):
+    """What was written does not show the captured failure when run on its own."""
+
+    exit_code = 4
+
+
+@dataclass
+class SelfCheck:
+    same: bool  # the child saw the captured failure
+    line: str  # the child's verdict, one line
+    exit_code: int | None  # the child's exit status (None: it timed out)
+
+    def raise_unless_same(self, path: Path, captured: str | None) -> None:
+        if not self.same:
+            raise SelfCheckFailed(f"wrote {path}, but run on its own in a fresh interpreter it does not show the captured "
+                                  f"failure ({captured or 'a failure'}): {self.line}; the file is kept")
+
+
+def _run(cmd: list[str], env: dict[str, str], timeout: float | None) -> tuple[int | None, str]:
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout:.0f}s"
+    return done.returncode, (done.stdout or "") + "\n" + (done.stderr or "")
+
+
+def _clean_env(shadow: Path | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GRAPHDBG_", "PYTEST_"))}
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if shadow is not None:
+        paths = [str(shadow), *paths]
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+def check_repro(path: str | Path, *, captured: str | None = None, timeout: float | None = 600.0) -> SelfCheck:
+    """Run a ``repro.py`` minify wrote (``python repro.py``) with graphdbg unimportable.
+
+    The repro judges itself (exit 1: the failure it was written for, 2: another, 0: none); its
+    ``REPRODUCED:``/``FAILED DIFFERENTLY:``/``FIXED:`` line is the verdict shown.
+    """
+    path = Path(path).resolve()
+    with tempfile.TemporaryDirectory(prefix="graphdbg-selfcheck-") as tmp:
+        shadow = Path(tmp)
+        (shadow / "graphdbg").mkdir()
+        (shadow / "graphdbg" / "__init__.py").write_text(SHADOW)
+        code, text = _run([sys.executable, str(path)], _clean_env(shadow), timeout)
+    verdict = next((ln.strip() for ln in text.splitlines() if ln.startswith(("REPRODUCED:", "FAILED DIFFERENTLY:", "FIXED:"))), None)
+    if verdict is None:
+        verdict = _last_error(text) or (f"exit code {code}" if code is not None else text.strip())
+    return SelfCheck(code == 1 and verdict.startswith("REPRODUCED:"), verdict, code)
+
+
+# the exported test's assertion message: "<outcome.summary()> (the captured failure: ...)"
+_SUMMARY = re.compile(r"(?:AssertionError: )?\b(crash|timeout|mismatch)\b(?:: (.*?))? \(the captured failure:")
+
+
+def check_exported_test(path: str | Path, *, kind: str, captured: str | None, timeout: float | None = 600.0) -> SelfCheck:
+    """Run a test export-test wrote with pytest in a fresh interpreter; it must fail, the way captured.
+
+    The same failure: a crash whose signature matches ``captured``, or any mismatch for an
+    accuracy dump. A pass, an error while collecting, or another failure is not.
+    """
+
+    path = Path(path).resolve()
+    cmd = [sys.executable, "-m", "pytest", "-q", "--tb=short", "-p", "no:cacheprovider", "-o", "addopts=",
+           "--rootdir", str(path.parent), str(path)]
+    code, text = _run(cmd, _clean_env(None), timeout)
+    if code is None:
+        return SelfCheck(False, text, None)
+    if code == 0:
+        return SelfCheck(False, "the exported test passes (the failure is not there)", 0)
+    found = _SUMMARY.search(text)
+    if code != 1 or found is None:
+        return SelfCheck(False, _last_error(text) or f"pytest exit code {code}", code)
+    status, signature = found.group(1), (found.group(2) or "").strip()
+    line = f"{status}: {signature}" if signature else status
+    if kind == "accuracy":
+        return SelfCheck(status == "mismatch", line, code)
+    return SelfCheck(status == "crash" and same_signature(signature, captured), line, code)
+
+
+def _last_error(text: str) -> str | None:
+    """The last ``SomeError: message`` line of a traceback, if any."""
+    lines = [ln.strip() for ln in text.splitlines() if re.match(r"^\s*(E\s+)?[\w.]+(Error|Exception|Interrupt)\b:?", ln)]
+    return re.sub(r"^E\s+", "", lines[-1]) if lines else None

@@ -1,0 +1,315 @@
+"""pytest plugin: every dump and printed graph under a folder is a test item.
+
+Off unless asked::
+
+    $ pytest --graphdbg dumps/                       # or, in the ini file: graphdbg_dumps = dumps
+    $ pytest --graphdbg dumps/ --graphdbg-backend inductor -k rank0 -n auto --junitxml=out.xml
+
+Each item replays its dump in a child process under the dump's own backend (or
+``--graphdbg-backend``). It **passes** when the failure is gone (the backend compiles and runs the
+graph and agrees with eager), **fails** with the replay's one-line signature and the command that
+reproduces it while the captured failure is there, and **errors** when it fails differently.
+
+An expected failure (xfail) is marked in the manifest (``"expect": {"xfail": true, "strict":
+true, "reason": "..."}``) or by a sidecar file: ``expect`` in the dump folder, ``<name>.expect``
+beside a printed graph, whose first line is ``xfail`` or ``xfail strict``, then an optional
+``: reason``. A strict xfail that starts passing fails the run, so a fix is noticed.
+
+Item names are short: the dump's path under the folder (model folder, rank, graph id), with
+graphdbg's ``g0-compile_error-1a2b3c4d`` shortened to ``g0``. Markers: ``gpu`` when the dump was
+captured on CUDA, ``slow`` when the backend is Inductor, and the failure kind
+(``compile_error``, ``runtime_error``, ``accuracy``, ``crash``).
+
+Code a dump names as its backend (``module:qualname``) is imported only with
+``--graphdbg-trust-backend`` (or ``graphdbg_trust_backend = true``): the same rule as
+``graphdbg replay --trust-backend``. Nothing in the folder is imported by pytest itself (no
+``conftest.py`` under it is loaded); a dump's values are read as data, never executed.
+
+This module imports nothing heavy at import time: it is loaded in every pytest run where
+graphdbg is installed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+KINDS = ("compile_error", "runtime_error", "accuracy", "crash")
+_FAILED_KINDS = set(KINDS)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("graphdbg", "graphdbg: dumps as regression tests")
+    group.addoption("--graphdbg", dest="graphdbg_dumps", metavar="DIR", default=None,
+                    help="Collect every graphdbg dump and printed graph under DIR as a test item.")
+    group.addoption("--graphdbg-backend", dest="graphdbg_backend", metavar="BACKEND", default=None,
+                    help="Replay every dump under this backend (default: each dump's own).")
+    group.addoption("--graphdbg-trust-backend", dest="graphdbg_trust_backend", action="store_true", default=None,
+                    help="Import the module:qualname backend a dump names (code from the dump's author).")
+    group.addoption("--graphdbg-timeout", dest="graphdbg_timeout", type=float, default=None,
+                    help="Seconds one replay may take before it counts as a timeout (default 600).")
+    group.addoption("--graphdbg-device", dest="graphdbg_device", default=None,
+                    help="cpu, cuda, cuda:N (default: the capture device if present, else cpu).")
+    parser.addini("graphdbg_dumps", "Folder of graphdbg dumps to collect as test items (as --graphdbg).", default="")
+    parser.addini("graphdbg_backend", "Backend every dump is replayed under (as --graphdbg-backend).", default="")
+    parser.addini("graphdbg_trust_backend", "Import the module:qualname backends dumps name.", type="bool", default=False)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for kind in KINDS:
+        config.addinivalue_line("markers", f"{kind}: a graphdbg dump whose recorded failure is {kind}")
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU")
+    config.addinivalue_line("markers", "slow: end-to-end cases that compile with Inductor")
+
+
+def _folder(config: pytest.Config) -> Path | None:
+    value = config.getoption("graphdbg_dumps") or config.getini("graphdbg_dumps")
+    if not value:
+        return None
+    path = Path(value)
+    if not path.is_absolute() and not config.getoption("graphdbg_dumps"):
+        path = (config.inipath.parent if config.inipath else config.rootpath) / path  # relative to the ini file, as testpaths are
+    return path
+
+
+@pytest.hookimpl(tryfirst=True)  # before -k/-m deselect and --lf's filter, which run later or wrap this
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    folder = _folder(config)
+    if folder is None:
+        return
+    if not folder.exists():
+        raise pytest.UsageError(f"graphdbg: {folder}: no such file or folder")
+    collector = DumpFolder.from_parent(session, name=folder.name, path=folder.resolve(), nodeid=_node_path(folder, config))
+    collected = collector.collect()
+    # pytest's count ("collected N items") and other plugins hear of these items as of any collected file's
+    config.hook.pytest_collectreport(report=pytest.CollectReport(collector.nodeid, "passed", None, collected))
+    items.extend(collected)
+
+
+def _node_path(folder: Path, config: pytest.Config) -> str:
+    try:
+        return folder.resolve().relative_to(config.rootpath).as_posix()
+    except ValueError:
+        return folder.resolve().as_posix()
+
+
+class DumpFolder(pytest.Collector):
+    """The folder given with --graphdbg: one item per dump or printed graph under it."""
+
+    def collect(self) -> list[pytest.Item]:
+        # lazy: this plugin loads in every pytest run; graphdbg's heavy modules only once a dump is collected
+        from graphdbg.formats.listing import list_dumps
+
+        listing = list_dumps(self.path)
+        items: list[pytest.Item] = []
+        seen: set[str] = set()
+        for d in listing.dumps:
+            name = _unique(_short_name(d.path, self.path), seen)
+            items.append(DumpItem.from_parent(self, name=name, dump_path=Path(d.path), dump=d))
+        for problem in listing.problems:  # an unreadable dump is an item that errors, never a silent skip
+            name = _unique(_short_name(Path(problem["path"]), self.path), seen)
+            items.append(DumpItem.from_parent(self, name=name, dump_path=Path(problem["path"]), dump=None,
+                                              problem=problem["error"]))
+        return sorted(items, key=lambda item: _natural(item.name))
+
+
+def _short_name(path: Path, root: Path) -> str:
+    """``Qwen3/rank0/g0`` for ``Qwen3/rank0/g0-compile_error-1a2b3c4d``; ``Qwen3/rank0_7`` for a printed graph."""
+    try:
+        rel = Path(path).resolve().relative_to(Path(root).resolve())
+    except ValueError:
+        rel = Path(Path(path).name)
+    parts = list(rel.parts) or [Path(path).name]
+    last = parts[-1]
+    if last.endswith(".py"):
+        last = last[: -len(".py")]
+    elif re.fullmatch(r"g[\d.]+-[a-z_]+-[0-9a-f]+(-\d+)?", last):
+        last = last.split("-", 1)[0]
+    parts[-1] = last
+    return "/".join(parts) if parts != ["."] else Path(path).name
+
+
+def _natural(text: str) -> list[Any]:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
+
+
+def _unique(name: str, seen: set[str]) -> str:
+    out, n = name, 1
+    while out in seen:
+        n += 1
+        out = f"{name}~{n}"
+    seen.add(out)
+    return out
+
+
+class StillFails(Exception):
+    """The dump still fails the way it was captured."""
+
+
+class FailsDifferently(Exception):
+    """The dump fails, but not the way it was captured (raised in setup: an error, not a failure)."""
+
+
+def expectation(dump_path: Path, manifest: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The xfail a dump asks for: ``{"strict": bool, "reason": str}``, or None.
+
+    From the manifest's ``expect`` (``"xfail"``, ``"xfail strict"`` or ``{"xfail": true, "strict":
+    true, "reason": "..."}``), else from a sidecar ``expect`` file (in a dump folder) or
+    ``<name>.expect`` (beside a printed graph): ``xfail [strict][: reason]`` on its first line.
+    """
+    value = (manifest or {}).get("expect")
+    if isinstance(value, dict):
+        if value.get("xfail"):
+            return {"strict": bool(value.get("strict", False)), "reason": str(value.get("reason") or "expected failure")}
+        return None
+    text = value if isinstance(value, str) else None
+    if text is None:
+        side = dump_path / "expect" if dump_path.is_dir() else dump_path.with_suffix(".expect")
+        if side.is_file() and not side.is_symlink():
+            text = (side.read_text(errors="replace").strip().splitlines() or [""])[0][:500]
+    if not text:
+        return None
+    head, _, reason = text.partition(":")
+    words = head.split()
+    if not words or words[0].lower() != "xfail":
+        return None
+    return {"strict": "strict" in (w.lower() for w in words[1:]), "reason": reason.strip() or "expected failure"}
+
+
+class DumpItem(pytest.Item):
+    """One dump: replayed in a child process in setup, judged in call."""
+
+    def __init__(self, *, dump_path: Path, dump: Any, problem: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.dump_path = dump_path
+        self.dump = dump
+        self.problem = problem
+        self.outcome: Any = None
+        self.backend: str | None = None
+        self.command: str = ""
+        self._mark()
+
+    # markers from the manifest -------------------------------------------------------
+    def _mark(self) -> None:
+        d = self.dump
+        if d is None:
+            return
+        kind = d.failure_kind
+        if kind in _FAILED_KINDS:
+            self.add_marker(kind)
+        device = self.config.getoption("graphdbg_device") or ""
+        try:
+            captured = str(d.captured_device)
+        except Exception:
+            captured = "cpu"
+        if device.startswith("cuda") or (not device and captured.startswith("cuda")):
+            self.add_marker("gpu")
+        backend = self.config.getoption("graphdbg_backend") or self.config.getini("graphdbg_backend") or d.backend
+        if "inductor" in str(backend).lower() or "inductor" in str(d.manifest.get("backend_recipe") or "").lower():
+            self.add_marker("slow")
+        expect = expectation(self.dump_path, d.manifest)
+        if expect is not None:
+            self.add_marker(pytest.mark.xfail(reason=expect["reason"], strict=expect["strict"], raises=StillFails))
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.dump_path, None, f"graphdbg dump {self.name}"
+
+    # the run -------------------------------------------------------------------------
+    def _backend(self) -> str:
+        # lazy: this plugin loads in every pytest run; graphdbg's heavy modules only once a dump is collected
+        from graphdbg.backends.resolve import dump_backend
+
+        chosen = self.config.getoption("graphdbg_backend") or self.config.getini("graphdbg_backend")
+        if chosen:
+            return chosen
+        if self.dump.format != "dump" and not self.dump.manifest.get("backend"):
+            return "eager"
+        trust = bool(self.config.getoption("graphdbg_trust_backend") or self.config.getini("graphdbg_trust_backend"))
+        return dump_backend(self.dump, trust, "replay")
+
+    def setup(self) -> None:
+        # lazy: this plugin loads in every pytest run; graphdbg's heavy modules only once a dump is collected
+        from graphdbg.errors import GraphdbgError
+
+        # lazy: this plugin loads in every pytest run; graphdbg's heavy modules only once a dump is collected
+        from graphdbg.replay.run import replay_dump
+
+        if self.problem is not None:
+            raise FailsDifferently(f"graphdbg could not read this dump: {self.problem}")
+        try:
+            self.backend = self._backend()
+        except GraphdbgError as e:
+            raise FailsDifferently(str(e)) from None
+        self.command = _command(self.dump_path, self.backend, self.config)
+        timeout = self.config.getoption("graphdbg_timeout") or 600.0
+        device = self.config.getoption("graphdbg_device")
+        with _importable(self.config):  # module:qualname backends next to the tests, as the CLI finds them
+            try:
+                self.outcome = replay_dump(self.dump, self.backend, device=device, isolate=True, timeout=timeout)
+            except GraphdbgError as e:
+                raise FailsDifferently(f"{e} (reproduce: {self.command})") from None
+        o = self.outcome
+        if o.failed and self.dump.failure_kind in _FAILED_KINDS and not o.reproduces(self.dump):
+            captured = self.dump.signature or self.dump.failure_kind
+            raise FailsDifferently(f"fails differently: {o.summary()} (captured: {captured}; reproduce: {self.command})")
+
+    def runtest(self) -> None:
+        o = self.outcome
+        if o is not None and o.failed:
+            raise StillFails(f"{o.summary()} (reproduce: {self.command})")
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, (StillFails, FailsDifferently)):
+            return " ".join(str(excinfo.value).split())  # one line: the signature and the command
+        return super().repr_failure(excinfo, style)
+
+    def _repr_failure_py(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        # pytest reports an error in setup through this one (repr_failure is for the call phase)
+        if isinstance(excinfo.value, (StillFails, FailsDifferently)):
+            return " ".join(str(excinfo.value).split())
+        return super()._repr_failure_py(excinfo, style)
+
+
+def _command(path: Path, backend: str, config: pytest.Config) -> str:
+    try:
+        shown = Path(path).resolve().relative_to(Path.cwd())
+    except ValueError:
+        shown = Path(path)
+    parts = ["graphdbg", "replay", str(shown), "--backend", backend]
+    device = config.getoption("graphdbg_device")
+    if device:
+        parts += ["--device", device]
+    return shlex.join(parts)
+
+
+class _importable:
+    """The rootdir and the current folder on PYTHONPATH while a replay's child starts."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.paths = [str(config.rootpath), os.getcwd()]
+        self.before: str | None = None
+        self.added: list[str] = []
+
+    def __enter__(self) -> None:
+
+        self.added = [p for p in self.paths if p not in sys.path]
+        sys.path.extend(self.added)  # the parent checks the backend resolves before the child starts
+        self.before = os.environ.get("PYTHONPATH")
+        have = [p for p in (self.before or "").split(os.pathsep) if p]
+        os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([*have, *self.paths]))
+
+    def __exit__(self, *exc: Any) -> None:
+
+        for p in self.added:
+            if p in sys.path:
+                sys.path.remove(p)
+        if self.before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = self.before

@@ -1,0 +1,171 @@
+"""The pytest plugin (graphdbg.ui.pytest_plugin) driven through pytest itself, with pytester.
+
+Dumps are captured here from three small programs and a backend module that refuses gelu, silu
+and softplus; "fixing the backend" rewrites that module, as a compiler team's fix would land.
+The plugin is loaded with ``-p graphdbg.ui.pytest_plugin`` so that it works before the package
+is reinstalled with its entry point.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+ROOT = Path(__file__).resolve().parent.parent
+PLUGIN = ("-p", "graphdbg.ui.pytest_plugin")
+
+BROKEN = '''
+def picky(gm, example_inputs):
+    for n in gm.graph.nodes:
+        name = getattr(n.target, "__name__", str(n.target))
+        if n.op == "call_function" and name in ("gelu", "silu", "softplus"):
+            raise NotImplementedError(f"no lowering for {name}")
+    return gm.forward
+'''
+FIXED = '''
+def picky(gm, example_inputs):
+    return gm.forward
+'''
+OTHER_BUG = '''
+def picky(gm, example_inputs):
+    raise ValueError("lowering table is empty")
+'''
+MAKE = '''
+import sys
+import torch
+import torch.nn.functional as F
+import graphdbg
+import regbackends
+
+programs = [lambda x: F.gelu(x) * 2, lambda x: F.silu(x @ x.T) + 1, lambda x: F.softplus(x).sum(-1)]
+for i, f in enumerate(programs):
+    torch._dynamo.reset()
+    try:
+        torch.compile(f, backend=graphdbg.capture(regbackends.picky, dump_dir=f"dumps/model{i}"))(torch.randn(4, 8))
+    except Exception:
+        pass
+'''
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), "."])
+    return env
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three dumps of a real capture (one per program), made once for the module."""
+    where = tmp_path_factory.mktemp("captured")
+    (where / "regbackends.py").write_text(BROKEN)
+    (where / "make.py").write_text(MAKE)
+    subprocess.run([sys.executable, "make.py"], cwd=where, env=_env(), check=True, capture_output=True, timeout=300)
+    assert len(list((where / "dumps").glob("model*/rank0/g0-compile_error-*"))) == 3
+    return where
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, captured: Path, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    shutil.copytree(captured / "dumps", pytester.path / "dumps")
+    (pytester.path / "regbackends.py").write_text(BROKEN)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), str(pytester.path)]))
+    for name in list(sys.modules):  # each run imports the backend module as it is on disk now
+        if name == "regbackends":
+            del sys.modules[name]
+    return pytester
+
+
+def _fix(pytester: pytest.Pytester, text: str) -> None:
+    (pytester.path / "regbackends.py").write_text(text)
+    sys.modules.pop("regbackends", None)
+
+
+@pytest.mark.slow
+def test_three_dumps_fail_then_pass_once_the_backend_is_fixed(project: pytest.Pytester) -> None:
+    p = project
+    # -x stops at the first failing dump; JUnit XML carries the signature in the failure message
+    r = p.runpytest(*PLUGIN, "--graphdbg", "dumps", "--graphdbg-trust-backend", "-x", "--junitxml=out.xml")
+    r.assert_outcomes(failed=1)
+    r.stdout.fnmatch_lines(["*collected 3 items*",
+                            "crash: NotImplementedError: no lowering for gelu (reproduce: graphdbg replay "
+                            "dumps/model0/rank0/g0-compile_error-* --backend regbackends:picky)",
+                            "FAILED dumps::model0/rank0/g0 - crash: NotImplementedError*"])
+    failure = ET.parse(p.path / "out.xml").getroot().find(".//testcase/failure")
+    assert failure is not None and "NotImplementedError: no lowering for gelu" in failure.get("message")
+    assert "graphdbg replay dumps/model0/rank0/g0-compile_error-" in failure.get("message")
+    assert "--backend regbackends:picky" in failure.get("message")
+
+    # -k picks by the short names; xdist runs them in workers
+    r = p.runpytest(*PLUGIN, "--graphdbg", "dumps", "--graphdbg-trust-backend", "-k", "not model0", "-n", "2")
+    r.assert_outcomes(failed=2)
+    for op in ("silu", "softplus"):  # workers finish in either order
+        r.stdout.fnmatch_lines([f"crash: NotImplementedError: no lowering for {op} (reproduce: graphdbg replay *)"])
+
+    # the backend breaks another way: an error, not a failure
+    _fix(p, OTHER_BUG)
+    r = p.runpytest(*PLUGIN, "--graphdbg", "dumps", "--graphdbg-trust-backend", "-k", "model1")
+    r.assert_outcomes(errors=1)
+    r.stdout.fnmatch_lines(["fails differently: crash: ValueError: lowering table is empty "
+                            "(captured: NotImplementedError: no lowering for silu; reproduce: graphdbg replay *)",
+                            "ERROR dumps::model1/rank0/g0 - *"])
+
+    # fixed: the three that failed (--lf) pass
+    _fix(p, FIXED)
+    r = p.runpytest(*PLUGIN, "--graphdbg", "dumps", "--graphdbg-trust-backend", "--lf", "-n", "2")
+    r.assert_outcomes(passed=3)
+
+
+@pytest.mark.slow
+def test_an_expected_failure_that_starts_passing_is_noticed(project: pytest.Pytester) -> None:
+    p = project
+    shutil.rmtree(p.path / "dumps" / "model2")
+    strict = next((p.path / "dumps" / "model0").glob("rank0/g0-*"))
+    (strict / "expect").write_text("xfail strict: waiting for the gelu lowering\n")
+    loose = next((p.path / "dumps" / "model1").glob("rank0/g0-*"))
+    manifest = json.loads((loose / "manifest.json").read_text())
+    manifest["expect"] = {"xfail": True, "reason": "silu lowering is planned"}
+    (loose / "manifest.json").write_text(json.dumps(manifest))
+
+    args = (*PLUGIN, "--graphdbg", "dumps", "--graphdbg-trust-backend", "-n", "2")
+    p.runpytest(*args).assert_outcomes(xfailed=2)
+    _fix(p, FIXED)
+    r = p.runpytest(*args, "-rA")
+    r.assert_outcomes(failed=1, xpassed=1)
+    r.stdout.fnmatch_lines(["*XPASS(strict)*waiting for the gelu lowering*"], consecutive=False)
+
+
+def test_collects_printed_graphs_with_markers_and_short_names(pytester: pytest.Pytester) -> None:
+    corpus = ROOT / "fixtures" / "corpus" / "Qwen3-0.6B"
+    r = pytester.runpytest(*PLUGIN, "--graphdbg", str(corpus), "--collect-only", "-q")
+    r.stdout.fnmatch_lines(["*::rank0_0", "*::rank0_7", "*::rank1_0"], consecutive=False)
+    # rank0_7 and rank0_13 were captured on CUDA: the gpu marker, so -m "not gpu" leaves them out on a CPU CI
+    r = pytester.runpytest(*PLUGIN, "--graphdbg", str(corpus), "--collect-only", "-q", "-m", "not gpu")
+    r.stdout.fnmatch_lines(["*::rank0_0", "*::rank1_0", "2/4 tests collected (2 deselected)*"])
+
+
+def test_code_a_dump_names_is_imported_only_when_trusted(project: pytest.Pytester) -> None:
+    r = project.runpytest(*PLUGIN, "--graphdbg", "dumps", "-k", "model0")
+    r.assert_outcomes(errors=1)
+    r.stdout.fnmatch_lines(["*code the dump names*--trust-backend*"])
+
+
+def test_off_unless_asked_and_a_missing_folder_is_one_line(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_plain="def test_one():\n    pass\n")
+    pytester.runpytest(*PLUGIN).assert_outcomes(passed=1)
+    r = pytester.runpytest(*PLUGIN, "--graphdbg", "nowhere")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    r.stderr.fnmatch_lines(["*graphdbg: nowhere: no such file or folder*"])
+
+
+def test_ini_option_collects_the_folder(project: pytest.Pytester) -> None:
+    project.makeini("[pytest]\ngraphdbg_dumps = dumps\n")
+    r = project.runpytest(*PLUGIN, "--collect-only", "-q")
+    r.stdout.fnmatch_lines(["dumps::model0/rank0/g0", "dumps::model1/rank0/g0", "dumps::model2/rank0/g0"])

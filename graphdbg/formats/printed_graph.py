@@ -20,8 +20,10 @@ The file is parsed (``printed_graph``), never executed.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -83,7 +85,7 @@ def load_printed_graph(path: str | Path) -> Dump:
         raise GraphSourceError(f"cannot read ({e.strerror})", file=str(path)) from None
     contents = Contents(path, text=source)
     pg = contents.graph()  # parse now: a bad file fails at load, with its line, not later inside a replay
-    _check_annotations(source, str(path))
+    _check_annotations(pg, str(path))
     return Dump(path, printed_graph_manifest(path, pg), contents)
 
 
@@ -117,20 +119,15 @@ def printed_graph_manifest(path: Path, pg: Any) -> dict[str, Any]:
 
 # Reading facts out of the graph -----------------------------------------------------------
 
-def _check_annotations(source: str, filename: str) -> None:
+def _check_annotations(pg: Any, filename: str) -> None:
     """Every string annotation must read as a spec: inputs and stand-ins are made from them,
-    so one that doesn't (``"bf16[1, 2048"``) is an error at its line, not a silent None."""
-    import ast
-
-    from graphdbg.store.specs import parse_annotation
-
-    bad = [node.annotation for node in ast.walk(ast.parse(source, filename=filename))
-           if isinstance(node, (ast.arg, ast.AnnAssign)) and isinstance(node.annotation, ast.Constant)
-           and isinstance(node.annotation.value, str) and parse_annotation(node.annotation.value) is None]
+    so one that doesn't (``"bf16[1, 2048"``) is an error at its line, not a silent None. The
+    parser marked them (``graphdbg_bad_annotation``); the file is not parsed a second time."""
+    bad = [node.meta["graphdbg_bad_annotation"] for graph in pg.graphs() for node in graph.nodes
+           if "graphdbg_bad_annotation" in node.meta]
     if bad:
-        first = min(bad, key=lambda a: a.lineno)
-        raise GraphSourceError(f"cannot read the annotation {first.value!r}", file=filename, line=first.lineno)
-
+        text, line = min(bad, key=lambda b: b[1])
+        raise GraphSourceError(f"cannot read the annotation {text!r}", file=filename, line=line)
 
 
 def _values(node: fx.Node) -> list[Any]:
@@ -202,11 +199,20 @@ def _descriptor(node: fx.Node, device: str | None) -> dict[str, Any]:
 
 def _world_size(path: Path, rank: int) -> int:
     # Printed files don't say; the rank files next to this one do (rank0_*.py ... rank7_*.py).
+    # The folder is listed once per change, not once per file (ls of 3,200 files was quadratic).
     try:
-        ranks = {int(m[1]) for p in path.parent.iterdir() if (m := _RANK_FILE.match(p.name))}
+        ranks = _folder_ranks(str(path.parent), path.parent.stat().st_mtime_ns)
     except OSError:
-        ranks = set()
+        ranks = frozenset()
     return max([rank, *ranks]) + 1
+
+
+@functools.lru_cache(maxsize=64)
+def _folder_ranks(folder: str, mtime_ns: int) -> frozenset[int]:
+    try:
+        return frozenset(int(m[1]) for name in os.listdir(folder) if (m := _RANK_FILE.match(name)))
+    except OSError:
+        return frozenset()
 
 
 def _masked_structure(pg: Any) -> tuple[str, list[Any]]:

@@ -736,6 +736,8 @@ class _ForwardReader:
     def _set_meta(self, node: fx.Node, annotation: ast.expr | None) -> None:
         text = annotation.value if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str) else None
         node.meta["graphdbg_spec"] = parse_annotation(text) if text else None
+        if text and node.meta["graphdbg_spec"] is None:  # readers refuse it with its line (no second parse)
+            node.meta["graphdbg_bad_annotation"] = (text, getattr(annotation, "lineno", None) or self.lineno)
         node.meta["graphdbg_lineno"] = self.lineno
         if self.source is not None:
             node.meta["graphdbg_source"] = dict(self.source)

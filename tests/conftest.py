@@ -10,6 +10,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
+# ls's cache (formats/ls_cache.py) in a folder of this run's, never the user's ~/.cache
+os.environ.setdefault("GRAPHDBG_CACHE_DIR", os.path.join(__import__("tempfile").mkdtemp(prefix="graphdbg-test-cache-")))
 
 
 def pytest_collection_modifyitems(config, items):

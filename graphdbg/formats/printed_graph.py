@@ -89,6 +89,27 @@ def load_printed_graph(path: str | Path) -> Dump:
     return Dump(path, printed_graph_manifest(path, pg), contents)
 
 
+class PrintedFile(Contents):
+    """A printed graph file's contents read when first needed (``ls`` keeps only manifests)."""
+
+    def text(self) -> str:
+        if self._text is None:
+            try:
+                self._text = readable_source(read_regular(self.graph_file, max_bytes=MAX_BYTES).decode())
+            except (UnicodeDecodeError, OSError) as e:
+                raise GraphSourceError(f"cannot read ({type(e).__name__})", file=str(self.graph_file)) from None
+        return self._text
+
+
+def printed_dump(path: Path, manifest: dict[str, Any]) -> Dump:
+    """The Dump of a printed graph whose manifest was made before (``ls``'s cache, a worker);
+    the rank files beside it are counted again, since they may have changed."""
+    dist = manifest.get("dist") or {}
+    if isinstance(dist.get("rank"), int):
+        dist["world_size"] = _world_size(path, dist["rank"])
+    return Dump(path, manifest, PrintedFile(path))
+
+
 def printed_graph_manifest(path: Path, pg: Any) -> dict[str, Any]:
     """What the file says about itself: rank (and how it was found), graph number, model, the
     device it ran on, the inputs' specs, and the facts ``ls`` groups ranks by."""

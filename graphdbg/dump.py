@@ -18,15 +18,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from graphdbg.display import Displayed
 from graphdbg.errors import DumpError, GraphdbgError
-from graphdbg.graph.hashing import target_name
-from graphdbg.store.specs import SymSpec, TensorSpec
 
 if TYPE_CHECKING:
+    import torch
+
     from graphdbg.graph.parser import PrintedGraph
+
+# torch is imported where a Dump's values, devices or graph are used, not here: ``ls`` of dump
+# folders reads manifests only and stays a fraction of a second (formats/listing.py).
 
 
 class Contents:
@@ -140,6 +141,8 @@ class Dump(Displayed):
     @property
     def captured_device(self) -> torch.device:
         """Where the graph ran: a printed graph's baked-in device, else its first GPU input's."""
+        import torch
+
         if self._foreign:  # a printed graph: only its device literals say (its annotations may not)
             return torch.device(self._foreign.get("captured_device") or "cpu")
         for d in self.manifest.get("inputs", []):
@@ -201,12 +204,16 @@ class Dump(Displayed):
         self.contents.check()
 
     def default_device(self) -> torch.device:
+        import torch
+
         dev = self.captured_device
         if dev.type == "cuda" and torch.cuda.is_available() and (dev.index or 0) < torch.cuda.device_count():
             return dev
         return torch.device("cpu")
 
     def resolve_device(self, device: str | torch.device | None) -> torch.device:
+        import torch
+
         try:
             dev = torch.device(device) if device is not None else self.default_device()
         except RuntimeError as e:
@@ -306,7 +313,9 @@ class Dump(Displayed):
         A custom op this machine lacks shows under its own name."""
         import pandas as pd
 
+        from graphdbg.graph.hashing import target_name
         from graphdbg.rebuild.stand_ins import MissingOp
+        from graphdbg.store.specs import SymSpec, TensorSpec
 
         info = self.manifest["graph"].get("node_info", {})
         rows = []
@@ -333,6 +342,7 @@ class Dump(Displayed):
         import pandas as pd
 
         from graphdbg.rebuild.inputs import made_up
+        from graphdbg.store.specs import TensorSpec
 
         descs = self.manifest["inputs"]
         plans = self._plans() if any(made_up(d) for d in descs) else {}
@@ -404,6 +414,8 @@ def _distributed() -> bool:
 
 
 def _shape_text(spec: Any) -> str | None:
+    from graphdbg.store.specs import SymSpec, TensorSpec
+
     if isinstance(spec, TensorSpec):
         return "[" + ", ".join(str(d) for d in spec.shape) + "]"
     if isinstance(spec, SymSpec):

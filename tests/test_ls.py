@@ -94,3 +94,29 @@ def test_worker_processes_list_the_same_as_one_process():
     one = list_dumps(CORPUS, cache=False, workers=1).to_json()
     many = list_dumps(CORPUS, cache=False, workers=2).to_json()
     assert len(one["dumps"]) == 152 and one == many
+
+
+def test_ls_of_dump_folders_listed_before_does_not_import_torch(tmp_path):
+    import subprocess
+    import sys
+
+    root = tmp_path / "dumps"
+    for i in range(3):
+        shutil.copytree(FIXTURES / "block_runtime_error", root / f"run{i}")
+    old = time.time() - 60
+    for f in root.rglob("*"):
+        os.utime(f, (old, old))
+    probe = ("import sys\nfrom graphdbg.ui.cli import main\nsys.argv = ['graphdbg', 'ls', sys.argv[1]]\n"
+             "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\nprint('torch imported:', 'torch' in sys.modules, code)\n")
+    env = {**os.environ, "COLUMNS": "200", "GRAPHDBG_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    runs = [subprocess.run([sys.executable, "-c", probe, str(root)], env=env, capture_output=True, text=True, timeout=300)
+            for _ in range(2)]
+    assert all("3 files in 1 group: 1 failing (runtime_error 1)" in r.stdout for r in runs), runs
+    assert runs[0].stdout.strip().endswith("torch imported: True 0"), runs[0]  # validated once, tensor file checked
+    assert runs[1].stdout.strip().endswith("torch imported: False 0"), runs[1]  # then from the cache
+
+
+def test_the_schema_bounds_numel_as_specs_do():
+    from graphdbg.store import schema, specs
+
+    assert schema.MAX_NUMEL == specs.MAX_NUMEL

@@ -247,11 +247,11 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
         if progress is not None:
             progress(done, total)
 
-    for folder in folders:
-        try:
-            listing.dumps.append(load(folder))
-        except DumpError as e:
-            listing.problems.append({"path": str(folder), "error": str(e)})
+    for folder, dump, error in read_dump_folders(folders, cache=cache):
+        if dump is not None:
+            listing.dumps.append(dump)
+        else:
+            listing.problems.append({"path": str(folder), "error": error})
         step()
     dumps = listing.dumps
     foreign = []
@@ -274,6 +274,36 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
     return listing
 
 
+def read_dump_folders(folders: list[Path], *, cache: bool = True) -> Iterator[tuple[Path, Dump | None, str | None]]:
+    """``(folder, dump, None)`` or ``(folder, None, error)`` per dump folder, in order. A folder
+    whose files are as they were when it was last listed is not validated again (its manifest
+    comes from ``ls_cache``), and then torch is not imported."""
+    from graphdbg.formats.dump_folder import DumpFolder
+    from graphdbg.formats.ls_cache import LsCache
+    from graphdbg.judge.fatal_signal import resolve_crash
+
+    store = LsCache.open(graphs=False) if cache else None
+    try:
+        for folder in folders:
+            hit = store.get(folder) if store is not None else None
+            if hit is not None and hit[0] is not None:
+                manifest = hit[0]
+                resolve_crash(folder, manifest)  # fault.txt is read every time: a crash may come later
+                yield folder, Dump(folder, manifest, DumpFolder(folder, manifest)), None
+                continue
+            try:
+                dump = load(folder)
+            except DumpError as e:  # not cached: the user may be fixing it
+                yield folder, None, str(e)
+                continue
+            if store is not None and dump.failure_kind != "crash":  # an armed dump may still become a crash
+                store.put(folder, dump.manifest, None)
+            yield folder, dump, None
+    finally:
+        if store is not None:
+            store.close()
+
+
 def _printed_manifest(path: Path) -> tuple[Path, dict[str, Any] | None, str | None]:
     """One printed graph file's manifest, or the one line saying why it can't be read (in a
     worker process: only the manifest travels back, never the parsed graph)."""
@@ -291,6 +321,8 @@ _PARALLEL_FROM = 48  # files to parse before worker processes pay for their star
 def read_printed_graphs(files: list[Path], *, cache: bool = True,
                         workers: int | None = None) -> Iterator[tuple[Path, Dump | None, str | None]]:
     """``(file, dump, None)`` or ``(file, None, error)`` for each file, in order, as they are read."""
+    if not files:
+        return  # nothing to parse: don't import torch for the readers
     from graphdbg.formats.ls_cache import LsCache
     from graphdbg.formats.printed_graph import printed_dump
 
@@ -451,16 +483,14 @@ def _python_files(root: Path) -> Iterator[Path]:
 def torch_repro_files(root: Path) -> list[Path]:
     """PyTorch's own runnable repros under ``root`` (or ``root`` itself): the minifier's
     ``repro.py``, Inductor's ``fx_graph_runnable.py`` from ``TORCH_COMPILE_DEBUG=1``."""
-    from graphdbg.formats.printed_graph import looks_like_printed_graph
-    from graphdbg.formats.torch_repro import detect_format
+    from graphdbg.formats.sniff import looks_like_printed_graph, may_be_torch_repro
 
     def maybe(path: Path) -> bool:
-        try:
-            with path.open("rb") as f:
-                head = f.read(1 << 18)
-        except OSError:
+        if not may_be_torch_repro(path):
             return False
-        return b"def load_args(" in head and b"class Repro(" in head and detect_format(path) is not None
+        from graphdbg.formats.torch_repro import detect_format
+
+        return detect_format(path) is not None
 
     if root.is_file() and (root.suffix != ".py" or looks_like_printed_graph(root)):
         return []
@@ -469,6 +499,6 @@ def torch_repro_files(root: Path) -> list[Path]:
 
 def printed_graph_files(root: Path) -> list[Path]:
     """Printed graph files under ``root`` (or ``root`` itself), skipping dump folders' graph.py."""
-    from graphdbg.formats.printed_graph import looks_like_printed_graph
+    from graphdbg.formats.sniff import looks_like_printed_graph
 
     return [p for p in _python_files(root) if looks_like_printed_graph(p)]

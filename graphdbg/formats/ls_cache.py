@@ -34,25 +34,27 @@ def cache_dir() -> Path:
     return Path(base) / "graphdbg"
 
 
-def code_stamp() -> str:
-    """What a cached manifest depends on besides the file: the code that read it."""
+def code_stamp(graphs: bool = True) -> str:
+    """What a cached manifest depends on besides the file: the code that read it. ``graphs``:
+    the manifests of printed graphs, which also depend on the registered op namespaces."""
+    from importlib.metadata import PackageNotFoundError, version
+
     from graphdbg._version import __version__
 
     package = Path(__file__).resolve().parent.parent
-    parts = [__version__]
+    parts = [__version__, "graphs" if graphs else "dumps"]
     try:
-        import torch
-
-        parts.append(torch.__version__)
-    except ImportError:  # pragma: no cover - torch is a dependency
+        parts.append(version("torch"))  # not `import torch`: listing dump folders doesn't need it
+    except PackageNotFoundError:  # pragma: no cover - torch is a dependency
         pass
     for sub in ("graph", "formats", "rebuild", "store"):
         for f in sorted((package / sub).glob("*.py")):
             st = f.stat()
             parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
-    from graphdbg.graph.allow_list import allowed_namespaces
+    if graphs:
+        from graphdbg.graph.allow_list import allowed_namespaces
 
-    parts += sorted(allowed_namespaces())
+        parts += sorted(allowed_namespaces())
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
@@ -62,8 +64,8 @@ class LsCache:
         self.pending: list[tuple] = []
 
     @classmethod
-    def open(cls, folder: Path | None = None) -> LsCache:
-        stamp = code_stamp()
+    def open(cls, folder: Path | None = None, graphs: bool = True) -> LsCache:
+        stamp = code_stamp(graphs)
         try:
             folder = folder or cache_dir()
             folder.mkdir(parents=True, exist_ok=True)
@@ -75,7 +77,11 @@ class LsCache:
 
     @staticmethod
     def key(path: Path) -> tuple[str, int, int] | None:
+        """(path, size, mtime); for a folder (a dump), the sum of its files' sizes and the newest mtime."""
         try:
+            if path.is_dir():
+                stats = [e.stat() for e in os.scandir(path) if e.is_file(follow_symlinks=False)]
+                return str(path.resolve()), sum(s.st_size for s in stats), max((s.st_mtime_ns for s in stats), default=0)
             st = path.stat()
         except OSError:
             return None

@@ -34,6 +34,7 @@ import torch.fx as fx
 from graphdbg.dump import Contents, Dump
 from graphdbg.errors import GraphSourceError
 from graphdbg.formats import manifest_for, register
+from graphdbg.formats.sniff import looks_like_printed_graph
 from graphdbg.graph.parser import readable_source
 from graphdbg.rebuild.inputs import SEED_ENV
 from graphdbg.store.confined import read_regular
@@ -46,25 +47,6 @@ FAILURE_KIND = "foreign"
 _HEADER = re.compile(r"#\s*Rank:\s*(\d+),\s*Graph\s*(\d+)")
 _RANK_FILE = re.compile(r"rank(\d+)_\d+\.py$")
 MAX_BYTES = 64 << 20  # a printed graph of a real model is well under a MB; anything huge is not one
-
-
-def looks_like_printed_graph(path: Path) -> bool:
-    """A cheap check for listing folders: a ``.py`` file whose first code line is a
-    ``class ...(torch.nn.Module):``, as ``print_readable()`` writes it (comments may come first).
-    A module with imports or a docstring first (a program, a minifier repro) is not one."""
-    if path.suffix != ".py" or not path.is_file():
-        return False
-    try:
-        with path.open("rb") as f:
-            head = f.read(4096)
-    except OSError:
-        return False
-    for raw in head.splitlines():
-        line = raw.strip()
-        if not line or line.startswith(b"#"):
-            continue
-        return line.startswith(b"class ") and b"(torch.nn.Module)" in line
-    return False
 
 
 def load_printed_graph(path: str | Path) -> Dump:

@@ -26,7 +26,10 @@ from pydantic.functional_validators import PlainValidator
 from pydantic.json_schema import WithJsonSchema
 
 from graphdbg.errors import DumpError
-from graphdbg.store.specs import MAX_NUMEL  # elements of one tensor: 64 Gi elements is past any one device's memory
+
+# elements of one tensor: 64 Gi elements is past any one device's memory. store.specs.MAX_NUMEL
+# too (not imported from there: specs imports torch, reading a manifest doesn't need it)
+MAX_NUMEL = 1 << 36
 
 MAX_MANIFEST_BYTES = 64 << 20  # node_info of a 100k-node graph is a few MB
 MAX_DEPTH = 24  # deepest real manifest: inputs[i].items[j].items[k].stats (describe_value stops at 3)

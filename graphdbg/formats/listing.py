@@ -324,7 +324,7 @@ def read_printed_graphs(files: list[Path], *, cache: bool = True,
     if not files:
         return  # nothing to parse: don't import torch for the readers
     from graphdbg.formats.ls_cache import LsCache
-    from graphdbg.formats.printed_graph import printed_dump
+    from graphdbg.formats.printed_file import printed_dump
 
     store = LsCache.open() if cache else None
     known: dict[Path, tuple[dict[str, Any] | None, str | None]] = {}

@@ -51,10 +51,8 @@ def code_stamp(graphs: bool = True) -> str:
         for f in sorted((package / sub).glob("*.py")):
             st = f.stat()
             parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
-    if graphs:
-        from graphdbg.graph.allow_list import allowed_namespaces
-
-        parts += sorted(allowed_namespaces())
+    if graphs:  # the user's op modules (--ops), as register_ops exports them for child processes
+        parts += sorted(m.strip() for m in os.environ.get("GRAPHDBG_OPS", "").split(",") if m.strip())
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 

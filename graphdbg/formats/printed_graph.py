@@ -20,10 +20,8 @@ The file is parsed (``printed_graph``), never executed.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -34,6 +32,7 @@ import torch.fx as fx
 from graphdbg.dump import Contents, Dump
 from graphdbg.errors import GraphSourceError
 from graphdbg.formats import manifest_for, register
+from graphdbg.formats.printed_file import PrintedFile, _world_size, printed_dump  # noqa: F401 (re-exported)
 from graphdbg.formats.sniff import looks_like_printed_graph
 from graphdbg.graph.parser import readable_source
 from graphdbg.rebuild.inputs import SEED_ENV
@@ -45,7 +44,6 @@ __all__ = ["load_printed_graph", "looks_like_printed_graph", "SEED_ENV"]
 FORMAT = "printed_graph"
 FAILURE_KIND = "foreign"
 _HEADER = re.compile(r"#\s*Rank:\s*(\d+),\s*Graph\s*(\d+)")
-_RANK_FILE = re.compile(r"rank(\d+)_\d+\.py$")
 MAX_BYTES = 64 << 20  # a printed graph of a real model is well under a MB; anything huge is not one
 
 
@@ -69,27 +67,6 @@ def load_printed_graph(path: str | Path) -> Dump:
     pg = contents.graph()  # parse now: a bad file fails at load, with its line, not later inside a replay
     _check_annotations(pg, str(path))
     return Dump(path, printed_graph_manifest(path, pg), contents)
-
-
-class PrintedFile(Contents):
-    """A printed graph file's contents read when first needed (``ls`` keeps only manifests)."""
-
-    def text(self) -> str:
-        if self._text is None:
-            try:
-                self._text = readable_source(read_regular(self.graph_file, max_bytes=MAX_BYTES).decode())
-            except (UnicodeDecodeError, OSError) as e:
-                raise GraphSourceError(f"cannot read ({type(e).__name__})", file=str(self.graph_file)) from None
-        return self._text
-
-
-def printed_dump(path: Path, manifest: dict[str, Any]) -> Dump:
-    """The Dump of a printed graph whose manifest was made before (``ls``'s cache, a worker);
-    the rank files beside it are counted again, since they may have changed."""
-    dist = manifest.get("dist") or {}
-    if isinstance(dist.get("rank"), int):
-        dist["world_size"] = _world_size(path, dist["rank"])
-    return Dump(path, manifest, PrintedFile(path))
 
 
 def printed_graph_manifest(path: Path, pg: Any) -> dict[str, Any]:
@@ -198,24 +175,6 @@ def _descriptor(node: fx.Node, device: str | None) -> dict[str, Any]:
     if isinstance(spec, SymSpec):
         return {"kind": spec.kind, "name": node.name, "node": node.name, "expr": spec.expr, "hint": spec.hint}
     return {"kind": "none", "name": node.name, "node": node.name}
-
-
-def _world_size(path: Path, rank: int) -> int:
-    # Printed files don't say; the rank files next to this one do (rank0_*.py ... rank7_*.py).
-    # The folder is listed once per change, not once per file (ls of 3,200 files was quadratic).
-    try:
-        ranks = _folder_ranks(str(path.parent), path.parent.stat().st_mtime_ns)
-    except OSError:
-        ranks = frozenset()
-    return max([rank, *ranks]) + 1
-
-
-@functools.lru_cache(maxsize=64)
-def _folder_ranks(folder: str, mtime_ns: int) -> frozenset[int]:
-    try:
-        return frozenset(int(m[1]) for name in os.listdir(folder) if (m := _RANK_FILE.match(name)))
-    except OSError:
-        return frozenset()
 
 
 def _masked_structure(pg: Any) -> tuple[str, list[Any]]:

@@ -46,6 +46,7 @@ import torch.fx as fx
 
 from graphdbg.errors import GraphSourceError
 from graphdbg.graph.allow_list import ALLOWED_ATTRIBUTES, ALLOWED_BUILTINS, allow_target, allowed_methods, check_value, refusal
+from graphdbg.graph.source_text import readable_source  # noqa: F401 (where it always was)
 from graphdbg.store.specs import TensorSpec, parse_annotation
 
 __all__ = ["AttrConstruction", "PrintedGraph", "parse_module_class", "parse_printed_graph", "resolve_target", "mangled_name"]
@@ -374,22 +375,6 @@ def parse_printed_graph(
     """
     check_source_size(source, filename)
     return _Reader(source, filename, resolve).read()
-
-
-_ANGLED_CLASS = re.compile(r"^(\s*class\s+)<(\w+)>(\s*\()", re.M)
-_SGR = re.compile(r"\x1b\[[0-9;]*m")  # terminal colours (ANSI select-graphic-rendition), nothing else
-
-
-def readable_source(source: str) -> str:
-    """``print_readable()`` output as Python can parse it, line for line: terminal colours
-    (``colored=True``, a log copied from a terminal) dropped, and the class of a GraphModule
-    made from a lambda (Inductor's ``fx_graph_readable.py``: ``class <lambda>(torch.nn.Module):``)
-    given a name (``_lambda_``)."""
-    if "\x1b" in source:
-        source = _SGR.sub("", source)
-    if "class <" in source:
-        source = _ANGLED_CLASS.sub(r"\1_\2_\3", source)
-    return source
 
 
 MAX_SOURCE_LINES = 200_000  # about a minute of parsing (~0.2 ms a node); the corpus graphs are under 1,000 lines

@@ -117,7 +117,6 @@ class LsCache:
             return
         try:
             with self.db:
-                self.db.execute("delete from files_v1 where stamp != ?", (self.stamp,))
                 self.db.executemany("insert or replace into files_v1 values (?, ?, ?, ?, ?, ?)", self.pending)
         except sqlite3.Error:
             pass

@@ -39,6 +39,7 @@ def test_ls_leads_with_failures_and_a_summary_and_filters_them(tmp_path, cli):
     r = cli("ls", root)  # the answer on the first line: groups, failures by kind
     head = r.out.splitlines()[0]
     assert r.code == 0 and f"{s['files']} files in {s['groups']} groups" in head and "accuracy 1" in head, r.out
+    assert all(line == line.rstrip() for line in r.out.splitlines()) and "─" not in r.out.replace("└─", "")  # piped: plain lines
 
     only = json.loads(cli("ls", root, "--json", "--kind", "accuracy").out)
     assert [g["kind"] for g in only["groups"]] == ["accuracy"] and only["summary"]["files"] == 1

@@ -184,7 +184,8 @@ def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps o
     elif as_json:
         _print_json(listing.to_json())
     else:
-        console.print(ListingView(listing.groups, str(listing.root), len(listing.problems)), crop=False)
+        console.print(ListingView(listing.groups, str(listing.root), len(listing.problems)), crop=False,
+                      soft_wrap=not console.is_terminal)  # piped: whole lines, for grep
         if listing.logs:
             from graphdbg.ui.render import log_notes
 

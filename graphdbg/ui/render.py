@@ -6,7 +6,6 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
-from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -179,14 +178,14 @@ def listing_list(groups: list[dict[str, Any]], root: str | None = None, unreadab
         parts.append(facts)
         where = [x for x in (g.get("frames") or [])[:1] + [", ".join(m for m in g.get("modules") or [] if m)] if x]
         for line in where:  # frame, compile id and the blocks a collapsed group stands for (capture/origin.py)
-            parts.append(Padding(Text(line, style="dim"), (0, 0, 0, 2)))
+            parts.append(Text("  " + line, style="dim"))  # indented by text, not Padding: no trailing blanks when piped
         error = ": ".join(x for x in (g["error_type"], g["message"]) if x)
         if error:
-            parts.append(Padding(Text(error), (0, 0, 0, 2)))
+            parts.append(Text("  " + error))
         if g.get("constructs"):
-            parts.append(Padding(Text("needs stand-ins: " + stand_ins_text(g["constructs"]), style="yellow"), (0, 0, 0, 2)))
+            parts.append(Text("  needs stand-ins: " + stand_ins_text(g["constructs"]), style="yellow"))
         if g.get("differs"):
-            parts.append(Padding(Text("differs from the other ranks: " + ", ".join(g["differs"]), style="bold red"), (0, 0, 0, 2)))
+            parts.append(Text("  differs from the other ranks: " + ", ".join(g["differs"]), style="bold red"))
         for more in paths[1:3]:
             parts.append(_path_text("  also " + more, style="dim"))
         if len(paths) > 3:

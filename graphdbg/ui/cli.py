@@ -189,7 +189,7 @@ def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps o
         if listing.logs:
             from graphdbg.ui.render import log_notes
 
-            console.print(log_notes(listing.logs, str(listing.root)))
+            console.print(log_notes(listing.logs, str(listing.root)), soft_wrap=not console.is_terminal)
     for p in listing.problems:
         _note(f"graphdbg: unreadable: {p['error']}")
     if listing.problems and strict:

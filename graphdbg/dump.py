@@ -19,31 +19,18 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
-
-from graphdbg.case import Case
 from graphdbg.display import Displayed
 from graphdbg.errors import DumpError, GraphdbgError
-from graphdbg.graph.hashing import target_name
-from graphdbg.graph.parser import parse_printed_graph
-from graphdbg.rebuild.inputs import default_seed, made_up
-from graphdbg.rebuild.stand_ins import MissingOp, resolver
-from graphdbg.rebuild.steps import (
-    Rebuild,
-    arrange_synthesis,
-    build_inputs,
-    build_module,
-    install_for_one_rank,
-    move_device_literals,
-)
-from graphdbg.rebuild.synthesize import plan_inputs
 from graphdbg.store.gate import read_regular
 from graphdbg.store.manifest import MAX_GRAPH_BYTES
-from graphdbg.store.specs import SymSpec, TensorSpec
-from graphdbg.tables import typed_table
 
 if TYPE_CHECKING:
+    import torch
+
     from graphdbg.graph.parser import PrintedGraph
+
+# torch is imported where a Dump's values, devices or graph are used, not here: ``ls`` of dump
+# folders reads manifests only and stays a fraction of a second (formats/listing.py).
 
 
 class Contents:
@@ -70,6 +57,9 @@ class Contents:
         return self._text
 
     def graph(self) -> PrintedGraph:
+        # lazy: torch-free at import, so that ls reads manifests without torch (formats/listing.py)
+        from graphdbg.graph.parser import parse_printed_graph
+        from graphdbg.rebuild.stand_ins import resolver
         if self._printed is None:
             # ops this machine lacks (a custom op of the user's server) parse into named stand-ins
             self._printed = parse_printed_graph(self.text(), filename=str(self.graph_file), resolve=resolver())
@@ -152,6 +142,8 @@ class Dump(Displayed):
     @property
     def captured_device(self) -> torch.device:
         """Where the graph ran: a printed graph's baked-in device, else its first GPU input's."""
+        import torch  # lazy: torch-free at import, so that ls reads manifests without torch
+
         if self._printed_facts:  # a printed graph: only its device literals say (its annotations may not)
             return torch.device(self._printed_facts.get("captured_device") or "cpu")
         inputs = self.manifest.get("inputs", [])
@@ -218,12 +210,18 @@ class Dump(Displayed):
         self.contents.check()
 
     def default_device(self) -> torch.device:
+        # lazy: ls imports no torch (formats/listing.py)
+        import torch
+
         dev = self.captured_device
         if dev.type == "cuda" and torch.cuda.is_available() and (dev.index or 0) < torch.cuda.device_count():
             return dev
         return torch.device("cpu")
 
     def resolve_device(self, device: str | torch.device | None) -> torch.device:
+        # lazy: ls imports no torch (formats/listing.py)
+        import torch
+
         try:
             dev = torch.device(device) if device is not None else self.default_device()
         except RuntimeError as e:
@@ -245,6 +243,17 @@ class Dump(Displayed):
         install stand-ins for what this machine lacks; move device literals. Every value or
         call that is not the captured one is in ``case.stand_ins``.
         """
+        # lazy: torch-free at import, so that ls reads manifests without torch (formats/listing.py)
+        from graphdbg.case import Case
+        from graphdbg.rebuild.inputs import default_seed
+        from graphdbg.rebuild.steps import (
+            Rebuild,
+            arrange_synthesis,
+            build_inputs,
+            build_module,
+            install_for_one_rank,
+            move_device_literals,
+        )
         dev = self.resolve_device(device)
         rb = Rebuild.start(self.printed, self.manifest, self.contents.read, dev, default_seed(seed), sizes,
                            where=str(self.path))
@@ -260,7 +269,13 @@ class Dump(Displayed):
     def nodes(self):
         """A pandas DataFrame, one row per node: name, op, target, dtype, shape, source, code, module.
         A custom op this machine lacks shows under its own name."""
-        import pandas as pd  # pandas costs about 1 s: imported only when needed
+        # lazy: torch-free at import, so that ls reads manifests without torch (formats/listing.py)
+        import pandas as pd
+
+        from graphdbg.graph.hashing import target_name
+        from graphdbg.rebuild.stand_ins import MissingOp
+        from graphdbg.store.specs import SymSpec, TensorSpec
+        from graphdbg.tables import typed_table
 
         info = self.manifest["graph"].get("node_info", {})
         rows = []
@@ -283,7 +298,12 @@ class Dump(Displayed):
     def inputs_table(self):
         """A pandas DataFrame of the inputs: name, kind, dtype, shape, device, value, stored, and
         statistics. ``value`` says how an input nothing recorded will be synthesized."""
-        import pandas as pd  # pandas costs about 1 s: imported only when needed
+        # lazy: torch-free at import, so that ls reads manifests without torch (formats/listing.py)
+        import pandas as pd
+
+        from graphdbg.rebuild.inputs import made_up
+        from graphdbg.store.specs import TensorSpec
+        from graphdbg.tables import typed_table
 
         descs = self.manifest["inputs"]
         plans = self._plans() if any(made_up(d) for d in descs) else {}
@@ -309,6 +329,8 @@ class Dump(Displayed):
         return typed_table(pd.DataFrame(rows, columns=_INPUT_COLUMNS).astype(object), self)
 
     def _plans(self) -> dict[str, Any]:
+        # lazy: torch-free at import, so that ls reads manifests without torch (formats/listing.py)
+        from graphdbg.rebuild.synthesize import plan_inputs
         return {p.name: p for p in plan_inputs(self.printed.to_module(missing_attr=lambda q, s: None))}
 
     def summary(self) -> dict[str, Any]:
@@ -352,6 +374,9 @@ def _distributed() -> bool:
 
 
 def _shape_text(spec: Any) -> str | None:
+    # lazy: ls imports no torch (formats/listing.py)
+    from graphdbg.store.specs import SymSpec, TensorSpec
+
     if isinstance(spec, TensorSpec):
         return "[" + ", ".join(str(d) for d in spec.shape) + "]"
     if isinstance(spec, SymSpec):

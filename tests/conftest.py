@@ -52,6 +52,8 @@ def _needs_corpus(request):
 def child_pythonpath(monkeypatch):
     """Child processes (isolated replays, torchrun ranks) import this graphdbg and tests/' backends and passes."""
     monkeypatch.setenv("PYTHONPATH", child_env(tests=True, inherit=True)["PYTHONPATH"])
+# ls's cache (formats/ls_cache.py) in a folder of this run's, never the user's ~/.cache
+os.environ.setdefault("GRAPHDBG_CACHE_DIR", os.path.join(__import__("tempfile").mkdtemp(prefix="graphdbg-test-cache-")))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -255,11 +255,12 @@ def test_bad_input_is_one_line_with_file_and_line(tmp_path, cli):
         for command in ("show", "replay"):
             line = _one_line_error(cli(command, path))
             assert re.search(pattern, line), (command, line)
-    # ls reports the broken ones among good ones and exits 2
+    # ls lists the broken ones as problems among good ones and exits 0; --strict exits 2
     shutil.copy(NEXT / "rank0_0.py", tmp_path / "rank0_0.py")
+    assert cli("ls", tmp_path, "--strict").code == 2
     r = cli("ls", tmp_path, "--json")
     data = json.loads(r.out)
-    assert r.code == 2 and len(data["dumps"]) == 1
+    assert r.code == 0 and len(data["dumps"]) == 1 and data["summary"]["unreadable"] == 4
     assert {Path(p["path"]).name for p in data["problems"]} == {"truncated.py", "annotation.py", "system.py", "unknown.py"}
 
 

@@ -14,7 +14,7 @@ from fixtures import programs
 from graphdbg.store.manifest import find_dumps
 
 LS_KEYS = {"path", "rank", "world_size", "id", "nodes", "kind", "backend", "error_type", "message", "signature", "graph_hash",
-           "frame", "compile_id", "module"}
+           "frame", "compile_id", "module", "parent", "piece", "children"}
 GROUP_KEYS = {"id", "nodes", "kind", "backend", "error_type", "message", "signature", "graph_hash", "ranks", "paths", "differs",
               "frame", "compile_id", "modules", "frames"}
 
@@ -58,7 +58,7 @@ def test_ls_groups_identical_failures_across_ranks(tmp_path, monkeypatch, cli):
     r = cli("ls", tmp_path, "--json")
     assert r.code == 0, r
     data = json.loads(r.out)
-    assert set(data) == {"graphdbg", "root", "dumps", "groups", "problems"}
+    assert set(data) == {"graphdbg", "root", "dumps", "groups", "summary", "problems"}
     assert len(data["dumps"]) == 4 and all(set(d) == LS_KEYS for d in data["dumps"])
     assert len(data["groups"]) == 2 and all(set(g) == GROUP_KEYS for g in data["groups"])
     by_kind = {g["kind"]: g for g in data["groups"]}
@@ -138,7 +138,8 @@ def test_ls_reports_a_broken_dump_among_good_ones(tmp_path, cli):
     (bad,) = find_dumps(tmp_path / "bad")
     (bad / "manifest.json").write_text("{")
     r = cli("ls", tmp_path, "--json")
-    assert r.code == 2
+    assert r.code == 0  # listed as a problem; --strict makes it fail
+    assert cli("ls", tmp_path, "--json", "--strict").code == 2
     data = json.loads(r.out)
     assert len(data["dumps"]) == 1 and len(data["problems"]) == 1
     assert "malformed manifest" in data["problems"][0]["error"]

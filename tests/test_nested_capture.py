@@ -99,6 +99,10 @@ def test_ls_shows_the_piece_under_its_graph(piece_dumps, cli):
     data = json.loads(cli("ls", dumps, "--json").out)
     (group,) = [g for g in data["groups"] if g.get("piece")]
     assert Path(group["parent"]) == outer.path
+    (whole,) = [g for g in data["groups"] if g.get("children")]  # and back: the graph names its pieces
+    assert [Path(p) for p in whole["children"]] == [piece.path]
+    rows = {Path(r["path"]): r for r in data["dumps"]}
+    assert rows[outer.path]["children"] == whole["children"] and Path(rows[piece.path]["parent"]).resolve() == outer.path.resolve()
 
 
 def test_show_lists_the_settings_and_the_link(piece_dumps, cli):

@@ -4,7 +4,8 @@ removed when they return.
 A segfault or abort in compiled code ends the process before any ``except`` runs, so the dump
 must already be on disk. For the first ``ARMED_CALLS`` calls of each compiled graph:
 
-1. a dump of kind ``crash`` is written (inputs as they are before the call), quietly;
+1. a dump of kind ``crash`` is written (inputs as they are before the call, values up to
+   ``armed_budget()``, 32 MiB by default; larger ones as statistics, each saying so), quietly;
 2. ``faulthandler`` is pointed at its ``fault.txt`` for the length of the call;
 3. when the call returns or raises, ``faulthandler`` is put back and the dump removed.
 
@@ -40,6 +41,18 @@ if TYPE_CHECKING:
     from graphdbg.graph.snapshot import GraphSnapshot
 
 ARMED_CALLS = 1  # the first call of a graph is where its kernels first run
+# Bytes of input values an armed dump stores: the graph, specs, statistics and the small inputs
+# (indices, lengths, masks) only, so a model whose weights are graph inputs doesn't write them
+# all before its first step. Failures Python sees are dumped after the call with the full budget.
+ARMED_BUDGET = 32 << 20
+
+
+def armed_budget() -> int:
+    """``GRAPHDBG_ARMED_BUDGET_MB`` (MiB), else ARMED_BUDGET."""
+    try:
+        return max(0, int(float(os.environ["GRAPHDBG_ARMED_BUDGET_MB"]) * (1 << 20)))
+    except (KeyError, ValueError):
+        return ARMED_BUDGET
 
 
 def armed_calls() -> int:
@@ -78,10 +91,15 @@ class ArmedCalls:
     def _armed(self, inputs: list[Any]) -> Iterator[Path | None]:
         snap, owner = self.snap, self.owner
 
+        budget = min(owner.budget_bytes, armed_budget())
+
         def write() -> Path:
             return write_dump(owner.dump_dir, snap=snap, inputs=inputs, kind="crash", exc=None, backend=owner.backend_ref,
-                              mode=owner.mode, budget_bytes=owner.budget_bytes, inputs_state="before_call",
-                              manifest_overrides={"failure": {"kind": "crash", "armed": True, "pid": os.getpid()}})
+                              mode=owner.mode, budget_bytes=budget, inputs_state="before_call",
+                              budget_reason=f"a stand-in: over the crash dump's budget ({budget / (1 << 20):g} MiB, "
+                                            "GRAPHDBG_ARMED_BUDGET_MB), statistics only",
+                              manifest_overrides={"failure": {"kind": "crash", "armed": True, "pid": os.getpid(),
+                                                              "armed_budget_bytes": budget}})
 
         path = owner._guarded(write, "arm a crash dump")
         fault = None

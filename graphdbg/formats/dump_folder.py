@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from graphdbg.dump import Contents, Dump
 from graphdbg.errors import DumpError
@@ -19,7 +17,9 @@ from graphdbg.formats import register
 from graphdbg.judge.fatal_signal import FAULT_FILE, resolve_crash
 from graphdbg.store.gate import MAX_TEXT_BYTES, inside, read_inside
 from graphdbg.store.manifest import GRAPH, INPUTS, MANIFEST, MAX_GRAPH_BYTES, find_dumps, read_manifest
-from graphdbg.store.tensor_file import check_tensor_file, read_tensors
+
+if TYPE_CHECKING:
+    import torch
 
 
 class DumpFolder(Contents):
@@ -37,10 +37,15 @@ class DumpFolder(Contents):
         return self._text
 
     def read(self, keys: list[str]) -> dict[str, torch.Tensor]:
+        from graphdbg.store.tensor_file import read_tensors  # torch: not for listing a dump
+
         return read_tensors(self.tensor_file, keys, device="cpu") if keys else {}
 
     def check(self) -> None:
         """The tensor file's size and header, without reading values."""
+        # lazy: ls imports no torch (formats/listing.py)
+        from graphdbg.store.tensor_file import check_tensor_file
+
         check_tensor_file(self.tensor_file)
 
 

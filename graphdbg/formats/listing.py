@@ -19,12 +19,14 @@ Graph files that record no failure take theirs from the run's log beside them (`
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import re
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from graphdbg._version import __version__
 from graphdbg.backends.recipe import shown_backend
@@ -32,10 +34,12 @@ from graphdbg.display import Displayed
 from graphdbg.dump import Dump
 from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.formats import load
-from graphdbg.formats.printed_graph import load_printed_graph, looks_like_printed_graph
+from graphdbg.formats.dump_folder import DumpFolder
+from graphdbg.formats.ls_cache import LsCache
+from graphdbg.formats.printed_file import printed_dump
 from graphdbg.formats.run_log import attach_log, find_logs, read_log
-from graphdbg.formats.torch_repro import detect_format
-from graphdbg.store.gate import open_stream
+from graphdbg.formats.sniff import looks_like_printed_graph, may_be_torch_repro
+from graphdbg.judge.fatal_signal import resolve_crash
 from graphdbg.store.manifest import MANIFEST, find_dumps
 
 _SUMMARY_KEYS = ("id", "nodes", "kind", "backend", "error_type", "message", "signature", "graph_hash", "frame", "compile_id")
@@ -86,26 +90,70 @@ class Listing(Displayed):
             if g.get("format") == "printed_graph":
                 g["graphs"].sort()
                 g["rank_literals"] = _differing_literals(members[key])
-        for key, g in groups.items():  # a piece of a nested compile names the dump of its graph
-            parent = (getattr(members[key][0], "manifest", None) or {}).get("parent") or {}
-            if parent.get("dir"):
-                g["parent"] = str(Path(g["paths"][0]).parent / parent["dir"])
-                g["piece"] = parent.get("piece")
+        for key, g in groups.items():  # a piece of a nested compile names the dump of its graph, and back
+            links = _links(members[key][0])
+            if links.get("parent"):
+                g["parent"] = links["parent"]
+                g["piece"] = links["piece"]
+            if links.get("children"):
+                g["children"] = links["children"]
         odd = _odd_ranks([d for d in self.dumps if d.format == "dump"])  # captured dumps, not foreign files
         for key, g in groups.items():
             if g.get("format") != "printed_graph":
                 g["differs"] = sorted({what for d in members[key] for what in odd.get(d.path, [])})
-        return list(groups.values())
+        # failures first (a stable sort: within each, the listing's order); pieces stay under their graph
+        return sorted(groups.values(), key=lambda g: not is_failure(g["kind"]))
+
+    def select(self, failed: bool = False, kind: str | None = None) -> Listing:
+        """The same listing with only failed dumps (``failed``), or dumps of one failure ``kind``."""
+        keep = [d for d in self.dumps if (not failed or is_failure(d.failure_kind)) and (kind is None or d.failure_kind == kind)]
+        return Listing(self.root, keep, self.problems, self.logs)
+
+    def summary(self, groups: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """``files``, ``groups``, ``failed`` (groups whose dumps record a failure), ``by_kind``
+        (groups per failure kind) and ``unreadable`` (files that could not be read)."""
+        groups = self.groups if groups is None else groups
+        by_kind: dict[str, int] = {}
+        for g in groups:
+            by_kind[g["kind"]] = by_kind.get(g["kind"], 0) + 1
+        return {"files": len(self.dumps), "groups": len(groups), "failed": sum(is_failure(g["kind"]) for g in groups),
+                "by_kind": by_kind, "unreadable": len(self.problems)}
 
     def to_json(self) -> dict[str, Any]:
+
+        groups = self.groups
         return {
             "graphdbg": __version__,
             "root": str(self.root),
             "dumps": [summary_row(d) for d in self.dumps],
-            "groups": self.groups,
+            "groups": groups,
+            "summary": self.summary(groups),
             "problems": self.problems,
             **({"logs": self.logs} if self.logs else {}),
         }
+
+
+NOT_FAILURES = frozenset({"captured", "foreign", "pass"})  # kinds that record a graph, not a failure
+
+
+def is_failure(kind: str | None) -> bool:
+    return kind is not None and kind not in NOT_FAILURES
+
+
+def _links(d: Dump) -> dict[str, Any]:
+    """A captured dump's place in a nested compile: ``parent`` (the dump of the graph it is a
+    piece of) and ``piece``, and ``children`` (its pieces' dumps), as paths."""
+
+    m = getattr(d, "manifest", None) or {}
+    out: dict[str, Any] = {}
+    parent = m.get("parent") if isinstance(m.get("parent"), dict) else {}
+    if parent.get("dir"):
+        out["parent"] = str(Path(d.path).parent / parent["dir"])
+        out["piece"] = parent.get("piece")
+    children = [c for c in m.get("children") or [] if isinstance(c, dict) and c.get("dir")]
+    if children:
+        out["children"] = [os.path.normpath(Path(d.path).parent / c["dir"]) for c in children]
+    return out
 
 
 def summary_row(d: Dump) -> dict[str, Any]:
@@ -122,6 +170,8 @@ def summary_row(d: Dump) -> dict[str, Any]:
         where = f"{origin['function']} ({Path(origin['file']).name}:{origin['line']})" if origin.get("function") else None
         row.update(frame=where, compile_id=origin.get("compile_id"),
                    module=module_prefix((d.manifest.get("graph") or {}).get("node_info") or {}))
+        links = _links(d)
+        row.update(parent=links.get("parent"), piece=links.get("piece"), children=links.get("children", []))
         return row
     failure = d.manifest.get("failure") or {}
     log = failure.get("log") if failure.get("source") == "log" else None
@@ -140,6 +190,7 @@ def _input_specs(d: Dump) -> tuple:
 def _odd_ranks(dumps: list[Dump]) -> dict[Path, list[str]]:
     """For each graph of a world (same g<N> on every rank), what of a rank's dump differs from
     what most ranks have: "graph" (hash), "inputs" (specs) or "error" (signature)."""
+
     worlds: dict[str, list[Dump]] = {}
     for d in dumps:
         if d.world_size > 1:
@@ -167,7 +218,11 @@ def _differing_literals(dumps: list[Dump]) -> list[list[Any]]:
     return [list(values) for values in zip(*lists) if len(set(values)) > 1]
 
 
-def list_dumps(path: str | Path, log: str | Path | None = None) -> Listing:
+Progress = Callable[[int, int], None]  # (files read, files to read)
+
+
+def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Progress | None = None,
+               cache: bool = True, workers: int | None = None) -> Listing:
     """Every dump and printed graph file under ``path`` (or ``path`` itself), read and grouped.
 
     A file that can't be read is a ``problems`` entry (one line, with file and line), not an
@@ -175,6 +230,12 @@ def list_dumps(path: str | Path, log: str | Path | None = None) -> Listing:
     after a green run has nothing to list), a file that is neither a DumpError. Graph files
     with no recorded failure take it from ``log``, or from the logs found beside them; a
     ``log`` that can't be read is a GraphdbgError, a found one a ``logs`` entry with its error.
+
+    Printed graphs are read for their manifest only (the parsed graph is dropped; ``show`` and
+    ``replay`` parse again), in ``workers`` processes when there are many (default: the
+    machine's cores), and their manifests are kept in ``ls_cache`` (``cache=False``: not), so a
+    second listing of the same files parses none. ``progress(done, total)`` is called as files
+    are read.
     """
     root = Path(path)
     if not root.exists():
@@ -185,28 +246,122 @@ def list_dumps(path: str | Path, log: str | Path | None = None) -> Listing:
     repros = torch_repro_files(root)  # PyTorch's minifier repro.py, Inductor's fx_graph_runnable.py
     if not folders and not files and not repros and not root.is_dir():
         raise DumpError(f"{root}: no graphdbg dumps here")
-    for folder in folders:
-        try:
-            listing.dumps.append(load(folder))
-        except DumpError as e:
-            listing.problems.append({"path": str(folder), "error": str(e)})
+    total = len(folders) + len(files) + len(repros)
+    done = 0
+
+    def step() -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total)
+
+    for folder, dump, error in read_dump_folders(folders, cache=cache):
+        if dump is not None:
+            listing.dumps.append(dump)
+        else:
+            listing.problems.append({"path": str(folder), "error": error})
+        step()
     dumps = listing.dumps
     foreign = []
-    for file in files:
-        try:
-            foreign.append(load_printed_graph(file))
-        except GraphdbgError as e:
-            listing.problems.append({"path": str(file), "error": str(e)})
+    for file, dump, error in read_printed_graphs(files, cache=cache, workers=workers):
+        if dump is not None:
+            foreign.append(dump)
+        else:
+            listing.problems.append({"path": str(file), "error": error})
+        step()
     for file in repros:
         try:
             foreign.append(load(file))
         except GraphdbgError as e:
             listing.problems.append({"path": str(file), "error": str(e)})
+        step()
     dumps.sort(key=lambda d: (natural_key(d.id), d.rank))  # g2 before g10
     foreign.sort(key=lambda d: (d.model or "", d.graph_number if d.graph_number is not None else -1, d.id.rstrip("0123456789"), d.rank, d.id))
     listing.dumps = dumps + foreign
     listing.logs = apply_logs(listing.dumps, root, log)
     return listing
+
+
+def read_dump_folders(folders: list[Path], *, cache: bool = True) -> Iterator[tuple[Path, Dump | None, str | None]]:
+    """``(folder, dump, None)`` or ``(folder, None, error)`` per dump folder, in order. A folder
+    whose files are as they were when it was last listed is not validated again (its manifest
+    comes from ``ls_cache``), and then torch is not imported."""
+
+    store = LsCache.open(graphs=False) if cache else None
+    try:
+        for folder in folders:
+            hit = store.get(folder) if store is not None else None
+            if hit is not None and hit[0] is not None:
+                manifest = hit[0]
+                resolve_crash(folder, manifest)  # fault.txt is read every time: a crash may come later
+                yield folder, Dump(folder, manifest, DumpFolder(folder, manifest)), None
+                continue
+            try:
+                dump = load(folder)
+            except DumpError as e:  # not cached: the user may be fixing it
+                yield folder, None, str(e)
+                continue
+            if store is not None and dump.failure_kind != "crash":  # an armed dump may still become a crash
+                store.put(folder, dump.manifest, None)
+            yield folder, dump, None
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _printed_manifest(path: Path) -> tuple[Path, dict[str, Any] | None, str | None]:
+    """One printed graph file's manifest, or the one line saying why it can't be read (in a
+    worker process: only the manifest travels back, never the parsed graph)."""
+    # lazy: ls imports no torch (formats/listing.py)
+    from graphdbg.formats.printed_graph import load_printed_graph
+
+    try:
+        return path, load_printed_graph(path).manifest, None
+    except GraphdbgError as e:
+        return path, None, str(e)
+
+
+_PARALLEL_FROM = 48  # files to parse before worker processes pay for their start
+
+
+def read_printed_graphs(files: list[Path], *, cache: bool = True,
+                        workers: int | None = None) -> Iterator[tuple[Path, Dump | None, str | None]]:
+    """``(file, dump, None)`` or ``(file, None, error)`` for each file, in order, as they are read."""
+    if not files:
+        return  # nothing to parse: don't import torch for the readers
+
+    store = LsCache.open() if cache else None
+    known: dict[Path, tuple[dict[str, Any] | None, str | None]] = {}
+    if store is not None:
+        for f in files:
+            hit = store.get(f)
+            if hit is not None:
+                known[f] = hit
+    todo = [f for f in files if f not in known]
+    fresh = _parse_all(todo, workers)
+    try:
+        for f in files:
+            if f in known:
+                manifest, error = known.pop(f)
+            else:
+                _, manifest, error = next(fresh)
+                if store is not None:
+                    store.put(f, manifest, error)
+            yield f, (printed_dump(f, manifest) if manifest is not None else None), error
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _parse_all(files: list[Path], workers: int | None) -> Iterator[tuple[Path, dict[str, Any] | None, str | None]]:
+    n = workers if workers is not None else (os.cpu_count() or 1)
+    if n <= 1 or len(files) < _PARALLEL_FROM:
+        yield from map(_printed_manifest, files)
+        return
+
+    # fork: the workers inherit torch, the allow-list and the user's --ops modules already loaded
+    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork")) as pool:
+        yield from pool.map(_printed_manifest, files, chunksize=max(1, min(16, len(files) // (4 * n))))
 
 
 def module_prefix(node_info: dict[str, dict[str, Any]]) -> str | None:
@@ -225,6 +380,7 @@ def module_prefix(node_info: dict[str, dict[str, Any]]) -> str | None:
 
 def natural_key(text: str) -> list[Any]:
     """Sort key with the numbers in ``text`` compared as numbers: g2-... before g10-..."""
+
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
@@ -234,6 +390,7 @@ def apply_logs(dumps: list[Dump], root: Path, log: str | Path | None = None) -> 
     With ``log``, that log serves every dump. Otherwise each dump's folder, then its parents up
     to ``root``, are searched for ``log.txt`` / ``*.log``; the nearest folder with one wins.
     """
+
     # captured dumps speak for themselves, even those of mode="always" that record no failure
     bare = [d for d in dumps if d.format != "dump" and not (d.manifest.get("failure") or {}).get("signature")]
     if not bare and log is None:
@@ -275,6 +432,10 @@ def load_with_log(path: str | Path, log: str | Path | None = None) -> Dump:
     The log is ``log`` or one found beside the file; which graph a failure belongs to is
     decided among the printed graphs in the file's folder, as ``graphdbg ls`` would.
     """
+    # lazy: ls imports no torch (formats/listing.py)
+    from graphdbg.formats.printed_graph import load_printed_graph
+    from graphdbg.formats.run_log import find_logs, read_log
+
     dump = load(path)
     if dump.format == "dump" or (dump.manifest.get("failure") or {}).get("signature"):
         return dump
@@ -323,13 +484,14 @@ def _python_files(root: Path) -> Iterator[Path]:
 def torch_repro_files(root: Path) -> list[Path]:
     """PyTorch's own runnable repros under ``root`` (or ``root`` itself): the minifier's
     ``repro.py``, Inductor's ``fx_graph_runnable.py`` from ``TORCH_COMPILE_DEBUG=1``."""
+
     def maybe(path: Path) -> bool:
-        try:
-            with open_stream(path, follow=False) as f:
-                head = f.read(1 << 18)
-        except (OSError, GraphdbgError):
+        if not may_be_torch_repro(path):
             return False
-        return b"def load_args(" in head and b"class Repro(" in head and detect_format(path) is not None
+        # lazy: ls imports no torch (formats/listing.py)
+        from graphdbg.formats.torch_repro import detect_format
+
+        return detect_format(path) is not None
 
     if root.is_file() and (root.suffix != ".py" or looks_like_printed_graph(root)):
         return []
@@ -338,4 +500,5 @@ def torch_repro_files(root: Path) -> list[Path]:
 
 def printed_graph_files(root: Path) -> list[Path]:
     """Printed graph files under ``root`` (or ``root`` itself), skipping dump folders' graph.py."""
+
     return [p for p in _python_files(root) if looks_like_printed_graph(p)]

@@ -20,7 +20,6 @@ The file is parsed (``printed_graph``), never executed.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import re
@@ -31,42 +30,24 @@ import torch
 import torch.fx as fx
 
 from graphdbg.dump import Contents, Dump
-from graphdbg.errors import GraphdbgError, GraphSourceError
+from graphdbg.errors import GraphSourceError
 from graphdbg.formats import manifest_for, register
+from graphdbg.formats.printed_file import PrintedFile, _world_size, printed_dump  # noqa: F401 (re-exported)
+from graphdbg.formats.sniff import looks_like_printed_graph
 from graphdbg.graph.hashing import target_name
 from graphdbg.graph.parser import readable_source
 from graphdbg.rebuild.inputs import SEED_ENV
 from graphdbg.rebuild.stand_ins import construct_of, constructs
 from graphdbg.rebuild.synthesize import plan_inputs
-from graphdbg.store.gate import open_stream, read_regular
-from graphdbg.store.specs import SymSpec, TensorSpec, parse_annotation
+from graphdbg.store.gate import read_regular
+from graphdbg.store.specs import SymSpec, TensorSpec
 
 __all__ = ["load_printed_graph", "looks_like_printed_graph", "SEED_ENV"]
 
 FORMAT = "printed_graph"
 FAILURE_KIND = "printed_graph"
 _HEADER = re.compile(r"#\s*Rank:\s*(\d+),\s*Graph\s*(\d+)")
-_RANK_FILE = re.compile(r"rank(\d+)_\d+\.py$")
 MAX_BYTES = 64 << 20  # a printed graph of a real model is well under a MB; anything huge is not one
-
-
-def looks_like_printed_graph(path: Path) -> bool:
-    """A cheap check for listing folders: a ``.py`` file whose first code line is a
-    ``class ...(torch.nn.Module):``, as ``print_readable()`` writes it (comments may come first).
-    A module with imports or a docstring first (a program, a minifier repro) is not one."""
-    if path.suffix != ".py" or not path.is_file():
-        return False
-    try:
-        with open_stream(path) as f:
-            head = f.read(4096)
-    except (OSError, GraphdbgError):
-        return False
-    for raw in head.splitlines():
-        line = raw.strip()
-        if not line or line.startswith(b"#"):
-            continue
-        return line.startswith(b"class ") and b"(torch.nn.Module)" in line
-    return False
 
 
 def load_printed_graph(path: str | Path) -> Dump:
@@ -87,7 +68,7 @@ def load_printed_graph(path: str | Path) -> Dump:
         raise GraphSourceError(f"cannot read ({e.strerror})", file=str(path)) from None
     contents = Contents(path, text=source)
     pg = contents.graph()  # parse now: a bad file fails at load, with its line, not later inside a replay
-    _check_annotations(source, str(path))
+    _check_annotations(pg, str(path))
     return Dump(path, printed_graph_manifest(path, pg), contents)
 
 
@@ -119,16 +100,15 @@ def printed_graph_manifest(path: Path, pg: Any) -> dict[str, Any]:
 
 # Reading facts out of the graph -----------------------------------------------------------
 
-def _check_annotations(source: str, filename: str) -> None:
+def _check_annotations(pg: Any, filename: str) -> None:
     """Every string annotation must read as a spec: inputs and stand-ins are made from them,
-    so one that doesn't (``"bf16[1, 2048"``) is an error at its line, not a silent None."""
-    bad = [node.annotation for node in ast.walk(ast.parse(source, filename=filename))
-           if isinstance(node, (ast.arg, ast.AnnAssign)) and isinstance(node.annotation, ast.Constant)
-           and isinstance(node.annotation.value, str) and parse_annotation(node.annotation.value) is None]
+    so one that doesn't (``"bf16[1, 2048"``) is an error at its line, not a silent None. The
+    parser marked them (``graphdbg_bad_annotation``); the file is not parsed a second time."""
+    bad = [node.meta["graphdbg_bad_annotation"] for graph in pg.graphs() for node in graph.nodes
+           if "graphdbg_bad_annotation" in node.meta]
     if bad:
-        first = min(bad, key=lambda a: a.lineno)
-        raise GraphSourceError(f"cannot read the annotation {first.value!r}", file=filename, line=first.lineno)
-
+        text, line = min(bad, key=lambda b: b[1])
+        raise GraphSourceError(f"cannot read the annotation {text!r}", file=filename, line=line)
 
 
 def _values(node: fx.Node) -> list[Any]:
@@ -190,15 +170,6 @@ def _descriptor(node: fx.Node, device: str | None) -> dict[str, Any]:
     if isinstance(spec, SymSpec):
         return {"kind": spec.kind, "name": node.name, "node": node.name, "expr": spec.expr, "hint": spec.hint}
     return {"kind": "none", "name": node.name, "node": node.name}
-
-
-def _world_size(path: Path, rank: int) -> int:
-    # Printed files don't say; the rank files next to this one do (rank0_*.py ... rank7_*.py).
-    try:
-        ranks = {int(m[1]) for p in path.parent.iterdir() if (m := _RANK_FILE.match(p.name))}
-    except OSError:
-        ranks = set()
-    return max([rank, *ranks]) + 1
 
 
 def _masked_structure(pg: Any) -> tuple[str, list[Any]]:

@@ -35,6 +35,7 @@ import operator
 import os
 import re
 import string
+import sys
 import types
 import weakref
 from typing import Any, Iterable
@@ -197,18 +198,54 @@ def allow_target(obj: Any) -> Any:
     return obj
 
 
-def _walk(path: str) -> Any:
+_NOT_LOADED = object()  # _walk's answer for a name in a module nobody has imported yet
+
+
+def _walk(path: str, load: bool = True) -> Any:
+    """The object ``path`` names under torch; None if it doesn't exist. With ``load=False`` a
+    name inside a module not imported yet is ``_NOT_LOADED`` instead: building the allow-list
+    must not import ``torch._dynamo`` (2 s) for a command that only reads graphs."""
+
     parts = path.split(".")
     obj: Any = torch
     for i, part in enumerate(parts[1:], start=2):
+        here = ".".join(parts[:i])
+        if isinstance(obj, types.ModuleType) and part not in vars(obj):
+            if here in sys.modules:
+                obj = sys.modules[here]
+                continue
+            if not load and "__getattr__" in vars(obj):  # torch's __getattr__ imports submodules: don't ask
+                return _NOT_LOADED
         nxt = getattr(obj, part, None)
         if nxt is None:
             try:
-                nxt = importlib.import_module(".".join(parts[:i]))
+                nxt = importlib.import_module(here)
             except Exception:
                 return None
         obj = nxt
     return obj
+
+
+# Named functions whose module wasn't imported when the allow-list was built; checked by
+# identity once their module is imported (a graph that names one imports it when parsed).
+_DEFERRED: list[str] = []
+
+
+def _deferred_allowed(obj: Any) -> bool:
+
+    for path in list(_DEFERRED):
+        if path.rsplit(".", 1)[0] not in sys.modules:
+            continue
+        found = _walk(path, load=False)
+        if found is _NOT_LOADED:
+            continue
+        _DEFERRED.remove(path)
+        if found is not None:
+            _KEEP.append(found)
+            _EXTRA_IDS.add(id(found))
+            if found is obj:
+                return True
+    return False
 
 
 @functools.lru_cache(maxsize=1)
@@ -234,8 +271,10 @@ def _allowed_ids() -> frozenset[int]:
                     or where == "torch":
                 objs.append(obj)
     for path in NAMED_FUNCTIONS:
-        obj = _walk(path)
-        if obj is not None:
+        obj = _walk(path, load=False)
+        if obj is _NOT_LOADED:
+            _DEFERRED.append(path)
+        elif obj is not None:
             objs.append(obj)
     objs += [getattr(math, n) for n in dir(math) if callable(getattr(math, n)) and not n.startswith("_")]
     objs += [getattr(operator, n) for n in dir(operator)
@@ -362,7 +401,7 @@ def refusal(obj: Any) -> str | None:
             return None
     except TypeError:
         pass
-    if _is_graphdbg_stand_in(obj) or _in_registered_namespace(obj):
+    if _is_graphdbg_stand_in(obj) or _in_registered_namespace(obj) or (_DEFERRED and _deferred_allowed(obj)):
         return None
     if isinstance(obj, types.ModuleType):
         return "a module is not a graph operation"

@@ -58,6 +58,7 @@ from graphdbg.graph.allow_list import (
     refusal,
 )
 from graphdbg.graph.hashing import graph_hash
+from graphdbg.graph.source_text import readable_source  # noqa: F401 (where it always was)
 from graphdbg.store.specs import TensorSpec, parse_annotation
 
 __all__ = ["AttrConstruction", "PrintedGraph", "parse_module_class", "parse_printed_graph", "resolve_target", "mangled_name"]
@@ -384,22 +385,6 @@ def parse_printed_graph(
     """
     check_source_size(source, filename)
     return _Reader(source, filename, resolve).read()
-
-
-_ANGLED_CLASS = re.compile(r"^(\s*class\s+)<(\w+)>(\s*\()", re.M)
-_SGR = re.compile(r"\x1b\[[0-9;]*m")  # terminal colours (ANSI select-graphic-rendition), nothing else
-
-
-def readable_source(source: str) -> str:
-    """``print_readable()`` output as Python can parse it, line for line: terminal colours
-    (``colored=True``, a log copied from a terminal) dropped, and the class of a GraphModule
-    made from a lambda (Inductor's ``fx_graph_readable.py``: ``class <lambda>(torch.nn.Module):``)
-    given a name (``_lambda_``)."""
-    if "\x1b" in source:
-        source = _SGR.sub("", source)
-    if "class <" in source:
-        source = _ANGLED_CLASS.sub(r"\1_\2_\3", source)
-    return source
 
 
 MAX_SOURCE_LINES = 200_000  # about a minute of parsing (~0.2 ms a node); the corpus graphs are under 1,000 lines
@@ -746,6 +731,8 @@ class _ForwardReader:
     def _set_meta(self, node: fx.Node, annotation: ast.expr | None) -> None:
         text = annotation.value if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str) else None
         node.meta["graphdbg_spec"] = parse_annotation(text) if text else None
+        if text and node.meta["graphdbg_spec"] is None:  # readers refuse it with its line (no second parse)
+            node.meta["graphdbg_bad_annotation"] = (text, getattr(annotation, "lineno", None) or self.lineno)
         node.meta["graphdbg_lineno"] = self.lineno
         if self.source is not None:
             node.meta["graphdbg_source"] = dict(self.source)

@@ -36,7 +36,8 @@ from graphdbg.minify.repro import write_repro
 from graphdbg.minify.shrink_passes import ShrinkPass, Step, default_passes
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.run import run_case
-from graphdbg.store.manifest import read_manifest, write_manifest
+from graphdbg.store.gate import read_inside, write_file
+from graphdbg.store.manifest import GRAPH, MAX_GRAPH_BYTES, read_manifest, write_manifest
 from graphdbg.store.specs import SymSpec
 
 # Budget defaults: on a 2-core machine a candidate costs 0.1 s (eager) to 10 s (Inductor's C++),
@@ -301,13 +302,12 @@ def keep_symbolic_sizes(case: Case, folder: Path, manifest: dict[str, Any]) -> N
             d.update(kind="symint", expr=spec.expr, hint=d.pop("value"))
         elif spec is not None and d.get("kind") == "tensor":
             d["symbolic_shape"], d["symbolic_stride"] = list(spec.shape), (list(spec.stride) if spec.stride else None)
-    graph = folder / "graph.py"
-    lines = graph.read_text().splitlines(keepends=True)
+    lines = str(read_inside(folder, GRAPH, max_bytes=MAX_GRAPH_BYTES, text=True)).splitlines(keepends=True)
     for i, line in enumerate(lines):
         if line.lstrip().startswith("def forward(self"):
             lines[i] = _annotated_signature(line, symbolic)
             break
-    graph.write_text("".join(lines))
+    write_file(folder / GRAPH, "".join(lines), create_parent=False)
 
 
 def _annotated_signature(line: str, specs: dict[str, Any]) -> str:

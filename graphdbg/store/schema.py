@@ -25,10 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.functional_validators import PlainValidator
 from pydantic.json_schema import WithJsonSchema
 
-from graphdbg.errors import DumpError
-from graphdbg.store.specs import (
+from graphdbg.errors import DumpError, GraphdbgError
+from graphdbg.store.sizes import (
     MAX_NUMEL,  # elements of one tensor: 64 Gi elements is past any one device's memory
-    GraphdbgError,
     check_numel,
     eval_dim,
 )

@@ -44,6 +44,7 @@ def write_dump(
     mismatches: list | None = None,
     manifest_overrides: dict[str, Any] | None = None,
     redact: bool = False,
+    budget_reason: str = "over the size budget",
 ) -> Path:
     dist = {**distributed_info(), "collectives": snap.collectives}
     dump_id = f"g{snap.seq}-{kind}-{snap.graph_hash[:8]}"
@@ -52,7 +53,7 @@ def write_dump(
     tmp = rank_dir / f".tmp-{dump_id}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
-        input_descs, tensors, stored_bytes = _describe_inputs(snap, inputs, budget_bytes)
+        input_descs, tensors, stored_bytes = _describe_inputs(snap, inputs, budget_bytes, budget_reason)
         attr_descs, stored_bytes = _describe_attrs(snap, tensors, stored_bytes, budget_bytes)
         write_tensors(tmp / INPUTS, tensors, metadata={"graphdbg.dump": dump_id})
 
@@ -158,7 +159,8 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def _describe_inputs(snap: GraphSnapshot, inputs: list[Any], budget: int) -> tuple[list[dict], dict[str, torch.Tensor], int]:
+def _describe_inputs(snap: GraphSnapshot, inputs: list[Any], budget: int,
+                     budget_reason: str = "over the size budget") -> tuple[list[dict], dict[str, torch.Tensor], int]:
     """One descriptor per placeholder; tensor values stored smallest first until the budget.
 
     Smallest first because the small inputs (indices, lengths, masks) are the ones a
@@ -197,7 +199,7 @@ def _describe_inputs(snap: GraphSnapshot, inputs: list[Any], budget: int) -> tup
             d["stats"] = _stats_or_none(t)
         elif stored + _nbytes(t) > budget:
             d["stored"] = None
-            d["reason"] = "over the size budget"
+            d["reason"] = budget_reason
             d["stats"] = tensor_stats(t)
         else:
             key = f"input/{d['node']}"

@@ -164,27 +164,38 @@ def capture(
 
 @app.command("ls")
 def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps or printed graphs.")], as_json: JsonFlag = False,
-       ops: OpsOpt = None, log: LogOpt = None) -> None:
-    """List dumps under PATH; identical failures on several ranks are one row."""
+       ops: OpsOpt = None, log: LogOpt = None,
+       failed: Annotated[bool, typer.Option("--failed", help="Only dumps that record a failure.")] = False,
+       kind: Annotated[Optional[str], typer.Option("--kind", help="Only dumps of this failure kind (compile_error, accuracy, ...).")] = None,
+       strict: Annotated[bool, typer.Option("--strict", help="Exit 2 when a file can't be read (for CI).")] = False,
+       no_cache: Annotated[bool, typer.Option("--no-cache", help="Read every file again (the cache is $GRAPHDBG_CACHE_DIR or ~/.cache/graphdbg).")] = False) -> None:
+    """List dumps under PATH, failures first; identical failures on several ranks are one row.
+
+    Files that can't be read are listed as problems (exit 0; --strict: exit 2)."""
     from graphdbg.formats.listing import list_dumps
-    from graphdbg.ui.render import ListingView
+    from graphdbg.ui.render import ListingProgress, ListingView
 
     _inputs_setup(ops)
-
-    listing = list_dumps(path, log=log)
+    progress = ListingProgress(_err_console())
+    try:
+        listing = list_dumps(path, log=log, progress=None if as_json else progress, cache=not no_cache).select(failed, kind)
+    finally:
+        progress.close()
     if not listing.dumps and not listing.problems and not as_json:
-        console.print(f"no dumps under {listing.root}", highlight=False, soft_wrap=True)
+        console.print(f"no dumps under {listing.root}" + (" (none match the filter)" if failed or kind else ""),
+                      highlight=False, soft_wrap=True)
     elif as_json:
         _print_json(listing.to_json())
     else:
-        console.print(ListingView(listing.groups, str(listing.root)), crop=False)
+        console.print(ListingView(listing.groups, str(listing.root), len(listing.problems)), crop=False,
+                      soft_wrap=not console.is_terminal)  # piped: whole lines, for grep
         if listing.logs:
             from graphdbg.ui.render import log_notes
 
-            console.print(log_notes(listing.logs, str(listing.root)))
+            console.print(log_notes(listing.logs, str(listing.root)), soft_wrap=not console.is_terminal)
     for p in listing.problems:
-        Console(stderr=True).print(f"graphdbg: skipped {p['error']}", highlight=False, soft_wrap=True)
-    if listing.problems:
+        _note(f"graphdbg: unreadable: {p['error']}")
+    if listing.problems and strict:
         raise typer.Exit(2)
 
 

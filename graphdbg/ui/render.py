@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
 from rich.markup import escape
-from rich.padding import Padding
 from rich.panel import Panel
 from rich.segment import Segment
 from rich.table import Table
@@ -16,6 +16,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from graphdbg.backends.recipe import shown_backend
+from graphdbg.formats.listing import is_failure
 from graphdbg.tables import failing_node_names
 
 if TYPE_CHECKING:
@@ -118,21 +119,80 @@ class ListingView:
     """``ls`` as a table on a wide terminal, else as a list with each path whole on its own line
     (pipes, CI logs, narrow terminals): a path is never folded, so it can be copied."""
 
-    def __init__(self, groups: list[dict[str, Any]], root: str | None = None):
-        self.groups, self.root = groups, root
+    def __init__(self, groups: list[dict[str, Any]], root: str | None = None, unreadable: int = 0):
+        self.groups, self.root, self.unreadable = groups, root, unreadable
 
     def __rich_console__(self, console: Any, options: Any) -> Any:
         longest = max((len(p) for g in self.groups for p in _group_paths(g, self.root)), default=0)
         if console.is_terminal and options.max_width >= longest + 100:
+            yield Text(listing_summary(self.groups, self.unreadable), style="bold")
             yield listing_table(self.groups, self.root)
         else:
-            yield listing_list(self.groups, self.root)
+            yield listing_list(self.groups, self.root, self.unreadable)
 
 
-def listing_list(groups: list[dict[str, Any]], root: str | None = None) -> Group:
+def plural(n: int, word: str) -> str:
+    """``1 file``, ``2 files``."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def listing_summary(groups: list[dict[str, Any]], unreadable: int = 0) -> str:
+    """``ls``'s answer in one line: files, groups, failures by kind, unreadable files."""
+
+    files = sum(len(g["paths"]) for g in groups)
+    kinds: dict[str, int] = {}
+    for g in groups:
+        if is_failure(g["kind"]):
+            kinds[g["kind"]] = kinds.get(g["kind"], 0) + 1
+    failed = sum(kinds.values())
+    text = f"{plural(files, 'file')} in {plural(len(groups), 'group')}: "
+    text += (f"{failed} failing (" + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])) + ")"
+             if failed else "no failures")
+    if unreadable:
+        text += f"; {unreadable} unreadable"
+    return text
+
+
+class ListingProgress:
+    """``ls``'s progress: a bar on a terminal, a plain line every few seconds when piped; nothing
+    for a folder read in under a second."""
+
+    def __init__(self, console: Any, every_s: float = 5.0):
+
+        self.console, self.every_s, self.clock = console, every_s, time.monotonic
+        self.started = self.last = self.clock()
+        self.bar: Any = None
+        self.task: Any = None
+        self.lines = 0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = self.clock()
+        if now - self.started < 1.0 and self.bar is None:
+            return
+        if self.console.is_terminal:
+            if self.bar is None:
+                # lazy: ls imports no torch (formats/listing.py)
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+                self.bar = Progress(TextColumn("reading"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                                    console=self.console, transient=True)
+                self.bar.start()
+                self.task = self.bar.add_task("ls", total=total)
+            self.bar.update(self.task, completed=done, total=total)
+        elif now - self.last >= self.every_s or (done == total and self.lines):
+            self.console.print(f"ls: read {done}/{total} files", highlight=False, soft_wrap=True, markup=False)
+            self.last, self.lines = now, self.lines + 1
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+
+def listing_list(groups: list[dict[str, Any]], root: str | None = None, unreadable: int = 0) -> Group:
     """One block per group: its path whole on one line, then what failed, where, and what it needs."""
     head = Text(f"graphdbg dumps under {root}" if root else "graphdbg dumps", style="bold")
-    head.append(f": {len(groups)} group{'s' if len(groups) != 1 else ''}, {sum(len(g['paths']) for g in groups)} files", style="")
+    head.append(": " + listing_summary(groups, unreadable), style="")
     parts: list[Any] = [head]
 
     tree = _as_tree(groups)
@@ -156,14 +216,14 @@ def listing_list(groups: list[dict[str, Any]], root: str | None = None) -> Group
         parts.append(facts)
         where = [x for x in (g.get("frames") or [])[:1] + [", ".join(m for m in g.get("modules") or [] if m)] if x]
         for line in where:  # frame, compile id and the blocks a collapsed group stands for (capture/origin.py)
-            parts.append(Padding(Text(line, style="dim"), (0, 0, 0, 2)))
+            parts.append(Text("  " + line, style="dim"))  # indented by text, not Padding: no trailing blanks when piped
         error = ": ".join(x for x in (g["error_type"], g["message"]) if x)
         if error:
-            parts.append(Padding(Text(error), (0, 0, 0, 2)))
+            parts.append(Text("  " + error))
         if g.get("constructs"):
-            parts.append(Padding(Text("needs stand-ins: " + stand_ins_text(g["constructs"]), style="yellow"), (0, 0, 0, 2)))
+            parts.append(Text("  needs stand-ins: " + stand_ins_text(g["constructs"]), style="yellow"))
         if g.get("differs"):
-            parts.append(Padding(Text("differs from the other ranks: " + ", ".join(g["differs"]), style="bold red"), (0, 0, 0, 2)))
+            parts.append(Text("  differs from the other ranks: " + ", ".join(g["differs"]), style="bold red"))
         for more in paths[1:3]:
             parts.append(_path_text("  also " + more, style="dim"))
         if len(paths) > 3:

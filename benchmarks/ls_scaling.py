@@ -1,0 +1,107 @@
+"""Does `graphdbg ls` scale like parsing the files? (issue 26)
+
+    python benchmarks/ls_scaling.py [CORPUS] [--times 1 2 4 8] [--dumps 100] [--json]
+
+For a folder of printed graphs copied 1x, 2x, 4x, 8x (default: ../shared/corpus, 152 files),
+runs `graphdbg ls --json` in a fresh process with an empty cache, then again (from the cache),
+and a bare `python` that `ast.parse`s the same files: the anchor, the least any reader of those
+files pays. Prints CPU seconds (the process and its worker processes), wall seconds and peak
+memory (the largest process), and the ratios. Then `ls` of DUMPS dump folders (first run and
+cached), in wall seconds: the target is 0.5 s for 100.
+Targets (issue 26): first run <= 2x the anchor's CPU, cached run <= 0.2x, memory flat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT = ROOT.parent / "shared" / "corpus"
+ANCHOR = "import ast, pathlib, sys\nfor p in sorted(pathlib.Path(sys.argv[1]).rglob('*.py')): ast.parse(p.read_text())\n"
+
+
+_WRAP = ("import resource, subprocess, sys, json\n"
+         "p = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)\n"
+         "u = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+         "print(json.dumps([p.returncode, u.ru_utime + u.ru_stime, u.ru_maxrss, p.stderr[-2000:]]))\n")
+
+
+def measured(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
+    """CPU seconds of ``cmd`` and its children, wall seconds, and the peak memory of its largest
+    process (measured in a fresh wrapper so that earlier runs don't count)."""
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", _WRAP, *cmd], env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    code, cpu, rss_kib, err = json.loads(proc.stdout)
+    if code != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({code}): {err}")
+    return {"cpu_s": cpu, "wall_s": wall, "peak_mib": rss_kib / 1024}
+
+
+def copies(src: Path, dst: Path, n: int) -> Path:
+    folder = dst / f"x{n}"
+    for i in range(n):
+        shutil.copytree(src, folder / f"copy{i}")
+    old = time.time() - 60  # files written in the last seconds are not cached (ls_cache's racy rule)
+    for p in folder.rglob("*"):
+        os.utime(p, (old, old))
+    return folder
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("corpus", nargs="?", type=Path, default=DEFAULT)
+    parser.add_argument("--times", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--dumps", type=int, default=100)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if not args.corpus.exists():
+        print(f"{args.corpus}: not found", file=sys.stderr)
+        return 2
+    rows, out = [], {}
+    with tempfile.TemporaryDirectory(prefix="graphdbg-ls-bench-") as tmp:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "GRAPHDBG_CACHE_DIR": str(Path(tmp) / "cache")}
+        ls = [sys.executable, "-m", "graphdbg.ui.cli", "ls", "--json"]
+        for n in args.times:
+            folder = copies(args.corpus, Path(tmp), n)
+            files = sum(1 for _ in folder.rglob("*.py"))
+            anchor = measured([sys.executable, "-c", ANCHOR, str(folder)], env)
+            first = measured([*ls, str(folder)], env)
+            again = measured([*ls, str(folder)], env)
+            rows.append({"times": n, "files": files, "anchor": anchor, "first": first, "cached": again,
+                         "first_ratio": first["cpu_s"] / anchor["cpu_s"], "cached_ratio": again["cpu_s"] / anchor["cpu_s"]})
+        out["ls"] = rows
+        dumps = Path(tmp) / "dumps"
+        src = next((ROOT / "fixtures" / "block_runtime_error").glob("rank*/*"))
+        for i in range(args.dumps):
+            shutil.copytree(src, dumps / f"run{i}" / "rank0" / src.name)
+        old = time.time() - 60
+        for p in dumps.rglob("*"):
+            os.utime(p, (old, old))
+        out["dump_folders"] = {"dumps": args.dumps, "first": measured([*ls, str(dumps)], env),
+                               "cached": measured([*ls, str(dumps)], env)}
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    print("| copies | files | ast.parse CPU s | ls first CPU s (wall, peak MiB) | ratio | ls cached CPU s | ratio |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(f"| {r['times']}x | {r['files']} | {r['anchor']['cpu_s']:.2f} | {r['first']['cpu_s']:.2f} "
+              f"({r['first']['wall_s']:.1f} s, {r['first']['peak_mib']:.0f}) | {r['first_ratio']:.2f} | "
+              f"{r['cached']['cpu_s']:.2f} | {r['cached_ratio']:.2f} |")
+    d = out["dump_folders"]
+    print(f"ls of {d['dumps']} dump folders: first {d['first']['wall_s']:.2f} s wall ({d['first']['cpu_s']:.2f} s CPU), "
+          f"cached {d['cached']['wall_s']:.2f} s wall ({d['cached']['cpu_s']:.2f} s CPU); target 0.5 s wall")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,130 @@
+"""What ``graphdbg ls`` learnt of a file, kept between runs: one sqlite3 table keyed by the
+file's path, size and mtime, so a second ``ls`` of the same folder reads no graph.
+
+    >>> cache = LsCache.open()            # $GRAPHDBG_CACHE_DIR/ls.sqlite, else ~/.cache/graphdbg/
+    >>> cache.get(path)                   # (manifest, None), (None, error) or None
+    >>> cache.put(path, manifest, None)
+
+An entry is only good for the graphdbg code that made it: the key also holds a stamp of the
+graphdbg and torch versions, the source files that read graphs, and the registered op
+namespaces (``--ops``). A cache that can't be opened or written (read-only home, a locked
+file) is no cache: ``ls`` reads the files, never fails for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import time
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from graphdbg._version import __version__
+
+CACHE_ENV = "GRAPHDBG_CACHE_DIR"
+_RACY_NS = 2_000_000_000  # files modified this recently are not cached (git's "racy" rule)
+_SCHEMA = "create table if not exists files_v1 (path text, size integer, mtime integer, stamp text, manifest text, error text, primary key (path))"
+
+
+def cache_dir() -> Path:
+    """``$GRAPHDBG_CACHE_DIR``, else ``$XDG_CACHE_HOME/graphdbg``, else ``~/.cache/graphdbg``."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "graphdbg"
+
+
+def code_stamp(graphs: bool = True) -> str:
+    """What a cached manifest depends on besides the file: the code that read it. ``graphs``:
+    the manifests of printed graphs, which also depend on the registered op namespaces."""
+
+
+    package = Path(__file__).resolve().parent.parent
+    parts = [__version__, "graphs" if graphs else "dumps"]
+    try:
+        parts.append(version("torch"))  # not `import torch`: listing dump folders doesn't need it
+    except PackageNotFoundError:  # pragma: no cover - torch is a dependency
+        pass
+    for sub in ("graph", "formats", "rebuild", "store"):
+        for f in sorted((package / sub).glob("*.py")):
+            st = f.stat()
+            parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
+    if graphs:  # the user's op modules (--ops), as register_ops exports them for child processes
+        parts += sorted(m.strip() for m in os.environ.get("GRAPHDBG_OPS", "").split(",") if m.strip())
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+class LsCache:
+    def __init__(self, db: sqlite3.Connection | None, stamp: str):
+        self.db, self.stamp = db, stamp
+        self.pending: list[tuple] = []
+
+    @classmethod
+    def open(cls, folder: Path | None = None, graphs: bool = True) -> LsCache:
+        stamp = code_stamp(graphs)
+        try:
+            folder = folder or cache_dir()
+            folder.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(str(folder / "ls.sqlite"), timeout=5)
+            db.execute(_SCHEMA)
+            return cls(db, stamp)
+        except (OSError, sqlite3.Error):
+            return cls(None, stamp)
+
+    @staticmethod
+    def key(path: Path) -> tuple[str, int, int] | None:
+        """(path, size, mtime); for a folder (a dump), the sum of its files' sizes and the newest mtime."""
+        try:
+            if path.is_dir():
+                stats = [e.stat() for e in os.scandir(path) if e.is_file(follow_symlinks=False)]
+                return str(path.resolve()), sum(s.st_size for s in stats), max((s.st_mtime_ns for s in stats), default=0)
+            st = path.stat()
+        except OSError:
+            return None
+        return str(path.resolve()), st.st_size, st.st_mtime_ns
+
+    def get(self, path: Path) -> tuple[dict[str, Any] | None, str | None] | None:
+        key = self.key(path)
+        if self.db is None or key is None:
+            return None
+        try:
+            row = self.db.execute("select manifest, error from files_v1 where path=? and size=? and mtime=? and stamp=?",
+                                  (*key, self.stamp)).fetchone()
+        except sqlite3.Error:
+            return None
+        if row is None:
+            return None
+        return (json.loads(row[0]) if row[0] is not None else None), row[1]
+
+    def put(self, path: Path, manifest: dict[str, Any] | None, error: str | None) -> None:
+        key = self.key(path)
+        if self.db is None or key is None:
+            return
+        if time.time_ns() - key[2] < _RACY_NS:
+            return  # written just now: a rewrite of the same size within the clock's tick would look the same
+        try:
+            text = json.dumps(manifest) if manifest is not None else None
+        except (TypeError, ValueError):
+            return  # a manifest JSON can't hold is read again next time
+        self.pending.append((*key, self.stamp, text, error))
+        if len(self.pending) >= 256:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.db is None or not self.pending:
+            return
+        try:
+            with self.db:
+                self.db.executemany("insert or replace into files_v1 values (?, ?, ?, ?, ?, ?)", self.pending)
+        except sqlite3.Error:
+            pass
+        self.pending.clear()
+
+    def close(self) -> None:
+        self.flush()
+        if self.db is not None:
+            self.db.close()
+            self.db = None

@@ -1,0 +1,63 @@
+"""The crash dump written before a graph's first call holds the graph, specs, statistics and
+small inputs only (a budget, GRAPHDBG_ARMED_BUDGET_MB), and says which values are stand-ins;
+dumps of failures Python sees keep the full values."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from conftest import ROOT
+
+_PROGRAM = textwrap.dedent("""
+    import sys, torch, graphdbg
+    sys.path.insert(0, {tests!r})
+    import backends_for_tests, model_backends
+
+    def f(weight, ids):
+        return (weight[ids] * 2).sum()
+
+    backend = graphdbg.capture(getattr(model_backends, sys.argv[1], None) or getattr(backends_for_tests, sys.argv[1]), dump_dir=sys.argv[2])
+    weight = torch.randn(1 << 20, 3)          # 12 MiB: a weight handed to the graph as an input
+    ids = torch.tensor([3, 1, 4, 1, 5])
+    try:
+        torch.compile(f, backend=backend)(weight, ids)
+    except Exception as e:
+        print("raised", type(e).__name__)
+    print("survived")
+""")
+
+
+def _run(tmp_path, backend, budget_mb):
+    program = tmp_path / "prog.py"
+    program.write_text(_PROGRAM.format(tests=str(ROOT / "tests")))
+    dumps = tmp_path / backend
+    r = subprocess.run([sys.executable, str(program), backend, str(dumps)], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(ROOT), "GRAPHDBG_ARMED_BUDGET_MB": budget_mb})
+    return r, dumps
+
+
+def test_a_crash_dump_keeps_small_inputs_and_says_which_values_are_stand_ins(tmp_path, cli):
+    r, dumps = _run(tmp_path, "segfaults_when_called", "4")
+    assert r.returncode < 0 and "survived" not in r.stdout, (r.returncode, r.stderr[-2000:])
+    (folder,) = [p for p in dumps.glob("rank*/*") if not p.name.startswith(".")]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["failure"]["armed_budget_bytes"] == 4 << 20
+    by_shape = {tuple(d["shape"]): d for d in manifest["inputs"] if d["kind"] == "tensor"}
+    weight, ids = by_shape[(1 << 20, 3)], by_shape[(5,)]
+    assert ids["stored"] and not weight["stored"] and "stand-in" in weight["reason"] and "GRAPHDBG_ARMED_BUDGET_MB" in weight["reason"]
+    assert weight["stats"]["std"] > 0.5  # statistics, from which replay synthesizes a stand-in
+    assert (folder / "inputs.safetensors").stat().st_size < 1 << 20  # not the 12 MiB weight
+    shown = cli("show", folder, "--json")
+    assert shown.code == 0 and json.loads(shown.out)["kind"] == "crash", shown
+
+
+def test_a_failure_python_sees_keeps_the_full_values(tmp_path):
+    r, dumps = _run(tmp_path, "crash_on_call", "4")
+    assert r.returncode == 0 and "raised" in r.stdout, (r.stdout, r.stderr[-2000:])
+    (folder,) = [p for p in dumps.glob("rank*/*") if not p.name.startswith(".")]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert all(d["stored"] for d in manifest["inputs"] if d["kind"] == "tensor"), manifest["inputs"]

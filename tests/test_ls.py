@@ -1,0 +1,125 @@
+"""graphdbg ls at scale and as an answer: failures first, a summary line, filters, problems that
+don't fail the run unless asked, a cache that makes a second listing read no graph, and worker
+processes that give the same listing as one process."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+
+from conftest import FIXTURES
+
+CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "sglang-thunderfx"
+
+
+def _folder(tmp_path: Path) -> Path:
+    root = tmp_path / "dumps"
+    for name in ("block_accuracy", "block_compile_error", "block_runtime_error"):
+        shutil.copytree(FIXTURES / name, root / name)
+    shutil.copytree(FIXTURES / "corpus", root / "corpus")  # printed graphs: no failure of their own but a log's
+    return root
+
+
+def test_ls_leads_with_failures_and_a_summary_and_filters_them(tmp_path, cli):
+    root = _folder(tmp_path)
+    r = cli("ls", root, "--json")
+    assert r.code == 0, r
+    data = json.loads(r.out)
+    kinds = [g["kind"] for g in data["groups"]]
+    failing = [k not in ("captured", "foreign", "pass") for k in kinds]
+    assert failing == sorted(failing, reverse=True) and any(failing), kinds  # failures first
+    s = data["summary"]
+    assert s["files"] == len(data["dumps"]) and s["groups"] == len(kinds) and s["unreadable"] == 0
+    assert s["by_kind"]["accuracy"] == 1 and s["failed"] == sum(failing)
+
+    r = cli("ls", root)  # the answer on the first line: groups, failures by kind
+    head = r.out.splitlines()[0]
+    assert r.code == 0 and f"{s['files']} files in {s['groups']} groups" in head and "accuracy 1" in head, r.out
+    assert all(line == line.rstrip() for line in r.out.splitlines()) and "─" not in r.out.replace("└─", "")  # piped: plain lines
+
+    only = json.loads(cli("ls", root, "--json", "--kind", "accuracy").out)
+    assert [g["kind"] for g in only["groups"]] == ["accuracy"] and only["summary"]["files"] == 1
+    failed = json.loads(cli("ls", root, "--json", "--failed").out)
+    assert failed["groups"] and all(g["kind"] not in ("captured", "foreign") for g in failed["groups"])
+    one = cli("ls", root, "--kind", "accuracy")
+    assert "1 file in 1 group: 1 failing (accuracy 1)" in one.out.splitlines()[0], one.out
+    none = cli("ls", root, "--kind", "timeout")
+    assert none.code == 0 and "none match" in none.out
+
+
+def test_unreadable_files_are_problems_and_strict_fails_on_them(tmp_path, cli):
+    root = _folder(tmp_path)
+    bad = root / "corpus" / "Qwen3-Next-80B-A3B-Instruct" / "rank9_0.py"
+    bad.write_text("class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[2\"):\n        return (x,)\n")
+    r = cli("ls", root)
+    assert r.code == 0 and "1 unreadable" in r.out.splitlines()[0], r
+    assert "graphdbg: unreadable:" in r.err and "rank9_0.py:2" in r.err and "Traceback" not in r.err
+    r = cli("ls", root, "--strict")
+    assert r.code == 2 and "rank9_0.py" in r.err
+
+
+def test_a_second_ls_reads_from_the_cache_and_sees_changed_files(tmp_path, cli, monkeypatch):
+    monkeypatch.setenv("GRAPHDBG_CACHE_DIR", str(tmp_path / "cache"))
+    root = _folder(tmp_path)
+    old = time.time() - 60  # files written just now are not cached (a same-size rewrite in one clock tick)
+    files = sorted(root.rglob("*.py"))
+    for f in files:
+        os.utime(f, (old, old))
+    first = json.loads(cli("ls", root, "--json").out)
+    with sqlite3.connect(tmp_path / "cache" / "ls.sqlite") as db:
+        cached = db.execute("select count(*) from files_v1").fetchone()[0]
+    assert cached == len(list((root / "corpus").rglob("*.py"))) + 3  # the printed graphs and the 3 dump folders
+    assert json.loads(cli("ls", root, "--json").out) == first  # from the cache: the same listing
+
+    # a file that changed is read again, not answered from the cache
+    target = next(f for f in files if f.name.startswith("rank0_"))
+    target.write_text(target.read_text().replace("class GraphModule", "class GraphModule", 1) + "\n# edited\n")
+    os.utime(target, (old + 1, old + 1))
+    again = json.loads(cli("ls", root, "--json").out)
+    assert again["summary"] == first["summary"]
+    target.write_text("class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[2\"):\n        return (x,)\n")
+    os.utime(target, (old + 2, old + 2))
+    broken = json.loads(cli("ls", root, "--json").out)
+    assert [Path(p["path"]).name for p in broken["problems"]] == [target.name]
+    fresh = json.loads(cli("ls", root, "--json", "--no-cache").out)
+    assert fresh["problems"] == broken["problems"] and fresh["summary"] == broken["summary"]
+
+
+def test_worker_processes_list_the_same_as_one_process():
+    from graphdbg.formats.listing import list_dumps
+
+    one = list_dumps(CORPUS, cache=False, workers=1).to_json()
+    many = list_dumps(CORPUS, cache=False, workers=2).to_json()
+    assert len(one["dumps"]) == 152 and one == many
+
+
+def test_ls_of_a_folder_listed_before_does_not_import_torch(tmp_path):
+    import subprocess
+    import sys
+
+    root = tmp_path / "dumps"
+    for i in range(3):
+        shutil.copytree(FIXTURES / "block_runtime_error", root / f"run{i}")
+    shutil.copytree(FIXTURES / "corpus", root / "printed")  # printed graphs and their logs: from the cache too
+    old = time.time() - 60
+    for f in root.rglob("*"):
+        os.utime(f, (old, old))
+    probe = ("import sys\nfrom graphdbg.ui.cli import main\nsys.argv = ['graphdbg', 'ls', sys.argv[1]]\n"
+             "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\nprint('torch imported:', 'torch' in sys.modules, code)\n")
+    env = {**os.environ, "COLUMNS": "200", "GRAPHDBG_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    runs = [subprocess.run([sys.executable, "-c", probe, str(root)], env=env, capture_output=True, text=True, timeout=300)
+            for _ in range(2)]
+    assert runs[0].stdout.splitlines()[0] == runs[1].stdout.splitlines()[0], runs
+    assert all("runtime_error 1" in r.stdout.splitlines()[0] for r in runs), runs
+    assert runs[0].stdout.strip().endswith("torch imported: True 0"), runs[0]  # validated once, tensor file checked
+    assert runs[1].stdout.strip().endswith("torch imported: False 0"), runs[1]  # then from the cache
+
+
+def test_the_schema_bounds_numel_as_specs_do():
+    from graphdbg.store import schema, specs
+
+    assert schema.MAX_NUMEL == specs.MAX_NUMEL

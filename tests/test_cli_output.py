@@ -105,9 +105,11 @@ def test_capture_names_still_import():
 
 
 def test_isolated_replays_have_a_default_timeout_shown_in_help(cli):
-    for command in ("replay", "compare", "minify"):
+    for command in ("replay", "compare"):
         r = cli(command, "--help")
         assert r.code == 0 and "[default: 600.0]" in r.out, (command, r)
+    r = cli("minify", "--help")  # given, --timeout also isolates the candidates; unset, 600 s where isolated
+    assert r.code == 0 and "default 600" in " ".join(r.out.split()), r
 
 
 def test_passes_and_backends_from_the_current_folder(tmp_path):

@@ -32,7 +32,7 @@ from graphdbg.errors import GraphdbgError
 from graphdbg.formats import load as load_dump
 from graphdbg.replay.run import replay_dump
 from graphdbg.store.describe import tensor_stats
-from graphdbg.store.manifest import INPUTS, MANIFEST, find_dumps, write_manifest
+from graphdbg.store.manifest import INPUTS, find_dumps, read_manifest, write_manifest
 from graphdbg.store.redact import redact_dumps
 from graphdbg.store.tensor_file import read_tensors, write_tensors
 
@@ -128,7 +128,7 @@ def share_dump(dump: str | Path, out: str | Path, *, backend: str | None = None,
     try:
         copy = staging / "copy"
         redact_dumps(folder, out=copy, root=root)
-        manifest = json.loads((copy / MANIFEST).read_text())
+        manifest = read_manifest(copy)
         # copies in memory: the file is rewritten below, and a mapped tensor over a rewritten file is a SIGBUS
         values = {k: v.clone() for k, v in read_tensors(copy / INPUTS).items()} if (copy / INPUTS).exists() else {}
         descs = list(_tensor_descs(manifest))
@@ -178,7 +178,7 @@ def share_dump(dump: str | Path, out: str | Path, *, backend: str | None = None,
                                     f"{original.signature or original.failure_kind}; nothing written")
             restore = _fewest_real(sorted(drop, key=lambda label: -values[keys[label]].numel()), reproduces)
             ok, outcome = reproduces(set(restore))  # the copy on disk is the one that was judged
-        result_manifest = json.loads((copy / MANIFEST).read_text())
+        result_manifest = read_manifest(copy)
         real = set(kept) | set(restore)
         result = ShareResult(
             path=str(out), reproduces=ok, signature=outcome.signature or original.signature,

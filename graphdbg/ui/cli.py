@@ -385,7 +385,7 @@ def minify(
     accuracy: Annotated[Optional[bool], typer.Option("--accuracy/--no-accuracy", help="Keep a numeric mismatch (default: what the dump recorded).")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Candidates tried at once (isolated).")] = 1,
     isolate: Annotated[Optional[bool], typer.Option("--isolate/--no-isolate", help="Try candidates in child processes (for backends that may crash).")] = None,
-    timeout: Annotated[Optional[float], typer.Option("--timeout", help="Seconds before a candidate counts as a timeout (given: candidates run isolated, where it is enforced).")] = None,
+    timeout: Annotated[Optional[float], typer.Option("--timeout", help="Seconds before a candidate counts as a timeout (default 600; given: candidates run isolated, where it is enforced).")] = None,
     device: DeviceOpt = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where the smallest dump and repro.py go.")] = None,
     any_failure: Annotated[bool, typer.Option("--any-failure", help="Shrink whatever failure the backend shows, not only the captured one.")] = False,

@@ -172,7 +172,10 @@ def expectation(dump_path: Path, manifest: dict[str, Any] | None) -> dict[str, A
     if text is None:
         side = dump_path / "expect" if dump_path.is_dir() else dump_path.with_suffix(".expect")
         if side.is_file() and not side.is_symlink():
-            text = (side.read_text(errors="replace").strip().splitlines() or [""])[0][:500]
+            # lazy: this plugin loads in every pytest run
+            from graphdbg.store.gate import read_regular
+
+            text = (bytes(read_regular(side, max_bytes=1 << 16)).decode(errors="replace").strip().splitlines() or [""])[0][:500]
     if not text:
         return None
     head, _, reason = text.partition(":")

@@ -81,7 +81,8 @@ class ArmedCalls:
         def write() -> Path:
             return write_dump(owner.dump_dir, snap=snap, inputs=inputs, kind="crash", exc=None, backend=owner.backend_ref,
                               mode=owner.mode, budget_bytes=owner.budget_bytes, inputs_state="before_call",
-                              manifest_overrides={"failure": {"kind": "crash", "armed": True, "pid": os.getpid()}})
+                              manifest_overrides={**owner.source_overrides(),
+                                                  "failure": {"kind": "crash", "armed": True, "pid": os.getpid()}})
 
         path = owner._guarded(write, "arm a crash dump")
         fault = None

@@ -294,6 +294,11 @@ class CapturingBackend:
             dumped = dataclasses.replace(snap, attrs={**snap.attrs, **attrs}) if attrs else snap  # values before the call
             self._dump(dumped, before, "accuracy", None, inputs_state="before_call", mismatches=bad)
 
+    def source_overrides(self) -> dict[str, Any]:
+        """Where the backend came from (the script's path for one defined in ``__main__``), for
+        every dump this capture writes: armed crash dumps and backward dumps too."""
+        return {"backend_source": self.backend_source, **({"backend_recipe": self.backend_recipe} if self.backend_recipe else {})}
+
     def _dump(self, snap: GraphSnapshot, inputs: list[Any], kind: str, exc: BaseException | None, **extra: Any) -> Path | None:
         overrides: dict[str, Any] = {"backend_source": self.backend_source}
         parent_frame = snap.parent["frame"] if snap.parent is not None else None

@@ -1,0 +1,56 @@
+"""The user's program must not change under ``graphdbg capture`` (issue 27), on model families
+not used elsewhere in the tests (OPT here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAMS = ROOT / "tests" / "real_programs.py"
+
+
+def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=cwd,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+@pytest.mark.parametrize("scenario", ["forward", "backward_compile", "backward_run", "nested"])
+def test_traceback_under_capture_is_frame_for_frame_the_users(tmp_path, scenario):
+    pytest.importorskip("transformers")
+    plain = _run([sys.executable, str(PROGRAMS), scenario], tmp_path)
+    captured = _run([sys.executable, "-m", "graphdbg.ui.cli", "capture", "-o", str(tmp_path / "dumps"), "--",
+                     sys.executable, str(PROGRAMS), scenario], tmp_path)
+    assert plain.returncode == 0 and captured.returncode == 0, (plain.stderr[-2000:], captured.stderr[-2000:])
+    want = json.loads(plain.stdout.strip().splitlines()[-1])
+    got = json.loads(captured.stdout.strip().splitlines()[-1])
+    assert want, "the scenario must fail"
+    assert got == want
+    assert list((tmp_path / "dumps").glob("rank*/*")), captured.stderr[-2000:]  # and graphdbg did capture it
+
+
+def test_a_segfault_under_capture_dies_by_the_same_signal_and_its_dump_replays(tmp_path, cli):
+    """Qwen2 whose compiled code segfaults, with the backend defined in the user's script."""
+    pytest.importorskip("transformers")
+    plain = _run([sys.executable, str(PROGRAMS), "segfault"], tmp_path)
+    dumps = tmp_path / "dumps"
+    captured = _run([sys.executable, "-m", "graphdbg.ui.cli", "capture", "-o", str(dumps), "--",
+                     sys.executable, str(PROGRAMS), "segfault"], tmp_path)
+    assert plain.returncode == -signal.SIGSEGV, plain.stderr[-2000:]
+    assert captured.returncode == plain.returncode, captured.stderr[-2000:]  # not 139: the same death
+    [dump] = sorted(p for p in dumps.glob("rank*/*") if p.is_dir())
+    manifest = json.loads((dump / "manifest.json").read_text())
+    assert manifest["backend"] == "__main__:segfaults_when_called"
+    assert manifest["backend_source"]["script"] == str(PROGRAMS)  # the armed crash dump knows the script
+    r = cli("ls", dumps, "--json")
+    assert r.code == 0 and json.loads(r.out)["groups"][0]["signature"] == "Signal SIGSEGV", r
+    r = cli("ls", dumps)
+    assert "Signal SIGSEGV" in r.out, r
+    r = cli("replay", dump, "--trust-backend", "--json")
+    assert r.code == 1 and json.loads(r.out)["signature"] == "Signal SIGSEGV", r

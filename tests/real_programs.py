@@ -55,6 +55,33 @@ def bw_fails_when_run(gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
     return make_boxed_func(run)
 
 
+def bw_refuses_gelu_backward(gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
+    """A backward compiler with no kernel for aten.gelu_backward (ViT's MLP)."""
+    from functorch.compile import make_boxed_func
+
+    if _has(gm, "gelu_backward"):
+        raise NotImplementedError("no kernel for aten.gelu_backward")
+    return make_boxed_func(gm.forward)
+
+
+def tiny_vit() -> torch.nn.Module:
+    from transformers import ViTConfig, ViTForImageClassification
+
+    torch.manual_seed(0)
+    return ViTForImageClassification(ViTConfig(image_size=16, patch_size=8, num_channels=3, hidden_size=32, num_hidden_layers=1,
+                                               num_attention_heads=4, intermediate_size=64, num_labels=5))
+
+
+def vit_training_step() -> None:
+    """One training step of a tiny ViT; the backward compiler has no kernel for gelu_backward."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    model = tiny_vit()
+    pixels, labels = torch.randn(2, 3, 16, 16), torch.tensor([1, 3])
+    compiled = torch.compile(model, backend=aot_autograd(fw_compiler=boxed, bw_compiler=bw_refuses_gelu_backward))
+    compiled(pixel_values=pixels, labels=labels).loss.backward()
+
+
 def nested_refuses_relu(gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
     """A backend that hands its graph to an aot_autograd backend (a nested piece) that refuses relu."""
     from torch._dynamo.backends.common import aot_autograd
@@ -123,5 +150,7 @@ def traceback_frames(scenario: str) -> list[list[Any]] | None:
 if __name__ == "__main__":
     if sys.argv[1] == "segfault":
         segfault()
+    elif sys.argv[1] == "vit_training_step":
+        vit_training_step()
     else:
         print(json.dumps(traceback_frames(sys.argv[1])))

@@ -54,3 +54,23 @@ def test_a_segfault_under_capture_dies_by_the_same_signal_and_its_dump_replays(t
     assert "Signal SIGSEGV" in r.out, r
     r = cli("replay", dump, "--trust-backend", "--json")
     assert r.code == 1 and json.loads(r.out)["signature"] == "Signal SIGSEGV", r
+
+
+def test_forward_replayed_with_backward_reaches_the_backward_dumps_failure(tmp_path, cli):
+    """ViT training step whose backward compiler (defined in the script, inside aot_autograd) has no
+    kernel for gelu_backward: the backward dump and its forward, replayed with --backward, give the
+    same failure."""
+    pytest.importorskip("transformers")
+    dumps = tmp_path / "dumps"
+    captured = _run([sys.executable, "-m", "graphdbg.ui.cli", "capture", "-o", str(dumps), "--",
+                     sys.executable, str(PROGRAMS), "vit_training_step"], tmp_path)
+    assert captured.returncode == 1 and "no kernel for aten.gelu_backward" in captured.stderr, captured.stderr[-2000:]
+    [dump] = sorted(p for p in dumps.glob("rank*/*") if p.is_dir())
+    assert "backward-compile_error" in dump.name
+    want = "NotImplementedError: no kernel for aten.gelu_backward"
+    r = cli("replay", dump, "--trust-backend", "--json")
+    assert r.code == 1 and json.loads(r.out)["signature"] == want, r
+    r = cli("replay", dump / "forward", "--backward", "--trust-backend", "--json")
+    assert r.code == 1, r
+    out = json.loads(r.out)
+    assert (out["signature"], out["stage"], out["reproduces"]) == (want, "backward", True), out

@@ -39,7 +39,19 @@ def _part(value: Any) -> dict[str, Any]:
     module, qual = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
     if module and qual and "<" not in qual and module != "__main__":
         return {"callable": f"{module}:{qual}"}
+    if module == "__main__" and qual and "<" not in qual:
+        script = _main_script()  # a function of the user's script: loaded from its file, as replay loads a backend
+        if script is not None:
+            return {"callable": f"__main__:{qual}", "script": script}
     return {"unrecorded": repr(value)[:200]}
+
+
+def _main_script() -> str | None:
+    import os
+    import sys
+
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    return os.path.abspath(path) if isinstance(path, str) and path.endswith(".py") else None
 
 
 def backend_recipe(backend: Any) -> dict[str, Any] | None:
@@ -84,6 +96,8 @@ def check_recipe(recipe: Any) -> dict[str, Any]:
     def part_ok(part: Any) -> bool:
         if not isinstance(part, dict) or len(part.keys() & {"value", "callable", "recipe", "unrecorded"}) != 1:
             return False
+        if "script" in part and not (isinstance(part["script"], str) and part["script"].endswith(".py") and "callable" in part):
+            return False
         if "value" in part:
             return part["value"] is None or isinstance(part["value"], (bool, int, float, str))
         if "callable" in part:
@@ -116,7 +130,7 @@ def _shown(part: dict[str, Any]) -> str:
     if "recipe" in part:
         return describe_recipe(part["recipe"])
     if "callable" in part:
-        return part["callable"]
+        return f"{part['script']}:{part['callable'].partition(':')[2]}" if "script" in part else part["callable"]
     return "<not recorded>"
 
 
@@ -176,7 +190,14 @@ def _build(part: dict[str, Any]) -> Any:
     if "callable" in part:
         module, _, qual = part["callable"].partition(":")
         try:
-            obj: Any = importlib.import_module(module)
+            if "script" in part:  # the user's script: its definitions only, never its top-level program
+                from graphdbg.backends.resolve import script_module
+
+                obj: Any = script_module(part["script"])
+            else:
+                obj = importlib.import_module(module)
+        except GraphdbgError:
+            raise
         except Exception as e:
             first = (str(e).strip().splitlines() or [""])[0]
             raise GraphdbgError(f"the backend recipe names {part['callable']}: cannot import {module} "

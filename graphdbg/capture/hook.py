@@ -152,7 +152,7 @@ class CapturingBackend:
         options = getattr(backend, "config", None) if type(backend).__name__ == "_TorchCompileInductorWrapper" else None
         self.config_extra = dict(options) if isinstance(options, dict) else None
         nested.install()
-        self.backend_recipe = backend_recipe(backend)  # aot_autograd(...) / partial: its parts (capture/backend_recipe.py)
+        self.backend_recipe = backend_recipe(user_backend(backend))  # aot_autograd(...) / partial: its parts (capture/backend_recipe.py)
         self._user_object = None if isinstance(backend, str) else backend
         if isinstance(backend, str):
             from torch._dynamo import lookup_backend

@@ -64,6 +64,38 @@ def bw_refuses_gelu_backward(gm: fx.GraphModule, example_inputs: list[Any]) -> A
     return make_boxed_func(gm.forward)
 
 
+def bw_gelu_kernel_fails_when_run(gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
+    """A backward compiler returning boxed code (one list of inputs, as AOTAutograd calls it) whose
+    gelu_backward kernel fails when it runs."""
+    broken = _has(gm, "gelu_backward")
+
+    def run(args: list[Any]) -> Any:
+        if broken:
+            raise RuntimeError("gelu_backward kernel: invalid configuration argument")
+        return gm(*args)
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    return run
+
+
+def tiny_gpt_neox() -> torch.nn.Module:
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    torch.manual_seed(0)
+    return GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                            num_attention_heads=4, max_position_embeddings=64, hidden_act="gelu"))
+
+
+def neox_training_step() -> None:
+    """One training step of a tiny GPT-NeoX; its compiled backward fails when it runs."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    model = tiny_gpt_neox()
+    ids = torch.randint(0, 64, (2, 8))
+    compiled = torch.compile(model, backend=aot_autograd(fw_compiler=boxed, bw_compiler=bw_gelu_kernel_fails_when_run))
+    compiled(input_ids=ids, labels=ids).loss.backward()
+
+
 def tiny_vit() -> torch.nn.Module:
     from transformers import ViTConfig, ViTForImageClassification
 
@@ -152,5 +184,7 @@ if __name__ == "__main__":
         segfault()
     elif sys.argv[1] == "vit_training_step":
         vit_training_step()
+    elif sys.argv[1] == "neox_training_step":
+        neox_training_step()
     else:
         print(json.dumps(traceback_frames(sys.argv[1])))

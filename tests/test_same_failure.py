@@ -74,3 +74,33 @@ def test_forward_replayed_with_backward_reaches_the_backward_dumps_failure(tmp_p
     assert r.code == 1, r
     out = json.loads(r.out)
     assert (out["signature"], out["stage"], out["reproduces"]) == (want, "backward", True), out
+
+
+def test_repro_and_exported_test_of_a_boxed_backward_from_the_users_script(tmp_path, cli):
+    """GPT-NeoX training step whose backward compiler (defined in the script) returns boxed code
+    that fails when it runs: minify's repro.py loads the backend from the script's file (its
+    definitions only) and calls the compiled backward with one list, from any folder; the
+    exported test fails while the bug is there."""
+    pytest.importorskip("transformers")
+    dumps = tmp_path / "dumps"
+    captured = _run([sys.executable, "-m", "graphdbg.ui.cli", "capture", "-o", str(dumps), "--",
+                     sys.executable, str(PROGRAMS), "neox_training_step"], tmp_path)
+    want = "RuntimeError: gelu_backward kernel: invalid configuration argument"
+    assert captured.returncode == 1 and want in captured.stderr, captured.stderr[-2000:]
+    [dump] = sorted(p for p in dumps.glob("rank*/*") if p.is_dir())
+    assert "backward-runtime_error" in dump.name
+    r = cli("replay", dump, "--trust-backend", "--json")
+    assert r.code == 1 and json.loads(r.out)["signature"] == want, r
+    r = cli("minify", dump, "--trust-backend", "--out", tmp_path / "min", "--json")
+    assert r.code == 0 and json.loads(r.out)["final_nodes"] < json.loads(r.out)["start_nodes"], r
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # torch only: no graphdbg, no tests/ on the path
+    run = subprocess.run([sys.executable, str(tmp_path / "min" / "repro.py")], cwd=elsewhere, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1 and run.stdout.startswith("REPRODUCED: " + want), (run.stdout, run.stderr[-2000:])
+    r = cli("export-test", dump, "--out", tmp_path / "et" / "test_neox.py", "--trust-backend")
+    assert r.code == 0, r
+    test = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "et" / "test_neox.py")],
+                          cwd=elsewhere, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert test.returncode == 1 and "gelu_backward kernel" in test.stdout, test.stdout[-3000:]

@@ -182,18 +182,19 @@ def shown_backend(manifest: dict[str, Any]) -> str:
     return backend_label(manifest.get("backend", "?"))
 
 
-def _build(part: dict[str, Any]) -> Any:
+def _build(part: dict[str, Any], load_script: Any = None) -> Any:
     if "value" in part:
         return part["value"]
     if "recipe" in part:
-        return rebuild_backend(part["recipe"])
+        return rebuild_backend(part["recipe"], load_script)
     if "callable" in part:
         module, _, qual = part["callable"].partition(":")
         try:
             if "script" in part:  # the user's script: its definitions only, never its top-level program
-                from graphdbg.backends.resolve import script_module
-
-                obj: Any = script_module(part["script"])
+                if load_script is None:
+                    raise GraphdbgError(f"the backend recipe names {part['callable']} of {part['script']}: "
+                                        "give the backend with --backend")
+                obj: Any = load_script(part["script"])
             else:
                 obj = importlib.import_module(module)
         except GraphdbgError:
@@ -212,14 +213,16 @@ def _build(part: dict[str, Any]) -> Any:
                         "(a lambda or a function defined inside another)")
 
 
-def rebuild_backend(recipe: dict[str, Any]) -> Any:
-    """The backend a recipe describes; GraphdbgError when a part of it wasn't recordable."""
+def rebuild_backend(recipe: dict[str, Any], load_script: Any = None) -> Any:
+    """The backend a recipe describes; GraphdbgError when a part of it wasn't recordable.
+    ``load_script(path)``: the definitions of a user's script, for parts defined there
+    (``resolve.script_module``)."""
     check_recipe(recipe)
     if recipe.get("kind") == "aot_autograd":
         from torch._dynamo.backends.common import aot_autograd
 
-        return aot_autograd(**{k: _build(v) for k, v in recipe["kwargs"].items()})
+        return aot_autograd(**{k: _build(v, load_script) for k, v in recipe["kwargs"].items()})
     if recipe.get("kind") == "partial":
-        return functools.partial(_build(recipe["func"]), *[_build(a) for a in recipe.get("args", [])],
-                                 **{k: _build(v) for k, v in recipe.get("keywords", {}).items()})
+        return functools.partial(_build(recipe["func"], load_script), *[_build(a, load_script) for a in recipe.get("args", [])],
+                                 **{k: _build(v, load_script) for k, v in recipe.get("keywords", {}).items()})
     raise GraphdbgError(f"unknown backend recipe {recipe.get('kind')!r}")

@@ -132,6 +132,12 @@ def backend_source(backend: Any) -> dict[str, Any]:
         script = getattr(main, "__file__", None)
         if script:
             out["script"] = str(Path(script).resolve())
+    elif isinstance(out["module"], str):  # the sys.path folder it was imported from: a repro puts it back on sys.path
+        top = sys.modules.get(out["module"].split(".")[0])
+        file = getattr(top, "__file__", None)
+        if file and not out["module"].startswith(("torch.", "torch")):
+            here = Path(file).resolve().parent
+            out["path"] = str(here.parent if Path(file).name == "__init__.py" else here)
     return out
 
 

@@ -60,3 +60,17 @@ def call_inputs(args: tuple, boxed: bool) -> list[Any]:
     positional inputs even when the compiled function is boxed (``_boxed_call``); an AOT caller
     passes it one list, which the callee may empty. Only then is the one list the inputs."""
     return list(args[0]) if boxed and len(args) == 1 and isinstance(args[0], list) else list(args)
+
+
+def positional(compiled: Callable[..., Any]) -> Callable[..., Any]:
+    """Compiled code called with positional inputs, the way its caller calls it: a boxed function
+    (``_boxed_call``: what a forward or backward compiler returns to AOTAutograd, which calls it
+    with one list) gets its inputs as one list; anything else is returned as it is. Replay,
+    minify's candidates and the repro call a piece this way."""
+    if not getattr(compiled, "_boxed_call", False):
+        return compiled
+
+    def call(*args: Any) -> Any:
+        return compiled(list(args))
+
+    return call

@@ -21,7 +21,9 @@ import functools
 import importlib
 import inspect
 import json
+import os
 import re
+import sys
 from typing import Any
 
 from graphdbg.errors import GraphdbgError
@@ -39,7 +41,17 @@ def _part(value: Any) -> dict[str, Any]:
     module, qual = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
     if module and qual and "<" not in qual and module != "__main__":
         return {"callable": f"{module}:{qual}"}
+    if module == "__main__" and qual and "<" not in qual:
+        script = _main_script()  # a function of the user's script: loaded from its file, as replay loads a backend
+        if script is not None:
+            return {"callable": f"__main__:{qual}", "script": script}
     return {"unrecorded": repr(value)[:200]}
+
+
+def _main_script() -> str | None:
+
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    return os.path.abspath(path) if isinstance(path, str) and path.endswith(".py") else None
 
 
 def backend_recipe(backend: Any) -> dict[str, Any] | None:
@@ -84,6 +96,8 @@ def check_recipe(recipe: Any) -> dict[str, Any]:
     def part_ok(part: Any) -> bool:
         if not isinstance(part, dict) or len(part.keys() & {"value", "callable", "recipe", "unrecorded"}) != 1:
             return False
+        if "script" in part and not (isinstance(part["script"], str) and part["script"].endswith(".py") and "callable" in part):
+            return False
         if "value" in part:
             return part["value"] is None or isinstance(part["value"], (bool, int, float, str))
         if "callable" in part:
@@ -116,7 +130,7 @@ def _shown(part: dict[str, Any]) -> str:
     if "recipe" in part:
         return describe_recipe(part["recipe"])
     if "callable" in part:
-        return part["callable"]
+        return f"{part['script']}:{part['callable'].partition(':')[2]}" if "script" in part else part["callable"]
     return "<not recorded>"
 
 
@@ -168,15 +182,23 @@ def shown_backend(manifest: dict[str, Any]) -> str:
     return backend_label(manifest.get("backend", "?"))
 
 
-def _build(part: dict[str, Any]) -> Any:
+def _build(part: dict[str, Any], load_script: Any = None) -> Any:
     if "value" in part:
         return part["value"]
     if "recipe" in part:
-        return rebuild_backend(part["recipe"])
+        return rebuild_backend(part["recipe"], load_script)
     if "callable" in part:
         module, _, qual = part["callable"].partition(":")
         try:
-            obj: Any = importlib.import_module(module)
+            if "script" in part:  # the user's script: its definitions only, never its top-level program
+                if load_script is None:
+                    raise GraphdbgError(f"the backend recipe names {part['callable']} of {part['script']}: "
+                                        "give the backend with --backend")
+                obj: Any = load_script(part["script"])
+            else:
+                obj = importlib.import_module(module)
+        except GraphdbgError:
+            raise
         except Exception as e:
             first = (str(e).strip().splitlines() or [""])[0]
             raise GraphdbgError(f"the backend recipe names {part['callable']}: cannot import {module} "
@@ -191,14 +213,16 @@ def _build(part: dict[str, Any]) -> Any:
                         "(a lambda or a function defined inside another)")
 
 
-def rebuild_backend(recipe: dict[str, Any]) -> Any:
-    """The backend a recipe describes; GraphdbgError when a part of it wasn't recordable."""
+def rebuild_backend(recipe: dict[str, Any], load_script: Any = None) -> Any:
+    """The backend a recipe describes; GraphdbgError when a part of it wasn't recordable.
+    ``load_script(path)``: the definitions of a user's script, for parts defined there
+    (``resolve.script_module``)."""
     check_recipe(recipe)
     if recipe.get("kind") == "aot_autograd":
         from torch._dynamo.backends.common import aot_autograd  # torch._dynamo costs about 2 s: imported only when needed
 
-        return aot_autograd(**{k: _build(v) for k, v in recipe["kwargs"].items()})
+        return aot_autograd(**{k: _build(v, load_script) for k, v in recipe["kwargs"].items()})
     if recipe.get("kind") == "partial":
-        return functools.partial(_build(recipe["func"]), *[_build(a) for a in recipe.get("args", [])],
-                                 **{k: _build(v) for k, v in recipe.get("keywords", {}).items()})
+        return functools.partial(_build(recipe["func"], load_script), *[_build(a, load_script) for a in recipe.get("args", [])],
+                                 **{k: _build(v, load_script) for k, v in recipe.get("keywords", {}).items()})
     raise GraphdbgError(f"unknown backend recipe {recipe.get('kind')!r}")

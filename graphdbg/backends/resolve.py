@@ -255,7 +255,7 @@ def resolve_backend(spec: str | Callable[..., Any]) -> tuple[str, Callable[..., 
         return spec, eager
     if is_recipe_spec(spec):  # before the module:callable reading: the JSON has ':' in it too
         recipe = recipe_of_spec(spec)
-        return backend_label(spec), rebuild_backend(recipe)
+        return backend_label(spec), rebuild_backend(recipe, script_module)
     if ":" in spec:
         obj = import_object(spec)
         if isinstance(obj, type):

@@ -98,7 +98,8 @@ class ArmedCalls:
                               mode=owner.mode, budget_bytes=budget, inputs_state="before_call",
                               budget_reason=f"a stand-in: over the crash dump's budget ({budget / (1 << 20):g} MiB, "
                                             "GRAPHDBG_ARMED_BUDGET_MB), statistics only",
-                              manifest_overrides={"failure": {"kind": "crash", "armed": True, "pid": os.getpid(),
+                              manifest_overrides={**owner.source_overrides(),
+                                                  "failure": {"kind": "crash", "armed": True, "pid": os.getpid(),
                                                               "armed_budget_bytes": budget}})
 
         path = owner._guarded(write, "arm a crash dump")

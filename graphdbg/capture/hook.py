@@ -132,6 +132,12 @@ def backend_source(backend: Any) -> dict[str, Any]:
         script = getattr(main, "__file__", None)
         if script:
             out["script"] = str(Path(script).resolve())
+    elif isinstance(out["module"], str):  # the sys.path folder it was imported from: a repro puts it back on sys.path
+        top = sys.modules.get(out["module"].split(".")[0])
+        file = getattr(top, "__file__", None)
+        if file and not out["module"].startswith(("torch.", "torch")):
+            here = Path(file).resolve().parent
+            out["path"] = str(here.parent if Path(file).name == "__init__.py" else here)
     return out
 
 
@@ -152,7 +158,7 @@ class CapturingBackend:
         options = getattr(backend, "config", None) if type(backend).__name__ == "_TorchCompileInductorWrapper" else None
         self.config_extra = dict(options) if isinstance(options, dict) else None
         nested.install()
-        self.backend_recipe = backend_recipe(backend)  # aot_autograd(...) / partial: its parts (backends/recipe.py)
+        self.backend_recipe = backend_recipe(user_backend(backend))  # aot_autograd(...) / partial: its parts (backends/recipe.py)
         self._user_object = None if isinstance(backend, str) else backend
         if isinstance(backend, str):
             from torch._dynamo import lookup_backend  # torch._dynamo costs about 2 s: imported only when needed
@@ -293,6 +299,11 @@ class CapturingBackend:
             snap.dumped.add("accuracy")
             dumped = dataclasses.replace(snap, attrs={**snap.attrs, **attrs}) if attrs else snap  # values before the call
             self._dump(dumped, before, "accuracy", None, inputs_state="before_call", mismatches=bad)
+
+    def source_overrides(self) -> dict[str, Any]:
+        """Where the backend came from (the script's path for one defined in ``__main__``), for
+        every dump this capture writes: armed crash dumps and backward dumps too."""
+        return {"backend_source": self.backend_source, **({"backend_recipe": self.backend_recipe} if self.backend_recipe else {})}
 
     def _dump(self, snap: GraphSnapshot, inputs: list[Any], kind: str, exc: BaseException | None, **extra: Any) -> Path | None:
         overrides: dict[str, Any] = {"backend_source": self.backend_source}

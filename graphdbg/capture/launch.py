@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
 from graphdbg.capture.autowrap import ENV_BUDGET, ENV_MODE
@@ -39,3 +42,23 @@ def run_captured(command: list[str], dump_dir: str | os.PathLike, mode: str = "e
         return subprocess.call(command, env=capture_env(dump_dir, mode, budget_bytes, redact))
     except FileNotFoundError as e:
         raise GraphdbgError(f"cannot run {command[0]!r}: {e.strerror}") from e
+
+
+def die_like(code: int) -> int:
+    """End this process the way the child ended: a child killed by a signal (``code`` < 0, as
+    ``subprocess`` reports it) kills us with the same signal, so our parent sees -11 for a
+    SIGSEGV, not exit 139. Returns ``code`` for a normal exit (and 128+N where the signal could
+    not be re-raised)."""
+    if code >= 0:
+        return code
+    sig = -code
+    try:
+
+        faulthandler.disable()  # our own handler would print a traceback of this line
+        signal.signal(sig, signal.SIG_DFL)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.kill(os.getpid(), sig)
+    except (OSError, ValueError, RuntimeError):
+        pass
+    return 128 + sig

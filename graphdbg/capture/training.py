@@ -200,6 +200,13 @@ class BackwardWatch:
             "forward": FORWARD_FOLDER if self.last_inputs is not None else None,
             "backward": {"roles": roles, "compiler": self.bw_reference, "forward_backend": owner.backend_ref},
         }
+        if backend.startswith("__main__:"):  # a bw_compiler of the user's script: replay loads it from there
+            module, _, qualname = backend.partition(":")
+            script = getattr(sys.modules.get("__main__"), "__file__", None)
+            overrides["backend_source"] = {"module": module, "qualname": qualname, "name": qualname,
+                                           **({"script": str(Path(script).resolve())} if script else {})}
+        elif backend == owner.backend_ref:
+            overrides["backend_source"] = owner.backend_source
         common = dict(backend=backend, mode=owner.mode, budget_bytes=owner.budget_bytes)
         path = write_dump(owner.dump_dir, snap=bsnap, inputs=inputs, kind=kind, exc=exc,
                           manifest_overrides=overrides, **common, **extra)
@@ -211,7 +218,7 @@ class BackwardWatch:
                 fw = write_dump(scratch, snap=self.snap, inputs=self.last_inputs, kind=kind, exc=exc,
                                 backend=owner.backend_ref, mode=owner.mode, budget_bytes=owner.budget_bytes,
                                 inputs_state="last_forward_call", mismatches=extra.get("mismatches"),
-                                manifest_overrides={"stage": "forward", "failed": "backward", "backward_dump": "..",
+                                manifest_overrides={**owner.source_overrides(), "stage": "forward", "failed": "backward", "backward_dump": "..",
                                                     "grad_enabled": True})
                 fw.rename(path / FORWARD_FOLDER)
             finally:
@@ -312,15 +319,20 @@ def _install() -> None:
 
     @functools.wraps(original)
     def watched(mod: Any, args: Any, fw_compiler: Any, bw_compiler: Any = None, *rest: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # noqa: F841 - pytest hides this frame where Python keeps it (3.10)
         stack = getattr(_current, "stack", None)
-        if not stack or bw_compiler is None:
-            return original(mod, args, fw_compiler, bw_compiler, *rest, **kwargs)
-        bw = stack[-1].wrap_bw_compiler(bw_compiler)
-        # A cached backward is never compiled again, so nothing could check it.
-        cfg = torch._functorch.config
-        no_cache = cfg.patch(enable_autograd_cache=False) if hasattr(cfg, "enable_autograd_cache") else contextlib.nullcontext()
-        with no_cache:
-            return original(mod, args, fw_compiler, bw, *rest, **kwargs)
+        try:
+            if not stack or bw_compiler is None:
+                return original(mod, args, fw_compiler, bw_compiler, *rest, **kwargs)
+            bw = stack[-1].wrap_bw_compiler(bw_compiler)
+            # A cached backward is never compiled again, so nothing could check it.
+            cfg = torch._functorch.config
+            no_cache = cfg.patch(enable_autograd_cache=False) if hasattr(cfg, "enable_autograd_cache") else contextlib.nullcontext()
+            with no_cache:
+                return original(mod, args, fw_compiler, bw, *rest, **kwargs)
+        except BaseException as e:
+            drop_own_frame(e)  # the user's traceback, as without graphdbg: aot_module_simplified's frame, not ours
+            raise
 
     for module in (common, aot):
         if getattr(module, "aot_module_simplified", None) is original:

@@ -12,7 +12,10 @@ unpickles nothing but tensors and containers.
 
 from __future__ import annotations
 
+import inspect
+import json
 import math
+import sys
 import types
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,9 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from graphdbg.backends import resolve
 from graphdbg.backends.compiler_config import python_lines, replay_settings
+from graphdbg.backends.recipe import RECIPE_PREFIX, is_recipe_spec
 from graphdbg.backends.resolve import backend_label, backend_spec
 from graphdbg.case import Case
 from graphdbg.errors import GraphdbgError
@@ -106,6 +111,7 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
     torch.save({"inputs": inputs, "attrs": attrs, "device": str(case.device)}, path.parent / INPUTS_FILE)
 
     backend_ref = backend_spec(backend, strict=False)
+    paths = backend_paths(backend_ref, case.dump.manifest if case.dump is not None else None)
     shown = backend_label(backend_ref)  # a recipe, as people read it, in a comment beside it
     backend_line = repr(str(backend_ref)) + (f"  # {' '.join(shown.split())}" if shown != backend_ref else "")
 
@@ -124,7 +130,8 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
     text = _TEMPLATE.format(config=config, prelude=prelude, forward=_indent(forward.strip("\n")), backend=backend_line,
                             direct=repr(bool(direct)), expect=repr(expect), tol=repr(tol), inputs=repr(INPUTS_FILE),
                             nodes=int(len(case.gm.graph.nodes)), captured=repr(str(case.device)),
-                            summary=repr(outcome.summary()), node_names=repr([(n.op, n.name) for n in case.gm.graph.nodes]))
+                            summary=repr(outcome.summary()), node_names=repr([(n.op, n.name) for n in case.gm.graph.nodes]),
+                            paths=repr(paths), script_loader=_script_loader())
     try:
         compile(text, str(path), "exec")
     except SyntaxError as e:
@@ -132,6 +139,60 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
                             "please report this") from None
 
     return write_file(path, text)
+
+
+def backend_paths(backend_ref: str, manifest: dict[str, Any] | None = None) -> list[str]:
+    """The folders the backend's modules were imported from (``sys.path`` entries that hold
+    them), so that the repro finds them from any folder: from this process, where the backend
+    was imported to minify, else from what capture recorded (``backend_source["path"]``)."""
+
+
+    modules: list[str] = []
+
+    def parts(recipe: dict[str, Any]) -> None:
+        items = list(recipe.get("kwargs", {}).values()) + [recipe.get("func") or {}] + list(recipe.get("args", []))
+        items += list(recipe.get("keywords", {}).values())
+        for part in items:
+            if "recipe" in part:
+                parts(part["recipe"])
+            elif "callable" in part and "script" not in part:
+                modules.append(part["callable"].partition(":")[0])
+
+    if is_recipe_spec(backend_ref):
+        try:
+            parts(json.loads(backend_ref[len(RECIPE_PREFIX):]))
+        except (ValueError, AttributeError):
+            pass
+    elif ":" in backend_ref and not backend_ref.partition(":")[0].endswith(".py"):
+        modules.append(backend_ref.partition(":")[0])
+    out: list[str] = []
+    for name in modules:
+        root = module_root(name)
+        if root is None and manifest is not None:
+            source = manifest.get("backend_source") or {}
+            root = source.get("path") if source.get("module") == name else None
+        if isinstance(root, str) and root not in out:
+            out.append(root)
+    return out
+
+
+def module_root(name: str) -> str | None:
+    """The ``sys.path`` folder that module ``name`` was imported from (None: not imported, or torch's own)."""
+
+    top = name.split(".")[0]
+    module = sys.modules.get(top)
+    file = getattr(module, "__file__", None)
+    if not file or top in ("torch", "functorch") or top.startswith("graphdbg_script_"):
+        return None
+    here = Path(file).resolve().parent
+    return str(here.parent if Path(file).name == "__init__.py" else here)
+
+
+def _script_loader() -> str:
+    """The source of resolve's definitions-only reading of a script, for the repro (no graphdbg there)."""
+
+
+    return inspect.getsource(resolve._definitions) + "\n\n" + inspect.getsource(resolve._root_name)
 
 
 def _get_attr(gm: torch.nn.Module, target: str) -> Any:
@@ -155,6 +216,7 @@ Run with another backend: python repro.py --backend eager
 The backend runs in a child process, so a segfault or abort is an answer too (--in-process: not).
 """
 import argparse
+import ast
 import functools
 import importlib
 import json
@@ -168,11 +230,38 @@ import torch
 import torch.fx
 
 
+BACKEND_PATHS = {paths}  # where the backend's modules were imported from when this repro was written
+sys.path.extend(p for p in BACKEND_PATHS if p not in sys.path and Path(p).is_dir())
+
+
 def _resolve(module, qualname):
-    obj = importlib.import_module(module)
+    obj = _script(module) if module.endswith(".py") else importlib.import_module(module)
     for part in qualname.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+_SCRIPTS = {{}}
+
+
+def _script(path):
+    """A backend defined in the user's script: its definitions only (imports, functions, classes),
+    never its program (top-level calls, the __main__ block), as graphdbg replay loads it."""
+    import types
+
+    if path not in _SCRIPTS:
+        tree = ast.parse(Path(path).read_text(), filename=path)
+        kept, _ = _definitions(tree.body)
+        module = types.ModuleType("repro_script_" + Path(path).stem)
+        module.__file__ = path
+        sys.modules[module.__name__] = module
+        sys.path.insert(0, str(Path(path).parent))
+        exec(compile(ast.Module(body=kept, type_ignores=[]), path, "exec"), module.__dict__)
+        _SCRIPTS[path] = module
+    return _SCRIPTS[path]
+
+
+{script_loader}
 
 
 {config}
@@ -201,6 +290,8 @@ def _from_recipe(recipe):
             return _from_recipe(p["recipe"])
         if "callable" not in p:
             raise LookupError(f"the backend's part {{p.get('unrecorded')}} was not recorded; run with --backend")
+        if "script" in p:  # defined in the user's script
+            return _resolve(p["script"], p["callable"].split(":", 1)[1])
         return _resolve(*p["callable"].split(":", 1))
 
     if recipe["kind"] == "aot_autograd":
@@ -215,7 +306,7 @@ def load_backend(ref):
     if ref.startswith("recipe:{{"):  # aot_autograd(...) / functools.partial, as recorded at capture
         return _from_recipe(json.loads(ref[len("recipe:"):]))
     if ":" in ref:
-        module, _, qualname = ref.partition(":")
+        module, _, qualname = ref.rpartition(":") if ".py:" in ref else ref.partition(":")  # a script's path, or module:qualname
         obj = _resolve(module, qualname)
         return obj() if isinstance(obj, type) else obj
     from torch._dynamo import lookup_backend
@@ -288,12 +379,20 @@ def _rebuild(value, device):
     return value.to(device) if isinstance(value, torch.Tensor) else value
 
 
+def as_called(compiled):
+    """Compiled code called the way its caller calls it: one list for a boxed function
+    (``_boxed_call``, as AOTAutograd calls a forward or backward compiler's code), else positional."""
+    if getattr(compiled, "_boxed_call", False):
+        return lambda *args: compiled(list(args))
+    return compiled
+
+
 def run_backend(gm, inputs, backend):
     fn = load_backend(backend)
     if DIRECT:
-        return fn(gm, [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])(*inputs)
+        return as_called(fn(gm, [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]))(*inputs)
     torch._dynamo.reset()
-    return torch.compile(gm, backend=fn, dynamic=False)(*inputs)
+    return torch.compile(gm, backend=lambda g, ex: as_called(fn(g, ex)), dynamic=False)(*inputs)
 
 
 def leaves(out):

@@ -26,6 +26,7 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
+from graphdbg.backends.calls import positional
 from graphdbg.backends.resolve import resolve_backend
 from graphdbg.errors import GraphdbgError
 from graphdbg.judge.accuracy import OutputMismatch, judge_outputs
@@ -118,16 +119,14 @@ def is_backward_dump(dump: Any) -> bool:
 
 
 def as_graph_backend(backend_fn: Callable[..., Any], name: str, dump: Any) -> Callable[..., Any]:
-    """``backend_fn`` as torch.compile calls a backend; for the AOT bw_compiler a backward dump
-    names, whose code AOTAutograd calls boxed (one list), that code is unboxed."""
-    if not is_backward_dump(dump) or name != (dump.manifest.get("backward") or {}).get("compiler"):
+    """``backend_fn`` as torch.compile calls a backend; on a backward dump, whose graph
+    AOTAutograd hands a bw_compiler and whose code it calls boxed (one list) where the code
+    says so (``_boxed_call``), the code is called that way (``backends.calls.positional``)."""
+    if not is_backward_dump(dump):
         return backend_fn
 
     def compile_backward(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
-        compiled = backend_fn(gm, example_inputs, **kwargs)
-        if not getattr(compiled, "_boxed_call", False):
-            return compiled
-        return lambda *args: compiled(list(args))
+        return positional(backend_fn(gm, example_inputs, **kwargs))
 
     return compile_backward
 

@@ -156,10 +156,10 @@ def capture(
     redact: Annotated[bool, typer.Option("--redact", help="Write dumps safe to share (relative paths, no host or user names).")] = False,
 ) -> None:
     """Run a command with every torch.compile backend in it wrapped: graphdbg capture -- python train.py"""
-    from graphdbg.capture.launch import run_captured
+    from graphdbg.capture.launch import die_like, run_captured
 
     code = run_captured(list(ctx.args), dump_dir, mode, int(budget_gb * (1 << 30)), redact=redact)
-    raise typer.Exit(code if code >= 0 else 128 - code)
+    raise typer.Exit(die_like(code))  # a child killed by a signal: re-raised, so our parent sees the same death
 
 
 @app.command("ls")

@@ -217,7 +217,7 @@ def listing_list(groups: list[dict[str, Any]], root: str | None = None, unreadab
         where = [x for x in (g.get("frames") or [])[:1] + [", ".join(m for m in g.get("modules") or [] if m)] if x]
         for line in where:  # frame, compile id and the blocks a collapsed group stands for (capture/origin.py)
             parts.append(Text("  " + line, style="dim"))  # indented by text, not Padding: no trailing blanks when piped
-        error = ": ".join(x for x in (g["error_type"], g["message"]) if x)
+        error = _error_text(g)
         if error:
             parts.append(Text("  " + error))
         if g.get("constructs"):
@@ -229,6 +229,15 @@ def listing_list(groups: list[dict[str, Any]], root: str | None = None, unreadab
         if len(paths) > 3:
             parts.append(Text(f"  and {len(paths) - 3} more (ls --json lists them)", style="dim"))
     return Group(*parts)
+
+
+def _error_text(g: dict[str, Any]) -> str:
+    """A group's error; a crash (a process killed by a signal) by the signature it replays with."""
+    error = ": ".join(x for x in (g["error_type"], g["message"]) if x)
+    sig = g.get("signature")
+    if g["kind"] == "crash" and sig and not error.startswith(sig):
+        error = ": ".join(x for x in (sig, g["message"]) if x)
+    return error
 
 
 def listing_table(groups: list[dict[str, Any]], root: str | None = None) -> Table:
@@ -254,7 +263,7 @@ def listing_table(groups: list[dict[str, Any]], root: str | None = None) -> Tabl
         if depth:  # a piece a nested compile failed on, under the dump of its graph
             path_text = "   " * (depth - 1) + f"└─ {g.get('piece')}: {os.path.basename(paths[0])}"
         where = [x for x in (g.get("frames") or [])[:1] + [", ".join(m for m in g.get("modules") or [] if m)] if x]
-        error = ": ".join(x for x in (g["error_type"], g["message"]) if x)
+        error = _error_text(g)
         row = [Text(path_text)]
         if where:  # frame, compile id and the blocks a collapsed group stands for (capture/origin.py)
             row[0].append("\n" + "\n".join(where), style="dim")

@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from graphdbg.backends.resolve import backend_label, backend_spec, dump_backend, names_code, recorded_backend, trusted_code
+from graphdbg.backends.resolve import backend_label, backend_spec, dump_backend, names_code, trusted_code
 from graphdbg.dump import Dump
 from graphdbg.errors import GraphdbgError
 from graphdbg.formats import load as load_dump
@@ -51,7 +51,7 @@ def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any
         if recorded is not None and names_code(recorded):
             recorded = trusted_code(recorded, trust, "minified backend", command, shown)
         if recorded is None:
-            recorded = recorded_backend(d) if trust else dump_backend(d, trust, command, shown_path=shown)
+            recorded = dump_backend(d, trust, command, shown_path=shown)  # a script's function: from its recorded path
         backend = recorded  # an aot_autograd(...)/partial dump: its recipe
     if not isinstance(backend, str):
         if not callable(backend):

@@ -23,7 +23,8 @@ app = typer.Typer(
     name="graphdbg",
     help="Capture the FX graphs a torch.compile backend fails on, and replay them offline.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
+    rich_markup_mode="rich",
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -50,13 +51,18 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _options(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+def _options(version: Annotated[bool, typer.Option("--version", "-V", callback=_version, is_eager=True,
                                                    help="Print the version and exit.")] = False) -> None:
     pass
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON (stable; see README) instead of tables.")]
-OpsOpt = Annotated[Optional[str], typer.Option("--ops", help="Comma-separated modules defining real implementations of custom ops (instead of stand-ins).")]
-LogOpt = Annotated[Optional[Path], typer.Option("--log", help="The run's log, for graph files that record no failure (default: log.txt or *.log beside them).")]
-SeedOpt = Annotated[Optional[int], typer.Option("--seed", help="Seed for inputs synthesised from annotations (printed graphs).")]
+def _example(command: str) -> str:
+    """A command's example, shown at the end of its --help."""
+    return f"[bold]Example:[/] [cyan]{command}[/]"
+
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON (stable; `graphdbg schema NAME`) instead of tables.", rich_help_panel="Output")]
+OpsOpt = Annotated[Optional[str], typer.Option("--ops", help="Comma-separated modules defining real implementations of custom ops (instead of stand-ins).", rich_help_panel="Inputs")]
+LogOpt = Annotated[Optional[Path], typer.Option("--log", help="The run's log, for graph files that record no failure (default: log.txt or *.log beside them).", rich_help_panel="Inputs")]
+SeedOpt = Annotated[Optional[int], typer.Option("--seed", help="Seed for inputs synthesised from annotations (printed graphs).", rich_help_panel="Inputs")]
 
 
 def _inputs_setup(ops: str | None, seed: int | None = None) -> None:
@@ -139,15 +145,41 @@ def _line_progress(name: str, every_s: float = 5.0) -> Callable[[int, Optional[i
     return report
 
 
-def _print_json(data: object) -> None:
-    """The one JSON writer of every ``--json``: strict (``null``, never ``NaN``)."""
+def _print_json(data: object, schema: str | None = None) -> None:
+    """The one JSON writer of every ``--json``: strict (``null``, never ``NaN``). An object
+    output also says which graphdbg wrote it and its ``schema`` (``graphdbg schema NAME``)."""
+    if schema is not None and isinstance(data, dict):
+        from graphdbg._version import __version__
+
+        data = {"graphdbg": __version__, "schema": schema, **{k: v for k, v in data.items() if k not in ("graphdbg", "schema")}}
     sys.stdout.write(json.dumps(json_ready(data), indent=1, allow_nan=False) + "\n")
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def _must_exist(path: Path) -> None:
+    """A missing path is answered at once, before torch is imported."""
+    if not os.path.lexists(path):
+        raise GraphdbgError(f"{path}: no such file or folder")
+
+
+def _flag_type(original: Callable[..., object]) -> Callable[..., object]:
+    """--help shows no ``<bool>`` type for flags (they take no value)."""
+
+    def display_type_rich(self: object, ctx: object) -> object:
+        return None if getattr(self, "is_flag", False) else original(self, ctx)
+
+    return display_type_rich
+
+
+with contextlib.suppress(ImportError, AttributeError):
+    from typer.core import TyperOption
+
+    TyperOption.display_type_rich = _flag_type(TyperOption.display_type_rich)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, epilog=_example("graphdbg capture --dump-dir dumps -- python train.py"))
 def capture(
     ctx: typer.Context,
-    dump_dir: Annotated[Path, typer.Option("--dump-dir", "-o", help="Where dumps go (rank<R>/<id>/ below it).")] = Path("graphdbg_dumps"),
+    dump_dir: Annotated[Path, typer.Option("--dump-dir", "-o", envvar="GRAPHDBG_DUMP_DIR", help="Where dumps go (rank<R>/<id>/ below it).")] = Path("graphdbg_dumps"),
     mode: Annotated[str, typer.Option(help="error | accuracy | always")] = "error",
     budget_gb: Annotated[float, typer.Option("--budget-gb", help="Input bytes stored per graph, in GiB.")] = 4.0,
     redact: Annotated[bool, typer.Option("--redact", help="Write dumps safe to share (relative paths, no host or user names).")] = False,
@@ -159,20 +191,21 @@ def capture(
     raise typer.Exit(code if code >= 0 else 128 - code)
 
 
-@app.command("ls")
+@app.command("ls", epilog=_example("graphdbg ls dumps"))
 def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps or printed graphs.")], as_json: JsonFlag = False,
        ops: OpsOpt = None, log: LogOpt = None) -> None:
     """List dumps under PATH; identical failures on several ranks are one row."""
     from graphdbg.formats.listing import list_dumps
     from graphdbg.ui.render import ListingView
 
+    _must_exist(path)
     _inputs_setup(ops)
 
     listing = list_dumps(path, log=log)
     if not listing.dumps and not listing.problems and not as_json:
         console.print(f"no dumps under {listing.root}", highlight=False, soft_wrap=True)
     elif as_json:
-        _print_json(listing.to_json())
+        _print_json(listing.to_json(), "ls")
     else:
         console.print(ListingView(listing.groups, str(listing.root)), crop=False)
         if listing.logs:
@@ -185,10 +218,11 @@ def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps o
         raise typer.Exit(2)
 
 
-@app.command()
+@app.command(epilog=_example("graphdbg show dumps/rank0/g0-runtime_error-3b0e0256"))
 def show(dump: Annotated[Path, typer.Argument(help="A dump folder or a graph file.")], as_json: JsonFlag = False,
          ops: OpsOpt = None, log: LogOpt = None) -> None:
     """Show a dump: what failed, the graph with its source lines, and its inputs."""
+    _must_exist(dump)
     from graphdbg.formats.listing import load_with_log, summary_row
     from graphdbg.ui.render import show as render_show
 
@@ -198,7 +232,7 @@ def show(dump: Annotated[Path, typer.Argument(help="A dump folder or a graph fil
         _print_json({**summary_row(d), **{k: d.manifest[k] for k in ("parent", "children", "config", "backend_source", "backend_recipe")
                                           if k in (getattr(d, "manifest", None) or {})},
                      "nodes_table": d.nodes().to_dict(orient="records"),
-                     "inputs_table": d.inputs_table().to_dict(orient="records")})
+                     "inputs_table": d.inputs_table().to_dict(orient="records")}, "show")
         return
     console.print(render_show(d), crop=False)
 
@@ -207,9 +241,9 @@ PassesOpt = Annotated[Optional[str], typer.Option("--passes", "-p", help="Comma-
 DeviceOpt = Annotated[Optional[str], typer.Option("--device", "-d", help="cpu, cuda, cuda:N (default: the capture device if present, else cpu).")]
 IsolateOpt = Annotated[bool, typer.Option("--isolate/--no-isolate", help="Run in a child process, so a segfault or hang becomes an outcome.")]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds before an isolated replay counts as a timeout.")]
-TrustOpt = Annotated[bool, typer.Option("--trust-backend", help="Import the module:qualname backend the dump names (code from the dump's author).")]
-ConfigOpt = Annotated[Optional[list[str]], typer.Option("--config", help="Override one recorded compiler setting: inductor.KEY=VALUE (dynamo.*, functorch.*); repeatable.")]
-NoConfigOpt = Annotated[bool, typer.Option("--no-config", help="Drop the compiler settings recorded in the dump (run with torch's defaults).")]
+TrustOpt = Annotated[bool, typer.Option("--trust-backend", help="Import the module:qualname backend the dump names (code from the dump's author).", rich_help_panel="Backend")]
+ConfigOpt = Annotated[Optional[list[str]], typer.Option("--config", help="Override one recorded compiler setting: inductor.KEY=VALUE (dynamo.*, functorch.*); repeatable.", rich_help_panel="Backend")]
+NoConfigOpt = Annotated[bool, typer.Option("--no-config", help="Drop the compiler settings recorded in the dump (run with torch's defaults).", rich_help_panel="Backend")]
 
 
 def _config_setup(config: list[str] | None, no_config: bool) -> None:
@@ -231,7 +265,7 @@ def _own_backend(path: Path, trust: bool, command: str) -> str | None:
     return dump_backend(load_dump(folders[0] if folders else path), trust, command, shown_path=path)
 
 
-@app.command()
+@app.command(epilog=_example("graphdbg replay fixtures/block_runtime_error --trust-backend"))
 def replay(
     dump: Annotated[Path, typer.Argument(help="A dump folder, a folder of rank dumps (--all-ranks), or a graph file.")],
     backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="eager, aot_eager, inductor, thunder, any registered backend, or package.module:callable (default: the dump's own backend).")] = None,
@@ -263,6 +297,7 @@ def replay(
     as_json: JsonFlag = False,
 ) -> None:
     """Replay a dump under a backend; exit 0 on pass, 1 on a reproduced failure, 2 if it can't run."""
+    _must_exist(dump)
     from graphdbg.formats import load as load_dump
     from graphdbg.replay.run import replay_dump
 
@@ -278,7 +313,7 @@ def replay(
                              announce=lambda line: Console(stderr=True).print(f"graphdbg: {line}", highlight=False, soft_wrap=True, markup=False),
                              direct=direct, accuracy=accuracy, rtol=rtol, atol=atol)
         if as_json:
-            _print_json(world.to_dict())
+            _print_json(world.to_dict(), "replay-world")
         else:
             console.print(world)
         raise typer.Exit(world.exit_code)
@@ -291,7 +326,7 @@ def replay(
                           accuracy=accuracy, rtol=rtol, atol=atol, max_input_gb=max_input_gb,
                           **({"backward": True} if backward else {}))
     if as_json:
-        _print_json({"dump": str(d.path), "reproduces": outcome.reproduces(d), **outcome.to_dict()})
+        _print_json({"dump": str(d.path), "reproduces": outcome.reproduces(d), **outcome.to_dict()}, "replay")
     else:
         console.print(outcome)
         if outcome.failed:
@@ -313,7 +348,7 @@ def replay_exit_code(dump: object, outcome: object) -> int:
     return code
 
 
-@app.command()
+@app.command(epilog=_example("graphdbg compare fixtures/block_accuracy --backends eager,aot_eager"))
 def compare(
     dump: Annotated[Path, typer.Argument(help="A dump folder.")],
     backends: Annotated[Optional[str], typer.Option("--backends", help="Comma-separated backends; 'dump' is the dump's own (default: eager, aot_eager, inductor and the dump's own).")] = None,
@@ -328,6 +363,7 @@ def compare(
     as_json: JsonFlag = False,
 ) -> None:
     """Replay a dump under several backends; one row per backend. Exit 1 if any fails."""
+    _must_exist(dump)
     import pandas as pd
 
     from graphdbg.backends.recipe import backend_label
@@ -354,13 +390,13 @@ def compare(
             rows.append(compare_backends(d, [name], device=device, isolate=isolate, timeout=timeout))
     df = pd.concat(rows, ignore_index=True)
     if as_json:
-        _print_json({"dump": str(dump), "rows": df.to_dict(orient="records")})
+        _print_json({"dump": str(dump), "rows": df.to_dict(orient="records")}, "compare")
     else:
         console.print(compare_table(df))
     raise typer.Exit(0 if (df.status == "pass").all() else 1)
 
 
-@app.command()
+@app.command(epilog=_example("graphdbg minify fixtures/block_runtime_error --trust-backend -o min"))
 def minify(
     dump: Annotated[Path, typer.Argument(help="A dump folder or a graph file.")],
     backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="The backend that fails (default: the dump's own).")] = None,
@@ -379,6 +415,7 @@ def minify(
     as_json: JsonFlag = False,
 ) -> None:
     """Shrink a failing graph to the smallest one that fails the same way; writes a dump and repro.py."""
+    _must_exist(dump)
     from graphdbg.minify import minify as run_minify
 
     _inputs_setup(ops)
@@ -391,20 +428,21 @@ def minify(
     result = run_minify(dump, backend, passes, accuracy=accuracy, jobs=jobs, isolate=isolate, timeout=timeout,
                         device=device, out=out, progress=progress, any_failure=any_failure)
     if as_json:
-        _print_json(result.to_dict())
+        _print_json(result.to_dict(), "minify")
     else:
         console.print(result)
         if result.saved:
             console.print(f"wrote {result.saved} and {Path(out) / 'repro.py'}", highlight=False, soft_wrap=True)
 
 
-@app.command()
+@app.command(epilog=_example("graphdbg report dumps -o report.html"))
 def report(
     path: Annotated[Path, typer.Argument(help="A dump folder, a folder of dumps or printed graphs, or a minify output.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="The HTML file to write.")] = Path("report.html"),
     ops: OpsOpt = None,
 ) -> None:
     """Write one self-contained HTML page (no network) about the failures under PATH."""
+    _must_exist(path)
     from graphdbg.ui.report import write_report
 
     _inputs_setup(ops)
@@ -416,7 +454,7 @@ bisect_app = typer.Typer(help="Find what broke it: which pass, which node, which
 app.add_typer(bisect_app, name="bisect")
 
 
-@bisect_app.command("passes")
+@bisect_app.command("passes", epilog=_example("graphdbg bisect passes DUMP --passes mypasses:fuse,mypasses:fold"))
 def bisect_passes(
     dump: Annotated[Path, typer.Argument(help="A dump folder or a graph file.")],
     passes: Annotated[str, typer.Option("--passes", "-p", help="The pipeline, in order: package.module:callable[@stage],...")],
@@ -434,11 +472,11 @@ def bisect_passes(
     _config_setup(config, no_config)
     backend = backend or _own_backend(dump, trust_backend, "bisect passes")
     result = run(load_dump(dump).case(device), backend, passes)
-    _report(result, as_json)
+    _report(result, as_json, "bisect-passes")
     raise typer.Exit(0 if result.culprit is None else 1)
 
 
-@bisect_app.command("nodes")
+@bisect_app.command("nodes", epilog=_example("graphdbg bisect nodes fixtures/block_accuracy --trust-backend"))
 def bisect_nodes(
     dump: Annotated[Path, typer.Argument(help="A dump folder or a graph file.")],
     backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="Backend whose values are compared with the reference (default: the dump's own).")] = None,
@@ -461,11 +499,11 @@ def bisect_nodes(
     if backward:
         from graphdbg.minify.backward import bisect_training_nodes as run  # noqa: F811
     result = run(load_dump(dump).case(device), backend, passes, rtol=rtol, atol=atol)
-    _report(result, as_json)
+    _report(result, as_json, "bisect-nodes")
     raise typer.Exit(0 if result.node is None else 1)
 
 
-@bisect_app.command("ranks")
+@bisect_app.command("ranks", epilog=_example("graphdbg bisect ranks dumps"))
 def bisect_ranks(path: Annotated[Path, typer.Argument(help="A folder of rank dumps, or of printed graphs (rank<R>_<G>.py).")],
                  graph: Annotated[Optional[str], typer.Option("--graph", help="Printed graphs: only this graph (e.g. 9).")] = None,
                  as_json: JsonFlag = False) -> None:
@@ -473,11 +511,11 @@ def bisect_ranks(path: Annotated[Path, typer.Argument(help="A folder of rank dum
     from graphdbg.minify import bisect_ranks as run
 
     result = run(path, graph=graph)
-    _report(result, as_json)
+    _report(result, as_json, "bisect-ranks")
     raise typer.Exit(1 if result.odd else 0)
 
 
-@app.command("export-test")
+@app.command("export-test", epilog=_example("graphdbg export-test fixtures/block_runtime_error --trust-backend -o tests/test_block.py"))
 def export_test(
     dump: Annotated[Path, typer.Argument(help="A dump folder.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="The test file to write, e.g. tests/test_gelu_lowering.py.")],
@@ -487,6 +525,7 @@ def export_test(
     force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing test file and its data folder.")] = False,
 ) -> None:
     """Write a pytest regression test from a dump, with its data next to it; it fails while the bug is there."""
+    _must_exist(dump)
     from graphdbg.formats import load as load_dump
     from graphdbg.minify import export_test as run
 
@@ -501,15 +540,20 @@ def export_test(
     console.print(f"wrote {path}")
 
 
-@app.command()
-def schema() -> None:
-    """Print the JSON Schema of manifest.json, for other tools that check dumps."""
-    from graphdbg.store.schema import manifest_json_schema
+@app.command(epilog=_example("graphdbg schema replay"))
+def schema(name: Annotated[Optional[str], typer.Argument(help="manifest (default), or a command's --json output: "
+                                                               "ls, show, replay, compare, minify, bisect-passes, ...")] = None,
+           list_names: Annotated[bool, typer.Option("--list", help="Print the schema names, one a line.")] = False) -> None:
+    """Print a JSON Schema: manifest.json's, or that of a command's --json output."""
+    from graphdbg.ui.schemas import OUTPUT_SCHEMAS, output_schema
 
-    _print_json(manifest_json_schema())
+    if list_names:
+        console.print("\n".join(["manifest", *OUTPUT_SCHEMAS]), highlight=False)
+        return
+    _print_json(output_schema(name or "manifest"))
 
 
-@app.command()
+@app.command(epilog=_example("graphdbg redact dumps -o dumps-shared"))
 def redact(
     dump: Annotated[Path, typer.Argument(help="A dump folder, or a folder of dumps.")],
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the redacted copy here (default: redact in place).")] = None,
@@ -527,7 +571,7 @@ def redact(
             console.print(f"{row['path']}: {row['paths']} paths made relative, removed {', '.join(row['removed']) or 'nothing'}", highlight=False)
 
 
-@app.command()
+@app.command(epilog=_example("graphdbg extract run.log -o graphs"))
 def extract(
     log: Annotated[Path, typer.Argument(help="A log with printed graphs (TORCH_LOGS=graph_code, aot_graphs, print_readable()).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the graph files (must not hold files of the same names).")] = Path("graphs"),
@@ -538,15 +582,15 @@ def extract(
 
     written = extract_graphs(log, out)
     if as_json:
-        _print_json({"log": str(log), "out": str(out), "files": [str(p) for p in written]})
+        _print_json({"log": str(log), "out": str(out), "files": [str(p) for p in written]}, "extract")
     else:
         console.print(f"wrote {len(written)} graph file(s) to {out}: {', '.join(p.name for p in written[:8])}"
                       + (" ..." if len(written) > 8 else "") + f"\nnext: graphdbg ls {out}", highlight=False, soft_wrap=True)
 
 
-def _report(result: object, as_json: bool) -> None:
+def _report(result: object, as_json: bool, schema: str | None = None) -> None:
     if as_json:
-        _print_json(result.to_dict())
+        _print_json(result.to_dict(), schema)
     else:
         from graphdbg.ui.render import renderable
 
@@ -561,7 +605,7 @@ def main() -> None:
     """
     _cwd_importable(sys.argv[1:])
     try:
-        app()  # standalone: typer/click print usage errors themselves and exit 2
+        app(prog_name="graphdbg")  # standalone: typer/click print usage errors themselves and exit 2
     except SystemExit as e:
         interrupt = _interrupt_of(e)  # typer turns Ctrl-C into a silent exit 130
         if interrupt is None:
@@ -646,6 +690,8 @@ def _end_children() -> None:
 
 def _fail(message: str, code: int) -> None:
     Console(stderr=True).print(f"graphdbg: error: {message}", highlight=False, soft_wrap=True, markup=False)
+    if "--json" in sys.argv[1:]:  # a program reading stdout gets JSON for an error too
+        _print_json({"error": message, "exit_code": code}, "error")
     sys.exit(code)
 
 

@@ -1,0 +1,142 @@
+"""Issue 24, the first ten minutes: what a new user meets first, driven through the CLI and the
+public API (conventions, JSON, quick answers to bad input, progress, the Outcome panel)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DUMP = ROOT / "fixtures" / "block_runtime_error"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), **extra}
+    env.pop("GRAPHDBG_DUMP_DIR", None) if "GRAPHDBG_DUMP_DIR" not in extra else None
+    return env
+
+
+def _graphdbg(*args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python -m graphdbg ARGS`` as a user runs it, stdout piped."""
+    return subprocess.run([sys.executable, "-m", "graphdbg", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd or ROOT, env=_env(**env), timeout=600)
+
+
+def test_python_dash_m_and_short_version():
+    from graphdbg import __version__
+
+    r = _graphdbg("-V")
+    assert r.returncode == 0 and r.stdout.strip() == f"graphdbg {__version__}"
+    assert _graphdbg("--version").stdout == r.stdout
+
+
+def test_missing_path_answers_before_torch_is_imported():
+    code = ("import sys\nsys.argv = ['graphdbg', 'replay', '/no/such/path']\nfrom graphdbg.ui.cli import main\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    print(e.code, 'torch' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=300)
+    assert r.stdout.split() == ["2", "False"], r
+    assert r.stderr.strip() == "graphdbg: error: /no/such/path: no such file or folder"
+
+
+@pytest.mark.parametrize("command", ["replay", "show", "ls", "compare", "minify", "export-test"])
+def test_json_errors_are_json(cli, command):
+    args = [command, "/no/such/path", "--json"] if command != "export-test" else [command, "/no/such/path", "-o", "t.py"]
+    r = cli(*args)
+    assert r.code == 2 and "graphdbg: error: /no/such/path: no such file or folder" in r.err
+    if command != "export-test":  # export-test has no --json
+        out = json.loads(r.out)
+        assert out["schema"] == "error" and out["exit_code"] == 2 and "no such file" in out["error"]
+        jsonschema.validate(out, _schema(cli, "error"))
+
+
+def _schema(cli, name: str) -> dict:
+    r = cli("schema", name)
+    assert r.code == 0, r
+    schema = json.loads(r.out)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return schema
+
+
+def test_every_json_output_names_its_version_and_schema(cli):
+    from graphdbg import __version__
+
+    listed = cli("schema", "--list").out.split()
+    assert {"manifest", "ls", "show", "replay", "compare", "minify", "bisect-passes", "bisect-nodes", "bisect-ranks",
+            "extract", "error"} <= set(listed)
+    runs = {"ls": cli("ls", ROOT / "fixtures" / "block_dynamic", "--json"),
+            "show": cli("show", DUMP, "--json"),
+            "replay": cli("replay", DUMP, "--backend", "eager", "--no-isolate", "--json"),
+            "bisect-ranks": cli("bisect", "ranks", ROOT / "fixtures" / "world_printed", "--json")}
+    for name, r in runs.items():
+        out = json.loads(r.out)
+        assert out["graphdbg"] == __version__ and out["schema"] == name, (name, r)
+        jsonschema.validate(out, _schema(cli, name))
+    assert cli("schema", "nonsense").code == 2
+
+
+def test_help_has_panels_examples_and_no_bool_metavars(cli):
+    r = cli("replay", "--help")
+    assert r.code == 0
+    assert "Example: graphdbg replay fixtures/block_runtime_error --trust-backend" in r.out
+    assert "Backend" in r.out and "Inputs" in r.out and "Output" in r.out
+    assert "<bool>" not in r.out and "--trust-backend" in r.out
+    for command in ("ls", "show", "compare", "minify", "report", "export-test", "schema", "redact", "extract"):
+        assert "Example: graphdbg " + command in cli(command, "--help").out, command
+
+
+def test_shell_completion_installs(tmp_path):
+    shown = _graphdbg("--show-completion", "bash")
+    assert shown.returncode == 0 and "_GRAPHDBG_COMPLETE" in shown.stdout
+    r = _graphdbg("--install-completion", "bash", HOME=str(tmp_path), SHELL="/bin/bash")
+    assert r.returncode == 0, r
+    installed = list(tmp_path.rglob("graphdbg*"))
+    assert installed and "_GRAPHDBG_COMPLETE" in installed[0].read_text()
+    assert str(installed[0].name) in (tmp_path / ".bashrc").read_text()
+
+
+def test_capture_command_honours_graphdbg_dump_dir(tmp_path):
+    program = tmp_path / "prog.py"
+    program.write_text(
+        "import torch\n"
+        "def bad(gm, inputs):\n    raise NotImplementedError('no lowering for this graph')\n"
+        "f = torch.compile(lambda x: torch.relu(x) + 1, backend=bad)\n"
+        "try:\n    f(torch.randn(4))\nexcept Exception as e:\n    print('failed as expected:', type(e).__name__)\n")
+    where = tmp_path / "from_env"
+    r = _graphdbg("capture", "--", sys.executable, str(program), cwd=tmp_path, GRAPHDBG_DUMP_DIR=str(where))
+    assert r.returncode == 0 and "failed as expected" in r.stdout, r
+    manifests = list(where.glob("rank*/*/manifest.json"))
+    assert len(manifests) == 1 and not (tmp_path / "graphdbg_dumps").exists()
+    assert json.loads(manifests[0].read_text())["failure"]["kind"] == "compile_error"
+
+
+def test_public_api_is_typed():
+    import graphdbg
+    from graphdbg.case import Case
+
+    assert (Path(graphdbg.__file__).parent / "py.typed").is_file()
+    for fn, names in ((graphdbg.capture, {"mode", "budget_bytes", "rtol", "atol", "redact"}),
+                      (graphdbg.compare, {"device", "isolate", "timeout", "passes", "accuracy", "rtol", "atol"}),
+                      (Case.run, {"isolate", "timeout", "accuracy", "rtol", "atol", "direct", "backward"})):
+        params = inspect.signature(fn).parameters
+        assert names <= set(params), fn
+        assert not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()), fn
+        assert all(p.annotation is not inspect.Parameter.empty for n, p in params.items() if n != "self"), fn
+
+
+def test_public_api_keywords_reach_the_run():
+    import graphdbg
+
+    dump = graphdbg.load(DUMP)
+    outcome = dump.case().run("eager", accuracy=False, isolate=False)
+    assert outcome.status == "pass"
+    with pytest.raises(TypeError):
+        dump.case().run("eager", no_such_option=True)
+    df = graphdbg.compare(dump, ["eager"], isolate=False, accuracy=False)
+    assert list(df.status) == ["pass"]

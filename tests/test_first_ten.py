@@ -140,3 +140,24 @@ def test_public_api_keywords_reach_the_run():
         dump.case().run("eager", no_such_option=True)
     df = graphdbg.compare(dump, ["eager"], isolate=False, accuracy=False)
     assert list(df.status) == ["pass"]
+
+
+def test_replay_with_trusted_backend_works_from_any_folder(tmp_path):
+    """A dump inside the project that made it names a backend module of that project: replay
+    finds the module from any folder (here a module importable from nowhere else)."""
+    import shutil
+
+    project = tmp_path / "project"
+    (project / "dumps").mkdir(parents=True)
+    shutil.copy(ROOT / "fixtures" / "programs.py", project / "mybackends_for_ten.py")
+    dump = project / "dumps" / "block_runtime_error"
+    shutil.copytree(DUMP, dump)
+    manifest = next(dump.glob("rank*/*/manifest.json"))
+    m = json.loads(manifest.read_text())
+    m["backend"] = "mybackends_for_ten:broken_transpose_backend"
+    manifest.write_text(json.dumps(m))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    r = _graphdbg("replay", dump, "--trust-backend", cwd=elsewhere)
+    assert r.returncode == 1, r
+    assert "mat1 and mat2 shapes cannot be multiplied" in r.stdout and "the same failure as captured" in r.stdout

@@ -161,3 +161,55 @@ def test_replay_with_trusted_backend_works_from_any_folder(tmp_path):
     r = _graphdbg("replay", dump, "--trust-backend", cwd=elsewhere)
     assert r.returncode == 1, r
     assert "mat1 and mat2 shapes cannot be multiplied" in r.stdout and "the same failure as captured" in r.stdout
+
+
+def _plain_lines(out: str) -> list[str]:
+    lines = out.splitlines()
+    assert not any(ch in out for ch in "╭╮╰╯│─"), out  # no box drawing
+    assert all(line == line.rstrip() for line in lines), out  # no trailing padding
+    return lines
+
+
+def test_piped_replay_leads_with_the_verdict_unboxed_and_unfolded():
+    r = _graphdbg("replay", DUMP, "--trust-backend", COLUMNS="40")
+    assert r.returncode == 1, r
+    lines = _plain_lines(r.stdout)
+    assert lines[0] == "REPRODUCED: the same failure as captured"
+    # the signature is one line, whole, though far wider than 40 columns: grep finds it
+    assert "RuntimeError: mat1 and mat2 shapes cannot be multiplied (?x? and ?x?) @ torch._C._nn.linear" in lines
+
+
+def test_replay_says_when_the_recorded_failure_is_not_reproduced(cli):
+    r = cli("replay", DUMP, "--backend", "eager", "--no-isolate")
+    assert r.code == 0
+    first = _plain_lines(r.out)[0]
+    assert first.startswith("NOT REPRODUCED: the dump recorded RuntimeError: mat1 and mat2 shapes cannot be multiplied")
+    assert first.endswith("backend eager passes")
+
+
+def test_stand_ins_collapse_to_one_line_per_kind(cli):
+    r = cli("replay", ROOT / "fixtures" / "cuda_streams_thunder", "--backend", "eager", "--no-isolate", "--json")
+    stand_ins = json.loads(r.out)["stand_ins"]
+    kinds = {s.partition(": ")[2].split(" (")[0] for s in stand_ins}
+    assert len(stand_ins) > len(kinds)  # several of one kind, here streams on a machine without CUDA
+    r = cli("replay", ROOT / "fixtures" / "cuda_streams_thunder", "--backend", "eager", "--no-isolate")
+    shown = [line for line in _plain_lines(r.out) if line.startswith("stand-in")]
+    assert len(shown) == len(kinds), r.out
+    assert any(line.startswith(f"stand-ins: {sum('stream (' in s for s in stand_ins)} stream (") for line in shown), shown
+
+
+def test_outcome_is_a_panel_on_a_terminal():
+    import io
+
+    from rich.console import Console
+
+    import graphdbg
+    from graphdbg.ui.render import outcome_panel
+
+    dump = graphdbg.load(DUMP)
+    outcome = dump.case().run("eager", accuracy=False)
+    term = Console(file=io.StringIO(), force_terminal=True, width=100)
+    term.print(outcome_panel(outcome, dump))
+    shown = term.file.getvalue()
+    assert "╭" in shown and "Outcome" in shown and "NOT REPRODUCED" in shown
+    assert shown.index("NOT REPRODUCED") < shown.index("PASS")

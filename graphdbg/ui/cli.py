@@ -328,10 +328,9 @@ def replay(
     if as_json:
         _print_json({"dump": str(d.path), "reproduces": outcome.reproduces(d), **outcome.to_dict()}, "replay")
     else:
-        console.print(outcome)
-        if outcome.failed:
-            same = "the same failure as captured" if outcome.reproduces(d) else f"captured was: {d.signature or d.failure_kind}"
-            console.print(f"[dim]{same}[/]")
+        from graphdbg.ui.render import outcome_panel
+
+        console.print(outcome_panel(outcome, d), crop=False)
     raise typer.Exit(replay_exit_code(d, outcome))
 
 
@@ -430,7 +429,7 @@ def minify(
     if as_json:
         _print_json(result.to_dict(), "minify")
     else:
-        console.print(result)
+        console.print(result, crop=False)
         if result.saved:
             console.print(f"wrote {result.saved} and {Path(out) / 'repro.py'}", highlight=False, soft_wrap=True)
 

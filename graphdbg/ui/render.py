@@ -418,7 +418,7 @@ class Boxed:
         self.body, self.title, self.border_style = body, title, border_style
 
     def __rich_console__(self, console: Any, options: Any) -> Any:
-        if console.is_terminal:
+        if console.is_terminal or console.record:  # a terminal, or HTML for a notebook
             yield Panel(self.body, title=self.title, expand=False, border_style=self.border_style)
             return
         for line in self.body.split("\n"):

@@ -213,3 +213,15 @@ def test_outcome_is_a_panel_on_a_terminal():
     shown = term.file.getvalue()
     assert "╭" in shown and "Outcome" in shown and "NOT REPRODUCED" in shown
     assert shown.index("NOT REPRODUCED") < shown.index("PASS")
+
+
+def test_long_steps_print_plain_progress_lines_when_piped(tmp_path):
+    """Off a terminal each long step says when it is done, on stderr; stdout stays the result."""
+    r = _graphdbg("replay", DUMP, "--backend", "eager", "--no-isolate", "--no-accuracy")
+    assert r.returncode == 0, r
+    assert "replay: eager: compile, run, compare with the reference: done in " in r.stderr, r.stderr
+    assert "done in" not in r.stdout
+    r = _graphdbg("report", DUMP, "-o", tmp_path / "r.html")
+    assert r.returncode == 0 and f"report: reading {DUMP}: done in " in r.stderr, r
+    r = _graphdbg("bisect", "ranks", ROOT / "fixtures" / "world_printed", "--json")
+    assert "done in" not in r.stderr  # --json: nothing but the JSON and errors

@@ -127,6 +127,19 @@ def _progress(label: str, quiet: bool = False) -> Iterator[None]:
         _note(f"{label}: done in {time.monotonic() - started:.1f}s")
 
 
+LARGE_GRAPH_BYTES = 1 << 20  # a graph file this big takes seconds to parse: loading it shows progress
+
+
+def _load_with_progress(path: Path, command: str, quiet: bool = False) -> object:
+    """Load a dump; a large printed graph shows progress while it is parsed."""
+    from graphdbg.formats import load as load_dump
+
+    large = path.is_file() and path.stat().st_size >= LARGE_GRAPH_BYTES
+    with _progress(f"{command}: loading {path.name} ({path.stat().st_size / (1 << 20):.0f} MiB)" if large else "",
+                   quiet=quiet or not large):
+        return load_dump(path)
+
+
 def _line_progress(name: str, every_s: float = 5.0) -> Callable[[int, Optional[int], Optional[str]], None]:
     """minify's progress as plain lines, for pipes and CI: every log line, and the count at most
     every ``every_s`` seconds."""
@@ -298,7 +311,6 @@ def replay(
 ) -> None:
     """Replay a dump under a backend; exit 0 on pass, 1 on a reproduced failure, 2 if it can't run."""
     _must_exist(dump)
-    from graphdbg.formats import load as load_dump
     from graphdbg.replay.run import replay_dump
 
     _inputs_setup(ops, seed)
@@ -317,14 +329,17 @@ def replay(
         else:
             console.print(world)
         raise typer.Exit(world.exit_code)
-    d = load_dump(dump)
+    d = _load_with_progress(dump, "replay", quiet=as_json)
     if backend is None:
         from graphdbg.backends.resolve import dump_backend
 
         backend = dump_backend(d, trust_backend, "replay")
-    outcome = replay_dump(d, backend, passes, device=device, isolate=isolate, timeout=timeout, direct=direct,
-                          accuracy=accuracy, rtol=rtol, atol=atol, max_input_gb=max_input_gb,
-                          **({"backward": True} if backward else {}))
+    from graphdbg.backends.recipe import backend_label
+
+    with _progress(f"replay: {backend_label(backend)}: compile, run, compare with the reference", quiet=as_json):
+        outcome = replay_dump(d, backend, passes, device=device, isolate=isolate, timeout=timeout, direct=direct,
+                              accuracy=accuracy, rtol=rtol, atol=atol, max_input_gb=max_input_gb,
+                              **({"backward": True} if backward else {}))
     if as_json:
         _print_json({"dump": str(d.path), "reproduces": outcome.reproduces(d), **outcome.to_dict()}, "replay")
     else:
@@ -366,13 +381,12 @@ def compare(
     import pandas as pd
 
     from graphdbg.backends.recipe import backend_label
-    from graphdbg.formats import load as load_dump
     from graphdbg.replay.run import compare_backends
     from graphdbg.ui.render import compare_table
 
     _inputs_setup(ops, seed)
     _config_setup(config, no_config)
-    d = load_dump(dump)
+    d = _load_with_progress(dump, "compare", quiet=as_json)
     names = [b.strip() for b in (backends or "eager,aot_eager,inductor").split(",") if b.strip()]
     if "dump" in names:  # the dump's own backend, however it is spelled (an aot_autograd recipe has commas)
         own = _own_backend(dump, trust_backend, "compare") or "eager"
@@ -445,7 +459,8 @@ def report(
     from graphdbg.ui.report import write_report
 
     _inputs_setup(ops)
-    written = write_report(path, out)
+    with _progress(f"report: reading {path}"):
+        written = write_report(path, out)
     console.print(f"wrote {written}", highlight=False, soft_wrap=True)
 
 
@@ -465,12 +480,13 @@ def bisect_passes(
     as_json: JsonFlag = False,
 ) -> None:
     """The first pass after which the outcome goes bad (and, for a pattern pass, which replacement)."""
-    from graphdbg.formats import load as load_dump
     from graphdbg.minify import bisect_passes as run
 
     _config_setup(config, no_config)
     backend = backend or _own_backend(dump, trust_backend, "bisect passes")
-    result = run(load_dump(dump).case(device), backend, passes)
+    case = _load_with_progress(dump, "bisect", quiet=as_json).case(device)
+    with _progress(f"bisect passes: {len(passes.split(','))} passes", quiet=as_json):
+        result = run(case, backend, passes)
     _report(result, as_json, "bisect-passes")
     raise typer.Exit(0 if result.culprit is None else 1)
 
@@ -490,14 +506,15 @@ def bisect_nodes(
     as_json: JsonFlag = False,
 ) -> None:
     """The first node whose value diverges from the reference, with its source line and module."""
-    from graphdbg.formats import load as load_dump
     from graphdbg.minify import bisect_nodes as run
 
     _config_setup(config, no_config)
     backend = backend or _own_backend(dump, trust_backend, "bisect nodes")
     if backward:
         from graphdbg.minify.backward import bisect_training_nodes as run  # noqa: F811
-    result = run(load_dump(dump).case(device), backend, passes, rtol=rtol, atol=atol)
+    case = _load_with_progress(dump, "bisect", quiet=as_json).case(device)
+    with _progress(f"bisect nodes: {len(case.gm.graph.nodes)} nodes", quiet=as_json):
+        result = run(case, backend, passes, rtol=rtol, atol=atol)
     _report(result, as_json, "bisect-nodes")
     raise typer.Exit(0 if result.node is None else 1)
 
@@ -509,7 +526,8 @@ def bisect_ranks(path: Annotated[Path, typer.Argument(help="A folder of rank dum
     """Which ranks' graphs, inputs or errors differ from the others, and how."""
     from graphdbg.minify import bisect_ranks as run
 
-    result = run(path, graph=graph)
+    with _progress("bisect ranks", quiet=as_json):
+        result = run(path, graph=graph)
     _report(result, as_json, "bisect-ranks")
     raise typer.Exit(1 if result.odd else 0)
 
@@ -525,17 +543,17 @@ def export_test(
 ) -> None:
     """Write a pytest regression test from a dump, with its data next to it; it fails while the bug is there."""
     _must_exist(dump)
-    from graphdbg.formats import load as load_dump
     from graphdbg.minify import export_test as run
 
     data = out.with_name(out.stem + "_data")
     there = [p for p in (out, data) if p.exists()]
     if there and not force:
         raise GraphdbgError(f"{there[0]} exists; pass --force to overwrite it")
-    d = load_dump(dump)
+    d = _load_with_progress(dump, "export-test")
     if backend is None and not (d.manifest.get("minified") or {}).get("backend"):
         backend = _own_backend(dump, trust_backend, "export-test")
-    path = run(d, out, backend=backend, passes=passes)
+    with _progress(f"export-test: writing {out}"):
+        path = run(d, out, backend=backend, passes=passes)
     console.print(f"wrote {path}")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -225,3 +226,65 @@ def test_long_steps_print_plain_progress_lines_when_piped(tmp_path):
     assert r.returncode == 0 and f"report: reading {DUMP}: done in " in r.stderr, r
     r = _graphdbg("bisect", "ranks", ROOT / "fixtures" / "world_printed", "--json")
     assert "done in" not in r.stderr  # --json: nothing but the JSON and errors
+
+
+def _answer(page: str) -> str:
+    start = page.index("<div class=answer")
+    return page[start:page.index("</div>", start)]
+
+
+def test_report_leads_with_the_answer(cli, tmp_path):
+    page = tmp_path / "r.html"
+    assert cli("report", DUMP, "-o", page).code == 0
+    text = page.read_text()
+    answer = _answer(text)
+    assert text.index("<div class=answer") < text.index("<h2")  # above every section
+    assert "runtime_error: RuntimeError: mat1 and mat2 shapes cannot be multiplied" in answer
+    assert "the dump does not say which node failed" in answer  # its traceback lost the generated code's frame
+    assert f"graphdbg replay {DUMP}/rank0/g0-runtime_error-3b0e0256 --trust-backend" in answer
+
+
+def test_report_names_the_node_the_generated_code_raised_in(tmp_path):
+    """A fresh capture of the README's quickstart program: the traceback's generated-code frame
+    names the node, and the graph source marks it."""
+    import shutil
+
+    work = tmp_path / "quickstart"
+    shutil.copytree(ROOT / "examples" / "quickstart", work)
+    r = _graphdbg("capture", "--", sys.executable, "model.py", cwd=work)
+    assert r.returncode == 1 and "dump written to" in r.stderr, r
+    r = _graphdbg("report", "graphdbg_dumps", "-o", "r.html", cwd=work)
+    assert r.returncode == 0, r
+    text = (work / "r.html").read_text()
+    answer = _answer(text)
+    assert "failing node (where the generated code raised): <code class=failing-node>linear</code>" in answer
+    assert "model.py:16" in answer  # the user's source line of that node
+    assert len(re.findall(r"<span class='failing' id='L\d+'>\s*linear", text)) == 1
+
+
+def test_report_puts_the_users_frames_first(cli, tmp_path):
+    page = tmp_path / "r.html"
+    assert cli("report", ROOT / "fixtures" / "block_compile_error", "-o", page).code == 0
+    text = page.read_text()
+    yours = text.index("traceback: your frames")
+    assert "fixtures/programs.py:111 in unsupported_op" in text[yours:text.index("</pre>", yours)]
+    assert "hook.py" not in text[yours:text.index("</pre>", yours)]
+    assert "<details><summary>the whole traceback" in text
+
+
+def test_report_takes_the_failing_node_from_bisect_when_the_dump_does_not_say(cli, tmp_path):
+    import shutil
+
+    folder = tmp_path / "acc"
+    shutil.copytree(ROOT / "fixtures" / "block_accuracy", folder)
+    r = cli("bisect", "nodes", folder, "--backend", "fixtures.programs:bad_rewrite_backend", "--json")
+    assert r.code == 1, r
+    node = json.loads(r.out)["node"]
+    (folder / "bisect-nodes.json").write_text(r.out)
+    page = tmp_path / "r.html"
+    assert cli("report", folder, "-o", page).code == 0
+    text = page.read_text()
+    answer = _answer(text)
+    assert f"<code class=failing-node>{node}</code>" in answer and "first diverging node" in answer
+    assert re.search(r"max abs error \d\.\d\d|max abs error \d\.\d{1,2}e", answer)  # 3 significant digits
+    assert re.findall(rf"<span class='failing' id='L\d+'>\s*{node}\b", text)

@@ -288,3 +288,36 @@ def test_report_takes_the_failing_node_from_bisect_when_the_dump_does_not_say(cl
     assert f"<code class=failing-node>{node}</code>" in answer and "first diverging node" in answer
     assert re.search(r"max abs error \d\.\d\d|max abs error \d\.\d{1,2}e", answer)  # 3 significant digits
     assert re.findall(rf"<span class='failing' id='L\d+'>\s*{node}\b", text)
+
+
+def test_report_screenshot_shows_the_verdict_and_failing_node_without_scrolling(cli, tmp_path):
+    """Headless Chromium at 1280x800, no scrolling: the answer box with the verdict and the failing
+    node (highlighted as in the graph) is on the first screen."""
+    import tempfile
+
+    from test_report import CHROMIUM, HIGHLIGHT, _png_pixels
+
+    if CHROMIUM is None:
+        pytest.skip("needs Debian's chromium (apt-get install -y chromium)")
+    import shutil
+
+    work = tmp_path / "quickstart"
+    shutil.copytree(ROOT / "examples" / "quickstart", work)
+    assert _graphdbg("capture", "--", sys.executable, "model.py", cwd=work).returncode == 1
+    page = work / "report.html"
+    assert _graphdbg("report", "graphdbg_dumps", "-o", page, cwd=work).returncode == 0
+    shot = Path(tempfile.gettempdir()) / "graphdbg-report-screenshots" / "first-screen.png"
+    shot.parent.mkdir(exist_ok=True)
+    shot.unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory() as profile:
+        flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
+                 "--hide-scrollbars", "--window-size=1280,800"]
+        dom = subprocess.run([*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+        subprocess.run([*flags, f"--screenshot={shot}", page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0 and 'class="verdict"' in dom.stdout and 'class="failing-node"' in dom.stdout
+    assert shot.exists(), "chromium wrote no screenshot"
+    print(f"\nscreenshot of the report's first screen: {shot}")
+    width, bpp, rows = _png_pixels(shot.read_bytes())
+    highlighted = sum(1 for row in rows for x in range(0, width * bpp, bpp) if tuple(row[x:x + 3]) == HIGHLIGHT)
+    assert highlighted > 100, "the failing node is not highlighted on the first screen"

@@ -42,6 +42,7 @@ tr.failing td { background: #ffd7d5; font-weight: bold; }
 .answer .verdict { font-size: 18px; font-weight: bold; margin: 4px 0 8px; overflow-wrap: anywhere; }
 .answer p { margin: 4px 0; } .answer pre { margin: 4px 0; }
 pre.tb { white-space: pre-wrap; overflow-wrap: anywhere; }
+.answer code.failing-node { background: #ffd7d5; outline: 2px solid #d73a49; padding: 1px 4px; font-size: 15px; }
 """
 
 

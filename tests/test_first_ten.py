@@ -321,3 +321,11 @@ def test_report_screenshot_shows_the_verdict_and_failing_node_without_scrolling(
     width, bpp, rows = _png_pixels(shot.read_bytes())
     highlighted = sum(1 for row in rows for x in range(0, width * bpp, bpp) if tuple(row[x:x + 3]) == HIGHLIGHT)
     assert highlighted > 100, "the failing node is not highlighted on the first screen"
+
+
+def test_piped_compare_is_plain_rows(cli):
+    r = cli("compare", DUMP, "--backends", "eager", "--no-isolate")
+    assert r.code == 0, r
+    lines = _plain_lines(r.out)
+    assert lines[:2] == ["backends", "backend  outcome  signature  seconds  max abs error"]
+    assert re.fullmatch(r"eager  pass  -  \d+\.\d\d  -", lines[2]), lines

@@ -405,7 +405,9 @@ def compare(
     if as_json:
         _print_json({"dump": str(dump), "rows": df.to_dict(orient="records")}, "compare")
     else:
-        console.print(compare_table(df))
+        from graphdbg.ui.render import PlainWhenPiped
+
+        console.print(PlainWhenPiped(compare_table(df)), crop=False)
     raise typer.Exit(0 if (df.status == "pass").all() else 1)
 
 

@@ -502,6 +502,25 @@ def outcome_panel(outcome: Any, dump: Any = None) -> Boxed:
     return Boxed(text, "Outcome", STATUS_STYLE.get(outcome.status, ""))
 
 
+class PlainWhenPiped:
+    """A table on a terminal; piped, its title and one line per row, cells two spaces apart:
+    no box drawing, no padding, no folding (print with ``crop=False``)."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        if console.is_terminal or console.record:
+            yield self.table
+            return
+        if self.table.title:
+            yield Text(str(self.table.title))
+        cells = [[c.plain if isinstance(c, Text) else str(c) for c in col._cells] for col in self.table.columns]
+        yield Text("  ".join(col.header for col in self.table.columns), no_wrap=True, overflow="ignore")
+        for row in zip(*cells):
+            yield Text("  ".join(v or "-" for v in row), no_wrap=True, overflow="ignore")
+
+
 def compare_table(df: Any) -> Table:
     table = Table(title="backends")
     for col in ("backend", "outcome", "signature", "seconds", "max abs error"):

@@ -329,3 +329,21 @@ def test_piped_compare_is_plain_rows(cli):
     lines = _plain_lines(r.out)
     assert lines[:2] == ["backends", "backend  outcome  signature  seconds  max abs error"]
     assert re.fullmatch(r"eager  pass  -  \d+\.\d\d  -", lines[2]), lines
+
+
+@pytest.mark.slow
+def test_the_wheel_has_the_typed_package_the_entry_point_and_the_extras(tmp_path):
+    """What `pip install` from a checkout or a wheel gets (built here without network)."""
+    import zipfile
+
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path),
+                        str(ROOT)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    wheel = zipfile.ZipFile(next(tmp_path.glob("graphdbg-*.whl")))
+    names = wheel.namelist()
+    assert {"graphdbg/py.typed", "graphdbg/__main__.py", "graphdbg/ui/schemas.py"} <= set(names)
+    entry = wheel.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    assert "graphdbg = graphdbg.ui.cli:main" in entry
+    meta = wheel.read(next(n for n in names if n.endswith("METADATA"))).decode().splitlines()
+    assert {f"Provides-Extra: {e}" for e in ("thunder", "flashinfer", "gpu", "dev")} <= set(meta)
+    assert "Classifier: Typing :: Typed" in meta

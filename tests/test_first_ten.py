@@ -93,7 +93,7 @@ def test_help_has_panels_examples_and_no_bool_metavars(cli):
 
 
 def test_shell_completion_installs(tmp_path):
-    shown = _graphdbg("--show-completion", "bash")
+    shown = _graphdbg("--show-completion", "bash", SHELL="/bin/bash")
     assert shown.returncode == 0 and "_GRAPHDBG_COMPLETE" in shown.stdout
     r = _graphdbg("--install-completion", "bash", HOME=str(tmp_path), SHELL="/bin/bash")
     assert r.returncode == 0, r

@@ -93,9 +93,11 @@ def test_help_has_panels_examples_and_no_bool_metavars(cli):
 
 
 def test_shell_completion_installs(tmp_path):
-    shown = _graphdbg("--show-completion", "bash", SHELL="/bin/bash")
+    # typer's switch for naming the shell instead of detecting it from the parent processes
+    fixed = {"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1", "SHELL": "/bin/bash"}
+    shown = _graphdbg("--show-completion", "bash", **fixed)
     assert shown.returncode == 0 and "_GRAPHDBG_COMPLETE" in shown.stdout
-    r = _graphdbg("--install-completion", "bash", HOME=str(tmp_path), SHELL="/bin/bash")
+    r = _graphdbg("--install-completion", "bash", HOME=str(tmp_path), **fixed)
     assert r.returncode == 0, r
     installed = list(tmp_path.rglob("graphdbg*"))
     assert installed and "_GRAPHDBG_COMPLETE" in installed[0].read_text()

@@ -7,25 +7,51 @@
     >>> dump.nodes()                # a pandas table of the graph
 """
 
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Sequence
+
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    import pandas
+
+    from graphdbg.dump import Dump
 
 from graphdbg.capture import capture  # noqa: E402
 from graphdbg.errors import DumpError, GraphdbgError, GraphSourceError  # noqa: E402
 from graphdbg.formats import load as _load
 
 
-def load(path):
+def load(path: str | os.PathLike[str]) -> Dump:
     """Load a dump folder (or a printed graph file) as a :class:`~graphdbg.dump.Dump`."""
     return _load(path)
 
 
-def compare(dump, backends=("eager", "aot_eager", "inductor"), **options):
-    """Replay ``dump`` (a Dump or a path) under each backend; a pandas DataFrame, one row each."""
+def compare(
+    dump: Dump | str | os.PathLike[str],
+    backends: Sequence[str] = ("eager", "aot_eager", "inductor"),
+    *,
+    device: str | None = None,
+    isolate: bool = True,
+    timeout: float | None = None,
+    passes: str | Sequence[Any] | None = None,
+    accuracy: bool = True,
+    rtol: float | None = None,
+    atol: float | None = None,
+    direct: bool = False,
+    max_input_gb: float | None = None,
+) -> pandas.DataFrame:
+    """Replay ``dump`` (a Dump or a path) under each backend; a pandas DataFrame, one row each
+    (``backend``, ``status``, ``signature``, ``stage``, ``seconds``, ``max_abs_error``,
+    ``max_rel_error``, ``trusted``, ``reproduces``), with the Outcomes in ``.attrs["outcomes"]``."""
     from graphdbg.replay.run import compare_backends  # this module loads without torch (fast CLI start); this brings torch in
 
     if not hasattr(dump, "manifest"):
         dump = load(dump)
-    return compare_backends(dump, list(backends), **options)
+    return compare_backends(dump, list(backends), device=device, isolate=isolate, timeout=timeout, passes=passes,
+                            accuracy=accuracy, rtol=rtol, atol=atol, direct=direct, max_input_gb=max_input_gb)
 
 
 __all__ = ["compare", "capture", "load", "GraphdbgError", "DumpError", "GraphSourceError", "__version__"]

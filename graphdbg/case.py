@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 import torch.fx as fx
@@ -23,6 +23,7 @@ from graphdbg.store.write import write_dump
 
 if TYPE_CHECKING:
     from graphdbg.dump import Dump
+    from graphdbg.replay.outcome import Outcome
 
 
 @dataclass
@@ -38,11 +39,20 @@ class Case(Displayed):
     def placeholders(self) -> list[fx.Node]:
         return [n for n in self.gm.graph.nodes if n.op == "placeholder"]
 
-    def run(self, backend: Any = "eager", passes: Any = None, **options: Any):
-        """Replay under ``backend`` after ``passes``; returns an Outcome (see ``run_case``)."""
+    def run(self, backend: str | Callable[..., Any] = "eager", passes: str | Sequence[Any] | None = None, *,
+            isolate: bool = False, timeout: float | None = None, accuracy: bool = True, rtol: float | None = None,
+            atol: float | None = None, direct: bool = False, pass_stage: str = "pre", backward: bool = False) -> Outcome:
+        """Replay under ``backend`` after ``passes``; returns an Outcome (see ``run_case``).
+
+        ``isolate`` runs it in a child process (a segfault or hang becomes an outcome, ``timeout``
+        seconds); ``accuracy`` compares outputs with eager within ``rtol``/``atol`` (default by
+        dtype); ``direct`` calls ``backend(gm, inputs)`` instead of re-tracing with torch.compile;
+        ``backward`` runs the backward too (training).
+        """
         from graphdbg.replay.run import run_case  # upward, declared in ARCHITECTURE.md
 
-        return run_quietly(lambda: run_case(self, backend, passes, **options))
+        return run_quietly(lambda: run_case(self, backend, passes, isolate=isolate, timeout=timeout, accuracy=accuracy,
+                                            rtol=rtol, atol=atol, direct=direct, pass_stage=pass_stage, backward=backward))
 
     def save(self, dump_dir: Path | str, *, kind: str | None = None) -> Path:
         """Write this case as a dump folder under ``dump_dir`` (``rank<R>/<id>/``); returns its path."""

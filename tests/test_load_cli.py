@@ -58,7 +58,7 @@ def test_ls_groups_identical_failures_across_ranks(tmp_path, monkeypatch, cli):
     r = cli("ls", tmp_path, "--json")
     assert r.code == 0, r
     data = json.loads(r.out)
-    assert set(data) == {"graphdbg", "root", "dumps", "groups", "summary", "problems"}
+    assert set(data) == {"graphdbg", "schema", "root", "dumps", "groups", "summary", "problems"}
     assert len(data["dumps"]) == 4 and all(set(d) == LS_KEYS for d in data["dumps"])
     assert len(data["groups"]) == 2 and all(set(g) == GROUP_KEYS for g in data["groups"])
     by_kind = {g["kind"]: g for g in data["groups"]}

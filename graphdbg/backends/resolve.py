@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
+import os
 import sys
 import types
 from pathlib import Path
@@ -156,6 +158,7 @@ def dump_backend(dump: Any, trust: bool, command: str = "replay", shown_path: An
             raise GraphdbgError(f"the dump's backend {spec} was defined in {script}, which is not on this machine; "
                                 f"give it with --backend path/to/script.py:{spec.partition(':')[2]}")
         return f"{script}:{spec.partition(':')[2]}"
+    _importable_near(spec.partition(":")[0], Path(str(dump.path)))
     return spec
 
 
@@ -174,6 +177,24 @@ def trusted_code(spec: Any, trust: bool, what: str, command: str, shown_path: An
     raise GraphdbgError(
         f"the dump's {what} is {shown[:200]}, code the dump names; graphdbg imports it only when you say so: "
         f"graphdbg {command} {shown_path} --trust-backend")
+def _importable_near(module: str, dump_path: Path) -> None:
+    """A trusted backend's module that is not importable from here is looked for in the folders
+    that hold the dump (a dump usually lives in the project that made it), so a replay works from
+    any folder; the folder found goes on ``sys.path`` and, for isolated children, ``PYTHONPATH``."""
+    top = module.split(".")[0]
+    if not top.isidentifier():
+        return
+    try:
+        if importlib.util.find_spec(top) is not None:
+            return
+    except (ImportError, ValueError):
+        return
+    for folder in dump_path.resolve().parents:
+        if (folder / f"{top}.py").is_file() or (folder / top / "__init__.py").is_file():
+            sys.path.append(str(folder))
+            paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+            os.environ["PYTHONPATH"] = os.pathsep.join([*paths, str(folder)])
+            return
 
 
 def _recipe_backend(recipe: dict[str, Any], trust: bool, command: str, shown_path: Any) -> str:

@@ -6,22 +6,39 @@ and the names below load ``graphdbg.capture.hook`` when first used.
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any, Callable, Literal
+
+if TYPE_CHECKING:
+    from graphdbg.capture.hook import CapturingBackend
 
 __all__ = ["capture", "CapturingBackend", "DEFAULT_BUDGET"]
 _FROM_HOOK = ("CapturingBackend", "DEFAULT_BUDGET")
 
 
-def capture(backend: Any = "inductor", dump_dir: Any = None, **options: Any) -> Any:
+def capture(
+    backend: str | Callable[..., Any] = "inductor",
+    dump_dir: str | os.PathLike[str] | None = None,
+    *,
+    mode: Literal["error", "accuracy", "always"] = "error",
+    budget_bytes: int = 4 << 30,
+    rtol: float | None = None,
+    atol: float | None = None,
+    redact: bool | None = None,
+) -> CapturingBackend:
     """A backend for ``torch.compile`` that runs ``backend`` and dumps the graphs it fails on.
 
         >>> torch.compile(model, backend=graphdbg.capture("inductor", dump_dir="dumps", mode="accuracy"))
 
-    Options (``mode``, ``budget_bytes``, ``rtol``, ``atol``): see ``graphdbg.capture.hook.capture``.
+    ``mode``: ``"error"`` dumps on a compile error or a run-time error of the compiled code;
+    ``"accuracy"`` also dumps when the outputs disagree with eager (``rtol``/``atol``, default by
+    dtype); ``"always"`` dumps every graph. ``dump_dir`` defaults to ``$GRAPHDBG_DUMP_DIR``, else
+    ``./graphdbg_dumps``; ``budget_bytes`` of input values are stored per graph (past it, specs and
+    statistics); ``redact`` (default ``$GRAPHDBG_REDACT``) writes dumps safe to share.
     """
     from graphdbg.capture import hook  # this module loads without torch (fast CLI start); this brings torch in
 
-    return hook.capture(backend, dump_dir, **options)
+    return hook.capture(backend, dump_dir, mode=mode, budget_bytes=budget_bytes, rtol=rtol, atol=atol, redact=redact)
 
 
 def __getattr__(name: str) -> Any:

@@ -26,7 +26,8 @@ app = typer.Typer(
     name="graphdbg",
     help="Capture the FX graphs a torch.compile backend fails on, and replay them offline.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
+    rich_markup_mode="rich",
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -53,13 +54,18 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _options(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+def _options(version: Annotated[bool, typer.Option("--version", "-V", callback=_version, is_eager=True,
                                                    help="Print the version and exit.")] = False) -> None:
     pass
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON (stable; see README) instead of tables.")]
-OpsOpt = Annotated[Optional[str], typer.Option("--ops", help="Comma-separated modules defining real implementations of custom ops (instead of stand-ins).")]
-LogOpt = Annotated[Optional[Path], typer.Option("--log", help="The run's log, for graph files that record no failure (default: log.txt or *.log beside them).")]
-SeedOpt = Annotated[Optional[int], typer.Option("--seed", help="Seed for inputs synthesised from annotations (printed graphs).")]
+def _example(command: str) -> str:
+    """A command's example, shown at the end of its --help."""
+    return f"[bold]Example:[/] [cyan]{command}[/]"
+
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON (stable; `graphdbg schema NAME`) instead of tables.", rich_help_panel="Output")]
+OpsOpt = Annotated[Optional[str], typer.Option("--ops", help="Comma-separated modules defining real implementations of custom ops (instead of stand-ins).", rich_help_panel="Inputs")]
+LogOpt = Annotated[Optional[Path], typer.Option("--log", help="The run's log, for graph files that record no failure (default: log.txt or *.log beside them).", rich_help_panel="Inputs")]
+SeedOpt = Annotated[Optional[int], typer.Option("--seed", help="Seed for inputs synthesised from annotations (printed graphs).", rich_help_panel="Inputs")]
 
 
 def _inputs_setup(ops: str | None, seed: int | None = None) -> None:
@@ -124,6 +130,19 @@ def _progress(label: str, quiet: bool = False) -> Iterator[None]:
         _note(f"{label}: done in {time.monotonic() - started:.1f}s")
 
 
+LARGE_GRAPH_BYTES = 1 << 20  # a graph file this big takes seconds to parse: loading it shows progress
+
+
+def _load_with_progress(path: Path, command: str, quiet: bool = False) -> object:
+    """Load a dump; a large printed graph shows progress while it is parsed."""
+    from graphdbg.formats import load as load_dump
+
+    large = path.is_file() and path.stat().st_size >= LARGE_GRAPH_BYTES
+    with _progress(f"{command}: loading {path.name} ({path.stat().st_size / (1 << 20):.0f} MiB)" if large else "",
+                   quiet=quiet or not large):
+        return load_dump(path)
+
+
 def _line_progress(name: str, every_s: float = 5.0) -> Callable[[int, Optional[int], Optional[str]], None]:
     """minify's progress as plain lines, for pipes and CI: every log line, and the count at most
     every ``every_s`` seconds."""
@@ -142,15 +161,41 @@ def _line_progress(name: str, every_s: float = 5.0) -> Callable[[int, Optional[i
     return report
 
 
-def _print_json(data: object) -> None:
-    """The one JSON writer of every ``--json``: strict (``null``, never ``NaN``)."""
+def _print_json(data: object, schema: str | None = None) -> None:
+    """The one JSON writer of every ``--json``: strict (``null``, never ``NaN``). An object
+    output also says which graphdbg wrote it and its ``schema`` (``graphdbg schema NAME``)."""
+    if schema is not None and isinstance(data, dict):
+        from graphdbg._version import __version__
+
+        data = {"graphdbg": __version__, "schema": schema, **{k: v for k, v in data.items() if k not in ("graphdbg", "schema")}}
     sys.stdout.write(json.dumps(json_ready(data), indent=1, allow_nan=False) + "\n")
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def _must_exist(path: Path) -> None:
+    """A missing path is answered at once, before torch is imported."""
+    if not os.path.lexists(path):
+        raise GraphdbgError(f"{path}: no such file or folder")
+
+
+def _flag_type(original: Callable[..., object]) -> Callable[..., object]:
+    """--help shows no ``<bool>`` type for flags (they take no value)."""
+
+    def display_type_rich(self: object, ctx: object) -> object:
+        return None if getattr(self, "is_flag", False) else original(self, ctx)
+
+    return display_type_rich
+
+
+with contextlib.suppress(ImportError, AttributeError):
+    from typer.core import TyperOption
+
+    TyperOption.display_type_rich = _flag_type(TyperOption.display_type_rich)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, epilog=_example("graphdbg capture --dump-dir dumps -- python train.py"))
 def capture(
     ctx: typer.Context,
-    dump_dir: Annotated[Path, typer.Option("--dump-dir", "-o", help="Where dumps go (rank<R>/<id>/ below it).")] = Path("graphdbg_dumps"),
+    dump_dir: Annotated[Path, typer.Option("--dump-dir", "-o", envvar="GRAPHDBG_DUMP_DIR", help="Where dumps go (rank<R>/<id>/ below it).")] = Path("graphdbg_dumps"),
     mode: Annotated[str, typer.Option(help="error | accuracy | always")] = "error",
     budget_gb: Annotated[float, typer.Option("--budget-gb", help="Input bytes stored per graph, in GiB.")] = 4.0,
     redact: Annotated[bool, typer.Option("--redact", help="Write dumps safe to share (relative paths, no host or user names).")] = False,
@@ -162,7 +207,7 @@ def capture(
     raise typer.Exit(die_like(code))  # a child killed by a signal: re-raised, so our parent sees the same death
 
 
-@app.command("ls")
+@app.command("ls", epilog=_example("graphdbg ls dumps"))
 def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps or printed graphs.")], as_json: JsonFlag = False,
        ops: OpsOpt = None, log: LogOpt = None,
        failed: Annotated[bool, typer.Option("--failed", help="Only dumps that record a failure.")] = False,
@@ -175,6 +220,7 @@ def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps o
     from graphdbg.formats.listing import list_dumps
     from graphdbg.ui.render import ListingProgress, ListingView
 
+    _must_exist(path)
     _inputs_setup(ops)
     progress = ListingProgress(_err_console())
     try:
@@ -185,7 +231,7 @@ def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps o
         console.print(f"no dumps under {listing.root}" + (" (none match the filter)" if failed or kind else ""),
                       highlight=False, soft_wrap=True)
     elif as_json:
-        _print_json(listing.to_json())
+        _print_json(listing.to_json(), "ls")
     else:
         console.print(ListingView(listing.groups, str(listing.root), len(listing.problems)), crop=False,
                       soft_wrap=not console.is_terminal)  # piped: whole lines, for grep
@@ -199,10 +245,11 @@ def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps o
         raise typer.Exit(2)
 
 
-@app.command()
+@app.command(epilog=_example("graphdbg show dumps/rank0/g0-runtime_error-3b0e0256"))
 def show(dump: Annotated[Path, typer.Argument(help="A dump folder or a graph file.")], as_json: JsonFlag = False,
          ops: OpsOpt = None, log: LogOpt = None) -> None:
     """Show a dump: what failed, the graph with its source lines, and its inputs."""
+    _must_exist(dump)
     from graphdbg.formats.listing import load_with_log, summary_row
     from graphdbg.ui.render import show as render_show
 
@@ -212,7 +259,7 @@ def show(dump: Annotated[Path, typer.Argument(help="A dump folder or a graph fil
         _print_json({**summary_row(d), **{k: d.manifest[k] for k in ("parent", "children", "config", "backend_source", "backend_recipe")
                                           if k in (getattr(d, "manifest", None) or {})},
                      "nodes_table": d.nodes().to_dict(orient="records"),
-                     "inputs_table": d.inputs_table().to_dict(orient="records")})
+                     "inputs_table": d.inputs_table().to_dict(orient="records")}, "show")
         return
     console.print(render_show(d), crop=False)
 
@@ -221,10 +268,10 @@ PassesOpt = Annotated[Optional[str], typer.Option("--passes", "-p", help="Comma-
 DeviceOpt = Annotated[Optional[str], typer.Option("--device", "-d", help="cpu, cuda, cuda:N (default: the capture device if present, else cpu).")]
 IsolateOpt = Annotated[bool, typer.Option("--isolate/--no-isolate", help="Run in a child process, so a segfault or hang becomes an outcome.")]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds before an isolated replay counts as a timeout.")]
-TrustOpt = Annotated[bool, typer.Option("--trust-backend", help="Import the module:qualname backend the dump names (code from the dump's author).")]
-ConfigOpt = Annotated[Optional[list[str]], typer.Option("--config", help="Override one recorded compiler setting: inductor.KEY=VALUE (dynamo.*, functorch.*); repeatable.")]
-NoConfigOpt = Annotated[bool, typer.Option("--no-config", help="Drop the compiler settings recorded in the dump (run with torch's defaults).")]
-TrustConfigOpt = Annotated[bool, typer.Option("--trust-config", help="Restore every recorded compiler setting, strings included (they can reach a compiler's command line).")]
+TrustOpt = Annotated[bool, typer.Option("--trust-backend", help="Import the module:qualname backend the dump names (code from the dump's author).", rich_help_panel="Backend")]
+ConfigOpt = Annotated[Optional[list[str]], typer.Option("--config", help="Override one recorded compiler setting: inductor.KEY=VALUE (dynamo.*, functorch.*); repeatable.", rich_help_panel="Backend")]
+NoConfigOpt = Annotated[bool, typer.Option("--no-config", help="Drop the compiler settings recorded in the dump (run with torch's defaults).", rich_help_panel="Backend")]
+TrustConfigOpt = Annotated[bool, typer.Option("--trust-config", help="Restore every recorded compiler setting, strings included (they can reach a compiler's command line).", rich_help_panel="Backend")]
 
 
 def _config_setup(config: list[str] | None, no_config: bool, trust_config: bool = False) -> None:
@@ -246,7 +293,7 @@ def _own_backend(path: Path, trust: bool, command: str) -> str | None:
     return dump_backend(load_dump(folders[0] if folders else path), trust, command, shown_path=path)
 
 
-@app.command()
+@app.command(epilog=_example("graphdbg replay fixtures/block_runtime_error --trust-backend"))
 def replay(
     dump: Annotated[Path, typer.Argument(help="A dump folder, a folder of rank dumps (--all-ranks), or a graph file.")],
     backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="eager, aot_eager, inductor, thunder, any registered backend, or package.module:callable (default: the dump's own backend).")] = None,
@@ -279,7 +326,7 @@ def replay(
     as_json: JsonFlag = False,
 ) -> None:
     """Replay a dump under a backend; exit 0 on pass, 1 on a reproduced failure, 2 if it can't run."""
-    from graphdbg.formats import load as load_dump
+    _must_exist(dump)
     from graphdbg.replay.run import replay_dump
 
     _inputs_setup(ops, seed)
@@ -294,25 +341,27 @@ def replay(
                              announce=lambda line: Console(stderr=True).print(f"graphdbg: {line}", highlight=False, soft_wrap=True, markup=False),
                              direct=direct, accuracy=accuracy, rtol=rtol, atol=atol)
         if as_json:
-            _print_json(world.to_dict())
+            _print_json(world.to_dict(), "replay-world")
         else:
             console.print(world)
         raise typer.Exit(world.exit_code)
-    d = load_dump(dump)
+    d = _load_with_progress(dump, "replay", quiet=as_json)
     if backend is None:
         from graphdbg.backends.resolve import dump_backend
 
         backend = dump_backend(d, trust_backend, "replay")
-    outcome = replay_dump(d, backend, passes, device=device, isolate=isolate, timeout=timeout, direct=direct,
-                          accuracy=accuracy, rtol=rtol, atol=atol, max_input_gb=max_input_gb,
-                          **({"backward": True} if backward else {}))
+    from graphdbg.backends.recipe import backend_label
+
+    with _progress(f"replay: {backend_label(backend)}: compile, run, compare with the reference", quiet=as_json):
+        outcome = replay_dump(d, backend, passes, device=device, isolate=isolate, timeout=timeout, direct=direct,
+                              accuracy=accuracy, rtol=rtol, atol=atol, max_input_gb=max_input_gb,
+                              **({"backward": True} if backward else {}))
     if as_json:
-        _print_json({"dump": str(d.path), "reproduces": outcome.reproduces(d), **outcome.to_dict()})
+        _print_json({"dump": str(d.path), "reproduces": outcome.reproduces(d), **outcome.to_dict()}, "replay")
     else:
-        console.print(outcome)
-        if outcome.failed:
-            same = "the same failure as captured" if outcome.reproduces(d) else f"captured was: {d.signature or d.failure_kind}"
-            console.print(same, style="dim")
+        from graphdbg.ui.render import outcome_panel
+
+        console.print(outcome_panel(outcome, d), crop=False)
     raise typer.Exit(replay_exit_code(d, outcome))
 
 
@@ -329,7 +378,7 @@ def replay_exit_code(dump: object, outcome: object) -> int:
     return code
 
 
-@app.command()
+@app.command(epilog=_example("graphdbg compare fixtures/block_accuracy --backends eager,aot_eager"))
 def compare(
     dump: Annotated[Path, typer.Argument(help="A dump folder.")],
     backends: Annotated[Optional[str], typer.Option("--backends", help="Comma-separated backends; 'dump' is the dump's own (default: eager, aot_eager, inductor and the dump's own).")] = None,
@@ -345,16 +394,16 @@ def compare(
     as_json: JsonFlag = False,
 ) -> None:
     """Replay a dump under several backends; one row per backend. Exit 1 if any fails."""
+    _must_exist(dump)
     import pandas as pd
 
     from graphdbg.backends.recipe import backend_label
-    from graphdbg.formats import load as load_dump
     from graphdbg.replay.run import compare_backends
     from graphdbg.ui.render import compare_table
 
     _inputs_setup(ops, seed)
     _config_setup(config, no_config, trust_config)
-    d = load_dump(dump)
+    d = _load_with_progress(dump, "compare", quiet=as_json)
     names = [b.strip() for b in (backends or "eager,aot_eager,inductor").split(",") if b.strip()]
     if "dump" in names:  # the dump's own backend, however it is spelled (an aot_autograd recipe has commas)
         own = _own_backend(dump, trust_backend, "compare") or "eager"
@@ -371,13 +420,15 @@ def compare(
             rows.append(compare_backends(d, [name], device=device, isolate=isolate, timeout=timeout))
     df = pd.concat(rows, ignore_index=True)
     if as_json:
-        _print_json({"dump": str(dump), "rows": df.to_dict(orient="records")})
+        _print_json({"dump": str(dump), "rows": df.to_dict(orient="records")}, "compare")
     else:
-        console.print(compare_table(df))
+        from graphdbg.ui.render import PlainWhenPiped
+
+        console.print(PlainWhenPiped(compare_table(df)), crop=False)
     raise typer.Exit(0 if (df.status == "pass").all() else 1)
 
 
-@app.command()
+@app.command(epilog=_example("graphdbg minify fixtures/block_runtime_error --trust-backend -o min"))
 def minify(
     dump: Annotated[Path, typer.Argument(help="A dump folder or a graph file.")],
     backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="The backend that fails (default: the dump's own).")] = None,
@@ -399,6 +450,7 @@ def minify(
     as_json: JsonFlag = False,
 ) -> None:
     """Shrink a failing graph to the smallest one that fails the same way; writes a dump and repro.py."""
+    _must_exist(dump)
     from graphdbg.minify import minify as run_minify
 
     _inputs_setup(ops)
@@ -417,24 +469,26 @@ def minify(
     if result.saved and not result.interrupted:  # repro.py run once in a fresh interpreter: exit 4 if it fails otherwise
         _self_checked(lambda c: c.check_repro(Path(out) / "repro.py", timeout=timeout), Path(out) / "repro.py", result.outcome.signature)
     if as_json:
-        _print_json(result.to_dict())
+        _print_json(result.to_dict(), "minify")
     else:
-        console.print(result)
+        console.print(result, crop=False)
         if result.saved:
             console.print(f"wrote {result.saved} and {Path(out) / 'repro.py'}", highlight=False, soft_wrap=True)
 
 
-@app.command()
+@app.command(epilog=_example("graphdbg report dumps -o report.html"))
 def report(
     path: Annotated[Path, typer.Argument(help="A dump folder, a folder of dumps or printed graphs, or a minify output.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="The HTML file to write.")] = Path("report.html"),
     ops: OpsOpt = None,
 ) -> None:
     """Write one self-contained HTML page (no network) about the failures under PATH."""
+    _must_exist(path)
     from graphdbg.ui.report import write_report
 
     _inputs_setup(ops)
-    written = write_report(path, out)
+    with _progress(f"report: reading {path}"):
+        written = write_report(path, out)
     console.print(f"wrote {written}", highlight=False, soft_wrap=True)
 
 
@@ -442,7 +496,7 @@ bisect_app = typer.Typer(help="Find what broke it: which pass, which node, which
 app.add_typer(bisect_app, name="bisect")
 
 
-@bisect_app.command("passes")
+@bisect_app.command("passes", epilog=_example("graphdbg bisect passes DUMP --passes mypasses:fuse,mypasses:fold"))
 def bisect_passes(
     dump: Annotated[Path, typer.Argument(help="A dump folder or a graph file.")],
     passes: Annotated[str, typer.Option("--passes", "-p", help="The pipeline, in order: package.module:callable[@stage],...")],
@@ -455,17 +509,18 @@ def bisect_passes(
     as_json: JsonFlag = False,
 ) -> None:
     """The first pass after which the outcome goes bad (and, for a pattern pass, which replacement)."""
-    from graphdbg.formats import load as load_dump
     from graphdbg.minify import bisect_passes as run
 
     _config_setup(config, no_config, trust_config)
     backend = backend or _own_backend(dump, trust_backend, "bisect passes")
-    result = run(load_dump(dump).case(device), backend, passes)
-    _report(result, as_json)
+    case = _load_with_progress(dump, "bisect", quiet=as_json).case(device)
+    with _progress(f"bisect passes: {len(passes.split(','))} passes", quiet=as_json):
+        result = run(case, backend, passes)
+    _report(result, as_json, "bisect-passes")
     raise typer.Exit(0 if result.culprit is None else 1)
 
 
-@bisect_app.command("nodes")
+@bisect_app.command("nodes", epilog=_example("graphdbg bisect nodes fixtures/block_accuracy --trust-backend"))
 def bisect_nodes(
     dump: Annotated[Path, typer.Argument(help="A dump folder or a graph file.")],
     backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="Backend whose values are compared with the reference (default: the dump's own).")] = None,
@@ -482,7 +537,6 @@ def bisect_nodes(
     as_json: JsonFlag = False,
 ) -> None:
     """The first node whose value diverges from the reference, with its source line and module."""
-    from graphdbg.formats import load as load_dump
     from graphdbg.minify import bisect_nodes as run
 
     _config_setup(config, no_config, trust_config)
@@ -491,26 +545,27 @@ def bisect_nodes(
         from graphdbg.minify.backward import bisect_training_nodes as run  # noqa: F811
     from graphdbg.replay.isolation import deadline
 
-    with deadline(timeout, "bisect nodes"):
-        result = run(load_dump(dump).case(device), backend, passes, rtol=rtol, atol=atol,
-                     **({"trust": trust_backend} if backward else {}))
-    _report(result, as_json)
+    case = _load_with_progress(dump, "bisect", quiet=as_json).case(device)
+    with deadline(timeout, "bisect nodes"), _progress(f"bisect nodes: {len(case.gm.graph.nodes)} nodes", quiet=as_json):
+        result = run(case, backend, passes, rtol=rtol, atol=atol, **({"trust": trust_backend} if backward else {}))
+    _report(result, as_json, "bisect-nodes")
     raise typer.Exit(0 if result.node is None else 1)
 
 
-@bisect_app.command("ranks")
+@bisect_app.command("ranks", epilog=_example("graphdbg bisect ranks dumps"))
 def bisect_ranks(path: Annotated[Path, typer.Argument(help="A folder of rank dumps, or of printed graphs (rank<R>_<G>.py).")],
                  graph: Annotated[Optional[str], typer.Option("--graph", help="Printed graphs: only this graph (e.g. 9).")] = None,
                  as_json: JsonFlag = False) -> None:
     """Which ranks' graphs, inputs or errors differ from the others, and how."""
     from graphdbg.minify import bisect_ranks as run
 
-    result = run(path, graph=graph)
-    _report(result, as_json)
+    with _progress("bisect ranks", quiet=as_json):
+        result = run(path, graph=graph)
+    _report(result, as_json, "bisect-ranks")
     raise typer.Exit(1 if result.odd else 0)
 
 
-@app.command("export-test")
+@app.command("export-test", epilog=_example("graphdbg export-test fixtures/block_runtime_error --trust-backend -o tests/test_block.py"))
 def export_test(
     dump: Annotated[Path, typer.Argument(help="A dump folder.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="The test file to write, e.g. tests/test_gelu_lowering.py.")],
@@ -520,29 +575,35 @@ def export_test(
     force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing test file and its data folder.")] = False,
 ) -> None:
     """Write a pytest regression test from a dump, with its data next to it; it fails while the bug is there."""
-    from graphdbg.formats import load as load_dump
+    _must_exist(dump)
     from graphdbg.minify import export_test as run
 
     data = out.with_name(out.stem + "_data")
     there = [p for p in (out, data) if p.exists()]
     if there and not force:
         raise GraphdbgError(f"{there[0]} exists; pass --force to overwrite it")
-    d = load_dump(dump)
-    path = run(d, out, backend=backend, passes=passes, trust=trust_backend)  # code the dump names: only with --trust-backend
+    d = _load_with_progress(dump, "export-test")
+    with _progress(f"export-test: writing {out}"):
+        path = run(d, out, backend=backend, passes=passes, trust=trust_backend)  # code the dump names: only with --trust-backend
     if d.failure_kind in ("compile_error", "runtime_error", "crash", "accuracy"):  # run once on its own: exit 4 if it fails otherwise
         _self_checked(lambda c: c.check_exported_test(path, kind=d.failure_kind, captured=d.signature), path, d.signature)
     console.print(f"wrote {path}")
 
 
-@app.command()
-def schema() -> None:
-    """Print the JSON Schema of manifest.json, for other tools that check dumps."""
-    from graphdbg.store.schema import manifest_json_schema
+@app.command(epilog=_example("graphdbg schema replay"))
+def schema(name: Annotated[Optional[str], typer.Argument(help="manifest (default), or a command's --json output: "
+                                                               "ls, show, replay, compare, minify, bisect-passes, ...")] = None,
+           list_names: Annotated[bool, typer.Option("--list", help="Print the schema names, one a line.")] = False) -> None:
+    """Print a JSON Schema: manifest.json's, or that of a command's --json output."""
+    from graphdbg.ui.schemas import OUTPUT_SCHEMAS, output_schema
 
-    _print_json(manifest_json_schema())
+    if list_names:
+        console.print("\n".join(["manifest", *OUTPUT_SCHEMAS]), highlight=False)
+        return
+    _print_json(output_schema(name or "manifest"))
 
 
-@app.command()
+@app.command(epilog=_example("graphdbg redact dumps -o dumps-shared"))
 def redact(
     dump: Annotated[Path, typer.Argument(help="A dump folder, or a folder of dumps.")],
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the redacted copy here (default: redact in place).")] = None,
@@ -587,7 +648,7 @@ def share(
         console.print(result.line(), highlight=False, soft_wrap=True)
 
 
-@app.command()
+@app.command(epilog=_example("graphdbg extract run.log -o graphs"))
 def extract(
     log: Annotated[Path, typer.Argument(help="A log with printed graphs (TORCH_LOGS=graph_code, aot_graphs, print_readable()).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the graph files (must not hold files of the same names).")] = Path("graphs"),
@@ -598,7 +659,7 @@ def extract(
 
     written = extract_graphs(log, out)
     if as_json:
-        _print_json({"log": str(log), "out": str(out), "files": [str(p) for p in written]})
+        _print_json({"log": str(log), "out": str(out), "files": [str(p) for p in written]}, "extract")
     else:
         console.print(f"wrote {len(written)} graph file(s) to {out}: {', '.join(p.name for p in written[:8])}"
                       + (" ..." if len(written) > 8 else "") + f"\nnext: graphdbg ls {out}", highlight=False, soft_wrap=True)
@@ -615,9 +676,9 @@ def _self_checked(run: Callable[..., object], path: Path, captured: str | None) 
     _note(f"checked: {path} run on its own: {check.line}")
 
 
-def _report(result: object, as_json: bool) -> None:
+def _report(result: object, as_json: bool, schema: str | None = None) -> None:
     if as_json:
-        _print_json(result.to_dict())
+        _print_json(result.to_dict(), schema)
     else:
         from graphdbg.ui.render import renderable
 
@@ -632,7 +693,7 @@ def main() -> None:
     """
     _cwd_importable(sys.argv[1:])
     try:
-        app()  # standalone: typer/click print usage errors themselves and exit 2
+        app(prog_name="graphdbg")  # standalone: typer/click print usage errors themselves and exit 2
     except SystemExit as e:
         interrupt = _interrupt_of(e)  # typer turns Ctrl-C into a silent exit 130
         if interrupt is None:
@@ -722,6 +783,8 @@ def _end_children() -> None:
 
 def _fail(message: str, code: int) -> None:
     Console(stderr=True).print(f"graphdbg: error: {message}", highlight=False, soft_wrap=True, markup=False)
+    if "--json" in sys.argv[1:]:  # a program reading stdout gets JSON for an error too
+        _print_json({"error": message, "exit_code": code}, "error")
     sys.exit(code)
 
 

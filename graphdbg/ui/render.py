@@ -509,8 +509,60 @@ def case_panel(case: Case) -> Panel:
 STATUS_STYLE = {"pass": "green", "crash": "red", "mismatch": "yellow", "timeout": "magenta"}
 
 
-def outcome_panel(outcome: Any) -> Panel:
+class Boxed:
+    """A panel on a terminal; piped (CI logs, ``grep``), its title and lines as plain text: no box
+    drawing, no padding, each line whole (print it with ``crop=False``)."""
+
+    def __init__(self, body: Text, title: str, border_style: str = "") -> None:
+        self.body, self.title, self.border_style = body, title, border_style
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        if console.is_terminal or console.record:  # a terminal, or HTML for a notebook
+            yield Panel(self.body, title=self.title, expand=False, border_style=self.border_style)
+            return
+        for line in self.body.split("\n"):
+            line.rstrip()
+            line.no_wrap, line.overflow = True, "ignore"
+            yield line
+
+
+def stand_in_lines(stand_ins: list[str]) -> list[str]:
+    """Stand-ins (``name: kind (detail)``), one line per kind when there are more than two:
+    ``stand-ins: 40 synthesized (arg0_1, arg1_1, ... e.g. arg0_1: synthesized (...))``."""
+    if len(stand_ins) <= 2:
+        return [f"stand-in {s}" for s in stand_ins]
+    by_kind: dict[str, list[tuple[str, str]]] = {}
+    for s in stand_ins:
+        name, sep, rest = s.partition(": ")
+        kind = rest.split(" (", 1)[0] if sep and rest else stand_in_kind(s)
+        by_kind.setdefault(kind, []).append((name if sep else _short_construct(s), s))
+    lines = []
+    for kind, items in sorted(by_kind.items(), key=lambda kv: -len(kv[1])):
+        names = ", ".join(n for n, _ in items[:4]) + (", ..." if len(items) > 4 else "")
+        lines.append(f"stand-ins: {len(items)} {kind} ({names})" if len(items) > 1 else f"stand-in {items[0][1]}")
+    return lines
+
+
+def outcome_verdict(outcome: Any, dump: Any) -> tuple[str, str]:
+    """(verdict, style) of a replay against what ``dump`` recorded: the first line of its output."""
+    recorded = getattr(dump, "failure_kind", None) in ("compile_error", "runtime_error", "accuracy", "crash")
+    captured = getattr(dump, "signature", None) or getattr(dump, "failure_kind", None)
+    if outcome.status == "pass":
+        if recorded:
+            return f"NOT REPRODUCED: the dump recorded {captured}; backend {outcome.backend} passes", "bold yellow"
+        return "PASS", "bold green"
+    if not recorded:
+        return f"FAILS: {outcome.summary()}", "bold red"
+    if outcome.reproduces(dump):
+        return "REPRODUCED: the same failure as captured", "bold red"
+    return f"DIFFERENT FAILURE: captured was {captured}", "bold magenta"
+
+
+def outcome_panel(outcome: Any, dump: Any = None) -> Boxed:
     text = Text()
+    if dump is not None:
+        verdict, style = outcome_verdict(outcome, dump)
+        text.append(verdict + "\n", style=style)
     text.append(outcome.status.upper(), style=f"bold {STATUS_STYLE.get(outcome.status, '')}")
     text.append(f"  backend {outcome.backend} on {outcome.device}")
     if outcome.isolated:
@@ -537,15 +589,35 @@ def outcome_panel(outcome: Any) -> Panel:
         delta = ", ".join(f"{k} {v:+d}" for k, v in list(p.get("ops_delta", {}).items())[:6])
         result = f", returned {p['result']}" if p.get("result") is not None else ""
         text.append(f"pass {p['name']} [{p['stage']}]: {p['nodes_before']} -> {p['nodes_after']} nodes{result}" + (f" ({delta})" if delta else "") + "\n")
-    for s in outcome.stand_ins:
-        text.append(f"stand-in {s}\n", style="yellow")
+    for line in stand_in_lines(list(outcome.stand_ins)):
+        text.append(line + "\n", style="yellow")
     if outcome.exit_signal or outcome.exit_code_child is not None:
         tail = (outcome.stderr_tail or "").strip().splitlines()[-5:]
         text.append("child stderr:\n" + "\n".join(tail) + "\n", style="dim")
     timing = ", ".join(f"{k} {getattr(outcome, k):.2f}s" for k in ("compile_s", "run_s", "total_s") if getattr(outcome, k) is not None)
     if timing:
         text.append(timing, style="dim")
-    return Panel(text, title="Outcome", expand=False, border_style=STATUS_STYLE.get(outcome.status, ""))
+    text.rstrip()
+    return Boxed(text, "Outcome", STATUS_STYLE.get(outcome.status, ""))
+
+
+class PlainWhenPiped:
+    """A table on a terminal; piped, its title and one line per row, cells two spaces apart:
+    no box drawing, no padding, no folding (print with ``crop=False``)."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        if console.is_terminal or console.record:
+            yield self.table
+            return
+        if self.table.title:
+            yield Text(str(self.table.title))
+        cells = [[c.plain if isinstance(c, Text) else str(c) for c in col._cells] for col in self.table.columns]
+        yield Text("  ".join(col.header for col in self.table.columns), no_wrap=True, overflow="ignore")
+        for row in zip(*cells):
+            yield Text("  ".join(v or "-" for v in row), no_wrap=True, overflow="ignore")
 
 
 def compare_table(df: Any) -> Table:
@@ -638,7 +710,7 @@ def rank_report_table(report: Any) -> Group:
     return Group(*parts)
 
 
-def minify_panel(result: Any) -> Panel:
+def minify_panel(result: Any) -> Boxed:
     """``minify``: nodes before and after, queries, where it was saved, and each winning step."""
     lines = Text(f"{result.start_nodes} -> {result.final_nodes} nodes, {result.queries} queries, "
                  f"{result.cache_hits} cache hits, {result.seconds:.1f}s\n")
@@ -650,7 +722,8 @@ def minify_panel(result: Any) -> Panel:
     if result.saved:
         lines.append(f"saved to {result.saved}", style="bold")
     title = " (interrupted)" if result.interrupted else (" (budget ended)" if getattr(result, "stopped", None) else "")
-    return Panel(lines, title="minify" + title, expand=False)
+    lines.rstrip()
+    return Boxed(lines, "minify" + title)
 
 
 RENDERERS = {"Dump": lambda d: Group(_path_text(str(d.path), style="dim"), dump_panel(d)), "Case": lambda c: case_panel(c), "Outcome": lambda o: outcome_panel(o),

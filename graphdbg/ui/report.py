@@ -44,6 +44,12 @@ tr.failing td { background: #ffd7d5; font-weight: bold; }
 .kind-compile_error { color: #c00; } .kind-runtime_error { color: #a0a; } .kind-accuracy { color: #a60; }
 .sig { font-weight: bold; }
 .muted { color: #6a737d; }
+.answer { border: 2px solid #d73a49; border-radius: 6px; padding: 10px 16px; margin: 12px 0 20px; background: #fff8f7; }
+.answer.pass { border-color: #2da44e; background: #f3fbf5; }
+.answer .verdict { font-size: 18px; font-weight: bold; margin: 4px 0 8px; overflow-wrap: anywhere; }
+.answer p { margin: 4px 0; } .answer pre { margin: 4px 0; }
+pre.tb { white-space: pre-wrap; overflow-wrap: anywhere; }
+.answer code.failing-node { background: #ffd7d5; outline: 2px solid #d73a49; padding: 1px 4px; font-size: 15px; }
 """
 
 
@@ -60,18 +66,130 @@ def report_html(path: str | Path) -> str:
     root = Path(path)
     listing = list_dumps(root)
     groups = sorted(listing.groups, key=_rank_key)
-    body = [f"<h1>graphdbg report</h1><p class=path>{_e(root.resolve())}</p>",
-            f"<p class=muted>graphdbg {_e(__version__)}; {len(listing.dumps)} dumps in {len(groups)} groups"
-            + (f"; {len(listing.problems)} could not be read" if listing.problems else "") + "</p>"]
+    found = _bisect_results(root)
+    body = [f"<h1>graphdbg report</h1><p class=path>{_e(root.resolve())}</p>"]
+    body.append(_answer_section(groups, listing, found))
+    body.extend(_bisect_sections(root, found))
+    body.append(f"<p class=muted>graphdbg {_e(__version__)}; {_count(len(listing.dumps), 'dump')} in {_count(len(groups), 'group')}"
+                + (f"; {len(listing.problems)} could not be read" if listing.problems else "") + "</p>")
     body.append(_groups_table(groups, str(root)))
     for p in listing.problems:
         body.append(f"<p class=muted>skipped: {_e(p['error'])}</p>")
     for i, g in enumerate(groups):
-        body.append(_group_section(i, g, listing))
-    body.extend(_bisect_sections(root))
+        body.append(_group_section(i, g, listing, found))
     return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
             f"<title>graphdbg report: {_e(root.name or root)}</title><style>{STYLE}</style></head>\n<body>\n"
             + "\n".join(body) + "\n</body></html>\n")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def _num(value: Any) -> str:
+    """A number as people read it: 3 significant digits for floats, thousands separated for ints."""
+    if isinstance(value, bool) or value is None:
+        return _e(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return _e(value)
+
+
+FAILURES = ("compile_error", "runtime_error", "accuracy", "crash")
+
+
+def _found_nodes(found: list[tuple[Path, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Failing nodes that bisect nodes (or a saved replay --json) named, with where they came from."""
+    nodes = []
+    for path, data in found:
+        if data.get("node") and ("method" in data or "status" in data):
+            nodes.append({"node": data["node"], "from": path.name, "source": data.get("source"),
+                          "target": data.get("target") or data.get("node_target"), "max_abs_error": data.get("max_abs_error")})
+    return nodes
+
+
+def _traceback_node(dump: Any) -> str | None:
+    """The node the generated code was running when it raised: the last ``<eval_with_key>``
+    frame's line (``linear = torch._C._nn.linear(...)``), when that node is in the graph."""
+    exception = dump.exception if isinstance(dump.exception, dict) else {}
+    tb = exception.get("traceback") or ""
+    lines = re.findall(r'^  File "<eval_with_key>[^"]*", line \d+, in \w+\n    (\w+) = ', tb, re.M)
+    return lines[-1] if lines and lines[-1] in _node_names(dump) else None
+
+
+def _replay_command(path: str, dump: Any) -> str:
+    backend = str(dump.manifest.get("backend") or "")
+    trust = " --trust-backend" if ":" in backend or dump.manifest.get("backend_recipe") else ""
+    return f"graphdbg replay {path}{trust}"
+
+
+def _answer_section(groups: list[dict[str, Any]], listing: Any, found: list[tuple[Path, dict[str, Any]]]) -> str:
+    """The answer first: the verdict, the failing node, the command that replays it, and what
+    minify and bisect found, above everything else."""
+
+    failures = [g for g in groups if g["kind"] in FAILURES]
+    if not failures:
+        return (f"<div class='answer pass'><p class=verdict>no failures: {_count(len(groups), 'graph')}, none recorded a failure</p>"
+                + "".join(f"<p>{_e(b)}</p>" for b in _bisect_lines(found)) + "</div>")
+    g = failures[0]
+    dump = next(d for d in listing.dumps if str(d.path) == g["paths"][0])
+    ranks = f" on {_count(len(g['ranks']), 'rank')}" if len(g["ranks"]) > 1 else ""
+    parts = [f"<p class=verdict>{_e(g['kind'])}{_e(ranks)}: {_e(g['signature'] or g.get('message') or '')}</p>"]
+    if len(failures) > 1:
+        parts.append(f"<p class=muted>{_count(len(failures), 'failing group')}; the first is shown here, all below</p>")
+    failing = sorted(failing_node_names(dump))
+    how = ""
+    if not failing and _traceback_node(dump):
+        failing, how = [_traceback_node(dump)], " (where the generated code raised)"
+    if failing:
+        parts.append(f"<p>failing node{how}: <code class=failing-node>{_e(', '.join(failing))}</code>{_node_source(dump, failing[0])}</p>")
+    for n in _found_nodes(found):
+        parts.append(f"<p>failing node (from {_e(n['from'])}): <code class=failing-node>{_e(n['node'])}</code>"
+                     + (f" <code>{_e(n['target'])}</code>" if n.get("target") else "")
+                     + (f" at <span class=path>{_e(n['source'])}</span>" if n.get("source") else "")
+                     + (f", max abs error {_num(n['max_abs_error'])}" if n.get("max_abs_error") is not None else "") + "</p>")
+    if not failing and not _found_nodes(found):
+        parts.append("<p class=muted>the dump does not say which node failed; the replay's Outcome names it</p>")
+    minified = dump.manifest.get("minified")
+    if minified:
+        parts.append(f"<p>minified: {_num(minified.get('start_nodes'))} &rarr; {_num(dump.node_count)} nodes in "
+                     f"{_num(minified.get('oracle_queries'))} queries</p>")
+    parts.extend(f"<p>{b}</p>" for b in _bisect_lines(found))
+    parts.append(f"<p>replay it:</p><pre class=tb>{_e(_replay_command(g['paths'][0], dump))}</pre>")
+    return "<div class=answer>" + "".join(parts) + "</div>"
+
+
+def _node_source(dump: Any, name: str) -> str:
+    try:
+        df = dump.nodes()
+        row = df[df.name == name].iloc[0]
+    except Exception:
+        return ""
+    target = f" <code>{_e(row.target)}</code>" if row.target else ""
+    source = f" at <span class=path>{_e(row.source)}</span>" if isinstance(row.source, str) and row.source else ""
+    return target + source
+
+
+USER_FRAME_SKIP = ("site-packages", "dist-packages", "/torch/", "/graphdbg/", "<eval_with_key>", "<frozen ", "/lib/python3")
+
+
+def _users_frame(file: str) -> bool:
+    """A frame of the user's code: not torch's, Python's, or graphdbg's (paths may be redacted: relative)."""
+    return not any(skip in file for skip in USER_FRAME_SKIP) and not file.startswith(("graphdbg/", "torch/", "<"))
+
+
+def _traceback_html(tb: str) -> str:
+    """The user's frames first (their code, not torch's or graphdbg's), then the whole traceback."""
+    frames = re.findall(r'^  File "([^"]+)", line (\d+), in (\S+)\n((?:    .*\n)?)', tb + "\n", re.M)
+    mine = [f for f in frames if _users_frame(f[0])]
+    whole = f"<pre class=tb>{_e(tb[-12000:])}</pre>"
+    if not mine or len(mine) == len(frames):
+        return f"<h3>traceback</h3>{whole}"
+    yours = "".join(f"{file}:{line} in {fn}\n{code}" for file, line, fn, code in mine[-8:])
+    return (f"<h3>traceback: your frames</h3><pre class=tb>{_e(yours.rstrip())}</pre>"
+            f"<details><summary>the whole traceback ({len(frames)} frames)</summary>{whole}</details>")
 
 
 def _e(value: Any) -> str:
@@ -105,7 +223,7 @@ def _rel(p: str, root: str) -> str:
         return p
 
 
-def _group_section(i: int, g: dict[str, Any], listing: Any) -> str:
+def _group_section(i: int, g: dict[str, Any], listing: Any, found: list[tuple[Path, dict[str, Any]]] | None = None) -> str:
     dump = next(d for d in listing.dumps if str(d.path) == g["paths"][0])
     parts = [f"<h2 id='group-{i}'>{_e(dump.id)} <span class='kind-{_e(g['kind'])}'>{_e(g['kind'])}</span></h2>",
              f"<p>ranks {_e(rank_ranges(g['ranks']))}; {_e(g['nodes'])} nodes; backend <code>{_e(shown_backend(dump.manifest))}</code></p>"]
@@ -123,18 +241,28 @@ def _group_section(i: int, g: dict[str, Any], listing: Any) -> str:
     if message:
         parts.append(f"<h3>error</h3><pre>{_e(message.strip()[:4000])}</pre>")
     if exception.get("traceback"):
-        parts.append(f"<h3>traceback</h3><pre>{_e(exception['traceback'][-12000:])}</pre>")
+        parts.append(_traceback_html(exception["traceback"]))
     constructs = g.get("constructs") or []
     if constructs:
         parts.append(f"<h3>stand-ins</h3><p>{_e(stand_ins_text(constructs))}</p><ul>"
                      + "".join(f"<li><code>{_e(c)}</code></li>" for c in constructs) + "</ul>")
     failing = failing_node_names(dump)
+    if not failing and g["kind"] in FAILURES:  # the dump doesn't say: the traceback's node, or what bisect or a replay found
+        named = {n["node"] for n in _found_nodes(found or [])} | {_traceback_node(dump)}
+        failing = named & set(_node_names(dump))
     parts.append(_nodes_section(dump, failing))
     parts.append(_source_section(dump, failing))
     minified = dump.manifest.get("minified")
     if minified:
         parts.append(_minify_section(minified, dump))
     return "\n".join(parts)
+
+
+def _node_names(dump: Any) -> list[str]:
+    try:
+        return list(dump.nodes().name)
+    except Exception:
+        return []
 
 
 def _nodes_section(dump: Any, failing: set[str]) -> str:
@@ -233,18 +361,30 @@ def _minify_section(minified: dict[str, Any], dump: Any) -> str:
     return "\n".join(parts)
 
 
-def _bisect_sections(root: Path) -> list[str]:
-    """What ``bisect`` found, from ``bisect*.json`` files (its ``--json`` output) under ``root``."""
+def _bisect_results(root: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """``bisect*.json`` (``bisect --json``) and ``replay*.json`` (``replay --json``) files under ``root``."""
     if not root.is_dir():
         return []
     found = []
-    for path in files_under(root, "bisect*.json", limit=20):
+    for path in sorted([*files_under(root, "bisect*.json", limit=20), *files_under(root, "replay*.json", limit=20)])[:20]:
         try:
             data = read_json(path.parent, path.name, what="bisect result")
         except GraphdbgError:
             continue
-        if not isinstance(data, dict):
-            continue
+        if isinstance(data, dict):
+            found.append((path, data))
+    return found
+
+
+def _bisect_lines(found: list[tuple[Path, dict[str, Any]]]) -> list[str]:
+    """One HTML line per bisect result."""
+    return [f"bisect (<span class=path>{_e(path.name)}</span>): {what}" for path, what in _bisect_items(found)]
+
+
+def _bisect_items(found: list[tuple[Path, dict[str, Any]]]) -> list[tuple[Path, str]]:
+    """(file, what it found, as HTML) for each bisect result."""
+    lines = []
+    for path, data in found:
         if "culprit" in data:
             what = f"culprit pass <code>{_e(data['culprit'])}</code>" if data["culprit"] else "no pass breaks it"
             if data.get("pattern"):
@@ -253,10 +393,17 @@ def _bisect_sections(root: Path) -> list[str]:
             diffs = data.get("differences") or {}
             what = ("odd ranks: " + ", ".join(f"{_e(r)} ({_e('; '.join(diffs.get(str(r), [])))})" for r in data["odd"])
                     if data["odd"] else "no rank differs")
-        elif "node" in data:
+        elif "node" in data and "method" in data:
             what = (f"first diverging node <code>{_e(data['node'])}</code> at <span class=path>{_e(data.get('source'))}</span>"
-                    f" (max abs error {_e(data.get('max_abs_error'))})" if data["node"] else "no node diverges")
+                    f" (max abs error {_num(data.get('max_abs_error'))})" if data["node"] else "no node diverges")
         else:
             continue
-        found.append(f"<li><span class=path>{_e(path.relative_to(root))}</span>: {what}</li>")
-    return ["<h2>bisect</h2><ul>" + "".join(found) + "</ul>"] if found else []
+        lines.append((path, what))
+    return lines
+
+
+def _bisect_sections(root: Path, found: list[tuple[Path, dict[str, Any]]] | None = None) -> list[str]:
+    """What ``bisect`` found, from ``bisect*.json`` files (its ``--json`` output) under ``root``."""
+    found = _bisect_results(root) if found is None else found
+    items = [f"<li><span class=path>{_e(path.relative_to(root))}</span>: {what}</li>" for path, what in _bisect_items(found)]
+    return ["<h2>bisect</h2><ul>" + "".join(items) + "</ul>"] if items else []

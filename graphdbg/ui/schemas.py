@@ -1,0 +1,97 @@
+"""JSON Schemas (draft 2020-12) of every command's ``--json`` output, as ``graphdbg schema NAME``
+prints them. Each object output carries ``graphdbg`` (the version that wrote it) and ``schema``
+(the name here). Keys are only added, never renamed or removed, without a version bump, so the
+schemas allow keys they don't list."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graphdbg.errors import GraphdbgError
+
+_STR = {"type": ["string", "null"]}
+_NUM = {"type": ["number", "null"]}
+_INT = {"type": ["integer", "null"]}
+_BOOL = {"type": "boolean"}
+_LIST = {"type": "array"}
+_OBJ = {"type": "object"}
+_HEAD = {"graphdbg": {"type": "string"}, "schema": {"type": "string"}}
+
+_OUTCOME: dict[str, Any] = {
+    "status": {"enum": ["pass", "crash", "mismatch", "timeout"]}, "backend": {"type": "string"},
+    "signature": _STR, "stage": _STR, "error_type": _STR, "message": _STR, "traceback": _STR,
+    "node": _STR, "node_target": _STR, "mismatches": _LIST, "max_abs_error": _NUM, "max_rel_error": _NUM,
+    "reference": _STR, "reference_error": _STR, "trusted": _BOOL, "untrusted_because": _STR, "passes": _LIST,
+    "stand_ins": {"type": "array", "items": {"type": "string"}}, "device": _STR, "isolated": _BOOL,
+    "exit_signal": _STR, "exit_code_child": _INT, "stderr_tail": _STR, "compile_s": _NUM, "run_s": _NUM, "total_s": _NUM,
+}
+_ROW = {"path": {"type": "string"}, "id": _STR, "kind": _STR, "backend": _STR, "nodes": _INT, "signature": _STR,
+        "error_type": _STR, "message": _STR, "graph_hash": _STR}
+
+
+def _object(title: str, properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    props = {**_HEAD, **properties}
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": f"https://graphdbg/{title}.schema.json",
+            "title": f"graphdbg {title} --json", "type": "object", "properties": props,
+            "required": ["graphdbg", "schema", *(required if required is not None else properties)],
+            "additionalProperties": True}
+
+
+OUTPUT_SCHEMAS: dict[str, dict[str, Any]] = {
+    "ls": _object("ls", {
+        "root": {"type": "string"},
+        "dumps": {"type": "array", "items": {"type": "object", "properties": _ROW, "required": ["path"]}},
+        "groups": {"type": "array", "items": {"type": "object", "properties": {**_ROW, "ranks": _LIST, "paths": _LIST,
+                                                                                 "differs": _LIST}}},
+        "problems": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"},
+                                                                                   "error": {"type": "string"}},
+                                                  "required": ["path", "error"]}},
+    }),
+    "show": _object("show", {**_ROW, "nodes_table": _LIST, "inputs_table": _LIST},
+                    ["path", "nodes_table", "inputs_table"]),
+    "replay": _object("replay", {"dump": {"type": "string"}, "reproduces": _BOOL, **_OUTCOME},
+                      ["dump", "reproduces", "status", "backend", "signature", "stand_ins", "total_s"]),
+    "replay-world": _object("replay --all-ranks", {
+        "world_size": {"type": "integer"}, "graph": {"type": "string"}, "backend": {"type": "string"},
+        "device": {"type": "string"}, "pg_backend": {"type": "string"}, "devices": _OBJ, "nnodes": {"type": "integer"},
+        "node_rank": {"type": "integer"}, "seconds": _NUM,
+        "ranks": {"type": "array", "items": {"type": "object", "properties": {"rank": {"type": "integer"}, **_OUTCOME}}},
+    }),
+    "compare": _object("compare", {
+        "dump": {"type": "string"},
+        "rows": {"type": "array", "items": {"type": "object", "properties": {
+            "backend": {"type": "string"}, "status": _OUTCOME["status"], "signature": _STR, "stage": _STR, "seconds": _NUM,
+            "max_abs_error": _NUM, "max_rel_error": _NUM, "trusted": _BOOL, "reproduces": _BOOL},
+            "required": ["backend", "status", "signature", "seconds", "reproduces"]}},
+    }),
+    "minify": _object("minify", {
+        "start_nodes": {"type": "integer"}, "final_nodes": {"type": "integer"}, "oracle_queries": {"type": "integer"},
+        "cache_hits": {"type": "integer"}, "seconds": {"type": "number"}, "status": _OUTCOME["status"], "signature": _STR,
+        "accuracy": {"type": ["boolean", "null"]}, "interrupted": _BOOL, "steps": _LIST, "out": _STR,
+    }),
+    "bisect-passes": _object("bisect passes", {
+        "culprit": _STR, "index": _INT, "outcome": {"type": ["object", "null"]}, "good_outcome": {"type": ["object", "null"]},
+        "pattern": _STR, "pattern_index": _INT, "match_index": _INT, "runs": {"type": "integer"}, "note": {"type": "string"},
+    }),
+    "bisect-nodes": _object("bisect nodes", {
+        "node": _STR, "target": _STR, "source": _STR, "code": _STR, "module": _STR, "max_abs_error": _NUM,
+        "max_rel_error": _NUM, "replaced": _STR, "new_nodes": _LIST, "method": {"type": "string"},
+        "compared": {"type": "integer"}, "note": {"type": "string"},
+    }, ["node", "method"]),
+    "bisect-ranks": _object("bisect ranks", {"ranks": _LIST, "odd": _LIST, "graphs": {}, "signatures": {},
+                                             "differences": _OBJ, "notes": {}}, ["ranks", "odd"]),
+    "extract": _object("extract", {"log": {"type": "string"}, "out": {"type": "string"},
+                                   "files": {"type": "array", "items": {"type": "string"}}}),
+    "error": _object("error", {"error": {"type": "string"}, "exit_code": {"type": "integer"}}),
+}
+
+
+def output_schema(name: str) -> dict[str, Any]:
+    """The JSON Schema called ``name``: ``manifest`` (a dump's manifest.json) or a command output."""
+    if name == "manifest":
+        from graphdbg.store.schema import manifest_json_schema  # pydantic: only for the manifest schema
+
+        return manifest_json_schema()
+    if name not in OUTPUT_SCHEMAS:
+        raise GraphdbgError(f"no schema {name!r}; there are: manifest, {', '.join(OUTPUT_SCHEMAS)}")
+    return OUTPUT_SCHEMAS[name]

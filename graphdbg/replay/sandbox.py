@@ -260,7 +260,10 @@ def apply_sandbox(writable: Iterable[Path]) -> str:
     if why:
         return f"none ({why})"
     try:
-        done = landlock([*folders, *compiler_caches(), Path("/dev")])
+        # CUDA's driver writes to this process's own /proc entries (without them: "Error 304" at
+        # cuInit); only those, never /proc itself, whose /proc/sys a root process could escape through
+        own_proc = Path(f"/proc/{os.getpid()}")
+        done = landlock([*folders, *compiler_caches(), Path("/dev"), own_proc])
     except OSError as e:
         landlock_part = None
         reason = e.strerror or str(e)
@@ -274,4 +277,4 @@ def apply_sandbox(writable: Iterable[Path]) -> str:
     shown = ", ".join(str(f) for f in folders)
     if landlock_part is None:
         return f"none (no Landlock: {reason}; no new privileges; {net})"
-    return f"landlock ({landlock_part}; writes: {shown}, compiler caches, /dev; {net})"
+    return f"landlock ({landlock_part}; writes: {shown}, compiler caches, /dev, its own /proc entry; {net})"

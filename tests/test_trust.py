@@ -88,10 +88,11 @@ def test_export_test_refuses_what_minify_recorded_without_trust(field, fixture_c
     out = tmp_path / "t" / "test_x.py"
     _refused(cli("export-test", dump, "-o", out), "export-test")
     assert not out.exists() and not evil.exists()
-    # with --trust-backend the test is written, naming what the dump recorded (nothing runs yet)
+    # with --trust-backend the test is written, naming what the dump recorded; export-test then
+    # runs it once (self-check, in the sandbox): trusted code runs, and this one does not fail as captured
     r = cli("export-test", dump, "-o", out, "--trust-backend")
-    assert r.code == 0, r
-    assert "evil_mod:" in out.read_text() and not evil.exists()
+    assert r.code in (0, 4), r
+    assert "evil_mod:" in out.read_text()
     # what the command line gives is written without trust, and the dump's code is not
     r = cli("export-test", dump, "-o", out, "--force", "--backend", "eager", "--passes", "passes_for_tests:count_nodes")
     assert r.code == 0 and "evil_mod" not in out.read_text(), r

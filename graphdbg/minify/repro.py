@@ -34,6 +34,7 @@ from graphdbg.judge.signature import unwrapped_error
 from graphdbg.rebuild.inputs import NullEvent, NullStream
 from graphdbg.replay.outcome import Outcome
 from graphdbg.store.gate import write_file
+from graphdbg.store.specs import SymSpec, TensorSpec
 
 INPUTS_FILE = "repro_inputs.pt"
 
@@ -131,7 +132,7 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
                             direct=repr(bool(direct)), expect=repr(expect), tol=repr(tol), inputs=repr(INPUTS_FILE),
                             nodes=int(len(case.gm.graph.nodes)), captured=repr(str(case.device)),
                             summary=repr(outcome.summary()), node_names=repr([(n.op, n.name) for n in case.gm.graph.nodes]),
-                            paths=repr(paths), script_loader=_script_loader())
+                            paths=repr(paths), script_loader=_script_loader(), dynamic=repr(_dynamic_dims(case.gm)))
     try:
         compile(text, str(path), "exec")
     except SyntaxError as e:
@@ -139,6 +140,22 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
                             "please report this") from None
 
     return write_file(path, text)
+
+
+def _dynamic_dims(gm: Any) -> list[Any]:
+    """Per placeholder: the dims its captured annotation has symbolic, "sym" for a SymInt, else []."""
+    out: list[Any] = []
+    for n in gm.graph.nodes:
+        if n.op != "placeholder":
+            continue
+        spec = n.meta.get("graphdbg_symbolic_spec", n.meta.get("graphdbg_spec"))
+        if isinstance(spec, SymSpec):
+            out.append("sym")
+        elif isinstance(spec, TensorSpec):
+            out.append([i for i, d in enumerate(spec.shape) if isinstance(d, str)])
+        else:
+            out.append([])
+    return out
 
 
 def backend_paths(backend_ref: str, manifest: dict[str, Any] | None = None) -> list[str]:
@@ -246,7 +263,7 @@ _SCRIPTS = {{}}
 
 def _script(path):
     """A backend defined in the user's script: its definitions only (imports, functions, classes),
-    never its program (top-level calls, the __main__ block), as graphdbg replay loads it."""
+    never its program (top-level calls, the __main__ block), the way replay loads it."""
     import types
 
     if path not in _SCRIPTS:
@@ -271,6 +288,7 @@ def _script(path):
 FAILURE = {summary}
 INPUTS_FILE = {inputs}
 BACKEND = {backend}
+DYNAMIC = {dynamic}  # per input: the dims captured symbolic ("sym": a SymInt), traced dynamic as captured
 DIRECT = {direct}  # True: backend(GraphModule, inputs), as graphdbg minify ran it; False: torch.compile
 EXPECT = {expect}
 TOLERANCES = {tol}
@@ -392,7 +410,14 @@ def run_backend(gm, inputs, backend):
     if DIRECT:
         return as_called(fn(gm, [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]))(*inputs)
     torch._dynamo.reset()
-    return torch.compile(gm, backend=lambda g, ex: as_called(fn(g, ex)), dynamic=False)(*inputs)
+    dynamic = any(DYNAMIC)
+    if dynamic:  # exactly the captured symbolic dims dynamic: a failure that needs a symbolic size keeps it
+        for x, dims in zip(inputs, DYNAMIC):
+            if isinstance(x, torch.Tensor) and isinstance(dims, list):
+                for d in range(x.dim()):
+                    if d not in dims:
+                        torch._dynamo.mark_static(x, d)
+    return torch.compile(gm, backend=lambda g, ex: as_called(fn(g, ex)), dynamic=dynamic)(*inputs)
 
 
 def leaves(out):

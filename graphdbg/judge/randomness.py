@@ -19,7 +19,8 @@ one seed instead of eager's masks) they are not.
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 import torch
 import torch.fx as fx
@@ -117,4 +118,33 @@ def same_generators(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
     return all(torch.equal(x, y) for x, y in zip(a.get("cuda", []), b.get("cuda", [])))
 
 
-__all__ = ["RANDOM_NAMES", "is_random", "random_nodes", "random_outputs", "same_generators"]
+def rng_state() -> dict[str, Any]:
+    """The CPU generator's state and, where CUDA is initialised, each device's."""
+    state: dict[str, Any] = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state:
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@contextlib.contextmanager
+def same_draws(before: dict[str, Any] | None) -> Iterator[None]:
+    """Run the body from ``before``'s random state, then put back the state found on entry."""
+    if before is None:
+        yield
+        return
+    after = rng_state()
+    set_rng_state(before)
+    try:
+        yield
+    finally:
+        set_rng_state(after)
+
+
+__all__ = ["RANDOM_NAMES", "is_random", "random_nodes", "random_outputs", "rng_state", "same_draws", "same_generators",
+           "set_rng_state"]

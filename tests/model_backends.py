@@ -93,3 +93,29 @@ def compile_with_options(gm: fx.GraphModule, example_inputs: list[Any], *, refus
         if node.op in ("call_function", "call_method") and getattr(node.target, "__name__", node.target) == refuse:
             raise NotImplementedError(f"no lowering for {refuse}")
     return gm.forward
+
+
+def fw_adds_a_hundredth(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """An AOT forward compiler whose kernel for the first output is off by 1e-2 (for
+    ``aot_autograd(fw_compiler=...)``); it draws the same random numbers as eager."""
+    from functorch.compile import make_boxed_func  # functorch brings AOT autograd: only when a test compiles
+
+    def run(*args: Any) -> Any:
+        out = list(gm(*args))
+        out[0] = out[0] + 1e-2
+        return out
+
+    return make_boxed_func(run)
+
+
+def bw_scales_a_gradient(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """An AOT backward compiler whose first gradient comes out 1.5 times too large."""
+    from functorch.compile import make_boxed_func  # functorch brings AOT autograd: only when a test compiles
+
+    def run(*args: Any) -> Any:
+        grads = list(gm(*args))
+        first = next(i for i, g in enumerate(grads) if isinstance(g, torch.Tensor))
+        grads[first] = grads[first] * 1.5
+        return grads
+
+    return make_boxed_func(run)

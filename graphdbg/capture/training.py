@@ -33,6 +33,8 @@ import torch
 import torch.fx as fx
 
 from graphdbg.backends.calls import drop_own_frame
+from graphdbg.capture.confirm import Draws, confirm
+from graphdbg.capture.rng import rng_state, same_draws
 from graphdbg.capture.stderr import say
 from graphdbg.graph.snapshot import GraphSnapshot
 from graphdbg.judge.accuracy import compare_value
@@ -155,6 +157,7 @@ class BackwardWatch:
             values = list(args[0]) if boxed and len(args) == 1 and isinstance(args[0], list) else list(args)
             before = owner._guarded(lambda: clone_values(values), "copy the backward's inputs") \
                 if accuracy and "accuracy" not in bsnap.dumped else None
+            rng = rng_state() if before is not None else None  # eager's backward replays the same draws
             try:
                 grads = compiled(*args)
             except Exception as e:
@@ -167,7 +170,7 @@ class BackwardWatch:
                 drop_own_frame(e)
                 raise
             if before is not None:
-                bad = owner._guarded(lambda: _gradient_mismatches(bsnap, before, grads, owner.rtol, owner.atol),
+                bad = owner._guarded(lambda: _gradient_mismatches(bsnap, before, grads, owner.rtol, owner.atol, rng),
                                      "run the eager backward")
                 if bad:
                     bsnap.dumped.add("accuracy")
@@ -242,9 +245,13 @@ def _backward_snapshot(fw_snap: GraphSnapshot | None, gm: fx.GraphModule, keep_e
 
 
 def _gradient_mismatches(bsnap: GraphSnapshot, before: list[Any], grads: Any, rtol: float | None,
-                         atol: float | None) -> list[GradientMismatch]:
-    with torch.no_grad():
+                         atol: float | None, rng: dict[str, Any] | None = None) -> list[GradientMismatch]:
+    """Gradients off eager's on the same saved tensors, from the same random state; differences
+    that random ops or rounding explain are set aside (``capture.confirm``)."""
+    after_compiled = rng_state() if rng is not None else None
+    with torch.no_grad(), same_draws(rng):
         expected = bsnap.eager(*clone_values(before))
+        draws = Draws(rng, after_compiled, rng_state() if rng is not None else None)
     exp = list(expected) if isinstance(expected, (list, tuple)) else [expected]
     act = list(grads) if isinstance(grads, (list, tuple)) else [grads]
     names = _output_names(bsnap.eager)
@@ -257,7 +264,8 @@ def _gradient_mismatches(bsnap: GraphSnapshot, before: list[Any], grads: Any, rt
         m = compare_value(i, e, a, rtol=rtol, atol=atol)
         if m is not None:
             bad.append(GradientMismatch(**m.to_dict(), name=names[i] if i < len(names) else str(i)))
-    return bad
+    return confirm(bsnap.eager, bad, exp, act, before, draws=draws, rtol=rtol, atol=atol, positional=True,
+                   label=f"backward graph g{bsnap.seq}")
 
 
 def _output_names(gm: fx.GraphModule) -> list[str]:

@@ -42,6 +42,7 @@ from graphdbg.errors import GraphdbgError
 from graphdbg.graph.allow_list import check_graph_module
 from graphdbg.graph.hashing import target_name
 from graphdbg.judge.accuracy import compare_outputs, forgive, needs_float64
+from graphdbg.judge.randomness import random_outputs, rng_state, same_draws, same_generators, set_rng_state
 from graphdbg.judge.signature import exception_text, signature, unwrap_backend_exception
 from graphdbg.rebuild.inputs import clone_value, symbol_env
 from graphdbg.rebuild.memory_budget import MAX_INPUT_GB_ENV, check_fits, descriptor_bytes
@@ -112,7 +113,10 @@ def run_case(
     outcome = Outcome(status="pass", backend=resolved.name, device=str(case.device),
                       stand_ins=[s.describe() for s in case.stand_ins])
     outcome.stand_ins += resolved.settings.shown()  # recorded settings the allow-list skipped, and why
+    start = rng_state()  # the reference, the compiled run and the float64 run draw from one random state
     ref, attrs_before = (reference(case, resolved) if accuracy else (None, None))
+    after_eager = rng_state()
+    set_rng_state(start)
     if isinstance(ref, Outcome):  # the graph fails even eagerly
         ref.backend, ref.device, ref.stand_ins = resolved.name, outcome.device, outcome.stand_ins
         return ref
@@ -129,7 +133,7 @@ def run_case(
             # what the backend wrote is judged first; then its inputs are done with and only outputs are
             bad_writes = mutation_mismatches_of(case, attrs_before, gm, inputs, resolved.grad, rtol, atol)
             del inputs
-            judge(outcome, case, ref, result, rtol, atol)
+            judge(outcome, case, ref, result, rtol, atol, draws=(start, rng_state(), after_eager))
             add_mismatches(outcome, bad_writes)
     finally:
         if not direct:
@@ -418,14 +422,22 @@ def _reference(case: Case, grad: bool, mutated: set[int]) -> Any:
     return torch.utils._pytree.tree_map(lambda v: v.detach() if isinstance(v, torch.Tensor) else v, ref)
 
 
-def judge(outcome: Outcome, case: Case, ref: Any, result: Any, rtol: float | None, atol: float | None) -> None:
-
+def judge(outcome: Outcome, case: Case, ref: Any, result: Any, rtol: float | None, atol: float | None,
+          draws: tuple[Any, Any, Any] | None = None) -> None:
+    """``draws``: the random states (at the start, after the compiled run, after eager's): outputs
+    of random ops are set aside when the backend drew other numbers than eager (judge.randomness)."""
     ref, result = set_aside_uninitialised(outcome, case.gm, ref, result)  # no verdict on memory nobody wrote
     bad = compare_outputs(ref, result, rtol=rtol, atol=atol)
+    if bad and draws is not None and not same_generators(draws[1], draws[2]):
+        drawn = random_outputs(case.gm)
+        bad = [m for m in bad if m.index not in drawn]
+        if drawn:
+            outcome.stand_ins.append(f"outputs {sorted(drawn)} depend on random ops the backend draws otherwise: not compared")
     outcome.reference = "eager"
     suspects = needs_float64(bad, ref)
     if suspects:
-        ref64, outcome.reference, outcome.reference_error = _float64_outputs(case, suspects)
+        with same_draws(draws[0] if draws is not None else None):
+            ref64, outcome.reference, outcome.reference_error = _float64_outputs(case, suspects)
         if ref64 is not None:
             bad = forgive(bad, ref, result, ref64, rtol=rtol, atol=atol)
             del ref64

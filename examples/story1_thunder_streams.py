@@ -64,7 +64,7 @@ def main() -> dict:
                                  "stand_ins": inductor.get("stand_ins"), "seconds": round(secs, 1)}
     code, mini, secs = _story.graphdbg("minify", path, "--backend", "thunder", "-o", _story.OUT / "story1_min")
     result["minify_thunder"] = {"exit": code, **{k: mini.get(k) for k in ("start_nodes", "final_nodes", "oracle_queries", "cache_hits", "seconds", "out")},
-                                "wall_s": round(secs, 1)}
+                                "wall_s": round(secs, 1), "error": mini.get("error") or mini.get("stderr")}
     if mini.get("out"):
         try:
             result["minified_graph"] = (graphdbg.load(mini["out"]).source.split("class GraphModule", 1)[-1])[:3000]

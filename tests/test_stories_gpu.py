@@ -30,7 +30,7 @@ def test_story1_thunder_cannot_handle_streams(tmp_path):
     assert len(r["streams"]) == 2 and all(s["device"] == "cuda:0" for s in r["streams"])
     assert r["replay_thunder"]["exit"] == 1 and r["replay_thunder"]["reproduces"]
     assert r["replay_inductor"]["status"] == "pass" and r["replay_inductor"]["reference"] == "eager"
-    assert r["minify_thunder"]["exit"] == 0 and r["minify_thunder"]["final_nodes"] < r["nodes"] / 2
+    assert r["minify_thunder"]["exit"] == 0 and r["minify_thunder"]["final_nodes"] < r["nodes"] / 2, r["minify_thunder"].get("error")
 
 
 def test_story2_fusion_pass_and_its_buggy_successor(tmp_path):

@@ -417,7 +417,11 @@ def run_backend(gm, inputs, backend):
                 for d in range(x.dim()):
                     if d not in dims:
                         torch._dynamo.mark_static(x, d)
-    return torch.compile(gm, backend=lambda g, ex: as_called(fn(g, ex)), dynamic=dynamic)(*inputs)
+    # a registered backend (inductor) hands Dynamo what Dynamo calls; a compiler of AOTAutograd's
+    # (boxed code) is called the way AOTAutograd calls it
+    registered = isinstance(BACKEND, str) and BACKEND in torch._dynamo.list_backends(exclude_tags=())
+    call = (lambda c: c) if registered else as_called
+    return torch.compile(gm, backend=lambda g, ex: call(fn(g, ex)), dynamic=dynamic)(*inputs)
 
 
 def leaves(out):

@@ -23,6 +23,7 @@ import traceback as tb
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
+import torch._dynamo  # list_backends: which names are registered backends
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
@@ -122,8 +123,8 @@ def as_graph_backend(backend_fn: Callable[..., Any], name: str, dump: Any) -> Ca
     """``backend_fn`` as torch.compile calls a backend; on a backward dump, whose graph
     AOTAutograd hands a bw_compiler and whose code it calls boxed (one list) where the code
     says so (``_boxed_call``), the code is called that way (``backends.calls.positional``)."""
-    if not is_backward_dump(dump):
-        return backend_fn
+    if not is_backward_dump(dump) or name in torch._dynamo.list_backends(exclude_tags=()):
+        return backend_fn  # a registered backend (inductor, aot_eager) compiles the graph as Dynamo hands it
 
     def compile_backward(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
         return positional(backend_fn(gm, example_inputs, **kwargs))

@@ -15,7 +15,7 @@ runs) and benchmarks/fidelity_programs.py (BERT, T5, Whisper's encoder). Per dum
 - replay: ``replay DUMP --trust-backend --json``: its signature equals the captured one? (exit code);
 - minify: ``minify DUMP --trust-backend -o OUT --json --max-queries 60``: start -> final nodes;
 - repro: OUT/repro.py in a fresh interpreter: exit code, and whether its first line is
-  ``REPRODUCED: <captured signature>``;
+  ``REPRODUCED: <captured signature>`` (otherwise the line it printed is shown);
 - export-test: ``export-test DUMP -o test_x.py --trust-backend``, then pytest on it: it must fail
   (exit 1) and name the captured message.
 
@@ -124,11 +124,12 @@ def minify_and_repro(dump: Path, want: str, out_dir: Path, work: Path) -> tuple[
               **({} if out else {"error": (proc.stderr or proc.stdout)[-800:]})}
     repro_py = out_dir / "repro.py"
     if not repro_py.exists():
-        return minify, {"exit": None, "reproduced": False, "line": "(no repro.py written)"}
+        return minify, {"exit": None, "reproduced": False, "says_reproduced": False, "line": "(no repro.py written)"}
     elsewhere = Path(tempfile.mkdtemp(dir=work, prefix="elsewhere-"))
     run, wall = _run([sys.executable, repro_py], elsewhere, graphdbg_on_path=False)  # torch only
     first = (run.stdout.strip().splitlines() or [""])[0]
-    return minify, {"exit": run.returncode, "reproduced": first == "REPRODUCED: " + want, "line": first[:200],
+    return minify, {"exit": run.returncode, "reproduced": first == "REPRODUCED: " + want,
+                    "says_reproduced": first.startswith("REPRODUCED"), "line": first[:200],
                     "s": round(wall, 1), **({} if first else {"stderr": run.stderr[-800:]})}
 
 
@@ -191,7 +192,7 @@ def table(results: list[dict[str, Any]]) -> str:
             rp, mn, rr, et = d["replay"], d["minify"], d["repro"], d["export_test"]
             got = "" if rp["same"] else f"; got {rp['signature']!r}"
             nodes = f"{mn['start_nodes']} -> {mn['final_nodes']}" if mn.get("final_nodes") is not None else f"failed (exit {mn['exit']})"
-            repro = f"{rr['exit']} ({'REPRODUCED' if rr['reproduced'] else 'other: ' + repr(rr['line'][:80])})"
+            repro = f"{rr['exit']} ({'REPRODUCED, same signature' if rr['reproduced'] else 'other line: ' + repr(rr['line'][:90])})"
             fails = (f"{_mark(et['fails'])} (pytest exit {et.get('pytest_exit')})" if "pytest_exit" in et
                      else f"NO (export exit {et['export_exit']})")
             lines.append(f"| {r['scenario']} | {r['family']} | {r['failure']} | {d['dump']} | {d['captured']} "
@@ -213,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append", choices=[s.name for s in SCENARIOS], help="run this scenario (repeatable)")
     ap.add_argument("--jobs", type=int, default=2, help="scenarios run at once (default 2)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
+    ap.add_argument("--json-out", type=Path, help="also write the results as JSON to this file")
     ap.add_argument("--keep", type=Path, help="work in this folder and keep it (default: a temporary folder, removed)")
     args = ap.parse_args(argv)
     chosen = [s for s in SCENARIOS if not args.only or s.name in args.only]
@@ -227,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(base, ignore_errors=True)
     total = summary(results)
     total["wall_s"] = round(time.perf_counter() - start, 1)
+    if args.json_out:
+        args.json_out.write_text(json.dumps({"results": results, "summary": total}, indent=1))
     if args.json:
         print(json.dumps({"results": results, "summary": total}, indent=1))
     else:

@@ -3,7 +3,7 @@ each compiled with a backend that fails one way, run under ``graphdbg capture``;
 written is replayed, minified (its repro.py run in a fresh interpreter, from another folder, with
 no graphdbg on the path) and exported as a pytest test (which must fail).
 
-    python benchmarks/fidelity.py                       # every scenario, two at a time
+    python benchmarks/fidelity.py                       # every scenario, three at a time
     python benchmarks/fidelity.py --only bert_refuses_gelu --only segfault
     python benchmarks/fidelity.py --json > fidelity.json
 
@@ -54,6 +54,10 @@ class Scenario:
 
 
 SCENARIOS = [
+    Scenario("bert_refuses_gelu", "BERT", "forward compile error (fw refuses gelu)", NEW, "bert_refuses_gelu"),
+    Scenario("t5_rsqrt_fails_when_run", "T5", "forward run-time error (rsqrt graph)", NEW, "t5_rsqrt_fails_when_run"),
+    Scenario("whisper_refuses_attention_backward", "Whisper encoder", "backward compile error (bw refuses SDPA backward)",
+             NEW, "whisper_refuses_attention_backward"),
     Scenario("forward", "OPT", "forward compile error (fw refuses relu)", REAL, "forward"),
     Scenario("backward_compile", "OPT", "backward compile error (bw refuses threshold_backward)", REAL, "backward_compile"),
     Scenario("backward_run", "OPT", "backward run-time error", REAL, "backward_run"),
@@ -61,10 +65,6 @@ SCENARIOS = [
     Scenario("segfault", "Qwen2", "compiled code segfaults (script backend)", REAL, "segfault"),
     Scenario("vit_training_step", "ViT", "backward compile error (bw refuses gelu_backward)", REAL, "vit_training_step"),
     Scenario("neox_training_step", "GPT-NeoX", "boxed backward fails at run time", REAL, "neox_training_step"),
-    Scenario("bert_refuses_gelu", "BERT", "forward compile error (fw refuses gelu)", NEW, "bert_refuses_gelu"),
-    Scenario("t5_rsqrt_fails_when_run", "T5", "forward run-time error (rsqrt graph)", NEW, "t5_rsqrt_fails_when_run"),
-    Scenario("whisper_refuses_attention_backward", "Whisper encoder", "backward compile error (bw refuses SDPA backward)",
-             NEW, "whisper_refuses_attention_backward"),
 ]
 
 
@@ -172,6 +172,7 @@ def run_scenario(sc: Scenario, base: Path) -> dict[str, Any]:
         result["error"] = "no dump written: " + capture.stderr[-1500:]
     for i, entry in enumerate(entries):
         result["dumps"].append(one_dump(entry, i, capture, work))
+    (work / "result.json").write_text(json.dumps(result, indent=1))  # kept with --keep, should a long run be cut short
     print(f"fidelity: {sc.name} done ({len(entries)} dump(s))", file=sys.stderr, flush=True)
     return result
 
@@ -212,7 +213,7 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", action="append", choices=[s.name for s in SCENARIOS], help="run this scenario (repeatable)")
-    ap.add_argument("--jobs", type=int, default=2, help="scenarios run at once (default 2)")
+    ap.add_argument("--jobs", type=int, default=3, help="scenarios run at once (default 3)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
     ap.add_argument("--json-out", type=Path, help="also write the results as JSON to this file")
     ap.add_argument("--keep", type=Path, help="work in this folder and keep it (default: a temporary folder, removed)")

@@ -291,7 +291,7 @@ def test_repro_of_a_segfault_exits_1_naming_the_signal(tmp_path, cli):
     r = cli("minify", dump, "--trust-backend", "--out", tmp_path / "min", "--json")
     assert r.code == 0 and json.loads(r.out)["signature"] == "Signal SIGSEGV", r
     r = _run_repro(tmp_path / "min")
-    assert r.returncode == 1 and "SIGSEGV" in r.stdout and r.stdout.startswith("REPRODUCED"), (r.returncode, r.stdout, r.stderr[-2000:])
+    assert r.returncode == 1 and r.stdout.splitlines()[0] == "REPRODUCED: Signal SIGSEGV", (r.returncode, r.stdout, r.stderr[-2000:])
 
 
 # --- faithful inputs ------------------------------------------------------------------------------

@@ -462,7 +462,8 @@ def main():
             return code
         name = signal.Signals(-code).name
         same = EXPECT["status"] == "crash" and EXPECT["error_type"] == name
-        print(("REPRODUCED: " if same else "FAILED DIFFERENTLY: ") + f"the backend's process was killed by {{name}}")
+        print(("REPRODUCED: " if same else "FAILED DIFFERENTLY: ") + f"Signal {{name}}")  # the captured signature's words
+        print(f"the backend's process was killed by {{name}}")
         return 1 if same else 2
     device = args.device or ("cuda" if torch.cuda.is_available() and "cuda" in {captured} else "cpu")
     gm, inputs = build(device)

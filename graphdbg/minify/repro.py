@@ -244,6 +244,7 @@ import sys
 from pathlib import Path
 
 import torch
+import torch._dynamo
 import torch.fx
 
 
@@ -327,6 +328,10 @@ def load_backend(ref):
         module, _, qualname = ref.rpartition(":") if ".py:" in ref else ref.partition(":")  # a script's path, or module:qualname
         obj = _resolve(module, qualname)
         return obj() if isinstance(obj, type) else obj
+    if ref == "thunder":  # Lightning Thunder's ThunderCompiler, as graphdbg names it
+        from thunder.dynamo import ThunderCompiler
+
+        return ThunderCompiler()
     from torch._dynamo import lookup_backend
 
     return lookup_backend(ref)
@@ -407,8 +412,12 @@ def as_called(compiled):
 
 def run_backend(gm, inputs, backend):
     fn = load_backend(backend)
+    # a registered backend (inductor) is called as Dynamo calls it; a compiler of AOTAutograd's
+    # (boxed code) the way AOTAutograd calls it
+    registered = isinstance(backend, str) and backend in torch._dynamo.list_backends(exclude_tags=())
+    call = (lambda c: c) if registered else as_called
     if DIRECT:
-        return as_called(fn(gm, [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]))(*inputs)
+        return call(fn(gm, [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]))(*inputs)
     torch._dynamo.reset()
     dynamic = any(DYNAMIC)
     if dynamic:  # exactly the captured symbolic dims dynamic: a failure that needs a symbolic size keeps it
@@ -417,10 +426,6 @@ def run_backend(gm, inputs, backend):
                 for d in range(x.dim()):
                     if d not in dims:
                         torch._dynamo.mark_static(x, d)
-    # a registered backend (inductor) hands Dynamo what Dynamo calls; a compiler of AOTAutograd's
-    # (boxed code) is called the way AOTAutograd calls it
-    registered = isinstance(BACKEND, str) and BACKEND in torch._dynamo.list_backends(exclude_tags=())
-    call = (lambda c: c) if registered else as_called
     return torch.compile(gm, backend=lambda g, ex: call(fn(g, ex)), dynamic=dynamic)(*inputs)
 
 

@@ -328,7 +328,7 @@ def load_backend(ref):
         module, _, qualname = ref.rpartition(":") if ".py:" in ref else ref.partition(":")  # a script's path, or module:qualname
         obj = _resolve(module, qualname)
         return obj() if isinstance(obj, type) else obj
-    if ref == "thunder":  # Lightning Thunder's ThunderCompiler, as graphdbg names it
+    if ref == "thunder":  # Lightning Thunder's ThunderCompiler, by its short name
         from thunder.dynamo import ThunderCompiler
 
         return ThunderCompiler()

@@ -41,13 +41,14 @@ class Case(Displayed):
 
     def run(self, backend: str | Callable[..., Any] = "eager", passes: str | Sequence[Any] | None = None, *,
             isolate: bool = False, timeout: float | None = None, accuracy: bool = True, rtol: float | None = None,
-            atol: float | None = None, direct: bool = False, pass_stage: str = "pre", backward: bool = False) -> Outcome:
+            atol: float | None = None, direct: bool = False, pass_stage: str = "pre", backward: bool | None = None) -> Outcome:
         """Replay under ``backend`` after ``passes``; returns an Outcome (see ``run_case``).
 
         ``isolate`` runs it in a child process (a segfault or hang becomes an outcome, ``timeout``
         seconds); ``accuracy`` compares outputs with eager within ``rtol``/``atol`` (default by
         dtype); ``direct`` calls ``backend(gm, inputs)`` instead of re-tracing with torch.compile;
-        ``backward`` runs the backward too (training).
+        ``backward`` runs the backward too (training); by default, when the dump is the forward of
+        a failure in the backward.
         """
         from graphdbg.replay.run import run_case  # upward, declared in ARCHITECTURE.md
 
@@ -74,7 +75,7 @@ def save_case(case: Case, dump_dir: Path | str, *, kind: str | None = None) -> P
         exc=None, backend=str(loaded.get("backend", "replay")), mode="replay", budget_bytes=1 << 62,
         inputs_state="replay", manifest_overrides={"grad_enabled": loaded.get("grad_enabled", False),
                                                    # training: a backward graph stays one (replay/backward.py)
-                                                   **{k: loaded[k] for k in ("stage", "backward") if k in loaded},
+                                                   **{k: loaded[k] for k in ("stage", "backward", "failed") if k in loaded},
                                                    **({"backend_source": loaded["backend_source"]} if "backend_source" in loaded else {}),
                                                    "config": {**(loaded.get("config") or {}), "values": replay_settings(loaded)}},
     )

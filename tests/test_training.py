@@ -223,6 +223,38 @@ def test_inductor_wrong_backward_is_bisected_to_its_relu(tmp_path, cli, relu_bug
     assert found["code"] == "return torch.relu(grad)"
 
 
+def test_forward_of_a_backward_failure_replays_minifies_and_repros_with_its_backward(tmp_path, cli, relu_bug):
+    """The ``forward`` folder of a backward dump is a dump of its own: ``ls`` lists it, so a user
+    replays and minifies it. Its failure is in the backward of a custom autograd.Function (the
+    relu of PositiveGrad.backward), which Dynamo can't re-trace (a graph break would run it
+    eagerly): replay runs forward then backward, calls the backend on the whole graph, and
+    applies the captured compiler settings; minify shrinks it to the Function and writes a
+    repro.py that rebuilds the Function's graphs and checks itself."""
+    relu_bug("accuracy")
+    model, x = gated_mlp()
+    train_steps(model, x, backend=graphdbg.capture("inductor", tmp_path / "dumps", mode="accuracy"), steps=1)
+    relu_bug(None)  # from here on only the dump's recorded settings carry the bug
+    forward = _only_dump(tmp_path / "dumps") / "forward"
+    m = _manifest(forward)
+    assert m["stage"] == "forward" and m["failed"] == "backward"
+    assert m["config"]["values"]["inductor.cpp.inject_relu_bug_TESTING_ONLY"] == "accuracy"
+    assert _manifest(forward.parent)["config"]["values"]["inductor.cpp.inject_relu_bug_TESTING_ONLY"] == "accuracy"
+
+    r = cli("replay", forward, "--json")
+    out = json.loads(r.out)
+    assert r.code == 1 and out["reproduces"] and out["mismatches"][0]["what"] == "gradient", r
+    assert any(s.startswith("re-trace: Dynamo broke the graph") for s in out["stand_ins"]), out["stand_ins"]
+    assert cli("replay", forward, "--no-backward", "--json").code == 0  # the forward alone is right
+
+    r = cli("minify", forward, "-o", tmp_path / "min", "--json")
+    assert r.code == 0, r  # 0: repro.py was run in a fresh interpreter and showed the failure
+    small = _only_dump(tmp_path / "min")
+    assert "autograd_function_apply" in (small / "graph.py").read_text()
+    assert _manifest(small)["failed"] == "backward" and _manifest(small)["graph"]["nodes"] < m["graph"]["nodes"]
+    repro = (tmp_path / "min" / "repro.py").read_text()
+    assert "BACKWARD = True" in repro and "class Repro_bwd_body_0" in repro
+
+
 def test_bisect_backward_of_a_forward_dump_traces_its_backward(tmp_path, cli, relu_bug):
     """A forward captured on its own (mode="always") has no backward dump: its backward graph is
     traced with AOTAutograd and compiled by the backend, prefix by prefix, to the bad relu."""

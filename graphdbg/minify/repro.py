@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import re
 import sys
 import types
 from pathlib import Path
@@ -32,6 +33,7 @@ from graphdbg.errors import GraphdbgError
 from graphdbg.judge.accuracy import TOLERANCES
 from graphdbg.judge.signature import unwrapped_error
 from graphdbg.rebuild.inputs import NullEvent, NullStream
+from graphdbg.replay.backward import _differentiable, _recorded_tangents, fails_in_backward
 from graphdbg.replay.outcome import Outcome
 from graphdbg.store.gate import write_file
 from graphdbg.store.specs import SymSpec, TensorSpec
@@ -60,14 +62,57 @@ def _global_line(name: str, obj: Any) -> str:
 
 
 def graph_source(gm: fx.GraphModule) -> tuple[str, str]:
-    """(prelude binding the globals, the ``forward`` source) for a GraphModule."""
+    """(prelude binding the globals, the ``forward`` source) for a GraphModule. A higher-order
+    op (``torch.ops.higher_order.cond``, ``autograd_function_apply``) is called through an alias
+    that ``torch.fx.wrap`` makes a node when the repro traces the graph, instead of running it."""
     code = gm.graph.python_code(root_module="self")
     lines = []
     for name, obj in sorted(code.globals.items()):
         if name == "torch":
             continue
         lines.append(_global_line(name, obj))
-    return "\n".join(lines), code.src
+    src = code.src
+    for hop in sorted(set(re.findall(r"torch\.ops\.higher_order\.(\w+)\(", src))):
+        src = src.replace(f"torch.ops.higher_order.{hop}(", f"_hop_{hop}(")
+        lines += [f"_hop_{hop} = torch.ops.higher_order.{hop}", f"torch.fx.wrap({'_hop_' + hop!r})"]
+    return "\n".join(lines), src
+
+
+def nested_sources(gm: fx.GraphModule) -> tuple[list[str], str, dict[str, list[tuple[str, str]]]]:
+    """(prelude lines, class definitions, {class: [(attribute, class)]}) for ``gm`` as ``Repro``
+    and every GraphModule under it that its graph reads (a higher-order op's branches and bodies),
+    each traced on its own in the repro before its parent."""
+    prelude: list[str] = []
+    classes: list[str] = []
+    children: dict[str, list[tuple[str, str]]] = {}
+
+    def visit(mod: fx.GraphModule, cls: str) -> None:
+        lines, forward = graph_source(mod)
+        prelude.extend(line for line in lines.splitlines() if line not in prelude)
+        children[cls] = []
+        for node in mod.graph.nodes:
+            sub = _get_attr(mod, node.target) if node.op == "get_attr" else None
+            if isinstance(sub, fx.GraphModule) and "." not in node.target:
+                child = f"{cls}_{node.target}"
+                children[cls].append((node.target, child))
+                visit(sub, child)
+        classes.append(f"class {cls}(torch.nn.Module):\n{_indent(forward.strip(chr(10)))}")
+
+    visit(gm, "Repro")
+    return prelude, "\n\n".join(classes), children
+
+
+def _graph_tensors(gm: fx.GraphModule, prefix: str = "") -> dict[str, torch.Tensor]:
+    """The tensors ``gm``'s graph and the graphs under it read, by dotted path from the top."""
+    found: dict[str, torch.Tensor] = {}
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            value = _get_attr(gm, node.target)
+            if isinstance(value, torch.Tensor):
+                found[prefix + node.target] = value.detach().cpu()
+            elif isinstance(value, fx.GraphModule):
+                found.update(_graph_tensors(value, f"{prefix}{node.target}."))
+    return found
 
 
 def _storable(value: Any) -> Any:
@@ -98,18 +143,18 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
     path.parent.mkdir(parents=True, exist_ok=True)
     if outcome is None:
         outcome = case.run(backend, direct=direct)
-    prelude, forward = graph_source(case.gm)
-    attrs = {}
-    for node in case.gm.graph.nodes:
-        if node.op == "get_attr":
-            value = _get_attr(case.gm, node.target)
-            if isinstance(value, torch.Tensor):
-                attrs[node.target] = value.detach().cpu()
+    prelude_lines, classes, children = nested_sources(case.gm)
+    prelude = "\n".join(prelude_lines)
+    attrs = _graph_tensors(case.gm)
     inputs = [_storable(v) for v in case.inputs]
     for v in inputs:
         if not isinstance(v, (torch.Tensor, int, float, bool, type(None), dict)):
             raise GraphdbgError(f"repro.py can't store an input of type {type(v).__name__}")
-    torch.save({"inputs": inputs, "attrs": attrs, "device": str(case.device)}, path.parent / INPUTS_FILE)
+    backward = fails_in_backward(case.dump)
+    grad = [i for i, v in enumerate(_differentiable(case.inputs)) if isinstance(v, torch.Tensor) and v.requires_grad] if backward else []
+    tangents = _recorded_tangents(case) if backward else None
+    torch.save({"inputs": inputs, "attrs": attrs, "device": str(case.device),
+                **({"tangents": [t.detach().cpu() for t in tangents]} if tangents else {})}, path.parent / INPUTS_FILE)
 
     backend_ref = backend_spec(backend, strict=False)
     paths = backend_paths(backend_ref, case.dump.manifest if case.dump is not None else None)
@@ -128,11 +173,12 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
     # Data enters the script only through repr (a message with quotes or `C:\\xtemp` in it stays a
     # string), and the script must compile before it is written: a repro that is a SyntaxError
     # would exit 1 forever, which reads as "the bug is still there".
-    text = _TEMPLATE.format(config=config, prelude=prelude, forward=_indent(forward.strip("\n")), backend=backend_line,
+    text = _TEMPLATE.format(config=config, prelude=prelude, classes=classes, children=repr(children), backend=backend_line,
                             direct=repr(bool(direct)), expect=repr(expect), tol=repr(tol), inputs=repr(INPUTS_FILE),
                             nodes=int(len(case.gm.graph.nodes)), captured=repr(str(case.device)),
                             summary=repr(outcome.summary()), node_names=repr([(n.op, n.name) for n in case.gm.graph.nodes]),
-                            paths=repr(paths), script_loader=_script_loader(), dynamic=repr(_dynamic_dims(case.gm)))
+                            paths=repr(paths), script_loader=_script_loader(), dynamic=repr(_dynamic_dims(case.gm)),
+                            backward=repr(backward), grad=repr(grad))
     try:
         compile(text, str(path), "exec")
     except SyntaxError as e:
@@ -294,10 +340,16 @@ DIRECT = {direct}  # True: backend(GraphModule, inputs), as graphdbg minify ran 
 EXPECT = {expect}
 TOLERANCES = {tol}
 NODE_NAMES = {node_names}
+BACKWARD = {backward}  # True: the failure was in the backward; run forward, then backward (inputs GRAD require grad)
+GRAD = {grad}
+TANGENTS = None  # the captured backward's tangents (from INPUTS_FILE), when it stored them
 
 
-class Repro(torch.nn.Module):
-{forward}
+CHILDREN = {children}  # the graphs a graph's higher-order ops read, by class: (attribute, class)
+
+
+{classes}
+
 
 
 def _from_recipe(recipe):
@@ -344,18 +396,34 @@ def masked(text):
 
 
 def build(device):
+    global TANGENTS
     data = torch.load(Path(__file__).with_name(INPUTS_FILE), weights_only=True)
-    mod = Repro()
-    for name, value in data["attrs"].items():
+    TANGENTS = data.get("tangents")
+    inputs = [_rebuild(v, device) for v in data["inputs"]]
+    return _named(_traced("Repro", "", data["attrs"], device)), inputs
+
+
+def _traced(cls, prefix, attrs, device):
+    """An instance of ``cls`` traced to a GraphModule, with its tensors, after the graphs it reads."""
+    mod = globals()[cls]()
+    kids = CHILDREN.get(cls, [])
+    for attr, child in kids:
+        mod.add_module(attr, _traced(child, prefix + attr + ".", attrs, device))
+    for name, value in attrs.items():
+        rest = name[len(prefix):]
+        if not name.startswith(prefix) or rest.split(".")[0] in {{a for a, _ in kids}}:
+            continue  # a tensor of another graph
         owner = mod
-        *path, last = name.split(".")
+        *path, last = rest.split(".")
         for part in path:
             if not hasattr(owner, part):
                 owner.add_module(part, torch.nn.Module())
             owner = getattr(owner, part)
         owner.register_buffer(last, value.to(device))
-    inputs = [_rebuild(v, device) for v in data["inputs"]]
-    return _named(torch.fx.symbolic_trace(mod)), inputs
+    graph = torch.fx.Tracer().trace(mod)
+    for node in graph.nodes:  # a wrapped higher-order op is the op itself from here on
+        node.meta.pop("is_wrapped", None)
+    return torch.fx.GraphModule(mod, graph, cls)
 
 
 def _named(gm):
@@ -411,13 +479,18 @@ def as_called(compiled):
 
 
 def run_backend(gm, inputs, backend):
+    return compiled(gm, inputs, backend)(*inputs)
+
+
+def compiled(gm, inputs, backend):
+    """The graph compiled by ``backend``, to be called on ``inputs`` (traced dynamic as captured)."""
     fn = load_backend(backend)
     # a registered backend (inductor) is called as Dynamo calls it; a compiler of AOTAutograd's
     # (boxed code) the way AOTAutograd calls it
     registered = isinstance(backend, str) and backend in torch._dynamo.list_backends(exclude_tags=())
     call = (lambda c: c) if registered else as_called
     if DIRECT:
-        return call(fn(gm, [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]))(*inputs)
+        return lambda *args: call(fn(gm, [x.clone() if isinstance(x, torch.Tensor) else x for x in args]))(*args)
     torch._dynamo.reset()
     dynamic = any(DYNAMIC)
     if dynamic:  # exactly the captured symbolic dims dynamic: a failure that needs a symbolic size keeps it
@@ -426,7 +499,52 @@ def run_backend(gm, inputs, backend):
                 for d in range(x.dim()):
                     if d not in dims:
                         torch._dynamo.mark_static(x, d)
-    return torch.compile(gm, backend=lambda g, ex: call(fn(g, ex)), dynamic=dynamic)(*inputs)
+    return torch.compile(gm, backend=lambda g, ex: call(fn(g, ex)), dynamic=dynamic)
+
+
+def with_grad(inputs):
+    """Fresh copies of the inputs; those in GRAD are leaves that require grad."""
+    out = []
+    for i, x in enumerate(inputs):
+        if isinstance(x, torch.Tensor):
+            x = x.detach().clone().requires_grad_(i in GRAD)
+        out.append(x)
+    return out
+
+
+def forward_backward(fn, inputs, tangents=None):
+    """Outputs and input gradients of ``fn``: the failure was captured in the backward."""
+    with torch.enable_grad():
+        out = fn(*inputs)
+        outs = [o for o in leaves(out) if isinstance(o, torch.Tensor) and o.requires_grad]
+        if tangents is None:
+            tangents = recorded_tangents(outs)
+        grads = torch.autograd.grad(outs, [inputs[i] for i in GRAD], [t.to(o.device, o.dtype) for t, o in zip(tangents, outs)],
+                                    allow_unused=True)
+    detached = [o.detach() if isinstance(o, torch.Tensor) else o for o in leaves(out)]
+    return detached + list(grads), tangents
+
+
+def recorded_tangents(outs):
+    """The tangents the captured backward received, where they fit; else seeded randn."""
+    given = TANGENTS
+    if given is not None and len(given) == len(outs) and all(t.shape == o.shape for t, o in zip(given, outs)):
+        return [t.to(o.device, o.dtype) for t, o in zip(given, outs)]
+    gen = torch.Generator().manual_seed(0)
+    return [torch.randn(o.shape, generator=gen, dtype=torch.float64).to(o.device, o.dtype) for o in outs]
+
+
+def run_training(gm, inputs, backend):
+    """Eager, float64 and ``backend``: forward, then backward; outputs and gradients."""
+    ref, tangents = forward_backward(gm, with_grad(inputs))
+    try:
+        wide = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+        ref64, _ = forward_backward(gm, with_grad(wide), [t.double() for t in tangents])
+    except Exception:
+        ref64 = None
+    xs = with_grad(inputs)
+    got, _ = forward_backward(compiled(gm, xs, backend), xs, tangents)
+    return ref, ref64, got
 
 
 def leaves(out):
@@ -472,14 +590,18 @@ def main():
         return 1 if same else 2
     device = args.device or ("cuda" if torch.cuda.is_available() and "cuda" in {captured} else "cpu")
     gm, inputs = build(device)
-    with torch.no_grad():
-        ref = gm(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+    with torch.set_grad_enabled(BACKWARD):
+        if not BACKWARD:
+            ref = gm(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+            try:
+                ref64 = gm(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs])
+            except Exception:
+                ref64 = None
         try:
-            ref64 = gm(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs])
-        except Exception:
-            ref64 = None
-        try:
-            got = run_backend(gm, inputs, args.backend)
+            if BACKWARD:
+                ref, ref64, got = run_training(gm, inputs, args.backend)
+            else:
+                got = run_backend(gm, inputs, args.backend)
         except Exception as e:
             inner = e
             while type(inner).__name__ in ("BackendCompilerFailed", "InductorError") and getattr(inner, "inner_exception", None):

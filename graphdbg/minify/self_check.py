@@ -85,7 +85,7 @@ def check_repro(path: str | Path, *, captured: str | None = None, timeout: float
 
 
 # the exported test's assertion message: "<outcome.summary()> (the captured failure: ...)"
-_SUMMARY = re.compile(r"(?:AssertionError: )?\b(crash|timeout|mismatch)\b(?:: (.*?))? \(the captured failure:")
+_SUMMARY = re.compile(r"(?:AssertionError: )?\b(crash|timeout|mismatch)\b(?:(?:: | at )(.*?))? \(the captured failure:")
 
 
 def check_exported_test(path: str | Path, *, kind: str, captured: str | None, timeout: float | None = 600.0) -> SelfCheck:

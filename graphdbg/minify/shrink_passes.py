@@ -171,9 +171,12 @@ def _ddmin(s: Shrinker, current: Callable[[], list[str]], without: Callable[[lis
         size = max(1, -(-len(items) // parts))
         chunks = [items[i:i + size] for i in range(0, len(items), size)]
         if any(s.test_many([without(items, c) for c in chunks], stop_at_first=True)):
-            items = current()
-            parts = max(parts - 1, 2)
-            continue
+            smaller = current()
+            if len(smaller) < len(items):
+                items, parts = smaller, max(parts - 1, 2)
+                continue
+            # the candidate that failed is the best already (the chunk comes back, such as a
+            # subgraph a higher-order op needs): no progress here, so split finer
         if size == 1:
             break
         parts = min(parts * 2, len(items))

@@ -28,6 +28,7 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 
 from graphdbg.backends.calls import positional
+from graphdbg.backends.compiler_config import applied_config, replay_settings
 from graphdbg.backends.resolve import resolve_backend
 from graphdbg.errors import GraphdbgError
 from graphdbg.judge.accuracy import OutputMismatch, judge_outputs
@@ -36,6 +37,7 @@ from graphdbg.judge.signature import signature
 from graphdbg.rebuild.inputs import clone_values, to_float64
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.passes import PassFailed, apply_passes, find_pass_failure, inductor_post_grad_patch, resolve_passes
+from graphdbg.replay.retrace import graph_breaks, retrace_note
 from graphdbg.store.gate import backward_dump_folder, inside
 from graphdbg.store.manifest import read_manifest
 from graphdbg.store.tensor_file import read_tensors
@@ -119,6 +121,12 @@ def is_backward_dump(dump: Any) -> bool:
     return dump is not None and dump.manifest.get("stage") == "backward"
 
 
+def fails_in_backward(dump: Any) -> bool:
+    """A forward whose failure was in its backward (the ``forward`` folder of a backward dump, or
+    its minified copy): it replays forward then backward unless told otherwise."""
+    return dump is not None and dump.manifest.get("stage") == "forward" and dump.manifest.get("failed") == "backward"
+
+
 def as_graph_backend(backend_fn: Callable[..., Any], name: str, dump: Any) -> Callable[..., Any]:
     """``backend_fn`` as torch.compile calls a backend; on a backward dump, whose graph
     AOTAutograd hands a bw_compiler and whose code it calls boxed (one list) where the code
@@ -173,15 +181,27 @@ def run_training_case(case: Case, backend: str | Callable[..., Any] = "eager", p
         state["compile_s"] += time.perf_counter() - t0
         return compiled
 
-    gm = copy.deepcopy(case.gm)
-    restore_attrs(gm, attrs_before)
-    inputs = clone_values(base)
     patch = inductor_post_grad_patch(post, reports) if post else {}
+    # the compiler settings of the captured run, as a forward-only replay applies them
+    settings = replay_settings(case.dump.manifest if case.dump is not None else None)
+    outcome.stand_ins += settings.shown()
     try:
-        with _inductor_config(patch):
-            torch._dynamo.reset()
-            fn = (lambda *a: staged(gm, list(a))(*a)) if direct else torch.compile(gm, backend=staged, dynamic=False)
-            out, _ = _forward(fn, inputs, clone=False)
+        with _inductor_config(patch), applied_config(settings) as unknown:
+            outcome.stand_ins += [f"setting {key}: not in this torch, not restored" for key in unknown]
+            while True:
+                torch._dynamo.reset()
+                gm = copy.deepcopy(case.gm)
+                restore_attrs(gm, attrs_before)
+                inputs = clone_values(base)
+                state["stage"] = "compile"
+                fn = (lambda *a: staged(gm, list(a))(*a)) if direct else torch.compile(gm, backend=staged, dynamic=False)
+                with graph_breaks() as broke:  # a re-trace that broke the graph hid parts of it from the backend
+                    out, _ = _forward(fn, inputs, clone=False)
+                if direct or broke.reason is None:
+                    break
+                outcome.stand_ins.append(retrace_note(broke.reason))
+                direct, state["compile_s"] = True, 0.0
+                reports.clear()
             state["stage"] = "backward"  # AOTAutograd compiles the backward now, lazily
             grads = _grads(_leaves(out), inputs, tangents)
     except PassFailed as e:
@@ -361,4 +381,4 @@ def _crash(outcome: Outcome, e: BaseException, stage: str) -> None:
     outcome.signature = signature(type(e).__name__, str(e))
 
 
-__all__ = ["as_graph_backend", "is_backward_dump", "judge_mutations", "restore_attrs", "run_training_case", "written_attrs_before"]
+__all__ = ["as_graph_backend", "fails_in_backward", "is_backward_dump", "judge_mutations", "restore_attrs", "run_training_case", "written_attrs_before"]

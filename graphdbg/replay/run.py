@@ -49,6 +49,7 @@ from graphdbg.rebuild.memory_budget import MAX_INPUT_GB_ENV, check_fits, descrip
 from graphdbg.replay.backward import (
     add_mismatches,
     as_graph_backend,
+    fails_in_backward,
     is_backward_dump,
     mutation_mismatches_of,
     restore_attrs,
@@ -59,6 +60,7 @@ from graphdbg.replay.float64 import ReferenceUnavailable, float64_reference
 from graphdbg.replay.mutation import mutated_inputs
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.passes import PassFailed, apply_passes, find_pass_failure, inductor_post_grad_patch, resolve_passes
+from graphdbg.replay.retrace import graph_breaks, retrace_note
 from graphdbg.replay.stand_in_flow import stand_ins_behind_outputs
 from graphdbg.replay.uninitialised import set_aside_uninitialised
 from graphdbg.store.specs import SymSpec, TensorSpec
@@ -92,7 +94,7 @@ def run_case(
     atol: float | None = None,
     direct: bool = False,
     pass_stage: str = "pre",
-    backward: bool = False,
+    backward: bool | None = None,
 ) -> Outcome:
     """Replay ``case`` under ``backend`` after ``passes``; never raises for a failure of the
     graph or backend (that is the Outcome), only for a replay that can't start (GraphdbgError).
@@ -100,11 +102,13 @@ def run_case(
     The steps, each a function of this module: ``resolve``, ``reference`` (eager, when judging
     accuracy), ``build_inputs``, ``Compiler`` (the backend as torch.compile calls it, passes
     first), ``execute``, then ``judge`` the result or ``record_crash`` the failure."""
+    if backward is None:  # the forward of a backward failure fails only with its backward
+        backward = fails_in_backward(case.dump)
     if isolate:
         from graphdbg.replay.isolation import run_isolated  # isolation -> case -> (lazily) this module
 
         return run_isolated(case, backend, passes, timeout=timeout, accuracy=accuracy, rtol=rtol, atol=atol,
-                            direct=direct, pass_stage=pass_stage, **({"backward": True} if backward else {}))
+                            direct=direct, pass_stage=pass_stage, backward=backward)
     if backward and not is_backward_dump(case.dump):  # a backward dump's graph replays alone
         return run_training_case(case, backend, passes, accuracy=accuracy, rtol=rtol, atol=atol, direct=direct,
                                  pass_stage=pass_stage)
@@ -120,16 +124,11 @@ def run_case(
     if isinstance(ref, Outcome):  # the graph fails even eagerly
         ref.backend, ref.device, ref.stand_ins = resolved.name, outcome.device, outcome.stand_ins
         return ref
-    gm, inputs = build_inputs(case, resolved)
-    compiler = Compiler(resolved)
+    gm, inputs, compiler, result, error, direct = execute_whole(case, resolved, outcome, direct, start)
     try:
-        result = execute(gm, inputs, compiler, resolved, outcome, direct=direct)
-    except GraphdbgError:
-        raise
-    except Exception as e:
-        record_crash(outcome, e, compiler, case, gm)
-    else:
-        if ref is not None:
+        if error is not None:
+            record_crash(outcome, error, compiler, case, gm)
+        elif ref is not None:
             # what the backend wrote is judged first; then its inputs are done with and only outputs are
             bad_writes = mutation_mismatches_of(case, attrs_before, gm, inputs, resolved.grad, rtol, atol)
             del inputs
@@ -264,6 +263,32 @@ def execute(gm: fx.GraphModule, inputs: list[Any], compiler: Compiler, resolved:
                 result = compiled(*inputs)
         outcome.run_s = time.perf_counter() - t0 - compiler.compile_s
     return result
+
+
+def execute_whole(case: Case, resolved: Resolved, outcome: Outcome, direct: bool,
+                  start: Any) -> tuple[fx.GraphModule, list[Any], Compiler, Any, Exception | None, bool]:
+    """Steps 3 to 5: (graph, inputs, compiler, result, the exception it raised, direct). When
+    Dynamo's re-trace broke the graph (``replay/retrace.py``), the backend saw only parts of
+    it: it runs again on fresh inputs, called on the whole graph directly, and the Outcome says so."""
+    while True:
+        gm, inputs = build_inputs(case, resolved)
+        compiler = Compiler(resolved)
+        result, error = None, None
+        with graph_breaks() as broke:
+            try:
+                result = execute(gm, inputs, compiler, resolved, outcome, direct=direct)
+            except GraphdbgError:
+                if not direct:
+                    torch._dynamo.reset()
+                raise
+            except Exception as e:
+                error = e
+        if direct or broke.reason is None:
+            return gm, inputs, compiler, result, error, direct
+        torch._dynamo.reset()
+        set_rng_state(start)
+        outcome.stand_ins.append(retrace_note(broke.reason))
+        direct = True
 
 
 def record_crash(outcome: Outcome, e: BaseException, compiler: Compiler, case: Case, gm: fx.GraphModule) -> None:

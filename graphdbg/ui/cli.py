@@ -317,7 +317,7 @@ def replay(
     master_port: Annotated[Optional[int], typer.Option("--master-port", help="With --nnodes: port on node 0 (default 29500).")] = None,
     ops: OpsOpt = None,
     seed: SeedOpt = None,
-    backward: Annotated[bool, typer.Option("--backward", help="Training: run the forward, then the backward with recorded (else seeded) tangents; compare gradients too.")] = False,
+    backward: Annotated[Optional[bool], typer.Option("--backward/--no-backward", help="Training: run the forward, then the backward with recorded (else seeded) tangents; compare gradients too (default: when the dump is the forward of a backward failure).", show_default=False)] = None,
     max_input_gb: Annotated[Optional[float], typer.Option("--max-input-gb", help="Refuse (exit 2) inputs bigger than this many GiB (default: the device's free memory).")] = None,
     trust_backend: TrustOpt = False,
     config: ConfigOpt = None,
@@ -355,7 +355,7 @@ def replay(
     with _progress(f"replay: {backend_label(backend)}: compile, run, compare with the reference", quiet=as_json):
         outcome = replay_dump(d, backend, passes, device=device, isolate=isolate, timeout=timeout, direct=direct,
                               accuracy=accuracy, rtol=rtol, atol=atol, max_input_gb=max_input_gb,
-                              **({"backward": True} if backward else {}))
+                              **({"backward": backward} if backward is not None else {}))
     if as_json:
         _print_json({"dump": str(d.path), "reproduces": outcome.reproduces(d), **outcome.to_dict()}, "replay")
     else:

@@ -1,0 +1,51 @@
+"""Did Dynamo's re-trace hand the backend the whole graph?
+
+Replay re-traces a dumped graph with ``torch.compile`` so that the backend gets it as Dynamo
+gave it at capture (symbolic sizes, grad mode, guards). A graph can hold what Dynamo emits but
+can't trace again (``autograd_function_apply`` of a custom ``autograd.Function``, some other
+higher-order ops): the re-trace then breaks the graph and runs those parts eagerly, and a
+failure inside them (a wrong backward of the Function, an op the backend refuses) is never seen.
+
+    >>> with graph_breaks() as broke:
+    ...     torch.compile(gm, backend=compiler)(*inputs)
+    >>> broke.reason   # None, or the first line of Dynamo's reason
+
+The replay then calls the backend on the whole graph directly and says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from torch._dynamo.utils import counters
+
+
+@dataclass
+class Broke:
+    reason: str | None = None
+
+
+def _seen() -> dict[str, int]:
+    return dict(counters["graph_break"])
+
+
+@contextlib.contextmanager
+def graph_breaks() -> Iterator[Broke]:
+    """``reason`` is set, on leaving, when Dynamo broke a graph inside the block."""
+    before = _seen()
+    broke = Broke()
+    try:
+        yield broke
+    finally:
+        new = [k for k, n in _seen().items() if n > before.get(k, 0)]
+        if new:
+            broke.reason = (str(new[0]).strip().splitlines() or ["a graph break"])[0]
+
+
+def retrace_note(reason: str) -> str:
+    return f"re-trace: Dynamo broke the graph ({reason[:120]}); the backend was called on the whole graph directly"
+
+
+__all__ = ["Broke", "graph_breaks", "retrace_note"]

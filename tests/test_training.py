@@ -292,5 +292,8 @@ def test_gpu_inductor_triton_backward_bug_captured_replayed_minified(tmp_path, c
         small_path = _only_dump(tmp_path / "min")
         small = _manifest(small_path)
         assert any("relu" in op for op in small["graph"]["ops"]) and small["graph"]["nodes"] < m["graph"]["nodes"]
-    r = cli("replay", small_path, "--trust-backend", "--no-isolate", "--json")  # the same graph without the bug: right
+    # the minified dump carries the captured settings (the injected bug) and fails on its own
+    r = cli("replay", small_path, "--trust-backend", "--json")
+    assert r.code == 1 and json.loads(r.out)["reproduces"], r
+    r = cli("replay", small_path, "--trust-backend", "--no-config", "--json")  # the same graph without the bug: right
     assert r.code == 0, r

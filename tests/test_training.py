@@ -136,8 +136,10 @@ def test_wrong_gradients_of_tiny_gpt2_are_dumped_and_replayed(tmp_path, cli):
     out = json.loads(r.out)
     assert r.code == 1 and out["status"] == "mismatch" and out["stage"] == "backward", r
     assert all(mm["what"] == "gradient" for mm in out["mismatches"])
-    # without --backward the forward alone is right
+    # the forward folder of a backward failure replays with its backward by default; alone it is right
     r = cli("replay", dump / "forward", "--trust-backend", "--no-isolate", "--json")
+    assert r.code == 1 and json.loads(r.out)["reproduces"], r
+    r = cli("replay", dump / "forward", "--trust-backend", "--no-backward", "--no-isolate", "--json")
     assert r.code == 0, r
 
 

@@ -188,20 +188,7 @@ def run_training_case(case: Case, backend: str | Callable[..., Any] = "eager", p
     try:
         with _inductor_config(patch), applied_config(settings) as unknown:
             outcome.stand_ins += [f"setting {key}: not in this torch, not restored" for key in unknown]
-            while True:
-                torch._dynamo.reset()
-                gm = copy.deepcopy(case.gm)
-                restore_attrs(gm, attrs_before)
-                inputs = clone_values(base)
-                state["stage"] = "compile"
-                fn = (lambda *a: staged(gm, list(a))(*a)) if direct else torch.compile(gm, backend=staged, dynamic=False)
-                with graph_breaks() as broke:  # a re-trace that broke the graph hid parts of it from the backend
-                    out, _ = _forward(fn, inputs, clone=False)
-                if direct or broke.reason is None:
-                    break
-                outcome.stand_ins.append(retrace_note(broke.reason))
-                direct, state["compile_s"] = True, 0.0
-                reports.clear()
+            gm, inputs, out = _compiled_forward(case, attrs_before, base, staged, direct, outcome, state, reports)
             state["stage"] = "backward"  # AOTAutograd compiles the backward now, lazily
             grads = _grads(_leaves(out), inputs, tangents)
     except PassFailed as e:
@@ -226,6 +213,27 @@ def run_training_case(case: Case, backend: str | Callable[..., Any] = "eager", p
     outcome.compile_s = state["compile_s"]
     outcome.total_s = time.perf_counter() - started
     return outcome
+
+
+def _compiled_forward(case: Case, attrs_before: Any, base: list[Any], staged: Callable[..., Any], direct: bool,
+                      outcome: Outcome, state: dict[str, Any], reports: list[Any]) -> tuple[fx.GraphModule, list[Any], Any]:
+    """(graph, inputs, outputs) of the forward under the backend, through torch.compile unless
+    ``direct``. A re-trace that broke the graph hid parts of it (and their backward) from the
+    backend: then again, calling the backend on the whole graph, and the Outcome says so."""
+    while True:
+        torch._dynamo.reset()
+        gm = copy.deepcopy(case.gm)
+        restore_attrs(gm, attrs_before)
+        inputs = clone_values(base)
+        state["stage"] = "compile"
+        fn = (lambda *a: staged(gm, list(a))(*a)) if direct else torch.compile(gm, backend=staged, dynamic=False)
+        with graph_breaks() as broke:
+            out, _ = _forward(fn, inputs, clone=False)
+        if direct or broke.reason is None:
+            return gm, inputs, out
+        outcome.stand_ins.append(retrace_note(broke.reason))
+        direct, state["compile_s"] = True, 0.0
+        reports.clear()
 
 
 def _resolve_training(backend: str | Callable[..., Any], passes: Any, pass_stage: str) -> tuple[str, Any, list, list]:

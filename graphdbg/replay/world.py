@@ -400,9 +400,11 @@ def _rank_outcome(rank: int, out: Path, exit_codes: dict[int, int], timed_out: b
         return Outcome(status="timeout", backend=backend, stage="child", signature=f"Timeout after {timeout:g}s",
                        message="still running when the world's time ran out (a collective waiting for a peer?)",
                        isolated=True, stderr_tail=err[-3000:] or None)
-    if not outcome_file.exists() and rank not in exit_codes:
+    # torchrun ends the other ranks with SIGTERM once one fails; under load its report lists them too
+    first = {r: c for r, c in exit_codes.items() if c != -signal.SIGTERM}
+    if not outcome_file.exists() and (rank not in exit_codes or rank not in first and first):
         # torch reports the ranks that failed first and ends the rest; or the rank never started
-        failed = sorted(exit_codes)
+        failed = sorted(first)
         why = (f"ended by torchrun after rank{'s' if len(failed) > 1 else ''} {', '.join(map(str, failed))} failed" if failed
                else "torchrun ended without starting it: " + ((launcher_err.strip().splitlines() or ["no message"])[-1]))
         return Outcome(status="crash", backend=backend, stage="child", error_type="TorchrunEnded",

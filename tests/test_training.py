@@ -211,20 +211,6 @@ def test_inductor_backward_compile_error_is_dumped(tmp_path, relu_bug):
     assert (dump / "forward" / "manifest.json").is_file()
 
 
-def test_inductor_wrong_backward_is_bisected_to_its_relu(tmp_path, cli, relu_bug):
-    relu_bug("accuracy")
-    model, x = gated_mlp()
-    train_steps(model, x, backend=graphdbg.capture("inductor", tmp_path / "dumps", mode="accuracy"), steps=1)
-    dump = _only_dump(tmp_path / "dumps")
-    assert _manifest(dump)["failure"]["kind"] == "accuracy" and _manifest(dump)["stage"] == "backward"
-    # from the forward: no forward node is off, so the backward graph is bisected, to the relu
-    r = cli("bisect", "nodes", dump / "forward", "--backward", "--backend", "inductor", "--json")
-    assert r.code == 1, r
-    found = json.loads(r.out)
-    assert found["node"] == "relu" and found["note"].startswith("backward graph of")
-    assert found["code"] == "return torch.relu(grad)"
-
-
 def test_forward_of_a_backward_failure_replays_minifies_and_repros_with_its_backward(tmp_path, cli, relu_bug):
     """The ``forward`` folder of a backward dump is a dump of its own: ``ls`` lists it, so a user
     replays and minifies it. Its failure is in the backward of a custom autograd.Function (the
@@ -241,6 +227,14 @@ def test_forward_of_a_backward_failure_replays_minifies_and_repros_with_its_back
     assert m["stage"] == "forward" and m["failed"] == "backward"
     assert m["config"]["values"]["inductor.cpp.inject_relu_bug_TESTING_ONLY"] == "accuracy"
     assert _manifest(forward.parent)["config"]["values"]["inductor.cpp.inject_relu_bug_TESTING_ONLY"] == "accuracy"
+    assert _manifest(forward.parent)["failure"]["kind"] == "accuracy" and _manifest(forward.parent)["stage"] == "backward"
+
+    # bisect from the forward: no forward node is off, so the backward graph is bisected, to the relu
+    r = cli("bisect", "nodes", forward, "--backward", "--backend", "inductor", "--json")
+    assert r.code == 1, r
+    found = json.loads(r.out)
+    assert found["node"] == "relu" and found["note"].startswith("backward graph of")
+    assert found["code"] == "return torch.relu(grad)"
 
     r = cli("replay", forward, "--json")
     out = json.loads(r.out)

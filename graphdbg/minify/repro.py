@@ -33,7 +33,7 @@ from graphdbg.errors import GraphdbgError
 from graphdbg.judge.accuracy import TOLERANCES
 from graphdbg.judge.signature import unwrapped_error
 from graphdbg.rebuild.inputs import NullEvent, NullStream
-from graphdbg.replay.backward import _differentiable, _recorded_tangents, fails_in_backward
+from graphdbg.replay.backward import _differentiable, _recorded_tangents, fails_in_backward, is_backward_dump
 from graphdbg.replay.outcome import Outcome
 from graphdbg.store.gate import write_file
 from graphdbg.store.specs import SymSpec, TensorSpec
@@ -178,7 +178,7 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
                             nodes=int(len(case.gm.graph.nodes)), captured=repr(str(case.device)),
                             summary=repr(outcome.summary()), node_names=repr([(n.op, n.name) for n in case.gm.graph.nodes]),
                             paths=repr(paths), script_loader=_script_loader(), dynamic=repr(_dynamic_dims(case.gm)),
-                            backward=repr(backward), grad=repr(grad))
+                            backward=repr(backward), grad=repr(grad), boxed=repr(_boxed_caller(case.dump)))
     try:
         compile(text, str(path), "exec")
     except SyntaxError as e:
@@ -186,6 +186,15 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
                             "please report this") from None
 
     return write_file(path, text)
+
+
+def _boxed_caller(dump: Any) -> bool:
+    """Whether the graph's compiled code was called by AOTAutograd or a splitting backend (a
+    backward graph, a nested piece), which call boxed code with one list; Dynamo calls the code
+    it gets for a graph of its own positionally, whatever the code says."""
+    if dump is None:
+        return True  # a Case of no dump: as before, boxed code gets its list
+    return is_backward_dump(dump) or bool((dump.manifest.get("parent") or {}).get("piece"))
 
 
 def _dynamic_dims(gm: Any) -> list[Any]:
@@ -342,6 +351,7 @@ TOLERANCES = {tol}
 NODE_NAMES = {node_names}
 BACKWARD = {backward}  # True: the failure was in the backward; run forward, then backward (inputs GRAD require grad)
 GRAD = {grad}
+BOXED_CALLER = {boxed}  # True: AOTAutograd (or a splitting backend) called this graph's compiled code; False: Dynamo, positionally
 TANGENTS = None  # the captured backward's tangents (from INPUTS_FILE), when it stored them
 
 
@@ -488,7 +498,7 @@ def compiled(gm, inputs, backend):
     # a registered backend (inductor) is called as Dynamo calls it; a compiler of AOTAutograd's
     # (boxed code) the way AOTAutograd calls it
     registered = isinstance(backend, str) and backend in torch._dynamo.list_backends(exclude_tags=())
-    call = (lambda c: c) if registered else as_called
+    call = as_called if BOXED_CALLER and not registered else (lambda c: c)
     if DIRECT:
         return lambda *args: call(fn(gm, [x.clone() if isinstance(x, torch.Tensor) else x for x in args]))(*args)
     torch._dynamo.reset()

@@ -193,6 +193,11 @@ def replay_settings(manifest: dict[str, Any] | None) -> Settings:
     return settings
 
 
+def not_restored(unknown: list[str]) -> list[str]:
+    """The stand-in lines for recorded settings ``applied_config`` could not set."""
+    return [f"setting {key}: not in this torch, not restored" for key in unknown]
+
+
 @contextlib.contextmanager
 def applied_config(settings: dict[str, Any]) -> Iterator[list[str]]:
     """Run with ``settings`` patched into the configs; yields the keys it could not set (a

@@ -28,7 +28,7 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 
 from graphdbg.backends.calls import positional
-from graphdbg.backends.compiler_config import applied_config, replay_settings
+from graphdbg.backends.compiler_config import applied_config, not_restored, replay_settings
 from graphdbg.backends.resolve import resolve_backend
 from graphdbg.errors import GraphdbgError
 from graphdbg.judge.accuracy import OutputMismatch, judge_outputs
@@ -37,7 +37,7 @@ from graphdbg.judge.signature import signature
 from graphdbg.rebuild.inputs import clone_values, to_float64
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.passes import PassFailed, apply_passes, find_pass_failure, inductor_post_grad_patch, resolve_passes
-from graphdbg.replay.retrace import graph_breaks, retrace_note
+from graphdbg.replay.retrace import whole_graph
 from graphdbg.store.gate import backward_dump_folder, inside
 from graphdbg.store.manifest import read_manifest
 from graphdbg.store.tensor_file import read_tensors
@@ -187,7 +187,7 @@ def run_training_case(case: Case, backend: str | Callable[..., Any] = "eager", p
     outcome.stand_ins += settings.shown()
     try:
         with _inductor_config(patch), applied_config(settings) as unknown:
-            outcome.stand_ins += [f"setting {key}: not in this torch, not restored" for key in unknown]
+            outcome.stand_ins += not_restored(unknown)
             gm, inputs, out = _compiled_forward(case, attrs_before, base, staged, direct, outcome, state, reports)
             state["stage"] = "backward"  # AOTAutograd compiles the backward now, lazily
             grads = _grads(_leaves(out), inputs, tangents)
@@ -220,20 +220,19 @@ def _compiled_forward(case: Case, attrs_before: Any, base: list[Any], staged: Ca
     """(graph, inputs, outputs) of the forward under the backend, through torch.compile unless
     ``direct``. A re-trace that broke the graph hid parts of it (and their backward) from the
     backend: then again, calling the backend on the whole graph, and the Outcome says so."""
-    while True:
+
+    def attempt(direct: bool) -> tuple[fx.GraphModule, list[Any], Any]:
         torch._dynamo.reset()
+        state["stage"], state["compile_s"] = "compile", 0.0
+        reports.clear()
         gm = copy.deepcopy(case.gm)
         restore_attrs(gm, attrs_before)
         inputs = clone_values(base)
-        state["stage"] = "compile"
         fn = (lambda *a: staged(gm, list(a))(*a)) if direct else torch.compile(gm, backend=staged, dynamic=False)
-        with graph_breaks() as broke:
-            out, _ = _forward(fn, inputs, clone=False)
-        if direct or broke.reason is None:
-            return gm, inputs, out
-        outcome.stand_ins.append(retrace_note(broke.reason))
-        direct, state["compile_s"] = True, 0.0
-        reports.clear()
+        out, _ = _forward(fn, inputs, clone=False)
+        return gm, inputs, out
+
+    return whole_graph(attempt, direct, outcome.stand_ins)[0]
 
 
 def _resolve_training(backend: str | Callable[..., Any], passes: Any, pass_stage: str) -> tuple[str, Any, list, list]:

@@ -10,7 +10,7 @@ failure inside them (a wrong backward of the Function, an op the backend refuses
     ...     torch.compile(gm, backend=compiler)(*inputs)
     >>> broke.reason   # None, or the first line of Dynamo's reason
 
-The replay then calls the backend on the whole graph directly and says so.
+The replay then calls the backend on the whole graph directly and says so (``whole_graph``).
 """
 
 from __future__ import annotations
@@ -18,8 +18,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Callable, TypeVar
 
+import torch._dynamo
 from torch._dynamo.utils import counters
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -48,4 +52,17 @@ def retrace_note(reason: str) -> str:
     return f"re-trace: Dynamo broke the graph ({reason[:120]}); the backend was called on the whole graph directly"
 
 
-__all__ = ["Broke", "graph_breaks", "retrace_note"]
+def whole_graph(attempt: Callable[[bool], T], direct: bool, notes: list[str]) -> tuple[T, bool]:
+    """(``attempt(direct)``, direct). When that re-trace broke the graph, Dynamo is reset, ``notes``
+    get the line that says so, and it is made again calling the backend on the whole graph:
+    (``attempt(True)``, True). ``attempt`` starts from fresh inputs each time."""
+    with graph_breaks() as broke:
+        got = attempt(direct)
+    if direct or broke.reason is None:
+        return got, direct
+    torch._dynamo.reset()
+    notes.append(retrace_note(broke.reason))
+    return attempt(True), True
+
+
+__all__ = ["Broke", "graph_breaks", "retrace_note", "whole_graph"]

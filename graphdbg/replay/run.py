@@ -36,7 +36,7 @@ import torch.fx as fx
 from torch._dynamo import lookup_backend
 
 from graphdbg.backends.calls import as_dynamo_calls_it, call_inputs
-from graphdbg.backends.compiler_config import Settings, applied_config, replay_settings
+from graphdbg.backends.compiler_config import Settings, applied_config, not_restored, replay_settings
 from graphdbg.backends.resolve import resolve_backend
 from graphdbg.errors import GraphdbgError
 from graphdbg.graph.allow_list import check_graph_module
@@ -60,7 +60,7 @@ from graphdbg.replay.float64 import ReferenceUnavailable, float64_reference
 from graphdbg.replay.mutation import mutated_inputs
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.passes import PassFailed, apply_passes, find_pass_failure, inductor_post_grad_patch, resolve_passes
-from graphdbg.replay.retrace import graph_breaks, retrace_note
+from graphdbg.replay.retrace import whole_graph
 from graphdbg.replay.stand_in_flow import stand_ins_behind_outputs
 from graphdbg.replay.uninitialised import set_aside_uninitialised
 from graphdbg.store.specs import SymSpec, TensorSpec
@@ -249,7 +249,7 @@ def execute(gm: fx.GraphModule, inputs: list[Any], compiler: Compiler, resolved:
     settings = resolved.settings
     with torch.set_grad_enabled(resolved.grad), applied_config(settings) as unknown, _inductor_patch(patch):
         # a recorded setting this torch lacks can't be restored: say so, as for any stand-in
-        outcome.stand_ins += [f"setting {key}: not in this torch, not restored" for key in unknown]
+        outcome.stand_ins += not_restored(unknown)
         t0 = time.perf_counter()
         if direct:
             compiled = compiler(gm, inputs)
@@ -270,25 +270,22 @@ def execute_whole(case: Case, resolved: Resolved, outcome: Outcome, direct: bool
     """Steps 3 to 5: (graph, inputs, compiler, result, the exception it raised, direct). When
     Dynamo's re-trace broke the graph (``replay/retrace.py``), the backend saw only parts of
     it: it runs again on fresh inputs, called on the whole graph directly, and the Outcome says so."""
-    while True:
+
+    def attempt(direct: bool) -> tuple[fx.GraphModule, list[Any], Compiler, Any, Exception | None]:
+        set_rng_state(start)
         gm, inputs = build_inputs(case, resolved)
         compiler = Compiler(resolved)
-        result, error = None, None
-        with graph_breaks() as broke:
-            try:
-                result = execute(gm, inputs, compiler, resolved, outcome, direct=direct)
-            except GraphdbgError:
-                if not direct:
-                    torch._dynamo.reset()
-                raise
-            except Exception as e:
-                error = e
-        if direct or broke.reason is None:
-            return gm, inputs, compiler, result, error, direct
-        torch._dynamo.reset()
-        set_rng_state(start)
-        outcome.stand_ins.append(retrace_note(broke.reason))
-        direct = True
+        try:
+            return gm, inputs, compiler, execute(gm, inputs, compiler, resolved, outcome, direct=direct), None
+        except GraphdbgError:
+            if not direct:
+                torch._dynamo.reset()
+            raise
+        except Exception as e:
+            return gm, inputs, compiler, None, e
+
+    (gm, inputs, compiler, result, error), direct = whole_graph(attempt, direct, outcome.stand_ins)
+    return gm, inputs, compiler, result, error, direct
 
 
 def record_crash(outcome: Outcome, e: BaseException, compiler: Compiler, case: Case, gm: fx.GraphModule) -> None:

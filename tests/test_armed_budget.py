@@ -50,6 +50,9 @@ def test_a_crash_dump_keeps_small_inputs_and_says_which_values_are_stand_ins(tmp
     weight, ids = by_shape[(1 << 20, 3)], by_shape[(5,)]
     assert ids["stored"] and not weight["stored"] and "stand-in" in weight["reason"] and "GRAPHDBG_ARMED_BUDGET_MB" in weight["reason"]
     assert weight["stats"]["std"] > 0.5  # statistics, from which replay synthesizes a stand-in
+    # ... of an evenly spaced sample (a 1 GiB weight costs milliseconds), saying so
+    assert weight["stats"]["numel"] == 3 << 20 and 0 < weight["stats"]["sampled"] <= 1 << 16
+    assert -1 < weight["stats"]["mean"] < 1 and weight["stats"]["min"] < -2 and weight["stats"]["max"] > 2
     assert (folder / "inputs.safetensors").stat().st_size < 1 << 20  # not the 12 MiB weight
     shown = cli("show", folder, "--json")
     assert shown.code == 0 and json.loads(shown.out)["kind"] == "crash", shown

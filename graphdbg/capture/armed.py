@@ -5,7 +5,8 @@ A segfault or abort in compiled code ends the process before any ``except`` runs
 must already be on disk. For the first ``ARMED_CALLS`` calls of each compiled graph:
 
 1. a dump of kind ``crash`` is written (inputs as they are before the call, values up to
-   ``armed_budget()``, 32 MiB by default; larger ones as statistics, each saying so), quietly;
+   ``armed_budget()``, 32 MiB by default; larger ones as statistics of an evenly spaced
+   sample of ``ARMED_STATS_SAMPLE`` elements, each saying so), quietly;
 2. ``faulthandler`` is pointed at its ``fault.txt`` for the length of the call;
 3. when the call returns or raises, ``faulthandler`` is put back and the dump removed.
 
@@ -45,6 +46,9 @@ ARMED_CALLS = 1  # the first call of a graph is where its kernels first run
 # (indices, lengths, masks) only, so a model whose weights are graph inputs doesn't write them
 # all before its first step. Failures Python sees are dumped after the call with the full budget.
 ARMED_BUDGET = 32 << 20
+# Elements the statistics of an input over that budget are computed from (evenly spaced): a
+# crash dump's stand-ins need its scale and range, not ten float64 passes over a 1 GiB weight.
+ARMED_STATS_SAMPLE = 1 << 16
 
 
 def armed_budget() -> int:
@@ -97,7 +101,8 @@ class ArmedCalls:
             return write_dump(owner.dump_dir, snap=snap, inputs=inputs, kind="crash", exc=None, backend=owner.backend_ref,
                               mode=owner.mode, budget_bytes=budget, inputs_state="before_call",
                               budget_reason=f"a stand-in: over the crash dump's budget ({budget / (1 << 20):g} MiB, "
-                                            "GRAPHDBG_ARMED_BUDGET_MB), statistics only",
+                                            "GRAPHDBG_ARMED_BUDGET_MB), statistics of a sample only",
+                              stats_sample=ARMED_STATS_SAMPLE,
                               manifest_overrides={**owner.source_overrides(),
                                                   "failure": {"kind": "crash", "armed": True, "pid": os.getpid(),
                                                               "armed_budget_bytes": budget}})

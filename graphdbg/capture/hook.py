@@ -32,7 +32,7 @@ from graphdbg.capture.dynamo_exceptions import is_control_flow
 from graphdbg.capture.origin import compile_origin
 from graphdbg.capture.rng import rng_state, same_draws
 from graphdbg.capture.stderr import say
-from graphdbg.capture.training import watch_backward
+from graphdbg.capture.training import BackwardWatch, watch_backward
 from graphdbg.graph.snapshot import GraphSnapshot
 from graphdbg.judge.accuracy import OutputMismatch, compare_outputs
 from graphdbg.judge.mutations import attrs_before_call, load_attrs, mutation_mismatches
@@ -230,9 +230,9 @@ class CapturingBackend:
                 drop_own_frame(e)
                 raise
         self._link_pieces(snap, None, list(example_inputs), "at_compile")
-        return watch.wrap_forward(self._wrap(as_dynamo_calls_it(compiled), snap, gm))
+        return self._wrap(as_dynamo_calls_it(compiled), snap, gm, watch)
 
-    def _wrap(self, compiled: Callable[..., Any], snap: GraphSnapshot, gm: fx.GraphModule) -> Callable[..., Any]:
+    def _wrap(self, compiled: Callable[..., Any], snap: GraphSnapshot, gm: fx.GraphModule, watch: BackwardWatch) -> Callable[..., Any]:
         boxed = bool(getattr(compiled, "_boxed_call", False))
         accuracy = self.mode == "accuracy" and snap.eager is not None
         arming = ArmedCalls(self, snap)  # the first calls leave a crash dump if a signal kills them
@@ -240,26 +240,35 @@ class CapturingBackend:
         def run(*args: Any) -> Any:
             __tracebackhide__ = True  # noqa: F841 - pytest hides this frame where Python keeps it (3.10)
             inputs = call_inputs(args, boxed)  # our own references: a boxed callee may empty its list
-            before = self._guarded(lambda: clone_values(inputs), "copy inputs") if accuracy and "accuracy" not in snap.dumped else None
+            if watch.bw_count:  # training: a backward may follow, whose dump writes this forward too
+                watch.remember(inputs)
+            checking = accuracy and "accuracy" not in snap.dumped
+            before = self._guarded(lambda: clone_values(inputs), "copy inputs") if checking else None
             # training: attributes the graph writes (an optimizer's parameters and states)
             attrs = self._guarded(lambda: attrs_before_call(snap.eager, snap.attrs), "copy attributes") if before is not None else None
             rng = rng_state() if before is not None else None  # eager's reference replays the same draws
             # Backends that compile their pieces on first call (Thunder's Inductor pieces) do it here.
-            with nested.outer_frame(self, snap, gm, "run"):
-                try:
+            # The frame is pushed and popped by hand: this is every call's path (a few us matter).
+            nested.enter_frame(self, snap, gm, "run")
+            try:
+                if arming.left > 0:
                     with arming.call(inputs):
                         out = compiled(*args)
-                except Exception as e:
-                    written = None
-                    if "runtime_error" not in snap.dumped:
-                        snap.dumped.add("runtime_error")
-                        written = self._dump(snap, inputs, "runtime_error", e, inputs_state="after_failed_call")
-                    self._link_pieces(snap, written, inputs, "after_failed_call")
-                    drop_own_frame(e)  # the user's traceback, as without graphdbg (backends/calls.py)
-                    raise
-                except BaseException as e:
-                    drop_own_frame(e)
-                    raise
+                else:
+                    out = compiled(*args)
+            except Exception as e:
+                written = None
+                if "runtime_error" not in snap.dumped:
+                    snap.dumped.add("runtime_error")
+                    written = self._dump(snap, inputs, "runtime_error", e, inputs_state="after_failed_call")
+                self._link_pieces(snap, written, inputs, "after_failed_call")
+                drop_own_frame(e)  # the user's traceback, as without graphdbg (backends/calls.py)
+                raise
+            except BaseException as e:
+                drop_own_frame(e)
+                raise
+            finally:
+                nested.leave_frame()
             if snap.children:
                 self._link_pieces(snap, None, inputs, "at_call")
             if before is not None:

@@ -85,15 +85,25 @@ def current() -> Frame | None:
 
 @contextlib.contextmanager
 def outer_frame(owner: CapturingBackend, snap: GraphSnapshot, gm: fx.GraphModule, phase: str) -> Iterator[Frame]:
-    if len(_installed) < len(_PATCHES):
-        install()  # an entry point's module may have finished importing since the last look
-    frame = Frame(owner, snap, gm, phase)
-    stack = _stack()
-    stack.append(frame)
+    frame = enter_frame(owner, snap, gm, phase)
     try:
         yield frame
     finally:
-        stack.pop()
+        leave_frame()
+
+
+def enter_frame(owner: CapturingBackend, snap: GraphSnapshot, gm: fx.GraphModule, phase: str) -> Frame:
+    """Push a frame; ``leave_frame()`` pops it. ``outer_frame`` as two calls, for the call path
+    of compiled code, where a generator-based context manager costs microseconds per call."""
+    if _look_again:
+        install()  # an entry point's module may have finished importing since the last look
+    frame = Frame(owner, snap, gm, phase)
+    _stack().append(frame)
+    return frame
+
+
+def leave_frame() -> None:
+    _local.stack.pop()
 
 
 @contextlib.contextmanager
@@ -304,6 +314,9 @@ _PATCHES: dict[str, Callable[[Any], None]] = {
 }
 _installed: set[str] = set()
 _install_lock = threading.Lock()
+# install() must look again: it has not run yet, or found a module half imported (the import
+# watcher never sees a module that is already in sys.modules). Else the watcher does the rest.
+_look_again = True
 
 
 def _apply(name: str, module: Any) -> None:
@@ -319,12 +332,16 @@ def _apply(name: str, module: Any) -> None:
 
 def install() -> None:
     """Watch the nested-compile entry points in this process (idempotent, cheap)."""
+    global _look_again
+    half_imported = False
     for name in _PATCHES:
         module = sys.modules.get(name)
         if module is not None and name not in _installed:
             if name == "torch._inductor" and not hasattr(module, "standalone_compile"):
-                continue  # still being imported: the finder below patches it once it is done
+                half_imported = True  # still being imported: look again on the next frame
+                continue
             _apply(name, module)
+    _look_again = half_imported
     if len(_installed) < len(_PATCHES):
         # the rest are patched right after they are imported: watching never imports Inductor
         watch("nested", lambda name: name in _PATCHES and name not in _installed, _apply)

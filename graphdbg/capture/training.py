@@ -89,28 +89,12 @@ class BackwardWatch:
             self.compiling = False
             _current.stack = _current.stack[:-1]
 
-    def wrap_forward(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """``fn`` that remembers its inputs when a backward may follow (references, not copies)."""
-        if not self.active:
-            return fn
-        boxed = bool(getattr(fn, "_boxed_call", False))
-
-        @functools.wraps(fn)
-        def run(*args: Any) -> Any:
-            __tracebackhide__ = True  # noqa: F841 - pytest hides this frame where Python keeps it (3.10)
-            if self.bw_count:
-                values = list(args[0]) if boxed and len(args) == 1 and isinstance(args[0], list) else list(args)
-                if torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in values):
-                    self.last_inputs = values
-            try:
-                return fn(*args)
-            except BaseException as e:
-                drop_own_frame(e)  # the user's traceback, as without graphdbg (backends/calls.py)
-                raise
-
-        if boxed:
-            run._boxed_call = True  # type: ignore[attr-defined]
-        return run
+    def remember(self, values: list[Any]) -> None:
+        """Keep the forward's inputs of this call (references, not copies) when a backward may
+        follow: the backward's dump writes its forward beside it. ``CapturingBackend`` calls
+        this from its own wrapper, once a backward was compiled (one wrapper per call, not two)."""
+        if torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in values):
+            self.last_inputs = values
 
     # the bw_compiler wrapper ------------------------------------------------------------
     def wrap_bw_compiler(self, bw_compiler: Any) -> Any:

@@ -114,6 +114,7 @@ class Stats(_Open):
     max: Optional[Finite] = None
     mean: Optional[Finite] = None
     std: Optional[Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0)]] = None
+    sampled: Optional[Count] = None  # the statistics are of this many evenly spaced elements
 
     @field_validator("numel")
     @classmethod

@@ -45,6 +45,7 @@ def write_dump(
     manifest_overrides: dict[str, Any] | None = None,
     redact: bool = False,
     budget_reason: str = "over the size budget",
+    stats_sample: int | None = None,
 ) -> Path:
     dist = {**distributed_info(), "collectives": snap.collectives}
     dump_id = f"g{snap.seq}-{kind}-{snap.graph_hash[:8]}"
@@ -53,8 +54,8 @@ def write_dump(
     tmp = rank_dir / f".tmp-{dump_id}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
-        input_descs, tensors, stored_bytes = _describe_inputs(snap, inputs, budget_bytes, budget_reason)
-        attr_descs, stored_bytes = _describe_attrs(snap, tensors, stored_bytes, budget_bytes)
+        input_descs, tensors, stored_bytes = _describe_inputs(snap, inputs, budget_bytes, budget_reason, stats_sample)
+        attr_descs, stored_bytes = _describe_attrs(snap, tensors, stored_bytes, budget_bytes, stats_sample)
         write_tensors(tmp / INPUTS, tensors, metadata={"graphdbg.dump": dump_id})
 
         failure = _failure(kind, exc, mismatches)
@@ -101,7 +102,7 @@ def write_dump(
 
 
 def _describe_attrs(snap: GraphSnapshot, tensors: dict[str, Any], stored_bytes: int,
-                    budget_bytes: int) -> tuple[dict[str, Any], int]:
+                    budget_bytes: int, stats_sample: int | None = None) -> tuple[dict[str, Any], int]:
     """The module's attributes: stored (added to ``tensors``) while the budget lasts, else their statistics."""
     attr_descs = {}
     for qualname, t in snap.attrs.items():
@@ -113,7 +114,7 @@ def _describe_attrs(snap: GraphSnapshot, tensors: dict[str, Any], stored_bytes: 
             d["stored"] = key
         else:
             d["stored"] = None
-            d["stats"] = tensor_stats(t)
+            d["stats"] = tensor_stats(t, stats_sample)
         attr_descs[qualname] = d
     return attr_descs, stored_bytes
 
@@ -159,9 +160,10 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def _describe_inputs(snap: GraphSnapshot, inputs: list[Any], budget: int,
-                     budget_reason: str = "over the size budget") -> tuple[list[dict], dict[str, torch.Tensor], int]:
-    """One descriptor per placeholder; tensor values stored smallest first until the budget.
+def _describe_inputs(snap: GraphSnapshot, inputs: list[Any], budget: int, budget_reason: str = "over the size budget",
+                     stats_sample: int | None = None) -> tuple[list[dict], dict[str, torch.Tensor], int]:
+    """One descriptor per placeholder; tensor values stored smallest first until the budget,
+    the others described by statistics (of ``stats_sample`` elements at most, when given).
 
     Smallest first because the small inputs (indices, lengths, masks) are the ones a
     regenerated stand-in gets wrong, while a large weight is well described by its statistics.
@@ -200,7 +202,7 @@ def _describe_inputs(snap: GraphSnapshot, inputs: list[Any], budget: int,
         elif stored + _nbytes(t) > budget:
             d["stored"] = None
             d["reason"] = budget_reason
-            d["stats"] = tensor_stats(t)
+            d["stats"] = tensor_stats(t, stats_sample)
         else:
             key = f"input/{d['node']}"
             tensors[key] = t

@@ -4,11 +4,15 @@ full reader (fx) would: the same rows and groups, the same errors, the same hash
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, SHARED_CORPUS
+from conftest import FIXTURES, SHARED_CORPUS, child_env
 
 from graphdbg.formats.listing import list_dumps, printed_graph_files
 
@@ -61,3 +65,20 @@ def test_the_names_table_is_the_one_for_these_sources():
 
     stamp = json.loads(TABLE.read_text())["stamp"]
     assert stamp == source_stamp(), "rewrite it: python -m graphdbg.formats.names_table"
+
+
+def test_a_first_ls_of_printed_graphs_and_dumps_imports_no_torch(tmp_path):
+    root = tmp_path / "printed"
+    shutil.copytree(FIXTURES / "corpus", root)
+    old = time.time() - 60
+    for f in root.rglob("*"):
+        os.utime(f, (old, old))
+    probe = ("import sys\nfrom graphdbg.ui.cli import main\nsys.argv = ['graphdbg', 'ls', '--json', sys.argv[1]]\n"
+             "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\n"
+             "print('torch imported:', 'torch' in sys.modules, code, file=sys.stderr)\n")
+    env = child_env(GRAPHDBG_CACHE_DIR=str(tmp_path / "cache"))
+    runs = [subprocess.run([sys.executable, "-c", probe, str(root)], env=env, capture_output=True, text=True, timeout=300)
+            for _ in range(2)]
+    assert all(r.stderr.strip().endswith("torch imported: False 0") for r in runs), runs
+    first, again = (json.loads(r.stdout) for r in runs)
+    assert first == again and len(first["dumps"]) == len(printed_graph_files(root))

@@ -17,7 +17,7 @@ from typing import Any
 from graphdbg.dump import Contents, Dump
 from graphdbg.errors import GraphSourceError
 from graphdbg.formats import manifest_for
-from graphdbg.formats.scan import HEADER, Scan, Undecided, cuda_indices, scan_facts, scan_source, tests_a_range
+from graphdbg.formats.scan import HEADER, Scan, Undecided, cuda_indices, scan_facts, scan_source, shard_rank
 from graphdbg.formats.scan import constructs as scanned_constructs
 from graphdbg.graph.source_text import readable_source
 from graphdbg.store.confined import read_regular
@@ -139,9 +139,11 @@ def scan_printed(path: Path) -> tuple[dict[str, Any] | None, str | None, str | N
     indices = cuda_indices(scan.graph)
     rank = header_rank(scan.header, indices)
     if rank is None:
-        if tests_a_range(scan.graph):
-            return None, None, "a rank only the input plans find (a vocab shard's range)"
-        rank = (0, "default", None)
+        try:
+            shard = shard_rank(scan.graph)
+        except Undecided as e:
+            return None, None, f"a rank only the input plans find ({e})"
+        rank = (shard, "shard_offset", None) if shard is not None else (0, "default", None)
     return printed_manifest(path, scan_facts(scan), rank=rank, indices=indices, uses_cuda=_uses_cuda(scan),
                             inputs=_inputs(scan), constructs=scanned_constructs(scan.graph)), None, None
 

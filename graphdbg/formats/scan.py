@@ -132,6 +132,7 @@ class Node:
     annotation: str | None = None
     construct: str | None = None
     spec: Any = None  # the annotation parsed (store.specs), for the inputs' descriptors
+    fn: str = ""  # what a call_function calls, by __name__ (an op by its name)
 
 
 @dataclass
@@ -237,7 +238,8 @@ class _Forward:
             pyname: str | None = None, name: str | None = None) -> Ref:
         """A node; named as fx names it (the statement's variable, else what it calls)."""
         candidate = name if name is not None else _target_to_str(pyname or target)
-        self.graph.nodes.append(Node(op, target, self.names.create_name(candidate), args, kwargs or {}, construct=construct))
+        fn = target.split(".")[3] if target.startswith("torch.ops.") and target.count(".") >= 3 else (pyname or "")
+        self.graph.nodes.append(Node(op, target, self.names.create_name(candidate), args, kwargs or {}, construct=construct, fn=fn))
         return Ref(len(self.graph.nodes) - 1)
 
     def rename(self, ref: Ref, candidate: str) -> None:
@@ -653,10 +655,81 @@ def constructs(graph: ScannedGraph) -> list[str]:
     return list(found)
 
 
-def tests_a_range(graph: ScannedGraph) -> bool:
-    """Whether the graph compares values (a vocab shard's ``x >= start & x < end``)."""
-    return any(n.op == "call_function" and n.target.rsplit(".", 1)[-1] in _RANGE_TESTS
-               and n.target.split(".")[0] in ("operator", "_operator") for g in graph.graphs() for n in g.nodes)
+# rebuild/synthesize.IndexUses: uses of an integer input that bound it or pass its values on
+_FOLLOWED_METHODS = {"view", "reshape", "flatten", "unsqueeze", "squeeze", "contiguous", "long", "int", "to", "clone",
+                     "expand", "expand_as", "repeat", "t", "permute", "transpose", "narrow", "select", "view_as",
+                     "reshape_as", "detach", "type", "cuda", "cpu", "index_select", "gather", "index_add", "index_add_",
+                     "index_copy", "index_copy_", "index_fill", "index_fill_", "scatter", "scatter_", "scatter_add",
+                     "scatter_add_", "index_put", "index_put_"}
+_FOLLOWED_FUNCTIONS = {"flatten", "reshape", "squeeze", "unsqueeze", "clone", "narrow", "select", "t", "permute",
+                       "transpose", "detach", "contiguous", "_to_copy", "view", "_unsafe_view", "expand", "slice", "alias",
+                       "repeat", "getitem", "setitem", "embedding", "index_select", "gather", "index_add", "index_copy",
+                       "scatter", "scatter_add", "index", "index_put", "index_put_", "_index_put_impl_"}
+_INT_RANGES = {"int8": (-(1 << 7), 1 << 7), "int16": (-(1 << 15), 1 << 15), "int32": (-(1 << 31), 1 << 31),
+               "int64": (-(1 << 63), 1 << 63), "uint8": (0, 1 << 8), "uint16": (0, 1 << 16), "uint32": (0, 1 << 32),
+               "uint64": (0, 1 << 64)}
+
+
+def shard_rank(graph: ScannedGraph) -> int | None:
+    """printed_graph._rank_from_shard without torch: the first integer input whose only uses
+    are range tests (``x >= start & x < end``) and untracked arithmetic; a shard ``[start, end)``
+    with ``start`` a multiple of its size is rank ``start // size``. Undecided where an input's
+    uses are ones the input plans follow (indexing, views, shifts, submodules)."""
+    for i, p in enumerate(graph.nodes):
+        if p.op != "placeholder":
+            continue
+        spec = p.spec
+        if getattr(spec, "dtype", None) not in _INT_RANGES or getattr(spec, "shape", None) is None:
+            continue
+        if not all(_int(d) for d in spec.shape):
+            raise Undecided("a symbolic integer input")
+        tests = _range_tests(graph, Ref(i))
+        low, high = _settle(graph, tests)
+        if low is None or high is None or low >= high:
+            continue
+        lo, hi = _INT_RANGES[spec.dtype]
+        low, high = max(low, lo), min(high, hi)
+        if high - low > 1 and low % (high - low) == 0:
+            return low // (high - low)
+    return None
+
+
+def _range_tests(graph: ScannedGraph, ref: Ref) -> dict[int, tuple[str, int]]:
+    tests: dict[int, tuple[str, int]] = {}
+    for j, u in enumerate(graph.nodes):
+        if ref not in _flat((u.args, u.kwargs)):
+            continue
+        if u.op == "call_module" or (u.op == "call_method" and u.target in _FOLLOWED_METHODS):
+            raise Undecided("an integer input the input plans follow")
+        if u.op != "call_function":
+            continue
+        if u.fn in _FOLLOWED_FUNCTIONS or (u.fn in ("add", "sub", "iadd", "isub") and any(_int(a) for a in u.args)):
+            raise Undecided("an integer input the input plans follow")
+        if u.fn in _RANGE_TESTS and len(u.args) == 2:
+            if u.target.split(".")[0] not in ("operator", "_operator"):
+                raise Undecided("a comparison by another name")
+            kind, other = u.fn, u.args[1] if u.args[0] == ref else u.args[0]
+            if u.args[0] != ref:
+                kind = {"ge": "le", "gt": "lt", "lt": "gt", "le": "ge"}[kind]
+            if _int(other):
+                tests[j] = ("low", other + (kind == "gt")) if kind in ("ge", "gt") else ("high", other + (kind == "le"))
+    return tests
+
+
+def _settle(graph: ScannedGraph, tests: dict[int, tuple[str, int]]) -> tuple[int | None, int | None]:
+    """IndexUses._settle: the first low test joined by ``&`` to a high one, else the tightest bounds."""
+    for j, (side, value) in tests.items():
+        for u in graph.nodes:
+            if side != "low" or u.op != "call_function" or u.target not in ("operator.and_", "_operator.and_"):
+                continue
+            if Ref(j) not in u.args:
+                continue
+            other = next((a for a in u.args if a != Ref(j)), None)
+            if isinstance(other, Ref) and other.index in tests and tests[other.index][0] != side and value < tests[other.index][1]:
+                return value, tests[other.index][1]
+    lows = [v for s, v in tests.values() if s == "low"]
+    highs = [v for s, v in tests.values() if s == "high"]
+    return (max(lows) if lows else None), (min(highs) if highs else None)
 
 
 def op_histogram(graph: ScannedGraph) -> dict[str, int]:

@@ -139,6 +139,7 @@ class Node:
 class ScannedGraph:
     nodes: list[Node] = field(default_factory=list)
     submodules: dict[str, ScannedGraph] = field(default_factory=dict)
+    devices: bool = False  # whether any argument is a device literal or a "cuda:N" string
 
     def graphs(self) -> list[ScannedGraph]:
         out = [self]
@@ -250,7 +251,7 @@ class _Forward:
     def annotate(self, ref: Ref, annotation: ast.expr | None) -> None:
         text = annotation.value if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str) else None
         node = self.graph.nodes[ref.index]
-        node.spec = parse_annotation(text) if text else None
+        node.spec = _annotation(text) if text else None
         if text and node.spec is None:
             self.w.bad_annotations.append((text, getattr(annotation, "lineno", None) or self.lineno))
         node.annotation = node.spec.annotation() if node.spec is not None else None
@@ -344,12 +345,8 @@ class _Forward:
         return self.add("call_function", target, args, kwargs, construct, pyname or target.rsplit(".", 1)[-1], name)
 
     def _check_values(self, args: tuple, kwargs: dict) -> None:
-        # parser._create: a callable handed over as an argument must itself be allowed
-        for v in _flat((args, kwargs)):
-            if isinstance(v, Path_):
-                entry = self.w.table.get(v.path) if self.w.table is not None else None
-                if entry is None or "v" not in entry[0]:
-                    self.w.doubt(f"the value {v.path}")
+        """parser._create: a callable handed over as an argument must itself be allowed (each
+        dotted value is judged where it is read: ``value``)."""
 
     def target(self, qualname: str) -> tuple[str, str | None, str]:
         """``(flags, construct, __name__)`` of a call target; doubt where the table can't say or
@@ -438,6 +435,8 @@ class _Forward:
 
     def value(self, expr: ast.expr) -> Any:
         if isinstance(expr, ast.Constant):
+            if isinstance(expr.value, str) and expr.value.startswith("cuda:"):
+                self.graph.devices = True
             return expr.value
         if isinstance(expr, ast.Name):
             return self._name(expr.id)
@@ -465,7 +464,7 @@ class _Forward:
             if path is None:
                 raise Undecided("an unsupported expression")
             entry = self.w.table.get(path) if self.w.table is not None else None
-            if entry is None or "r" in entry[0]:
+            if entry is None or "r" in entry[0] or "v" not in entry[0]:
                 self.w.doubt(f"the name {path}")
             return Path_(path)
         return self.call_node(expr)
@@ -478,7 +477,7 @@ class _Forward:
         if name == self.self_name:
             raise Undecided("self as a value")
         entry = self.w.table.get(name) if self.w.table is not None else None
-        if entry is None or "r" in entry[0] or "m" in entry[0]:  # bare names never reach the resolve hook
+        if entry is None or "r" in entry[0] or "m" in entry[0] or "v" not in entry[0]:  # bare names never reach the hook
             self.w.doubt(f"the name {name}")
         return Path_(name)
 
@@ -491,7 +490,21 @@ class _Forward:
             if kwargs or not 1 <= len(args) <= 3:
                 raise Undecided("a slice literal")
             return slice(*args)
+        self.graph.devices = True
         return _device(args, kwargs)
+
+
+_ANNOTATIONS: dict[str, Any] = {}
+
+
+def _annotation(text: str) -> Any:
+    """parse_annotation, once per distinct text (specs are read, never changed, by the scan's users)."""
+    spec = _ANNOTATIONS.get(text)
+    if spec is None and text not in _ANNOTATIONS:
+        if len(_ANNOTATIONS) > 100_000:
+            _ANNOTATIONS.clear()
+        spec = _ANNOTATIONS[text] = parse_annotation(text)
+    return spec
 
 
 def _checked_call(method: str, args: tuple, kwargs: dict) -> bool:
@@ -626,7 +639,7 @@ def cuda_indices(graph: ScannedGraph) -> set[int]:
         for n in g.nodes:
             if n.op not in ("call_function", "call_method"):
                 continue
-            for v in _flat((n.args, n.kwargs)):
+            for v in _flat((n.args, n.kwargs)) if g.devices else ():
                 if isinstance(v, Device) and v.type == "cuda" and v.index is not None:
                     found.add(v.index)
                 elif isinstance(v, str) and re.fullmatch(r"cuda:\d+", v):
@@ -649,7 +662,7 @@ def constructs(graph: ScannedGraph) -> list[str]:
         for n in g.nodes:
             if n.op == "call_function" and n.construct is not None:
                 found.setdefault(n.construct)
-            elif n.op in ("call_function", "call_method") and any(
+            elif g.devices and n.op in ("call_function", "call_method") and any(
                     isinstance(v, Device) and v.type == "cuda" for v in _flat((n.args, n.kwargs))):
                 found.setdefault("device(type='cuda')")
     return list(found)

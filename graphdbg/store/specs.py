@@ -178,8 +178,8 @@ def parse_annotation(text: str) -> TensorSpec | SymSpec | None:
     if text.startswith("Sym(") and text.endswith(")"):
         expr = text[4:-1].strip()
         hint: int | float | bool | None = None
-        try:
-            value = ast.literal_eval(expr)
+        try:  # a bare symbol (s0) is no literal: not parsed (ls reads thousands of them)
+            value = ast.literal_eval(expr) if not expr.isidentifier() or expr in ("True", "False") else None
             if isinstance(value, (int, float, bool)):
                 hint = value
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):

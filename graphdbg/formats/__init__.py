@@ -90,10 +90,10 @@ def load(path: str | Path) -> "Dump":
     return dump
 
 
-def manifest_for(path: Path, printed: PrintedGraph, *, fmt: str, inputs: list[dict[str, Any]], dump_id: str | None = None,
+def manifest_for(path: Path, printed: PrintedGraph | None, *, fmt: str, inputs: list[dict[str, Any]], dump_id: str | None = None,
                  attrs: dict[str, dict[str, Any]] | None = None, backend: str = "?", kind: str = "captured",
                  message: str = "", rank: int = 0, world_size: int = 1, rank_source: str = "default",
-                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
+                 extra: dict[str, Any] | None = None, facts: dict[str, Any] | None = None) -> dict[str, Any]:
     """The manifest of a file another tool wrote: the keys a dump's manifest has, filled from
     what the file says, plus the reader's own facts under their key (``extra``).
 
@@ -103,14 +103,20 @@ def manifest_for(path: Path, printed: PrintedGraph, *, fmt: str, inputs: list[di
 
         >>> manifest_for(Path("repro.py"), printed, fmt="torch_minifier", inputs=descs)["id"]
         'repro-torch_minifier-1a2b3c4d'
-    """
-    # this module loads without torch (fast CLI start); this brings torch in
-    from graphdbg.graph.hashing import graph_hash, op_histogram
 
+    ``facts`` (``hash``, ``nodes``, ``ops``), where given, are the graph's instead of those of
+    ``printed`` (a printed graph's come from ``formats/scan.py``, with or without ``printed``).
+    """
     extra = dict(extra or {})
     env = {"torch": None, "python": None, "device_name": None, **extra.pop("env", {})}
-    gm_hash = graph_hash(printed.graph) if not printed.submodules else printed.structural_hash()
-    nodes = sum(len(g.nodes) for g in printed.graphs())
+    if facts is None:
+        assert printed is not None
+        # lazy: this module loads without torch (fast CLI start); this brings torch in
+        from graphdbg.graph.hashing import graph_hash, op_histogram
+
+        gm_hash = graph_hash(printed.graph) if not printed.submodules else printed.structural_hash()
+        facts = {"hash": gm_hash, "nodes": sum(len(g.nodes) for g in printed.graphs()), "ops": op_histogram(printed.graph)}
+    gm_hash, nodes = facts["hash"], facts["nodes"]
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -120,7 +126,7 @@ def manifest_for(path: Path, printed: PrintedGraph, *, fmt: str, inputs: list[di
         "dist": {"rank": rank, "local_rank": rank, "world_size": world_size, "source": rank_source},
         "backend": backend,
         "failure": {"kind": kind, "exception": None, "signature": None, "message": message},
-        "graph": {"hash": gm_hash, "nodes": nodes, "file": path.name, "ops": op_histogram(printed.graph), "node_info": {}},
+        "graph": {"hash": gm_hash, "nodes": nodes, "file": path.name, "ops": facts["ops"], "node_info": {}},
         "inputs": inputs,
         "attrs": attrs or {},
         "external_objects": [],

@@ -19,6 +19,7 @@ Graph files that record no failure take theirs from the run's log beside them (`
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import re
@@ -36,7 +37,7 @@ from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.formats import load
 from graphdbg.formats.dump_folder import DumpFolder
 from graphdbg.formats.ls_cache import LsCache
-from graphdbg.formats.printed_file import printed_dump
+from graphdbg.formats.printed_file import printed_dump, scan_printed
 from graphdbg.formats.run_log import attach_log, find_logs, read_log
 from graphdbg.formats.sniff import looks_like_printed_graph, may_be_torch_repro
 from graphdbg.judge.fatal_signal import resolve_crash
@@ -222,7 +223,7 @@ Progress = Callable[[int, int], None]  # (files read, files to read)
 
 
 def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Progress | None = None,
-               cache: bool = True, workers: int | None = None) -> Listing:
+               cache: bool = True, workers: int | None = None, full: bool = False) -> Listing:
     """Every dump and printed graph file under ``path`` (or ``path`` itself), read and grouped.
 
     A file that can't be read is a ``problems`` entry (one line, with file and line), not an
@@ -231,11 +232,12 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
     with no recorded failure take it from ``log``, or from the logs found beside them; a
     ``log`` that can't be read is a GraphdbgError, a found one a ``logs`` entry with its error.
 
-    Printed graphs are read for their manifest only (the parsed graph is dropped; ``show`` and
-    ``replay`` parse again), in ``workers`` processes when there are many (default: the
-    machine's cores), and their manifests are kept in ``ls_cache`` (``cache=False``: not), so a
-    second listing of the same files parses none. ``progress(done, total)`` is called as files
-    are read.
+    Printed graphs are scanned for their manifest (``formats/scan.py``: one ``ast.parse``, no
+    torch; ``show`` and ``replay`` read them in full), and a file the scan can't decide is read
+    with the full reader (``full=True``: every file, for tests that compare the two); in
+    ``workers`` processes only if asked. Manifests are kept in ``ls_cache`` (``cache=False``:
+    not), so a second listing of the same files reads none. ``progress(done, total)`` is
+    called as files are read.
     """
     root = Path(path)
     if not root.exists():
@@ -263,7 +265,7 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
         step()
     dumps = listing.dumps
     foreign = []
-    for file, dump, error in read_printed_graphs(files, cache=cache, workers=workers):
+    for file, dump, error in read_printed_graphs(files, cache=cache, workers=workers, full=full):
         if dump is not None:
             foreign.append(dump)
         else:
@@ -309,10 +311,14 @@ def read_dump_folders(folders: list[Path], *, cache: bool = True) -> Iterator[tu
             store.close()
 
 
-def _printed_manifest(path: Path) -> tuple[Path, dict[str, Any] | None, str | None]:
-    """One printed graph file's manifest, or the one line saying why it can't be read (in a
-    worker process: only the manifest travels back, never the parsed graph)."""
-    # lazy: ls imports no torch (formats/listing.py)
+def _printed_manifest(path: Path, full: bool = False) -> tuple[Path, dict[str, Any] | None, str | None]:
+    """One printed graph file's manifest, or the one line saying why it can't be read: from a
+    scan (``formats/scan.py``, no torch) where it decides, else from the full reader."""
+    if not full:
+        manifest, error, undecided = scan_printed(path)
+        if undecided is None:
+            return path, manifest, error
+    # lazy: only files the scan can't decide import torch (formats/listing.py)
     from graphdbg.formats.printed_graph import load_printed_graph
 
     try:
@@ -321,24 +327,16 @@ def _printed_manifest(path: Path) -> tuple[Path, dict[str, Any] | None, str | No
         return path, None, str(e)
 
 
-_PARALLEL_FROM = 48  # files to parse before worker processes pay for their start
-
-
-def read_printed_graphs(files: list[Path], *, cache: bool = True,
-                        workers: int | None = None) -> Iterator[tuple[Path, Dump | None, str | None]]:
-    """``(file, dump, None)`` or ``(file, None, error)`` for each file, in order, as they are read."""
+def read_printed_graphs(files: list[Path], *, cache: bool = True, workers: int | None = None,
+                        full: bool = False) -> Iterator[tuple[Path, Dump | None, str | None]]:
+    """``(file, dump, None)`` or ``(file, None, error)`` for each file, in order, as they are read.
+    ``full``: every file through the full reader (fx), as before the scan (tests compare the two)."""
     if not files:
-        return  # nothing to parse: don't import torch for the readers
-
+        return
     store = LsCache.open() if cache else None
-    known: dict[Path, tuple[dict[str, Any] | None, str | None]] = {}
-    if store is not None:
-        for f in files:
-            hit = store.get(f)
-            if hit is not None:
-                known[f] = hit
+    known = store.get_many(files) if store is not None else {}
     todo = [f for f in files if f not in known]
-    fresh = _parse_all(todo, workers)
+    fresh = _parse_all(todo, workers, full)
     try:
         for f in files:
             if f in known:
@@ -353,15 +351,19 @@ def read_printed_graphs(files: list[Path], *, cache: bool = True,
             store.close()
 
 
-def _parse_all(files: list[Path], workers: int | None) -> Iterator[tuple[Path, dict[str, Any] | None, str | None]]:
-    n = workers if workers is not None else (os.cpu_count() or 1)
+def _parse_all(files: list[Path], workers: int | None, full: bool) -> Iterator[tuple[Path, dict[str, Any] | None, str | None]]:
+    # A scan costs about what ast.parse does: worker processes would add more than they save,
+    # unless asked for (workers=N), or for the full reader (each file then costs ~30 ms and torch).
+    n = workers if workers is not None else ((os.cpu_count() or 1) if full else 1)
     if n <= 1 or len(files) < _PARALLEL_FROM:
-        yield from map(_printed_manifest, files)
+        yield from (_printed_manifest(f, full) for f in files)
         return
-
-    # fork: the workers inherit torch, the allow-list and the user's --ops modules already loaded
     with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork")) as pool:
-        yield from pool.map(_printed_manifest, files, chunksize=max(1, min(16, len(files) // (4 * n))))
+        yield from pool.map(functools.partial(_printed_manifest, full=full), files,
+                            chunksize=max(1, min(16, len(files) // (4 * n))))
+
+
+_PARALLEL_FROM = 48  # files to read before worker processes pay for their start
 
 
 def module_prefix(node_info: dict[str, dict[str, Any]]) -> str | None:

@@ -82,9 +82,40 @@ class LsCache:
                 stats = [e.stat() for e in os.scandir(path) if e.is_file(follow_symlinks=False)]
                 return str(path.resolve()), sum(s.st_size for s in stats), max((s.st_mtime_ns for s in stats), default=0)
             st = path.stat()
+            where = os.path.join(str(path.parent.resolve()), path.name)  # as get_many names it
         except OSError:
             return None
-        return str(path.resolve()), st.st_size, st.st_mtime_ns
+        return where, st.st_size, st.st_mtime_ns
+
+    def get_many(self, files: list[Path]) -> dict[Path, tuple[dict[str, Any] | None, str | None]]:
+        """``get`` for many files at once: one query for every entry under their folders, then
+        one ``stat`` per file."""
+        if self.db is None or not files:
+            return {}
+        folders: dict[Path, str] = {}
+        named: dict[str, Path] = {}
+        try:
+            for f in files:
+                if f.parent not in folders:
+                    folders[f.parent] = str(f.parent.resolve())
+                named[os.path.join(folders[f.parent], f.name)] = f
+            top = os.path.commonpath(list(folders.values()))
+            rows = self.db.execute("select path, size, mtime, manifest, error from files_v1 where stamp=? and path >= ? and path < ?",
+                                   (self.stamp, top, top + "\U0010ffff")).fetchall()
+        except (OSError, ValueError, sqlite3.Error):
+            return {}
+        out = {}
+        for where, size, mtime, manifest, error in rows:
+            f = named.get(where)
+            if f is None:
+                continue
+            try:
+                st = os.stat(f)
+            except OSError:
+                continue
+            if st.st_size == size and st.st_mtime_ns == mtime:
+                out[f] = (json.loads(manifest) if manifest is not None else None), error
+        return out
 
     def get(self, path: Path) -> tuple[dict[str, Any] | None, str | None] | None:
         key = self.key(path)

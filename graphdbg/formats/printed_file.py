@@ -1,6 +1,10 @@
-"""A printed graph file known by its manifest, without torch: what ``ls`` makes of a file whose
-manifest it read before (``ls_cache``) or had a worker process read (``formats/listing.py``).
-The file is read and parsed again only when its graph is asked for (``show``, ``replay``)."""
+"""A printed graph file known by its manifest, without torch: what ``ls`` makes of a file it
+scanned (``formats/scan.py``) or whose manifest it read before (``ls_cache``). The file is read
+and parsed into fx again only when its graph is asked for (``show``, ``replay``).
+
+``printed_manifest`` is the one maker of a printed graph's manifest: the full reader
+(``printed_graph.py``) hands it what fx found, ``scan_printed`` what the scan found.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +16,17 @@ from typing import Any
 
 from graphdbg.dump import Contents, Dump
 from graphdbg.errors import GraphSourceError
+from graphdbg.formats import manifest_for
+from graphdbg.formats.scan import HEADER, Scan, Undecided, cuda_indices, scan_facts, scan_source, shard_rank
+from graphdbg.formats.scan import constructs as scanned_constructs
 from graphdbg.graph.source_text import readable_source
 from graphdbg.store.confined import read_regular
+from graphdbg.store.specs import SymSpec, TensorSpec
 
 _RANK_FILE = re.compile(r"rank(\d+)_\d+\.py$")
-MAX_BYTES = 64 << 20  # as printed_graph.MAX_BYTES: a printed graph of a real model is well under a MB
+MAX_BYTES = 64 << 20  # a printed graph of a real model is well under a MB; anything huge is not one
+FORMAT = "printed_graph"
+FAILURE_KIND = "printed_graph"
 
 
 class PrintedFile(Contents):
@@ -56,3 +66,92 @@ def _folder_ranks(folder: str, mtime_ns: int) -> frozenset[int]:
         return frozenset(int(m[1]) for name in os.listdir(folder) if (m := _RANK_FILE.match(name)))
     except OSError:
         return frozenset()
+
+
+def read_printed_source(path: Path) -> str:
+    """The file's text as Python can parse it; GraphSourceError (one line, with the file) if it
+    can't be read as one."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise GraphSourceError(f"not a printed graph ({size} bytes)", file=str(path))
+        return readable_source(read_regular(path, max_bytes=MAX_BYTES).decode())  # colours, <lambda> classes
+    except UnicodeDecodeError:
+        raise GraphSourceError("not a printed graph: not UTF-8 text", file=str(path), line=1) from None
+    except OSError as e:
+        raise GraphSourceError(f"cannot read ({e.strerror})", file=str(path)) from None
+
+
+def header_rank(header: list[str], indices: set[int]) -> tuple[int, str, int | None] | None:
+    """(rank, how it was found, graph number) from a ``# Rank: R, Graph G`` header, else from
+    the one cuda device index the graph bakes in; None where neither says."""
+    m = next((m for line in header if (m := HEADER.search(line))), None)
+    if m:
+        return int(m[1]), "header", int(m[2])
+    if len(indices) == 1:
+        return next(iter(indices)), "device_index", None
+    return None
+
+
+def descriptor(name: str, spec: Any, device: str | None) -> dict[str, Any]:
+    """An input's descriptor from its annotation; a tensor's is synthesized on ``device``."""
+    if isinstance(spec, TensorSpec):
+        return {"kind": "tensor", "name": name, "node": name, **spec.to_dict(), "device": spec.device or device or "cpu",
+                "synthesized": True}
+    if isinstance(spec, SymSpec):
+        return {"kind": spec.kind, "name": name, "node": name, "expr": spec.expr, "hint": spec.hint}
+    return {"kind": "none", "name": name, "node": name}
+
+
+def printed_manifest(path: Path, facts: dict[str, Any], *, rank: tuple[int, str, int | None], indices: set[int],
+                     uses_cuda: bool, inputs: list[tuple[str, Any]], constructs: list[str]) -> dict[str, Any]:
+    """What the file says about itself: rank (and how it was found), graph number, model, the
+    device it ran on, the inputs' specs (``(name, spec)``), and the facts ``ls`` groups ranks by."""
+    rank_, rank_source, number = rank
+    idx = sorted(indices)
+    device = f"cuda:{idx[0] if len(idx) == 1 else rank_}" if idx or uses_cuda else None
+    return manifest_for(
+        path, None, fmt=FORMAT, dump_id=path.stem, inputs=[descriptor(n, spec, device) for n, spec in inputs],
+        # Nothing records which backend failed; eager replays the graph as it was printed.
+        backend="eager", kind=FAILURE_KIND, message="no error recorded (a printed graph)",
+        rank=rank_, world_size=_world_size(path, rank_), rank_source=rank_source, facts=facts,
+        extra={"printed_graph": {"model": path.parent.name, "graph_number": number, "group_hash": facts["group_hash"],
+                                 "rank_literals": facts["rank_literals"], "constructs": constructs, "captured_device": device}})
+
+
+def scan_printed(path: Path) -> tuple[dict[str, Any] | None, str | None, str | None]:
+    """``(manifest, error, undecided)`` of one printed graph file from a scan alone, without
+    torch: the manifest, or the one-line error the full reader would give, or (``undecided``)
+    why only the full reader can say."""
+    try:
+        source = read_printed_source(path)
+    except GraphSourceError as e:
+        return None, str(e), None
+    try:
+        scan = scan_source(source, str(path))
+    except Undecided as e:
+        return None, None, str(e)
+    if scan.undecided:
+        return None, None, scan.undecided
+    if scan.bad_annotations:  # printed_graph._check_annotations, from the scan's marks
+        text, line = min(scan.bad_annotations, key=lambda b: b[1])
+        return None, str(GraphSourceError(f"cannot read the annotation {text!r}", file=str(path), line=line)), None
+    indices = cuda_indices(scan.graph)
+    rank = header_rank(scan.header, indices)
+    if rank is None:
+        try:
+            shard = shard_rank(scan.graph)
+        except Undecided as e:
+            return None, None, f"a rank only the input plans find ({e})"
+        rank = (shard, "shard_offset", None) if shard is not None else (0, "default", None)
+    return printed_manifest(path, scan_facts(scan), rank=rank, indices=indices, uses_cuda=_uses_cuda(scan),
+                            inputs=_inputs(scan), constructs=scanned_constructs(scan.graph)), None, None
+
+
+def _uses_cuda(scan: Scan) -> bool:
+    return any(n.op == "call_function" and n.construct and ("cuda" in n.construct or "triton" in n.construct)
+               for g in scan.graph.graphs() for n in g.nodes)
+
+
+def _inputs(scan: Scan) -> list[tuple[str, Any]]:
+    return [(n.name, n.spec) for n in scan.graph.nodes if n.op == "placeholder"]

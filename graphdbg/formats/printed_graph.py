@@ -31,23 +31,27 @@ import torch.fx as fx
 
 from graphdbg.dump import Contents, Dump
 from graphdbg.errors import GraphSourceError
-from graphdbg.formats import manifest_for, register
-from graphdbg.formats.printed_file import PrintedFile, _world_size, printed_dump  # noqa: F401 (re-exported)
+from graphdbg.formats import register
+from graphdbg.formats.printed_file import (  # noqa: F401 (re-exported)
+    FAILURE_KIND,
+    FORMAT,
+    MAX_BYTES,
+    PrintedFile,
+    _world_size,
+    header_rank,
+    printed_dump,
+    printed_manifest,
+    read_printed_source,
+)
+from graphdbg.formats.scan import Undecided, scan_facts, scan_source
 from graphdbg.formats.sniff import looks_like_printed_graph
-from graphdbg.graph.hashing import target_name
-from graphdbg.graph.parser import readable_source
+from graphdbg.graph.hashing import graph_hash, op_histogram, target_name
 from graphdbg.rebuild.inputs import SEED_ENV
 from graphdbg.rebuild.stand_ins import construct_of, constructs
 from graphdbg.rebuild.synthesize import plan_inputs
-from graphdbg.store.gate import read_regular
-from graphdbg.store.specs import SymSpec, TensorSpec
 
 __all__ = ["load_printed_graph", "looks_like_printed_graph", "SEED_ENV"]
 
-FORMAT = "printed_graph"
-FAILURE_KIND = "printed_graph"
-_HEADER = re.compile(r"#\s*Rank:\s*(\d+),\s*Graph\s*(\d+)")
-MAX_BYTES = 64 << 20  # a printed graph of a real model is well under a MB; anything huge is not one
 
 
 def load_printed_graph(path: str | Path) -> Dump:
@@ -57,45 +61,32 @@ def load_printed_graph(path: str | Path) -> Dump:
         'printed_graph'
     """
     path = Path(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise GraphSourceError(f"not a printed graph ({size} bytes)", file=str(path))
-        source = readable_source(read_regular(path, max_bytes=MAX_BYTES).decode())  # colours, <lambda> classes
-    except UnicodeDecodeError:
-        raise GraphSourceError("not a printed graph: not UTF-8 text", file=str(path), line=1) from None
-    except OSError as e:
-        raise GraphSourceError(f"cannot read ({e.strerror})", file=str(path)) from None
+    source = read_printed_source(path)
     contents = Contents(path, text=source)
     pg = contents.graph()  # parse now: a bad file fails at load, with its line, not later inside a replay
     _check_annotations(pg, str(path))
-    return Dump(path, printed_graph_manifest(path, pg), contents)
+    return Dump(path, printed_graph_manifest(path, pg, source), contents)
 
 
-def printed_graph_manifest(path: Path, pg: Any) -> dict[str, Any]:
-    """What the file says about itself: rank (and how it was found), graph number, model, the
-    device it ran on, the inputs' specs, and the facts ``ls`` groups ranks by."""
-    header = next((m for line in pg.header if (m := _HEADER.search(line))), None)
-    device_indices = sorted(_cuda_indices(pg))
-    if header:
-        rank, rank_source, number = int(header[1]), "header", int(header[2])
-    elif len(device_indices) == 1:
-        rank, rank_source, number = device_indices[0], "device_index", None
-    elif (shard := _rank_from_shard(pg)) is not None:
-        rank, rank_source, number = shard, "shard_offset", None
-    else:
-        rank, rank_source, number = 0, "default", None
-    device = f"cuda:{device_indices[0] if len(device_indices) == 1 else rank}" if device_indices or _uses_cuda(pg) else None
-    masked, literals = _masked_structure(pg)
+def printed_graph_manifest(path: Path, pg: Any, source: str | None = None) -> dict[str, Any]:
+    """The manifest, from what fx made of the file (rank, constructs, inputs) and what the scan
+    makes of it (graph hash, group hash, rank literals, nodes, ops: ``formats/scan.py``, the
+    same facts ``ls`` shows without this reader). A file the scan can't follow keeps fx's."""
+    try:
+        facts = scan_facts(scan_source(source if source is not None else read_printed_source(path), str(path)))
+    except Undecided:
+        masked, literals = _masked_structure(pg)
+        facts = {"hash": graph_hash(pg.graph) if not pg.submodules else pg.structural_hash(),
+                 "nodes": sum(len(g.nodes) for g in pg.graphs()), "ops": op_histogram(pg.graph),
+                 "group_hash": hashlib.sha256(masked.encode()).hexdigest(), "rank_literals": literals}
+    indices = _cuda_indices(pg)
+    rank = header_rank(pg.header, indices)
+    if rank is None:
+        shard = _rank_from_shard(pg)
+        rank = (shard, "shard_offset", None) if shard is not None else (0, "default", None)
     placeholders = [n for n in pg.graph.nodes if n.op == "placeholder"]
-    return manifest_for(
-        path, pg, fmt=FORMAT, dump_id=path.stem, inputs=[_descriptor(n, device) for n in placeholders],
-        # Nothing records which backend failed; eager replays the graph as it was printed.
-        backend="eager", kind=FAILURE_KIND, message="no error recorded (a printed graph)",
-        rank=rank, world_size=_world_size(path, rank), rank_source=rank_source,
-        extra={"printed_graph": {"model": path.parent.name, "graph_number": number,
-                           "group_hash": hashlib.sha256(masked.encode()).hexdigest(), "rank_literals": literals,
-                           "constructs": constructs(pg), "captured_device": device}})
+    return printed_manifest(path, facts, rank=rank, indices=indices, uses_cuda=_uses_cuda(pg),
+                            inputs=[(n.name, n.meta.get("graphdbg_spec")) for n in placeholders], constructs=constructs(pg))
 
 
 # Reading facts out of the graph -----------------------------------------------------------
@@ -158,18 +149,6 @@ def _uses_cuda(pg: Any) -> bool:
             if qual and ("cuda" in qual or "triton" in qual):
                 return True
     return False
-
-
-def _descriptor(node: fx.Node, device: str | None) -> dict[str, Any]:
-    spec = node.meta.get("graphdbg_spec")
-    if isinstance(spec, TensorSpec):
-        d = {"kind": "tensor", "name": node.name, "node": node.name, **spec.to_dict()}
-        d["device"] = spec.device or device or "cpu"
-        d["synthesized"] = True
-        return d
-    if isinstance(spec, SymSpec):
-        return {"kind": spec.kind, "name": node.name, "node": node.name, "expr": spec.expr, "hint": spec.hint}
-    return {"kind": "none", "name": node.name, "node": node.name}
 
 
 def _masked_structure(pg: Any) -> tuple[str, list[Any]]:

@@ -18,7 +18,6 @@ from typing import Any
 
 from graphdbg.errors import DumpError
 from graphdbg.store.gate import read_inside, write_file
-from graphdbg.store.schema import Manifest
 
 SCHEMA = "graphdbg.dump"
 SCHEMA_VERSION = 1
@@ -71,6 +70,9 @@ def read_manifest(folder: Path) -> dict[str, Any]:
 def _nulls_as_absent(data: dict[str, Any]) -> dict[str, Any]:
     """A top-level ``null`` where the schema allows one means the field is absent: readers write
     ``manifest.get("attrs", {})`` and must not meet ``None`` there (a hostile dump's way in)."""
+
+    # lazy: pydantic (0.15 s) only where a manifest is validated; ls of printed graphs needs none
+    from graphdbg.store.schema import Manifest
 
     optional = {f.alias or name for name, f in Manifest.model_fields.items() if not f.is_required() and f.default is None}
     return {k: v for k, v in data.items() if not (v is None and k in optional)}

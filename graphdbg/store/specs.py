@@ -15,9 +15,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from graphdbg.errors import GraphdbgError
 from graphdbg.store.sizes import (  # noqa: F401 (re-exported: where they always were)
@@ -29,6 +27,9 @@ from graphdbg.store.sizes import (  # noqa: F401 (re-exported: where they always
     check_numel,
     eval_dim,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 # Abbreviations as torch.fx prints them; kept here so that files printed by another torch parse too.
 DTYPE_ABBRS: dict[str, str] = {
@@ -65,6 +66,8 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def dtype_from_name(name: str) -> torch.dtype:
+    import torch  # lazy: parsing annotations (graphdbg ls) imports no torch
+
     name = DTYPE_ABBRS.get(name, name).removeprefix("torch.")
     dtype = getattr(torch, name, None)
     if not isinstance(dtype, torch.dtype):
@@ -85,6 +88,8 @@ class TensorSpec:
 
     @classmethod
     def of(cls, t: torch.Tensor) -> TensorSpec:
+        import torch  # lazy: parsing annotations (graphdbg ls) imports no torch
+
         return cls(
             dtype=dtype_name(t.dtype),
             shape=[_dim(d) for d in t.shape],
@@ -151,6 +156,8 @@ class SymSpec:
 
 
 def _dim(d: Any) -> Dim:
+    import torch  # lazy: parsing annotations (graphdbg ls) imports no torch
+
     if isinstance(d, torch.SymInt):
         expr = d.node.expr
         return int(expr) if expr.is_number else str(expr)
@@ -171,8 +178,8 @@ def parse_annotation(text: str) -> TensorSpec | SymSpec | None:
     if text.startswith("Sym(") and text.endswith(")"):
         expr = text[4:-1].strip()
         hint: int | float | bool | None = None
-        try:
-            value = ast.literal_eval(expr)
+        try:  # a bare symbol (s0) is no literal: not parsed (ls reads thousands of them)
+            value = ast.literal_eval(expr) if not expr.isidentifier() or expr in ("True", "False") else None
             if isinstance(value, (int, float, bool)):
                 hint = value
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):

@@ -1,0 +1,759 @@
+"""A printed graph file read for what ``graphdbg ls`` shows, without torch: one ``ast.parse``
+and one walk.
+
+The walk follows the statements ``graph/parser.py`` turns into fx nodes, node for node, and
+keeps what a listing needs: the node count, the graph's hash and its hash with integer literals
+masked (the group hash; ``rank_literals`` are the masked literals in order), the device indices
+it bakes in, the constructs replay stands in for, the placeholders' annotations, and the header's
+rank and graph number. Names are judged by ``names_table`` (made with torch, by the full
+reader's own rules).
+
+The graph hash and group hash of a printed graph are this module's, whoever reads the file:
+``load_printed_graph`` takes them from ``scan_facts`` too, so ``ls`` and ``show`` agree by
+construction. They see the targets as the file spells them, argument structure, constants and
+the annotations, not node names, comments or source lines.
+
+    >>> s = scan_source(text, "rank0_0.py")
+    >>> s.undecided            # None: the listing can be made from this scan alone
+    >>> s.nodes, s.rank, s.graph_number, s.constructs
+    (41, 0, 0, ['torch.ops.sglang.inplace_all_reduce'])
+
+Where the scan can't decide what the full reader would say (a name the table doesn't hold, a
+statement shape it doesn't know, a rank only the input plans find, no table for this torch),
+``undecided`` says why and the caller reads the file in full. Nothing is executed.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import hashlib
+import json
+import keyword
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from graphdbg.formats.names_table import NameTable, names
+from graphdbg.store.specs import parse_annotation
+
+HEADER = re.compile(r"#\s*Rank:\s*(\d+),\s*Graph\s*(\d+)")
+_ROOTS = ("torch", "operator", "_operator", "math")
+_CONSTANT_NAMES = ("inf", "nan", "Ellipsis", "NoneType")  # parser.CONSTANT_NAMES
+_OPERATORS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv", ast.FloorDiv: "floordiv",
+              ast.Mod: "mod", ast.Pow: "pow", ast.MatMult: "matmul", ast.LShift: "lshift", ast.RShift: "rshift",
+              ast.BitAnd: "and_", ast.BitOr: "or_", ast.BitXor: "xor", ast.USub: "neg", ast.UAdd: "pos",
+              ast.Invert: "invert", ast.Not: "not_", ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le",
+              ast.Gt: "gt", ast.GtE: "ge", ast.Is: "is_", ast.IsNot: "is_not"}
+_INPLACE = {ast.Add: "iadd", ast.Sub: "isub", ast.Mult: "imul", ast.Div: "itruediv", ast.FloorDiv: "ifloordiv",
+            ast.Mod: "imod", ast.Pow: "ipow", ast.MatMult: "imatmul", ast.BitAnd: "iand", ast.BitOr: "ior",
+            ast.BitXor: "ixor", ast.LShift: "ilshift", ast.RShift: "irshift"}
+_RANGE_TESTS = {"ge", "gt", "lt", "le"}  # rebuild/synthesize._COMPARE: how a vocab shard's range is tested
+_CUDA_INDEX_CALLS = ("torch._C._cuda_exchangeDevice", "torch.cuda.get_device_capability")
+
+
+# fx's node names (torch.fx.graph._Namespace): placeholders' names are the inputs' names
+_NAME = re.compile(r"^([a-zA-Z_][0-9a-zA-Z_]*?)(?:_(\d+))?$")
+_ILLEGAL_CHARS = re.compile("[^0-9a-zA-Z_]+")
+_ILLEGAL_NAMES = frozenset(keyword.kwlist) | frozenset(builtins.__dict__) | {
+    "inf", "nan", "NoneType", "torch", "device", "fx_pytree", "pytree"}
+_SNAKE = re.compile(r"(?<=[a-z])([A-Z])")
+
+
+class _Namespace:
+    """fx's ``_Namespace.create_name`` for names with no object, as this torch's fx makes them."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+        self.base_count: dict[str, int] = {}
+
+    def create_name(self, candidate: str) -> str:
+        match = _NAME.match(candidate)
+        if match is None:
+            candidate = _ILLEGAL_CHARS.sub("_", candidate) or "_unnamed"
+            if candidate[0].isdigit():
+                candidate = f"_{candidate}"
+            match = _NAME.match(candidate)
+        base, num_text = match.group(1, 2)  # type: ignore[union-attr]
+        if num_text is None or candidate in self.used:
+            num = self.base_count.get(base, 0)
+            if candidate in _ILLEGAL_NAMES:
+                num += 1
+                candidate = f"{base}_{num}"
+        else:
+            num = int(num_text)
+        while candidate in self.used:
+            num += 1
+            candidate = f"{base}_{num}"
+        self.used.add(candidate)
+        self.base_count[base] = num
+        return candidate
+
+
+def _target_to_str(name: str) -> str:
+    if name.startswith("__") and name.endswith("__"):
+        name = name[2:-2]
+    return _SNAKE.sub(r"_\1", name).lower()
+
+
+class Undecided(Exception):
+    """The scan can't say what the full reader would; the message says why."""
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A node of the graph being read, by its index."""
+    index: int
+
+
+@dataclass(frozen=True)
+class Device:
+    type: str
+    index: int | None
+
+    def __str__(self) -> str:
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+
+@dataclass(frozen=True)
+class Path_:
+    """A dotted name used as a value (``torch.float32``, a function handed to a higher-order op)."""
+    path: str
+
+
+@dataclass
+class Node:
+    op: str
+    target: str
+    name: str
+    args: tuple
+    kwargs: dict
+    annotation: str | None = None
+    construct: str | None = None
+    spec: Any = None  # the annotation parsed (store.specs), for the inputs' descriptors
+    fn: str = ""  # what a call_function calls, by __name__ (an op by its name)
+
+
+@dataclass
+class ScannedGraph:
+    nodes: list[Node] = field(default_factory=list)
+    submodules: dict[str, ScannedGraph] = field(default_factory=dict)
+    devices: bool = False  # whether any argument is a device literal or a "cuda:N" string
+
+    def graphs(self) -> list[ScannedGraph]:
+        out = [self]
+        for sub in self.submodules.values():
+            out += sub.graphs()
+        return out
+
+
+@dataclass
+class Scan:
+    """What ``ls`` needs of one printed graph file."""
+    graph: ScannedGraph
+    header: list[str]
+    bad_annotations: list[tuple[str, int]]
+    undecided: str | None = None
+
+    @property
+    def nodes(self) -> int:
+        return sum(len(g.nodes) for g in self.graph.graphs())
+
+
+def scan_source(source: str, filename: str, table: NameTable | None = None, tree: ast.Module | None = None) -> Scan:
+    """Scan ``source`` (already through ``readable_source``). Raises Undecided where the walk
+    can't follow the file at all (then its hash can't be made here either); a Scan whose
+    ``undecided`` is set where only the listing's facts need the full reader."""
+    table = table if table is not None else names()
+    if tree is None:
+        try:
+            tree = ast.parse(source, filename=filename)
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+            raise Undecided(f"not parsed ({type(e).__name__})") from None
+    classes = []
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ClassDef):
+            classes.append(stmt)
+        elif isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__" and not stmt.level:
+            continue
+        elif isinstance(stmt, ast.Import) and all(a.name.split(".")[0] in _ROOTS for a in stmt.names):
+            continue
+        elif isinstance(stmt, ast.ImportFrom) and not stmt.level and (stmt.module or "").split(".")[0] in _ROOTS:
+            continue
+        elif not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)):
+            raise Undecided("a statement outside the graph class")
+    if len(classes) != 1:
+        raise Undecided("not exactly one class")
+    lines = source.splitlines()
+    header = [ln.strip() for ln in lines[: classes[0].lineno - 1] if ln.strip().startswith("#")]
+    walker = _Walker(table)
+    graph = walker.read_class(classes[0])
+    return Scan(graph, header, walker.bad_annotations, walker.undecided)
+
+
+class _Walker:
+    """Follows ``parser._Reader`` / ``_ForwardReader`` over one class and its nested classes."""
+
+    def __init__(self, table: NameTable | None):
+        self.table = table
+        self.undecided: str | None = None if table is not None else "no names table for this torch"
+        self.bad_annotations: list[tuple[str, int]] = []
+
+    def doubt(self, why: str) -> None:
+        if self.undecided is None:
+            self.undecided = why
+
+    def read_class(self, cls: ast.ClassDef) -> ScannedGraph:
+        if cls.decorator_list or cls.keywords or not any(_dotted(b) and _dotted(b).endswith("Module") for b in cls.bases):
+            raise Undecided(f"class {cls.name} is not a plain torch.nn.Module")
+        forward, nested = None, {}
+        for stmt in cls.body:
+            if isinstance(stmt, ast.FunctionDef) and stmt.name == "forward":
+                forward = stmt
+            elif isinstance(stmt, ast.ClassDef):
+                nested[stmt.name] = stmt
+            elif not (isinstance(stmt, ast.Pass) or (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant))):
+                raise Undecided(f"unexpected statement in class {cls.name}")
+        if forward is None or forward.decorator_list or (
+                forward.returns is not None and not isinstance(forward.returns, (ast.Constant, ast.Name, ast.Attribute))):
+            raise Undecided(f"class {cls.name} has no plain forward")
+        subs = {name: self.read_class(c) for name, c in nested.items()}
+        graph = _Forward(self, forward, set(nested)).read()
+        graph.submodules = subs
+        return graph
+
+
+class _Forward:
+    """One ``def forward`` as the nodes ``parser._ForwardReader`` would make of it."""
+
+    def __init__(self, walker: _Walker, fn: ast.FunctionDef, nested: set[str]):
+        self.w, self.fn, self.nested = walker, fn, nested
+        self.graph = ScannedGraph()
+        self.env: dict[str, Ref] = {}
+        self.self_name = ""
+        self.lineno = fn.lineno
+        self.names = _Namespace()
+
+    def add(self, op: str, target: str, args: tuple, kwargs: dict | None = None, construct: str | None = None,
+            pyname: str | None = None, name: str | None = None) -> Ref:
+        """A node; named as fx names it (the statement's variable, else what it calls)."""
+        candidate = name if name is not None else _target_to_str(pyname or target)
+        fn = target.split(".")[3] if target.startswith("torch.ops.") and target.count(".") >= 3 else (pyname or "")
+        self.graph.nodes.append(Node(op, target, self.names.create_name(candidate), args, kwargs or {}, construct=construct, fn=fn))
+        return Ref(len(self.graph.nodes) - 1)
+
+    def rename(self, ref: Ref, candidate: str) -> None:
+        node = self.graph.nodes[ref.index]
+        if candidate != node.name:
+            node.name = self.names.create_name(candidate)
+
+    def annotate(self, ref: Ref, annotation: ast.expr | None) -> None:
+        text = annotation.value if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str) else None
+        node = self.graph.nodes[ref.index]
+        node.spec = _annotation(text) if text else None
+        if text and node.spec is None:
+            self.w.bad_annotations.append((text, getattr(annotation, "lineno", None) or self.lineno))
+        node.annotation = node.spec.annotation() if node.spec is not None else None
+
+    def read(self) -> ScannedGraph:
+        self._placeholders(self.fn.args)
+        returned, setitem = False, None
+        for stmt in self.fn.body:
+            self.lineno = stmt.lineno
+            if returned:
+                raise Undecided("a statement after return")
+            if setitem and _is_alias(stmt) and stmt.value.id == setitem[1] and stmt.lineno == setitem[2]:  # type: ignore[union-attr]
+                name = stmt.target.id if isinstance(stmt, ast.AnnAssign) else stmt.targets[0].id  # type: ignore[union-attr]
+                self.rename(setitem[0], name)
+                if isinstance(stmt, ast.AnnAssign):
+                    self.annotate(setitem[0], stmt.annotation)
+                self.env[name], setitem = setitem[0], None
+                continue
+            setitem = None
+            returned, setitem = self._statement(stmt)
+        if not returned:
+            raise Undecided("forward has no return")
+        return self.graph
+
+    def _statement(self, stmt: ast.stmt) -> tuple[bool, tuple | None]:
+        if isinstance(stmt, ast.Return):
+            ref = self.add("output", "output", (self.value(stmt.value) if stmt.value is not None else None,))
+            self.annotate(ref, None)
+            return True, None
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript):
+            tgt = stmt.targets[0]
+            args = (self.node(tgt.value), self.value(tgt.slice), self.value(stmt.value))
+            ref = self.call("operator.setitem", args, {}, pyname="setitem")
+            return False, (ref, _dotted(tgt.value) or "", stmt.lineno)
+        if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name) and type(stmt.op) in _INPLACE:
+            op = _INPLACE[type(stmt.op)]
+            ref = self.call(f"operator.{op}", (self.node(stmt.target), self.value(stmt.value)), {}, pyname=op)
+            self.env[stmt.target.id] = ref
+            return False, (ref, stmt.target.id, stmt.lineno)
+        if isinstance(stmt, ast.Assign) and all(isinstance(t, ast.Name) for t in stmt.targets):
+            if isinstance(stmt.value, ast.Constant) and stmt.value.value is None:
+                return False, None  # `a = b = None`
+            if len(stmt.targets) != 1:
+                raise Undecided("a multiple assignment")
+            self.assign(stmt.value, stmt.targets[0].id, None)  # type: ignore[attr-defined]
+        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
+            self.assign(stmt.value, stmt.target.id, stmt.annotation)
+        elif isinstance(stmt, ast.Expr):
+            if not (isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)):
+                self.assign(stmt.value, None, None)
+        elif not isinstance(stmt, ast.Pass):
+            raise Undecided(f"an unsupported statement at line {stmt.lineno}")
+        return False, None
+
+    def _placeholders(self, args: ast.arguments) -> None:
+        positional = args.posonlyargs + args.args
+        if not positional:
+            raise Undecided("forward has no self")
+        self.self_name = positional[0].arg
+        defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+        entries = [(a, d, a.arg) for a, d in zip(positional[1:], defaults[1:])]
+        if args.vararg:
+            entries.append((args.vararg, None, "*" + args.vararg.arg))
+        entries += [(a, d, a.arg) for a, d in zip(args.kwonlyargs, args.kw_defaults)]
+        for arg, default, target in entries:
+            self.lineno = arg.lineno
+            extra = () if default is None else (self.value(default),)
+            if any(isinstance(v, Ref) for v in _flat(extra)):
+                raise Undecided("a default value that is not a constant")
+            ref = self.add("placeholder", target, extra)
+            self.annotate(ref, arg.annotation)
+            self.env[arg.arg] = ref
+
+    def assign(self, expr: ast.expr, name: str | None, annotation: ast.expr | None) -> None:
+        if name is not None and isinstance(expr, ast.Name) and expr.id in self.env and annotation is None:
+            ref = self.env[expr.id]  # an alias: no node; `l_x_ = L_x_` renames the input
+            node = self.graph.nodes[ref.index]
+            if node.op == "placeholder" and node.name == node.target:
+                self.rename(ref, name)
+            self.env[name] = ref
+            return
+        ref = self.call_node(expr, name)
+        self.annotate(ref, annotation)
+        if name is not None:
+            self.env[name] = ref
+
+    # expressions --------------------------------------------------------------------------
+    def call(self, target: str, args: tuple, kwargs: dict, construct: str | None = None, pyname: str | None = None,
+             name: str | None = None) -> Ref:
+        self._check_values(args, kwargs)
+        return self.add("call_function", target, args, kwargs, construct, pyname or target.rsplit(".", 1)[-1], name)
+
+    def _check_values(self, args: tuple, kwargs: dict) -> None:
+        """parser._create: a callable handed over as an argument must itself be allowed (each
+        dotted value is judged where it is read: ``value``)."""
+
+    def target(self, qualname: str) -> tuple[str, str | None, str]:
+        """``(flags, construct, __name__)`` of a call target; doubt where the table can't say or
+        the allow-list refuses it (the full reader then gives the error)."""
+        entry = self.w.table.get(qualname) if self.w.table is not None else None
+        if entry is None or "c" not in entry[0]:
+            self.w.doubt(f"the name {qualname}")
+            return "", None, qualname.rsplit(".", 1)[-1]
+        return entry
+
+    def call_node(self, expr: ast.expr, name: str | None = None) -> Ref:
+        """The node computing ``expr``; ``name``, the statement's variable, names the last node
+        made (nested expressions' nodes, made first, are named by what they call)."""
+        if isinstance(expr, ast.Call):
+            return self._call(expr, name)
+        if isinstance(expr, ast.Attribute):
+            if (path := self.self_path(expr)) is not None:
+                return self.add("get_attr", path, (), name=name)
+            if self.rooted(expr.value):
+                if expr.attr.startswith("__") or self.w.table is None or expr.attr not in self.w.table.attributes:
+                    self.w.doubt(f"the attribute .{expr.attr}")
+                return self.call("builtins.getattr", (self.node(expr.value), expr.attr), {}, name=name)
+        if isinstance(expr, ast.Subscript):
+            return self.call("operator.getitem", (self.value(expr.value), self.value(expr.slice)), {}, name=name)
+        if isinstance(expr, ast.BinOp) and type(expr.op) in _OPERATORS:
+            return self.call(f"operator.{_OPERATORS[type(expr.op)]}", (self.value(expr.left), self.value(expr.right)), {}, name=name)
+        if isinstance(expr, ast.UnaryOp) and type(expr.op) in _OPERATORS:
+            return self.call(f"operator.{_OPERATORS[type(expr.op)]}", (self.value(expr.operand),), {}, name=name)
+        if isinstance(expr, ast.Compare) and len(expr.ops) == 1:
+            op, right = expr.ops[0], expr.comparators[0]
+            if isinstance(op, (ast.In, ast.NotIn)):
+                ref = self.call("operator.contains", (self.value(right), self.value(expr.left)), {},
+                                name=name if isinstance(op, ast.In) else None)
+                return ref if isinstance(op, ast.In) else self.call("operator.not_", (ref,), {}, name=name)
+            if type(op) in _OPERATORS:
+                return self.call(f"operator.{_OPERATORS[type(op)]}", (self.value(expr.left), self.value(right)), {}, name=name)
+        raise Undecided(f"an unsupported expression at line {getattr(expr, 'lineno', self.lineno)}")
+
+    def _call(self, expr: ast.Call, name: str | None) -> Ref:
+        if any(isinstance(a, ast.Starred) for a in expr.args) or any(k.arg is None for k in expr.keywords):
+            raise Undecided("*/** arguments")
+        args = tuple(self.value(a) for a in expr.args)
+        kwargs = {k.arg: self.value(k.value) for k in expr.keywords}
+        func = expr.func
+        if (path := self.self_path(func)) is not None:
+            self._check_values(args, kwargs)
+            return self.add("call_module", path, args, kwargs, name=name)
+        if isinstance(func, ast.Attribute) and self.rooted(func.value):
+            if self.w.table is None or func.attr not in self.w.table.methods or _checked_call(func.attr, args, kwargs):
+                self.w.doubt(f"the method .{func.attr}()")
+            receiver = self.node(func.value)
+            self._check_values(args, kwargs)
+            return self.add("call_method", func.attr, (receiver, *args), kwargs, name=name)
+        qualname = _dotted(func)
+        if qualname is None:
+            raise Undecided("an unsupported call")
+        flags, construct, pyname = self.target(qualname)
+        if "g" in flags and not (len(args) >= 2 and isinstance(args[0], Ref) and isinstance(args[1], str)
+                                 and self.w.table is not None and args[1] in self.w.table.attributes):
+            self.w.doubt("a getattr the parser checks")
+        if qualname.endswith("higher_order.print"):
+            self.w.doubt("higher_order.print's format string")
+        return self.call(qualname, args, kwargs, construct, pyname, name)
+
+    def self_path(self, expr: ast.expr) -> str | None:
+        path = _dotted(expr)
+        if path is None or not path.startswith(self.self_name + ".") or self.self_name in self.env:
+            return None
+        path = path[len(self.self_name) + 1:]
+        if any(p.startswith("__") for p in path.split(".")):
+            raise Undecided("a dunder attribute")
+        return path
+
+    def rooted(self, expr: ast.expr) -> bool:
+        while isinstance(expr, ast.Attribute):
+            expr = expr.value
+        if isinstance(expr, ast.Name):
+            return expr.id in self.env or expr.id == self.self_name
+        return isinstance(expr, (ast.Call, ast.Subscript, ast.BinOp, ast.UnaryOp))
+
+    def node(self, expr: ast.expr) -> Ref:
+        value = self.value(expr)
+        if not isinstance(value, Ref):
+            raise Undecided("expected a graph value")
+        return value
+
+    def value(self, expr: ast.expr) -> Any:
+        if isinstance(expr, ast.Constant):
+            if isinstance(expr.value, str) and expr.value.startswith("cuda:"):
+                self.graph.devices = True
+            return expr.value
+        if isinstance(expr, ast.Name):
+            return self._name(expr.id)
+        if isinstance(expr, (ast.Tuple, ast.List)):
+            if any(isinstance(e, ast.Starred) for e in expr.elts):
+                raise Undecided("a starred element")
+            items = [self.value(e) for e in expr.elts]
+            return tuple(items) if isinstance(expr, ast.Tuple) else items
+        if isinstance(expr, ast.Dict):
+            if any(k is None for k in expr.keys):
+                raise Undecided("** in a dict")
+            keys = [self.value(k) for k in expr.keys]  # type: ignore[arg-type]
+            if any(isinstance(k, (Ref, list, dict)) for k in keys):
+                raise Undecided("a dict key that is not a constant")
+            return dict(zip(keys, (self.value(v) for v in expr.values)))
+        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, (ast.USub, ast.UAdd)) and (
+                isinstance(expr.operand, ast.Constant) or isinstance(expr.operand, ast.Name) and expr.operand.id in ("inf", "nan")):
+            operand = expr.operand.value if isinstance(expr.operand, ast.Constant) else float(expr.operand.id)  # type: ignore[union-attr]
+            if isinstance(operand, (int, float, complex)) and not isinstance(operand, bool):
+                return -operand if isinstance(expr.op, ast.USub) else operand
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in ("slice", "device"):
+            return self._literal_call(expr)
+        if isinstance(expr, ast.Attribute) and not self.rooted(expr.value):
+            path = _dotted(expr)
+            if path is None:
+                raise Undecided("an unsupported expression")
+            entry = self.w.table.get(path) if self.w.table is not None else None
+            if entry is None or "r" in entry[0] or "v" not in entry[0]:
+                self.w.doubt(f"the name {path}")
+            return Path_(path)
+        return self.call_node(expr)
+
+    def _name(self, name: str) -> Any:
+        if name in self.env:
+            return self.env[name]
+        if name in _CONSTANT_NAMES:
+            return {"inf": float("inf"), "nan": float("nan"), "Ellipsis": ..., "NoneType": Path_("NoneType")}[name]
+        if name == self.self_name:
+            raise Undecided("self as a value")
+        entry = self.w.table.get(name) if self.w.table is not None else None
+        if entry is None or "r" in entry[0] or "m" in entry[0] or "v" not in entry[0]:  # bare names never reach the hook
+            self.w.doubt(f"the name {name}")
+        return Path_(name)
+
+    def _literal_call(self, expr: ast.Call) -> Any:
+        if any(isinstance(a, ast.Starred) for a in expr.args) or not all(k.arg for k in expr.keywords):
+            raise Undecided("*/** arguments")
+        args = [self.value(a) for a in expr.args]
+        kwargs = {k.arg: self.value(k.value) for k in expr.keywords}
+        if expr.func.id == "slice":  # type: ignore[attr-defined]
+            if kwargs or not 1 <= len(args) <= 3:
+                raise Undecided("a slice literal")
+            return slice(*args)
+        self.graph.devices = True
+        return _device(args, kwargs)
+
+
+_ANNOTATIONS: dict[str, Any] = {}
+
+
+def _annotation(text: str) -> Any:
+    """parse_annotation, once per distinct text (specs are read, never changed, by the scan's users)."""
+    spec = _ANNOTATIONS.get(text)
+    if spec is None and text not in _ANNOTATIONS:
+        if len(_ANNOTATIONS) > 100_000:
+            _ANNOTATIONS.clear()
+        spec = _ANNOTATIONS[text] = parse_annotation(text)
+    return spec
+
+
+def _checked_call(method: str, args: tuple, kwargs: dict) -> bool:
+    # parser: .type() with a type name, Tensor.set_ with a storage offset, size or stride are refused
+    if method == "type":
+        return any(isinstance(a, str) for a in (*args, *kwargs.values()))
+    return method == "set_" and (len(args) > 1 or any(k in kwargs for k in ("storage_offset", "size", "stride")))
+
+
+def _device(args: list[Any], kwargs: dict[str, Any]) -> Device:
+    """``device('cuda', 1)``, ``device(type='cuda', index=1)``, ``device('cuda:1')`` as torch.device reads them."""
+    if len(args) > 2 or set(kwargs) - {"type", "index"} or (args and "type" in kwargs) or (len(args) > 1 and "index" in kwargs):
+        raise Undecided("a device literal")
+    kind = args[0] if args else kwargs.get("type")
+    index = args[1] if len(args) > 1 else kwargs.get("index")
+    if not isinstance(kind, str) or (index is not None and (not isinstance(index, int) or isinstance(index, bool) or index < 0)):
+        raise Undecided("a device literal")
+    m = re.fullmatch(r"(cpu|cuda|meta|mps|xpu|hpu|privateuseone)(?::(\d+))?", kind)
+    if not m or (m[2] is not None and index is not None):
+        raise Undecided("a device literal")
+    return Device(m[1], int(m[2]) if m[2] is not None else index)
+
+
+def _dotted(expr: ast.expr) -> str | None:
+    parts = []
+    while isinstance(expr, ast.Attribute):
+        parts.append(expr.attr)
+        expr = expr.value
+    if not isinstance(expr, ast.Name):
+        return None
+    return ".".join([expr.id, *reversed(parts)])
+
+
+def _is_alias(stmt: ast.stmt) -> bool:
+    if isinstance(stmt, ast.AnnAssign):
+        return isinstance(stmt.target, ast.Name) and isinstance(stmt.value, ast.Name)
+    return (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+            and isinstance(stmt.value, ast.Name))
+
+
+def _flat(value: Any) -> list[Any]:
+    """Every leaf of nested tuples, lists, dicts and slices (fx's map_aggregate)."""
+    if isinstance(value, (tuple, list)):
+        return [x for v in value for x in _flat(v)]
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _flat(v)]
+    if isinstance(value, slice):
+        return [x for v in (value.start, value.stop, value.step) for x in _flat(v)]
+    return [value]
+
+
+# Facts ------------------------------------------------------------------------------------
+
+def _canon(value: Any) -> Any:
+    if isinstance(value, Ref):
+        return f"%{value.index}"
+    if isinstance(value, (list, tuple)):
+        return [type(value).__name__, [_canon(v) for v in value]]
+    if isinstance(value, dict):
+        return ["dict", [[str(k), _canon(v)] for k, v in value.items()]]
+    if isinstance(value, slice):
+        return ["slice", _canon(value.start), _canon(value.stop), _canon(value.step)]
+    if isinstance(value, (float, complex)):
+        return repr(value)
+    if isinstance(value, Device):
+        return f"device:{value}"
+    if isinstance(value, Path_):
+        return f"@{value.path}"
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    return type(value).__name__
+
+
+def graph_hash(graph: ScannedGraph) -> str:
+    """sha256 over each node's op, target (as written), placeholder annotation and arguments;
+    nested classes folded in by name."""
+    h = hashlib.sha256()
+    for n in graph.nodes:
+        parts: list[Any] = [n.op, n.target]
+        if n.op == "placeholder":
+            parts.append(n.annotation or "")
+        parts += [_canon(n.args), _canon(n.kwargs)]
+        h.update(repr(parts).encode())
+    for name, sub in sorted(graph.submodules.items()):
+        h.update(f"{name}:{graph_hash(sub)}".encode())
+    return h.hexdigest()
+
+
+def masked_structure(graph: ScannedGraph) -> tuple[str, list[Any]]:
+    """The graph with integer literals masked (device indices too), and those literals in order:
+    ranks of one tensor-parallel model print the same graph but for the literals that place them."""
+    literals: list[Any] = []
+    parts: list[Any] = []
+
+    def canon(value: Any) -> Any:
+        if isinstance(value, Ref):
+            return f"%{value.index}"
+        if isinstance(value, bool) or value is None or isinstance(value, str):
+            return value
+        if isinstance(value, int):
+            literals.append(value)
+            return "#"
+        if isinstance(value, Device):
+            if value.index is not None:
+                literals.append(value.index)
+            return f"device:{value.type}"
+        if isinstance(value, (list, tuple)):
+            return [canon(v) for v in value]
+        if isinstance(value, dict):
+            return [[str(k), canon(v)] for k, v in value.items()]
+        if isinstance(value, slice):
+            return ["slice", canon(value.start), canon(value.stop), canon(value.step)]
+        if isinstance(value, (float, complex)):
+            return repr(value)
+        return value.path if isinstance(value, Path_) else type(value).__name__
+
+    def walk(g: ScannedGraph, prefix: str) -> None:
+        for n in g.nodes:
+            target = n.target if n.op not in ("placeholder", "output") else n.op
+            parts.append([prefix, n.op, target, canon(n.args), canon(n.kwargs), n.annotation])
+        for name in sorted(g.submodules):
+            walk(g.submodules[name], f"{prefix}{name}.")
+
+    walk(graph, "")
+    return json.dumps(parts), literals
+
+
+def cuda_indices(graph: ScannedGraph) -> set[int]:
+    """Device indices the graph bakes in: device literals, streams, device switches."""
+    found: set[int] = set()
+    for g in graph.graphs():
+        for n in g.nodes:
+            if n.op not in ("call_function", "call_method"):
+                continue
+            for v in _flat((n.args, n.kwargs)) if g.devices else ():
+                if isinstance(v, Device) and v.type == "cuda" and v.index is not None:
+                    found.add(v.index)
+                elif isinstance(v, str) and re.fullmatch(r"cuda:\d+", v):
+                    found.add(int(v.split(":")[1]))
+            if n.construct == "torch.cuda.streams.Stream" and _int(n.kwargs.get("device_index")):
+                found.add(n.kwargs["device_index"])
+            elif n.construct in _CUDA_INDEX_CALLS and n.args and _int(n.args[0]):
+                found.add(n.args[0])
+    return found
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def constructs(graph: ScannedGraph) -> list[str]:
+    """rebuild/stand_ins.constructs, by the table's verdicts."""
+    found: dict[str, None] = {}
+    for g in graph.graphs():
+        for n in g.nodes:
+            if n.op == "call_function" and n.construct is not None:
+                found.setdefault(n.construct)
+            elif g.devices and n.op in ("call_function", "call_method") and any(
+                    isinstance(v, Device) and v.type == "cuda" for v in _flat((n.args, n.kwargs))):
+                found.setdefault("device(type='cuda')")
+    return list(found)
+
+
+# rebuild/synthesize.IndexUses: uses of an integer input that bound it or pass its values on
+_FOLLOWED_METHODS = {"view", "reshape", "flatten", "unsqueeze", "squeeze", "contiguous", "long", "int", "to", "clone",
+                     "expand", "expand_as", "repeat", "t", "permute", "transpose", "narrow", "select", "view_as",
+                     "reshape_as", "detach", "type", "cuda", "cpu", "index_select", "gather", "index_add", "index_add_",
+                     "index_copy", "index_copy_", "index_fill", "index_fill_", "scatter", "scatter_", "scatter_add",
+                     "scatter_add_", "index_put", "index_put_"}
+_FOLLOWED_FUNCTIONS = {"flatten", "reshape", "squeeze", "unsqueeze", "clone", "narrow", "select", "t", "permute",
+                       "transpose", "detach", "contiguous", "_to_copy", "view", "_unsafe_view", "expand", "slice", "alias",
+                       "repeat", "getitem", "setitem", "embedding", "index_select", "gather", "index_add", "index_copy",
+                       "scatter", "scatter_add", "index", "index_put", "index_put_", "_index_put_impl_"}
+_INT_RANGES = {"int8": (-(1 << 7), 1 << 7), "int16": (-(1 << 15), 1 << 15), "int32": (-(1 << 31), 1 << 31),
+               "int64": (-(1 << 63), 1 << 63), "uint8": (0, 1 << 8), "uint16": (0, 1 << 16), "uint32": (0, 1 << 32),
+               "uint64": (0, 1 << 64)}
+
+
+def shard_rank(graph: ScannedGraph) -> int | None:
+    """printed_graph._rank_from_shard without torch: the first integer input whose only uses
+    are range tests (``x >= start & x < end``) and untracked arithmetic; a shard ``[start, end)``
+    with ``start`` a multiple of its size is rank ``start // size``. Undecided where an input's
+    uses are ones the input plans follow (indexing, views, shifts, submodules)."""
+    for i, p in enumerate(graph.nodes):
+        if p.op != "placeholder":
+            continue
+        spec = p.spec
+        if getattr(spec, "dtype", None) not in _INT_RANGES or getattr(spec, "shape", None) is None:
+            continue
+        if not all(_int(d) for d in spec.shape):
+            raise Undecided("a symbolic integer input")
+        tests = _range_tests(graph, Ref(i))
+        low, high = _settle(graph, tests)
+        if low is None or high is None or low >= high:
+            continue
+        lo, hi = _INT_RANGES[spec.dtype]
+        low, high = max(low, lo), min(high, hi)
+        if high - low > 1 and low % (high - low) == 0:
+            return low // (high - low)
+    return None
+
+
+def _range_tests(graph: ScannedGraph, ref: Ref) -> dict[int, tuple[str, int]]:
+    tests: dict[int, tuple[str, int]] = {}
+    for j, u in enumerate(graph.nodes):
+        if ref not in _flat((u.args, u.kwargs)):
+            continue
+        if u.op == "call_module" or (u.op == "call_method" and u.target in _FOLLOWED_METHODS):
+            raise Undecided("an integer input the input plans follow")
+        if u.op != "call_function":
+            continue
+        if u.fn in _FOLLOWED_FUNCTIONS or (u.fn in ("add", "sub", "iadd", "isub") and any(_int(a) for a in u.args)):
+            raise Undecided("an integer input the input plans follow")
+        if u.fn in _RANGE_TESTS and len(u.args) == 2:
+            if u.target.split(".")[0] not in ("operator", "_operator"):
+                raise Undecided("a comparison by another name")
+            kind, other = u.fn, u.args[1] if u.args[0] == ref else u.args[0]
+            if u.args[0] != ref:
+                kind = {"ge": "le", "gt": "lt", "lt": "gt", "le": "ge"}[kind]
+            if _int(other):
+                tests[j] = ("low", other + (kind == "gt")) if kind in ("ge", "gt") else ("high", other + (kind == "le"))
+    return tests
+
+
+def _settle(graph: ScannedGraph, tests: dict[int, tuple[str, int]]) -> tuple[int | None, int | None]:
+    """IndexUses._settle: the first low test joined by ``&`` to a high one, else the tightest bounds."""
+    for j, (side, value) in tests.items():
+        for u in graph.nodes:
+            if side != "low" or u.op != "call_function" or u.target not in ("operator.and_", "_operator.and_"):
+                continue
+            if Ref(j) not in u.args:
+                continue
+            other = next((a for a in u.args if a != Ref(j)), None)
+            if isinstance(other, Ref) and other.index in tests and tests[other.index][0] != side and value < tests[other.index][1]:
+                return value, tests[other.index][1]
+    lows = [v for s, v in tests.values() if s == "low"]
+    highs = [v for s, v in tests.values() if s == "high"]
+    return (max(lows) if lows else None), (min(highs) if highs else None)
+
+
+def op_histogram(graph: ScannedGraph) -> dict[str, int]:
+    """How many times each target (as written) is called in the outer graph."""
+    counts = Counter(n.target if n.op != "call_method" else f"Tensor.{n.target}"
+                     for n in graph.nodes if n.op not in ("placeholder", "output"))
+    return dict(counts.most_common())
+
+
+def scan_facts(scan: Scan) -> dict[str, Any]:
+    """The facts both readers of a printed graph take from the scan."""
+    masked, literals = masked_structure(scan.graph)
+    return {"hash": graph_hash(scan.graph), "group_hash": hashlib.sha256(masked.encode()).hexdigest(),
+            "rank_literals": literals, "nodes": scan.nodes, "ops": op_histogram(scan.graph)}

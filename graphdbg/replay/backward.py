@@ -23,7 +23,6 @@ import traceback as tb
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
-import torch._dynamo  # list_backends: which names are registered backends
 import torch.fx as fx
 import torch.utils._pytree as pytree
 

@@ -20,8 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
-import torch._dynamo
-from torch._dynamo.utils import counters
+import torch
 
 T = TypeVar("T")
 
@@ -32,6 +31,8 @@ class Broke:
 
 
 def _seen() -> dict[str, int]:
+    from torch._dynamo.utils import counters  # lazy: a direct replay (eager) never imports Dynamo (~2 s)
+
     return dict(counters["graph_break"])
 
 
@@ -56,9 +57,11 @@ def whole_graph(attempt: Callable[[bool], T], direct: bool, notes: list[str]) ->
     """(``attempt(direct)``, direct). When that re-trace broke the graph, Dynamo is reset, ``notes``
     get the line that says so, and it is made again calling the backend on the whole graph:
     (``attempt(True)``, True). ``attempt`` starts from fresh inputs each time."""
+    if direct:  # no re-trace, nothing to watch (and no Dynamo to import)
+        return attempt(True), True
     with graph_breaks() as broke:
         got = attempt(direct)
-    if direct or broke.reason is None:
+    if broke.reason is None:
         return got, direct
     torch._dynamo.reset()
     notes.append(retrace_note(broke.reason))

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import linecache
-import os
 import re
 import time
 import traceback as tb
@@ -33,7 +32,6 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.fx as fx
-from torch._dynamo import lookup_backend
 
 from graphdbg.backends.calls import as_dynamo_calls_it, call_inputs
 from graphdbg.backends.compiler_config import Settings, applied_config, not_restored, replay_settings
@@ -44,8 +42,7 @@ from graphdbg.graph.hashing import target_name
 from graphdbg.judge.accuracy import compare_outputs, forgive, needs_float64
 from graphdbg.judge.randomness import random_outputs, rng_state, same_draws, same_generators, set_rng_state
 from graphdbg.judge.signature import exception_text, signature, unwrap_backend_exception
-from graphdbg.rebuild.inputs import clone_value, symbol_env
-from graphdbg.rebuild.memory_budget import MAX_INPUT_GB_ENV, check_fits, descriptor_bytes
+from graphdbg.rebuild.inputs import clone_value
 from graphdbg.replay.backward import (
     add_mismatches,
     as_graph_backend,
@@ -334,70 +331,9 @@ def as_captured(gm: fx.GraphModule, inputs: list[Any]) -> tuple[bool, dict[str, 
     return dynamic, extra
 
 
-def replay_dump(dump: Any, backend: str | Callable[..., Any] = "eager", passes: Any = None, *,
-                device: Any = None, isolate: bool = True, timeout: float | None = None,
-                max_input_gb: float | None = None, **options: Any) -> Outcome:
-    """Replay a Dump; with ``isolate`` its inputs are loaded only in the child process.
-
-    Before anything is allocated, the inputs' bytes are checked against the free memory of
-    the device (or ``max_input_gb``): InputsTooLarge (exit 2) instead of a swapped-out machine.
-    """
-    resolve_backend(backend)  # an unknown backend is an error here, not a crash in the child
-    if (dump.manifest.get("parent") or {}).get("piece") and not options.get("direct"):
-        # A piece of a nested compile reached its compiler as a GraphModule, never through Dynamo:
-        # replay it the same way (re-tracing would turn a Stream input into something else).
-        options["direct"] = True
-    with _input_limit(max_input_gb):
-        check_dump_fits(dump, device)
-        if isolate:
-            from graphdbg.replay.isolation import run_isolated  # isolation -> case -> (lazily) this module
-
-            return run_isolated(dump, backend, passes, timeout=timeout, device=device, **options)
-        return run_case(dump.case(device), backend, passes, **options)
-
-
-def check_dump_fits(dump: Any, device: Any = None) -> None:
-    """Raise InputsTooLarge when ``dump``'s inputs can't fit on ``device`` (see memory_budget)."""
-
-    descs = dump.manifest.get("inputs", [])
-    check_fits(descriptor_bytes(descs, symbol_env(descs)), dump.resolve_device(device))
-
-
-@contextlib.contextmanager
-def _input_limit(max_input_gb: float | None):
-    """``max_input_gb`` for this replay, its child processes included (they read the environment)."""
-
-
-    if max_input_gb is None:
-        yield
-        return
-    old = os.environ.get(MAX_INPUT_GB_ENV)
-    os.environ[MAX_INPUT_GB_ENV] = repr(float(max_input_gb))
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(MAX_INPUT_GB_ENV, None)
-        else:
-            os.environ[MAX_INPUT_GB_ENV] = old
-
-
-def compare_backends(dump: Any, backends: Sequence[str], *, device: Any = None, isolate: bool = True,
-                     timeout: float | None = None, **options: Any):
-    """One replay per backend; a pandas DataFrame with one row each (and the Outcomes in ``.attrs``)."""
-    import pandas as pd  # slow to import (~0.5 s), and only tables need it
-
-    outcomes = [replay_dump(dump, b, device=device, isolate=isolate, timeout=timeout, **options) for b in backends]
-    rows = [{"backend": o.backend, "status": o.status, "signature": o.signature, "stage": o.stage,
-             "seconds": o.total_s, "max_abs_error": o.max_abs_error, "max_rel_error": o.max_rel_error, "trusted": o.trusted,
-             "reproduces": o.reproduces(dump)} for o in outcomes]
-    df = pd.DataFrame(rows)
-    df.attrs["outcomes"] = outcomes
-    return df
-
-
 def _backend_callable(be: str | Callable[..., Any]) -> Callable[..., Any]:
     if isinstance(be, str):
+        from torch._dynamo import lookup_backend  # lazy: a direct replay under eager never imports Dynamo (~2 s)
 
         return lookup_backend(be)
     return be

@@ -57,6 +57,10 @@ def inductor_cache_dir() -> str:
 
     if os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
         return os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    return _default_inductor_dir()
+
+
+def _default_inductor_dir() -> str:
     try:
         user = getpass.getuser()
     except Exception:
@@ -64,11 +68,35 @@ def inductor_cache_dir() -> str:
     return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
 
 
+HEADERS_ENV = "GRAPHDBG_INDUCTOR_HEADERS"  # the precompiled-header folder a child shares with its parent
+
+
+def share_headers(folder: Path) -> str | None:
+    """Inductor keeps its precompiled C++ header (about 150 MB, 10 s of CPU to build) under
+    ``$TMPDIR/torchinductor_<user>/precompiled_headers`` whatever ``TORCHINDUCTOR_CACHE_DIR``
+    says, and a child's ``$TMPDIR`` is its own new folder: every isolated CPU replay under
+    Inductor built it again. Link the child's header folder to this process's; the header
+    folder is then one of the compiler caches the sandbox leaves writable. None if it can't."""
+    headers = os.path.join(_default_inductor_dir(), "precompiled_headers")
+    try:
+        os.makedirs(headers, exist_ok=True)
+        link = Path(folder) / os.path.relpath(headers, tempfile.gettempdir())
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(headers, target_is_directory=True)
+    except (OSError, ValueError):
+        return None
+    return headers
+
+
 def child_env(folder: Path, device: str | None = None) -> dict[str, str]:
     """The environment of a sandboxed child whose own folder is ``folder``: temporary files
-    (a C++ compiler's) go there, the compiler caches stay where this process has them; on a
-    CPU replay, the address space it may take (``memory_limit``)."""
+    (a C++ compiler's) go there, the compiler caches stay where this process has them (its
+    precompiled headers too: ``share_headers``); on a CPU replay, the address space it may
+    take (``memory_limit``)."""
     env = {"TMPDIR": str(folder), "TORCHINDUCTOR_CACHE_DIR": inductor_cache_dir(), FOLDER_ENV: str(folder)}
+    headers = share_headers(folder)
+    if headers:
+        env[HEADERS_ENV] = headers
     limit = memory_limit() if str(device or "cpu").startswith("cpu") else None
     if limit:
         env[MEMORY_ENV] = str(limit)
@@ -142,7 +170,8 @@ def compiler_caches() -> list[Path]:
     """The folders Inductor and Triton write their caches to (they must stay writable)."""
     inductor = inductor_cache_dir()
     triton = os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton")
-    return [Path(inductor), Path(triton)]
+    headers = [Path(os.environ[HEADERS_ENV])] if os.environ.get(HEADERS_ENV) else []  # share_headers
+    return [Path(inductor), Path(triton), *headers]
 
 
 def _libc() -> ctypes.CDLL:

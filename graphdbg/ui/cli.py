@@ -327,7 +327,7 @@ def replay(
 ) -> None:
     """Replay a dump under a backend; exit 0 on pass, 1 on a reproduced failure, 2 if it can't run."""
     _must_exist(dump)
-    from graphdbg.replay.run import replay_dump
+    from graphdbg.replay.start import replay_dump
 
     _inputs_setup(ops, seed)
     _config_setup(config, no_config, trust_config)
@@ -398,7 +398,7 @@ def compare(
     import pandas as pd
 
     from graphdbg.backends.recipe import backend_label
-    from graphdbg.replay.run import compare_backends
+    from graphdbg.replay.start import compare_backends
     from graphdbg.ui.render import compare_table
 
     _inputs_setup(ops, seed)

@@ -1,0 +1,94 @@
+"""Starting a replay of a Dump: the checks made before anything is allocated, and the choice
+between this process and a child. This is what the CLI's ``replay`` and ``compare`` import:
+it doesn't import Dynamo (about 2 s of CPU), which an isolated replay needs only in its child.
+
+    >>> outcome = replay_dump(graphdbg.load("dumps/rank0/g0-compile_error-1a2b3c4d"), "inductor")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Callable
+
+from graphdbg.backends.recipe import is_recipe_spec
+from graphdbg.backends.resolve import resolve_backend
+from graphdbg.rebuild.inputs import symbol_env
+from graphdbg.rebuild.memory_budget import MAX_INPUT_GB_ENV, check_fits, descriptor_bytes
+from graphdbg.replay.isolation import run_isolated
+
+if TYPE_CHECKING:
+    from graphdbg.replay.outcome import Outcome
+
+
+def _check_backend(backend: str | Callable[..., Any], isolate: bool) -> None:
+    """Resolve ``backend`` here, so that an unknown one is a one-line error before any child.
+    A registered name (``inductor``, ``thunder``) an isolated replay leaves to its child, which
+    looks it up anyway: importing Dynamo (or Thunder) here too doubled a replay's start-up; an
+    unknown name comes back from the child as the same GraphdbgError."""
+    if isolate and isinstance(backend, str) and ":" not in backend and not is_recipe_spec(backend):
+        return
+    resolve_backend(backend)
+
+
+def replay_dump(dump: Any, backend: str | Callable[..., Any] = "eager", passes: Any = None, *,
+                device: Any = None, isolate: bool = True, timeout: float | None = None,
+                max_input_gb: float | None = None, **options: Any) -> Outcome:
+    """Replay a Dump; with ``isolate`` its inputs are loaded only in the child process.
+
+    Before anything is allocated, the inputs' bytes are checked against the free memory of
+    the device (or ``max_input_gb``): InputsTooLarge (exit 2) instead of a swapped-out machine.
+    """
+    _check_backend(backend, isolate)  # an unknown backend is an error here, not a crash in the child
+    if (dump.manifest.get("parent") or {}).get("piece") and not options.get("direct"):
+        # A piece of a nested compile reached its compiler as a GraphModule, never through Dynamo:
+        # replay it the same way (re-tracing would turn a Stream input into something else).
+        options["direct"] = True
+    with _input_limit(max_input_gb):
+        check_dump_fits(dump, device)
+        if isolate:
+            return run_isolated(dump, backend, passes, timeout=timeout, device=device, **options)
+        from graphdbg.replay.run import run_case  # lazy: Dynamo (~2 s) only for a replay in this process
+
+        return run_case(dump.case(device), backend, passes, **options)
+
+
+def check_dump_fits(dump: Any, device: Any = None) -> None:
+    """Raise InputsTooLarge when ``dump``'s inputs can't fit on ``device`` (see memory_budget)."""
+
+    descs = dump.manifest.get("inputs", [])
+    check_fits(descriptor_bytes(descs, symbol_env(descs)), dump.resolve_device(device))
+
+
+@contextlib.contextmanager
+def _input_limit(max_input_gb: float | None):
+    """``max_input_gb`` for this replay, its child processes included (they read the environment)."""
+
+
+    if max_input_gb is None:
+        yield
+        return
+    old = os.environ.get(MAX_INPUT_GB_ENV)
+    os.environ[MAX_INPUT_GB_ENV] = repr(float(max_input_gb))
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(MAX_INPUT_GB_ENV, None)
+        else:
+            os.environ[MAX_INPUT_GB_ENV] = old
+
+
+def compare_backends(dump: Any, backends: Sequence[str], *, device: Any = None, isolate: bool = True,
+                     timeout: float | None = None, **options: Any):
+    """One replay per backend; a pandas DataFrame with one row each (and the Outcomes in ``.attrs``)."""
+    import pandas as pd  # slow to import (~0.5 s), and only tables need it
+
+    outcomes = [replay_dump(dump, b, device=device, isolate=isolate, timeout=timeout, **options) for b in backends]
+    rows = [{"backend": o.backend, "status": o.status, "signature": o.signature, "stage": o.stage,
+             "seconds": o.total_s, "max_abs_error": o.max_abs_error, "max_rel_error": o.max_rel_error, "trusted": o.trusted,
+             "reproduces": o.reproduces(dump)} for o in outcomes]
+    df = pd.DataFrame(rows)
+    df.attrs["outcomes"] = outcomes
+    return df

@@ -7,7 +7,8 @@
 The graph is compiled the way the user's program compiled it: ``torch.compile`` re-traces
 the GraphModule with Dynamo and hands the result to the backend (passes first), so backends
 that need Dynamo's metadata (Thunder's splitter) see what they expect. ``direct=True`` skips
-Dynamo and calls ``backend(gm, inputs)`` on the dumped graph itself.
+Dynamo and calls ``backend(gm, inputs)`` on the dumped graph itself; it is what ``eager``
+(without passes) always does, having no compiler to feed.
 
 The reference is the same graph run eagerly; outputs are judged against it
 (``graphdbg.judge.accuracy``). An output outside tolerance is judged again against a float64 run of
@@ -101,6 +102,10 @@ def run_case(
     first), ``execute``, then ``judge`` the result or ``record_crash`` the failure."""
     if backward is None:  # the forward of a backward failure fails only with its backward
         backward = fails_in_backward(case.dump)
+    if backend == "eager" and not passes:
+        # Eager has no compiler for Dynamo's graph to feed: the dumped graph runs as it is (as
+        # ``--direct``), and a replay under eager doesn't import Dynamo (seconds of CPU).
+        direct = True
     if isolate:
         from graphdbg.replay.isolation import run_isolated  # isolation -> case -> (lazily) this module
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graphdbg.formats.names_table import NameTable, names
+from graphdbg.graph.source_text import dotted_name, is_alias
 from graphdbg.store.specs import parse_annotation
 
 HEADER = re.compile(r"#\s*Rank:\s*(\d+),\s*Graph\s*(\d+)")
@@ -205,7 +206,7 @@ class _Walker:
             self.undecided = why
 
     def read_class(self, cls: ast.ClassDef) -> ScannedGraph:
-        if cls.decorator_list or cls.keywords or not any(_dotted(b) and _dotted(b).endswith("Module") for b in cls.bases):
+        if cls.decorator_list or cls.keywords or not any(dotted_name(b) and dotted_name(b).endswith("Module") for b in cls.bases):
             raise Undecided(f"class {cls.name} is not a plain torch.nn.Module")
         forward, nested = None, {}
         for stmt in cls.body:
@@ -263,7 +264,7 @@ class _Forward:
             self.lineno = stmt.lineno
             if returned:
                 raise Undecided("a statement after return")
-            if setitem and _is_alias(stmt) and stmt.value.id == setitem[1] and stmt.lineno == setitem[2]:  # type: ignore[union-attr]
+            if setitem and is_alias(stmt) and stmt.value.id == setitem[1] and stmt.lineno == setitem[2]:  # type: ignore[union-attr]
                 name = stmt.target.id if isinstance(stmt, ast.AnnAssign) else stmt.targets[0].id  # type: ignore[union-attr]
                 self.rename(setitem[0], name)
                 if isinstance(stmt, ast.AnnAssign):
@@ -285,7 +286,7 @@ class _Forward:
             tgt = stmt.targets[0]
             args = (self.node(tgt.value), self.value(tgt.slice), self.value(stmt.value))
             ref = self.call("operator.setitem", args, {}, pyname="setitem")
-            return False, (ref, _dotted(tgt.value) or "", stmt.lineno)
+            return False, (ref, dotted_name(tgt.value) or "", stmt.lineno)
         if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name) and type(stmt.op) in _INPLACE:
             op = _INPLACE[type(stmt.op)]
             ref = self.call(f"operator.{op}", (self.node(stmt.target), self.value(stmt.value)), {}, pyname=op)
@@ -400,7 +401,7 @@ class _Forward:
             receiver = self.node(func.value)
             self._check_values(args, kwargs)
             return self.add("call_method", func.attr, (receiver, *args), kwargs, name=name)
-        qualname = _dotted(func)
+        qualname = dotted_name(func)
         if qualname is None:
             raise Undecided("an unsupported call")
         flags, construct, pyname = self.target(qualname)
@@ -412,7 +413,7 @@ class _Forward:
         return self.call(qualname, args, kwargs, construct, pyname, name)
 
     def self_path(self, expr: ast.expr) -> str | None:
-        path = _dotted(expr)
+        path = dotted_name(expr)
         if path is None or not path.startswith(self.self_name + ".") or self.self_name in self.env:
             return None
         path = path[len(self.self_name) + 1:]
@@ -460,7 +461,7 @@ class _Forward:
         if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in ("slice", "device"):
             return self._literal_call(expr)
         if isinstance(expr, ast.Attribute) and not self.rooted(expr.value):
-            path = _dotted(expr)
+            path = dotted_name(expr)
             if path is None:
                 raise Undecided("an unsupported expression")
             entry = self.w.table.get(path) if self.w.table is not None else None
@@ -526,23 +527,6 @@ def _device(args: list[Any], kwargs: dict[str, Any]) -> Device:
     if not m or (m[2] is not None and index is not None):
         raise Undecided("a device literal")
     return Device(m[1], int(m[2]) if m[2] is not None else index)
-
-
-def _dotted(expr: ast.expr) -> str | None:
-    parts = []
-    while isinstance(expr, ast.Attribute):
-        parts.append(expr.attr)
-        expr = expr.value
-    if not isinstance(expr, ast.Name):
-        return None
-    return ".".join([expr.id, *reversed(parts)])
-
-
-def _is_alias(stmt: ast.stmt) -> bool:
-    if isinstance(stmt, ast.AnnAssign):
-        return isinstance(stmt.target, ast.Name) and isinstance(stmt.value, ast.Name)
-    return (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
-            and isinstance(stmt.value, ast.Name))
 
 
 def _flat(value: Any) -> list[Any]:

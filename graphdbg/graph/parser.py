@@ -58,7 +58,7 @@ from graphdbg.graph.allow_list import (
     refusal,
 )
 from graphdbg.graph.hashing import graph_hash
-from graphdbg.graph.source_text import readable_source  # noqa: F401 (where it always was)
+from graphdbg.graph.source_text import dotted_name, is_alias, readable_source  # noqa: F401 (readable_source: where it always was)
 from graphdbg.store.specs import TensorSpec, parse_annotation
 
 __all__ = ["AttrConstruction", "PrintedGraph", "parse_module_class", "parse_printed_graph", "resolve_target", "mangled_name"]
@@ -637,7 +637,7 @@ class _ForwardReader:
             prev_end, self.lineno = stmt.end_lineno or stmt.lineno, stmt.lineno
             if returned:
                 raise self.fail(f"statement after return: {_show(stmt)}", stmt)
-            if setitem and _is_alias(stmt) and _alias_source(stmt) == setitem[1] and stmt.lineno == setitem[2]:
+            if setitem and is_alias(stmt) and _alias_source(stmt) == setitem[1] and stmt.lineno == setitem[2]:
                 # fx prints `x[0] = v;  setitem = x` and `x += y;  x_1: "f32[3]" = x`: the second
                 # half names the node the first half made (and annotates it).
                 alias = _alias_target(stmt)
@@ -912,13 +912,6 @@ def _is_literal(expr: ast.expr) -> bool:
     return isinstance(expr, ast.Constant) or isinstance(expr, ast.Name) and expr.id in ("inf", "nan")
 
 
-def _is_alias(stmt: ast.stmt) -> bool:
-    if isinstance(stmt, ast.AnnAssign):
-        return isinstance(stmt.target, ast.Name) and isinstance(stmt.value, ast.Name)
-    return (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
-            and isinstance(stmt.value, ast.Name))
-
-
 def _alias_source(stmt: ast.stmt) -> str:
     return stmt.value.id  # type: ignore[union-attr]
 
@@ -936,13 +929,8 @@ _INPLACE_OPS = {
 
 
 def _dotted(expr: ast.expr, default: Any) -> Any:
-    parts = []
-    while isinstance(expr, ast.Attribute):
-        parts.append(expr.attr)
-        expr = expr.value
-    if not isinstance(expr, ast.Name):
-        return default
-    return ".".join([expr.id, *reversed(parts)])
+    name = dotted_name(expr)
+    return default if name is None else name
 
 
 def _kind(stmt: ast.stmt) -> str:

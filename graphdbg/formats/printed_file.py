@@ -82,6 +82,14 @@ def read_printed_source(path: Path) -> str:
         raise GraphSourceError(f"cannot read ({e.strerror})", file=str(path)) from None
 
 
+def bad_annotation(bad: list[tuple[str, int]], filename: str) -> GraphSourceError:
+    """The error for the first of a file's annotations that don't read as a spec (``(text,
+    line)`` each): inputs and stand-ins are made from them, so one that doesn't
+    (``"bf16[1, 2048"``) is an error at its line, not a silent None. Both readers raise it."""
+    text, line = min(bad, key=lambda b: b[1])
+    return GraphSourceError(f"cannot read the annotation {text!r}", file=filename, line=line)
+
+
 def header_rank(header: list[str], indices: set[int]) -> tuple[int, str, int | None] | None:
     """(rank, how it was found, graph number) from a ``# Rank: R, Graph G`` header, else from
     the one cuda device index the graph bakes in; None where neither says."""
@@ -133,9 +141,8 @@ def scan_printed(path: Path) -> tuple[dict[str, Any] | None, str | None, str | N
         return None, None, str(e)
     if scan.undecided:
         return None, None, scan.undecided
-    if scan.bad_annotations:  # printed_graph._check_annotations, from the scan's marks
-        text, line = min(scan.bad_annotations, key=lambda b: b[1])
-        return None, str(GraphSourceError(f"cannot read the annotation {text!r}", file=str(path), line=line)), None
+    if scan.bad_annotations:
+        return None, str(bad_annotation(scan.bad_annotations, str(path))), None
     indices = cuda_indices(scan.graph)
     rank = header_rank(scan.header, indices)
     if rank is None:

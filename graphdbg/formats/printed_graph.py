@@ -30,7 +30,6 @@ import torch
 import torch.fx as fx
 
 from graphdbg.dump import Contents, Dump
-from graphdbg.errors import GraphSourceError
 from graphdbg.formats import register
 from graphdbg.formats.printed_file import (  # noqa: F401 (re-exported)
     FAILURE_KIND,
@@ -38,6 +37,7 @@ from graphdbg.formats.printed_file import (  # noqa: F401 (re-exported)
     MAX_BYTES,
     PrintedFile,
     _world_size,
+    bad_annotation,
     header_rank,
     printed_dump,
     printed_manifest,
@@ -98,8 +98,7 @@ def _check_annotations(pg: Any, filename: str) -> None:
     bad = [node.meta["graphdbg_bad_annotation"] for graph in pg.graphs() for node in graph.nodes
            if "graphdbg_bad_annotation" in node.meta]
     if bad:
-        text, line = min(bad, key=lambda b: b[1])
-        raise GraphSourceError(f"cannot read the annotation {text!r}", file=filename, line=line)
+        raise bad_annotation(bad, filename)
 
 
 def _values(node: fx.Node) -> list[Any]:

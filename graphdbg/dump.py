@@ -144,18 +144,23 @@ class Dump(Displayed):
         """Where the graph ran: a printed graph's baked-in device, else its first GPU input's."""
         import torch  # lazy: torch-free at import, so that ls reads manifests without torch
 
+        return torch.device(self.captured_device_name)
+
+    @property
+    def captured_device_name(self) -> str:
+        """``captured_device`` as written (``cuda:3``, ``cpu``), read without torch."""
         if self._printed_facts:  # a printed graph: only its device literals say (its annotations may not)
-            return torch.device(self._printed_facts.get("captured_device") or "cpu")
+            return str(self._printed_facts.get("captured_device") or "cpu")
         inputs = self.manifest.get("inputs", [])
         for d in inputs:
             if d.get("kind") == "tensor" and str(d.get("device", "cpu")).startswith("cuda"):
-                return torch.device(d["device"])
+                return str(d["device"])
         # a piece may be handed only runtime objects on the GPU (a side stream, its events)
         for d in [*inputs, *self.manifest.get("external_objects", [])]:
             where = str(d.get("device") or d.get("value") or "")
             if d.get("kind") in ("stream", "event", "device") and where.startswith("cuda"):
-                return torch.device(where)
-        return torch.device("cpu")
+                return where
+        return "cpu"
 
     # What a printed graph's file says about itself (None / [] for other sources) ----------
     @property
@@ -217,6 +222,13 @@ class Dump(Displayed):
         if dev.type == "cuda" and torch.cuda.is_available() and (dev.index or 0) < torch.cuda.device_count():
             return dev
         return torch.device("cpu")
+
+    def cpu_replay(self, device: str | torch.device | None) -> bool:
+        """Whether a replay on ``device`` surely runs on the CPU, decided without torch: the CPU
+        named, or nothing named and a graph captured on the CPU. (Anything else asks torch.)"""
+        if device is None:
+            return self.captured_device_name == "cpu"
+        return str(device) == "cpu"
 
     def resolve_device(self, device: str | torch.device | None) -> torch.device:
         # lazy: ls imports no torch (formats/listing.py)

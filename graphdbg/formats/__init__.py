@@ -31,12 +31,15 @@ if TYPE_CHECKING:
     from graphdbg.graph.parser import PrintedGraph
 
 # Modules imported on first use, so that ``Dump`` and the readers never import each other at
-# import time: each of them imports ``graphdbg.dump``; nothing below imports them back.
+# import time: each of them imports ``graphdbg.dump``; nothing below imports them back. Each is
+# named with the priority it registers with: ``reader_for`` imports a reader only once every
+# reader asked before it has said no, so that loading a dump folder doesn't import the
+# printed-graph reader (and torch with it).
 BUILTIN = (
-    "graphdbg.formats.dump_folder",
-    "graphdbg.formats.torch_repro",
-    "graphdbg.formats.compile_cache",
-    "graphdbg.formats.printed_graph",
+    ("graphdbg.formats.dump_folder", 0),
+    ("graphdbg.formats.torch_repro", 10),
+    ("graphdbg.formats.compile_cache", 20),
+    ("graphdbg.formats.printed_graph", 90),
 )
 
 
@@ -65,19 +68,32 @@ def readers() -> list[Reader]:
     global _loaded
     if not _loaded:
         _loaded = True
-        for module in BUILTIN:
+        for module, _ in BUILTIN:
             importlib.import_module(module)
-    return sorted(_READERS.values(), key=lambda r: (r.priority, r.name))
+    return _in_order(_READERS.values())
+
+
+def _in_order(found) -> list[Reader]:
+    return sorted(found, key=lambda r: (r.priority, r.name))
 
 
 def reader_for(path: str | Path) -> Reader:
-    """The first reader whose ``detect`` accepts ``path``; DumpError (exit 2) if none does."""
+    """The first reader whose ``detect`` accepts ``path``; DumpError (exit 2) if none does.
+
+    Readers are asked in priority order; a built-in one is imported when its turn comes (the
+    ones registered already, a plugin's included, are asked first where their priority is lower)."""
     path = Path(path)
     if not path.exists():
         raise DumpError(f"{path}: no such file or folder")
-    for reader in readers():
-        if reader.detect(path):
-            return reader
+    asked: set[str] = set()
+    for module, priority in (*BUILTIN, (None, None)):
+        waiting = [r for r in _in_order(_READERS.values()) if r.name not in asked and (priority is None or r.priority < priority)]
+        for reader in waiting:
+            asked.add(reader.name)
+            if reader.detect(path):
+                return reader
+        if module is not None:
+            importlib.import_module(module)
     raise DumpError(f"{path}: not a graphdbg dump, printed graph, minifier repro or compile-cache file")
 
 

@@ -44,7 +44,7 @@ class DumpFolder(Contents):
     def check(self) -> None:
         """The tensor file's size and header, without reading values."""
         # lazy: ls imports no torch (formats/listing.py)
-        from graphdbg.store.tensor_file import check_tensor_file
+        from graphdbg.store.tensor_header import check_tensor_file
 
         check_tensor_file(self.tensor_file)
 

@@ -14,12 +14,13 @@ import math
 import os
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from graphdbg.errors import GraphdbgError
 from graphdbg.store.specs import TensorSpec
+
+if TYPE_CHECKING:
+    import torch
 
 MAX_INPUT_GB_ENV = "GRAPHDBG_MAX_INPUT_GB"
 # What replay itself needs besides the inputs: the reference's outputs, the backend's
@@ -65,6 +66,8 @@ def descriptor_bytes(descs: Iterable[Mapping[str, Any]], env: Mapping[str, int] 
 def free_bytes(device: torch.device) -> int | None:
     """Free memory of ``device``: CUDA's free bytes, or the CPU's MemAvailable; None if unknown."""
     if device.type == "cuda":
+        import torch  # lazy: the CPU's figure needs no torch
+
         try:
             free, _ = torch.cuda.mem_get_info(device)
             return int(free)

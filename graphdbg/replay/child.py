@@ -38,8 +38,11 @@ def main(request_path: str, outcome_path: str) -> int:
     try:
         from graphdbg.formats import load as load_dump  # inside the try: a failed import is reported as the child's outcome
         from graphdbg.replay.run import run_case  # inside the try: a failed import is reported as the child's outcome
+        from graphdbg.replay.start import check_dump_fits  # inside the try: a failed import is reported as the child's outcome
 
-        case = load_dump(request["dump"]).case(device=request["device"])
+        dump = load_dump(request["dump"])
+        check_dump_fits(dump, request["device"])  # before any input is loaded (the parent left it to us)
+        case = dump.case(device=request["device"])
         outcome = run_case(case, request["backend"], request["passes"], isolate=False, **request["options"])
         data = outcome.to_dict()
     except GraphdbgError as e:

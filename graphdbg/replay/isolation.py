@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from graphdbg.backends.resolve import backend_label, backend_spec
-from graphdbg.case import save_case
 from graphdbg.errors import GraphdbgError
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.sandbox import SANDBOX_NOTE, child_env
@@ -63,8 +62,8 @@ def run_isolated(case: Case | Dump, backend: str | Callable[..., Any], passes: s
     """
     if passes is not None and not isinstance(passes, str):
         passes = ",".join(_spec_of(p) for p in passes)
-    if _is_dump(case):
-        device = case.resolve_device(device)
+    if _is_dump(case):  # a CPU replay is known without torch: its parent needn't import it
+        device = "cpu" if case.cpu_replay(device) else case.resolve_device(device)
     else:
         device = case.device
     timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
@@ -76,6 +75,8 @@ def run_isolated(case: Case | Dump, backend: str | Callable[..., Any], passes: s
         elif case.dump is not None and not case.modified:
             request["dump"] = str(case.dump.path)
         else:
+            from graphdbg.case import save_case  # a Case: torch is here already
+
             request["dump"] = str(save_case(case, tmpdir / "case"))
         request_path, outcome_path, err_path = tmpdir / "request.json", tmpdir / "outcome.json", tmpdir / "stderr.txt"
         request_path.write_text(json.dumps(request))

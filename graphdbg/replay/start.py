@@ -1,6 +1,8 @@
 """Starting a replay of a Dump: the checks made before anything is allocated, and the choice
 between this process and a child. This is what the CLI's ``replay`` and ``compare`` import:
-it doesn't import Dynamo (about 2 s of CPU), which an isolated replay needs only in its child.
+it doesn't import Dynamo (about 2 s of CPU), which an isolated replay needs only in its child;
+an isolated replay of a dump on the CPU doesn't import torch here at all (the child checks
+that the inputs fit before it loads them).
 
     >>> outcome = replay_dump(graphdbg.load("dumps/rank0/g0-compile_error-1a2b3c4d"), "inductor")
 """
@@ -14,8 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from graphdbg.backends.recipe import is_recipe_spec
 from graphdbg.backends.resolve import resolve_backend
-from graphdbg.rebuild.inputs import symbol_env
-from graphdbg.rebuild.memory_budget import MAX_INPUT_GB_ENV, check_fits, descriptor_bytes
+from graphdbg.rebuild.memory_budget import MAX_INPUT_GB_ENV
 from graphdbg.replay.isolation import run_isolated
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ def replay_dump(dump: Any, backend: str | Callable[..., Any] = "eager", passes: 
 
     Before anything is allocated, the inputs' bytes are checked against the free memory of
     the device (or ``max_input_gb``): InputsTooLarge (exit 2) instead of a swapped-out machine.
+    With ``isolate`` the child checks, before it loads them (``graphdbg.replay.child``).
     """
     _check_backend(backend, isolate)  # an unknown backend is an error here, not a crash in the child
     if (dump.manifest.get("parent") or {}).get("piece") and not options.get("direct"):
@@ -46,9 +48,9 @@ def replay_dump(dump: Any, backend: str | Callable[..., Any] = "eager", passes: 
         # replay it the same way (re-tracing would turn a Stream input into something else).
         options["direct"] = True
     with _input_limit(max_input_gb):
-        check_dump_fits(dump, device)
         if isolate:
             return run_isolated(dump, backend, passes, timeout=timeout, device=device, **options)
+        check_dump_fits(dump, device)
         from graphdbg.replay.run import run_case  # lazy: Dynamo (~2 s) only for a replay in this process
 
         return run_case(dump.case(device), backend, passes, **options)
@@ -56,6 +58,8 @@ def replay_dump(dump: Any, backend: str | Callable[..., Any] = "eager", passes: 
 
 def check_dump_fits(dump: Any, device: Any = None) -> None:
     """Raise InputsTooLarge when ``dump``'s inputs can't fit on ``device`` (see memory_budget)."""
+    from graphdbg.rebuild.inputs import symbol_env  # torch: not for an isolated replay's parent
+    from graphdbg.rebuild.memory_budget import check_fits, descriptor_bytes
 
     descs = dump.manifest.get("inputs", [])
     check_fits(descriptor_bytes(descs, symbol_env(descs)), dump.resolve_device(device))
@@ -64,8 +68,6 @@ def check_dump_fits(dump: Any, device: Any = None) -> None:
 @contextlib.contextmanager
 def _input_limit(max_input_gb: float | None):
     """``max_input_gb`` for this replay, its child processes included (they read the environment)."""
-
-
     if max_input_gb is None:
         yield
         return

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from graphdbg.backends.recipe import is_recipe_spec
 from graphdbg.backends.resolve import resolve_backend
-from graphdbg.rebuild.memory_budget import MAX_INPUT_GB_ENV
+from graphdbg.rebuild.memory_budget import MAX_INPUT_GB_ENV, check_fits, descriptor_bytes
 from graphdbg.replay.isolation import run_isolated
 
 if TYPE_CHECKING:
@@ -59,7 +59,6 @@ def replay_dump(dump: Any, backend: str | Callable[..., Any] = "eager", passes: 
 def check_dump_fits(dump: Any, device: Any = None) -> None:
     """Raise InputsTooLarge when ``dump``'s inputs can't fit on ``device`` (see memory_budget)."""
     from graphdbg.rebuild.inputs import symbol_env  # torch: not for an isolated replay's parent
-    from graphdbg.rebuild.memory_budget import check_fits, descriptor_bytes  # with symbol_env: only where torch is
 
     descs = dump.manifest.get("inputs", [])
     check_fits(descriptor_bytes(descs, symbol_env(descs)), dump.resolve_device(device))

@@ -48,6 +48,7 @@ def test_transformer_encoder_training_step_with_inductor_writes_no_accuracy_dump
     assert "depend on random ops not compared" in capfd.readouterr().err  # said once, not dumped
 
 
+@pytest.mark.slow
 def test_wrong_forward_and_gradient_on_the_same_model_are_still_dumped_and_replay_mismatches(
         tmp_path, cli, monkeypatch):
     from model_backends import bw_scales_a_gradient, fw_adds_a_hundredth

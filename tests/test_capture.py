@@ -328,6 +328,7 @@ for i in range(3):
 """
 
 
+@pytest.mark.slow
 def test_concurrent_writers_never_collide(tmp_path):
     """Four processes, two of them claiming the same rank, each dumping three times at once."""
     procs = []
@@ -357,6 +358,7 @@ print("finished", tuple(out.shape))
 """
 
 
+@pytest.mark.slow
 def test_capture_command_wraps_an_unmodified_script(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT.format(root=str(ROOT)))

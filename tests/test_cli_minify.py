@@ -6,11 +6,13 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import FIXTURES, child_env
 
 import graphdbg
 
 
+@pytest.mark.slow
 def test_minify_writes_a_small_dump_and_a_standalone_repro(tmp_path, cli):
     out = tmp_path / "min"
     r = cli("minify", FIXTURES / "block_compile_error", "-o", out, "--trust-backend", "--json")
@@ -43,6 +45,7 @@ def test_bisect_nodes_names_the_first_diverging_node_with_its_source(cli):
     assert "x * torch.rsqrt(var + self.eps) * self.weight" in data["code"]
 
 
+@pytest.mark.slow
 def test_export_test(tmp_path, cli):
     test_file = tmp_path / "test_gelu_regression.py"
     r = cli("export-test", FIXTURES / "block_compile_error", "-o", test_file, "--trust-backend")
@@ -52,6 +55,7 @@ def test_export_test(tmp_path, cli):
     assert done.returncode == 1 and "1 failed" in done.stdout, done.stdout[-2000:]
 
 
+@pytest.mark.slow
 def test_minify_a_stream_failure_to_the_wait(tmp_path, cli):
     """The captured Thunder stream failure (a real CUDA dump), with a CPU backend that fails the same way."""
     out = tmp_path / "min"
@@ -66,6 +70,7 @@ def test_minify_a_stream_failure_to_the_wait(tmp_path, cli):
     assert done.returncode == 1 and "REPRODUCED" in done.stdout + done.stderr, done.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_minify_keeps_the_captured_bug_under_another_backend(tmp_path, cli):
     # The dump recorded "no lowering for gelu"; this backend breaks the graph another way.
     other = "fixtures.programs:broken_transpose_backend"

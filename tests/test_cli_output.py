@@ -45,6 +45,7 @@ def _log_with_a_graph(tmp_path):
     return log
 
 
+@pytest.mark.slow
 def test_every_json_output_is_strict_json(cli, tmp_path, monkeypatch):
     commands = [
         ("ls", FIXTURES),
@@ -112,6 +113,7 @@ def test_isolated_replays_have_a_default_timeout_shown_in_help(cli):
     assert r.code == 0 and "default 600" in " ".join(r.out.split()), r
 
 
+@pytest.mark.slow
 def test_passes_and_backends_from_the_current_folder(tmp_path):
     (tmp_path / "my_passes.py").write_text("def count(gm):\n    return len(gm.graph.nodes)\n")
     (tmp_path / "my_backend.py").write_text("def plain(gm, example_inputs):\n    return gm.forward\n")
@@ -124,6 +126,7 @@ def test_passes_and_backends_from_the_current_folder(tmp_path):
     assert data["status"] == "pass" and data["isolated"] and [p["name"] for p in data["passes"]] == ["my_passes:count"]
 
 
+@pytest.mark.slow
 def test_export_test_refuses_to_overwrite_without_force(cli, tmp_path):
     test_file = tmp_path / "test_gelu.py"
     test_file.write_text("# mine\n")
@@ -163,6 +166,7 @@ def _wait_for(predicate, timeout: float) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
 def test_ctrl_c_during_an_isolated_replay_ends_the_child(tmp_path):
     import signal
@@ -177,6 +181,7 @@ def test_ctrl_c_during_an_isolated_replay_ends_the_child(tmp_path):
     _wait_for(lambda: not _alive(child), 10)
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_minify_says_what_was_kept(tmp_path):
     import signal
 
@@ -203,6 +208,7 @@ def _run_piped(*args, columns: int = 80) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=240)
 
 
+@pytest.mark.slow
 def test_ls_piped_at_80_columns_prints_every_path_whole(tmp_path):
     deep = tmp_path / ("a-rather-long-folder-name-" * 3) / "dumps"
     for name in ("block_compile_error", "block_dynamic"):
@@ -239,6 +245,7 @@ def test_ls_on_a_wide_terminal_is_a_table_with_whole_paths():
         assert os.path.relpath(g["paths"][0], listing.root) in out.getvalue()
 
 
+@pytest.mark.slow
 def test_show_prints_the_whole_path_at_80_columns(tmp_path):
     import shutil
 
@@ -286,6 +293,7 @@ def test_compare_piped_prints_a_line_per_backend(cli):
     assert "backends" in r.out and "pass" in r.out
 
 
+@pytest.mark.slow
 def test_an_exported_test_survives_a_backend_that_segfaults(tmp_path, cli):
     # the exported test replays in a child process: a segfault fails the test, not pytest
     test_file = tmp_path / "regress" / "test_segv.py"

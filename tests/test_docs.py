@@ -72,6 +72,7 @@ def test_readme_command_table_renders():
 
 @pytest.mark.parametrize("doc", [d for d in DOCS if any(i == "python" for i, _ in blocks(d))],
                          ids=lambda d: d.name)
+@pytest.mark.slow
 def test_python_examples_run(doc, tmp_path, monkeypatch):
     monkeypatch.chdir(_scratch(tmp_path))
     monkeypatch.syspath_prepend(str(ROOT))

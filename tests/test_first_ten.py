@@ -105,6 +105,7 @@ def test_shell_completion_installs(tmp_path):
     assert str(installed[0].name) in (tmp_path / ".bashrc").read_text()
 
 
+@pytest.mark.slow
 def test_capture_command_honours_graphdbg_dump_dir(tmp_path):
     program = tmp_path / "prog.py"
     program.write_text(
@@ -146,6 +147,7 @@ def test_public_api_keywords_reach_the_run():
     assert list(df.status) == ["pass"]
 
 
+@pytest.mark.slow
 def test_replay_with_trusted_backend_works_from_any_folder(tmp_path):
     """A dump inside the project that made it names a backend module of that project: replay
     finds the module from any folder (here a module importable from nowhere else)."""
@@ -174,6 +176,7 @@ def _plain_lines(out: str) -> list[str]:
     return lines
 
 
+@pytest.mark.slow
 def test_piped_replay_leads_with_the_verdict_unboxed_and_unfolded():
     r = _graphdbg("replay", DUMP, "--trust-backend", COLUMNS="40")
     assert r.returncode == 1, r
@@ -219,6 +222,7 @@ def test_outcome_is_a_panel_on_a_terminal():
     assert shown.index("NOT REPRODUCED") < shown.index("PASS")
 
 
+@pytest.mark.slow
 def test_long_steps_print_plain_progress_lines_when_piped(tmp_path):
     """Off a terminal each long step says when it is done, on stderr; stdout stays the result."""
     r = _graphdbg("replay", DUMP, "--backend", "eager", "--no-isolate", "--no-accuracy")
@@ -247,6 +251,7 @@ def test_report_leads_with_the_answer(cli, tmp_path):
     assert f"graphdbg replay {DUMP}/rank0/g0-runtime_error-3b0e0256 --trust-backend" in answer
 
 
+@pytest.mark.slow
 def test_report_names_the_node_the_generated_code_raised_in(tmp_path):
     """A fresh capture of the README's quickstart program: the traceback's generated-code frame
     names the node, and the graph source marks it."""
@@ -293,6 +298,7 @@ def test_report_takes_the_failing_node_from_bisect_when_the_dump_does_not_say(cl
     assert re.findall(rf"<span class='failing' id='L\d+'>\s*{node}\b", text)
 
 
+@pytest.mark.slow
 def test_report_screenshot_shows_the_verdict_and_failing_node_without_scrolling(cli, tmp_path):
     """Headless Chromium at 1280x800, no scrolling: the answer box with the verdict and the failing
     node (highlighted as in the graph) is on the first screen."""

@@ -86,6 +86,7 @@ def _cast_graph(x, w):
     return (h + 1000) - 1000  # float16 keeps steps of 0.5 near 1000: eager loses h
 
 
+@pytest.mark.slow
 def test_float64_reference_follows_the_graphs_casts_and_forgives_rounding(tmp_path, cli):
     path = _write(tmp_path, "cast_rank0.py", _printed(_cast_graph, torch.randn(4, 8), torch.randn(16, 8).half()))
     r = cli("replay", path, "--backend", "test_full_size:fp16_in_fp32", "--device", "cpu", "--json")
@@ -153,6 +154,7 @@ def test_collective_stand_ins_take_every_call_form(tmp_path, cli):
 
 # Memory -------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_inputs_too_big_for_the_limit_are_refused_before_allocating(tmp_path, cli, monkeypatch):
     path = _write(tmp_path, "cast_rank0.py", _printed(_cast_graph, torch.randn(4, 8), torch.randn(16, 8).half()))
     r = cli("replay", path, "--backend", "eager", "--device", "cpu", "--max-input-gb", "0.0000001")
@@ -172,6 +174,7 @@ def test_a_captured_dump_is_checked_from_its_manifest(fixture_copy, cli):
     assert r.code == 2 and "--max-input-gb" in r.err and len(r.err.strip().splitlines()) == 1, r
 
 
+@pytest.mark.slow
 def test_the_qwen3_next_graph_with_its_mamba_cache_replays_with_accuracy_in_little_memory(cli):
     # 5 GiB of annotated inputs (a 4.8 GiB Mamba cache): before, the copies for the reference,
     # the float64 run and the backend took ~22 GB; now inputs the graph doesn't write are shared
@@ -188,6 +191,7 @@ def _kv_write(q, k_buffer, loc, k):
     return (k_buffer[loc].float() * q).sum(-1)
 
 
+@pytest.mark.slow
 def test_a_cache_used_only_through_synthesised_indices_is_made_with_that_many_slots(tmp_path, cli):
     # a 2.5 GiB KV buffer (as annotated) written and read at out_cache_loc, which graphdbg makes itself
     text = _printed(_kv_write, torch.randn(4, 2, 128), torch.zeros(64, 2, 128, dtype=torch.bfloat16),
@@ -223,6 +227,7 @@ def test_the_kv_buffers_a_split_graph_passes_to_its_pieces_are_cut_to_the_slots_
     assert run_case(case, "eager", accuracy=False).status == "pass"
 
 
+@pytest.mark.slow
 def test_a_graph_returning_views_of_multi_gib_caches_replays_with_accuracy_in_little_memory():
     # Qwen3-0.6B: the thunder piece returns k_cache = paged_kv_cache.unsqueeze(-3) for two
     # 4.3 GiB caches. Comparing those outputs used to make several 17 GiB float64 copies.
@@ -298,6 +303,7 @@ TRITON = '''class GraphModule(torch.nn.Module):
 '''
 
 
+@pytest.mark.slow
 def test_a_mismatch_on_an_output_made_by_stand_ins_is_labelled_untrusted(tmp_path, cli):
     path = _write(tmp_path, "triton_rank0.py", TRITON)
     r = cli("replay", path, "--backend", "test_full_size:shift_output_0", "--device", "cpu", "--json")

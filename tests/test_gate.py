@@ -77,6 +77,7 @@ def test_fault_txt_is_read_through_the_gate(fixture_copy, outside, cli):
         assert "symbolic link" in _one_error_line(r) and SECRET not in r.out + r.err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["fifo", "device"])
 def test_fault_txt_fifo_or_device_neither_hangs_nor_is_read(kind, fixture_copy):
     dump = _crash_dump(fixture_copy)
@@ -93,6 +94,7 @@ def test_fault_txt_fifo_or_device_neither_hangs_nor_is_read(kind, fixture_copy):
     assert done.returncode == 0 and said in page.read_text(), done.stderr
 
 
+@pytest.mark.slow
 def test_report_never_follows_repro_or_bisect_links(fixture_copy, outside, tmp_path):
     dump = fixture_copy("block_compile_error")  # <root>/rank0/<dump>: a minify output's layout
     _set(dump, lambda m: m.__setitem__("minified", {"backend": "eager", "steps": [], "start_nodes": 9}))
@@ -149,6 +151,7 @@ def test_a_zip_member_inflates_no_further_than_it_declares(tmp_path):
         inflate_member(archive, "a/data/0", cap=8)
 
 
+@pytest.mark.slow
 def test_safetensors_header_entry_count_is_bounded(fixture_copy, cli):
     dump = fixture_copy("block_compile_error")
     header = {f"t{i}": {"dtype": "U8", "shape": [0], "data_offsets": [0, 0]} for i in range(300_000)}
@@ -182,6 +185,7 @@ def test_untyped_fields_exit_2_with_one_line(field, fixture_copy, cli):
             assert field in _one_error_line(cli(*args))
 
 
+@pytest.mark.slow
 def test_garbage_outcome_json_from_a_backend_exits_2(fixture_copy, cli):
     dump = fixture_copy("block_runtime_error")
     r = cli("replay", dump, "--backend", "gate_backends:garbage_outcome", "--isolate")

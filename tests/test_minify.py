@@ -167,6 +167,7 @@ def test_repro_runs_standalone_and_exits_1_until_fixed(tmp_path):
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
 
 
+@pytest.mark.slow
 def test_repro_for_an_accuracy_bug(tmp_path):
     from graphdbg.minify import write_repro
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import FIXTURES
 
 import graphdbg
@@ -42,6 +43,7 @@ def test_a_pass_object_keeps_its_statistics_and_a_budget_stops_mid_pass():
     assert len(s.best_case.gm.graph.nodes) <= len(case.gm.graph.nodes)  # the best so far, whatever it is
 
 
+@pytest.mark.slow
 def test_cli_max_queries_saves_the_best_graph_so_far_and_says_so(tmp_path, cli):
     out = tmp_path / "min"
     r = cli("minify", FIXTURES / "block_runtime_error", "-o", out, "--trust-backend", "--max-queries", "3", "--json")
@@ -59,6 +61,7 @@ def test_cli_max_queries_saves_the_best_graph_so_far_and_says_so(tmp_path, cli):
     assert text.code == 0 and "budget ended after 3 queries" in text.out and "best graph so far" in text.out
 
 
+@pytest.mark.slow
 def test_cli_time_budget_spent_before_any_candidate_keeps_the_original(tmp_path, cli):
     r = cli("minify", FIXTURES / "block_compile_error", "-o", tmp_path / "min", "--trust-backend",
             "--time-budget", "0.001", "--json")

@@ -65,6 +65,7 @@ def piece_dumps(tmp_path_factory):
     return dumps, outer, piece, proc
 
 
+@pytest.mark.slow
 def test_the_failing_piece_is_its_own_dump_linked_to_its_graph(piece_dumps):
     dumps, outer, piece, proc = piece_dumps
     # the user's program fails as it would without graphdbg: Inductor's error, exit code 1
@@ -115,6 +116,7 @@ def test_show_lists_the_settings_and_the_link(piece_dumps, cli):
     assert data["parent"]["id"] == outer.id and "inductor.cpp.inject_relu_bug_TESTING_ONLY" in data["config"]["values"]
 
 
+@pytest.mark.slow
 def test_the_piece_replays_as_captured_in_a_fresh_process_and_passes_without_its_settings(piece_dumps, cli):
     _, _, piece, _ = piece_dumps
     r = cli("replay", piece.path, "--json")  # isolated: a fresh process, the settings come from the dump
@@ -129,6 +131,7 @@ def test_the_piece_replays_as_captured_in_a_fresh_process_and_passes_without_its
     assert r.code == 2 and "no setting 'no_such_setting'" in r.err
 
 
+@pytest.mark.slow
 def test_minify_on_a_piece_writes_a_repro_that_carries_the_settings(piece_dumps, cli, tmp_path):
     _, _, piece, _ = piece_dumps
     out = tmp_path / "min"
@@ -224,6 +227,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 def test_a_backend_defined_in_the_script_loads_from_it_with_trust(tmp_path, cli):
     prog = tmp_path / "prog.py"
     prog.write_text(PICKY)
@@ -248,6 +252,7 @@ def picky(gm, example_inputs):
 """
 
 
+@pytest.mark.slow
 def test_a_module_backend_is_recorded_by_module_and_qualname(tmp_path, cli, monkeypatch):
     (tmp_path / "mybackends.py").write_text(MODULE_BACKEND)
     prog = tmp_path / "prog.py"
@@ -389,6 +394,7 @@ def fails_when_run(gm, example_inputs):
     return run
 
 
+@pytest.mark.slow
 def test_a_piece_that_compiles_and_fails_when_it_runs_is_dumped_with_that_calls_inputs(tmp_path, cli):
     from torch._dynamo.backends.common import aot_autograd
 

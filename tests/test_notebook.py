@@ -45,6 +45,7 @@ def _result(outputs) -> dict:
     return result.data
 
 
+@pytest.mark.slow
 def test_nouns_show_as_html_with_short_plain_reprs(executed):
     expected = {"dump": ("runtime_error", "g0-runtime_error-3b0e0256"), "case": ("50 nodes", "inputs on cpu"),
                 "outcome": ("CRASH", "mat1 and mat2"), "listing": ("block_accuracy", "compile_error"),

@@ -68,6 +68,7 @@ def test_restart_passes_through_the_wrapper_untouched(tmp_path):
     assert _dumps(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_accuracy_mode_keeps_dropout_draws_and_the_users_loss(tmp_path):
     model = _tiny_llama(dropout=0.3).train()
     ids = torch.randint(0, 64, (2, 8))
@@ -106,6 +107,7 @@ class NextToken(nn.Module):
         return self.lm(input_ids=ids).logits[:, -1].argmax(-1)
 
 
+@pytest.mark.slow
 def test_argmax_off_by_one_is_dumped_replayed_and_minified(tmp_path, cli, monkeypatch):
     from model_backends import argmax_off_by_one
 
@@ -166,6 +168,7 @@ class ResidualBlock(nn.Module):
         return out.relu()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend, sig", [("aborts_when_called", "SIGABRT"), ("segfaults_when_called", "SIGSEGV")])
 def test_a_process_killed_by_a_signal_leaves_a_crash_dump(tmp_path, cli, backend, sig):
     program = tmp_path / "dies.py"
@@ -228,6 +231,7 @@ class BrokenBlocks(nn.Module):
         return x
 
 
+@pytest.mark.slow
 def test_ls_names_frame_compile_id_and_blocks_in_natural_order(tmp_path, cli):
     pytest.importorskip("transformers")
     from transformers import GPT2Config, GPT2Model
@@ -282,6 +286,7 @@ def test_inductor_compile_error_has_one_signature_in_capture_replay_and_repro(tm
     assert r.returncode == 1 and r.stdout.startswith("REPRODUCED: CppCompileError"), (r.stdout, r.stderr[-2000:])
 
 
+@pytest.mark.slow
 def test_repro_of_a_segfault_exits_1_naming_the_signal(tmp_path, cli):
     program = tmp_path / "dies.py"
     program.write_text(_DIES.format(tests=str(ROOT / "tests")))
@@ -295,6 +300,7 @@ def test_repro_of_a_segfault_exits_1_naming_the_signal(tmp_path, cli):
 
 
 # --- faithful inputs ------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_non_leaf_inputs_replay_as_non_leaves(tmp_path, cli):
     model = _tiny_llama()
     layer = model.model.layers[0].mlp  # the MLP gets the attention's activations: non-leaf, requires_grad
@@ -384,6 +390,7 @@ def _capture_failing(backend, dump_dir: Path, capsys) -> Path:
     return dump
 
 
+@pytest.mark.slow
 def test_recipe_backends_replay_minify_and_refuse_through_the_cli(tmp_path, cli, capsys):
     """A dump of aot_autograd(fw_compiler=...) / functools.partial(...) replays under the backend it
     recorded (in a child and in-process), only with --trust-backend, and minifies keeping its failure."""

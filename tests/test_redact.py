@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from conftest import FIXTURES, ROOT, child_env
 
@@ -98,6 +99,7 @@ torch.compile(model, backend=programs.refuses_gelu)(x)
 """
 
 
+@pytest.mark.slow
 def test_capture_command_redact_flag(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT.format(root=str(ROOT)))

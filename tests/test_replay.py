@@ -54,6 +54,7 @@ def test_a_dynamic_shape_dump_reaches_the_backend_as_one_graph_with_the_captured
     assert weights and all(not isinstance(d, torch.SymInt) for w in weights for d in w.shape)
 
 
+@pytest.mark.slow
 def test_crash_reproduces_the_captured_signature(cli):
     r = cli("replay", FIXTURES / "block_runtime_error", "--backend", BROKEN, "--json")
     assert r.code == 1, r
@@ -79,6 +80,7 @@ def _linears(dump):
             if target_name(n) == "torch._C._nn.linear"]
 
 
+@pytest.mark.slow
 def test_dynamic_shapes_crash_names_the_linear_that_raised(cli):
     """block_dynamic was captured with dynamic shapes: its graph starts with SymInt inputs and
     reads each RMSNorm's eps with .item(), where the replay's re-trace breaks the graph; the
@@ -97,6 +99,7 @@ def test_dynamic_shapes_crash_names_the_linear_that_raised(cli):
     assert data["signature"].endswith(" @ torch._C._nn.linear")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["transposes_biased_linear_weights", "transposes_biased_linear_weights_called_as_module"])
 def test_a_crash_in_a_later_linear_is_named_in_the_dumps_nodes(backend):
     """The failing linear is the MLP's, late in the graph (a static re-trace used to break the
@@ -159,6 +162,7 @@ def test_mismatch_reports_the_output_and_error_size(cli):
     assert r.code == 0 and json.loads(r.out)["status"] == "pass"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend,signal_name", [("segfault", "SIGSEGV"), ("abort", "SIGABRT")])
 def test_a_backend_that_kills_the_process_is_an_outcome(backend, signal_name):
     outcome = graphdbg.load(FIXTURES / "block_compile_error").case().run(f"backends_for_tests:{backend}", isolate=True)
@@ -167,6 +171,7 @@ def test_a_backend_that_kills_the_process_is_an_outcome(backend, signal_name):
     assert outcome.exit_signal == signal_name and outcome.isolated
 
 
+@pytest.mark.slow
 def test_a_hang_is_a_timeout_and_the_child_is_killed(cli):
     r = cli("replay", FIXTURES / "block_compile_error", "--backend", "backends_for_tests:hang", "--timeout", "8", "--json")
     assert r.code == 4  # it failed, but not as the dump recorded (a compile error)
@@ -174,6 +179,7 @@ def test_a_hang_is_a_timeout_and_the_child_is_killed(cli):
     assert data["status"] == "timeout" and data["signature"] == "Timeout after 8s"
 
 
+@pytest.mark.slow
 def test_unknown_backend_and_missing_thunder_are_errors_not_outcomes(cli):
     r = cli("replay", FIXTURES / "block_compile_error", "--backend", "no_such_backend")
     assert r.code == 2 and "unknown backend 'no_such_backend'" in r.err and len(r.err.strip().splitlines()) == 1
@@ -207,6 +213,7 @@ def test_a_dump_from_a_device_this_machine_lacks(fixture_copy, cli):
         assert r.code == 2 and "device cuda:0 is not available" in r.err
 
 
+@pytest.mark.slow
 def test_compare_table_and_dataframe(cli):
     df = graphdbg.compare(FIXTURES / "block_accuracy", ["eager", BAD_REWRITE], isolate=False)
     assert list(df.backend) == ["eager", BAD_REWRITE]
@@ -228,6 +235,7 @@ def test_outcome_renders_and_round_trips():
     assert Outcome.from_dict(json.loads(json.dumps(outcome.to_dict()))) == outcome
 
 
+@pytest.mark.slow
 def test_an_isolated_replay_of_a_modified_case_goes_through_a_temporary_dump():
     case = graphdbg.load(FIXTURES / "block_runtime_error").case()
     case.modified = True
@@ -236,6 +244,7 @@ def test_an_isolated_replay_of_a_modified_case_goes_through_a_temporary_dump():
     assert outcome.signature.startswith("RuntimeError: mat1 and mat2 shapes cannot be multiplied")
 
 
+@pytest.mark.slow
 def test_a_pass_pipeline_where_only_the_second_pass_breaks_numerics(cli):
     dump = FIXTURES / "block_compile_error"
     r = cli("replay", dump, "--backend", "eager", "--passes", "passes_for_tests:clone_output", "--no-isolate", "--json")
@@ -271,6 +280,7 @@ def test_a_post_grad_pass_runs_inside_inductor(cli):
     assert r.code == 2 and "post_grad passes run inside Inductor" in r.err
 
 
+@pytest.mark.slow
 def test_a_real_cuda_dump_with_streams_replays_on_the_cpu(cli):
     """Captured on an H200 (torch 2.11) where Thunder failed on a two-stream block."""
     dump = graphdbg.load(FIXTURES / "cuda_streams_thunder")

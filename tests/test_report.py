@@ -39,6 +39,7 @@ def minified(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_report_of_a_minify_output(cli, minified, tmp_path):
     page = tmp_path / "report.html"
     r = cli("report", minified, "-o", page)
@@ -104,6 +105,7 @@ def _png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
     return width, bpp, rows
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install -y chromium)")
 def test_report_in_headless_chromium_highlights_the_failing_node(cli, minified):
     shots = Path(tempfile.gettempdir()) / "graphdbg-report-screenshots"

@@ -168,6 +168,7 @@ def torchrun_run(tmp_path_factory) -> Path:
     return run
 
 
+@pytest.mark.slow
 def test_torchrun_log_splits_by_rank_prefix_and_attaches_each_failure_to_its_graph(cli, torchrun_run):
     run = torchrun_run
     assert sorted(p.name for p in run.glob("rank*.py")) == ["rank0_0.py", "rank0_1.py", "rank1_0.py"]
@@ -378,6 +379,7 @@ torch.compile(f, backend="aot_eager")(torch.randn(4, 8), torch.randn(8, 8))
 """
 
 
+@pytest.mark.slow
 def test_graphs_printed_in_a_log_are_extracted_per_rank_and_replay(cli, tmp_path):
     env = {**os.environ, "TORCH_LOGS": "graph_code,aot_graphs"}
     run = subprocess.run([sys.executable, "-c", TORCH_LOGS_PROGRAM], capture_output=True, text=True, env=env, timeout=300)

@@ -47,6 +47,7 @@ def _replays_as_captured(dumps: Path, cli) -> list:
     return loaded
 
 
+@pytest.mark.slow
 def test_the_side_stream_program_on_the_cpu_replays_both_dumps_as_captured(tmp_path, cli):
     """The CPU run of the issue's program: the side table's torch.Streams are seated at their
     indices again (``torch.ops.streams.wait_stream(0, 1)`` reads them by index), so the piece
@@ -88,6 +89,7 @@ NON_TENSORS = {
 }
 
 
+@pytest.mark.slow
 def test_every_non_tensor_kind_the_cpu_makes_comes_back_with_its_type_through_a_dump(tmp_path, cli):
     """A piece handed to a compiler with one of each non-tensor kind: the piece's dump rebuilds
     each with the same type and value, and replays through the same entry point (Inductor)

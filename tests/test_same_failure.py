@@ -21,6 +21,7 @@ def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", ["forward", "backward_compile", "backward_run", "nested"])
 def test_traceback_under_capture_is_frame_for_frame_the_users(tmp_path, scenario):
     pytest.importorskip("transformers")
@@ -35,6 +36,7 @@ def test_traceback_under_capture_is_frame_for_frame_the_users(tmp_path, scenario
     assert list((tmp_path / "dumps").glob("rank*/*")), captured.stderr[-2000:]  # and graphdbg did capture it
 
 
+@pytest.mark.slow
 def test_a_segfault_under_capture_dies_by_the_same_signal_and_its_dump_replays(tmp_path, cli):
     """Qwen2 whose compiled code segfaults, with the backend defined in the user's script."""
     pytest.importorskip("transformers")
@@ -56,6 +58,7 @@ def test_a_segfault_under_capture_dies_by_the_same_signal_and_its_dump_replays(t
     assert r.code == 1 and json.loads(r.out)["signature"] == "Signal SIGSEGV", r
 
 
+@pytest.mark.slow
 def test_forward_replayed_with_backward_reaches_the_backward_dumps_failure(tmp_path, cli):
     """ViT training step whose backward compiler (defined in the script, inside aot_autograd) has no
     kernel for gelu_backward: the backward dump and its forward, replayed with --backward, give the
@@ -76,6 +79,7 @@ def test_forward_replayed_with_backward_reaches_the_backward_dumps_failure(tmp_p
     assert (out["signature"], out["stage"], out["reproduces"]) == (want, "backward", True), out
 
 
+@pytest.mark.slow
 def test_repro_and_exported_test_of_a_boxed_backward_from_the_users_script(tmp_path, cli):
     """GPT-NeoX training step whose backward compiler (defined in the script) returns boxed code
     that fails when it runs: minify's repro.py loads the backend from the script's file (its

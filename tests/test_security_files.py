@@ -82,6 +82,7 @@ def test_symlinks_in_a_dump_are_not_followed(name, fixture_copy, outside, cli):
         assert "symbolic link" in line and SECRET not in r.err + r.out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["graph.py", "inputs.safetensors"])
 def test_fifo_in_a_dump_is_refused_at_once(name, fixture_copy, tmp_path):
     dump = fixture_copy("block_compile_error")
@@ -155,6 +156,7 @@ def backslash_backend(gm, example_inputs):
     return gm.forward
 
 
+@pytest.mark.slow
 def test_export_test_embeds_data_and_copies_only_the_dump(fixture_copy, tmp_path, cli):
     dump = fixture_copy("block_compile_error")
     evil = '""" + __import__("os").system("touch PWNED") + """ C:\\xtemp'
@@ -194,6 +196,7 @@ def test_export_test_refuses_a_dump_with_a_file_leading_out(fixture_copy, outsid
     assert not (tmp_path / "t" / "test_x_data" / "graph.py").exists()
 
 
+@pytest.mark.slow
 def test_minify_repro_with_backslashes_and_quotes_still_compiles_and_reproduces(tmp_path, cli):
     out = tmp_path / "min"
     r = cli("minify", FIXTURES / "block_compile_error", "--backend", "test_security_files:backslash_backend", "--any-failure",

@@ -92,6 +92,7 @@ def _wait_for(path: Path, seconds: float) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["leaves_a_grandchild_holding_the_output", "leaves_a_grandchild_in_its_own_session"])
 def test_a_grandchild_does_not_hold_the_replay_and_is_killed(backend, notes, cli):
     r = cli("replay", DUMP, "--backend", f"test_security_isolation:{backend}", "--timeout", "120", "--json")
@@ -106,6 +107,7 @@ def test_a_grandchild_does_not_hold_the_replay_and_is_killed(backend, notes, cli
     assert not _alive(pid)
 
 
+@pytest.mark.slow
 def test_flooded_output_is_capped_and_costs_no_memory(notes, cli):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     r = cli("replay", DUMP, "--backend", "test_security_isolation:floods_the_output", "--timeout", "300", "--json")
@@ -126,6 +128,7 @@ def test_an_exception_whose_str_raises_is_an_outcome(direct):
     assert outcome.signature.startswith("StrRaises: <str() of StrRaises raised ValueError>")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signals_to_the_parent_end_the_child_group_and_its_folder(sig, notes, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)]), NOTES: str(notes)}

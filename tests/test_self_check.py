@@ -3,6 +3,7 @@ interpreter, and exit 4 (keeping the file) when it does not show the captured fa
 
 from __future__ import annotations
 
+import pytest
 from conftest import FIXTURES
 
 GRAPHDBG_BACKEND = '''
@@ -17,6 +18,7 @@ def refuses_gelu(gm, example_inputs):
 '''
 
 
+@pytest.mark.slow
 def test_minify_checks_its_repro_in_a_fresh_interpreter(tmp_path, cli):
     out = tmp_path / "min"
     r = cli("minify", FIXTURES / "block_compile_error", "-o", out, "--trust-backend")
@@ -24,6 +26,7 @@ def test_minify_checks_its_repro_in_a_fresh_interpreter(tmp_path, cli):
     assert f"checked: {out / 'repro.py'} run on its own: REPRODUCED: NotImplementedError: no lowering for gelu" in r.err
 
 
+@pytest.mark.slow
 def test_a_repro_that_fails_differently_on_its_own_exits_4_and_is_kept(tmp_path, cli, monkeypatch):
     (tmp_path / "team_backend.py").write_text(GRAPHDBG_BACKEND)
     monkeypatch.chdir(tmp_path)
@@ -38,6 +41,7 @@ def test_a_repro_that_fails_differently_on_its_own_exits_4_and_is_kept(tmp_path,
     assert "Traceback" not in r.err
 
 
+@pytest.mark.slow
 def test_export_test_checks_the_test_fails_the_captured_way(tmp_path, cli):
     test_file = tmp_path / "test_gelu_regression.py"
     r = cli("export-test", FIXTURES / "block_compile_error", "-o", test_file, "--trust-backend")

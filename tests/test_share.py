@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from conftest import FIXTURES
 from share_backends import sparse_lowering
@@ -18,6 +19,7 @@ def _parameters(manifest):
     return [d for d in manifest["inputs"] if d.get("parameter")]
 
 
+@pytest.mark.slow
 def test_shared_dump_has_no_original_parameter_values_and_still_fails(tmp_path, cli):
     src = next((FIXTURES / "block_compile_error").glob("rank0/g0-*"))
     original = read_tensors(src / "inputs.safetensors")

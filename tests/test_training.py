@@ -104,6 +104,7 @@ def test_dynamic_shapes_backward_gets_its_symints_and_one_dump(tmp_path):
     assert sym["kind"] == "symint" and sym["hint"] == 4 and sym["expr"].startswith("s")
 
 
+@pytest.mark.slow
 def test_backward_dump_minifies_to_the_op_it_cannot_lower(tmp_path, cli):
     model, x = mlp()
     with pytest.raises(BackwardLoweringError):
@@ -119,6 +120,7 @@ def test_backward_dump_minifies_to_the_op_it_cannot_lower(tmp_path, cli):
     assert r.code == 1 and "the same failure as captured" in r.out, r
 
 
+@pytest.mark.slow
 def test_wrong_gradients_of_tiny_gpt2_are_dumped_and_replayed(tmp_path, cli):
     model, batch = tiny_gpt2()
     backend = graphdbg.capture(wrong_gradient_backend, tmp_path / "dumps", mode="accuracy")
@@ -143,6 +145,7 @@ def test_wrong_gradients_of_tiny_gpt2_are_dumped_and_replayed(tmp_path, cli):
     assert r.code == 0, r
 
 
+@pytest.mark.slow
 def test_gradient_mismatch_minifies(tmp_path, cli):
     model, x = mlp()
     train_steps(model, x, backend=graphdbg.capture(wrong_gradient_backend, tmp_path / "dumps", mode="accuracy"))
@@ -211,6 +214,7 @@ def test_inductor_backward_compile_error_is_dumped(tmp_path, relu_bug):
     assert (dump / "forward" / "manifest.json").is_file()
 
 
+@pytest.mark.slow
 def test_forward_of_a_backward_failure_replays_minifies_and_repros_with_its_backward(tmp_path, cli, relu_bug):
     """The ``forward`` folder of a backward dump is a dump of its own: ``ls`` lists it, so a user
     replays and minifies it. Its failure is in the backward of a custom autograd.Function (the

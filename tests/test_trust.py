@@ -79,6 +79,7 @@ def test_every_command_refuses_the_dumps_backend_without_trust(command, field, f
     assert not (tmp_path / "t").exists() and not (tmp_path / "min").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("field", ["backend", "passes"])
 def test_export_test_refuses_what_minify_recorded_without_trust(field, fixture_copy, evil, tmp_path, cli):
     dump = fixture_copy("block_compile_error")
@@ -391,6 +392,7 @@ def test_minify_timeout_is_enforced_without_isolate(fixture_copy, tmp_path, cli)
     assert "timeout" in (r.out + r.err).lower(), r
 
 
+@pytest.mark.slow
 def test_bisect_nodes_has_a_timeout(fixture_copy, cli):
     r = cli("bisect", "nodes", fixture_copy("block_compile_error"), "--backend", "test_trust:sleeps_forever",
             "--timeout", "5")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 import torch.fx as fx
 from torch.fx.passes.split_module import split_module
@@ -51,6 +52,7 @@ def test_outputs_of_uninitialised_memory_are_named_and_not_compared(tmp_path, cl
     assert "1 (q)" in line and "2 (scale)" in line and "3 (" not in line and "0 (" not in line
 
 
+@pytest.mark.slow
 def test_a_written_buffer_is_still_compared(tmp_path, cli):
     def wrong(x):
         buf = torch.empty_like(x)
@@ -64,6 +66,7 @@ def test_a_written_buffer_is_still_compared(tmp_path, cli):
     assert out["status"] == "pass" and not any(s.startswith("outputs not compared") for s in out["stand_ins"]), r.out
 
 
+@pytest.mark.slow
 def test_a_partly_written_buffer_is_compared_and_its_mismatch_reported(tmp_path, cli):
     """Half written is not "nobody wrote it": the verdict stays a mismatch (the graph reads
     garbage, a real difference between runs), so only outputs of untouched memory are set aside."""

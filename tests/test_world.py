@@ -24,6 +24,7 @@ def world2(tmp_path_factory):
     return capture_world(2, str(tmp_path_factory.mktemp("world2")), "backends_for_tests:refuses_collectives")
 
 
+@pytest.mark.slow
 def test_each_rank_writes_its_own_dump_with_its_groups(world2):
     dumps = [graphdbg.load(p) for p in find_dumps(world2)]
     assert sorted(d.rank for d in dumps) == [0, 1]
@@ -41,6 +42,7 @@ def test_each_rank_writes_its_own_dump_with_its_groups(world2):
     assert sorted(g["ranks"]) == [0, 1]
 
 
+@pytest.mark.slow
 def test_replay_all_ranks_with_real_collectives(world2, cli):
     r = cli("replay", world2, "--all-ranks", "--backend", "eager", "--json")
     assert r.code == 0, r
@@ -66,6 +68,7 @@ def _children() -> set[int]:
     return live
 
 
+@pytest.mark.slow
 def test_a_rank_stuck_in_a_collective_is_a_timeout(world2, cli):
     before = _children()
     r = cli("replay", world2, "--all-ranks", "--backend", "backends_for_tests:hang_on_rank1", "--timeout", "25", "--json")
@@ -75,6 +78,7 @@ def test_a_rank_stuck_in_a_collective_is_a_timeout(world2, cli):
     assert _children() <= before  # every child was ended, none left running
 
 
+@pytest.mark.slow
 def test_when_one_rank_crashes_gloo_tells_the_others(world2, cli):
     r = cli("replay", world2, "--all-ranks", "--backend", "backends_for_tests:crash_on_rank1", "--timeout", "60", "--json")
     assert r.code == 1, r
@@ -83,6 +87,7 @@ def test_when_one_rank_crashes_gloo_tells_the_others(world2, cli):
     assert rows[0]["status"] == "crash" and "Connection closed by peer ?:?" in rows[0]["signature"]
 
 
+@pytest.mark.slow
 def test_a_rank_killed_by_a_signal_gets_its_exit_code_from_torchrun(world2, cli):
     r = cli("replay", world2, "--all-ranks", "--backend", "world_backends:segfault_on_rank1", "--direct", "--timeout", "120",
             "--json")
@@ -111,6 +116,7 @@ def test_four_ranks_replay(tmp_path, cli):
     assert data["pg_backend"] == "gloo" and [row["device"] for row in data["ranks"]] == ["cpu"] * 4
 
 
+@pytest.mark.slow
 def test_triage_flags_the_rank_that_differs(tmp_path, cli):
     """Rank 2 was built with the wrong shard size: its graph and inputs differ from ranks 0, 1 and 3."""
     dumps = capture_world(4, str(tmp_path), "backends_for_tests:refuses_collectives", differ_rank=2)

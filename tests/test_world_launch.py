@@ -22,6 +22,7 @@ def _children_find_test_modules(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
 
 
+@pytest.mark.slow
 def test_a_printed_graph_group_replays_as_a_world_with_real_collectives(cli):
     r = cli("replay", TP4, "--all-ranks", "--graph", "9", "--timeout", "240", "--json")
     assert r.code == 0, r
@@ -36,6 +37,7 @@ def test_a_printed_graph_group_replays_as_a_world_with_real_collectives(cli):
         assert not any("world of one" in s for s in row["stand_ins"])
 
 
+@pytest.mark.slow
 def test_a_rank_that_fails_leaves_its_peers_waiting_in_a_real_all_reduce(cli):
     """Rank 1's backend refuses; ranks 0, 2 and 3 go on into the graph's all-reduce and learn
     from gloo that their peer is gone: only a real collective can tell them."""
@@ -54,6 +56,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_four_ranks_as_two_nodes_each_reporting_its_own(tmp_path):
     port = str(_free_port())
     env = {**os.environ, "COLUMNS": "200"}

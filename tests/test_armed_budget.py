@@ -64,3 +64,21 @@ def test_a_failure_python_sees_keeps_the_full_values(tmp_path):
     (folder,) = [p for p in dumps.glob("rank*/*") if not p.name.startswith(".")]
     manifest = json.loads((folder / "manifest.json").read_text())
     assert all(d["stored"] for d in manifest["inputs"] if d["kind"] == "tensor"), manifest["inputs"]
+
+
+def test_the_armed_dump_of_a_call_that_passes_costs_no_schema_import(tmp_path):
+    """The crash dump armed before a graph's first call is written unchecked (whoever loads it
+    after a crash checks it, as the segfault test's `show` above does): the 0.1 s of pydantic
+    and the schema's models stays out of a program whose graphs all pass."""
+    program = tmp_path / "passes.py"
+    program.write_text(textwrap.dedent("""
+        import sys, torch, graphdbg
+        f = torch.compile(lambda x: torch.relu(x) + 1, backend=graphdbg.capture("eager", dump_dir=sys.argv[1]))
+        f(torch.randn(8))
+        print(sorted(m for m in sys.modules if m.split(".")[0] == "pydantic" or m == "graphdbg.store.schema"))
+    """))
+    r = subprocess.run([sys.executable, str(program), str(tmp_path / "dumps")], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(ROOT), "GRAPHDBG_ARMED_CALLS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout
+    assert not [p for p in (tmp_path / "dumps").glob("rank*/*")]  # armed, then removed after the call

@@ -103,6 +103,9 @@ class ArmedCalls:
                               budget_reason=f"a stand-in: over the crash dump's budget ({budget / (1 << 20):g} MiB, "
                                             "GRAPHDBG_ARMED_BUDGET_MB), statistics of a sample only",
                               stats_sample=ARMED_STATS_SAMPLE,
+                              # checked by whoever loads it after a crash: checking here would bring
+                              # pydantic (0.1 s) into every process before its first graph's first call
+                              check_manifest=False,
                               manifest_overrides={**owner.source_overrides(),
                                                   "failure": {"kind": "crash", "armed": True, "pid": os.getpid(),
                                                               "armed_budget_bytes": budget}})

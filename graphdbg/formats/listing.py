@@ -244,8 +244,7 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
         raise GraphdbgError(f"{root}: no such file or folder")
     listing = Listing(root)
     folders = find_dumps(root) if root.is_dir() else []
-    files = printed_graph_files(root)
-    repros = torch_repro_files(root)  # PyTorch's minifier repro.py, Inductor's fx_graph_runnable.py
+    files, repros = graph_files(root)  # repros: PyTorch's minifier repro.py, Inductor's fx_graph_runnable.py
     if not folders and not files and not repros and not root.is_dir():
         raise DumpError(f"{root}: no graphdbg dumps here")
     total = len(folders) + len(files) + len(repros)
@@ -483,21 +482,28 @@ def _python_files(root: Path) -> Iterator[Path]:
         yield from (Path(dirpath) / name for name in sorted(filenames) if name.endswith(".py"))
 
 
-def torch_repro_files(root: Path) -> list[Path]:
-    """PyTorch's own runnable repros under ``root`` (or ``root`` itself): the minifier's
-    ``repro.py``, Inductor's ``fx_graph_runnable.py`` from ``TORCH_COMPILE_DEBUG=1``."""
+def _is_torch_repro(path: Path) -> bool:
+    if path.suffix != ".py" or not may_be_torch_repro(path):
+        return False
+    # lazy: ls imports no torch (formats/listing.py)
+    from graphdbg.formats.torch_repro import detect_format
 
-    def maybe(path: Path) -> bool:
-        if not may_be_torch_repro(path):
-            return False
-        # lazy: ls imports no torch (formats/listing.py)
-        from graphdbg.formats.torch_repro import detect_format
+    return detect_format(path) is not None
 
-        return detect_format(path) is not None
 
-    if root.is_file() and (root.suffix != ".py" or looks_like_printed_graph(root)):
-        return []
-    return [p for p in _python_files(root) if maybe(p)]
+def graph_files(root: Path) -> tuple[list[Path], list[Path]]:
+    """The printed graph files under ``root`` (or ``root`` itself), and PyTorch's own runnable
+    repros there (the minifier's ``repro.py``, Inductor's ``fx_graph_runnable.py`` from
+    ``TORCH_COMPILE_DEBUG=1``), from one walk: a file that starts as a printed graph is not
+    read again as a repro (that look reads up to 256 KiB)."""
+    graphs: list[Path] = []
+    repros: list[Path] = []
+    for p in _python_files(root):
+        if looks_like_printed_graph(p):
+            graphs.append(p)
+        elif _is_torch_repro(p):
+            repros.append(p)
+    return graphs, repros
 
 
 def printed_graph_files(root: Path) -> list[Path]:

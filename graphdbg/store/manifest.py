@@ -84,15 +84,18 @@ def _schema_of(data: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
+def write_manifest(folder: Path, manifest: dict[str, Any], *, check: bool = True) -> None:
     """Write ``manifest`` after checking it against the schema the readers use: a graphdbg bug
-    fails here, at capture, instead of producing a dump graphdbg itself would refuse."""
-    # this module loads without torch (fast CLI start); this brings torch in
-    from graphdbg.store.schema import load_manifest_text, validate_manifest
-
+    fails here, at capture, instead of producing a dump graphdbg itself would refuse.
+    ``check=False`` (the armed crash dump, written before every graph's first call and deleted
+    after it in all but a crash): the reader that loads it checks it, as it checks every dump."""
     text = json.dumps(manifest, indent=1, default=str) + "\n"
-    where = f"{folder / MANIFEST} (being written)"
-    validate_manifest(load_manifest_text(text, where), where)
+    if check:
+        # lazy: pydantic and the schema's models (0.1 s) only where a manifest is checked
+        from graphdbg.store.schema import load_manifest_text, validate_manifest
+
+        where = f"{folder / MANIFEST} (being written)"
+        validate_manifest(load_manifest_text(text, where), where)
 
     write_file(folder / MANIFEST, text, create_parent=False)
 

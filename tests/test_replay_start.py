@@ -51,3 +51,27 @@ def test_inputs_too_large_are_refused_by_the_child_in_one_line():
     lines = r.stderr.strip().splitlines()
     assert lines[-1] == "exit 2 False" and len(lines) == 2, r.stderr[-3000:]
     assert lines[0].startswith("graphdbg: error: the graph's inputs need") and "--max-input-gb" in lines[0], lines
+
+
+# The child side alone, on a request an isolated replay's parent wrote: the dump folder's
+# manifest comes checked in the request, so the child doesn't import pydantic to check it again.
+CHILD = """
+import json, sys
+from pathlib import Path
+from graphdbg.formats import load
+from graphdbg.replay import child
+dump = load(sys.argv[1])
+folder = Path(sys.argv[2])
+request = {"dump": str(dump.path), "manifest": dump.manifest, "backend": "eager", "passes": None, "device": "cpu", "options": {}}
+(folder / "request.json").write_text(json.dumps(request))
+for name in [m for m in sys.modules if m.split(".")[0] == "pydantic" or m == "graphdbg.store.schema"]:
+    del sys.modules[name]  # as in a fresh child
+child.main(str(folder / "request.json"), str(folder / "outcome.json"))
+print(json.loads((folder / "outcome.json").read_text())["status"], "graphdbg.store.schema" in sys.modules)
+"""
+
+
+def test_the_child_takes_the_manifest_its_parent_checked(tmp_path):
+    r = subprocess.run([sys.executable, "-c", CHILD, str(_dump("block_accuracy")), str(tmp_path)], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0 and r.stdout.split() == ["pass", "False"], (r.stdout, r.stderr[-3000:])

@@ -69,6 +69,16 @@ def load_dump_folder(path: Path) -> Dump:
     return dump
 
 
+def checked_dump(path: Path, manifest: dict[str, Any]) -> Dump:
+    """The dump folder ``path`` with ``manifest`` as the process that started this one read and
+    checked it (an isolated replay's child: checking it again would import pydantic and the
+    schema's models, 0.15 s of every child). Its graph and tensor file are read and checked here."""
+    path = Path(path)
+    dump = Dump(path, manifest, DumpFolder(path, manifest))
+    dump.check()
+    return dump
+
+
 def _fault_text(path: Path, manifest: dict[str, Any]) -> str:
     """An armed crash dump's ``fault.txt``, through the gate: a link, a FIFO or a device there is
     refused (one line, exit 2), a file larger than a fault report is refused."""

@@ -37,10 +37,14 @@ def main(request_path: str, outcome_path: str) -> int:
     request = json.loads(Path(request_path).read_text())
     try:
         from graphdbg.formats import load as load_dump  # inside the try: a failed import is reported as the child's outcome
+        from graphdbg.formats.dump_folder import checked_dump  # inside the try, as the line above
         from graphdbg.replay.run import run_case  # inside the try: a failed import is reported as the child's outcome
         from graphdbg.replay.start import check_dump_fits  # inside the try: a failed import is reported as the child's outcome
 
-        dump = load_dump(request["dump"])
+        if "manifest" in request:  # a dump folder whose manifest the parent read and checked
+            dump = checked_dump(Path(request["dump"]), request["manifest"])
+        else:
+            dump = load_dump(request["dump"])
         check_dump_fits(dump, request["device"])  # before any input is loaded (the parent left it to us)
         case = dump.case(device=request["device"])
         outcome = run_case(case, request["backend"], request["passes"], isolate=False, **request["options"])

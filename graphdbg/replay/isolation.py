@@ -70,10 +70,11 @@ def run_isolated(case: Case | Dump, backend: str | Callable[..., Any], passes: s
     request: dict[str, Any] = {"backend": backend_spec(backend), "passes": passes, "device": str(device), "options": options}
     with tempfile.TemporaryDirectory(prefix="graphdbg-child-") as tmp:
         tmpdir = Path(tmp)
-        if _is_dump(case):
-            request["dump"] = str(case.path)
-        elif case.dump is not None and not case.modified:
-            request["dump"] = str(case.dump.path)
+        if _is_dump(case) or (case.dump is not None and not case.modified):
+            dump = case if _is_dump(case) else case.dump
+            request["dump"] = str(dump.path)
+            if dump.format == "dump":  # checked by this process's load: the child needn't check it again
+                request["manifest"] = dump.manifest
         else:
             from graphdbg.case import save_case  # a Case: torch is here already
 

@@ -33,6 +33,14 @@ if TYPE_CHECKING:
 # folders reads manifests only and stays a fraction of a second (formats/listing.py).
 
 
+NOT_FAILURES = frozenset({"captured", "foreign", "pass"})  # kinds that record a graph, not a failure
+
+
+def is_failure(kind: str | None) -> bool:
+    """Whether a dump's failure kind is a failure (``captured``: a graph recorded on request)."""
+    return kind is not None and kind not in NOT_FAILURES
+
+
 class Contents:
     """What a file holds besides its manifest: the graph (source text, parsed) and stored values.
 

@@ -123,7 +123,11 @@ def _safetensors(path: Path, header: dict, data: bytes) -> None:
     ({"a": {"dtype": "XX", "shape": [4], "data_offsets": [0, 16]}}, bytes(16), "unknown dtype"),
     ({"a": {"dtype": "F32", "shape": [-4], "data_offsets": [0, 16]}}, bytes(16), "shape must be"),
     ([1, 2], b"", "not a JSON object"),
-], ids=["overlap", "past-end", "byte-length", "reversed", "dtype", "negative", "list"])
+    # safetensors' own rules, checked without importing numpy for its reader: end to end, all covered
+    ({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}, "b": {"dtype": "F32", "shape": [4], "data_offsets": [24, 40]}},
+     bytes(40), "starts at data byte 24; the data before it ends at 16"),
+    ({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}, bytes(24), "the tensors end at data byte 16, the file's data has 24"),
+], ids=["overlap", "past-end", "byte-length", "reversed", "dtype", "negative", "list", "gap", "trailing"])
 def test_bad_safetensors_header_is_refused_before_reading(cli, fixture_copy, header, data, says):
     folder = fixture_copy(FIXTURE)
     _safetensors(folder / "inputs.safetensors", header, data)

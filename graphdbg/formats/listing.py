@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator
 from graphdbg._version import __version__
 from graphdbg.backends.recipe import shown_backend
 from graphdbg.display import Displayed
-from graphdbg.dump import Dump
+from graphdbg.dump import Dump, is_failure
 from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.formats import load
 from graphdbg.formats.dump_folder import DumpFolder
@@ -134,11 +134,6 @@ class Listing(Displayed):
         }
 
 
-NOT_FAILURES = frozenset({"captured", "foreign", "pass"})  # kinds that record a graph, not a failure
-
-
-def is_failure(kind: str | None) -> bool:
-    return kind is not None and kind not in NOT_FAILURES
 
 
 def _links(d: Dump) -> dict[str, Any]:

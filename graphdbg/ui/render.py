@@ -16,7 +16,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from graphdbg.backends.recipe import shown_backend
-from graphdbg.formats.listing import is_failure
+from graphdbg.dump import is_failure  # not formats.listing: its cache and scanners are ls's alone
 from graphdbg.tables import failing_node_names
 
 if TYPE_CHECKING:

@@ -342,7 +342,6 @@ def test_a_graph_fx_cannot_build_exits_2(tmp_path, cli):
 OWN_FILES = {
     "store/gate.py": "the gate itself",
     "store/tensor_file.py": "safetensors' own reader after check_tensor_file, via the gate's Folder for writes",
-    "store/tensor_header.py": "safetensors' own check of a header after the gate's open_stream read it",
     "graph/parser.py": "doc examples only",
     "replay/world.py": "its own temporary folder: request.json, rank pids and stderr",
     "replay/rank_main.py": "its own temporary folder (a torchrun rank)",

@@ -134,8 +134,6 @@ class Listing(Displayed):
         }
 
 
-
-
 def _links(d: Dump) -> dict[str, Any]:
     """A captured dump's place in a nested compile: ``parent`` (the dump of the graph it is a
     piece of) and ``piece``, and ``children`` (its pieces' dumps), as paths."""

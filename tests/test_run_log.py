@@ -404,3 +404,29 @@ def test_graphs_printed_in_a_log_are_extracted_per_rank_and_replay(cli, tmp_path
     (tmp_path / "plain.log").write_text("nothing to see\n")
     r = cli("extract", tmp_path / "plain.log", "-o", tmp_path / "none")
     assert r.code == 2 and "no printed graphs" in r.err and not (tmp_path / "none").exists()
+
+
+def test_a_second_ls_takes_the_parsed_log_from_the_cache_until_the_log_changes(tmp_path, monkeypatch):
+    """A cached ls doesn't scan the run's log again (a third of a cached listing at scale): the
+    log's parse is kept beside the manifests, for the same graph names, while the log is as it was."""
+    from graphdbg.formats import listing
+
+    monkeypatch.setenv("GRAPHDBG_CACHE_DIR", str(tmp_path / "cache"))
+    folder = tmp_path / "next"
+    shutil.copytree(NEXT, folder)  # mtimes kept: older than the cache's racy window
+    scans = []
+    real = listing.read_log
+    monkeypatch.setattr(listing, "read_log", lambda *a, **k: scans.append(a[0]) or real(*a, **k))
+
+    first = listing.list_dumps(folder).to_json()
+    again = listing.list_dumps(folder).to_json()
+    assert len(scans) == 1 and again == first
+    assert first["logs"][0]["failures"][0]["signature"] == STREAM_SIGNATURE and first["logs"][0]["attached"]
+
+    log = folder / "log.txt"
+    text = log.read_text()
+    log.write_text(text.replace("NotImplementedError: argument of type", "NotImplementedError: argument of kind"))
+    os.utime(log, (log.stat().st_atime, log.stat().st_mtime - 60))  # edited, and out of the racy window
+    changed = listing.list_dumps(folder).to_json()
+    assert len(scans) == 2 and "argument of kind" in changed["logs"][0]["failures"][0]["signature"]
+    assert listing.list_dumps(folder, cache=False).to_json() == changed and len(scans) == 3

@@ -38,7 +38,7 @@ from graphdbg.formats import load
 from graphdbg.formats.dump_folder import DumpFolder
 from graphdbg.formats.ls_cache import LsCache
 from graphdbg.formats.printed_file import printed_dump, scan_printed
-from graphdbg.formats.run_log import attach_log, find_logs, read_log
+from graphdbg.formats.run_log import RunLog, attach_log, find_logs, read_log
 from graphdbg.formats.sniff import looks_like_printed_graph, may_be_torch_repro
 from graphdbg.judge.fatal_signal import resolve_crash
 from graphdbg.store.manifest import MANIFEST, find_dumps
@@ -272,7 +272,7 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
     dumps.sort(key=lambda d: (natural_key(d.id), d.rank))  # g2 before g10
     foreign.sort(key=lambda d: (d.model or "", d.graph_number if d.graph_number is not None else -1, d.id.rstrip("0123456789"), d.rank, d.id))
     listing.dumps = dumps + foreign
-    listing.logs = apply_logs(listing.dumps, root, log)
+    listing.logs = apply_logs(listing.dumps, root, log, cache=cache)
     return listing
 
 
@@ -387,11 +387,12 @@ def natural_key(text: str) -> list[Any]:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
-def apply_logs(dumps: list[Dump], root: Path, log: str | Path | None = None) -> list[dict[str, Any]]:
+def apply_logs(dumps: list[Dump], root: Path, log: str | Path | None = None, *, cache: bool = False) -> list[dict[str, Any]]:
     """Attach the failures of run logs to the dumps that record none; one entry per log read.
 
     With ``log``, that log serves every dump. Otherwise each dump's folder, then its parents up
     to ``root``, are searched for ``log.txt`` / ``*.log``; the nearest folder with one wins.
+    ``cache``: a log read before, unchanged, comes parsed from ``ls_cache``.
     """
 
     # captured dumps speak for themselves, even those of mode="always" that record no failure
@@ -415,18 +416,36 @@ def apply_logs(dumps: list[Dump], root: Path, log: str | Path | None = None) -> 
             for p in found[folder]:
                 by_log.setdefault(p, []).append(d)
     entries = []
-    for path, members in by_log.items():
-        names = {n for d in members for n in (Path(d.path).name, Path(d.path).stem)}
-        try:
-            run_log = read_log(path, names)
-        except GraphdbgError as e:
-            if log is not None:
-                raise
-            entries.append({"path": str(path), "error": str(e)})
-            continue
-        attach_log(run_log, members)
-        entries.append(run_log.to_json())
+    store = LsCache.open() if cache and by_log else None
+    try:
+        for path, members in by_log.items():
+            names = {n for d in members for n in (Path(d.path).name, Path(d.path).stem)}
+            try:
+                run_log = _read_log(path, names, store)
+            except GraphdbgError as e:
+                if log is not None:
+                    raise
+                entries.append({"path": str(path), "error": str(e)})
+                continue
+            attach_log(run_log, members)
+            entries.append(run_log.to_json())
+    finally:
+        if store is not None:
+            store.close()
     return entries
+
+
+def _read_log(path: Path, names: set[str], store: LsCache | None) -> RunLog:
+    kept = store.get_log(path, names) if store is not None else None
+    if kept is not None:
+        try:
+            return RunLog.from_cache(path, kept)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            pass  # not one this code made: read the log again
+    run_log = read_log(path, names)
+    if store is not None:
+        store.put_log(path, names, run_log.to_cache())
+    return run_log
 
 
 def load_with_log(path: str | Path, log: str | Path | None = None) -> Dump:

@@ -20,7 +20,7 @@ import sqlite3
 import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from graphdbg._version import __version__
 
@@ -143,6 +143,37 @@ class LsCache:
         self.pending.append((*key, self.stamp, text, error))
         if len(self.pending) >= 256:
             self.flush()
+
+    def get_log(self, path: Path, names: Iterable[str]) -> dict[str, Any] | None:
+        """A run log's parse (``RunLog.to_cache``) as kept for these graph names, if the log is
+        as it was then."""
+        key = self._log_key(path, names)
+        if self.db is None or key is None:
+            return None
+        try:
+            row = self.db.execute("select manifest from files_v1 where path=? and size=? and mtime=? and stamp=?",
+                                  (*key, self.stamp)).fetchone()
+            return json.loads(row[0]) if row is not None and row[0] is not None else None
+        except (sqlite3.Error, ValueError):
+            return None
+
+    def put_log(self, path: Path, names: Iterable[str], data: dict[str, Any]) -> None:
+        key = self._log_key(path, names)
+        if self.db is None or key is None or time.time_ns() - key[2] < _RACY_NS:
+            return
+        try:
+            self.pending.append((*key, self.stamp, json.dumps(data), None))
+        except (TypeError, ValueError):
+            return
+
+    @staticmethod
+    def _log_key(path: Path, names: Iterable[str]) -> tuple[str, int, int] | None:
+        # a log's parse depends on the graph names it was read for (failures remember those it names)
+        key = LsCache.key(path)
+        if key is None:
+            return None
+        digest = hashlib.sha256("\n".join(sorted(set(names))).encode()).hexdigest()[:16]
+        return f"log:{key[0]}:{digest}", key[1], key[2]  # never a file's key: those are absolute paths
 
     def flush(self) -> None:
         if self.db is None or not self.pending:

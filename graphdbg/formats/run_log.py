@@ -125,6 +125,28 @@ class RunLog:
         return {"path": str(self.path), "ranks": self.ranks, "lines": self.lines, "truncated": self.truncated,
                 "failures": [f.to_json() for f in self.failures], "attached": self.attachments}
 
+    def to_cache(self) -> dict[str, Any]:
+        """Everything ``from_cache`` needs to give back this log as ``read_log`` made it (before
+        ``attach_log``): what ``ls``'s cache keeps of a log, so a second listing doesn't scan it."""
+        return {"ranks": self.ranks, "lines": self.lines, "truncated": self.truncated,
+                "failures": [{**{k: getattr(f, k) for k in _CACHED_FIELDS},
+                              "named_before": [[rank, *where] for rank, where in f.named_before.items()]}
+                             for f in self.failures]}
+
+    @classmethod
+    def from_cache(cls, path: Path, data: dict[str, Any]) -> RunLog:
+        """The log ``to_cache`` kept, as read from ``path``; KeyError/TypeError/ValueError if ``data`` isn't one."""
+        failures = [LogFailure(**{k: d[k] for k in _CACHED_FIELDS},
+                               named_before={rank: (str(file), int(line)) for rank, file, line in d["named_before"]})
+                    for d in data["failures"]]
+        return cls(Path(path), ranks=list(data["ranks"]), failures=failures, lines=int(data["lines"]),
+                   truncated=bool(data["truncated"]))
+
+
+# A failure's fields a cached log keeps (the scanner's own sets are only used until it finishes).
+_CACHED_FIELDS = ("type", "qualified_type", "message", "signature", "backend", "kind", "first_line", "text",
+                  "occurrences", "ranks", "rank_source", "rank_how", "names")
+
 
 def find_logs(folder: Path) -> list[Path]:
     """The run logs in ``folder``: ``log.txt`` and ``*.log``, and the per-rank files torchrun's

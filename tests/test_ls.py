@@ -67,12 +67,14 @@ def test_a_second_ls_reads_from_the_cache_and_sees_changed_files(tmp_path, cli, 
     root = _folder(tmp_path)
     old = time.time() - 60  # files written just now are not cached (a same-size rewrite in one clock tick)
     files = sorted(root.rglob("*.py"))
-    for f in files:
+    for f in [*files, *root.rglob("*.txt")]:  # the printed graphs and the run logs
         os.utime(f, (old, old))
     first = json.loads(cli("ls", root, "--json").out)
     with sqlite3.connect(tmp_path / "cache" / "ls.sqlite") as db:
-        cached = db.execute("select count(*) from files_v1").fetchone()[0]
+        cached = db.execute("select count(*) from files_v1 where path not like 'log:%'").fetchone()[0]
+        logs = db.execute("select count(*) from files_v1 where path like 'log:%'").fetchone()[0]
     assert cached == len(list((root / "corpus").rglob("*.py"))) + 3  # the printed graphs and the 3 dump folders
+    assert logs == len(first["logs"]) > 0  # and the parse of each run log read
     assert json.loads(cli("ls", root, "--json").out) == first  # from the cache: the same listing
 
     # a file that changed is read again, not answered from the cache

@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import FIXTURES, ROOT
@@ -124,3 +125,18 @@ def test_bisect_ranks_on_printed_graphs_names_the_rank_that_differs(tmp_path, cl
                                           "thunder_1.rsqrt torch.rsqrt f32[1, 1] (majority)"]
     r = cli("bisect", "ranks", folder, "--graph", "9", "--json")
     assert json.loads(r.out)["odd"] == [3]
+
+
+def test_a_torchrun_left_waiting_after_its_ranks_are_done_is_ended(tmp_path, monkeypatch):
+    """Every rank of this node wrote its outcome, and torchrun still hasn't exited (its agent in
+    torch elastic's 300 s exit barrier for a node that has gone): it is ended shortly after."""
+    from graphdbg.replay import world
+
+    monkeypatch.setattr(world, "EXIT_WAIT_S", 0.5)
+    for r in (0, 1):
+        (tmp_path / f"rank{r}.json").write_text("{}")
+    stuck = [sys.executable, "-c", "import sys, time; print('in the exit barrier', file=sys.stderr, flush=True); time.sleep(120)"]
+    started = time.monotonic()
+    codes, timed_out, err = world._run_torchrun(stuck, tmp_path, [0, 1], timeout=100)
+    assert not timed_out and codes == {} and "in the exit barrier" in err
+    assert time.monotonic() - started < 30

@@ -51,6 +51,7 @@ from graphdbg.store.specs import TensorSpec
 
 DEFAULT_MASTER_PORT = 29500  # torchrun's own default
 KILL_GRACE_S = 20.0
+EXIT_WAIT_S = 20.0  # torchrun's time to exit after this node's ranks all wrote their outcomes
 
 
 @dataclass
@@ -358,7 +359,7 @@ def _run_torchrun(cmd: list[str], out: Path, ranks: list[int], timeout: float) -
                             env={**os.environ, "PYTHONFAULTHANDLER": "1"})
     timed_out = False
     try:
-        _, err = proc.communicate(timeout=timeout)
+        err = _wait_for_torchrun(proc, out, ranks, timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
         # Ranks are session leaders (torch starts them so): end each group, then torchrun.
@@ -374,6 +375,28 @@ def _run_torchrun(cmd: list[str], out: Path, ranks: list[int], timeout: float) -
             os.killpg(proc.pid, signal.SIGKILL)
             _, err = proc.communicate()
     return _failed_ranks(err or ""), timed_out, err or ""
+
+
+def _wait_for_torchrun(proc: subprocess.Popen, out: Path, ranks: list[int], timeout: float) -> str:
+    """torchrun's stderr once it exits; TimeoutExpired after ``timeout``. Once every rank of this
+    node has written its outcome, torchrun gets ``EXIT_WAIT_S`` more, then SIGTERM: with several
+    nodes, its agent can wait out torch elastic's exit barrier (300 s) for a node whose torchrun
+    has already gone (seen with two nodes on one host: node 1 done in 7 s, node 0 in 262 s)."""
+    deadline = time.monotonic() + timeout
+    all_done_at = None
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+        try:
+            return proc.communicate(timeout=min(1.0, deadline - now))[1] or ""
+        except subprocess.TimeoutExpired:
+            pass
+        if all_done_at is None and all((out / f"rank{r}.json").exists() for r in ranks):
+            all_done_at = time.monotonic()
+        if all_done_at is not None and time.monotonic() - all_done_at > EXIT_WAIT_S:
+            proc.send_signal(signal.SIGTERM)  # the agent only; its ranks have exited
+            return proc.communicate(timeout=KILL_GRACE_S)[1] or ""
 
 
 def _kill_group(pid_file: Path) -> None:

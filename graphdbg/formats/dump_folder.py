@@ -64,15 +64,14 @@ def load_dump_folder(path: Path) -> Dump:
             raise DumpError(f"{path}: holds {len(found)} dumps; name one (graphdbg ls {path} lists them)")
     manifest = read_manifest(path)
     resolve_crash(path, manifest, _fault_text(path, manifest))  # an armed dump left by a process a signal killed
-    dump = Dump(path, manifest, DumpFolder(path, manifest))
-    dump.check()
-    return dump
+    return checked_dump(path, manifest)
 
 
 def checked_dump(path: Path, manifest: dict[str, Any]) -> Dump:
-    """The dump folder ``path`` with ``manifest`` as the process that started this one read and
-    checked it (an isolated replay's child: checking it again would import pydantic and the
-    schema's models, 0.15 s of every child). Its graph and tensor file are read and checked here."""
+    """The dump folder ``path`` with its ``manifest`` already read and checked (by
+    ``load_dump_folder``, or by the process that started this one: an isolated replay's child
+    would otherwise import pydantic and the schema's models again, 0.15 s of every child). Its
+    tensor file is checked here."""
     path = Path(path)
     dump = Dump(path, manifest, DumpFolder(path, manifest))
     dump.check()

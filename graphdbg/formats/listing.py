@@ -228,9 +228,10 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
     Printed graphs are scanned for their manifest (``formats/scan.py``: one ``ast.parse``, no
     torch; ``show`` and ``replay`` read them in full), and a file the scan can't decide is read
     with the full reader (``full=True``: every file, for tests that compare the two); 48 files
-    or more are read in worker processes, one per usable core (``workers=N`` to choose). Manifests are kept in ``ls_cache`` (``cache=False``:
-    not), so a second listing of the same files reads none. ``progress(done, total)`` is
-    called as files are read.
+    or more are read in worker processes, one per usable core (``workers=N`` to choose).
+    Manifests, and the parses of run logs, are kept in ``ls_cache`` (``cache=False``: not), so a
+    second listing of the same files reads none. ``progress(done, total)`` is called as files
+    are read.
     """
     root = Path(path)
     if not root.exists():

@@ -118,20 +118,42 @@ class LsCache:
         return out
 
     def get(self, path: Path) -> tuple[dict[str, Any] | None, str | None] | None:
-        key = self.key(path)
+        return self._get(self.key(path))
+
+    def put(self, path: Path, manifest: dict[str, Any] | None, error: str | None) -> None:
+        self._put(self.key(path), manifest, error)
+
+    def get_log(self, path: Path, names: Iterable[str]) -> dict[str, Any] | None:
+        """A run log's parse (``RunLog.to_cache``) as kept for these graph names, if the log is
+        as it was then."""
+        hit = self._get(self._log_key(path, names))
+        return hit[0] if hit is not None else None
+
+    def put_log(self, path: Path, names: Iterable[str], data: dict[str, Any]) -> None:
+        self._put(self._log_key(path, names), data, None)
+
+    @staticmethod
+    def _log_key(path: Path, names: Iterable[str]) -> tuple[str, int, int] | None:
+        # a log's parse depends on the graph names it was read for (failures remember those it names)
+        key = LsCache.key(path)
+        if key is None:
+            return None
+        digest = hashlib.sha256("\n".join(sorted(set(names))).encode()).hexdigest()[:16]
+        return f"log:{key[0]}:{digest}", key[1], key[2]  # never a file's key: those are absolute paths
+
+    def _get(self, key: tuple[str, int, int] | None) -> tuple[dict[str, Any] | None, str | None] | None:
         if self.db is None or key is None:
             return None
         try:
             row = self.db.execute("select manifest, error from files_v1 where path=? and size=? and mtime=? and stamp=?",
                                   (*key, self.stamp)).fetchone()
-        except sqlite3.Error:
+            if row is None:
+                return None
+            return (json.loads(row[0]) if row[0] is not None else None), row[1]
+        except (sqlite3.Error, ValueError):  # a damaged cache is no cache
             return None
-        if row is None:
-            return None
-        return (json.loads(row[0]) if row[0] is not None else None), row[1]
 
-    def put(self, path: Path, manifest: dict[str, Any] | None, error: str | None) -> None:
-        key = self.key(path)
+    def _put(self, key: tuple[str, int, int] | None, manifest: dict[str, Any] | None, error: str | None) -> None:
         if self.db is None or key is None:
             return
         if time.time_ns() - key[2] < _RACY_NS:
@@ -143,37 +165,6 @@ class LsCache:
         self.pending.append((*key, self.stamp, text, error))
         if len(self.pending) >= 256:
             self.flush()
-
-    def get_log(self, path: Path, names: Iterable[str]) -> dict[str, Any] | None:
-        """A run log's parse (``RunLog.to_cache``) as kept for these graph names, if the log is
-        as it was then."""
-        key = self._log_key(path, names)
-        if self.db is None or key is None:
-            return None
-        try:
-            row = self.db.execute("select manifest from files_v1 where path=? and size=? and mtime=? and stamp=?",
-                                  (*key, self.stamp)).fetchone()
-            return json.loads(row[0]) if row is not None and row[0] is not None else None
-        except (sqlite3.Error, ValueError):
-            return None
-
-    def put_log(self, path: Path, names: Iterable[str], data: dict[str, Any]) -> None:
-        key = self._log_key(path, names)
-        if self.db is None or key is None or time.time_ns() - key[2] < _RACY_NS:
-            return
-        try:
-            self.pending.append((*key, self.stamp, json.dumps(data), None))
-        except (TypeError, ValueError):
-            return
-
-    @staticmethod
-    def _log_key(path: Path, names: Iterable[str]) -> tuple[str, int, int] | None:
-        # a log's parse depends on the graph names it was read for (failures remember those it names)
-        key = LsCache.key(path)
-        if key is None:
-            return None
-        digest = hashlib.sha256("\n".join(sorted(set(names))).encode()).hexdigest()[:16]
-        return f"log:{key[0]}:{digest}", key[1], key[2]  # never a file's key: those are absolute paths
 
     def flush(self) -> None:
         if self.db is None or not self.pending:

@@ -71,14 +71,13 @@ def check_tensor_file(path: str | os.PathLike) -> dict[str, dict]:
             continue
         spans.append((*_entry_span(path, name, entry, data_size), name))
     spans.sort()
-    for (start, end, name), (next_start, _, next_name) in zip(spans, spans[1:]):
-        if next_start < end:
-            raise DumpError(f"{path}: tensors {_short(name)} and {_short(next_name)} overlap")
-    at = 0
+    at, before = 0, None  # where the tensors so far end, and the last of them
     for start, end, name in spans:
-        if start != at:
+        if start < at:
+            raise DumpError(f"{path}: tensors {_short(before)} and {_short(name)} overlap")
+        if start > at:
             raise DumpError(f"{path}: tensor {_short(name)} starts at data byte {start}; the data before it ends at {at}")
-        at = end
+        at, before = end, name
     if at != data_size:
         raise DumpError(f"{path}: the tensors end at data byte {at}, the file's data has {data_size} bytes")
     return header

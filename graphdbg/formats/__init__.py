@@ -98,11 +98,14 @@ def reader_for(path: str | Path) -> Reader:
 
 
 def load(path: str | Path) -> "Dump":
-    """Read ``path`` with the reader that recognises it; its manifest checked by graphdbg.store.schema."""
-    from graphdbg.store.schema import validate_manifest  # this module loads without torch (fast CLI start); this brings torch in
+    """Read ``path`` with the reader that recognises it; its manifest checked by graphdbg.store.schema
+    (a dump folder's by ``read_manifest``, which remembers the bytes that passed: ``store/checked``)."""
+    reader = reader_for(path)
+    dump = reader.load(Path(path))
+    if reader.module != "graphdbg.formats.dump_folder":  # that reader checked it (read_manifest)
+        from graphdbg.store.schema import validate_manifest  # lazy: pydantic only where a manifest is checked
 
-    dump = reader_for(path).load(Path(path))
-    validate_manifest(dump.manifest, str(path))
+        validate_manifest(dump.manifest, str(path))
     return dump
 
 

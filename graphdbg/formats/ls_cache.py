@@ -23,18 +23,10 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from graphdbg._version import __version__
+from graphdbg.store.checked import CACHE_ENV, cache_dir  # noqa: F401 - CACHE_ENV: the name tests and docs use here
 
-CACHE_ENV = "GRAPHDBG_CACHE_DIR"
 _RACY_NS = 2_000_000_000  # files modified this recently are not cached (git's "racy" rule)
 _SCHEMA = "create table if not exists files_v1 (path text, size integer, mtime integer, stamp text, manifest text, error text, primary key (path))"
-
-
-def cache_dir() -> Path:
-    """``$GRAPHDBG_CACHE_DIR``, else ``$XDG_CACHE_HOME/graphdbg``, else ``~/.cache/graphdbg``."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "graphdbg"
 
 
 def code_stamp(graphs: bool = True) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from graphdbg.errors import DumpError
+from graphdbg.store.checked import remember, remembered
 from graphdbg.store.gate import read_inside, write_file
 
 SCHEMA = "graphdbg.dump"
@@ -35,10 +36,8 @@ def read_manifest(folder: Path) -> dict[str, Any]:
 
     The file is untrusted: its size and nesting are bounded before it is parsed, and every
     field graphdbg reads is type- and range-checked; a violation is a DumpError naming it.
+    Bytes that passed before come back from ``store/checked`` without pydantic.
     """
-    # this module loads without torch (fast CLI start); this brings torch in
-    from graphdbg.store.schema import MAX_MANIFEST_BYTES, load_manifest_text, validate_manifest
-
     path = folder / MANIFEST
     if not folder.is_dir():
         raise DumpError(f"{folder}: not a dump folder")
@@ -48,23 +47,36 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         raw = read_inside(folder, MANIFEST, max_bytes=MAX_MANIFEST_BYTES)
     except OSError as e:
         raise DumpError(f"{path}: cannot read the manifest ({type(e).__name__})") from None
-    data = load_manifest_text(raw, str(path))
+    known = remembered(raw)
+    if known is not None:
+        return known
+    manifest = check_manifest_bytes(raw, str(path))
+    remember(raw, manifest)
+    return manifest
+
+
+def check_manifest_bytes(raw: bytes | str, where: str) -> dict[str, Any]:
+    """A manifest file's bytes parsed (bounded) and checked, as every reader checks them."""
+    # lazy: pydantic and the schema's models (0.1 s) only where a manifest is checked
+    from graphdbg.store.schema import load_manifest_text, validate_manifest
+
+    data = load_manifest_text(raw, where)
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise DumpError(f"{path}: not a graphdbg manifest (schema is {_schema_of(data)})")
+        raise DumpError(f"{where}: not a graphdbg manifest (schema is {_schema_of(data)})")
     version = data.get("schema_version")
     if not isinstance(version, int) or isinstance(version, bool):
-        raise DumpError(f"{path}: manifest has no schema_version")
+        raise DumpError(f"{where}: manifest has no schema_version")
     if version > SCHEMA_VERSION:
         env = data.get("env")
         made_by = env.get("graphdbg") if isinstance(env, dict) and isinstance(env.get("graphdbg"), str) else None
         raise DumpError(
-            f"{path}: schema version {version} is newer than this graphdbg reads ({SCHEMA_VERSION}); "
+            f"{where}: schema version {version} is newer than this graphdbg reads ({SCHEMA_VERSION}); "
             f"written by graphdbg {(made_by or 'a newer graphdbg')[:40]}, upgrade graphdbg to read it"
         )
     for key in ("id", "graph", "inputs", "failure"):
         if key not in data:
-            raise DumpError(f"{path}: manifest lacks {key!r}")
-    return _nulls_as_absent(validate_manifest(data, str(path)))
+            raise DumpError(f"{where}: manifest lacks {key!r}")
+    return _nulls_as_absent(validate_manifest(data, where))
 
 
 def _nulls_as_absent(data: dict[str, Any]) -> dict[str, Any]:
@@ -88,16 +100,13 @@ def write_manifest(folder: Path, manifest: dict[str, Any], *, check: bool = True
     """Write ``manifest`` after checking it against the schema the readers use: a graphdbg bug
     fails here, at capture, instead of producing a dump graphdbg itself would refuse.
     ``check=False`` (the armed crash dump, written before every graph's first call and deleted
-    after it in all but a crash): the reader that loads it checks it, as it checks every dump."""
-    text = json.dumps(manifest, indent=1, default=str) + "\n"
-    if check:
-        # lazy: pydantic and the schema's models (0.1 s) only where a manifest is checked
-        from graphdbg.store.schema import load_manifest_text, validate_manifest
-
-        where = f"{folder / MANIFEST} (being written)"
-        validate_manifest(load_manifest_text(text, where), where)
-
-    write_file(folder / MANIFEST, text, create_parent=False)
+    after it in all but a crash): the reader that loads it checks it, as it checks every dump.
+    The check is the readers' own (``check_manifest_bytes``), and what passed is remembered."""
+    data = (json.dumps(manifest, indent=1, default=str) + "\n").encode()
+    checked = check_manifest_bytes(data, f"{folder / MANIFEST} (being written)") if check else None
+    write_file(folder / MANIFEST, data, create_parent=False)
+    if checked is not None:  # the first replay of a dump just written needn't check it again
+        remember(data, checked, timeout=0.2)
 
 
 def find_dumps(root: Path) -> list[Path]:

@@ -1,0 +1,123 @@
+"""Manifests that passed the schema check, remembered by their bytes, so that a dump read again
+(``replay`` after ``ls``, a second backend, ``bisect``, a replay right after capture wrote the
+dump) is not checked again: the check imports pydantic and builds the schema's models, about
+0.1 s of every command that reads a dump, a third of what ``replay`` adds to the run itself.
+
+    >>> remembered(raw)                    # the manifest as the check returned it, or None
+    >>> remember(raw, manifest)            # after the check passed
+
+An entry is keyed by the sha256 of the manifest file's bytes and a stamp of the code that
+checks them (graphdbg's version, the schema's and the reader's source files, pydantic's); its
+value is the manifest the check returned. Nothing that failed the check is remembered, and a
+file whose bytes differ by one bit is checked again. The cache is the user's own folder
+(``$GRAPHDBG_CACHE_DIR``, else ``~/.cache/graphdbg``, as ``ls``'s); one that can't be opened or
+written is no cache, and a damaged entry is a miss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from graphdbg._version import __version__
+
+CACHE_ENV = "GRAPHDBG_CACHE_DIR"
+MAX_REMEMBERED_BYTES = 4 << 20  # a larger manifest (node_info of a huge graph) is checked every time
+MAX_ENTRIES = 20_000
+_SCHEMA = "create table if not exists checked_v1 (sha text primary key, stamp text, manifest text)"
+
+
+def cache_dir() -> Path:
+    """``$GRAPHDBG_CACHE_DIR``, else ``$XDG_CACHE_HOME/graphdbg``, else ``~/.cache/graphdbg``."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "graphdbg"
+
+
+_STAMP: str | None = None
+
+
+def _stamp() -> str:
+    """What a check's verdict depends on besides the bytes: the checking code, by file."""
+    global _STAMP
+    if _STAMP is None:
+        here = Path(__file__).resolve().parent
+        parts = [__version__]
+        files = [here / name for name in ("schema.py", "manifest.py", "sizes.py", "checked.py")]
+        spec = importlib.util.find_spec("pydantic")  # found, not imported
+        if spec is not None and spec.origin:
+            files.append(Path(spec.origin).parent / "version.py")
+        for f in files:
+            try:
+                st = f.stat()
+                parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
+            except OSError:
+                parts.append(f"{f.name}:?")
+        _STAMP = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+    return _STAMP
+
+
+def _open(timeout: float) -> sqlite3.Connection | None:
+    try:
+        folder = cache_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(str(folder / "checked.sqlite"), timeout=timeout)
+        db.execute(_SCHEMA)
+        return db
+    except (OSError, sqlite3.Error):
+        return None
+
+
+def _key(raw: bytes | str) -> str | None:
+    data = raw.encode() if isinstance(raw, str) else raw
+    return hashlib.sha256(data).hexdigest() if len(data) <= MAX_REMEMBERED_BYTES else None
+
+
+def remembered(raw: bytes | str) -> dict[str, Any] | None:
+    """The manifest these exact bytes gave when they passed the check, or None."""
+    if os.environ.get("GRAPHDBG_NO_CHECK_CACHE"):
+        return None
+    sha = _key(raw)
+    db = _open(timeout=1) if sha is not None else None
+    if db is None:
+        return None
+    try:
+        row = db.execute("select manifest from checked_v1 where sha=? and stamp=?", (sha, _stamp())).fetchone()
+        value = json.loads(row[0]) if row is not None else None
+        return value if isinstance(value, dict) else None
+    except (sqlite3.Error, ValueError, TypeError):
+        return None  # a damaged cache is no cache
+    finally:
+        db.close()
+
+
+def remember(raw: bytes | str, manifest: dict[str, Any], *, timeout: float = 1) -> None:
+    """Keep ``manifest`` as what ``raw`` gave after passing the check. Never raises; a locked or
+    read-only cache is skipped (capture passes a short ``timeout``: a user's job never waits on it)."""
+    if os.environ.get("GRAPHDBG_NO_CHECK_CACHE"):
+        return
+    sha = _key(raw)
+    if sha is None:
+        return
+    try:
+        text = json.dumps(manifest)
+    except (TypeError, ValueError):
+        return
+    db = _open(timeout)
+    if db is None:
+        return
+    try:
+        db.execute("pragma synchronous=off")  # a lost entry is only a check paid again
+        with db:
+            db.execute("insert or replace into checked_v1 values (?, ?, ?)", (sha, _stamp(), text))
+            db.execute("delete from checked_v1 where rowid <= (select max(rowid) from checked_v1) - ?", (MAX_ENTRIES,))
+    except sqlite3.Error:
+        pass
+    finally:
+        db.close()

@@ -64,6 +64,14 @@ class Contents:
                 raise DumpError(f"{self.graph_file}: cannot read the graph ({type(e).__name__})") from e
         return self._text
 
+    def peek_text(self) -> str:
+        """``text()``, not kept after if it wasn't held before (``ls`` looks into thousands of files)."""
+        if self._text is not None:
+            return self._text
+        text = self.text()
+        self._text = None
+        return text
+
     def graph(self) -> PrintedGraph:
         # lazy: torch-free at import, so that ls reads manifests without torch (formats/listing.py)
         from graphdbg.graph.parser import parse_printed_graph

@@ -126,3 +126,36 @@ def test_the_schema_bounds_numel_as_specs_do():
     from graphdbg.store import schema, specs
 
     assert schema.MAX_NUMEL == specs.MAX_NUMEL
+
+
+def test_a_cached_listing_opens_no_cached_graph_and_still_sees_the_folder_change(tmp_path, cli, monkeypatch):
+    """A second ls takes the files the cache holds, unchanged, as printed graphs without looking
+    into them; a file that stopped being a graph, and a rank file added beside the others (the
+    world size), are seen at once."""
+    from graphdbg.formats import listing
+
+    monkeypatch.setenv("GRAPHDBG_CACHE_DIR", str(tmp_path / "cache"))
+    root = tmp_path / "corpus"
+    shutil.copytree(FIXTURES / "corpus", root)
+    old = time.time() - 60
+    files = sorted(root.rglob("*.py"))
+    for f in [*files, *root.rglob("*.txt")]:
+        os.utime(f, (old, old))
+    first = json.loads(cli("ls", root, "--json").out)
+    looked: list[Path] = []
+    real = listing.looks_like_printed_graph
+    monkeypatch.setattr(listing, "looks_like_printed_graph", lambda p: looked.append(p) or real(p))
+    assert json.loads(cli("ls", root, "--json").out) == first
+    assert looked == []  # every file came from the cache: none was opened to see what it is
+
+    program = files[0]
+    program.write_text("import os\nprint(os.getcwd())\n")  # no longer a printed graph
+    os.utime(program, (old + 1, old + 1))
+    folder = files[-1].parent
+    ranks = {r["rank"] for r in first["dumps"] if Path(r["path"]).parent == folder}
+    added = folder / f"rank{max(ranks) + 5}_0.py"
+    added.write_text(files[-1].read_text())  # a new rank's file
+    again = json.loads(cli("ls", root, "--json").out)
+    assert set(looked) == {program, added}  # only the files the cache doesn't hold as they are
+    assert str(program) not in {r["path"] for r in again["dumps"]}
+    assert {r["world_size"] for r in again["dumps"] if Path(r["path"]).parent == folder} == {max(ranks) + 6}

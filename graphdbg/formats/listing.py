@@ -31,13 +31,13 @@ from typing import Any, Callable, Iterator
 
 from graphdbg._version import __version__
 from graphdbg.backends.recipe import shown_backend
-from graphdbg.display import Displayed
+from graphdbg.display import Displayed, gc_paused
 from graphdbg.dump import Dump, is_failure
 from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.formats import load
 from graphdbg.formats.dump_folder import DumpFolder
 from graphdbg.formats.ls_cache import LsCache
-from graphdbg.formats.printed_file import printed_dump, scan_printed
+from graphdbg.formats.printed_file import RANK_FILE, printed_dump, scan_printed
 from graphdbg.formats.run_log import RunLog, attach_log, find_logs, read_log
 from graphdbg.formats.sniff import looks_like_printed_graph, may_be_torch_repro
 from graphdbg.judge.fatal_signal import resolve_crash
@@ -121,7 +121,10 @@ class Listing(Displayed):
                 "by_kind": by_kind, "unreadable": len(self.problems)}
 
     def to_json(self) -> dict[str, Any]:
+        with gc_paused():
+            return self._to_json()
 
+    def _to_json(self) -> dict[str, Any]:
         groups = self.groups
         return {
             "graphdbg": __version__,
@@ -236,9 +239,23 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
     root = Path(path)
     if not root.exists():
         raise GraphdbgError(f"{root}: no such file or folder")
+    with gc_paused():
+        return _list_dumps(root, log, progress=progress, cache=cache, workers=workers, full=full)
+
+
+def _list_dumps(root: Path, log: str | Path | None, *, progress: Progress | None, cache: bool, workers: int | None,
+                full: bool) -> Listing:
     listing = Listing(root)
     folders = find_dumps(root) if root.is_dir() else []
-    files, repros = graph_files(root)  # repros: PyTorch's minifier repro.py, Inductor's fx_graph_runnable.py
+    store = LsCache.open() if cache else None
+    try:
+        candidates = list(_python_files(root))
+        known = store.get_many(candidates) if store is not None else {}
+    finally:
+        if store is not None:
+            store.close()
+    # repros: PyTorch's minifier repro.py, Inductor's fx_graph_runnable.py
+    files, repros = _graphs_among(candidates, known)
     if not folders and not files and not repros and not root.is_dir():
         raise DumpError(f"{root}: no graphdbg dumps here")
     total = len(folders) + len(files) + len(repros)
@@ -258,7 +275,8 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
         step()
     dumps = listing.dumps
     foreign = []
-    for file, dump, error in read_printed_graphs(files, cache=cache, workers=workers, full=full):
+    for file, dump, error in read_printed_graphs(files, cache=cache, workers=workers, full=full, known=known,
+                                                 ranks=_ranks_by_folder(candidates) if root.is_dir() else None):
         if dump is not None:
             foreign.append(dump)
         else:
@@ -320,14 +338,17 @@ def _printed_manifest(path: Path, full: bool = False) -> tuple[Path, dict[str, A
         return path, None, str(e)
 
 
-def read_printed_graphs(files: list[Path], *, cache: bool = True, workers: int | None = None,
-                        full: bool = False) -> Iterator[tuple[Path, Dump | None, str | None]]:
+def read_printed_graphs(files: list[Path], *, cache: bool = True, workers: int | None = None, full: bool = False,
+                        known: dict[Path, tuple[dict[str, Any] | None, str | None]] | None = None,
+                        ranks: dict[Path, frozenset[int]] | None = None) -> Iterator[tuple[Path, Dump | None, str | None]]:
     """``(file, dump, None)`` or ``(file, None, error)`` for each file, in order, as they are read.
-    ``full``: every file through the full reader (fx), as before the scan (tests compare the two)."""
+    ``full``: every file through the full reader (fx), as before the scan (tests compare the two).
+    ``known``: what the cache held for them (looked up already); ``ranks``: the rank files' ranks
+    in each folder, from the walk that found them (else each folder is listed)."""
     if not files:
         return
     store = LsCache.open() if cache else None
-    known = store.get_many(files) if store is not None else {}
+    known = dict(known) if known is not None else (store.get_many(files) if store is not None else {})
     todo = [f for f in files if f not in known]
     fresh = _parse_all(todo, workers, full)
     try:
@@ -338,7 +359,8 @@ def read_printed_graphs(files: list[Path], *, cache: bool = True, workers: int |
                 _, manifest, error = next(fresh)
                 if store is not None:
                     store.put(f, manifest, error)
-            yield f, (printed_dump(f, manifest) if manifest is not None else None), error
+            dump = printed_dump(f, manifest, ranks.get(f.parent) if ranks is not None else None) if manifest is not None else None
+            yield f, dump, error
     finally:
         if store is not None:
             store.close()
@@ -518,14 +540,31 @@ def graph_files(root: Path) -> tuple[list[Path], list[Path]]:
     repros there (the minifier's ``repro.py``, Inductor's ``fx_graph_runnable.py`` from
     ``TORCH_COMPILE_DEBUG=1``), from one walk: a file that starts as a printed graph is not
     read again as a repro (that look reads up to 256 KiB)."""
+    return _graphs_among(list(_python_files(root)), {})
+
+
+def _graphs_among(paths: list[Path], known: dict[Path, Any]) -> tuple[list[Path], list[Path]]:
+    """``graph_files`` of walked ``paths``; those in ``known`` (the cache holds them as printed
+    graphs, unchanged since) are not looked at again."""
     graphs: list[Path] = []
     repros: list[Path] = []
-    for p in _python_files(root):
-        if looks_like_printed_graph(p):
+    for p in paths:
+        if p in known or looks_like_printed_graph(p):
             graphs.append(p)
         elif _is_torch_repro(p):
             repros.append(p)
     return graphs, repros
+
+
+def _ranks_by_folder(paths: list[Path]) -> dict[Path, frozenset[int]]:
+    """The ranks of the ``rank{R}_{G}.py`` files in each walked folder (a printed graph's world size)."""
+    found: dict[Path, set[int]] = {}
+    for p in paths:
+        m = RANK_FILE.match(p.name)
+        found.setdefault(p.parent, set())
+        if m:
+            found[p.parent].add(int(m[1]))
+    return {folder: frozenset(r) for folder, r in found.items()}
 
 
 def printed_graph_files(root: Path) -> list[Path]:

@@ -13,6 +13,7 @@ file) is no cache: ``ls`` reads the files, never fails for it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -32,8 +33,11 @@ _SCHEMA = "create table if not exists files_v1 (path text, size integer, mtime i
 def code_stamp(graphs: bool = True) -> str:
     """What a cached manifest depends on besides the file: the code that read it. ``graphs``:
     the manifests of printed graphs, which also depend on the registered op namespaces."""
+    return _code_stamp(graphs, os.environ.get("GRAPHDBG_OPS", ""))
 
 
+@functools.lru_cache(maxsize=8)  # once per process: the code doesn't change under a running listing
+def _code_stamp(graphs: bool, ops: str) -> str:
     package = Path(__file__).resolve().parent.parent
     parts = [__version__, "graphs" if graphs else "dumps"]
     try:
@@ -45,7 +49,7 @@ def code_stamp(graphs: bool = True) -> str:
             st = f.stat()
             parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
     if graphs:  # the user's op modules (--ops), as register_ops exports them for child processes
-        parts += sorted(m.strip() for m in os.environ.get("GRAPHDBG_OPS", "").split(",") if m.strip())
+        parts += sorted(m.strip() for m in ops.split(",") if m.strip())
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 

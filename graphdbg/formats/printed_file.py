@@ -23,7 +23,7 @@ from graphdbg.graph.source_text import readable_source
 from graphdbg.store.confined import read_regular
 from graphdbg.store.specs import SymSpec, TensorSpec
 
-_RANK_FILE = re.compile(r"rank(\d+)_\d+\.py$")
+RANK_FILE = re.compile(r"rank(\d+)_\d+\.py$")  # match() a file name
 MAX_BYTES = 64 << 20  # a printed graph of a real model is well under a MB; anything huge is not one
 FORMAT = "printed_graph"
 FAILURE_KIND = "printed_graph"
@@ -41,12 +41,13 @@ class PrintedFile(Contents):
         return self._text
 
 
-def printed_dump(path: Path, manifest: dict[str, Any]) -> Dump:
+def printed_dump(path: Path, manifest: dict[str, Any], ranks: frozenset[int] | None = None) -> Dump:
     """The Dump of a printed graph whose manifest was made before (``ls``'s cache, a worker);
-    the rank files beside it are counted again, since they may have changed."""
+    the rank files beside it are counted again, since they may have changed (``ranks``: theirs,
+    as a walk of the folder just found them)."""
     dist = manifest.get("dist") or {}
     if isinstance(dist.get("rank"), int):
-        dist["world_size"] = _world_size(path, dist["rank"])
+        dist["world_size"] = max([dist["rank"], *ranks]) + 1 if ranks is not None else _world_size(path, dist["rank"])
     return Dump(path, manifest, PrintedFile(path))
 
 
@@ -63,7 +64,7 @@ def _world_size(path: Path, rank: int) -> int:
 @functools.lru_cache(maxsize=64)
 def _folder_ranks(folder: str, mtime_ns: int) -> frozenset[int]:
     try:
-        return frozenset(int(m[1]) for name in os.listdir(folder) if (m := _RANK_FILE.match(name)))
+        return frozenset(int(m[1]) for name in os.listdir(folder) if (m := RANK_FILE.match(name)))
     except OSError:
         return frozenset()
 

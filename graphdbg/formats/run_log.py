@@ -601,7 +601,8 @@ def _by_construct(f: LogFailure, dumps: list[Any]) -> list[tuple[Any, str, bool]
     sources = {}
     for d in dumps:
         try:
-            sources[id(d)] = d.source
+            peek = getattr(getattr(d, "contents", None), "peek_text", None)  # not kept: ls holds thousands of dumps
+            sources[id(d)] = peek() if peek is not None else d.source
         except Exception:  # a file that can't be read again takes no part
             sources[id(d)] = ""
     held = {t: {i for i, s in sources.items() if t in s} for t in tokens}

@@ -16,6 +16,7 @@ from typing import Annotated, Callable, Iterator, Optional
 
 import typer
 
+from graphdbg.display import gc_paused
 from graphdbg.errors import GraphdbgError
 from graphdbg.ui.render import safe_console as Console  # gate: no markup read, control characters shown
 
@@ -87,9 +88,23 @@ def json_ready(value: object) -> object:
         >>> json_ready({"err": float("nan"), "shape": (2, 3)})
         {'err': None, 'shape': [2, 3]}
     """
+    kind = type(value)
+    if kind in _PLAIN or value is None:  # by exact type first: ls --json of 10,000 files is 300,000 values
+        return value
+    if kind is dict:
+        return {k if type(k) is str else str(k): v if type(v) in _PLAIN else json_ready(v) for k, v in value.items()}  # type: ignore[attr-defined]
+    if kind is list:
+        return [v if type(v) in _PLAIN else json_ready(v) for v in value]  # type: ignore[attr-defined]
+    return _json_ready_other(value)
+
+
+_PLAIN = frozenset({str, int, bool})
+
+
+def _json_ready_other(value: object) -> object:
     import math
 
-    if value is None or isinstance(value, (bool, str, int)):
+    if isinstance(value, (bool, str, int)):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
@@ -168,7 +183,8 @@ def _print_json(data: object, schema: str | None = None) -> None:
         from graphdbg._version import __version__
 
         data = {"graphdbg": __version__, "schema": schema, **{k: v for k, v in data.items() if k not in ("graphdbg", "schema")}}
-    sys.stdout.write(json.dumps(json_ready(data), indent=1, allow_nan=False) + "\n")
+    with gc_paused():
+        sys.stdout.write(json.dumps(json_ready(data), indent=1, allow_nan=False) + "\n")
 
 
 def _must_exist(path: Path) -> None:

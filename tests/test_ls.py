@@ -145,6 +145,8 @@ def test_a_cached_listing_opens_no_cached_graph_and_still_sees_the_folder_change
     looked: list[Path] = []
     real = listing.looks_like_printed_graph
     monkeypatch.setattr(listing, "looks_like_printed_graph", lambda p: looked.append(p) or real(p))
+    (root / "notes.md").write_text("not a graph\n")  # the folder changed: not the listing kept whole (ls_report)
+    os.utime(root / "notes.md", (old, old))
     assert json.loads(cli("ls", root, "--json").out) == first
     assert looked == []  # every file came from the cache: none was opened to see what it is
 
@@ -159,3 +161,42 @@ def test_a_cached_listing_opens_no_cached_graph_and_still_sees_the_folder_change
     assert set(looked) == {program, added}  # only the files the cache doesn't hold as they are
     assert str(program) not in {r["path"] for r in again["dumps"]}
     assert {r["world_size"] for r in again["dumps"] if Path(r["path"]).parent == folder} == {max(ranks) + 6}
+
+
+def test_a_folder_listed_before_comes_back_whole_until_a_file_under_it_changes(tmp_path, monkeypatch):
+    """ls_report keeps the listing's text for a folder whose files are all as they were: the
+    same text, without reading a graph; any change under the folder (a log edited, a file
+    touched) makes it again; options are listings of their own; a file written just now keeps
+    nothing (a same-size rewrite within the clock's tick would look unchanged)."""
+    from graphdbg.formats import listing as module
+    from graphdbg.formats.ls_report import ls_report
+
+    monkeypatch.setenv("GRAPHDBG_CACHE_DIR", str(tmp_path / "cache"))
+    root = _folder(tmp_path)
+    old = time.time() - 60
+    for f in root.rglob("*"):
+        if f.is_file():
+            os.utime(f, (old, old))
+    first = ls_report(root)
+    assert not first.cached and first.data["summary"]["files"] > 10
+
+    read: list[Path] = []
+    real = module.list_dumps
+    monkeypatch.setattr(module, "list_dumps", lambda *a, **k: read.append(a[0]) or real(*a, **k))
+    second = ls_report(root)
+    assert second.cached and second.text == first.text and read == []
+    assert second.data == json.loads(first.text) and second.problems == first.problems == []
+    accuracy = ls_report(root, kind="accuracy")  # another question about the same folder: its own listing
+    assert not accuracy.cached and 0 < accuracy.data["summary"]["files"] < first.data["summary"]["files"]
+    assert ls_report(root, kind="accuracy").cached and ls_report(root).cached and len(read) == 1
+
+    log = next(root.rglob("log.txt"))
+    log.write_text(log.read_text() + "\n")  # a run log edited: every listing of the folder is made again
+    os.utime(log, (old + 1, old + 1))
+    edited = ls_report(root)
+    assert not edited.cached and len(read) == 2
+    assert ls_report(root).cached and not ls_report(root, kind="accuracy").cached
+
+    (root / "corpus" / "new.txt").write_text("x")  # just written: listed afresh and not kept
+    assert not ls_report(root).cached and not ls_report(root).cached
+    assert not ls_report(root, cache=False).cached

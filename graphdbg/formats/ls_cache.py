@@ -26,7 +26,8 @@ from typing import Any, Iterable
 from graphdbg._version import __version__
 from graphdbg.store.checked import CACHE_ENV, cache_dir  # noqa: F401 - CACHE_ENV: the name tests and docs use here
 
-_RACY_NS = 2_000_000_000  # files modified this recently are not cached (git's "racy" rule)
+RACY_NS = 2_000_000_000  # files modified this recently are not cached (git's "racy" rule)
+_LISTINGS = "create table if not exists listings_v1 (slot text primary key, signature text, text text, problems text)"
 _SCHEMA = "create table if not exists files_v1 (path text, size integer, mtime integer, stamp text, manifest text, error text, primary key (path))"
 
 
@@ -66,6 +67,7 @@ class LsCache:
             folder.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(str(folder / "ls.sqlite"), timeout=5)
             db.execute(_SCHEMA)
+            db.execute(_LISTINGS)
             return cls(db, stamp)
         except (OSError, sqlite3.Error):
             return cls(None, stamp)
@@ -152,7 +154,7 @@ class LsCache:
     def _put(self, key: tuple[str, int, int] | None, manifest: dict[str, Any] | None, error: str | None) -> None:
         if self.db is None or key is None:
             return
-        if time.time_ns() - key[2] < _RACY_NS:
+        if time.time_ns() - key[2] < RACY_NS:
             return  # written just now: a rewrite of the same size within the clock's tick would look the same
         try:
             text = json.dumps(manifest) if manifest is not None else None
@@ -161,6 +163,30 @@ class LsCache:
         self.pending.append((*key, self.stamp, text, error))
         if len(self.pending) >= 256:
             self.flush()
+
+    def get_listing(self, slot: str, signature: str) -> tuple[str, list[dict[str, Any]]] | None:
+        """A whole listing's text and its problems (``ls_report``), if it was made of the same
+        files as now."""
+        if self.db is None:
+            return None
+        try:
+            row = self.db.execute("select text, problems from listings_v1 where slot=? and signature=?", (slot, signature)).fetchone()
+            problems = json.loads(row[1]) if row is not None else None
+        except (sqlite3.Error, ValueError, TypeError):
+            return None
+        if row is None or not isinstance(row[0], str) or not isinstance(problems, list):
+            return None
+        return row[0], problems
+
+    def put_listing(self, slot: str, signature: str, text: str, problems: list[dict[str, Any]]) -> None:
+        """Keep a listing's text for its folder and options (``slot``): one per slot, the last made."""
+        if self.db is None:
+            return
+        try:
+            with self.db:
+                self.db.execute("insert or replace into listings_v1 values (?, ?, ?, ?)", (slot, signature, text, json.dumps(problems)))
+        except (sqlite3.Error, TypeError, ValueError):
+            pass
 
     def flush(self) -> None:
         if self.db is None or not self.pending:

@@ -63,12 +63,23 @@ def _stamp() -> str:
     return _STAMP
 
 
+_DB: tuple[int, str, sqlite3.Connection] | None = None  # (pid, file, connection): one per process and cache folder
+
+
 def _open(timeout: float) -> sqlite3.Connection | None:
+    """This process's connection to the cache (``ls`` of 100 dump folders reads 100 manifests:
+    one connection, not one each); None where there is no cache to be had."""
+    global _DB
     try:
-        folder = cache_dir()
-        folder.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(str(folder / "checked.sqlite"), timeout=timeout)
+        where = str(cache_dir() / "checked.sqlite")
+        if _DB is not None and _DB[0] == os.getpid() and _DB[1] == where:
+            _DB[2].execute(f"pragma busy_timeout={int(timeout * 1000)}")
+            return _DB[2]
+        os.makedirs(os.path.dirname(where), exist_ok=True)
+        db = sqlite3.connect(where, timeout=timeout, check_same_thread=False)
         db.execute(_SCHEMA)
+        db.execute("pragma synchronous=off")  # a lost entry is only a check paid again
+        _DB = (os.getpid(), where, db)
         return db
     except (OSError, sqlite3.Error):
         return None
@@ -93,8 +104,6 @@ def remembered(raw: bytes | str) -> dict[str, Any] | None:
         return value if isinstance(value, dict) else None
     except (sqlite3.Error, ValueError, TypeError):
         return None  # a damaged cache is no cache
-    finally:
-        db.close()
 
 
 def remember(raw: bytes | str, manifest: dict[str, Any], *, timeout: float = 1) -> None:
@@ -113,11 +122,8 @@ def remember(raw: bytes | str, manifest: dict[str, Any], *, timeout: float = 1) 
     if db is None:
         return
     try:
-        db.execute("pragma synchronous=off")  # a lost entry is only a check paid again
         with db:
             db.execute("insert or replace into checked_v1 values (?, ?, ?)", (sha, _stamp(), text))
             db.execute("delete from checked_v1 where rowid <= (select max(rowid) from checked_v1) - ?", (MAX_ENTRIES,))
     except sqlite3.Error:
         pass
-    finally:
-        db.close()

@@ -7,7 +7,6 @@ was reproduced (replay), 2 the input could not be used (one line on stderr says 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import time
@@ -16,8 +15,8 @@ from typing import Annotated, Callable, Iterator, Optional
 
 import typer
 
-from graphdbg.display import gc_paused
 from graphdbg.errors import GraphdbgError
+from graphdbg.strict_json import json_ready, json_text  # noqa: F401 - json_ready: used below and by callers of the CLI module
 from graphdbg.ui.render import safe_console as Console  # gate: no markup read, control characters shown
 
 # Each command imports the layers it uses inside its function: this module loads without torch,
@@ -81,45 +80,6 @@ def _inputs_setup(ops: str | None, seed: int | None = None) -> None:
         os.environ["GRAPHDBG_SEED"] = str(seed)
 
 
-def json_ready(value: object) -> object:
-    """``value`` with only strict-JSON types: non-finite floats and pandas/numpy missing values
-    become None, numpy scalars and arrays plain Python, paths and anything else strings.
-
-        >>> json_ready({"err": float("nan"), "shape": (2, 3)})
-        {'err': None, 'shape': [2, 3]}
-    """
-    kind = type(value)
-    if kind in _PLAIN or value is None:  # by exact type first: ls --json of 10,000 files is 300,000 values
-        return value
-    if kind is dict:
-        return {k if type(k) is str else str(k): v if type(v) in _PLAIN else json_ready(v) for k, v in value.items()}  # type: ignore[attr-defined]
-    if kind is list:
-        return [v if type(v) in _PLAIN else json_ready(v) for v in value]  # type: ignore[attr-defined]
-    return _json_ready_other(value)
-
-
-_PLAIN = frozenset({str, int, bool})
-
-
-def _json_ready_other(value: object) -> object:
-    import math
-
-    if isinstance(value, (bool, str, int)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [json_ready(v) for v in value]
-    tolist = getattr(value, "tolist", None)  # numpy scalars and arrays, without importing numpy
-    if callable(tolist) and type(value).__module__ == "numpy":
-        return json_ready(tolist())
-    if type(value).__name__ in ("NAType", "NaTType"):  # pandas.NA, pandas.NaT
-        return None
-    return str(value)
-
-
 def _err_console() -> Console:
     return Console(stderr=True)
 
@@ -177,14 +137,8 @@ def _line_progress(name: str, every_s: float = 5.0) -> Callable[[int, Optional[i
 
 
 def _print_json(data: object, schema: str | None = None) -> None:
-    """The one JSON writer of every ``--json``: strict (``null``, never ``NaN``). An object
-    output also says which graphdbg wrote it and its ``schema`` (``graphdbg schema NAME``)."""
-    if schema is not None and isinstance(data, dict):
-        from graphdbg._version import __version__
-
-        data = {"graphdbg": __version__, "schema": schema, **{k: v for k, v in data.items() if k not in ("graphdbg", "schema")}}
-    with gc_paused():
-        sys.stdout.write(json.dumps(json_ready(data), indent=1, allow_nan=False) + "\n")
+    """The one JSON writer of every ``--json`` (``graphdbg.strict_json``)."""
+    sys.stdout.write(json_text(data, schema))
 
 
 def _must_exist(path: Path) -> None:
@@ -233,31 +187,32 @@ def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps o
     """List dumps under PATH, failures first; identical failures on several ranks are one row.
 
     Files that can't be read are listed as problems (exit 0; --strict: exit 2)."""
-    from graphdbg.formats.listing import list_dumps
+    from graphdbg.formats.ls_report import ls_report
     from graphdbg.ui.render import ListingProgress, ListingView
 
     _must_exist(path)
     _inputs_setup(ops)
     progress = ListingProgress(_err_console())
     try:
-        listing = list_dumps(path, log=log, progress=None if as_json else progress, cache=not no_cache).select(failed, kind)
+        report = ls_report(path, log=log, failed=failed, kind=kind, cache=not no_cache, progress=None if as_json else progress)
     finally:
         progress.close()
-    if not listing.dumps and not listing.problems and not as_json:
-        console.print(f"no dumps under {listing.root}" + (" (none match the filter)" if failed or kind else ""),
+    data = report.data if not as_json else None
+    if as_json:
+        sys.stdout.write(report.text)
+    elif not data["dumps"] and not data["problems"]:
+        console.print(f"no dumps under {data['root']}" + (" (none match the filter)" if failed or kind else ""),
                       highlight=False, soft_wrap=True)
-    elif as_json:
-        _print_json(listing.to_json(), "ls")
     else:
-        console.print(ListingView(listing.groups, str(listing.root), len(listing.problems)), crop=False,
+        console.print(ListingView(data["groups"], data["root"], len(data["problems"])), crop=False,
                       soft_wrap=not console.is_terminal)  # piped: whole lines, for grep
-        if listing.logs:
+        if data.get("logs"):
             from graphdbg.ui.render import log_notes
 
-            console.print(log_notes(listing.logs, str(listing.root)), soft_wrap=not console.is_terminal)
-    for p in listing.problems:
+            console.print(log_notes(data["logs"], data["root"]), soft_wrap=not console.is_terminal)
+    for p in report.problems:
         _note(f"graphdbg: unreadable: {p['error']}")
-    if listing.problems and strict:
+    if report.problems and strict:
         raise typer.Exit(2)
 
 

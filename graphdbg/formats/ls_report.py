@@ -1,0 +1,132 @@
+"""``graphdbg ls``'s answer for a folder, kept whole: when every file under the folder is as it
+was when the folder was last listed (the same names, sizes and mtimes, the same graphdbg, torch
+and ``--ops``, the same options), the listing's JSON text comes back from one row of ``ls_cache``'s
+database, and nothing is read but the folder's entries. A change anywhere under the folder (a
+new rank file, an edited log, a dump being written) and the listing is made again, from
+``ls_cache``'s per-file entries where those still hold.
+
+    >>> report = ls_report("corpus/")
+    >>> report.text[:40]             # exactly what `graphdbg ls --json corpus/` prints
+    '{\\n "graphdbg": "0.1.0",\\n "schema": "ls",'
+    >>> report.data["groups"][0]["ranks"]    # the same, parsed (the table view)
+    [0, 1, 2, 3]
+
+A listing is not kept when a file under the folder changed within the last two seconds (a
+rewrite of the same size within the clock's tick would look the same), when it holds a crash
+dump (an armed dump is rewritten when its process dies), or for a single file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+
+from graphdbg.errors import GraphdbgError
+from graphdbg.formats.ls_cache import RACY_NS, LsCache, code_stamp
+from graphdbg.strict_json import output_ready, text_of
+
+if TYPE_CHECKING:
+    from graphdbg.formats.listing import Progress
+
+
+@dataclass
+class LsReport:
+    """What ``ls`` shows: ``text`` (its ``--json`` output), ``data`` (that text parsed) and
+    ``problems`` (the files that could not be read); ``cached``: it came whole from the cache."""
+    text: str
+    problems: list[dict[str, Any]]
+    cached: bool = False
+    _data: Any = field(default=None, repr=False)
+
+    @property
+    def data(self) -> dict[str, Any]:
+        if self._data is None:
+            self._data = json.loads(self.text)
+        return self._data
+
+
+def ls_report(path: str | Path, log: str | Path | None = None, *, failed: bool = False, kind: str | None = None,
+              cache: bool = True, progress: Progress | None = None) -> LsReport:
+    """``list_dumps(path, log).select(failed, kind)`` as ``ls`` prints it, kept whole in the cache
+    for a folder whose files don't change (``cache=False``: made afresh, nothing kept)."""
+    root = Path(path)
+    if not root.exists():
+        raise GraphdbgError(f"{root}: no such file or folder")
+    key = _key(root, log, failed, kind) if cache and root.is_dir() else None
+    store = LsCache.open() if key is not None else None
+    try:
+        if store is not None and key is not None:
+            hit = store.get_listing(*key)
+            if hit is not None:
+                return LsReport(hit[0], hit[1], cached=True)
+        from graphdbg.formats import listing as listing_module  # lazy: the readers, only when the listing is made
+
+        listing = listing_module.list_dumps(root, log=log, progress=progress, cache=cache).select(failed, kind)
+        data = output_ready(listing.to_json(), "ls")
+        text = text_of(data)
+        problems = data["problems"]  # type: ignore[index]
+        if store is not None and key is not None and not any(d.failure_kind == "crash" for d in listing.dumps):
+            store.put_listing(*key, text, problems)
+        return LsReport(text, problems, cached=False, _data=data)
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _key(root: Path, log: str | Path | None, failed: bool, kind: str | None) -> tuple[str, str] | None:
+    """``(slot, signature)``: which listing (folder, options, code) and of which files; None when a
+    file changed too recently to tell a rewrite from no change."""
+    log_stat = None
+    if log is not None:
+        try:
+            st = os.stat(log)
+            log_stat = [str(Path(log).resolve()), st.st_size, st.st_mtime_ns]
+        except OSError:
+            log_stat = [str(log), None, None]
+    options = json.dumps([str(root), str(root.resolve()), str(log) if log is not None else None, failed, kind,
+                          code_stamp(True), code_stamp(False)])
+    newest = 0
+    h = hashlib.sha256(options.encode())
+    h.update(json.dumps(log_stat).encode())
+    for name, size, mtime in sorted(_files(root)):
+        h.update(f"{name}\0{size}\0{mtime}\n".encode("utf-8", "surrogateescape"))
+        newest = max(newest, mtime)
+    if log_stat is not None and isinstance(log_stat[2], int):
+        newest = max(newest, log_stat[2])
+    if time.time_ns() - newest < RACY_NS:
+        return None
+    return hashlib.sha256(options.encode()).hexdigest(), h.hexdigest()
+
+
+def _files(root: Path) -> Iterator[tuple[str, int, int]]:
+    """``(path below root, size, mtime)`` of every file under ``root``, hidden ones and those in
+    dump folders too, through links to folders (as the readers follow them), each folder once."""
+    seen: set[tuple[int, int]] = set()
+    stack = [(str(root), "")]
+    while stack:
+        folder, rel = stack.pop()
+        try:
+            st = os.stat(folder)
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            entries = list(os.scandir(folder))
+        except OSError:
+            yield rel + "/", -1, 0  # a folder that can't be read: its state is part of the listing
+            continue
+        for e in entries:
+            name = f"{rel}/{e.name}" if rel else e.name
+            try:
+                if e.is_dir():
+                    stack.append((e.path, name))
+                    continue
+                st = e.stat()
+            except OSError:
+                yield name, -1, 0  # a dangling link
+                continue
+            yield name, st.st_size, st.st_mtime_ns

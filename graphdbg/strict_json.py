@@ -8,6 +8,7 @@ object output says which graphdbg wrote it and its ``schema`` (``graphdbg schema
 from __future__ import annotations
 
 import json
+import math
 
 from graphdbg._version import __version__
 from graphdbg.display import gc_paused
@@ -54,8 +55,6 @@ _PLAIN = frozenset({str, int, bool})
 
 
 def _json_ready_other(value: object) -> object:
-    import math
-
     if isinstance(value, (bool, str, int)):
         return value
     if isinstance(value, float):

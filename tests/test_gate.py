@@ -355,6 +355,7 @@ OWN_FILES = {
     "ui/cli.py": "/proc/<pid>/stat of its own children",
     "formats/ls_cache.py": "ls's own sqlite cache in GRAPHDBG_CACHE_DIR (LsCache.open), never a dump's file",
     "formats/listing.py": "LsCache.open: ls's own cache (the dumps it lists are read through the gate)",
+    "formats/ls_report.py": "LsCache.open: ls's own cache (whole listings' text), never a dump's file",
     "replay/sandbox.py": "/proc/meminfo, the sandbox note in its own request folder, O_PATH of folders it allows",
     "minify/self_check.py": "its own temporary folder (the shadow graphdbg package)",
     "formats/names_table.py": "graphdbg's own names_table.json and its own sources (the table's stamp), never a dump's file",

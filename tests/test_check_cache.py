@@ -89,3 +89,10 @@ def test_a_damaged_cache_is_no_cache(tmp_path):
     (cache / "checked.sqlite").write_bytes(b"not a database" * 100)
     assert _load_in_child(FIXTURE, cache) == (FIXTURE.name, True)
     assert _load_in_child(FIXTURE, cache) == (FIXTURE.name, True)  # still checked every time, still loads
+
+
+def test_the_check_cache_can_be_turned_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHDBG_NO_CHECK_CACHE", "1")
+    cache = tmp_path / "cache"
+    assert _load_in_child(FIXTURE, cache) == (FIXTURE.name, True)
+    assert _load_in_child(FIXTURE, cache) == (FIXTURE.name, True)  # checked again: nothing was kept

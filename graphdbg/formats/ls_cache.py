@@ -99,20 +99,23 @@ class LsCache:
                 named[os.path.join(folders[f.parent], f.name)] = f
             top = os.path.commonpath(list(folders.values()))
             rows = self.db.execute("select path, size, mtime, manifest, error from files_v1 where stamp=? and path >= ? and path < ?",
-                                   (self.stamp, top, top + "\U0010ffff")).fetchall()
+                                   (self.stamp, top, top + "\U0010ffff"))  # a cursor: rows are read as used
         except (OSError, ValueError, sqlite3.Error):
             return {}
         out = {}
-        for where, size, mtime, manifest, error in rows:
-            f = named.get(where)
-            if f is None:
-                continue
-            try:
-                st = os.stat(f)
-            except OSError:
-                continue
-            if st.st_size == size and st.st_mtime_ns == mtime:
-                out[f] = (json.loads(manifest) if manifest is not None else None), error
+        try:
+            for where, size, mtime, manifest, error in rows:
+                f = named.get(where)
+                if f is None:
+                    continue
+                try:
+                    st = os.stat(f)
+                except OSError:
+                    continue
+                if st.st_size == size and st.st_mtime_ns == mtime:
+                    out[f] = (json.loads(manifest) if manifest is not None else None), error
+        except (sqlite3.Error, ValueError):  # a damaged cache: what was read stands, the rest is read again
+            pass
         return out
 
     def get(self, path: Path) -> tuple[dict[str, Any] | None, str | None] | None:

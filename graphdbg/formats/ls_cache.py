@@ -46,7 +46,7 @@ def _code_stamp(graphs: bool, ops: str) -> str:
     except PackageNotFoundError:  # pragma: no cover - torch is a dependency
         pass
     for sub in ("graph", "formats", "rebuild", "store"):
-        for f in sorted((package / sub).glob("*.py")):
+        for f in sorted([*(package / sub).glob("*.py"), *(package / sub).glob("*.json")]):  # names_table.json too
             st = f.stat()
             parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
     if graphs:  # the user's op modules (--ops), as register_ops exports them for child processes

@@ -21,6 +21,7 @@ import importlib.util
 import json
 import os
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,7 @@ def _stamp() -> str:
 
 
 _DB: tuple[int, str, sqlite3.Connection] | None = None  # (pid, file, connection): one per process and cache folder
+_LOCK = threading.Lock()  # capture may write dumps from several threads
 
 
 def _open(timeout: float) -> sqlite3.Connection | None:
@@ -95,15 +97,18 @@ def remembered(raw: bytes | str) -> dict[str, Any] | None:
     if os.environ.get("GRAPHDBG_NO_CHECK_CACHE"):
         return None
     sha = _key(raw)
-    db = _open(timeout=1) if sha is not None else None
-    if db is None:
+    if sha is None:
         return None
-    try:
-        row = db.execute("select manifest from checked_v1 where sha=? and stamp=?", (sha, _stamp())).fetchone()
-        value = json.loads(row[0]) if row is not None else None
-        return value if isinstance(value, dict) else None
-    except (sqlite3.Error, ValueError, TypeError):
-        return None  # a damaged cache is no cache
+    with _LOCK:
+        db = _open(timeout=1)
+        if db is None:
+            return None
+        try:
+            row = db.execute("select manifest from checked_v1 where sha=? and stamp=?", (sha, _stamp())).fetchone()
+            value = json.loads(row[0]) if row is not None else None
+            return value if isinstance(value, dict) else None
+        except (sqlite3.Error, ValueError, TypeError):
+            return None  # a damaged cache is no cache
 
 
 def remember(raw: bytes | str, manifest: dict[str, Any], *, timeout: float = 1) -> None:
@@ -118,12 +123,13 @@ def remember(raw: bytes | str, manifest: dict[str, Any], *, timeout: float = 1) 
         text = json.dumps(manifest)
     except (TypeError, ValueError):
         return
-    db = _open(timeout)
-    if db is None:
-        return
-    try:
-        with db:
-            db.execute("insert or replace into checked_v1 values (?, ?, ?)", (sha, _stamp(), text))
-            db.execute("delete from checked_v1 where rowid <= (select max(rowid) from checked_v1) - ?", (MAX_ENTRIES,))
-    except sqlite3.Error:
-        pass
+    with _LOCK:
+        db = _open(timeout)
+        if db is None:
+            return
+        try:
+            with db:
+                db.execute("insert or replace into checked_v1 values (?, ?, ?)", (sha, _stamp(), text))
+                db.execute("delete from checked_v1 where rowid <= (select max(rowid) from checked_v1) - ?", (MAX_ENTRIES,))
+        except sqlite3.Error:
+            pass

@@ -16,7 +16,7 @@ from typing import Annotated, Callable, Iterator, Optional
 import typer
 
 from graphdbg.errors import GraphdbgError
-from graphdbg.strict_json import json_ready, json_text  # noqa: F401 - json_ready: used below and by callers of the CLI module
+from graphdbg.strict_json import json_text
 from graphdbg.ui.render import safe_console as Console  # gate: no markup read, control characters shown
 
 # Each command imports the layers it uses inside its function: this module loads without torch,
@@ -197,13 +197,13 @@ def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps o
         report = ls_report(path, log=log, failed=failed, kind=kind, cache=not no_cache, progress=None if as_json else progress)
     finally:
         progress.close()
-    data = report.data if not as_json else None
     if as_json:
-        sys.stdout.write(report.text)
-    elif not data["dumps"] and not data["problems"]:
-        console.print(f"no dumps under {data['root']}" + (" (none match the filter)" if failed or kind else ""),
+        sys.stdout.write(report.text)  # made by the one --json writer (strict_json), perhaps on an earlier run
+    elif not report.data["dumps"] and not report.problems:
+        console.print(f"no dumps under {report.data['root']}" + (" (none match the filter)" if failed or kind else ""),
                       highlight=False, soft_wrap=True)
     else:
+        data = report.data
         console.print(ListingView(data["groups"], data["root"], len(data["problems"])), crop=False,
                       soft_wrap=not console.is_terminal)  # piped: whole lines, for grep
         if data.get("logs"):

@@ -353,7 +353,7 @@ OWN_FILES = {
     "rebuild/memory_budget.py": "/proc/meminfo",
     "minify/repro.py": "inside the generated repro.py (runs in the user's own process)",
     "ui/cli.py": "/proc/<pid>/stat of its own children",
-    "formats/ls_cache.py": "ls's own sqlite cache in GRAPHDBG_CACHE_DIR (LsCache.open), never a dump's file",
+    "formats/ls_cache.py": "ls's own sqlite cache in GRAPHDBG_CACHE_DIR (LsCache.open) and the installed torch's version.py, never a dump's file",
     "formats/listing.py": "LsCache.open: ls's own cache (the dumps it lists are read through the gate)",
     "formats/ls_report.py": "LsCache.open: ls's own cache (whole listings' text), never a dump's file",
     "replay/sandbox.py": "/proc/meminfo, the sandbox note in its own request folder, O_PATH of folders it allows",

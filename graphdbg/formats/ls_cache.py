@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import json
 import os
+import re
 import sqlite3
 import time
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -41,10 +42,7 @@ def code_stamp(graphs: bool = True) -> str:
 def _code_stamp(graphs: bool, ops: str) -> str:
     package = Path(__file__).resolve().parent.parent
     parts = [__version__, "graphs" if graphs else "dumps"]
-    try:
-        parts.append(version("torch"))  # not `import torch`: listing dump folders doesn't need it
-    except PackageNotFoundError:  # pragma: no cover - torch is a dependency
-        pass
+    parts.append(torch_version())
     for sub in ("graph", "formats", "rebuild", "store"):
         for f in sorted([*(package / sub).glob("*.py"), *(package / sub).glob("*.json")]):  # names_table.json too
             st = f.stat()
@@ -52,6 +50,26 @@ def _code_stamp(graphs: bool, ops: str) -> str:
     if graphs:  # the user's op modules (--ops), as register_ops exports them for child processes
         parts += sorted(m.strip() for m in ops.split(",") if m.strip())
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def torch_version() -> str:
+    """The installed torch's version without importing torch (2 s) or ``importlib.metadata``
+    (0.04 s, a third of a cached ``ls``): its ``torch/version.py``, read as text."""
+    try:
+        spec = importlib.util.find_spec("torch")
+        if spec is not None and spec.origin:
+            text = (Path(spec.origin).parent / "version.py").read_text(errors="replace")[:4096]
+            m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+            if m:
+                return m[1]
+    except (OSError, ImportError, ValueError):
+        pass
+    try:
+        from importlib.metadata import PackageNotFoundError, version  # lazy: only where version.py didn't say
+
+        return version("torch")
+    except PackageNotFoundError:  # pragma: no cover - torch is a dependency
+        return "?"
 
 
 class LsCache:

@@ -82,3 +82,13 @@ def test_a_first_ls_of_printed_graphs_and_dumps_imports_no_torch(tmp_path):
     assert all(r.stderr.strip().endswith("torch imported: False 0") for r in runs), runs
     first, again = (json.loads(r.stdout) for r in runs)
     assert first == again and len(first["dumps"]) == len(printed_graph_files(root))
+
+
+def test_torch_version_read_as_text_is_the_installed_one():
+    """The caches' and the names table's stamps read torch's version from its version.py (no
+    importlib.metadata lookup, 0.04 s): the same string the package metadata gives."""
+    from importlib.metadata import version
+
+    from graphdbg.formats.ls_cache import torch_version
+
+    assert torch_version() == version("torch")

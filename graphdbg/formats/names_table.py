@@ -26,9 +26,10 @@ import hashlib
 import json
 import os
 import re
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
+
+from graphdbg.formats.ls_cache import torch_version
 
 TABLE = Path(__file__).with_name("names_table.json")
 OPS_ENV = "GRAPHDBG_OPS"  # as graph/allow_list.OPS_ENV: registered op modules change what resolves
@@ -39,14 +40,11 @@ _JUDGES = ("graph/allow_list.py", "graph/parser.py", "rebuild/stand_ins.py", "fo
 
 def source_stamp() -> str:
     """The installed torch's version and a hash of the sources that judge names."""
-    try:
-        torch_version = version("torch")
-    except PackageNotFoundError:  # pragma: no cover - torch is a dependency
-        torch_version = "?"
-    h = hashlib.sha256(torch_version.encode())
+    installed = torch_version()
+    h = hashlib.sha256(installed.encode())
     for rel in _JUDGES:
         h.update((_PACKAGE / rel).read_bytes())
-    return f"{torch_version}:{h.hexdigest()[:16]}"
+    return f"{installed}:{h.hexdigest()[:16]}"
 
 
 @functools.lru_cache(maxsize=1)

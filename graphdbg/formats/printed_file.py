@@ -47,17 +47,19 @@ def printed_dump(path: Path, manifest: dict[str, Any], ranks: frozenset[int] | N
     as a walk of the folder just found them)."""
     dist = manifest.get("dist") or {}
     if isinstance(dist.get("rank"), int):
-        dist["world_size"] = max([dist["rank"], *ranks]) + 1 if ranks is not None else _world_size(path, dist["rank"])
+        dist["world_size"] = _world_size(path, dist["rank"], ranks)
     return Dump(path, manifest, PrintedFile(path))
 
 
-def _world_size(path: Path, rank: int) -> int:
-    # Printed files don't say; the rank files next to this one do (rank0_*.py ... rank7_*.py).
-    # The folder is listed once per change, not once per file (ls of 3,200 files was quadratic).
-    try:
-        ranks = _folder_ranks(str(path.parent), path.parent.stat().st_mtime_ns)
-    except OSError:
-        ranks = frozenset()
+def _world_size(path: Path, rank: int, ranks: frozenset[int] | None = None) -> int:
+    # Printed files don't say; the rank files next to this one do (rank0_*.py ... rank7_*.py):
+    # ``ranks`` where the caller's walk found them, else the folder is listed once per change,
+    # not once per file (ls of 3,200 files was quadratic).
+    if ranks is None:
+        try:
+            ranks = _folder_ranks(str(path.parent), path.parent.stat().st_mtime_ns)
+        except OSError:
+            ranks = frozenset()
     return max([rank, *ranks]) + 1
 
 

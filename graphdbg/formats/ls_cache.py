@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from graphdbg._version import __version__
-from graphdbg.store.checked import CACHE_ENV, cache_dir  # noqa: F401 - CACHE_ENV: the name tests and docs use here
+from graphdbg.store.checked import CACHE_ENV, cache_dir, files_stamp  # noqa: F401 - CACHE_ENV: the name tests and docs use here
 
 RACY_NS = 2_000_000_000  # files modified this recently are not cached (git's "racy" rule)
 _LISTINGS = "create table if not exists listings_v1 (slot text primary key, signature text, text text, problems text)"
@@ -41,15 +41,12 @@ def code_stamp(graphs: bool = True) -> str:
 @functools.lru_cache(maxsize=8)  # once per process: the code doesn't change under a running listing
 def _code_stamp(graphs: bool, ops: str) -> str:
     package = Path(__file__).resolve().parent.parent
-    parts = [__version__, "graphs" if graphs else "dumps"]
-    parts.append(torch_version())
-    for sub in ("graph", "formats", "rebuild", "store"):
-        for f in sorted([*(package / sub).glob("*.py"), *(package / sub).glob("*.json")]):  # names_table.json too
-            st = f.stat()
-            parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
+    parts = [__version__, "graphs" if graphs else "dumps", torch_version()]
     if graphs:  # the user's op modules (--ops), as register_ops exports them for child processes
         parts += sorted(m.strip() for m in ops.split(",") if m.strip())
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+    files = [f for sub in ("graph", "formats", "rebuild", "store")  # names_table.json too
+             for f in sorted([*(package / sub).glob("*.py"), *(package / sub).glob("*.json")])]
+    return files_stamp(parts, files)
 
 
 def torch_version() -> str:

@@ -16,6 +16,7 @@ written is no cache, and a damaged entry is a miss.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -23,7 +24,7 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from graphdbg._version import __version__
 
@@ -41,27 +42,28 @@ def cache_dir() -> Path:
     return Path(base) / "graphdbg"
 
 
-_STAMP: str | None = None
+def files_stamp(parts: Iterable[str], files: Iterable[Path]) -> str:
+    """What a cached result depends on besides its input, as 16 hex digits: ``parts`` (versions,
+    options) and each of ``files`` (the code that made it) by name, size and mtime."""
+    lines = list(parts)
+    for f in files:
+        try:
+            st = f.stat()
+            lines.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
+        except OSError:
+            lines.append(f"{f.name}:?")
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
+@functools.lru_cache(maxsize=1)
 def _stamp() -> str:
     """What a check's verdict depends on besides the bytes: the checking code, by file."""
-    global _STAMP
-    if _STAMP is None:
-        here = Path(__file__).resolve().parent
-        parts = [__version__]
-        files = [here / name for name in ("schema.py", "manifest.py", "sizes.py", "checked.py")]
-        spec = importlib.util.find_spec("pydantic")  # found, not imported
-        if spec is not None and spec.origin:
-            files.append(Path(spec.origin).parent / "version.py")
-        for f in files:
-            try:
-                st = f.stat()
-                parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
-            except OSError:
-                parts.append(f"{f.name}:?")
-        _STAMP = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
-    return _STAMP
+    here = Path(__file__).resolve().parent
+    files = [here / name for name in ("schema.py", "manifest.py", "sizes.py", "checked.py")]
+    spec = importlib.util.find_spec("pydantic")  # found, not imported
+    if spec is not None and spec.origin:
+        files.append(Path(spec.origin).parent / "version.py")
+    return files_stamp([__version__], files)
 
 
 _DB: tuple[int, str, sqlite3.Connection] | None = None  # (pid, file, connection): one per process and cache folder

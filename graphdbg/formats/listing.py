@@ -120,11 +120,8 @@ class Listing(Displayed):
         return {"files": len(self.dumps), "groups": len(groups), "failed": sum(is_failure(g["kind"]) for g in groups),
                 "by_kind": by_kind, "unreadable": len(self.problems)}
 
+    @gc_paused()
     def to_json(self) -> dict[str, Any]:
-        with gc_paused():
-            return self._to_json()
-
-    def _to_json(self) -> dict[str, Any]:
         groups = self.groups
         return {
             "graphdbg": __version__,
@@ -218,6 +215,7 @@ def _differing_literals(dumps: list[Dump]) -> list[list[Any]]:
 Progress = Callable[[int, int], None]  # (files read, files to read)
 
 
+@gc_paused()
 def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Progress | None = None,
                cache: bool = True, workers: int | None = None, full: bool = False) -> Listing:
     """Every dump and printed graph file under ``path`` (or ``path`` itself), read and grouped.
@@ -239,12 +237,6 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
     root = Path(path)
     if not root.exists():
         raise GraphdbgError(f"{root}: no such file or folder")
-    with gc_paused():
-        return _list_dumps(root, log, progress=progress, cache=cache, workers=workers, full=full)
-
-
-def _list_dumps(root: Path, log: str | Path | None, *, progress: Progress | None, cache: bool, workers: int | None,
-                full: bool) -> Listing:
     listing = Listing(root)
     folders = find_dumps(root) if root.is_dir() else []
     store = LsCache.open() if cache else None
@@ -254,7 +246,6 @@ def _list_dumps(root: Path, log: str | Path | None, *, progress: Progress | None
     finally:
         if store is not None:
             store.close()
-    # repros: PyTorch's minifier repro.py, Inductor's fx_graph_runnable.py
     files, repros = _graphs_among(candidates, known)
     if not folders and not files and not repros and not root.is_dir():
         raise DumpError(f"{root}: no graphdbg dumps here")
@@ -535,17 +526,12 @@ def _is_torch_repro(path: Path) -> bool:
     return detect_format(path) is not None
 
 
-def graph_files(root: Path) -> tuple[list[Path], list[Path]]:
-    """The printed graph files under ``root`` (or ``root`` itself), and PyTorch's own runnable
-    repros there (the minifier's ``repro.py``, Inductor's ``fx_graph_runnable.py`` from
-    ``TORCH_COMPILE_DEBUG=1``), from one walk: a file that starts as a printed graph is not
-    read again as a repro (that look reads up to 256 KiB)."""
-    return _graphs_among(list(_python_files(root)), {})
-
-
 def _graphs_among(paths: list[Path], known: dict[Path, Any]) -> tuple[list[Path], list[Path]]:
-    """``graph_files`` of walked ``paths``; those in ``known`` (the cache holds them as printed
-    graphs, unchanged since) are not looked at again."""
+    """The printed graph files among walked ``paths``, and PyTorch's own runnable repros there
+    (the minifier's ``repro.py``, Inductor's ``fx_graph_runnable.py`` from ``TORCH_COMPILE_DEBUG=1``):
+    a file that starts as a printed graph is not read again as a repro (that look reads up to
+    256 KiB), and those in ``known`` (the cache holds them as printed graphs, unchanged since)
+    are not looked at at all."""
     graphs: list[Path] = []
     repros: list[Path] = []
     for p in paths:

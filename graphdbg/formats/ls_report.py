@@ -92,8 +92,9 @@ def _key(root: Path, log: str | Path | None, failed: bool, kind: str | None) -> 
             log_stat = [str(log), None, None]
     options = json.dumps([str(root), str(root.resolve()), str(log) if log is not None else None, failed, kind,
                           code_stamp(True), code_stamp(False)])
+    slot = hashlib.sha256(options.encode()).hexdigest()
     newest = 0
-    h = hashlib.sha256(options.encode())
+    h = hashlib.sha256(slot.encode())
     h.update(json.dumps(log_stat).encode())
     for name, size, mtime in sorted(_files(root)):
         h.update(f"{name}\0{size}\0{mtime}\n".encode("utf-8", "surrogateescape"))
@@ -102,7 +103,7 @@ def _key(root: Path, log: str | Path | None, failed: bool, kind: str | None) -> 
         newest = max(newest, log_stat[2])
     if time.time_ns() - newest < RACY_NS:
         return None
-    return hashlib.sha256(options.encode()).hexdigest(), h.hexdigest()
+    return slot, h.hexdigest()
 
 
 def _files(root: Path) -> Iterator[tuple[str, int, int]]:

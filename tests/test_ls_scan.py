@@ -17,6 +17,7 @@ from conftest import FIXTURES, SHARED_CORPUS, child_env
 from graphdbg.formats.listing import list_dumps, printed_graph_files
 
 BAD_ANNOTATION = 'class GraphModule(torch.nn.Module):\n    def forward(self, x: "f32[2"):\n        return (x,)\n'
+PLAIN = 'class GraphModule(torch.nn.Module):\n    def forward(self, x: "f32[2]"):\n        y = torch.relu(x)\n        return (y,)\n'  # no rank in it
 NOT_A_GRAPH = "class GraphModule(torch.nn.Module):\n    def forward(self, x):\n        import os\n        return (x,)\n"
 
 
@@ -43,6 +44,47 @@ def test_the_scan_lists_the_fixtures_as_the_full_reader_does(tmp_path):
     assert "rank8_0.py:3" in errors["rank8_0.py"], errors
     printed = [d for d in listing["dumps"] if d.get("format") == "printed_graph"]
     assert len(printed) == len(printed_graph_files(root)) - 2
+
+
+# Headers a body can be printed under (ranks of one model print one graph each under their own);
+# the last moves the class a line down, so its files' bodies are ones of their own.
+_HEADS = ["# Rank: 3, Graph 7\n\n", "\n\n", "# Rank: 1, Graph 2\n# class Old(torch.nn.Module): a comment, not the class\n",
+          "#\tRank: 5,   Graph 0 \n  # indented\n", "# Rank: 4, Graph 1\n# one line more\n\n"]
+
+
+def test_files_that_differ_only_above_their_class_are_scanned_once_each_listed_as_itself(tmp_path, monkeypatch):
+    """ls scans each distinct body once (printed_file.body_key): files whose texts differ only in
+    the comments above the class (another rank's header, none at all, more comments) are each
+    listed with their own rank, graph number and world size, as the full reader lists them one
+    by one, in worker processes or not; bodies the scan can't decide, or whose annotations are
+    bad, are each still read and reported as themselves."""
+    import graphdbg.formats.listing as listing_module
+
+    root = tmp_path / "bodies"
+    bodies = [f.read_text() for f in sorted((FIXTURES / "corpus").rglob("*.py"))] + [BAD_ANNOTATION, NOT_A_GRAPH, PLAIN, PLAIN]
+    for i, text in enumerate(bodies):
+        body = text.split("\n", 1)[1] if text.startswith("# Rank:") else text
+        for v, head in enumerate(_HEADS if i % 2 else list(reversed(_HEADS))):  # a header first, or none first
+            folder = root / f"model{i % 3}"
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"rank{v}_{i}.py").write_text(head + body)
+    assert len(list(root.rglob("*.py"))) >= 48  # enough for the worker processes
+
+    scans = []
+    real = listing_module.scan_body
+    monkeypatch.setattr(listing_module, "scan_body", lambda source, name: scans.append(name) or real(source, name))
+    one = list_dumps(root, cache=False, workers=1).to_json()
+    # once a body, again where a file's own header needs the shard offsets; the last header's files on their own
+    assert len(scans) <= 3 * len(bodies) < len(list(root.rglob("*.py"))), len(scans)
+    two = list_dumps(root, cache=False, workers=2).to_json()
+    full = list_dumps(root, cache=False, full=True).to_json()
+    for listing in (one, two):
+        assert listing["dumps"] == full["dumps"]
+        assert listing["groups"] == full["groups"]
+        assert listing["problems"] == full["problems"]
+    ranks = {Path(d["path"]).name: d["rank"] for d in one["dumps"] if Path(d["path"]).parent.name == "model1"}
+    assert (ranks["rank0_1.py"], ranks["rank2_1.py"], ranks["rank3_1.py"], ranks["rank4_1.py"]) == (3, 1, 5, 4), ranks
+    assert len(one["problems"]) == 2 * len(_HEADS), one["problems"]  # the bad annotation and the undecided body, each file
 
 
 @pytest.mark.needs_corpus

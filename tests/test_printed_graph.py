@@ -454,3 +454,15 @@ def test_a_graph_printed_in_colour_loads_and_replays(tmp_path):
     dump = graphdbg.load(path)
     assert [d["shape"] for d in dump.manifest["inputs"]] == [[4, 8], [8, 8]]
     assert dump.case("cpu").run("eager").status == "pass"
+
+
+def test_a_tensor_spec_as_a_dict_is_dataclasses_asdict():
+    """TensorSpec.to_dict is written out by hand (ls makes one for every input of every file):
+    it must stay what dataclasses.asdict gives, fields added later included."""
+    import dataclasses
+
+    for spec in (TensorSpec("bfloat16", [1, "s0", 4], [4, 4, 1], "cuda:1", True, 3), TensorSpec("f32", []),
+                 TensorSpec.of(torch.ones(2, 3).t())):
+        d = spec.to_dict()
+        assert d == dataclasses.asdict(spec) and list(d) == [f.name for f in dataclasses.fields(spec)]
+        assert d["shape"] is not spec.shape  # a copy, as asdict makes

@@ -19,12 +19,11 @@ Graph files that record no failure take theirs from the run's log beside them (`
 
 from __future__ import annotations
 
-import functools
 import multiprocessing
 import os
 import re
-from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
+from collections import Counter, OrderedDict, deque
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -33,11 +32,20 @@ from graphdbg._version import __version__
 from graphdbg.backends.recipe import shown_backend
 from graphdbg.display import Displayed, gc_paused
 from graphdbg.dump import Dump, is_failure
-from graphdbg.errors import DumpError, GraphdbgError
+from graphdbg.errors import DumpError, GraphdbgError, GraphSourceError
 from graphdbg.formats import load
 from graphdbg.formats.dump_folder import DumpFolder
 from graphdbg.formats.ls_cache import LsCache
-from graphdbg.formats.printed_file import RANK_FILE, printed_dump, scan_printed
+from graphdbg.formats.printed_file import (
+    RANK_FILE,
+    BodyScan,
+    body_key,
+    head_of,
+    printed_dump,
+    printed_from_body,
+    read_printed_source,
+    scan_body,
+)
 from graphdbg.formats.run_log import RunLog, attach_log, find_logs, read_log
 from graphdbg.formats.sniff import looks_like_printed_graph, may_be_torch_repro
 from graphdbg.judge.fatal_signal import resolve_crash
@@ -313,13 +321,7 @@ def read_dump_folders(folders: list[Path], *, cache: bool = True) -> Iterator[tu
             store.close()
 
 
-def _printed_manifest(path: Path, full: bool = False) -> tuple[Path, dict[str, Any] | None, str | None]:
-    """One printed graph file's manifest, or the one line saying why it can't be read: from a
-    scan (``formats/scan.py``, no torch) where it decides, else from the full reader."""
-    if not full:
-        manifest, error, undecided = scan_printed(path)
-        if undecided is None:
-            return path, manifest, error
+def _full_manifest(path: Path) -> tuple[Path, dict[str, Any] | None, str | None]:
     # lazy: only files the scan can't decide import torch (formats/listing.py)
     from graphdbg.formats.printed_graph import load_printed_graph
 
@@ -327,6 +329,11 @@ def _printed_manifest(path: Path, full: bool = False) -> tuple[Path, dict[str, A
         return path, load_printed_graph(path).manifest, None
     except GraphdbgError as e:
         return path, None, str(e)
+
+
+def _scan_bodies(batch: list[tuple[str, str, str]]) -> dict[str, BodyScan]:
+    """A worker's share: ``(key, file name, text)`` each, scanned."""
+    return {key: scan_body(source, name) for key, name, source in batch}
 
 
 def read_printed_graphs(files: list[Path], *, cache: bool = True, workers: int | None = None, full: bool = False,
@@ -358,16 +365,130 @@ def read_printed_graphs(files: list[Path], *, cache: bool = True, workers: int |
 
 
 def _parse_all(files: list[Path], workers: int | None, full: bool) -> Iterator[tuple[Path, dict[str, Any] | None, str | None]]:
+    """``(file, manifest, error)`` for each file, in order, as they are read. Each distinct body
+    (``printed_file.body_key``: the ranks of one model print one graph under their own headers)
+    is scanned once; files the scan can't decide go to the full reader, one by one."""
     # Many files: one worker per core this process may use (forked, so a worker starts in
     # milliseconds). On the quiet 2-core machine, 9,728 printed graphs: 19.6 s wall in one
     # process, 10.8 s with two workers, the same CPU seconds (19.5 and 19.3).
     n = workers if workers is not None else min(_usable_cores(), _MAX_WORKERS)
-    if n <= 1 or len(files) < _PARALLEL_FROM:
-        yield from (_printed_manifest(f, full) for f in files)
+    parallel = n > 1 and len(files) >= _PARALLEL_FROM
+    if full:
+        if not parallel:
+            yield from (_full_manifest(f) for f in files)
+            return
+        with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork")) as pool:
+            yield from pool.map(_full_manifest, files, chunksize=max(1, min(16, len(files) // (4 * n))))
+        return
+    if not parallel:
+        yield from _BodyReader(files, None, 1).results()
         return
     with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork")) as pool:
-        yield from pool.map(functools.partial(_printed_manifest, full=full), files,
-                            chunksize=max(1, min(16, len(files) // (4 * n))))
+        yield from _BodyReader(files, pool, max(1, min(16, len(files) // (4 * n)))).results()
+
+
+class _BodyReader:
+    """Reads the files in order, hands each distinct body to the workers (or scans it here) in
+    batches, and makes each file's manifest from its body's scan once that is back. The batches
+    in flight are bounded (their texts are held), and so are the scans kept for later files."""
+
+    KEEP = 4096  # bodies' scans kept for files still to come with the same body
+
+    def __init__(self, files: list[Path], pool: ProcessPoolExecutor | None, batch: int):
+        self.files, self.pool, self.batch_size = files, pool, batch
+        self.scanned: OrderedDict[str, BodyScan] = OrderedDict()
+        self.flying: dict[str, Future] = {}  # body key -> the future of its batch
+        self.batches: set[Future] = set()
+        self.batch: dict[str, tuple[str, str, str]] = {}
+        self.fulls: dict[Path, Future] = {}  # files the full reader reads in a worker
+        self.limit = 4 * (getattr(pool, "_max_workers", 1) if pool is not None else 1)
+
+    def results(self) -> Iterator[tuple[Path, dict[str, Any] | None, str | None]]:
+        queue: deque[tuple[Path, str | None, str | None, str | None]] = deque()  # (file, head, error, body key)
+        for f in self.files:
+            try:
+                source = read_printed_source(f)
+            except GraphSourceError as e:
+                queue.append((f, None, str(e), None))
+            else:
+                key = body_key(source)
+                if key not in self.scanned and key not in self.flying and key not in self.batch:
+                    self.batch[key] = (key, str(f), source)
+                    if len(self.batch) >= self.batch_size:
+                        self._send()
+                queue.append((f, head_of(source), None, key))
+            yield from self._ready(queue, final=False)
+        self._send()
+        yield from self._ready(queue, final=True)
+
+    def _send(self) -> None:
+        if not self.batch:
+            return
+        batch, self.batch = list(self.batch.values()), {}
+        if self.pool is None:
+            self._keep(_scan_bodies(batch))
+            return
+        future = self.pool.submit(_scan_bodies, batch)
+        self.batches.add(future)
+        for key, _, _ in batch:
+            self.flying[key] = future
+
+    def _keep(self, bodies: dict[str, BodyScan], future: Future | None = None) -> None:
+        self.batches.discard(future)  # type: ignore[arg-type]
+        for key, body in bodies.items():
+            self.scanned[key] = body
+            self.scanned.move_to_end(key)
+            self.flying.pop(key, None)
+        while len(self.scanned) > self.KEEP:
+            self.scanned.popitem(last=False)
+
+    def _ready(self, queue: deque, final: bool) -> Iterator[tuple[Path, dict[str, Any] | None, str | None]]:
+        """The answers at the head of ``queue`` that are in; the first awaited where the batches
+        in flight are too many (or ``final``)."""
+        while queue:
+            f, head, error, key = queue[0]
+            wait = final or len(self.batches) > self.limit
+            if key is None:
+                manifest = None
+            elif f in self.fulls:
+                if not (wait or self.fulls[f].done()):
+                    return
+                _, manifest, error = self.fulls.pop(f).result()
+            else:
+                body = self.scanned.get(key)
+                if body is None:
+                    if key in self.batch:
+                        self._send()
+                    future = self.flying.get(key)
+                    if future is None:  # its scan was let go: scanned again, here
+                        self._rescan(f, key)
+                    elif wait or future.done():
+                        self._keep(future.result(), future)
+                    else:
+                        return
+                    continue
+                manifest, error, undecided = self._answer(f, head, body)
+                if undecided is not None:  # the full reader's, in a worker: awaited in turn
+                    if self.pool is not None:
+                        self.fulls[f] = self.pool.submit(_full_manifest, f)
+                        continue
+                    _, manifest, error = _full_manifest(f)
+            queue.popleft()
+            yield f, manifest, error
+
+    def _answer(self, f: Path, head: str | None, body: BodyScan) -> tuple[dict[str, Any] | None, str | None, str | None]:
+        if head is None or head.count("\n") < body.class_line - 1:  # the header runs past the text kept
+            try:
+                head = read_printed_source(f)
+            except GraphSourceError as e:
+                return None, str(e), None
+        return printed_from_body(f, head, body)
+
+    def _rescan(self, f: Path, key: str) -> None:
+        try:
+            self._keep({key: scan_body(read_printed_source(f), str(f))})
+        except GraphSourceError as e:
+            self._keep({key: BodyScan(undecided=str(e))})  # changed since: the full reader says what it is now
 
 
 _PARALLEL_FROM = 48  # files to read before worker processes pay for their start

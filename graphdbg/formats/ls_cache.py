@@ -69,6 +69,13 @@ def torch_version() -> str:
         return "?"
 
 
+@functools.lru_cache(maxsize=256)
+def _resolved(folder: str) -> str:
+    # a folder's real path, once per folder a listing puts files of (not a realpath per file);
+    # cleared by each open, so a link changed since is followed anew
+    return str(Path(folder).resolve())
+
+
 class LsCache:
     def __init__(self, db: sqlite3.Connection | None, stamp: str):
         self.db, self.stamp = db, stamp
@@ -77,6 +84,7 @@ class LsCache:
     @classmethod
     def open(cls, folder: Path | None = None, graphs: bool = True) -> LsCache:
         stamp = code_stamp(graphs)
+        _resolved.cache_clear()
         try:
             folder = folder or cache_dir()
             folder.mkdir(parents=True, exist_ok=True)
@@ -94,8 +102,8 @@ class LsCache:
             if path.is_dir():
                 stats = [e.stat() for e in os.scandir(path) if e.is_file(follow_symlinks=False)]
                 return str(path.resolve()), sum(s.st_size for s in stats), max((s.st_mtime_ns for s in stats), default=0)
-            st = path.stat()
-            where = os.path.join(str(path.parent.resolve()), path.name)  # as get_many names it
+            st = os.stat(path)
+            where = os.path.join(_resolved(str(path.parent)), path.name)  # as get_many names it
         except OSError:
             return None
         return where, st.st_size, st.st_mtime_ns
@@ -110,7 +118,7 @@ class LsCache:
         try:
             for f in files:
                 if f.parent not in folders:
-                    folders[f.parent] = str(f.parent.resolve())
+                    folders[f.parent] = _resolved(str(f.parent))
                 named[os.path.join(folders[f.parent], f.name)] = f
             top = os.path.commonpath(list(folders.values()))
             rows = self.db.execute("select path, size, mtime, manifest, error from files_v1 where stamp=? and path >= ? and path < ?",

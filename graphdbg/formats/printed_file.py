@@ -9,15 +9,17 @@ and parsed into fx again only when its graph is asked for (``show``, ``replay``)
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from graphdbg.dump import Contents, Dump
 from graphdbg.errors import GraphSourceError
 from graphdbg.formats import manifest_for
-from graphdbg.formats.scan import HEADER, Scan, Undecided, cuda_indices, scan_facts, scan_source, shard_rank
+from graphdbg.formats.scan import HEADER, Scan, Undecided, cuda_indices, header_lines, scan_facts, scan_source, shard_rank
 from graphdbg.formats.scan import constructs as scanned_constructs
 from graphdbg.graph.source_text import readable_source
 from graphdbg.store.confined import read_regular
@@ -138,24 +140,90 @@ def scan_printed(path: Path) -> tuple[dict[str, Any] | None, str | None, str | N
         source = read_printed_source(path)
     except GraphSourceError as e:
         return None, str(e), None
+    return printed_from_body(path, source, scan_body(source, str(path)))
+
+
+@dataclass
+class BodyScan:
+    """What a scan finds in a printed graph apart from the comments above its class: the same
+    for every file whose text differs only there (``body_key``), as the ranks of one
+    tensor-parallel model print one graph under their own ``# Rank: R, Graph G``. ``ls`` scans
+    each distinct body once and makes each file's manifest from it (``printed_from_body``)."""
+    undecided: str | None = None
+    bad_annotations: list[tuple[str, int]] = field(default_factory=list)
+    class_line: int = 0
+    facts: dict[str, Any] = field(default_factory=dict)
+    indices: set[int] = field(default_factory=set)
+    uses_cuda: bool = False
+    inputs: list[tuple[str, Any]] = field(default_factory=list)
+    constructs: list[str] = field(default_factory=list)
+    # shard_rank's answer (an int, None, or Undecided's message), looked for only where the
+    # scanned file's header and device indices gave no rank (shard_sought)
+    shard: int | str | None = None
+    shard_sought: bool = False
+
+
+# Above the class, a comment line that is a line to Python as well (no other line break, no NUL
+# in it): blanking it changes no token of the program, only what the header says.
+_CLASS_LINE = re.compile(r"^class[ \t(:]", re.M)
+_COMMENT_LINE = re.compile(r"^[ \t]*#[^\n\r\x00\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]*$", re.M)
+
+
+def body_key(source: str) -> str:
+    """The same for two texts (through ``readable_source``) whose scans differ at most in their
+    headers: the text with the comment lines above its first top-level ``class`` blanked (line
+    numbers kept), hashed."""
+    m = _CLASS_LINE.search(source)
+    cut = m.start() if m else 0
+    return hashlib.sha256(_COMMENT_LINE.sub("", source[:cut]).encode() + source[cut:].encode()).hexdigest()
+
+
+def head_of(source: str) -> str:
+    """The text above the first top-level ``class`` line: where a header is, mostly."""
+    m = _CLASS_LINE.search(source)
+    return source[: m.start()] if m else ""
+
+
+def scan_body(source: str, filename: str) -> BodyScan:
+    """The header-free part of ``scan_printed``'s work on ``source`` (its own header decides
+    whether the shard offsets are looked at)."""
     try:
-        scan = scan_source(source, str(path))
+        scan = scan_source(source, filename)
     except Undecided as e:
-        return None, None, str(e)
+        return BodyScan(undecided=str(e))
     if scan.undecided:
-        return None, None, scan.undecided
+        return BodyScan(undecided=scan.undecided)
     if scan.bad_annotations:
-        return None, str(bad_annotation(scan.bad_annotations, str(path))), None
-    indices = cuda_indices(scan.graph)
-    rank = header_rank(scan.header, indices)
-    if rank is None:
+        return BodyScan(bad_annotations=scan.bad_annotations)
+    body = BodyScan(class_line=scan.class_line, facts=scan_facts(scan), indices=cuda_indices(scan.graph),
+                    uses_cuda=_uses_cuda(scan), inputs=_inputs(scan), constructs=scanned_constructs(scan.graph))
+    if header_rank(scan.header, body.indices) is None:
+        body.shard_sought = True
         try:
-            shard = shard_rank(scan.graph)
+            body.shard = shard_rank(scan.graph)
         except Undecided as e:
-            return None, None, f"a rank only the input plans find ({e})"
-        rank = (shard, "shard_offset", None) if shard is not None else (0, "default", None)
-    return printed_manifest(path, scan_facts(scan), rank=rank, indices=indices, uses_cuda=_uses_cuda(scan),
-                            inputs=_inputs(scan), constructs=scanned_constructs(scan.graph)), None, None
+            body.shard = str(e)
+    return body
+
+
+def printed_from_body(path: Path, source: str, body: BodyScan) -> tuple[dict[str, Any] | None, str | None, str | None]:
+    """``scan_printed``'s answer for the file at ``path`` with text ``source`` (or its first
+    ``body.class_line - 1`` lines at least), whose body was scanned (from this file or one with
+    the same ``body_key``)."""
+    if body.undecided is not None:
+        return None, None, body.undecided
+    if body.bad_annotations:
+        return None, str(bad_annotation(body.bad_annotations, str(path))), None
+    rank = header_rank(header_lines(source, body.class_line), body.indices)
+    if rank is None:
+        if not body.shard_sought:  # the body's first file had a header; this one needs the shard offsets
+            return printed_from_body(path, source, scan_body(source, str(path)))
+        if isinstance(body.shard, str):
+            return None, None, f"a rank only the input plans find ({body.shard})"
+        rank = (body.shard, "shard_offset", None) if body.shard is not None else (0, "default", None)
+    facts = {**body.facts, "ops": dict(body.facts["ops"]), "rank_literals": list(body.facts["rank_literals"])}
+    return printed_manifest(path, facts, rank=rank, indices=body.indices, uses_cuda=body.uses_cuda,
+                            inputs=body.inputs, constructs=list(body.constructs)), None, None
 
 
 def _uses_cuda(scan: Scan) -> bool:

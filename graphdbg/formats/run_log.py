@@ -153,12 +153,15 @@ def find_logs(folder: Path) -> list[Path]:
     ``--log-dir`` writes below it (``RUN/attempt_K/LOCAL_RANK/stderr.log``; the last attempt
     of each run, at most three folders down)."""
     try:
-        entries = sorted(p for p in folder.iterdir() if p.is_file() and not p.is_symlink())
+        with os.scandir(folder) as it:  # a listing's every folder: no stat per entry (d_type says)
+            entries = list(it)
     except OSError:
         return []
-    found = [p for p in entries if p.name in LOG_NAMES or p.suffix in LOG_SUFFIXES]
+    files = sorted(Path(e.path) for e in entries if e.is_file(follow_symlinks=False))
+    found = [p for p in files if p.name in LOG_NAMES or p.suffix in LOG_SUFFIXES]
     attempts: dict[Path, list[Path]] = {}
-    for pattern in _TORCHRUN_LOGS:
+    subfolders = any(e.is_dir() for e in entries)
+    for pattern in _TORCHRUN_LOGS if subfolders else ():
         try:
             for log in folder.glob(pattern):
                 if log.is_file() and not log.is_symlink() and torchrun_rank(log) is not None:

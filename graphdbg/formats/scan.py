@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import hashlib
 import json
 import keyword
@@ -92,6 +93,7 @@ class _Namespace:
         return candidate
 
 
+@functools.lru_cache(maxsize=4096)
 def _target_to_str(name: str) -> str:
     if name.startswith("__") and name.endswith("__"):
         name = name[2:-2]
@@ -156,6 +158,7 @@ class Scan:
     header: list[str]
     bad_annotations: list[tuple[str, int]]
     undecided: str | None = None
+    class_line: int = 0  # the graph class's first line: the header is the comment lines above it
 
     @property
     def nodes(self) -> int:
@@ -186,11 +189,14 @@ def scan_source(source: str, filename: str, table: NameTable | None = None, tree
             raise Undecided("a statement outside the graph class")
     if len(classes) != 1:
         raise Undecided("not exactly one class")
-    lines = source.splitlines()
-    header = [ln.strip() for ln in lines[: classes[0].lineno - 1] if ln.strip().startswith("#")]
     walker = _Walker(table)
     graph = walker.read_class(classes[0])
-    return Scan(graph, header, walker.bad_annotations, walker.undecided)
+    return Scan(graph, header_lines(source, classes[0].lineno), walker.bad_annotations, walker.undecided, classes[0].lineno)
+
+
+def header_lines(source: str, class_line: int) -> list[str]:
+    """The comment lines above the graph class (``# Rank: R, Graph G``), stripped."""
+    return [ln.strip() for ln in source.splitlines()[: class_line - 1] if ln.strip().startswith("#")]
 
 
 class _Walker:
@@ -252,10 +258,9 @@ class _Forward:
     def annotate(self, ref: Ref, annotation: ast.expr | None) -> None:
         text = annotation.value if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str) else None
         node = self.graph.nodes[ref.index]
-        node.spec = _annotation(text) if text else None
+        node.spec, node.annotation = _annotation(text) if text else (None, None)
         if text and node.spec is None:
             self.w.bad_annotations.append((text, getattr(annotation, "lineno", None) or self.lineno))
-        node.annotation = node.spec.annotation() if node.spec is not None else None
 
     def read(self) -> ScannedGraph:
         self._placeholders(self.fn.args)
@@ -278,6 +283,14 @@ class _Forward:
         return self.graph
 
     def _statement(self, stmt: ast.stmt) -> tuple[bool, tuple | None]:
+        kind = type(stmt)  # most statements are `x = f(...)` and `x: "T" = f(...)`: those first
+        if kind is ast.Assign and len(stmt.targets) == 1 and type(stmt.targets[0]) is ast.Name:  # type: ignore[attr-defined]
+            if not (type(stmt.value) is ast.Constant and stmt.value.value is None):  # type: ignore[attr-defined]
+                self.assign(stmt.value, stmt.targets[0].id, None)  # type: ignore[attr-defined]
+            return False, None
+        if kind is ast.AnnAssign and type(stmt.target) is ast.Name and stmt.value is not None:  # type: ignore[attr-defined]
+            self.assign(stmt.value, stmt.target.id, stmt.annotation)  # type: ignore[attr-defined]
+            return False, None
         if isinstance(stmt, ast.Return):
             ref = self.add("output", "output", (self.value(stmt.value) if stmt.value is not None else None,))
             self.annotate(ref, None)
@@ -495,17 +508,19 @@ class _Forward:
         return _device(args, kwargs)
 
 
-_ANNOTATIONS: dict[str, Any] = {}
+_ANNOTATIONS: dict[str, tuple[Any, str | None]] = {}
 
 
-def _annotation(text: str) -> Any:
-    """parse_annotation, once per distinct text (specs are read, never changed, by the scan's users)."""
-    spec = _ANNOTATIONS.get(text)
-    if spec is None and text not in _ANNOTATIONS:
+def _annotation(text: str) -> tuple[Any, str | None]:
+    """parse_annotation and the spec's own spelling, once per distinct text (specs are read,
+    never changed, by the scan's users)."""
+    found = _ANNOTATIONS.get(text)
+    if found is None:
         if len(_ANNOTATIONS) > 100_000:
             _ANNOTATIONS.clear()
-        spec = _ANNOTATIONS[text] = parse_annotation(text)
-    return spec
+        spec = parse_annotation(text)
+        found = _ANNOTATIONS[text] = (spec, spec.annotation() if spec is not None else None)
+    return found
 
 
 def _checked_call(method: str, args: tuple, kwargs: dict) -> bool:
@@ -543,6 +558,13 @@ def _flat(value: Any) -> list[Any]:
 # Facts ------------------------------------------------------------------------------------
 
 def _canon(value: Any) -> Any:
+    t = type(value)  # the common kinds by exact type first (the chain below decides the rest)
+    if t is Ref:
+        return f"%{value.index}"
+    if t is str or t is int or t is bool or value is None:
+        return value
+    if t is tuple or t is list:
+        return [t.__name__, [_canon(v) for v in value]]
     if isinstance(value, Ref):
         return f"%{value.index}"
     if isinstance(value, (list, tuple)):
@@ -584,6 +606,16 @@ def masked_structure(graph: ScannedGraph) -> tuple[str, list[Any]]:
     parts: list[Any] = []
 
     def canon(value: Any) -> Any:
+        t = type(value)  # the common kinds by exact type first (the chain below decides the rest)
+        if t is Ref:
+            return f"%{value.index}"
+        if t is str or t is bool or value is None:
+            return value
+        if t is int:
+            literals.append(value)
+            return "#"
+        if t is tuple or t is list:
+            return [canon(v) for v in value]
         if isinstance(value, Ref):
             return f"%{value.index}"
         if isinstance(value, bool) or value is None or isinstance(value, str):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from graphdbg.errors import GraphdbgError
@@ -105,7 +105,9 @@ class TensorSpec:
         return cls(**known)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # asdict's copy, by hand: dims are ints and strings (ls makes one per input of every file)
+        return {"dtype": self.dtype, "shape": list(self.shape), "stride": None if self.stride is None else list(self.stride),
+                "device": self.device, "requires_grad": self.requires_grad, "storage_offset": self.storage_offset}
 
     @property
     def torch_dtype(self) -> torch.dtype:

@@ -8,8 +8,10 @@ whole: no file changed), then once more after one file was added (the listing ma
 the per-file cache), and a bare `python` that `ast.parse`s the same files: the anchor, the
 least any reader of those files pays. Copies are the same texts, and `ls` scans each distinct
 graph text once, so each size is run again on distinct copies (each copy's files end in a
-comment of their own): the scan's cost with only the duplication the corpus itself has (the
-ranks of one model print one graph under their own headers). Prints CPU seconds (the process and its worker processes), wall seconds and peak
+comment of their own): files then share a scan only where the corpus itself repeats (the ranks
+of one model print one graph under their own headers; Thunder prints each part twice), and
+forwards read before are still not walked again. And once more with nothing shared
+(GRAPHDBG_LS_SHARE=0): every file and every forward scanned on its own, the cost per file. Prints CPU seconds (the process and its worker processes), wall seconds and peak
 memory (the largest process), and the ratios. Then `ls` of DUMPS dump folders (first run and
 cached), in wall seconds: the target is 0.5 s for 100.
 Targets (issue 26): first run <= 2x the anchor's CPU, cached run <= 0.2x, memory flat.
@@ -93,10 +95,13 @@ def main() -> int:
             unlike = copies(args.corpus, Path(tmp), n, distinct=True)
             unlike_anchor = measured([sys.executable, "-c", ANCHOR, str(unlike)], env)
             unlike_first = measured([*ls, str(unlike)], env)
+            alone = measured([*ls, str(unlike)], {**env, "GRAPHDBG_LS_SHARE": "0",  # and with nothing shared, in a cache of its own
+                                                  "GRAPHDBG_CACHE_DIR": str(Path(tmp) / f"alone{n}")})
             rows.append({"times": n, "files": files, "anchor": anchor, "first": first, "cached": again, "per_file": per_file,
                          "first_ratio": first["cpu_s"] / anchor["cpu_s"], "cached_ratio": again["cpu_s"] / anchor["cpu_s"],
                          "per_file_ratio": per_file["cpu_s"] / anchor["cpu_s"], "distinct_anchor": unlike_anchor,
-                         "distinct_first": unlike_first, "distinct_ratio": unlike_first["cpu_s"] / unlike_anchor["cpu_s"]})
+                         "distinct_first": unlike_first, "distinct_ratio": unlike_first["cpu_s"] / unlike_anchor["cpu_s"],
+                         "alone": alone, "alone_ratio": alone["cpu_s"] / unlike_anchor["cpu_s"]})
         out["ls"] = rows
         dumps = Path(tmp) / "dumps"
         src = next((ROOT / "fixtures" / "block_runtime_error").glob("rank*/*"))
@@ -111,15 +116,16 @@ def main() -> int:
         print(json.dumps(out, indent=1))
         return 0
     print("| copies | files | ast.parse CPU s | ls first CPU s (wall, peak MiB) | ratio | ls again CPU s (peak MiB) | ratio "
-          "| one file added, CPU s (peak MiB) | ratio | distinct copies: ast.parse CPU s | ls first CPU s (peak MiB) | ratio |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| one file added, CPU s (peak MiB) | ratio | distinct copies: ast.parse CPU s | ls first CPU s (peak MiB) | ratio "
+          "| nothing shared: ls first CPU s | ratio |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         print(f"| {r['times']}x | {r['files']} | {r['anchor']['cpu_s']:.2f} | {r['first']['cpu_s']:.2f} "
               f"({r['first']['wall_s']:.1f} s, {r['first']['peak_mib']:.0f}) | {r['first_ratio']:.2f} | "
               f"{r['cached']['cpu_s']:.2f} ({r['cached']['peak_mib']:.0f}) | {r['cached_ratio']:.2f} | "
               f"{r['per_file']['cpu_s']:.2f} ({r['per_file']['peak_mib']:.0f}) | {r['per_file_ratio']:.2f} | "
               f"{r['distinct_anchor']['cpu_s']:.2f} | {r['distinct_first']['cpu_s']:.2f} ({r['distinct_first']['peak_mib']:.0f}) | "
-              f"{r['distinct_ratio']:.2f} |")
+              f"{r['distinct_ratio']:.2f} | {r['alone']['cpu_s']:.2f} | {r['alone_ratio']:.2f} |")
     d = out["dump_folders"]
     print(f"ls of {d['dumps']} dump folders: first {d['first']['wall_s']:.2f} s wall ({d['first']['cpu_s']:.2f} s CPU), "
           f"cached {d['cached']['wall_s']:.2f} s wall ({d['cached']['cpu_s']:.2f} s CPU); target 0.5 s wall")

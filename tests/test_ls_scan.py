@@ -15,6 +15,7 @@ import pytest
 from conftest import FIXTURES, SHARED_CORPUS, child_env
 
 from graphdbg.formats.listing import list_dumps, printed_graph_files
+from graphdbg.formats.scan import SHARE_ENV
 
 BAD_ANNOTATION = 'class GraphModule(torch.nn.Module):\n    def forward(self, x: "f32[2"):\n        return (x,)\n'
 PLAIN = 'class GraphModule(torch.nn.Module):\n    def forward(self, x: "f32[2]"):\n        y = torch.relu(x)\n        return (y,)\n'  # no rank in it
@@ -78,13 +79,45 @@ def test_files_that_differ_only_above_their_class_are_scanned_once_each_listed_a
     assert len(scans) <= 3 * len(bodies) < len(list(root.rglob("*.py"))), len(scans)
     two = list_dumps(root, cache=False, workers=2).to_json()
     full = list_dumps(root, cache=False, full=True).to_json()
-    for listing in (one, two):
+    monkeypatch.setenv(SHARE_ENV, "0")  # every file and forward on its own
+    scans.clear()
+    alone = list_dumps(root, cache=False, workers=1).to_json()
+    assert len(scans) == len(list(root.rglob("*.py")))
+    for listing in (one, two, alone):
         assert listing["dumps"] == full["dumps"]
         assert listing["groups"] == full["groups"]
         assert listing["problems"] == full["problems"]
     ranks = {Path(d["path"]).name: d["rank"] for d in one["dumps"] if Path(d["path"]).parent.name == "model1"}
     assert (ranks["rank0_1.py"], ranks["rank2_1.py"], ranks["rank3_1.py"], ranks["rank4_1.py"]) == (3, 1, 5, 4), ranks
     assert len(one["problems"]) == 2 * len(_HEADS), one["problems"]  # the bad annotation and the undecided body, each file
+
+
+def _twice(forward: str) -> str:
+    """A graph whose nested class's forward is the outer one's text, indented four more."""
+    nested = "\n".join(("    " + line) if line else line for line in forward.splitlines())
+    return f"class GraphModule(torch.nn.Module):\n{forward}\n    class sub(torch.nn.Module):\n{nested}\n"
+
+
+def test_forwards_share_a_scan_only_where_their_text_is_the_same_program(tmp_path, monkeypatch):
+    """A forward whose text was read before, however indented (Thunder's `thunder_N` and its
+    `_model`), is not walked again; unless a token spans its lines (a triple-quoted string, a
+    backslash continuation), where the indentation is part of a value."""
+    same = '    def forward(self, x: "f32[2]"):\n        y = torch.ops.aten.add(x, x, alpha = 2)\n        return (y,)\n'
+    strings = '    def forward(self, x: "f32[2]"):\n        y = torch.ops.aten.add(x, x, alpha = """a\n        b""")\n        return (y,)\n'
+    continued = '    def forward(self, x: "f32[2]"):\n        y = torch.ops.aten.add(x, x, alpha = "a\\\n        b")\n        return (y,)\n'
+    for name, forward in {"same": same, "strings": strings, "continued": continued}.items():
+        (tmp_path / f"{name}.py").write_text(_twice(forward))
+    shared = {Path(d["path"]).stem: (d["graph_hash"], d["group_hash"]) for d in list_dumps(tmp_path, cache=False, workers=1).to_json()["dumps"]}
+    monkeypatch.setenv(SHARE_ENV, "0")
+    alone = {Path(d["path"]).stem: (d["graph_hash"], d["group_hash"]) for d in list_dumps(tmp_path, cache=False, workers=1).to_json()["dumps"]}
+    assert shared == alone and len(shared) == 3
+
+    from graphdbg.formats.scan import graph_hash, scan_source
+
+    for name in ("strings", "continued"):  # the nested copy's value has four more spaces: another graph
+        graph = scan_source((tmp_path / f"{name}.py").read_text(), name).graph
+        assert graph_hash(graph.submodules["sub"]) != graph_hash(scan_source(_twice(same), "same").graph.submodules["sub"])
+        assert graph.nodes[1].kwargs["alpha"] != graph.submodules["sub"].nodes[1].kwargs["alpha"]
 
 
 @pytest.mark.needs_corpus

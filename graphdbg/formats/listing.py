@@ -47,6 +47,7 @@ from graphdbg.formats.printed_file import (
     scan_body,
 )
 from graphdbg.formats.run_log import RunLog, attach_log, find_logs, read_log
+from graphdbg.formats.scan import sharing
 from graphdbg.formats.sniff import looks_like_printed_graph, may_be_torch_repro
 from graphdbg.judge.fatal_signal import resolve_crash
 from graphdbg.store.manifest import MANIFEST, find_dumps
@@ -402,6 +403,7 @@ class _BodyReader:
         self.batch: dict[str, tuple[str, str, str]] = {}
         self.fulls: dict[Path, Future] = {}  # files the full reader reads in a worker
         self.limit = 4 * (getattr(pool, "_max_workers", 1) if pool is not None else 1)
+        self.share = sharing()
 
     def results(self) -> Iterator[tuple[Path, dict[str, Any] | None, str | None]]:
         queue: deque[tuple[Path, str | None, str | None, str | None]] = deque()  # (file, head, error, body key)
@@ -411,7 +413,7 @@ class _BodyReader:
             except GraphSourceError as e:
                 queue.append((f, None, str(e), None))
             else:
-                key = body_key(source)
+                key = body_key(source) if self.share else str(f)
                 if key not in self.scanned and key not in self.flying and key not in self.batch:
                     self.batch[key] = (key, str(f), source)
                     if len(self.batch) >= self.batch_size:

@@ -31,8 +31,9 @@ import functools
 import hashlib
 import json
 import keyword
+import os
 import re
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,6 +144,8 @@ class ScannedGraph:
     nodes: list[Node] = field(default_factory=list)
     submodules: dict[str, ScannedGraph] = field(default_factory=dict)
     devices: bool = False  # whether any argument is a device literal or a "cuda:N" string
+    # facts of its own nodes, shared with the graphs of the same forward text (_Walker.read_forward)
+    memo: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def graphs(self) -> list[ScannedGraph]:
         out = [self]
@@ -189,7 +192,7 @@ def scan_source(source: str, filename: str, table: NameTable | None = None, tree
             raise Undecided("a statement outside the graph class")
     if len(classes) != 1:
         raise Undecided("not exactly one class")
-    walker = _Walker(table)
+    walker = _Walker(table, source)
     graph = walker.read_class(classes[0])
     return Scan(graph, header_lines(source, classes[0].lineno), walker.bad_annotations, walker.undecided, classes[0].lineno)
 
@@ -202,12 +205,16 @@ def header_lines(source: str, class_line: int) -> list[str]:
 class _Walker:
     """Follows ``parser._Reader`` / ``_ForwardReader`` over one class and its nested classes."""
 
-    def __init__(self, table: NameTable | None):
+    def __init__(self, table: NameTable | None, source: str | None = None):
         self.table = table
         self.undecided: str | None = None if table is not None else "no names table for this torch"
         self.bad_annotations: list[tuple[str, int]] = []
+        self.doubts = 0
+        # the file's lines, where they are the lines the parser numbered (no other line break)
+        self.lines = source.split("\n") if source is not None and sharing() and not _OTHER_BREAKS.search(source) else None
 
     def doubt(self, why: str) -> None:
+        self.doubts += 1
         if self.undecided is None:
             self.undecided = why
 
@@ -226,9 +233,61 @@ class _Walker:
                 forward.returns is not None and not isinstance(forward.returns, (ast.Constant, ast.Name, ast.Attribute))):
             raise Undecided(f"class {cls.name} has no plain forward")
         subs = {name: self.read_class(c) for name, c in nested.items()}
-        graph = _Forward(self, forward, set(nested)).read()
+        graph = self.read_forward(forward, set(nested))
         graph.submodules = subs
         return graph
+
+    def read_forward(self, fn: ast.FunctionDef, nested: set[str]) -> ScannedGraph:
+        """The forward's nodes; those of a forward whose text was read before (however indented:
+        Thunder prints each part twice, as ``thunder_N`` and its ``_model``, and the ranks and
+        graphs of a model share parts) are that reading's, where it raised no doubt."""
+        key = self._forward_text(fn)
+        memo = _forwards(self.table)
+        if key is not None and (hit := memo.get(key)) is not None:
+            memo.move_to_end(key)
+            return ScannedGraph(nodes=list(hit[0]), devices=hit[1], memo=hit[2])
+        doubts, bad = self.doubts, len(self.bad_annotations)
+        graph = _Forward(self, fn, nested).read()
+        if key is not None and self.doubts == doubts and len(self.bad_annotations) == bad:
+            graph.memo = {}
+            memo[key] = (tuple(graph.nodes), graph.devices, graph.memo)
+            if len(memo) > _FORWARDS_KEPT:
+                memo.popitem(last=False)
+        return graph
+
+    def _forward_text(self, fn: ast.FunctionDef) -> str | None:
+        """The forward's lines with its indentation taken off, where no token spans lines
+        (no triple-quoted string, no backslash continuation): the same text is the same walk."""
+        if self.lines is None or fn.end_lineno is None:
+            return None
+        pad = fn.col_offset
+        indent = " " * pad
+        out = []
+        for line in self.lines[fn.lineno - 1: fn.end_lineno]:
+            if line.endswith("\\") or '"""' in line or "'''" in line:
+                return None
+            out.append(line[pad:] if line.startswith(indent) else "\0" + line)  # a line less indented: as it is
+        return "\n".join(out)
+
+
+SHARE_ENV = "GRAPHDBG_LS_SHARE"  # "0": every file and forward scanned on its own (to compare, to measure)
+
+
+def sharing() -> bool:
+    """Whether files of one body, and forwards of one text, share a scan (``SHARE_ENV``)."""
+    return os.environ.get(SHARE_ENV, "1").strip() != "0"
+
+
+_OTHER_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+_FORWARDS_KEPT = 4096
+_FORWARDS: list[Any] = [None, OrderedDict()]  # the names table they were read with, and the forwards by text
+
+
+def _forwards(table: NameTable | None) -> OrderedDict[str, tuple[tuple[Node, ...], bool, dict[str, Any]]]:
+    """The forwards read with this names table, by text (one table per process, as a rule)."""
+    if _FORWARDS[0] is not table:
+        _FORWARDS[:] = [table, OrderedDict()]
+    return _FORWARDS[1]
 
 
 class _Forward:
@@ -587,6 +646,16 @@ def _canon(value: Any) -> Any:
 def graph_hash(graph: ScannedGraph) -> str:
     """sha256 over each node's op, target (as written), placeholder annotation and arguments;
     nested classes folded in by name."""
+    h = _nodes_digest(graph).copy()
+    for name, sub in sorted(graph.submodules.items()):
+        h.update(f"{name}:{graph_hash(sub)}".encode())
+    return h.hexdigest()
+
+
+def _nodes_digest(graph: ScannedGraph) -> Any:
+    """graph_hash's sha256 over the graph's own nodes (kept with a forward read before: ``memo``)."""
+    if graph.memo is not None and "digest" in graph.memo:
+        return graph.memo["digest"]
     h = hashlib.sha256()
     for n in graph.nodes:
         parts: list[Any] = [n.op, n.target]
@@ -594,9 +663,9 @@ def graph_hash(graph: ScannedGraph) -> str:
             parts.append(n.annotation or "")
         parts += [_canon(n.args), _canon(n.kwargs)]
         h.update(repr(parts).encode())
-    for name, sub in sorted(graph.submodules.items()):
-        h.update(f"{name}:{graph_hash(sub)}".encode())
-    return h.hexdigest()
+    if graph.memo is not None:
+        graph.memo["digest"] = h
+    return h
 
 
 def masked_structure(graph: ScannedGraph) -> tuple[str, list[Any]]:
@@ -605,42 +674,10 @@ def masked_structure(graph: ScannedGraph) -> tuple[str, list[Any]]:
     literals: list[Any] = []
     parts: list[Any] = []
 
-    def canon(value: Any) -> Any:
-        t = type(value)  # the common kinds by exact type first (the chain below decides the rest)
-        if t is Ref:
-            return f"%{value.index}"
-        if t is str or t is bool or value is None:
-            return value
-        if t is int:
-            literals.append(value)
-            return "#"
-        if t is tuple or t is list:
-            return [canon(v) for v in value]
-        if isinstance(value, Ref):
-            return f"%{value.index}"
-        if isinstance(value, bool) or value is None or isinstance(value, str):
-            return value
-        if isinstance(value, int):
-            literals.append(value)
-            return "#"
-        if isinstance(value, Device):
-            if value.index is not None:
-                literals.append(value.index)
-            return f"device:{value.type}"
-        if isinstance(value, (list, tuple)):
-            return [canon(v) for v in value]
-        if isinstance(value, dict):
-            return [[str(k), canon(v)] for k, v in value.items()]
-        if isinstance(value, slice):
-            return ["slice", canon(value.start), canon(value.stop), canon(value.step)]
-        if isinstance(value, (float, complex)):
-            return repr(value)
-        return value.path if isinstance(value, Path_) else type(value).__name__
-
     def walk(g: ScannedGraph, prefix: str) -> None:
-        for n in g.nodes:
-            target = n.target if n.op not in ("placeholder", "output") else n.op
-            parts.append([prefix, n.op, target, canon(n.args), canon(n.kwargs), n.annotation])
+        rows, found = _masked_nodes(g)
+        parts.extend([prefix, *row] for row in rows)
+        literals.extend(found)
         for name in sorted(g.submodules):
             walk(g.submodules[name], f"{prefix}{name}.")
 
@@ -648,40 +685,101 @@ def masked_structure(graph: ScannedGraph) -> tuple[str, list[Any]]:
     return json.dumps(parts), literals
 
 
+def _masked_nodes(graph: ScannedGraph) -> tuple[list[list[Any]], list[Any]]:
+    """masked_structure's rows of the graph's own nodes (without the prefix) and their literals."""
+    if graph.memo is not None and "masked" in graph.memo:
+        return graph.memo["masked"]
+    literals: list[Any] = []
+    rows = []
+    for n in graph.nodes:
+        target = n.target if n.op not in ("placeholder", "output") else n.op
+        rows.append([n.op, target, _masked(n.args, literals), _masked(n.kwargs, literals), n.annotation])
+    if graph.memo is not None:
+        graph.memo["masked"] = (rows, literals)
+    return rows, literals
+
+
+def _masked(value: Any, literals: list[Any]) -> Any:
+    t = type(value)  # the common kinds by exact type first (the chain below decides the rest)
+    if t is Ref:
+        return f"%{value.index}"
+    if t is str or t is bool or value is None:
+        return value
+    if t is int:
+        literals.append(value)
+        return "#"
+    if t is tuple or t is list:
+        return [_masked(v, literals) for v in value]
+    if isinstance(value, Ref):
+        return f"%{value.index}"
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        literals.append(value)
+        return "#"
+    if isinstance(value, Device):
+        if value.index is not None:
+            literals.append(value.index)
+        return f"device:{value.type}"
+    if isinstance(value, (list, tuple)):
+        return [_masked(v, literals) for v in value]
+    if isinstance(value, dict):
+        return [[str(k), _masked(v, literals)] for k, v in value.items()]
+    if isinstance(value, slice):
+        return ["slice", _masked(value.start, literals), _masked(value.stop, literals), _masked(value.step, literals)]
+    if isinstance(value, (float, complex)):
+        return repr(value)
+    return value.path if isinstance(value, Path_) else type(value).__name__
+
+
 def cuda_indices(graph: ScannedGraph) -> set[int]:
     """Device indices the graph bakes in: device literals, streams, device switches."""
     found: set[int] = set()
     for g in graph.graphs():
-        for n in g.nodes:
-            if n.op not in ("call_function", "call_method"):
-                continue
-            for v in _flat((n.args, n.kwargs)) if g.devices else ():
-                if isinstance(v, Device) and v.type == "cuda" and v.index is not None:
-                    found.add(v.index)
-                elif isinstance(v, str) and re.fullmatch(r"cuda:\d+", v):
-                    found.add(int(v.split(":")[1]))
-            if n.construct == "torch.cuda.streams.Stream" and _int(n.kwargs.get("device_index")):
-                found.add(n.kwargs["device_index"])
-            elif n.construct in _CUDA_INDEX_CALLS and n.args and _int(n.args[0]):
-                found.add(n.args[0])
+        found |= _own_facts(g)[0]
     return found
-
-
-def _int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def constructs(graph: ScannedGraph) -> list[str]:
     """rebuild/stand_ins.constructs, by the table's verdicts."""
     found: dict[str, None] = {}
     for g in graph.graphs():
-        for n in g.nodes:
-            if n.op == "call_function" and n.construct is not None:
-                found.setdefault(n.construct)
-            elif g.devices and n.op in ("call_function", "call_method") and any(
-                    isinstance(v, Device) and v.type == "cuda" for v in _flat((n.args, n.kwargs))):
-                found.setdefault("device(type='cuda')")
+        for c in _own_facts(g)[1]:
+            found.setdefault(c)
     return list(found)
+
+
+def _own_facts(g: ScannedGraph) -> tuple[set[int], list[str]]:
+    """cuda_indices and constructs of the graph's own nodes."""
+    if g.memo is not None and "own" in g.memo:
+        return g.memo["own"]
+    indices: set[int] = set()
+    found: dict[str, None] = {}
+    for n in g.nodes:
+        if n.op not in ("call_function", "call_method"):
+            continue
+        values = _flat((n.args, n.kwargs)) if g.devices else ()
+        for v in values:
+            if isinstance(v, Device) and v.type == "cuda" and v.index is not None:
+                indices.add(v.index)
+            elif isinstance(v, str) and re.fullmatch(r"cuda:\d+", v):
+                indices.add(int(v.split(":")[1]))
+        if n.construct == "torch.cuda.streams.Stream" and _int(n.kwargs.get("device_index")):
+            indices.add(n.kwargs["device_index"])
+        elif n.construct in _CUDA_INDEX_CALLS and n.args and _int(n.args[0]):
+            indices.add(n.args[0])
+        if n.op == "call_function" and n.construct is not None:
+            found.setdefault(n.construct)
+        elif any(isinstance(v, Device) and v.type == "cuda" for v in values):
+            found.setdefault("device(type='cuda')")
+    own = (indices, list(found))
+    if g.memo is not None:
+        g.memo["own"] = own
+    return own
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 # rebuild/synthesize.IndexUses: uses of an integer input that bound it or pass its values on

@@ -226,7 +226,7 @@ Progress = Callable[[int, int], None]  # (files read, files to read)
 
 @gc_paused()
 def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Progress | None = None,
-               cache: bool = True, workers: int | None = None, full: bool = False) -> Listing:
+               cache: bool = True, workers: int | None = None, full: bool = False, slim: bool = False) -> Listing:
     """Every dump and printed graph file under ``path`` (or ``path`` itself), read and grouped.
 
     A file that can't be read is a ``problems`` entry (one line, with file and line), not an
@@ -241,7 +241,8 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
     or more are read in worker processes, one per usable core (``workers=N`` to choose).
     Manifests, and the parses of run logs, are kept in ``ls_cache`` (``cache=False``: not), so a
     second listing of the same files reads none. ``progress(done, total)`` is called as files
-    are read.
+    are read. ``slim``: printed graphs' manifests keep only what the listing shows (``ls``, which
+    holds thousands: not their inputs, ops or environment).
     """
     root = Path(path)
     if not root.exists():
@@ -278,6 +279,8 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
     for file, dump, error in read_printed_graphs(files, cache=cache, workers=workers, full=full, known=known,
                                                  ranks=_ranks_by_folder(candidates) if root.is_dir() else None):
         if dump is not None:
+            if slim:
+                _slim(dump.manifest)
             foreign.append(dump)
         else:
             listing.problems.append({"path": str(file), "error": error})
@@ -293,6 +296,19 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
     listing.dumps = dumps + foreign
     listing.logs = apply_logs(listing.dumps, root, log, cache=cache)
     return listing
+
+
+# A printed graph's manifest as a listing needs it: without what only show and replay read.
+_NOT_SHOWN = ("inputs", "env", "attrs", "external_objects")
+_NOT_SHOWN_GRAPH = ("ops", "node_info")
+
+
+def _slim(manifest: dict[str, Any]) -> None:
+    for key in _NOT_SHOWN:
+        manifest.pop(key, None)
+    graph = manifest.get("graph")
+    if isinstance(graph, dict):
+        manifest["graph"] = {k: v for k, v in graph.items() if k not in _NOT_SHOWN_GRAPH}
 
 
 def read_dump_folders(folders: list[Path], *, cache: bool = True) -> Iterator[tuple[Path, Dump | None, str | None]]:

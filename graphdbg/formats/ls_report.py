@@ -66,7 +66,7 @@ def ls_report(path: str | Path, log: str | Path | None = None, *, failed: bool =
                 return LsReport(hit[0], hit[1], cached=True)
         from graphdbg.formats import listing as listing_module  # lazy: the readers, only when the listing is made
 
-        listing = listing_module.list_dumps(root, log=log, progress=progress, cache=cache).select(failed, kind)
+        listing = listing_module.list_dumps(root, log=log, progress=progress, cache=cache, slim=True).select(failed, kind)
         keep = store is not None and key is not None and not any(d.failure_kind == "crash" for d in listing.dumps)
         data = output_ready(listing.to_json(), "ls")
         del listing  # its manifests go before the text is made: the peak holds one of the two, not both

@@ -78,12 +78,14 @@ def test_files_that_differ_only_above_their_class_are_scanned_once_each_listed_a
     # once a body, again where a file's own header needs the shard offsets; the last header's files on their own
     assert len(scans) <= 3 * len(bodies) < len(list(root.rglob("*.py"))), len(scans)
     two = list_dumps(root, cache=False, workers=2).to_json()
+    monkeypatch.setattr(listing_module._BodyReader, "KEEP", 2)  # scans let go before their last file: scanned again
+    forgetful = list_dumps(root, cache=False, workers=2).to_json()
     full = list_dumps(root, cache=False, full=True).to_json()
     monkeypatch.setenv(SHARE_ENV, "0")  # every file and forward on its own
     scans.clear()
     alone = list_dumps(root, cache=False, workers=1).to_json()
     assert len(scans) == len(list(root.rglob("*.py")))
-    for listing in (one, two, alone):
+    for listing in (one, two, forgetful, alone):
         assert listing["dumps"] == full["dumps"]
         assert listing["groups"] == full["groups"]
         assert listing["problems"] == full["problems"]

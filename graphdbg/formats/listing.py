@@ -32,7 +32,7 @@ from graphdbg._version import __version__
 from graphdbg.backends.recipe import shown_backend
 from graphdbg.display import Displayed, gc_paused
 from graphdbg.dump import Dump, is_failure
-from graphdbg.errors import DumpError, GraphdbgError, GraphSourceError
+from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.formats import load
 from graphdbg.formats.dump_folder import DumpFolder
 from graphdbg.formats.ls_cache import LsCache
@@ -349,8 +349,15 @@ def _full_manifest(path: Path) -> tuple[Path, dict[str, Any] | None, str | None]
 
 
 def _scan_bodies(batch: list[tuple[str, str, str]]) -> dict[str, BodyScan]:
-    """A worker's share: ``(key, file name, text)`` each, scanned."""
-    return {key: scan_body(source, name) for key, name, source in batch}
+    """A worker's share: ``(key, file name, text)`` each, scanned; a scan that fails leaves the
+    file to the full reader, which says what is wrong with it."""
+    out = {}
+    for key, name, source in batch:
+        try:
+            out[key] = scan_body(source, name)
+        except Exception as e:  # e.g. RecursionError on an absurdly nested expression
+            out[key] = BodyScan(undecided=f"the scan failed ({type(e).__name__})")
+    return out
 
 
 def read_printed_graphs(files: list[Path], *, cache: bool = True, workers: int | None = None, full: bool = False,
@@ -426,7 +433,7 @@ class _BodyReader:
         for f in self.files:
             try:
                 source = read_printed_source(f)
-            except GraphSourceError as e:
+            except GraphdbgError as e:  # unreadable, or no longer a regular file
                 queue.append((f, None, str(e), None))
             else:
                 key = body_key(source) if self.share else str(f)
@@ -478,13 +485,12 @@ class _BodyReader:
                     if key in self.batch:
                         self._send()
                     future = self.flying.get(key)
-                    if future is None:  # its scan was let go: scanned again, here
-                        self._rescan(f, key)
-                    elif wait or future.done():
+                    if future is not None:
+                        if not (wait or future.done()):
+                            return
                         self._keep(future.result(), future)
-                    else:
-                        return
-                    continue
+                        continue
+                    body = self._rescan(f)  # its scan was let go: this file's, here
                 manifest, error, undecided = self._answer(f, head, body)
                 if undecided is not None:  # the full reader's, in a worker: awaited in turn
                     if self.pool is not None:
@@ -498,15 +504,16 @@ class _BodyReader:
         if head is None or head.count("\n") < body.class_line - 1:  # the header runs past the text kept
             try:
                 head = read_printed_source(f)
-            except GraphSourceError as e:
+            except GraphdbgError as e:
                 return None, str(e), None
         return printed_from_body(f, head, body)
 
-    def _rescan(self, f: Path, key: str) -> None:
+    @staticmethod
+    def _rescan(f: Path) -> BodyScan:
         try:
-            self._keep({key: scan_body(read_printed_source(f), str(f))})
-        except GraphSourceError as e:
-            self._keep({key: BodyScan(undecided=str(e))})  # changed since: the full reader says what it is now
+            return _scan_bodies([("", str(f), read_printed_source(f))])[""]
+        except GraphdbgError as e:
+            return BodyScan(undecided=str(e))  # changed since: the full reader says what it is now
 
 
 _PARALLEL_FROM = 48  # files to read before worker processes pay for their start

@@ -252,7 +252,7 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
     store = LsCache.open() if cache else None
     try:
         candidates = list(_python_files(root))
-        known = store.get_many(candidates) if store is not None else {}
+        known = store.get_many(candidates, shape=_slim if slim else None) if store is not None else {}
     finally:
         if store is not None:
             store.close()

@@ -22,7 +22,7 @@ import re
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from graphdbg._version import __version__
 from graphdbg.store.checked import CACHE_ENV, cache_dir, files_stamp  # noqa: F401 - CACHE_ENV: the name tests and docs use here
@@ -108,9 +108,11 @@ class LsCache:
             return None
         return where, st.st_size, st.st_mtime_ns
 
-    def get_many(self, files: list[Path]) -> dict[Path, tuple[dict[str, Any] | None, str | None]]:
+    def get_many(self, files: list[Path], shape: Callable[[dict[str, Any]], Any] | None = None
+                 ) -> dict[Path, tuple[dict[str, Any] | None, str | None]]:
         """``get`` for many files at once: one query for every entry under their folders, then
-        one ``stat`` per file."""
+        one ``stat`` per file; ``shape`` is applied to each manifest as it is read (``ls`` keeps
+        slim ones)."""
         if self.db is None or not files:
             return {}
         folders: dict[Path, str] = {}
@@ -136,7 +138,10 @@ class LsCache:
                 except OSError:
                     continue
                 if st.st_size == size and st.st_mtime_ns == mtime:
-                    out[f] = (json.loads(manifest) if manifest is not None else None), error
+                    kept = json.loads(manifest) if manifest is not None else None
+                    if kept is not None and shape is not None:
+                        shape(kept)
+                    out[f] = kept, error
         except (sqlite3.Error, ValueError):  # a damaged cache: what was read stands, the rest is read again
             pass
         return out

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,43 @@ def test_files_that_differ_only_above_their_class_are_scanned_once_each_listed_a
     ranks = {Path(d["path"]).name: d["rank"] for d in one["dumps"] if Path(d["path"]).parent.name == "model1"}
     assert (ranks["rank0_1.py"], ranks["rank2_1.py"], ranks["rank3_1.py"], ranks["rank4_1.py"]) == (3, 1, 5, 4), ranks
     assert len(one["problems"]) == 2 * len(_HEADS), one["problems"]  # the bad annotation and the undecided body, each file
+
+
+def _tabs(text: str) -> str:
+    out = []
+    for line in text.split("\n"):
+        body = line.lstrip(" ")
+        out.append("\t" * ((len(line) - len(body)) // 4) + " " * ((len(line) - len(body)) % 4) + body)
+    return "\n".join(out)
+
+
+# Spellings of one printed graph a user's files may have: each must list as the full reader reads it.
+_SPELLINGS = {
+    "crlf": lambda t: t.replace("\n", "\r\n"),
+    "trailing": lambda t: t.replace("\n", "  \n"),
+    "formfeed": lambda t: t.replace("\n\n", "\n\x0c\n", 1),
+    "tabs": _tabs,
+    "nul_in_header": lambda t: "# Rank: 2, Graph 1 \x00\n" + t,
+    "cr_in_header": lambda t: "# Rank: 2, Graph 1\rx = 1\n" + t,
+}
+
+
+def test_printed_graphs_spelled_differently_list_as_the_full_reader_reads_them(tmp_path):
+    """Shared scans (one per body, one per forward text) stay exact whatever the file's line
+    breaks, indentation or header: CRLF, tabs, form feeds, trailing spaces, a NUL or a lone CR
+    in a comment above the class each list as the full reader reads that file."""
+    files = sorted((FIXTURES / "corpus").rglob("*.py"))
+    for name, spell in _SPELLINGS.items():
+        for f in files:
+            out = tmp_path / name / f.parent.name / f.name
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(spell(f.read_text()).encode())
+            shutil.copy(f, tmp_path / name / f.parent.name / f"plain_{f.name}")  # beside it, as printed
+    listing = _same(tmp_path)
+    listed = Counter(Path(d["path"]).parent.parent.name for d in listing["dumps"] if not Path(d["path"]).name.startswith("plain_"))
+    assert listed == dict.fromkeys(("crlf", "trailing", "formfeed", "tabs"), len(files)), listed
+    assert len(listing["problems"]) == len(files) and all("null bytes" in p["error"] for p in listing["problems"])
+    # a lone CR ends the comment: `x = 1` is code above the class, and no reader takes the file for a printed graph
 
 
 def _twice(forward: str) -> str:

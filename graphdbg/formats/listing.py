@@ -47,7 +47,7 @@ from graphdbg.formats.printed_file import (
     scan_body,
 )
 from graphdbg.formats.run_log import RunLog, attach_log, find_logs, read_log
-from graphdbg.formats.scan import sharing
+from graphdbg.formats.scan import forget_forwards, sharing
 from graphdbg.formats.sniff import looks_like_printed_graph, may_be_torch_repro
 from graphdbg.judge.fatal_signal import resolve_crash
 from graphdbg.store.manifest import MANIFEST, find_dumps
@@ -295,6 +295,7 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
     foreign.sort(key=lambda d: (d.model or "", d.graph_number if d.graph_number is not None else -1, d.id.rstrip("0123456789"), d.rank, d.id))
     listing.dumps = dumps + foreign
     listing.logs = apply_logs(listing.dumps, root, log, cache=cache)
+    forget_forwards()
     return listing
 
 

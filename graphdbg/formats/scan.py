@@ -279,8 +279,14 @@ def sharing() -> bool:
 
 
 _OTHER_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
-_FORWARDS_KEPT = 4096
+_FORWARDS_KEPT = 1024  # forwards kept for later files (the ranks of one graph are a few hundred forwards apart)
 _FORWARDS: list[Any] = [None, OrderedDict()]  # the names table they were read with, and the forwards by text
+
+
+def forget_forwards() -> None:
+    """Let the forwards read so far go (a listing does, when it is made: a notebook that lists
+    a big folder keeps nothing of it here)."""
+    _FORWARDS[:] = [None, OrderedDict()]
 
 
 def _forwards(table: NameTable | None) -> OrderedDict[str, tuple[tuple[Node, ...], bool, dict[str, Any]]]:

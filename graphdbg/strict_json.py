@@ -7,6 +7,7 @@ object output says which graphdbg wrote it and its ``schema`` (``graphdbg schema
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -29,9 +30,19 @@ def output_ready(data: object, schema: str | None = None) -> object:
 
 
 def text_of(ready: object) -> str:
-    """The text of an ``output_ready`` value."""
+    """The text of an ``output_ready`` value: ``json.dumps(ready, indent=1)`` and a newline,
+    joined a few thousand pieces at a time (the encoder's pieces of a 10,000-file listing,
+    a million small strings, are never all held at once)."""
     with gc_paused():
-        return json.dumps(ready, indent=1, allow_nan=False) + "\n"
+        parts, batch = [], []
+        for piece in json.JSONEncoder(indent=1, allow_nan=False).iterencode(ready):
+            batch.append(piece)
+            if len(batch) >= 8192:
+                parts.append("".join(batch))
+                batch.clear()
+        batch.append("\n")
+        parts.append("".join(batch))
+        return parts[0] if len(parts) == 1 else "".join(parts)
 
 
 def json_ready(value: object) -> object:
@@ -44,10 +55,24 @@ def json_ready(value: object) -> object:
     kind = type(value)
     if kind in _PLAIN or value is None:  # by exact type first: ls --json of 10,000 files is 300,000 values
         return value
-    if kind is dict:
-        return {k if type(k) is str else str(k): v if type(v) in _PLAIN else json_ready(v) for k, v in value.items()}  # type: ignore[attr-defined]
+    if kind is dict:  # a dict or list that needs no change is itself (not a copy of the whole output)
+        out: dict | None = None
+        for i, (k, v) in enumerate(value.items()):  # type: ignore[attr-defined]
+            r = v if type(v) in _PLAIN or v is None else json_ready(v)
+            if out is None and (r is not v or type(k) is not str):
+                out = dict(itertools.islice(value.items(), i))  # type: ignore[attr-defined]
+            if out is not None:
+                out[k if type(k) is str else str(k)] = r
+        return value if out is None else out
     if kind is list:
-        return [v if type(v) in _PLAIN else json_ready(v) for v in value]  # type: ignore[attr-defined]
+        items: list | None = None
+        for i, v in enumerate(value):  # type: ignore[arg-type]
+            r = v if type(v) in _PLAIN or v is None else json_ready(v)
+            if items is None and r is not v:
+                items = value[:i]  # type: ignore[index]
+            if items is not None:
+                items.append(r)
+        return value if items is None else items
     return _json_ready_other(value)
 
 

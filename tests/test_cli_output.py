@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -306,3 +307,19 @@ def test_an_exported_test_survives_a_backend_that_segfaults(tmp_path, cli):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     assert "Signal SIGSEGV" in done.stdout and "1 failed" in done.stdout
+
+
+def test_the_json_writer_changes_only_what_strict_json_needs():
+    """strict_json (every --json output): the text is json.dumps(indent=1) and a newline,
+    joined in pieces; a dict or list that needs no change is not copied (ls --json of 10,000
+    files), one that does is a new one and the original is left as it was."""
+    from graphdbg.strict_json import json_ready, text_of
+
+    plain = {"rows": [{"path": "a", "rank": 0, "ok": True, "x": None, "f": 1.5}] * 3, "n": 3}
+    assert json_ready(plain) is plain
+    odd = {"rows": [{"err": float("nan"), "shape": (2, 3)}, {"p": 1}], 7: "seven"}
+    ready = json_ready(odd)
+    assert ready == {"rows": [{"err": None, "shape": [2, 3]}, {"p": 1}], "7": "seven"}
+    assert ready["rows"][1] is odd["rows"][1] and math.isnan(odd["rows"][0]["err"])
+    big = {"dumps": [{"i": i, "s": "é\u2028"} for i in range(20000)]}
+    assert text_of(big) == json.dumps(big, indent=1) + "\n"

@@ -16,6 +16,7 @@ import pytest
 from conftest import FIXTURES, SHARED_CORPUS, child_env
 
 from graphdbg.formats.listing import list_dumps, printed_graph_files
+from graphdbg.formats.printed_file import scan_printed
 from graphdbg.formats.scan import SHARE_ENV
 
 BAD_ANNOTATION = 'class GraphModule(torch.nn.Module):\n    def forward(self, x: "f32[2"):\n        return (x,)\n'
@@ -72,10 +73,14 @@ def test_files_that_differ_only_above_their_class_are_scanned_once_each_listed_a
             (folder / f"rank{v}_{i}.py").write_text(head + body)
     assert len(list(root.rglob("*.py"))) >= 48  # enough for the worker processes
 
-    scans = []
-    real = listing_module.scan_body
+    scans, fulls = [], []
+    real, real_full = listing_module.scan_body, listing_module._full_manifest
     monkeypatch.setattr(listing_module, "scan_body", lambda source, name: scans.append(name) or real(source, name))
+    monkeypatch.setattr(listing_module, "_full_manifest", lambda f: fulls.append(f) or real_full(f))
     one = list_dumps(root, cache=False, workers=1).to_json()
+    # only files the scan of each on its own can't decide go to the full reader (torch)
+    assert sorted(fulls) == sorted(f for f in root.rglob("*.py") if scan_printed(f)[2] is not None)
+    monkeypatch.setattr(listing_module, "_full_manifest", real_full)  # the workers are handed it by name
     # once a body, again where a file's own header needs the shard offsets; the last header's files on their own
     assert len(scans) <= 3 * len(bodies) < len(list(root.rglob("*.py"))), len(scans)
     two = list_dumps(root, cache=False, workers=2).to_json()

@@ -507,7 +507,8 @@ class _BodyReader:
                 head = read_printed_source(f)
             except GraphdbgError as e:
                 return None, str(e), None
-        return printed_from_body(f, head, body)
+            return printed_from_body(f, head, body)
+        return printed_from_body(f, head, body, whole=False)
 
     @staticmethod
     def _rescan(f: Path) -> BodyScan:

@@ -206,10 +206,11 @@ def scan_body(source: str, filename: str) -> BodyScan:
     return body
 
 
-def printed_from_body(path: Path, source: str, body: BodyScan) -> tuple[dict[str, Any] | None, str | None, str | None]:
-    """``scan_printed``'s answer for the file at ``path`` with text ``source`` (or its first
-    ``body.class_line - 1`` lines at least), whose body was scanned (from this file or one with
-    the same ``body_key``)."""
+def printed_from_body(path: Path, source: str, body: BodyScan, whole: bool = True
+                      ) -> tuple[dict[str, Any] | None, str | None, str | None]:
+    """``scan_printed``'s answer for the file at ``path`` with text ``source`` (``whole=False``:
+    its first ``body.class_line - 1`` lines at least), whose body was scanned (from this file or
+    one with the same ``body_key``)."""
     if body.undecided is not None:
         return None, None, body.undecided
     if body.bad_annotations:
@@ -217,7 +218,11 @@ def printed_from_body(path: Path, source: str, body: BodyScan) -> tuple[dict[str
     rank = header_rank(header_lines(source, body.class_line), body.indices)
     if rank is None:
         if not body.shard_sought:  # the body's first file had a header; this one needs the shard offsets
-            return printed_from_body(path, source, scan_body(source, str(path)))
+            try:
+                text = source if whole else read_printed_source(path)
+            except GraphSourceError as e:
+                return None, str(e), None
+            return printed_from_body(path, text, scan_body(text, str(path)))
         if isinstance(body.shard, str):
             return None, None, f"a rank only the input plans find ({body.shard})"
         rank = (body.shard, "shard_offset", None) if body.shard is not None else (0, "default", None)

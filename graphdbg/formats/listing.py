@@ -72,47 +72,10 @@ class Listing(Displayed):
         ``constructs`` (what needs stand-ins) and ``rank_literals`` (the literals that differ
         between the members, one list of values per literal, in member order).
         """
-        groups: dict[tuple, dict[str, Any]] = {}
-        members: dict[tuple, list[Dump]] = {}
+        maker = GroupMaker()
         for d in self.dumps:
-            s = summary_row(d)
-            foreign = s.get("format") == "printed_graph"
-            key = ("printed_graph", s["model"], s["group_hash"], s["signature"]) if foreign else (s["graph_hash"], s["kind"], s["signature"])
-            g = groups.get(key)
-            if g is None:
-                g = groups[key] = {**{k: s.get(k) for k in _SUMMARY_KEYS}, "ranks": [], "paths": [], "modules": [], "frames": []}
-                if foreign:
-                    g.update({"format": "printed_graph", "model": s["model"], "graphs": [], "files": [],
-                              "constructs": s["constructs"], "rank_literals": []})
-                if "log" in s:  # another tool's file: its failure may come from the run's log
-                    g.update({k: s[k] for k in _LOG_KEYS})
-                members[key] = []
-            g["ranks"].append(s["rank"])
-            g["paths"].append(s["path"])
-            g["modules"].append(s.get("module"))  # identical per-block graphs: which blocks
-            g["frames"].append(" ".join(x for x in (s.get("frame"), f"[{s['compile_id']}]" if s.get("compile_id") else None) if x) or None)
-            members[key].append(d)
-            if foreign:
-                g["files"].append(Path(s["path"]).name)
-                if s["graph"] is not None and s["graph"] not in g["graphs"]:
-                    g["graphs"].append(s["graph"])
-        for key, g in groups.items():
-            if g.get("format") == "printed_graph":
-                g["graphs"].sort()
-                g["rank_literals"] = _differing_literals(members[key])
-        for key, g in groups.items():  # a piece of a nested compile names the dump of its graph, and back
-            links = _links(members[key][0])
-            if links.get("parent"):
-                g["parent"] = links["parent"]
-                g["piece"] = links["piece"]
-            if links.get("children"):
-                g["children"] = links["children"]
-        odd = _odd_ranks([d for d in self.dumps if d.format == "dump"])  # captured dumps, not foreign files
-        for key, g in groups.items():
-            if g.get("format") != "printed_graph":
-                g["differs"] = sorted({what for d in members[key] for what in odd.get(d.path, [])})
-        # failures first (a stable sort: within each, the listing's order); pieces stay under their graph
-        return sorted(groups.values(), key=lambda g: not is_failure(g["kind"]))
+            maker.add(d, summary_row(d))
+        return maker.groups(_odd_ranks([d for d in self.dumps if d.format == "dump"]))  # captured dumps, not foreign files
 
     def select(self, failed: bool = False, kind: str | None = None) -> Listing:
         """The same listing with only failed dumps (``failed``), or dumps of one failure ``kind``."""
@@ -141,6 +104,62 @@ class Listing(Displayed):
             "problems": self.problems,
             **({"logs": self.logs} if self.logs else {}),
         }
+
+
+class GroupMaker:
+    """``Listing.groups``, one dump at a time (``add`` each dump with its ``summary_row``, in the
+    listing's order): what a group needs of its members is kept, not the members (``ls`` streams
+    thousands)."""
+
+    def __init__(self) -> None:
+        self._groups: dict[tuple, dict[str, Any]] = {}
+        self._first: dict[tuple, Dump] = {}
+        self._literals: dict[tuple, list[list[Any]]] = {}  # each printed member's rank literals
+        self._paths: dict[tuple, list[Path]] = {}  # each captured member's path (for differs)
+
+    def add(self, d: Dump, s: dict[str, Any]) -> None:
+        foreign = s.get("format") == "printed_graph"
+        key = ("printed_graph", s["model"], s["group_hash"], s["signature"]) if foreign else (s["graph_hash"], s["kind"], s["signature"])
+        g = self._groups.get(key)
+        if g is None:
+            g = self._groups[key] = {**{k: s.get(k) for k in _SUMMARY_KEYS}, "ranks": [], "paths": [], "modules": [], "frames": []}
+            if foreign:
+                g.update({"format": "printed_graph", "model": s["model"], "graphs": [], "files": [],
+                          "constructs": s["constructs"], "rank_literals": []})
+            if "log" in s:  # another tool's file: its failure may come from the run's log
+                g.update({k: s[k] for k in _LOG_KEYS})
+            self._first[key], self._literals[key], self._paths[key] = d, [], []
+        g["ranks"].append(s["rank"])
+        g["paths"].append(s["path"])
+        g["modules"].append(s.get("module"))  # identical per-block graphs: which blocks
+        g["frames"].append(" ".join(x for x in (s.get("frame"), f"[{s['compile_id']}]" if s.get("compile_id") else None) if x) or None)
+        if not foreign:
+            self._paths[key].append(d.path)
+        else:
+            self._literals[key].append(d.rank_literals)
+            g["files"].append(Path(s["path"]).name)
+            if s["graph"] is not None and s["graph"] not in g["graphs"]:
+                g["graphs"].append(s["graph"])
+
+    def groups(self, odd: dict[Path, list[str]]) -> list[dict[str, Any]]:
+        """The groups, failures first; ``odd``: ``_odd_ranks`` of the captured dumps."""
+        groups = self._groups
+        for key, g in groups.items():
+            if g.get("format") == "printed_graph":
+                g["graphs"].sort()
+                g["rank_literals"] = _differing_literals(self._literals[key])
+        for key, g in groups.items():  # a piece of a nested compile names the dump of its graph, and back
+            links = _links(self._first[key])
+            if links.get("parent"):
+                g["parent"] = links["parent"]
+                g["piece"] = links["piece"]
+            if links.get("children"):
+                g["children"] = links["children"]
+        for key, g in groups.items():
+            if g.get("format") != "printed_graph":
+                g["differs"] = sorted({what for p in self._paths[key] for what in odd.get(p, [])})
+        # failures first (a stable sort: within each, the listing's order); pieces stay under their graph
+        return sorted(groups.values(), key=lambda g: not is_failure(g["kind"]))
 
 
 def _links(d: Dump) -> dict[str, Any]:
@@ -214,8 +233,7 @@ def _odd_ranks(dumps: list[Dump]) -> dict[Path, list[str]]:
     return flags
 
 
-def _differing_literals(dumps: list[Dump]) -> list[list[Any]]:
-    lists = [getattr(d, "rank_literals", []) for d in dumps]
+def _differing_literals(lists: list[list[Any]]) -> list[list[Any]]:
     if len(lists) < 2 or len({len(x) for x in lists}) != 1:
         return []
     return [list(values) for values in zip(*lists) if len(set(values)) > 1]

@@ -200,3 +200,35 @@ def test_a_folder_listed_before_comes_back_whole_until_a_file_under_it_changes(t
     (root / "corpus" / "new.txt").write_text("x")  # just written: listed afresh and not kept
     assert not ls_report(root).cached and not ls_report(root).cached
     assert not ls_report(root, cache=False).cached
+
+
+def test_ls_json_written_as_it_is_made_is_the_listing_made_whole(tmp_path, monkeypatch):
+    """`ls --json` writes its text a row at a time (ls_report(out=...): the printed graphs'
+    manifests wait in a Spill on disk, so thousands are never held at once); the text is the
+    one the whole listing makes, for dumps, printed graphs with their logs' failures, problems,
+    filters, and kept (in parts) for the next ls of the unchanged folder."""
+    import io
+
+    from graphdbg.formats.ls_report import _Parts, ls_report
+
+    monkeypatch.setenv("GRAPHDBG_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(_Parts, "PART", 4096)  # many parts
+    root = _folder(tmp_path)
+    (root / "corpus" / "Qwen3-0.6B" / "rank9_0.py").write_text('class GraphModule(torch.nn.Module):\n    def forward(self, x: "f32[2"):\n        return (x,)\n')
+    old = time.time() - 60
+    for f in root.rglob("*"):
+        if f.is_file():
+            os.utime(f, (old, old))
+    for options in ({}, {"failed": True}, {"kind": "accuracy"}, {"kind": "printed_graph"}):
+        whole = ls_report(root, cache=False, **options)
+        out = io.StringIO()
+        written = ls_report(root, out=out, **options)
+        assert written.written and not written.cached and written.text is None
+        assert out.getvalue() == whole.text and written.problems == whole.problems
+        again = io.StringIO()
+        assert ls_report(root, out=again, **options).cached and again.getvalue() == whole.text
+        assert ls_report(root, **options).text == whole.text
+    assert json.loads(whole.text)["problems"] and json.loads(ls_report(root, cache=False).text)["logs"]
+    db = sqlite3.connect(tmp_path / "cache" / "ls.sqlite")
+    assert db.execute("select max(n) from listing_parts_v2").fetchone()[0] > 3  # the text in parts
+    assert not db.execute("select count(*) from listing_parts_v2 where instr(slot, char(0))").fetchone()[0]  # none left staged

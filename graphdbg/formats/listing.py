@@ -19,9 +19,11 @@ Graph files that record no failure take theirs from the run's log beside them (`
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import re
+import sqlite3
 from collections import Counter, OrderedDict, deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -37,8 +39,11 @@ from graphdbg.formats import load
 from graphdbg.formats.dump_folder import DumpFolder
 from graphdbg.formats.ls_cache import LsCache
 from graphdbg.formats.printed_file import (
+    FAILURE_KIND,
+    NO_FAILURE,
     RANK_FILE,
     BodyScan,
+    PrintedFile,
     body_key,
     head_of,
     printed_dump,
@@ -114,7 +119,7 @@ class GroupMaker:
     def __init__(self) -> None:
         self._groups: dict[tuple, dict[str, Any]] = {}
         self._first: dict[tuple, Dump] = {}
-        self._literals: dict[tuple, list[list[Any]]] = {}  # each printed member's rank literals
+        self._literals: dict[tuple, _Literals] = {}  # the printed members' rank literals that differ
         self._paths: dict[tuple, list[Path]] = {}  # each captured member's path (for differs)
 
     def add(self, d: Dump, s: dict[str, Any]) -> None:
@@ -128,7 +133,7 @@ class GroupMaker:
                           "constructs": s["constructs"], "rank_literals": []})
             if "log" in s:  # another tool's file: its failure may come from the run's log
                 g.update({k: s[k] for k in _LOG_KEYS})
-            self._first[key], self._literals[key], self._paths[key] = d, [], []
+            self._first[key], self._literals[key], self._paths[key] = d, _Literals(), []
         g["ranks"].append(s["rank"])
         g["paths"].append(s["path"])
         g["modules"].append(s.get("module"))  # identical per-block graphs: which blocks
@@ -136,7 +141,7 @@ class GroupMaker:
         if not foreign:
             self._paths[key].append(d.path)
         else:
-            self._literals[key].append(d.rank_literals)
+            self._literals[key].add(d.rank_literals)
             g["files"].append(Path(s["path"]).name)
             if s["graph"] is not None and s["graph"] not in g["graphs"]:
                 g["graphs"].append(s["graph"])
@@ -147,7 +152,7 @@ class GroupMaker:
         for key, g in groups.items():
             if g.get("format") == "printed_graph":
                 g["graphs"].sort()
-                g["rank_literals"] = _differing_literals(self._literals[key])
+                g["rank_literals"] = self._literals[key].differing()
         for key, g in groups.items():  # a piece of a nested compile names the dump of its graph, and back
             links = _links(self._first[key])
             if links.get("parent"):
@@ -233,18 +238,98 @@ def _odd_ranks(dumps: list[Dump]) -> dict[Path, list[str]]:
     return flags
 
 
-def _differing_literals(lists: list[list[Any]]) -> list[list[Any]]:
-    if len(lists) < 2 or len({len(x) for x in lists}) != 1:
-        return []
-    return [list(values) for values in zip(*lists) if len(set(values)) > 1]
+class _Literals:
+    """The rank literals of a group's members, one member at a time: for each position where
+    members differ, every member's value there (the same lists as ``[list(v) for v in
+    zip(*members) if len(set(v)) > 1]``, none where the members' counts differ), holding the
+    first member's literals and those columns only."""
+
+    def __init__(self) -> None:
+        self.first: list[Any] | None = None
+        self.members = 0
+        self.columns: dict[int, list[Any]] = {}
+        self.uneven = False
+
+    def add(self, literals: list[Any]) -> None:
+        self.members += 1
+        if self.first is None:
+            self.first = literals
+            return
+        if self.uneven or len(literals) != len(self.first):
+            self.uneven = True
+            return
+        for i, (a, b) in enumerate(zip(self.first, literals)):
+            column = self.columns.get(i)
+            if column is not None:
+                column.append(b)
+            elif a != b:  # literals are ints (and device indices)
+                self.columns[i] = [a] * (self.members - 1) + [b]
+
+    def differing(self) -> list[list[Any]]:
+        if self.members < 2 or self.uneven:
+            return []
+        return [self.columns[i] for i in sorted(self.columns)]
 
 
 Progress = Callable[[int, int], None]  # (files read, files to read)
 
 
+class PrintedStub:
+    """A printed graph in a listing while its manifest waits in a ``Spill``: what sorting,
+    filtering and the run logs' attachment (``apply_logs``) read of it, and nothing more."""
+
+    __slots__ = ("path", "id", "model", "graph_number", "rank", "manifest", "seq")
+    format = "printed_graph"
+
+    def __init__(self, dump: Dump, seq: int):
+        self.path, self.id, self.model = str(dump.path), dump.id, dump.model
+        self.graph_number, self.rank, self.seq = dump.graph_number, dump.rank, seq
+        failure = dump.manifest.get("failure")
+        self.manifest = {"failure": _PRINTED_FAILURE if failure == _PRINTED_FAILURE else failure}
+
+    @property
+    def failure_kind(self) -> str:
+        kind = str((self.manifest.get("failure") or {}).get("kind", "?"))
+        return "printed_graph" if kind == "foreign" else kind  # as Dump.failure_kind
+
+    @property
+    def contents(self) -> PrintedFile:  # the run logs' construct matching peeks at the text
+        return PrintedFile(Path(self.path))
+
+
+# a printed graph's own failure, as printed_manifest writes it (one object for thousands of stubs;
+# attach_log replaces a failure, never changes it)
+_PRINTED_FAILURE = {"kind": FAILURE_KIND, "exception": None, "signature": None, "message": NO_FAILURE}
+
+
+class Spill:
+    """Printed graphs' manifests set aside on disk while a listing of thousands is made (a
+    private temporary sqlite database): ``put`` a Dump, keep its ``PrintedStub``; ``dump`` it
+    back, with the failure the stub was given since."""
+
+    def __init__(self) -> None:
+        self.db = sqlite3.connect("")  # "": temporary, on disk past its page cache, gone when closed
+        self.db.execute("create table m (seq integer primary key, manifest text)")
+        self.n = 0
+
+    def put(self, dump: Dump) -> PrintedStub:
+        self.db.execute("insert into m values (?, ?)", (self.n, json.dumps(dump.manifest)))
+        self.n += 1
+        return PrintedStub(dump, self.n - 1)
+
+    def dump(self, stub: PrintedStub) -> Dump:
+        manifest = json.loads(self.db.execute("select manifest from m where seq=?", (stub.seq,)).fetchone()[0])
+        manifest["failure"] = stub.manifest["failure"]
+        return Dump(Path(stub.path), manifest, PrintedFile(Path(stub.path)))
+
+    def close(self) -> None:
+        self.db.close()
+
+
 @gc_paused()
 def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Progress | None = None,
-               cache: bool = True, workers: int | None = None, full: bool = False, slim: bool = False) -> Listing:
+               cache: bool = True, workers: int | None = None, full: bool = False, slim: bool = False,
+               spill: Spill | None = None) -> Listing:
     """Every dump and printed graph file under ``path`` (or ``path`` itself), read and grouped.
 
     A file that can't be read is a ``problems`` entry (one line, with file and line), not an
@@ -260,7 +345,8 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
     Manifests, and the parses of run logs, are kept in ``ls_cache`` (``cache=False``: not), so a
     second listing of the same files reads none. ``progress(done, total)`` is called as files
     are read. ``slim``: printed graphs' manifests keep only what the listing shows (``ls``, which
-    holds thousands: not their inputs, ops or environment).
+    holds thousands: not their inputs, ops or environment). ``spill``: printed graphs are
+    ``PrintedStub``s, their manifests in the spill (``ls_report`` writes the listing from it).
     """
     root = Path(path)
     if not root.exists():
@@ -299,7 +385,7 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
         if dump is not None:
             if slim:
                 _slim(dump.manifest)
-            foreign.append(dump)
+            foreign.append(spill.put(dump) if spill is not None else dump)
         else:
             listing.problems.append({"path": str(file), "error": error})
         step()

@@ -28,7 +28,9 @@ from graphdbg._version import __version__
 from graphdbg.store.checked import CACHE_ENV, cache_dir, files_stamp  # noqa: F401 - CACHE_ENV: the name tests and docs use here
 
 RACY_NS = 2_000_000_000  # files modified this recently are not cached (git's "racy" rule)
-_LISTINGS = "create table if not exists listings_v1 (slot text primary key, signature text, text text, problems text)"
+# a listing's text is kept in parts of about a MiB (ls_report writes it as it is made)
+_LISTINGS = "create table if not exists listings_v2 (slot text primary key, signature text, problems text, parts integer)"
+_LISTING_PARTS = "create table if not exists listing_parts_v2 (slot text, n integer, text text, primary key (slot, n))"
 _SCHEMA = "create table if not exists files_v1 (path text, size integer, mtime integer, stamp text, manifest text, error text, primary key (path))"
 
 
@@ -91,6 +93,7 @@ class LsCache:
             db = sqlite3.connect(str(folder / "ls.sqlite"), timeout=5)
             db.execute(_SCHEMA)
             db.execute(_LISTINGS)
+            db.execute(_LISTING_PARTS)
             return cls(db, stamp)
         except (OSError, sqlite3.Error):
             return cls(None, stamp)
@@ -201,23 +204,29 @@ class LsCache:
         if self.db is None:
             return None
         try:
-            row = self.db.execute("select text, problems from listings_v1 where slot=? and signature=?", (slot, signature)).fetchone()
-            problems = json.loads(row[1]) if row is not None else None
+            row = self.db.execute("select problems, parts from listings_v2 where slot=? and signature=?", (slot, signature)).fetchone()
+            if row is None:
+                return None
+            problems = json.loads(row[0])
+            parts = [t for (t,) in self.db.execute("select text from listing_parts_v2 where slot=? order by n", (slot,))]
         except (sqlite3.Error, ValueError, TypeError):
             return None
-        if row is None or not isinstance(row[0], str) or not isinstance(problems, list):
+        if not isinstance(problems, list) or len(parts) != row[1] or not all(isinstance(t, str) for t in parts):
             return None
-        return row[0], problems
+        return "".join(parts), problems
 
-    def put_listing(self, slot: str, signature: str, text: str, problems: list[dict[str, Any]]) -> None:
-        """Keep a listing's text for its folder and options (``slot``): one per slot, the last made."""
-        if self.db is None:
-            return
-        try:
-            with self.db:
-                self.db.execute("insert or replace into listings_v1 values (?, ?, ?, ?)", (slot, signature, text, json.dumps(problems)))
-        except (sqlite3.Error, TypeError, ValueError):
-            pass
+    def put_listing(self, slot: str, signature: str, parts: list[str], problems: list[dict[str, Any]]) -> None:
+        """Keep a listing's text (``parts``, joined) for its folder and options (``slot``): one
+        per slot, the last made."""
+        staged = self.stage_listing(slot)
+        for part in parts:
+            staged.add(part)
+        staged.keep(signature, problems)
+
+    def stage_listing(self, slot: str) -> StagedListing:
+        """A listing's text kept part by part as it is written (``ls_report``); it replaces the
+        slot's only when ``keep`` is called."""
+        return StagedListing(self, slot)
 
     def flush(self) -> None:
         if self.db is None or not self.pending:
@@ -234,3 +243,47 @@ class LsCache:
         if self.db is not None:
             self.db.close()
             self.db = None
+
+
+class StagedListing:
+    """Parts of a listing's text, stored as they come under a name of their own (no
+    transaction held while the listing is made), taken as the slot's by ``keep``."""
+
+    def __init__(self, cache: LsCache, slot: str):
+        self.cache, self.slot, self.n = cache, slot, 0
+        self.name = f"{slot}\0{os.getpid()}\0{time.time_ns()}"
+        self.failed = cache.db is None
+
+    def add(self, text: str) -> None:
+        if self.failed or self.cache.db is None:
+            return
+        try:
+            with self.cache.db:
+                self.cache.db.execute("insert into listing_parts_v2 values (?, ?, ?)", (self.name, self.n, text))
+            self.n += 1
+        except sqlite3.Error:
+            self.failed = True
+
+    def keep(self, signature: str, problems: list[dict[str, Any]]) -> None:
+        db = self.cache.db
+        if db is None:
+            return
+        try:
+            with db:
+                if not self.failed:
+                    db.execute("delete from listing_parts_v2 where slot=?", (self.slot,))
+                    db.execute("update listing_parts_v2 set slot=? where slot=?", (self.slot, self.name))
+                    db.execute("insert or replace into listings_v2 values (?, ?, ?, ?)", (self.slot, signature, json.dumps(problems), self.n))
+                # parts left by a listing of this slot that never finished (a killed ls), and these if not taken
+                db.execute("delete from listing_parts_v2 where slot >= ? and slot < ?", (self.slot + "\0", self.slot + "\1"))
+        except (sqlite3.Error, TypeError, ValueError):
+            pass
+
+    def drop(self) -> None:
+        if self.cache.db is None:
+            return
+        try:
+            with self.cache.db:
+                self.cache.db.execute("delete from listing_parts_v2 where slot=?", (self.name,))
+        except sqlite3.Error:
+            pass

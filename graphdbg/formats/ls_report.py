@@ -24,11 +24,12 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TextIO
 
+from graphdbg._version import __version__
 from graphdbg.errors import GraphdbgError
-from graphdbg.formats.ls_cache import RACY_NS, LsCache, code_stamp
-from graphdbg.strict_json import output_ready, text_of
+from graphdbg.formats.ls_cache import RACY_NS, LsCache, StagedListing, code_stamp
+from graphdbg.strict_json import json_ready, output_ready, text_of
 
 if TYPE_CHECKING:
     from graphdbg.formats.listing import Progress
@@ -37,23 +38,31 @@ if TYPE_CHECKING:
 @dataclass
 class LsReport:
     """What ``ls`` shows: ``text`` (its ``--json`` output), ``data`` (that text parsed) and
-    ``problems`` (the files that could not be read); ``cached``: it came whole from the cache."""
-    text: str
+    ``problems`` (the files that could not be read); ``cached``: it came whole from the cache;
+    ``written``: the text went to ``ls_report``'s ``out`` instead (``text`` is None)."""
+    text: str | None
     problems: list[dict[str, Any]]
     cached: bool = False
     _data: Any = field(default=None, repr=False)
+    written: bool = False
 
     @property
     def data(self) -> dict[str, Any]:
         if self._data is None:
+            if self.text is None:
+                raise GraphdbgError("this listing was written out as it was made; list again without `out` to read it")
             self._data = json.loads(self.text)
         return self._data
 
 
 def ls_report(path: str | Path, log: str | Path | None = None, *, failed: bool = False, kind: str | None = None,
-              cache: bool = True, progress: Progress | None = None) -> LsReport:
+              cache: bool = True, progress: Progress | None = None, out: TextIO | None = None) -> LsReport:
     """``list_dumps(path, log).select(failed, kind)`` as ``ls`` prints it, kept whole in the cache
-    for a folder whose files don't change (``cache=False``: made afresh, nothing kept)."""
+    for a folder whose files don't change (``cache=False``: made afresh, nothing kept).
+
+    ``out``: the ``--json`` text is written there (``written``, and ``text`` is None), a row at a
+    time once the files are read: the printed graphs' manifests wait on disk meanwhile
+    (``listing.Spill``), so a listing of thousands is never held whole."""
     root = Path(path)
     if not root.exists():
         raise GraphdbgError(f"{root}: no such file or folder")
@@ -63,21 +72,106 @@ def ls_report(path: str | Path, log: str | Path | None = None, *, failed: bool =
         if store is not None and key is not None:
             hit = store.get_listing(*key)
             if hit is not None:
+                if out is not None:
+                    out.write(hit[0])
+                    return LsReport(None, hit[1], cached=True, written=True)
                 return LsReport(hit[0], hit[1], cached=True)
         from graphdbg.formats import listing as listing_module  # lazy: the readers, only when the listing is made
 
-        listing = listing_module.list_dumps(root, log=log, progress=progress, cache=cache, slim=True).select(failed, kind)
-        keep = store is not None and key is not None and not any(d.failure_kind == "crash" for d in listing.dumps)
+        spill = listing_module.Spill() if out is not None else None
+        try:
+            listing = listing_module.list_dumps(root, log=log, progress=progress, cache=cache, slim=True, spill=spill).select(failed, kind)
+            keep = store is not None and key is not None and not any(d.failure_kind == "crash" for d in listing.dumps)
+            if spill is not None and out is not None:
+                staged = store.stage_listing(key[0]) if keep and store is not None and key is not None else None
+                parts = _Parts(out, staged)
+                try:
+                    problems = write_listing(listing, spill, parts.write)
+                    parts.close()
+                except BaseException:
+                    if staged is not None:
+                        staged.drop()
+                    raise
+                if staged is not None and key is not None:
+                    staged.keep(key[1], problems)
+                return LsReport(None, problems, written=True)
+        finally:
+            if spill is not None:
+                spill.close()
         data = output_ready(listing.to_json(), "ls")
         del listing  # its manifests go before the text is made: the peak holds one of the two, not both
         text = text_of(data)
         problems = data["problems"]  # type: ignore[index]
         if keep and store is not None and key is not None:
-            store.put_listing(*key, text, problems)
+            store.put_listing(*key, [text], problems)
         return LsReport(text, problems, cached=False, _data=data)
     finally:
         if store is not None:
             store.close()
+
+
+_ENCODER = json.JSONEncoder(indent=1, allow_nan=False)  # strict_json.text_of's
+
+
+def _at(value: Any, depth: int) -> str:
+    """``value``'s text as ``text_of`` writes it ``depth`` levels into the output."""
+    text = _ENCODER.encode(json_ready(value))
+    return text.replace("\n", "\n" + " " * depth) if depth else text
+
+
+def write_listing(listing: Any, spill: Any, write: Callable[[str], Any]) -> list[dict[str, Any]]:
+    """``text_of(output_ready(listing.to_json(), "ls"))``, written a row at a time, each printed
+    graph's manifest read back from ``spill`` for its row and let go; returns the problems.
+    (Cyclic GC stays on here: each row's encoding leaves a cycle, json's nested encoders.)"""
+    from graphdbg.formats.listing import GroupMaker, PrintedStub, _odd_ranks, summary_row
+
+    write('{\n "graphdbg": ' + _at(__version__, 1) + ',\n "schema": "ls",\n "root": ' + _at(str(listing.root), 1) + ',\n "dumps": [')
+    maker, captured, rows = GroupMaker(), [], 0
+    for d in listing.dumps:
+        full = spill.dump(d) if isinstance(d, PrintedStub) else d
+        row = summary_row(full)
+        maker.add(full, row)
+        write((",\n  " if rows else "\n  ") + _at(row, 2))
+        rows += 1
+        if full.format == "dump":
+            captured.append(full)
+    write("\n ]" if rows else "]")
+    groups = maker.groups(_odd_ranks(captured))
+    write(',\n "groups": [')
+    for i, g in enumerate(groups):
+        write((",\n  " if i else "\n  ") + _at(g, 2))
+    write("\n ]" if groups else "]")
+    problems = json_ready(listing.problems)
+    write(',\n "summary": ' + _at(listing.summary(groups), 1) + ',\n "problems": ' + _at(problems, 1))
+    if listing.logs:
+        write(',\n "logs": ' + _at(listing.logs, 1))
+    write("\n}\n")
+    return problems  # type: ignore[return-value]
+
+
+class _Parts:
+    """Writes to ``out``, and keeps what it wrote in ``staged`` (where given), a part of about a
+    MiB at a time."""
+
+    PART = 1 << 20
+
+    def __init__(self, out: TextIO, staged: StagedListing | None):
+        self.out, self.staged = out, staged
+        self.pending: list[str] = []
+        self.size = 0
+
+    def write(self, piece: str) -> None:
+        self.out.write(piece)
+        if self.staged is not None:
+            self.pending.append(piece)
+            self.size += len(piece)
+            if self.size >= self.PART:
+                self.close()
+
+    def close(self) -> None:
+        if self.staged is not None and self.pending:
+            self.staged.add("".join(self.pending))
+            self.pending, self.size = [], 0
 
 
 def _key(root: Path, log: str | Path | None, failed: bool, kind: str | None) -> tuple[str, str] | None:

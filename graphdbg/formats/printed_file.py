@@ -29,6 +29,7 @@ RANK_FILE = re.compile(r"rank(\d+)_\d+\.py$")  # match() a file name
 MAX_BYTES = 64 << 20  # a printed graph of a real model is well under a MB; anything huge is not one
 FORMAT = "printed_graph"
 FAILURE_KIND = "printed_graph"
+NO_FAILURE = "no error recorded (a printed graph)"
 
 
 class PrintedFile(Contents):
@@ -126,7 +127,7 @@ def printed_manifest(path: Path, facts: dict[str, Any], *, rank: tuple[int, str,
     return manifest_for(
         path, None, fmt=FORMAT, dump_id=path.stem, inputs=[descriptor(n, spec, device) for n, spec in inputs],
         # Nothing records which backend failed; eager replays the graph as it was printed.
-        backend="eager", kind=FAILURE_KIND, message="no error recorded (a printed graph)",
+        backend="eager", kind=FAILURE_KIND, message=NO_FAILURE,
         rank=rank_, world_size=_world_size(path, rank_), rank_source=rank_source, facts=facts,
         extra={"printed_graph": {"model": path.parent.name, "graph_number": number, "group_hash": facts["group_hash"],
                                  "rank_literals": facts["rank_literals"], "constructs": constructs, "captured_device": device}})

@@ -194,11 +194,14 @@ def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps o
     _inputs_setup(ops)
     progress = ListingProgress(_err_console())
     try:
-        report = ls_report(path, log=log, failed=failed, kind=kind, cache=not no_cache, progress=None if as_json else progress)
+        # --json: written as it is made (the one --json writer's text, perhaps kept from an earlier run)
+        report = ls_report(path, log=log, failed=failed, kind=kind, cache=not no_cache, progress=None if as_json else progress,
+                           out=sys.stdout if as_json else None)
     finally:
         progress.close()
     if as_json:
-        sys.stdout.write(report.text)  # made by the one --json writer (strict_json), perhaps on an earlier run
+        if not report.written:
+            sys.stdout.write(report.text or "")
     elif not report.data["dumps"] and not report.problems:
         console.print(f"no dumps under {report.data['root']}" + (" (none match the filter)" if failed or kind else ""),
                       highlight=False, soft_wrap=True)

@@ -356,7 +356,7 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
     store = LsCache.open() if cache else None
     try:
         candidates = list(_python_files(root))
-        known = store.get_many(candidates, shape=_slim if slim else None) if store is not None else {}
+        known = store.find_many(candidates) if store is not None else {}
     finally:
         if store is not None:
             store.close()
@@ -466,22 +466,27 @@ def _scan_bodies(batch: list[tuple[str, str, str]]) -> dict[str, BodyScan]:
 
 
 def read_printed_graphs(files: list[Path], *, cache: bool = True, workers: int | None = None, full: bool = False,
-                        known: dict[Path, tuple[dict[str, Any] | None, str | None]] | None = None,
+                        known: dict[Path, tuple[str, int, int]] | None = None,
                         ranks: dict[Path, frozenset[int]] | None = None) -> Iterator[tuple[Path, Dump | None, str | None]]:
     """``(file, dump, None)`` or ``(file, None, error)`` for each file, in order, as they are read.
     ``full``: every file through the full reader (fx), as before the scan (tests compare the two).
-    ``known``: what the cache held for them (looked up already); ``ranks``: the rank files' ranks
-    in each folder, from the walk that found them (else each folder is listed)."""
+    ``known``: the files the cache holds (``LsCache.find_many``, looked up already), each loaded
+    when it comes; ``ranks``: the rank files' ranks in each folder, from the walk that found them
+    (else each folder is listed)."""
     if not files:
         return
     store = LsCache.open() if cache else None
-    known = dict(known) if known is not None else (store.get_many(files) if store is not None else {})
+    known = dict(known) if known is not None else (store.find_many(files) if store is not None else {})
     todo = [f for f in files if f not in known]
     fresh = _parse_all(todo, workers, full)
     try:
         for f in files:
             if f in known:
-                manifest, error = known.pop(f)
+                hit = store.fetch(known.pop(f)) if store is not None else None
+                if hit is None:  # let go of since it was found: read here
+                    _, manifest, error = next(_parse_all([f], 1, full))
+                else:
+                    manifest, error = hit
             else:
                 _, manifest, error = next(fresh)
                 if store is not None:

@@ -22,7 +22,7 @@ import re
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from graphdbg._version import __version__
 from graphdbg.store.checked import CACHE_ENV, cache_dir, files_stamp  # noqa: F401 - CACHE_ENV: the name tests and docs use here
@@ -106,16 +106,15 @@ class LsCache:
                 stats = [e.stat() for e in os.scandir(path) if e.is_file(follow_symlinks=False)]
                 return str(path.resolve()), sum(s.st_size for s in stats), max((s.st_mtime_ns for s in stats), default=0)
             st = os.stat(path)
-            where = os.path.join(_resolved(str(path.parent)), path.name)  # as get_many names it
+            where = os.path.join(_resolved(str(path.parent)), path.name)  # as find_many names it
         except OSError:
             return None
         return where, st.st_size, st.st_mtime_ns
 
-    def get_many(self, files: list[Path], shape: Callable[[dict[str, Any]], Any] | None = None
-                 ) -> dict[Path, tuple[dict[str, Any] | None, str | None]]:
-        """``get`` for many files at once: one query for every entry under their folders, then
-        one ``stat`` per file; ``shape`` is applied to each manifest as it is read (``ls`` keeps
-        slim ones)."""
+    def find_many(self, files: list[Path]) -> dict[Path, tuple[str, int, int]]:
+        """The files the cache holds as they are now, each with its key for ``fetch``: one query
+        for every entry under their folders, then one ``stat`` per file. Nothing is loaded (a
+        listing of thousands loads each manifest when it comes to it)."""
         if self.db is None or not files:
             return {}
         folders: dict[Path, str] = {}
@@ -126,13 +125,13 @@ class LsCache:
                     folders[f.parent] = _resolved(str(f.parent))
                 named[os.path.join(folders[f.parent], f.name)] = f
             top = os.path.commonpath(list(folders.values()))
-            rows = self.db.execute("select path, size, mtime, manifest, error from files_v1 where stamp=? and path >= ? and path < ?",
+            rows = self.db.execute("select path, size, mtime from files_v1 where stamp=? and path >= ? and path < ?",
                                    (self.stamp, top, top + "\U0010ffff"))  # a cursor: rows are read as used
         except (OSError, ValueError, sqlite3.Error):
             return {}
         out = {}
         try:
-            for where, size, mtime, manifest, error in rows:
+            for where, size, mtime in rows:
                 f = named.get(where)
                 if f is None:
                     continue
@@ -141,13 +140,14 @@ class LsCache:
                 except OSError:
                     continue
                 if st.st_size == size and st.st_mtime_ns == mtime:
-                    kept = json.loads(manifest) if manifest is not None else None
-                    if kept is not None and shape is not None:
-                        shape(kept)
-                    out[f] = kept, error
-        except (sqlite3.Error, ValueError):  # a damaged cache: what was read stands, the rest is read again
+                    out[f] = where, size, mtime
+        except sqlite3.Error:  # a damaged cache: what was read stands, the rest is read again
             pass
         return out
+
+    def fetch(self, key: tuple[str, int, int]) -> tuple[dict[str, Any] | None, str | None] | None:
+        """What ``find_many`` found under ``key``: ``(manifest, error)``, or None if it is gone."""
+        return self._get(key)
 
     def get(self, path: Path) -> tuple[dict[str, Any] | None, str | None] | None:
         return self._get(self.key(path))
@@ -198,9 +198,9 @@ class LsCache:
         if len(self.pending) >= 256:
             self.flush()
 
-    def get_listing(self, slot: str, signature: str) -> tuple[str, list[dict[str, Any]]] | None:
-        """A whole listing's text and its problems (``ls_report``), if it was made of the same
-        files as now."""
+    def get_listing(self, slot: str, signature: str) -> tuple[list[str], list[dict[str, Any]]] | None:
+        """A whole listing's text (in its parts) and its problems (``ls_report``), if it was made
+        of the same files as now."""
         if self.db is None:
             return None
         try:
@@ -213,7 +213,7 @@ class LsCache:
             return None
         if not isinstance(problems, list) or len(parts) != row[1] or not all(isinstance(t, str) for t in parts):
             return None
-        return "".join(parts), problems
+        return parts, problems
 
     def put_listing(self, slot: str, signature: str, parts: list[str], problems: list[dict[str, Any]]) -> None:
         """Keep a listing's text (``parts``, joined) for its folder and options (``slot``): one

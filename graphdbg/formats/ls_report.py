@@ -73,9 +73,10 @@ def ls_report(path: str | Path, log: str | Path | None = None, *, failed: bool =
             hit = store.get_listing(*key)
             if hit is not None:
                 if out is not None:
-                    out.write(hit[0])
+                    for part in hit[0]:
+                        out.write(part)
                     return LsReport(None, hit[1], cached=True, written=True)
-                return LsReport(hit[0], hit[1], cached=True)
+                return LsReport("".join(hit[0]), hit[1], cached=True)
         from graphdbg.formats import listing as listing_module  # lazy: the readers, only when the listing is made
 
         spill = listing_module.Spill() if out is not None else None

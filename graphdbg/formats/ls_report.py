@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, TextIO
 
 from graphdbg._version import __version__
+from graphdbg.display import gc_paused
 from graphdbg.errors import GraphdbgError
 from graphdbg.formats.ls_cache import RACY_NS, LsCache, StagedListing, code_stamp
 from graphdbg.strict_json import json_ready, output_ready, text_of
@@ -120,34 +121,61 @@ def _at(value: Any, depth: int) -> str:
     return text.replace("\n", "\n" + " " * depth) if depth else text
 
 
+@gc_paused()
 def write_listing(listing: Any, spill: Any, write: Callable[[str], Any]) -> list[dict[str, Any]]:
-    """``text_of(output_ready(listing.to_json(), "ls"))``, written a row at a time, each printed
-    graph's manifest read back from ``spill`` for its row and let go; returns the problems.
-    (Cyclic GC stays on here: each row's encoding leaves a cycle, json's nested encoders.)"""
+    """``text_of(output_ready(listing.to_json(), "ls"))``, written a few hundred rows at a time,
+    each printed graph's manifest read back from ``spill`` for its row and let go; returns the
+    problems."""
     from graphdbg.formats.listing import GroupMaker, PrintedStub, _odd_ranks, summary_row
 
-    write('{\n "graphdbg": ' + _at(__version__, 1) + ',\n "schema": "ls",\n "root": ' + _at(str(listing.root), 1) + ',\n "dumps": [')
-    maker, captured, rows = GroupMaker(), [], 0
+    write('{\n "graphdbg": ' + _at(__version__, 1) + ',\n "schema": "ls",\n "root": ' + _at(str(listing.root), 1) + ',\n "dumps": ')
+    maker, captured = GroupMaker(), []
+    items = _Items(write)
     for d in listing.dumps:
         full = spill.dump(d) if isinstance(d, PrintedStub) else d
         row = summary_row(full)
         maker.add(full, row)
-        write((",\n  " if rows else "\n  ") + _at(row, 2))
-        rows += 1
+        items.add(row)
         if full.format == "dump":
             captured.append(full)
-    write("\n ]" if rows else "]")
+    items.close()
     groups = maker.groups(_odd_ranks(captured))
-    write(',\n "groups": [')
-    for i, g in enumerate(groups):
-        write((",\n  " if i else "\n  ") + _at(g, 2))
-    write("\n ]" if groups else "]")
+    write(',\n "groups": ')
+    items = _Items(write)
+    for g in groups:
+        items.add(g)
+    items.close()
     problems = json_ready(listing.problems)
     write(',\n "summary": ' + _at(listing.summary(groups), 1) + ',\n "problems": ' + _at(problems, 1))
     if listing.logs:
         write(',\n "logs": ' + _at(listing.logs, 1))
     write("\n}\n")
     return problems  # type: ignore[return-value]
+
+
+class _Items:
+    """A list one level into the output, written ``BATCH`` items at a time (one encoding per
+    batch: json's encoder is made anew for each)."""
+
+    BATCH = 256
+
+    def __init__(self, write: Callable[[str], Any]):
+        self.write, self.batch, self.any = write, [], False
+
+    def add(self, item: Any) -> None:
+        self.batch.append(item)
+        if len(self.batch) >= self.BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.batch:
+            text = _at(self.batch, 1)  # "[\n  {...},\n  {...}\n ]"
+            self.write(("," if self.any else "[") + text[1:-3])
+            self.batch, self.any = [], True
+
+    def close(self) -> None:
+        self._flush()
+        self.write("\n ]" if self.any else "[]")
 
 
 class _Parts:

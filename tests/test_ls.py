@@ -209,10 +209,11 @@ def test_ls_json_written_as_it_is_made_is_the_listing_made_whole(tmp_path, monke
     filters, and kept (in parts) for the next ls of the unchanged folder."""
     import io
 
-    from graphdbg.formats.ls_report import _Parts, ls_report
+    from graphdbg.formats.ls_report import _Items, _Parts, ls_report
 
     monkeypatch.setenv("GRAPHDBG_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(_Parts, "PART", 4096)  # many parts
+    monkeypatch.setattr(_Items, "BATCH", 3)  # rows and groups written three at a time
     root = _folder(tmp_path)
     (root / "corpus" / "Qwen3-0.6B" / "rank9_0.py").write_text('class GraphModule(torch.nn.Module):\n    def forward(self, x: "f32[2"):\n        return (x,)\n')
     old = time.time() - 60

@@ -40,19 +40,19 @@ if TYPE_CHECKING:
 class LsReport:
     """What ``ls`` shows: ``text`` (its ``--json`` output), ``data`` (that text parsed) and
     ``problems`` (the files that could not be read); ``cached``: it came whole from the cache;
-    ``written``: the text went to ``ls_report``'s ``out`` instead (``text`` is None)."""
+    ``written``: the text went to ``ls_report``'s ``out`` instead (``text`` is None, and ``data``
+    is all of it but its rows, ``dumps``, where the listing was made: what the table shows)."""
     text: str | None
     problems: list[dict[str, Any]]
     cached: bool = False
     _data: Any = field(default=None, repr=False)
     written: bool = False
+    _parts: list[str] | None = field(default=None, repr=False)
 
     @property
     def data(self) -> dict[str, Any]:
         if self._data is None:
-            if self.text is None:
-                raise GraphdbgError("this listing was written out as it was made; list again without `out` to read it")
-            self._data = json.loads(self.text)
+            self._data = json.loads(self.text if self.text is not None else "".join(self._parts or []))
         return self._data
 
 
@@ -76,7 +76,7 @@ def ls_report(path: str | Path, log: str | Path | None = None, *, failed: bool =
                 if out is not None:
                     for part in hit[0]:
                         out.write(part)
-                    return LsReport(None, hit[1], cached=True, written=True)
+                    return LsReport(None, hit[1], cached=True, written=True, _parts=hit[0])
                 return LsReport("".join(hit[0]), hit[1], cached=True)
         from graphdbg.formats import listing as listing_module  # lazy: the readers, only when the listing is made
 
@@ -88,15 +88,15 @@ def ls_report(path: str | Path, log: str | Path | None = None, *, failed: bool =
                 staged = store.stage_listing(key[0]) if keep and store is not None and key is not None else None
                 parts = _Parts(out, staged)
                 try:
-                    problems = write_listing(listing, spill, parts.write)
+                    tail = write_listing(listing, spill, parts.write)
                     parts.close()
                 except BaseException:
                     if staged is not None:
                         staged.drop()
                     raise
                 if staged is not None and key is not None:
-                    staged.keep(key[1], problems)
-                return LsReport(None, problems, written=True)
+                    staged.keep(key[1], tail["problems"])
+                return LsReport(None, tail["problems"], written=True, _data=tail)
         finally:
             if spill is not None:
                 spill.close()
@@ -122,10 +122,10 @@ def _at(value: Any, depth: int) -> str:
 
 
 @gc_paused()
-def write_listing(listing: Any, spill: Any, write: Callable[[str], Any]) -> list[dict[str, Any]]:
+def write_listing(listing: Any, spill: Any, write: Callable[[str], Any]) -> dict[str, Any]:
     """``text_of(output_ready(listing.to_json(), "ls"))``, written a few hundred rows at a time,
-    each printed graph's manifest read back from ``spill`` for its row and let go; returns the
-    problems."""
+    each printed graph's manifest read back from ``spill`` for its row and let go; returns that
+    output but its rows (``dumps``): what the table view shows."""
     from graphdbg.formats.listing import GroupMaker, PrintedStub, _odd_ranks, summary_row
 
     write('{\n "graphdbg": ' + _at(__version__, 1) + ',\n "schema": "ls",\n "root": ' + _at(str(listing.root), 1) + ',\n "dumps": ')
@@ -145,12 +145,14 @@ def write_listing(listing: Any, spill: Any, write: Callable[[str], Any]) -> list
     for g in groups:
         items.add(g)
     items.close()
-    problems = json_ready(listing.problems)
-    write(',\n "summary": ' + _at(listing.summary(groups), 1) + ',\n "problems": ' + _at(problems, 1))
+    problems, summary = json_ready(listing.problems), listing.summary(groups)
+    write(',\n "summary": ' + _at(summary, 1) + ',\n "problems": ' + _at(problems, 1))
     if listing.logs:
         write(',\n "logs": ' + _at(listing.logs, 1))
     write("\n}\n")
-    return problems  # type: ignore[return-value]
+    tail = {"graphdbg": __version__, "schema": "ls", "root": str(listing.root), "groups": groups, "summary": summary,
+            "problems": problems}
+    return {**tail, "logs": listing.logs} if listing.logs else tail
 
 
 class _Items:

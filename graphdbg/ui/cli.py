@@ -194,15 +194,16 @@ def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps o
     _inputs_setup(ops)
     progress = ListingProgress(_err_console())
     try:
-        # --json: written as it is made (the one --json writer's text, perhaps kept from an earlier run)
+        # written as it is made (the one --json writer's text, perhaps kept from an earlier run);
+        # the table shows the groups, and the rows go nowhere
         report = ls_report(path, log=log, failed=failed, kind=kind, cache=not no_cache, progress=None if as_json else progress,
-                           out=sys.stdout if as_json else None)
+                           out=sys.stdout if as_json else _Nowhere())
     finally:
         progress.close()
     if as_json:
         if not report.written:
             sys.stdout.write(report.text or "")
-    elif not report.data["dumps"] and not report.problems:
+    elif not report.data["summary"]["files"] and not report.problems:
         console.print(f"no dumps under {report.data['root']}" + (" (none match the filter)" if failed or kind else ""),
                       highlight=False, soft_wrap=True)
     else:
@@ -217,6 +218,11 @@ def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps o
         _note(f"graphdbg: unreadable: {p['error']}")
     if report.problems and strict:
         raise typer.Exit(2)
+
+
+class _Nowhere:
+    def write(self, text: str) -> int:
+        return len(text)
 
 
 @app.command(epilog=_example("graphdbg show dumps/rank0/g0-runtime_error-3b0e0256"))

@@ -126,6 +126,7 @@ def write_listing(listing: Any, spill: Any, write: Callable[[str], Any]) -> dict
     """``text_of(output_ready(listing.to_json(), "ls"))``, written a few hundred rows at a time,
     each printed graph's manifest read back from ``spill`` for its row and let go; returns that
     output but its rows (``dumps``): what the table view shows."""
+    # lazy: listing imports the readers, which this module (a kept listing's answer) needs not
     from graphdbg.formats.listing import GroupMaker, PrintedStub, _odd_ranks, summary_row
 
     write('{\n "graphdbg": ' + _at(__version__, 1) + ',\n "schema": "ls",\n "root": ' + _at(str(listing.root), 1) + ',\n "dumps": ')

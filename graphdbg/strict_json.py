@@ -29,13 +29,16 @@ def output_ready(data: object, schema: str | None = None) -> object:
         return json_ready(data)
 
 
+ENCODER = json.JSONEncoder(indent=1, allow_nan=False)  # what every --json output is written with
+
+
 def text_of(ready: object) -> str:
     """The text of an ``output_ready`` value: ``json.dumps(ready, indent=1)`` and a newline,
     joined a few thousand pieces at a time (the encoder's pieces of a 10,000-file listing,
     a million small strings, are never all held at once)."""
     with gc_paused():
         parts, batch = [], []
-        for piece in json.JSONEncoder(indent=1, allow_nan=False).iterencode(ready):
+        for piece in ENCODER.iterencode(ready):
             batch.append(piece)
             if len(batch) >= 8192:
                 parts.append("".join(batch))

@@ -44,8 +44,7 @@ from graphdbg.formats.printed_file import (
     RANK_FILE,
     BodyScan,
     PrintedFile,
-    body_key,
-    head_of,
+    head_and_key,
     printed_dump,
     printed_from_body,
     read_printed_source,
@@ -500,25 +499,18 @@ def read_printed_graphs(files: list[Path], *, cache: bool = True, workers: int |
 
 def _parse_all(files: list[Path], workers: int | None, full: bool) -> Iterator[tuple[Path, dict[str, Any] | None, str | None]]:
     """``(file, manifest, error)`` for each file, in order, as they are read. Each distinct body
-    (``printed_file.body_key``: the ranks of one model print one graph under their own headers)
+    (``printed_file.head_and_key``: the ranks of one model print one graph under their own headers)
     is scanned once; files the scan can't decide go to the full reader, one by one."""
     # Many files: one worker per core this process may use (forked, so a worker starts in
     # milliseconds). On the quiet 2-core machine, 9,728 printed graphs: 19.6 s wall in one
     # process, 10.8 s with two workers, the same CPU seconds (19.5 and 19.3).
     n = workers if workers is not None else min(_usable_cores(), _MAX_WORKERS)
-    parallel = n > 1 and len(files) >= _PARALLEL_FROM
-    if full:
-        if not parallel:
-            yield from (_full_manifest(f) for f in files)
-            return
-        with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork")) as pool:
-            yield from pool.map(_full_manifest, files, chunksize=max(1, min(16, len(files) // (4 * n))))
+    if n <= 1 or len(files) < _PARALLEL_FROM:
+        yield from (_full_manifest(f) for f in files) if full else _BodyReader(files, None, 1).results()
         return
-    if not parallel:
-        yield from _BodyReader(files, None, 1).results()
-        return
+    chunk = max(1, min(16, len(files) // (4 * n)))
     with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork")) as pool:
-        yield from _BodyReader(files, pool, max(1, min(16, len(files) // (4 * n)))).results()
+        yield from pool.map(_full_manifest, files, chunksize=chunk) if full else _BodyReader(files, pool, chunk).results()
 
 
 class _BodyReader:
@@ -546,12 +538,13 @@ class _BodyReader:
             except GraphdbgError as e:  # unreadable, or no longer a regular file
                 queue.append((f, None, str(e), None))
             else:
-                key = body_key(source) if self.share else str(f)
+                head, key = head_and_key(source)
+                key = key if self.share else str(f)
                 if key not in self.scanned and key not in self.flying and key not in self.batch:
                     self.batch[key] = (key, str(f), source)
                     if len(self.batch) >= self.batch_size:
                         self._send()
-                queue.append((f, head_of(source), None, key))
+                queue.append((f, head, None, key))
             yield from self._ready(queue, final=False)
         self._send()
         yield from self._ready(queue, final=True)

@@ -30,7 +30,7 @@ from graphdbg._version import __version__
 from graphdbg.display import gc_paused
 from graphdbg.errors import GraphdbgError
 from graphdbg.formats.ls_cache import RACY_NS, LsCache, StagedListing, code_stamp
-from graphdbg.strict_json import json_ready, output_ready, text_of
+from graphdbg.strict_json import ENCODER, json_ready, output_ready, text_of
 
 if TYPE_CHECKING:
     from graphdbg.formats.listing import Progress
@@ -112,12 +112,9 @@ def ls_report(path: str | Path, log: str | Path | None = None, *, failed: bool =
             store.close()
 
 
-_ENCODER = json.JSONEncoder(indent=1, allow_nan=False)  # strict_json.text_of's
-
-
 def _at(value: Any, depth: int) -> str:
     """``value``'s text as ``text_of`` writes it ``depth`` levels into the output."""
-    text = _ENCODER.encode(json_ready(value))
+    text = ENCODER.encode(json_ready(value))
     return text.replace("\n", "\n" + " " * depth) if depth else text
 
 

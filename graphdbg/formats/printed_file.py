@@ -147,7 +147,7 @@ def scan_printed(path: Path) -> tuple[dict[str, Any] | None, str | None, str | N
 @dataclass
 class BodyScan:
     """What a scan finds in a printed graph apart from the comments above its class: the same
-    for every file whose text differs only there (``body_key``), as the ranks of one
+    for every file whose text differs only there (``head_and_key``), as the ranks of one
     tensor-parallel model print one graph under their own ``# Rank: R, Graph G``. ``ls`` scans
     each distinct body once and makes each file's manifest from it (``printed_from_body``)."""
     undecided: str | None = None
@@ -170,19 +170,14 @@ _CLASS_LINE = re.compile(r"^class[ \t(:]", re.M)
 _COMMENT_LINE = re.compile(r"^[ \t]*#[^\n\r\x00\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]*$", re.M)
 
 
-def body_key(source: str) -> str:
-    """The same for two texts (through ``readable_source``) whose scans differ at most in their
-    headers: the text with the comment lines above its first top-level ``class`` blanked (line
-    numbers kept), hashed."""
+def head_and_key(source: str) -> tuple[str, str]:
+    """The text above the first top-level ``class`` line (where a header is, mostly), and the
+    body's key: the same for two texts (through ``readable_source``) whose scans differ at most
+    in their headers, the text with the comment lines above that line blanked (line numbers
+    kept), hashed."""
     m = _CLASS_LINE.search(source)
-    cut = m.start() if m else 0
-    return hashlib.sha256(_COMMENT_LINE.sub("", source[:cut]).encode() + source[cut:].encode()).hexdigest()
-
-
-def head_of(source: str) -> str:
-    """The text above the first top-level ``class`` line: where a header is, mostly."""
-    m = _CLASS_LINE.search(source)
-    return source[: m.start()] if m else ""
+    head = source[: m.start()] if m else ""
+    return head, hashlib.sha256(_COMMENT_LINE.sub("", head).encode() + source[len(head):].encode()).hexdigest()
 
 
 def scan_body(source: str, filename: str) -> BodyScan:
@@ -211,7 +206,7 @@ def printed_from_body(path: Path, source: str, body: BodyScan, whole: bool = Tru
                       ) -> tuple[dict[str, Any] | None, str | None, str | None]:
     """``scan_printed``'s answer for the file at ``path`` with text ``source`` (``whole=False``:
     its first ``body.class_line - 1`` lines at least), whose body was scanned (from this file or
-    one with the same ``body_key``)."""
+    one with the same key, ``head_and_key``)."""
     if body.undecided is not None:
         return None, None, body.undecided
     if body.bad_annotations:

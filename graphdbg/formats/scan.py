@@ -144,8 +144,9 @@ class ScannedGraph:
     nodes: list[Node] = field(default_factory=list)
     submodules: dict[str, ScannedGraph] = field(default_factory=dict)
     devices: bool = False  # whether any argument is a device literal or a "cuda:N" string
-    # facts of its own nodes, shared with the graphs of the same forward text (_Walker.read_forward)
-    memo: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    # facts of its own nodes, made once (cuda_indices and constructs both read them), and shared
+    # with the graphs of the same forward text (_Walker.read_forward)
+    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def graphs(self) -> list[ScannedGraph]:
         out = [self]
@@ -249,7 +250,6 @@ class _Walker:
         doubts, bad = self.doubts, len(self.bad_annotations)
         graph = _Forward(self, fn, nested).read()
         if key is not None and self.doubts == doubts and len(self.bad_annotations) == bad:
-            graph.memo = {}
             memo[key] = (tuple(graph.nodes), graph.devices, graph.memo)
             if len(memo) > _FORWARDS_KEPT:
                 memo.popitem(last=False)
@@ -660,7 +660,7 @@ def graph_hash(graph: ScannedGraph) -> str:
 
 def _nodes_digest(graph: ScannedGraph) -> Any:
     """graph_hash's sha256 over the graph's own nodes (kept with a forward read before: ``memo``)."""
-    if graph.memo is not None and "digest" in graph.memo:
+    if "digest" in graph.memo:
         return graph.memo["digest"]
     h = hashlib.sha256()
     for n in graph.nodes:
@@ -669,8 +669,7 @@ def _nodes_digest(graph: ScannedGraph) -> Any:
             parts.append(n.annotation or "")
         parts += [_canon(n.args), _canon(n.kwargs)]
         h.update(repr(parts).encode())
-    if graph.memo is not None:
-        graph.memo["digest"] = h
+    graph.memo["digest"] = h
     return h
 
 
@@ -693,15 +692,14 @@ def masked_structure(graph: ScannedGraph) -> tuple[str, list[Any]]:
 
 def _masked_nodes(graph: ScannedGraph) -> tuple[list[list[Any]], list[Any]]:
     """masked_structure's rows of the graph's own nodes (without the prefix) and their literals."""
-    if graph.memo is not None and "masked" in graph.memo:
+    if "masked" in graph.memo:
         return graph.memo["masked"]
     literals: list[Any] = []
     rows = []
     for n in graph.nodes:
         target = n.target if n.op not in ("placeholder", "output") else n.op
         rows.append([n.op, target, _masked(n.args, literals), _masked(n.kwargs, literals), n.annotation])
-    if graph.memo is not None:
-        graph.memo["masked"] = (rows, literals)
+    graph.memo["masked"] = (rows, literals)
     return rows, literals
 
 
@@ -757,7 +755,7 @@ def constructs(graph: ScannedGraph) -> list[str]:
 
 def _own_facts(g: ScannedGraph) -> tuple[set[int], list[str]]:
     """cuda_indices and constructs of the graph's own nodes."""
-    if g.memo is not None and "own" in g.memo:
+    if "own" in g.memo:
         return g.memo["own"]
     indices: set[int] = set()
     found: dict[str, None] = {}
@@ -779,8 +777,7 @@ def _own_facts(g: ScannedGraph) -> tuple[set[int], list[str]]:
         elif any(isinstance(v, Device) and v.type == "cuda" for v in values):
             found.setdefault("device(type='cuda')")
     own = (indices, list(found))
-    if g.memo is not None:
-        g.memo["own"] = own
+    g.memo["own"] = own
     return own
 
 

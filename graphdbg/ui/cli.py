@@ -200,14 +200,11 @@ def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps o
                            out=sys.stdout if as_json else _Nowhere())
     finally:
         progress.close()
-    if as_json:
-        if not report.written:
-            sys.stdout.write(report.text or "")
-    elif not report.data["summary"]["files"] and not report.problems:
-        console.print(f"no dumps under {report.data['root']}" + (" (none match the filter)" if failed or kind else ""),
+    data = None if as_json else report.data  # --json: written already
+    if data is not None and not data["summary"]["files"] and not report.problems:
+        console.print(f"no dumps under {data['root']}" + (" (none match the filter)" if failed or kind else ""),
                       highlight=False, soft_wrap=True)
-    else:
-        data = report.data
+    elif data is not None:
         console.print(ListingView(data["groups"], data["root"], len(data["problems"])), crop=False,
                       soft_wrap=not console.is_terminal)  # piped: whole lines, for grep
         if data.get("logs"):

@@ -50,7 +50,7 @@ from graphdbg.formats.printed_file import (
     read_printed_source,
     scan_body,
 )
-from graphdbg.formats.run_log import RunLog, attach_log, find_logs, read_log
+from graphdbg.formats.run_log import RunLog, attach_log, find_logs, log_key, name_and_stem, read_log
 from graphdbg.formats.scan import forget_forwards, sharing
 from graphdbg.formats.sniff import looks_like_printed_graph, may_be_torch_repro
 from graphdbg.judge.fatal_signal import resolve_crash
@@ -669,23 +669,31 @@ def apply_logs(dumps: list[Dump], root: Path, log: str | Path | None = None, *, 
     else:
         top = root if root.is_dir() else root.parent
         found: dict[Path, list[Path]] = {}
+        nearest: dict[str, list[Path]] = {}  # a file's folder (its text) -> the logs found for it
         for d in bare:
-            folder = Path(d.path).parent if Path(d.path).is_file() else Path(d.path)
-            while True:
-                if folder not in found:
-                    found[folder] = find_logs(folder)
-                if found[folder] or folder == top or top not in folder.parents:
-                    break
-                folder = folder.parent
-            for p in found[folder]:
+            where = os.path.dirname(d.path) if isinstance(d, PrintedStub) else None  # a listed printed graph is a file
+            logs = nearest.get(where) if where is not None else None
+            if logs is None:
+                folder = Path(where) if where is not None else Path(d.path).parent if Path(d.path).is_file() else Path(d.path)
+                while True:
+                    if folder not in found:
+                        found[folder] = find_logs(folder)
+                    if found[folder] or folder == top or top not in folder.parents:
+                        break
+                    folder = folder.parent
+                logs = found[folder]
+                if where is not None:
+                    nearest[where] = logs
+            for p in logs:
                 by_log.setdefault(p, []).append(d)
     entries = []
     store = LsCache.open() if cache and by_log else None
+    read: dict[tuple, dict[str, Any]] | None = {} if sharing() else None  # logs read, by log_key: a copied run's logs are read once
     try:
         for path, members in by_log.items():
-            names = {n for d in members for n in (Path(d.path).name, Path(d.path).stem)}
+            names = {n for d in members for n in name_and_stem(str(d.path))}
             try:
-                run_log = _read_log(path, names, store)
+                run_log = _read_log(path, names, store, read)
             except GraphdbgError as e:
                 if log is not None:
                     raise
@@ -699,14 +707,22 @@ def apply_logs(dumps: list[Dump], root: Path, log: str | Path | None = None, *, 
     return entries
 
 
-def _read_log(path: Path, names: set[str], store: LsCache | None) -> RunLog:
+def _read_log(path: Path, names: set[str], store: LsCache | None, read: dict[tuple, dict[str, Any]] | None = None) -> RunLog:
+    """``read_log(path, names)``, from ``store`` where it kept this log, else from ``read`` where
+    a log of the same ``log_key`` was read before (then kept in both)."""
     kept = store.get_log(path, names) if store is not None else None
     if kept is not None:
         try:
             return RunLog.from_cache(path, kept)
         except (KeyError, TypeError, ValueError, AttributeError):
             pass  # not one this code made: read the log again
-    run_log = read_log(path, names)
+    key = log_key(path, names) if read is not None else None
+    if read is not None and key is not None and key in read:
+        run_log = RunLog.from_cache(path, read[key])
+    else:
+        run_log = read_log(path, names)
+        if read is not None and key is not None:
+            read[key] = run_log.to_cache()
     if store is not None:
         store.put_log(path, names, run_log.to_cache())
     return run_log

@@ -23,6 +23,7 @@ A log is not a graph: nothing here registers a reader. The module imports no tor
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections import deque
@@ -157,8 +158,8 @@ def find_logs(folder: Path) -> list[Path]:
             entries = list(it)
     except OSError:
         return []
-    files = sorted(Path(e.path) for e in entries if e.is_file(follow_symlinks=False))
-    found = [p for p in files if p.name in LOG_NAMES or p.suffix in LOG_SUFFIXES]
+    found = sorted(Path(e.path) for e in entries if _log_name(e.name)
+                   and e.is_file(follow_symlinks=False))  # a Path for the logs only: a folder holds thousands of graphs
     attempts: dict[Path, list[Path]] = {}
     subfolders = any(e.is_dir() for e in entries)
     for pattern in _TORCHRUN_LOGS if subfolders else ():
@@ -172,6 +173,11 @@ def find_logs(folder: Path) -> list[Path]:
         last = max(int(p.parent.parent.name.partition("_")[2]) for p in logs)
         found += sorted(p for p in logs if int(p.parent.parent.name.partition("_")[2]) == last)
     return found
+
+
+def _log_name(name: str) -> bool:
+    """``name in LOG_NAMES or Path(name).suffix in LOG_SUFFIXES``, without making a Path."""
+    return name in LOG_NAMES or (name.endswith(LOG_SUFFIXES) and name.rfind(".") > 0)
 
 
 _TORCHRUN_LOGS = ("attempt_*/*/*.log", "*/attempt_*/*/*.log", "*/*/attempt_*/*/*.log")
@@ -212,6 +218,30 @@ def read_log(path: str | Path, graph_names: Iterable[str] = ()) -> RunLog:
         log = scan.finish()
     log.truncated = truncated
     return log
+
+
+def file_rank(path: Path) -> int | None:
+    """The rank a log's name or place gives its unprefixed lines: ``rank3.log``, or torchrun's
+    ``attempt_0/3/stderr.log``."""
+    m = _RANK_FILE.search(path.name)
+    return int(m.group(1)) if m else torchrun_rank(path)
+
+
+def log_key(path: Path, graph_names: Iterable[str]) -> tuple[Any, ...] | None:
+    """What ``read_log(path, graph_names)`` depends on but the path: the file's bytes (hashed),
+    the rank its name or place gives, and the graph names; two logs of one key read the same
+    (the copies of a run's folder). None where the file can't be read whole cheaply (past
+    ``MAX_SCAN``, or not a regular file): then it is read on its own."""
+    try:
+        with open_stream(path) as f:
+            if os.fstat(f.fileno()).st_size > MAX_SCAN:
+                return None
+            h = hashlib.sha256()
+            for piece in iter(lambda: f.read(1 << 20), b""):
+                h.update(piece)
+    except (OSError, GraphdbgError):
+        return None
+    return h.hexdigest(), file_rank(path), tuple(sorted(graph_names))
 
 
 def _binary(head: bytes) -> bool:
@@ -295,9 +325,7 @@ class _Scanner:
 
     def __init__(self, path: Path, graph_names: Iterable[str]):
         self.path = path
-        m = _RANK_FILE.search(path.name)
-        # rank3.log, or torchrun's attempt_0/3/stderr.log: unprefixed lines are rank 3's
-        self.file_rank = int(m.group(1)) if m else torchrun_rank(path)
+        self.file_rank = file_rank(path)
         self.ranks: set[int] = set()
         self.processes: set[int] = set()
         self.open: deque[_Traceback] = deque()
@@ -573,7 +601,14 @@ def _by_rank(dumps: list[Any]) -> dict[int, list[Any]]:
 
 
 def _names_of(d: Any) -> set[str]:
-    return {Path(d.path).name, Path(d.path).stem}
+    return set(name_and_stem(str(d.path)))
+
+
+def name_and_stem(path: str) -> tuple[str, str]:
+    """``Path(path).name`` and ``.stem``, without making a Path (a listing's thousands of files)."""
+    name = os.path.basename(path)
+    i = name.rfind(".")
+    return name, name[:i] if 0 < i < len(name) - 1 else name
 
 
 def _by_name(f: LogFailure, dumps: list[Any]) -> list[tuple[Any, str, bool]]:

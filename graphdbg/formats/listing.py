@@ -19,6 +19,7 @@ Graph files that record no failure take theirs from the run's log beside them (`
 
 from __future__ import annotations
 
+import gc
 import json
 import multiprocessing
 import os
@@ -509,8 +510,18 @@ def _parse_all(files: list[Path], workers: int | None, full: bool) -> Iterator[t
         yield from (_full_manifest(f) for f in files) if full else _BodyReader(files, None, 1).results()
         return
     chunk = max(1, min(16, len(files) // (4 * n)))
-    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork")) as pool:
+    # _worker_start: a worker is forked from a listing that paused the collector (gc_paused), and
+    # the walks leave cycles (9,728 distinct files: each worker grew by 28 MiB without it)
+    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork"), initializer=_worker_start) as pool:
         yield from pool.map(_full_manifest, files, chunksize=chunk) if full else _BodyReader(files, pool, chunk).results()
+
+
+def _worker_start() -> None:
+    """A worker's collector: what it was forked with is frozen (never looked at again, and its
+    pages not copied by the looking), what it makes is collected."""
+    gc.freeze()
+    gc.set_threshold(20_000)  # a walk makes objects by the hundred thousand: a look per 20,000 of them, not 700
+    gc.enable()
 
 
 class _BodyReader:

@@ -141,7 +141,7 @@ def write_listing(listing: Any, spill: Any, write: Callable[[str], Any]) -> dict
     write(',\n "groups": ')
     items = _Items(write)
     for g in groups:
-        items.add(g)
+        items.add(g, len(g["paths"]))  # a group of thousands of members is a batch of its own
     items.close()
     problems, summary = json_ready(listing.problems), listing.summary(groups)
     write(',\n "summary": ' + _at(summary, 1) + ',\n "problems": ' + _at(problems, 1))
@@ -154,24 +154,26 @@ def write_listing(listing: Any, spill: Any, write: Callable[[str], Any]) -> dict
 
 
 class _Items:
-    """A list one level into the output, written ``BATCH`` items at a time (one encoding per
-    batch: json's encoder is made anew for each)."""
+    """A list one level into the output, written about ``BATCH`` items at a time (one encoding per
+    batch: json's encoder is made anew for each); an item may weigh more than one (a group, its
+    members)."""
 
     BATCH = 256
 
     def __init__(self, write: Callable[[str], Any]):
-        self.write, self.batch, self.any = write, [], False
+        self.write, self.batch, self.any, self.weight = write, [], False, 0
 
-    def add(self, item: Any) -> None:
+    def add(self, item: Any, weight: int = 1) -> None:
         self.batch.append(item)
-        if len(self.batch) >= self.BATCH:
+        self.weight += max(1, weight)
+        if self.weight >= self.BATCH:
             self._flush()
 
     def _flush(self) -> None:
         if self.batch:
             text = _at(self.batch, 1)  # "[\n  {...},\n  {...}\n ]"
             self.write(("," if self.any else "[") + text[1:-3])
-            self.batch, self.any = [], True
+            self.batch, self.any, self.weight = [], True, 0
 
     def close(self) -> None:
         self._flush()

@@ -242,7 +242,7 @@ class _Walker:
         """The forward's nodes; those of a forward whose text was read before (however indented:
         Thunder prints each part twice, as ``thunder_N`` and its ``_model``, and the ranks and
         graphs of a model share parts) are that reading's, where it raised no doubt."""
-        key = self._forward_text(fn)
+        key = self._forward_key(fn)
         memo = _forwards(self.table)
         if key is not None and (hit := memo.get(key)) is not None:
             memo.move_to_end(key)
@@ -251,13 +251,14 @@ class _Walker:
         graph = _Forward(self, fn, nested).read()
         if key is not None and self.doubts == doubts and len(self.bad_annotations) == bad:
             memo[key] = (tuple(graph.nodes), graph.devices, graph.memo)
-            if len(memo) > _FORWARDS_KEPT:
-                memo.popitem(last=False)
+            _FORWARDS[2] += len(graph.nodes) + 1
+            while len(memo) > _FORWARDS_KEPT or (_FORWARDS[2] > _NODES_KEPT and len(memo) > 1):
+                _FORWARDS[2] -= len(memo.popitem(last=False)[1][0]) + 1
         return graph
 
-    def _forward_text(self, fn: ast.FunctionDef) -> str | None:
+    def _forward_key(self, fn: ast.FunctionDef) -> bytes | None:
         """The forward's lines with its indentation taken off, where no token spans lines
-        (no triple-quoted string, no backslash continuation): the same text is the same walk."""
+        (no triple-quoted string, no backslash continuation), hashed: the same text is the same walk."""
         if self.lines is None or fn.end_lineno is None:
             return None
         pad = fn.col_offset
@@ -267,7 +268,7 @@ class _Walker:
             if line.endswith("\\") or '"""' in line or "'''" in line:
                 return None
             out.append(line[pad:] if line.startswith(indent) else "\0" + line)  # a line less indented: as it is
-        return "\n".join(out)
+        return hashlib.blake2b("\n".join(out).encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 SHARE_ENV = "GRAPHDBG_LS_SHARE"  # "0": every file and forward scanned on its own (to compare, to measure)
@@ -279,20 +280,23 @@ def sharing() -> bool:
 
 
 _OTHER_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
-_FORWARDS_KEPT = 1024  # forwards kept for later files (the ranks of one graph are a few hundred forwards apart)
-_FORWARDS: list[Any] = [None, OrderedDict()]  # the names table they were read with, and the forwards by text
+# Forwards kept for later files (the ranks of one graph are a few hundred forwards apart), and
+# their nodes (a kept node is ~1 KiB: the corpus's 137 distinct forwards hold 2,736)
+_FORWARDS_KEPT = 1024
+_NODES_KEPT = 4096
+_FORWARDS: list[Any] = [None, OrderedDict(), 0]  # the names table they were read with, the forwards by text, their nodes
 
 
 def forget_forwards() -> None:
     """Let the forwards read so far go (a listing does, when it is made: a notebook that lists
     a big folder keeps nothing of it here)."""
-    _FORWARDS[:] = [None, OrderedDict()]
+    _FORWARDS[:] = [None, OrderedDict(), 0]
 
 
-def _forwards(table: NameTable | None) -> OrderedDict[str, tuple[tuple[Node, ...], bool, dict[str, Any]]]:
-    """The forwards read with this names table, by text (one table per process, as a rule)."""
+def _forwards(table: NameTable | None) -> OrderedDict[bytes, tuple[tuple[Node, ...], bool, dict[str, Any]]]:
+    """The forwards read with this names table, by their text's hash (one table per process, as a rule)."""
     if _FORWARDS[0] is not table:
-        _FORWARDS[:] = [table, OrderedDict()]
+        _FORWARDS[:] = [table, OrderedDict(), 0]
     return _FORWARDS[1]
 
 
@@ -678,16 +682,18 @@ def masked_structure(graph: ScannedGraph) -> tuple[str, list[Any]]:
     ranks of one tensor-parallel model print the same graph but for the literals that place them."""
     literals: list[Any] = []
     parts: list[Any] = []
-
-    def walk(g: ScannedGraph, prefix: str) -> None:
-        rows, found = _masked_nodes(g)
-        parts.extend([prefix, *row] for row in rows)
-        literals.extend(found)
-        for name in sorted(g.submodules):
-            walk(g.submodules[name], f"{prefix}{name}.")
-
-    walk(graph, "")
+    _masked_walk(graph, "", parts, literals)
     return json.dumps(parts), literals
+
+
+def _masked_walk(g: ScannedGraph, prefix: str, parts: list[Any], literals: list[Any]) -> None:
+    # a function of its own, not a closure: a closure that calls itself is a cycle, and would
+    # hold every row until the collector came (which a listing pauses)
+    rows, found = _masked_nodes(g)
+    parts.extend([prefix, *row] for row in rows)
+    literals.extend(found)
+    for name in sorted(g.submodules):
+        _masked_walk(g.submodules[name], f"{prefix}{name}.", parts, literals)
 
 
 def _masked_nodes(graph: ScannedGraph) -> tuple[list[list[Any]], list[Any]]:

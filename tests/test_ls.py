@@ -226,10 +226,18 @@ def test_ls_json_written_as_it_is_made_is_the_listing_made_whole(tmp_path, monke
         written = ls_report(root, out=out, **options)
         assert written.written and not written.cached and written.text is None
         assert out.getvalue() == whole.text and written.problems == whole.problems
+        shown = {k: v for k, v in json.loads(whole.text).items() if k != "dumps"}  # what the table shows
+        assert written.data == shown
         again = io.StringIO()
-        assert ls_report(root, out=again, **options).cached and again.getvalue() == whole.text
+        kept = ls_report(root, out=again, **options)
+        assert kept.cached and again.getvalue() == whole.text and kept.data == shown and kept.problems == whole.problems
         assert ls_report(root, **options).text == whole.text
     assert json.loads(whole.text)["problems"] and json.loads(ls_report(root, cache=False).text)["logs"]
     db = sqlite3.connect(tmp_path / "cache" / "ls.sqlite")
     assert db.execute("select max(n) from listing_parts_v2").fetchone()[0] > 3  # the text in parts
     assert not db.execute("select count(*) from listing_parts_v2 where instr(slot, char(0))").fetchone()[0]  # none left staged
+    with db:  # a part gone (a damaged cache): the listing is made again, and kept again
+        db.execute("delete from listing_parts_v2 where n = 1")
+    out = io.StringIO()
+    assert not ls_report(root, out=out).cached and out.getvalue() == ls_report(root, cache=False).text
+    assert ls_report(root, out=io.StringIO()).cached

@@ -21,15 +21,17 @@ import os
 import re
 import sqlite3
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from graphdbg._version import __version__
+from graphdbg.errors import GraphdbgError
 from graphdbg.store.checked import CACHE_ENV, cache_dir, files_stamp  # noqa: F401 - CACHE_ENV: the name tests and docs use here
 
 RACY_NS = 2_000_000_000  # files modified this recently are not cached (git's "racy" rule)
 # a listing's text is kept in parts of about a MiB (ls_report writes it as it is made)
-_LISTINGS = "create table if not exists listings_v2 (slot text primary key, signature text, problems text, parts integer)"
+_LISTINGS = "create table if not exists listings_v3 (slot text primary key, signature text, problems text, parts integer, tail text)"
 _LISTING_PARTS = "create table if not exists listing_parts_v2 (slot text, n integer, text text, primary key (slot, n))"
 # sqlite's page cache per connection (its default is 2 MiB): ls writes and reads its rows in
 # order, and the system's file cache serves the rest (64x the corpus: 5 MiB less at the peak,
@@ -204,30 +206,30 @@ class LsCache:
         if len(self.pending) >= 256:
             self.flush()
 
-    def get_listing(self, slot: str, signature: str) -> tuple[list[str], list[dict[str, Any]]] | None:
-        """A whole listing's text (in its parts) and its problems (``ls_report``), if it was made
-        of the same files as now."""
+    def get_listing(self, slot: str, signature: str) -> KeptListing | None:
+        """A whole listing (``ls_report``), if it was made of the same files as now: its text is
+        read a part at a time (``KeptListing.parts``, while this cache is open)."""
         if self.db is None:
             return None
         try:
-            row = self.db.execute("select problems, parts from listings_v2 where slot=? and signature=?", (slot, signature)).fetchone()
+            row = self.db.execute("select problems, parts, tail from listings_v3 where slot=? and signature=?", (slot, signature)).fetchone()
             if row is None:
                 return None
-            problems = json.loads(row[0])
-            parts = [t for (t,) in self.db.execute("select text from listing_parts_v2 where slot=? order by n", (slot,))]
+            problems, tail = json.loads(row[0]), row[2]
+            count, odd = self.db.execute("select count(*), total(typeof(text) != 'text') from listing_parts_v2 where slot=?", (slot,)).fetchone()
         except (sqlite3.Error, ValueError, TypeError):
             return None
-        if not isinstance(problems, list) or len(parts) != row[1] or not all(isinstance(t, str) for t in parts):
+        if not isinstance(problems, list) or not isinstance(tail, str) or count != row[1] or odd:
             return None
-        return parts, problems
+        return KeptListing(self, slot, problems, tail)
 
-    def put_listing(self, slot: str, signature: str, parts: list[str], problems: list[dict[str, Any]]) -> None:
+    def put_listing(self, slot: str, signature: str, parts: list[str], problems: list[dict[str, Any]], tail: dict[str, Any]) -> None:
         """Keep a listing's text (``parts``, joined) for its folder and options (``slot``): one
         per slot, the last made."""
         staged = self.stage_listing(slot)
         for part in parts:
             staged.add(part)
-        staged.keep(signature, problems)
+        staged.keep(signature, problems, tail)
 
     def stage_listing(self, slot: str) -> StagedListing:
         """A listing's text kept part by part as it is written (``ls_report``); it replaces the
@@ -251,6 +253,26 @@ class LsCache:
             self.db = None
 
 
+@dataclass
+class KeptListing:
+    """A listing ``LsCache.get_listing`` found: its ``problems``, its ``tail`` (all of it but its
+    rows, ``dumps``, as JSON text: what the table shows, parsed only there) and its text, read a
+    part at a time."""
+    cache: LsCache
+    slot: str
+    problems: list[dict[str, Any]]
+    tail: str
+
+    def parts(self) -> Iterator[str]:
+        """The text's parts, in order (its size is not held: 10,000 rows are ~10 MB). A part that
+        can't be read now (the cache damaged since it was counted) is a GraphdbgError."""
+        try:
+            for (text,) in self.cache.db.execute("select text from listing_parts_v2 where slot=? order by n", (self.slot,)):  # type: ignore[union-attr]
+                yield text
+        except (sqlite3.Error, AttributeError) as e:
+            raise GraphdbgError(f"the listing kept in {cache_dir()} could not be read ({e}); run with --no-cache") from None
+
+
 class StagedListing:
     """Parts of a listing's text, stored as they come under a name of their own (no
     transaction held while the listing is made), taken as the slot's by ``keep``."""
@@ -270,7 +292,9 @@ class StagedListing:
         except sqlite3.Error:
             self.failed = True
 
-    def keep(self, signature: str, problems: list[dict[str, Any]]) -> None:
+    def keep(self, signature: str, problems: list[dict[str, Any]], tail: dict[str, Any]) -> None:
+        """Take the parts as the slot's listing, with its ``problems`` and its ``tail`` (the listing
+        but its rows: what the table shows)."""
         db = self.cache.db
         if db is None:
             return
@@ -279,7 +303,8 @@ class StagedListing:
                 if not self.failed:
                     db.execute("delete from listing_parts_v2 where slot=?", (self.slot,))
                     db.execute("update listing_parts_v2 set slot=? where slot=?", (self.slot, self.name))
-                    db.execute("insert or replace into listings_v2 values (?, ?, ?, ?)", (self.slot, signature, json.dumps(problems), self.n))
+                    db.execute("insert or replace into listings_v3 values (?, ?, ?, ?, ?)",
+                               (self.slot, signature, json.dumps(problems), self.n, json.dumps(tail)))
                 # parts left by a listing of this slot that never finished (a killed ls), and these if not taken
                 db.execute("delete from listing_parts_v2 where slot >= ? and slot < ?", (self.slot + "\0", self.slot + "\1"))
         except (sqlite3.Error, TypeError, ValueError):

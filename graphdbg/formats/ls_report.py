@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, TextIO
 from graphdbg._version import __version__
 from graphdbg.display import gc_paused
 from graphdbg.errors import GraphdbgError
-from graphdbg.formats.ls_cache import RACY_NS, LsCache, StagedListing, code_stamp
+from graphdbg.formats.ls_cache import RACY_NS, LsCache, StagedListing, cache_dir, code_stamp
 from graphdbg.strict_json import ENCODER, json_ready, output_ready, text_of
 
 if TYPE_CHECKING:
@@ -41,18 +41,22 @@ class LsReport:
     """What ``ls`` shows: ``text`` (its ``--json`` output), ``data`` (that text parsed) and
     ``problems`` (the files that could not be read); ``cached``: it came whole from the cache;
     ``written``: the text went to ``ls_report``'s ``out`` instead (``text`` is None, and ``data``
-    is all of it but its rows, ``dumps``, where the listing was made: what the table shows)."""
+    is all of it but its rows, ``dumps``: what the table shows)."""
     text: str | None
     problems: list[dict[str, Any]]
     cached: bool = False
     _data: Any = field(default=None, repr=False)
     written: bool = False
-    _parts: list[str] | None = field(default=None, repr=False)
+    _tail: str | None = field(default=None, repr=False)  # a kept listing's data, as text
 
     @property
     def data(self) -> dict[str, Any]:
         if self._data is None:
-            self._data = json.loads(self.text if self.text is not None else "".join(self._parts or []))
+            text = self.text if self.text is not None else self._tail
+            try:
+                self._data = json.loads(text)  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                raise GraphdbgError(f"the listing kept in {cache_dir()} could not be read; run with --no-cache") from None
         return self._data
 
 
@@ -74,10 +78,10 @@ def ls_report(path: str | Path, log: str | Path | None = None, *, failed: bool =
             hit = store.get_listing(*key)
             if hit is not None:
                 if out is not None:
-                    for part in hit[0]:
+                    for part in hit.parts():
                         out.write(part)
-                    return LsReport(None, hit[1], cached=True, written=True, _parts=hit[0])
-                return LsReport("".join(hit[0]), hit[1], cached=True)
+                    return LsReport(None, hit.problems, cached=True, written=True, _tail=hit.tail)
+                return LsReport("".join(hit.parts()), hit.problems, cached=True)
         from graphdbg.formats import listing as listing_module  # lazy: the readers, only when the listing is made
 
         spill = listing_module.Spill() if out is not None else None
@@ -95,7 +99,7 @@ def ls_report(path: str | Path, log: str | Path | None = None, *, failed: bool =
                         staged.drop()
                     raise
                 if staged is not None and key is not None:
-                    staged.keep(key[1], tail["problems"])
+                    staged.keep(key[1], tail["problems"], tail)
                 return LsReport(None, tail["problems"], written=True, _data=tail)
         finally:
             if spill is not None:
@@ -105,7 +109,7 @@ def ls_report(path: str | Path, log: str | Path | None = None, *, failed: bool =
         text = text_of(data)
         problems = data["problems"]  # type: ignore[index]
         if keep and store is not None and key is not None:
-            store.put_listing(*key, [text], problems)
+            store.put_listing(*key, [text], problems, {k: v for k, v in data.items() if k != "dumps"})  # type: ignore[union-attr]
         return LsReport(text, problems, cached=False, _data=data)
     finally:
         if store is not None:
@@ -221,7 +225,7 @@ def _key(root: Path, log: str | Path | None, failed: bool, kind: str | None) -> 
     newest = 0
     h = hashlib.sha256(slot.encode())
     h.update(json.dumps(log_stat).encode())
-    for name, size, mtime in sorted(_files(root)):
+    for name, size, mtime in _files(root):
         h.update(f"{name}\0{size}\0{mtime}\n".encode("utf-8", "surrogateescape"))
         newest = max(newest, mtime)
     if log_stat is not None and isinstance(log_stat[2], int):
@@ -233,7 +237,9 @@ def _key(root: Path, log: str | Path | None, failed: bool, kind: str | None) -> 
 
 def _files(root: Path) -> Iterator[tuple[str, int, int]]:
     """``(path below root, size, mtime)`` of every file under ``root``, hidden ones and those in
-    dump folders too, through links to folders (as the readers follow them), each folder once."""
+    dump folders too, through links to folders (as the readers follow them), each folder once;
+    in an order that depends on the names only (each folder's entries sorted, its subfolders
+    after its files), one folder's entries held at a time."""
     seen: set[tuple[int, int]] = set()
     stack = [(str(root), "")]
     while stack:
@@ -243,18 +249,21 @@ def _files(root: Path) -> Iterator[tuple[str, int, int]]:
             if (st.st_dev, st.st_ino) in seen:
                 continue
             seen.add((st.st_dev, st.st_ino))
-            entries = list(os.scandir(folder))
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
         except OSError:
             yield rel + "/", -1, 0  # a folder that can't be read: its state is part of the listing
             continue
+        folders = []
         for e in entries:
             name = f"{rel}/{e.name}" if rel else e.name
             try:
                 if e.is_dir():
-                    stack.append((e.path, name))
+                    folders.append((e.path, name))
                     continue
                 st = e.stat()
             except OSError:
                 yield name, -1, 0  # a dangling link
                 continue
             yield name, st.st_size, st.st_mtime_ns
+        stack.extend(reversed(folders))

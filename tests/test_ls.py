@@ -241,3 +241,28 @@ def test_ls_json_written_as_it_is_made_is_the_listing_made_whole(tmp_path, monke
     out = io.StringIO()
     assert not ls_report(root, out=out).cached and out.getvalue() == ls_report(root, cache=False).text
     assert ls_report(root, out=io.StringIO()).cached
+
+
+def test_a_folder_spelled_any_way_lists_its_files_as_pathlib_writes_them(tmp_path, monkeypatch):
+    """ls walks the folder's files as texts (a Path per file was most of a listing's memory):
+    whatever the folder's spelling ("." from inside it, "./x/", a trailing slash, "//"), each
+    row's path, and each group's, is the one a Path of the file gives, streamed or made whole."""
+    import io
+
+    from graphdbg.formats.listing import list_dumps
+    from graphdbg.formats.ls_report import ls_report
+
+    monkeypatch.setenv("GRAPHDBG_CACHE_DIR", str(tmp_path / "cache"))
+    root = tmp_path / "run"
+    shutil.copytree(FIXTURES / "corpus", root / "corpus")
+    expected = {str(Path(p)) for p in (root / "corpus").rglob("*.py")}
+    monkeypatch.chdir(tmp_path)
+    for spelling in (".", "./run/", "run/corpus/..", "run//", "/" + str(root).lstrip("/"), "/" + str(root)):
+        listing = list_dumps(spelling, cache=False).to_json()
+        paths = [d["path"] for d in listing["dumps"]]
+        assert {str(Path(p).resolve()) for p in paths} == expected, spelling
+        assert paths == [str(Path(p)) for p in paths] and all(Path(p).is_file() for p in paths), spelling
+        assert sorted(p for g in listing["groups"] for p in g["paths"]) == sorted(paths)
+        out = io.StringIO()
+        ls_report(spelling, cache=False, out=out)
+        assert json.loads(out.getvalue())["dumps"] == listing["dumps"], spelling

@@ -123,6 +123,7 @@ class GroupMaker:
         self._first: dict[tuple, Dump] = {}
         self._literals: dict[tuple, _Literals] = {}  # the printed members' rank literals that differ
         self._paths: dict[tuple, list[Path]] = {}  # each captured member's path (for differs)
+        self._names: dict[str, str] = {}
 
     def add(self, d: Dump, s: dict[str, Any]) -> None:
         foreign = s.get("format") == "printed_graph"
@@ -144,7 +145,8 @@ class GroupMaker:
             self._paths[key].append(d.path)
         else:
             self._literals[key].add(d.rank_literals)
-            g["files"].append(Path(s["path"]).name)
+            name = os.path.basename(s["path"])  # Path(...).name of a path as str(Path) writes it
+            g["files"].append(self._names.setdefault(name, name))  # copies of a run share their file names
             if s["graph"] is not None and s["graph"] not in g["graphs"]:
                 g["graphs"].append(s["graph"])
 
@@ -278,20 +280,44 @@ Progress = Callable[[int, int], None]  # (files read, files to read)
 
 class PrintedStub:
     """A printed graph in a listing while its manifest waits in a ``Spill``: what sorting,
-    filtering and the run logs' attachment (``apply_logs``) read of it, and nothing more."""
+    filtering and the run logs' attachment (``apply_logs``) read of it, and nothing more. Of its
+    manifest it holds the failure only, and is that manifest itself (``stub.manifest["failure"]``,
+    which ``attach_log`` sets): a dict per stub was a fifth of a listing's memory."""
 
-    __slots__ = ("path", "id", "model", "graph_number", "rank", "manifest", "seq")
+    __slots__ = ("path", "_id", "model", "graph_number", "rank", "failure", "seq")
     format = "printed_graph"
 
-    def __init__(self, dump: Dump, seq: int):
-        self.path, self.id, self.model = str(dump.path), dump.id, dump.model
+    def __init__(self, dump: Dump, seq: int, path: str, model: str | None):
+        self.path, self.model = path, model
+        self._id = None if dump.id == name_and_stem(path)[1] else dump.id  # the file's stem, as a rule: made when asked
         self.graph_number, self.rank, self.seq = dump.graph_number, dump.rank, seq
         failure = dump.manifest.get("failure")
-        self.manifest = {"failure": _PRINTED_FAILURE if failure == _PRINTED_FAILURE else failure}
+        self.failure = _PRINTED_FAILURE if failure == _PRINTED_FAILURE else failure
+
+    @property
+    def id(self) -> str:
+        return self._id if self._id is not None else name_and_stem(self.path)[1]
+
+    @property
+    def manifest(self) -> PrintedStub:
+        return self
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.failure if key == "failure" else default
+
+    def __getitem__(self, key: str) -> Any:
+        if key != "failure":
+            raise KeyError(key)
+        return self.failure
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key != "failure":
+            raise KeyError(key)
+        self.failure = value
 
     @property
     def failure_kind(self) -> str:
-        kind = str((self.manifest.get("failure") or {}).get("kind", "?"))
+        kind = str((self.failure or {}).get("kind", "?"))
         return "printed_graph" if kind == "foreign" else kind  # as Dump.failure_kind
 
     @property
@@ -314,15 +340,19 @@ class Spill:
         self.db.execute(PAGE_CACHE)
         self.db.execute("create table m (seq integer primary key, manifest text)")
         self.n = 0
+        self.models: dict[str, str] = {}  # one text per model name, for its thousands of stubs
 
-    def put(self, dump: Dump) -> PrintedStub:
+    def put(self, dump: Dump, path: str | None = None) -> PrintedStub:
+        """``path``: ``str(dump.path)``, where the caller holds it already."""
         self.db.execute("insert into m values (?, ?)", (self.n, json.dumps(dump.manifest)))
         self.n += 1
-        return PrintedStub(dump, self.n - 1)
+        model = dump.model
+        return PrintedStub(dump, self.n - 1, path if path is not None else str(dump.path),
+                           self.models.setdefault(model, model) if model is not None else None)
 
     def dump(self, stub: PrintedStub) -> Dump:
         manifest = json.loads(self.db.execute("select manifest from m where seq=?", (stub.seq,)).fetchone()[0])
-        manifest["failure"] = stub.manifest["failure"]
+        manifest["failure"] = stub.failure
         return Dump(Path(stub.path), manifest, PrintedFile(Path(stub.path)))
 
     def close(self) -> None:
@@ -358,7 +388,7 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
     folders = find_dumps(root) if root.is_dir() else []
     store = LsCache.open() if cache else None
     try:
-        candidates = list(_python_files(root))
+        candidates = list(_walk(root))  # texts, not Paths: a Path is ~400 bytes, and a folder holds thousands
         known = store.find_many(candidates) if store is not None else {}
     finally:
         if store is not None:
@@ -388,7 +418,7 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
         if dump is not None:
             if slim:
                 _slim(dump.manifest)
-            foreign.append(spill.put(dump) if spill is not None else dump)
+            foreign.append(spill.put(dump, str(file)) if spill is not None else dump)
         else:
             listing.problems.append({"path": str(file), "error": error})
         step()
@@ -468,14 +498,15 @@ def _scan_bodies(batch: list[tuple[str, str, str]]) -> dict[str, BodyScan]:
     return out
 
 
-def read_printed_graphs(files: list[Path], *, cache: bool = True, workers: int | None = None, full: bool = False,
-                        known: dict[Path, tuple[str, int, int]] | None = None,
-                        ranks: dict[Path, frozenset[int]] | None = None) -> Iterator[tuple[Path, Dump | None, str | None]]:
-    """``(file, dump, None)`` or ``(file, None, error)`` for each file, in order, as they are read.
-    ``full``: every file through the full reader (fx), as before the scan (tests compare the two).
-    ``known``: the files the cache holds (``LsCache.find_many``, looked up already), each loaded
-    when it comes; ``ranks``: the rank files' ranks in each folder, from the walk that found them
-    (else each folder is listed)."""
+def read_printed_graphs(files: list[Path] | list[str], *, cache: bool = True, workers: int | None = None, full: bool = False,
+                        known: dict[Any, tuple[str, int, int]] | None = None,
+                        ranks: dict[str, frozenset[int]] | None = None) -> Iterator[tuple[Any, Dump | None, str | None]]:
+    """``(file, dump, None)`` or ``(file, None, error)`` for each file (a Path, or a path's text as
+    ``str(Path)`` writes it), in order, as they are read. ``full``: every file through the full
+    reader (fx), as before the scan (tests compare the two). ``known``: the files the cache holds
+    (``LsCache.find_many``, looked up already), each loaded when it comes; ``ranks``: the rank
+    files' ranks in each folder (by its text), from the walk that found them (else each folder
+    is listed)."""
     if not files:
         return
     store = LsCache.open() if cache else None
@@ -493,8 +524,8 @@ def read_printed_graphs(files: list[Path], *, cache: bool = True, workers: int |
             else:
                 _, manifest, error = next(fresh)
                 if store is not None:
-                    store.put(f, manifest, error)
-            dump = printed_dump(f, manifest, ranks.get(f.parent) if ranks is not None else None) if manifest is not None else None
+                    store.put(Path(f), manifest, error)
+            dump = printed_dump(Path(f), manifest, ranks.get(_folder_of(f)) if ranks is not None else None) if manifest is not None else None
             yield f, dump, error
     finally:
         if store is not None:
@@ -510,13 +541,13 @@ def _parse_all(files: list[Path], workers: int | None, full: bool) -> Iterator[t
     # process, 10.8 s with two workers, the same CPU seconds (19.5 and 19.3).
     n = workers if workers is not None else min(_usable_cores(), _MAX_WORKERS)
     if n <= 1 or len(files) < _PARALLEL_FROM:
-        yield from (_full_manifest(f) for f in files) if full else _BodyReader(files, None, 1).results()
+        yield from (_full_manifest(Path(f)) for f in files) if full else _BodyReader(files, None, 1).results()
         return
     chunk = max(1, min(16, len(files) // (4 * n)))
     # _worker_start: a worker is forked from a listing that paused the collector (gc_paused), and
     # the walks leave cycles (9,728 distinct files: each worker grew by 28 MiB without it)
     with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork"), initializer=_worker_start) as pool:
-        yield from pool.map(_full_manifest, files, chunksize=chunk) if full else _BodyReader(files, pool, chunk).results()
+        yield from pool.map(_full_manifest, map(Path, files), chunksize=chunk) if full else _BodyReader(files, pool, chunk).results()
 
 
 def _worker_start() -> None:
@@ -549,7 +580,8 @@ class _BodyReader:
     def results(self) -> Iterator[tuple[Path, dict[str, Any] | None, str | None]]:
         queue: deque[tuple[Path, str | None, str | None, str | None]] = deque()  # (file, head, error, body key)
         try:
-            for f in self.files:
+            for name in self.files:
+                f = Path(name)
                 try:
                     source = read_printed_source(f)
                 except GraphdbgError as e:  # unreadable, or no longer a regular file
@@ -828,15 +860,27 @@ def load_with_log(path: str | Path, log: str | Path | None = None) -> Dump:
 def _python_files(root: Path) -> Iterator[Path]:
     """``root`` itself if it is a file, else the ``.py`` files under it in order, skipping dump
     folders (their graph.py belongs to the dump) and hidden ones (dumps being written)."""
+    return map(Path, _walk(root))
+
+
+def _walk(root: Path) -> Iterator[str]:
+    """``_python_files``, each as ``str`` of its Path."""
     if root.is_file():
-        yield root
+        yield str(root)
         return
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         if MANIFEST in filenames:
             dirnames[:] = []
             continue
-        yield from (Path(dirpath) / name for name in sorted(filenames) if name.endswith(".py"))
+        folder = str(Path(dirpath))  # as a Path's text: "." and "//" as pathlib writes them
+        prefix = "" if folder == "." else folder if folder.endswith("/") else folder + "/"
+        yield from (prefix + name for name in sorted(filenames) if name.endswith(".py"))
+
+
+def _folder_of(path: Path | str) -> str:
+    """``str(Path(path).parent)``, for a path's text as ``str(Path)`` writes it."""
+    return str(path.parent) if isinstance(path, Path) else os.path.dirname(path) or "."
 
 
 def _is_torch_repro(path: Path) -> bool:
@@ -848,30 +892,30 @@ def _is_torch_repro(path: Path) -> bool:
     return detect_format(path) is not None
 
 
-def _graphs_among(paths: list[Path], known: dict[Path, Any]) -> tuple[list[Path], list[Path]]:
+def _graphs_among(paths: list[str], known: dict[str, Any]) -> tuple[list[str], list[str]]:
     """The printed graph files among walked ``paths``, and PyTorch's own runnable repros there
     (the minifier's ``repro.py``, Inductor's ``fx_graph_runnable.py`` from ``TORCH_COMPILE_DEBUG=1``):
     a file that starts as a printed graph is not read again as a repro (that look reads up to
     256 KiB), and those in ``known`` (the cache holds them as printed graphs, unchanged since)
     are not looked at at all."""
-    graphs: list[Path] = []
-    repros: list[Path] = []
+    graphs: list[str] = []
+    repros: list[str] = []
     for p in paths:
-        if p in known or looks_like_printed_graph(p):
+        if p in known or looks_like_printed_graph(Path(p)):
             graphs.append(p)
-        elif _is_torch_repro(p):
+        elif _is_torch_repro(Path(p)):
             repros.append(p)
     return graphs, repros
 
 
-def _ranks_by_folder(paths: list[Path]) -> dict[Path, frozenset[int]]:
+def _ranks_by_folder(paths: list[str]) -> dict[str, frozenset[int]]:
     """The ranks of the ``rank{R}_{G}.py`` files in each walked folder (a printed graph's world size)."""
-    found: dict[Path, set[int]] = {}
+    found: dict[str, set[int]] = {}
     for p in paths:
-        m = RANK_FILE.match(p.name)
-        found.setdefault(p.parent, set())
+        m = RANK_FILE.match(os.path.basename(p))
+        ranks = found.setdefault(_folder_of(p), set())
         if m:
-            found[p.parent].add(int(m[1]))
+            ranks.add(int(m[1]))
     return {folder: frozenset(r) for folder, r in found.items()}
 
 

@@ -119,19 +119,22 @@ class LsCache:
             return None
         return where, st.st_size, st.st_mtime_ns
 
-    def find_many(self, files: list[Path]) -> dict[Path, tuple[str, int, int]]:
-        """The files the cache holds as they are now, each with its key for ``fetch``: one query
-        for every entry under their folders, then one ``stat`` per file. Nothing is loaded (a
-        listing of thousands loads each manifest when it comes to it)."""
+    def find_many(self, files: list[Path] | list[str]) -> dict[Any, tuple[str, int, int]]:
+        """The files (Paths, or their texts as ``str(Path)`` writes them) the cache holds as they
+        are now, each with its key for ``fetch``: one query for every entry under their folders,
+        then one ``stat`` per file. Nothing is loaded (a listing of thousands loads each manifest
+        when it comes to it)."""
         if self.db is None or not files:
             return {}
-        folders: dict[Path, str] = {}
-        named: dict[str, Path] = {}
+        folders: dict[str, str] = {}
+        named: dict[str, Any] = {}
         try:
             for f in files:
-                if f.parent not in folders:
-                    folders[f.parent] = _resolved(str(f.parent))
-                named[os.path.join(folders[f.parent], f.name)] = f
+                text = str(f)
+                parent = os.path.dirname(text) or "."  # str(Path(text).parent)
+                if parent not in folders:
+                    folders[parent] = _resolved(parent)
+                named[os.path.join(folders[parent], os.path.basename(text))] = f
             top = os.path.commonpath(list(folders.values()))
             rows = self.db.execute("select path, size, mtime from files_v1 where stamp=? and path >= ? and path < ?",
                                    (self.stamp, top, top + "\U0010ffff"))  # a cursor: rows are read as used

@@ -136,6 +136,8 @@ def write_listing(listing: Any, spill: Any, write: Callable[[str], Any]) -> dict
     for d in listing.dumps:
         full = spill.dump(d) if isinstance(d, PrintedStub) else d
         row = summary_row(full)
+        if isinstance(d, PrintedStub) and row["path"] == d.path:
+            row["path"] = d.path  # the stub's text, not a copy: the groups hold every member's path
         maker.add(full, row)
         items.add(row)
         if full.format == "dump":

@@ -52,7 +52,7 @@ class Contents:
     """
 
     def __init__(self, graph_file: Path, text: str | None = None, printed: PrintedGraph | None = None):
-        self.graph_file = Path(graph_file)
+        self.graph_file = graph_file if isinstance(graph_file, Path) else Path(graph_file)  # Path(a Path) parses it again
         self._text = text
         self._printed = printed
 
@@ -95,7 +95,7 @@ class Dump(Displayed):
     """One graph: its manifest, its file's contents, and how to make a Case of it."""
 
     def __init__(self, path: Path, manifest: dict[str, Any], contents: Contents):
-        self.path = Path(path)
+        self.path = path if isinstance(path, Path) else Path(path)
         self.manifest = manifest
         self.contents = contents
 

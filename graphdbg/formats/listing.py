@@ -353,7 +353,8 @@ class Spill:
     def dump(self, stub: PrintedStub) -> Dump:
         manifest = json.loads(self.db.execute("select manifest from m where seq=?", (stub.seq,)).fetchone()[0])
         manifest["failure"] = stub.failure
-        return Dump(Path(stub.path), manifest, PrintedFile(Path(stub.path)))
+        path = Path(stub.path)
+        return Dump(path, manifest, PrintedFile(path))
 
     def close(self) -> None:
         self.db.close()
@@ -515,6 +516,7 @@ def read_printed_graphs(files: list[Path] | list[str], *, cache: bool = True, wo
     fresh = _parse_all(todo, workers, full)
     try:
         for f in files:
+            path = f if isinstance(f, Path) else Path(f)
             if f in known:
                 hit = store.fetch(known.pop(f)) if store is not None else None
                 if hit is None:  # let go of since it was found: read here
@@ -524,15 +526,15 @@ def read_printed_graphs(files: list[Path] | list[str], *, cache: bool = True, wo
             else:
                 _, manifest, error = next(fresh)
                 if store is not None:
-                    store.put(Path(f), manifest, error)
-            dump = printed_dump(Path(f), manifest, ranks.get(_folder_of(f)) if ranks is not None else None) if manifest is not None else None
+                    store.put(path, manifest, error)
+            dump = printed_dump(path, manifest, ranks.get(_folder_of(f)) if ranks is not None else None) if manifest is not None else None
             yield f, dump, error
     finally:
         if store is not None:
             store.close()
 
 
-def _parse_all(files: list[Path], workers: int | None, full: bool) -> Iterator[tuple[Path, dict[str, Any] | None, str | None]]:
+def _parse_all(files: list[Path] | list[str], workers: int | None, full: bool) -> Iterator[tuple[Path, dict[str, Any] | None, str | None]]:
     """``(file, manifest, error)`` for each file, in order, as they are read. Each distinct body
     (``printed_file.head_and_key``: the ranks of one model print one graph under their own headers)
     is scanned once; files the scan can't decide go to the full reader, one by one."""

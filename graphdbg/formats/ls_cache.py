@@ -31,7 +31,8 @@ from graphdbg.store.checked import CACHE_ENV, cache_dir, files_stamp  # noqa: F4
 
 RACY_NS = 2_000_000_000  # files modified this recently are not cached (git's "racy" rule)
 # a listing's text is kept in parts of about a MiB (ls_report writes it as it is made)
-_LISTINGS = "create table if not exists listings_v3 (slot text primary key, signature text, problems text, parts integer, tail text)"
+# a kept listing: its text in parts, and where in that text its rows are (the table reads the rest)
+_LISTINGS = "create table if not exists listings_v3 (slot text primary key, signature text, problems text, parts integer, rows_from integer, rows_to integer)"
 _LISTING_PARTS = "create table if not exists listing_parts_v2 (slot text, n integer, text text, primary key (slot, n))"
 # sqlite's page cache per connection (its default is 2 MiB): ls writes and reads its rows in
 # order, and the system's file cache serves the rest (64x the corpus: 5 MiB less at the peak,
@@ -215,24 +216,25 @@ class LsCache:
         if self.db is None:
             return None
         try:
-            row = self.db.execute("select problems, parts, tail from listings_v3 where slot=? and signature=?", (slot, signature)).fetchone()
+            row = self.db.execute("select problems, parts, rows_from, rows_to from listings_v3 where slot=? and signature=?",
+                                  (slot, signature)).fetchone()
             if row is None:
                 return None
-            problems, tail = json.loads(row[0]), row[2]
+            problems = json.loads(row[0])
             count, odd = self.db.execute("select count(*), total(typeof(text) != 'text') from listing_parts_v2 where slot=?", (slot,)).fetchone()
         except (sqlite3.Error, ValueError, TypeError):
             return None
-        if not isinstance(problems, list) or not isinstance(tail, str) or count != row[1] or odd:
+        if not isinstance(problems, list) or count != row[1] or odd or not (isinstance(row[2], int) and isinstance(row[3], int)):
             return None
-        return KeptListing(self, slot, problems, tail)
+        return KeptListing(self, slot, problems, (row[2], row[3]))
 
-    def put_listing(self, slot: str, signature: str, parts: list[str], problems: list[dict[str, Any]], tail: dict[str, Any]) -> None:
+    def put_listing(self, slot: str, signature: str, parts: list[str], problems: list[dict[str, Any]], rows: tuple[int, int]) -> None:
         """Keep a listing's text (``parts``, joined) for its folder and options (``slot``): one
-        per slot, the last made."""
+        per slot, the last made; ``rows``: where its rows are in that text."""
         staged = self.stage_listing(slot)
         for part in parts:
             staged.add(part)
-        staged.keep(signature, problems, tail)
+        staged.keep(signature, problems, rows)
 
     def stage_listing(self, slot: str) -> StagedListing:
         """A listing's text kept part by part as it is written (``ls_report``); it replaces the
@@ -258,19 +260,49 @@ class LsCache:
 
 @dataclass
 class KeptListing:
-    """A listing ``LsCache.get_listing`` found: its ``problems``, its ``tail`` (all of it but its
-    rows, ``dumps``, as JSON text: what the table shows, parsed only there) and its text, read a
-    part at a time."""
+    """A listing ``LsCache.get_listing`` found: its ``problems``, its text (read a part at a time)
+    and where its rows are in that text (``rows``: ``[from, to)``)."""
     cache: LsCache
     slot: str
     problems: list[dict[str, Any]]
-    tail: str
+    rows: tuple[int, int]
 
     def parts(self) -> Iterator[str]:
         """The text's parts, in order (its size is not held: 10,000 rows are ~10 MB). A part that
         can't be read now (the cache damaged since it was counted) is a GraphdbgError."""
+        yield from self._parts(None)
+
+    def tail(self) -> dict[str, Any]:
+        """The listing but its rows (``dumps``): what the table shows, read from the parts around
+        the rows (their text replaced by ``[]``)."""
+        start, end = self.rows
+        pieces, at = [], 0
+        for n, size in list(self._sizes()):
+            if at < start or at + size > end:  # some of this part is not rows
+                text = next(self._parts(n))
+                lo, hi = max(0, start - at), max(0, end - at)  # the rows in this part: text[lo:hi]
+                pieces.append(text[:lo] + ("[]" if at <= start < at + size else "") + text[hi:])
+            at += size
         try:
-            for (text,) in self.cache.db.execute("select text from listing_parts_v2 where slot=? order by n", (self.slot,)):  # type: ignore[union-attr]
+            data = json.loads("".join(pieces))
+        except ValueError:
+            raise GraphdbgError(f"the listing kept in {cache_dir()} could not be read; run with --no-cache") from None
+        if not isinstance(data, dict):
+            raise GraphdbgError(f"the listing kept in {cache_dir()} could not be read; run with --no-cache")
+        data.pop("dumps", None)
+        return data
+
+    def _sizes(self) -> Iterator[tuple[int, int]]:
+        try:
+            yield from self.cache.db.execute("select n, length(text) from listing_parts_v2 where slot=? order by n", (self.slot,))  # type: ignore[union-attr]
+        except (sqlite3.Error, AttributeError) as e:
+            raise GraphdbgError(f"the listing kept in {cache_dir()} could not be read ({e}); run with --no-cache") from None
+
+    def _parts(self, n: int | None) -> Iterator[str]:
+        query, args = ("select text from listing_parts_v2 where slot=? order by n", (self.slot,)) if n is None else \
+            ("select text from listing_parts_v2 where slot=? and n=?", (self.slot, n))
+        try:
+            for (text,) in self.cache.db.execute(query, args):  # type: ignore[union-attr]
                 yield text
         except (sqlite3.Error, AttributeError) as e:
             raise GraphdbgError(f"the listing kept in {cache_dir()} could not be read ({e}); run with --no-cache") from None
@@ -295,9 +327,9 @@ class StagedListing:
         except sqlite3.Error:
             self.failed = True
 
-    def keep(self, signature: str, problems: list[dict[str, Any]], tail: dict[str, Any]) -> None:
-        """Take the parts as the slot's listing, with its ``problems`` and its ``tail`` (the listing
-        but its rows: what the table shows)."""
+    def keep(self, signature: str, problems: list[dict[str, Any]], rows: tuple[int, int]) -> None:
+        """Take the parts as the slot's listing, with its ``problems`` and where its rows are in
+        its text (``[from, to)``: the table reads the rest)."""
         db = self.cache.db
         if db is None:
             return
@@ -306,8 +338,8 @@ class StagedListing:
                 if not self.failed:
                     db.execute("delete from listing_parts_v2 where slot=?", (self.slot,))
                     db.execute("update listing_parts_v2 set slot=? where slot=?", (self.slot, self.name))
-                    db.execute("insert or replace into listings_v3 values (?, ?, ?, ?, ?)",
-                               (self.slot, signature, json.dumps(problems), self.n, json.dumps(tail)))
+                    db.execute("insert or replace into listings_v3 values (?, ?, ?, ?, ?, ?)",
+                               (self.slot, signature, json.dumps(problems), self.n, *rows))
                 # parts left by a listing of this slot that never finished (a killed ls), and these if not taken
                 db.execute("delete from listing_parts_v2 where slot >= ? and slot < ?", (self.slot + "\0", self.slot + "\1"))
         except (sqlite3.Error, TypeError, ValueError):

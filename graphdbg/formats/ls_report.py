@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, TextIO
 from graphdbg._version import __version__
 from graphdbg.display import gc_paused
 from graphdbg.errors import GraphdbgError
-from graphdbg.formats.ls_cache import RACY_NS, LsCache, StagedListing, cache_dir, code_stamp
+from graphdbg.formats.ls_cache import RACY_NS, LsCache, StagedListing, code_stamp
 from graphdbg.strict_json import ENCODER, json_ready, output_ready, text_of
 
 if TYPE_CHECKING:
@@ -40,34 +40,34 @@ if TYPE_CHECKING:
 class LsReport:
     """What ``ls`` shows: ``text`` (its ``--json`` output), ``data`` (that text parsed) and
     ``problems`` (the files that could not be read); ``cached``: it came whole from the cache;
-    ``written``: the text went to ``ls_report``'s ``out`` instead (``text`` is None, and ``data``
-    is all of it but its rows, ``dumps``: what the table shows)."""
+    ``written``: the text went to ``ls_report``'s ``out`` instead (``text`` is None). Where the
+    text is not held (written, or ``table``), ``data`` is all of it but its rows, ``dumps``: what
+    the table shows; a kept listing written whole has none (ask with ``table=True``)."""
     text: str | None
     problems: list[dict[str, Any]]
     cached: bool = False
     _data: Any = field(default=None, repr=False)
     written: bool = False
-    _tail: str | None = field(default=None, repr=False)  # a kept listing's data, as text
 
     @property
     def data(self) -> dict[str, Any]:
         if self._data is None:
-            text = self.text if self.text is not None else self._tail
-            try:
-                self._data = json.loads(text)  # type: ignore[arg-type]
-            except (TypeError, ValueError):
-                raise GraphdbgError(f"the listing kept in {cache_dir()} could not be read; run with --no-cache") from None
+            if self.text is None:
+                raise GraphdbgError("this listing was written, not kept: ls_report(table=True) keeps what the table shows")
+            self._data = json.loads(self.text)
         return self._data
 
 
 def ls_report(path: str | Path, log: str | Path | None = None, *, failed: bool = False, kind: str | None = None,
-              cache: bool = True, progress: Progress | None = None, out: TextIO | None = None) -> LsReport:
+              cache: bool = True, progress: Progress | None = None, out: TextIO | None = None, table: bool = False) -> LsReport:
     """``list_dumps(path, log).select(failed, kind)`` as ``ls`` prints it, kept whole in the cache
     for a folder whose files don't change (``cache=False``: made afresh, nothing kept).
 
     ``out``: the ``--json`` text is written there (``written``, and ``text`` is None), a row at a
     time once the files are read: the printed graphs' manifests wait on disk meanwhile
-    (``listing.Spill``), so a listing of thousands is never held whole."""
+    (``listing.Spill``), so a listing of thousands is never held whole. ``table``: the caller
+    shows the table (``data``), not the text: of a kept listing only what is not its rows is read,
+    and nothing is written."""
     root = Path(path)
     if not root.exists():
         raise GraphdbgError(f"{root}: no such file or folder")
@@ -77,10 +77,12 @@ def ls_report(path: str | Path, log: str | Path | None = None, *, failed: bool =
         if store is not None and key is not None:
             hit = store.get_listing(*key)
             if hit is not None:
+                if table:
+                    return LsReport(None, hit.problems, cached=True, _data=hit.tail())
                 if out is not None:
                     for part in hit.parts():
                         out.write(part)
-                    return LsReport(None, hit.problems, cached=True, written=True, _tail=hit.tail)
+                    return LsReport(None, hit.problems, cached=True, written=True)
                 return LsReport("".join(hit.parts()), hit.problems, cached=True)
         from graphdbg.formats import listing as listing_module  # lazy: the readers, only when the listing is made
 
@@ -91,15 +93,16 @@ def ls_report(path: str | Path, log: str | Path | None = None, *, failed: bool =
             if spill is not None and out is not None:
                 staged = store.stage_listing(key[0]) if keep and store is not None and key is not None else None
                 parts = _Parts(out, staged)
+                rows: list[int] = []
                 try:
-                    tail = write_listing(listing, spill, parts.write)
+                    tail = write_listing(listing, spill, parts.write, rows)
                     parts.close()
                 except BaseException:
                     if staged is not None:
                         staged.drop()
                     raise
                 if staged is not None and key is not None:
-                    staged.keep(key[1], tail["problems"], tail)
+                    staged.keep(key[1], tail["problems"], (rows[0], rows[1]))
                 return LsReport(None, tail["problems"], written=True, _data=tail)
         finally:
             if spill is not None:
@@ -109,11 +112,15 @@ def ls_report(path: str | Path, log: str | Path | None = None, *, failed: bool =
         text = text_of(data)
         problems = data["problems"]  # type: ignore[index]
         if keep and store is not None and key is not None:
-            store.put_listing(*key, [text], problems, {k: v for k, v in data.items() if k != "dumps"})  # type: ignore[union-attr]
+            start = text.index(_ROWS) + len(_ROWS)  # the top level's keys are the only ones one space in
+            store.put_listing(*key, [text], problems, (start, text.index(_AFTER_ROWS, start)))
         return LsReport(text, problems, cached=False, _data=data)
     finally:
         if store is not None:
             store.close()
+
+
+_ROWS, _AFTER_ROWS = '\n "dumps": ', ',\n "groups": '  # around the rows, in the listing's text
 
 
 def _at(value: Any, depth: int) -> str:
@@ -123,14 +130,23 @@ def _at(value: Any, depth: int) -> str:
 
 
 @gc_paused()
-def write_listing(listing: Any, spill: Any, write: Callable[[str], Any]) -> dict[str, Any]:
+def write_listing(listing: Any, spill: Any, write: Callable[[str], Any], rows: list[int] | None = None) -> dict[str, Any]:
     """``text_of(output_ready(listing.to_json(), "ls"))``, written a few hundred rows at a time,
     each printed graph's manifest read back from ``spill`` for its row and let go; returns that
-    output but its rows (``dumps``): what the table view shows."""
+    output but its rows (``dumps``): what the table view shows. ``rows`` gets where the rows
+    are in the text: ``[from, to)``."""
     # lazy: listing imports the readers, which this module (a kept listing's answer) needs not
     from graphdbg.formats.listing import GroupMaker, PrintedStub, _odd_ranks, summary_row
 
-    write('{\n "graphdbg": ' + _at(__version__, 1) + ',\n "schema": "ls",\n "root": ' + _at(str(listing.root), 1) + ',\n "dumps": ')
+    written, out = [0], write
+
+    def counted(piece: str) -> None:
+        written[0] += len(piece)
+        out(piece)
+
+    counted('{\n "graphdbg": ' + _at(__version__, 1) + ',\n "schema": "ls",\n "root": ' + _at(str(listing.root), 1) + "," + _ROWS)
+    rows_from = written[0]
+    write = counted
     maker, captured = GroupMaker(), []
     items = _Items(write)
     for d in listing.dumps:
@@ -143,8 +159,10 @@ def write_listing(listing: Any, spill: Any, write: Callable[[str], Any]) -> dict
         if full.format == "dump":
             captured.append(full)
     items.close()
+    if rows is not None:
+        rows[:] = [rows_from, written[0]]
     groups = maker.groups(_odd_ranks(captured))
-    write(',\n "groups": ')
+    write(_AFTER_ROWS)
     items = _Items(write)
     for g in groups:
         items.add(g, len(g["paths"]))  # a group of thousands of members is a batch of its own

@@ -197,7 +197,7 @@ def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps o
         # written as it is made (the one --json writer's text, perhaps kept from an earlier run);
         # the table shows the groups, and the rows go nowhere
         report = ls_report(path, log=log, failed=failed, kind=kind, cache=not no_cache, progress=None if as_json else progress,
-                           out=sys.stdout if as_json else _Nowhere())
+                           out=sys.stdout if as_json else _Nowhere(), table=not as_json)
     finally:
         progress.close()
     data = None if as_json else report.data  # --json: written already

@@ -513,7 +513,7 @@ def read_printed_graphs(files: list[Path] | list[str], *, cache: bool = True, wo
     store = LsCache.open() if cache else None
     known = dict(known) if known is not None else (store.find_many(files) if store is not None else {})
     todo = [f for f in files if f not in known]
-    fresh = _parse_all(todo, workers, full)
+    fresh = _parse_all(todo, workers, full, ranks)
     try:
         for f in files:
             path = f if isinstance(f, Path) else Path(f)
@@ -534,22 +534,24 @@ def read_printed_graphs(files: list[Path] | list[str], *, cache: bool = True, wo
             store.close()
 
 
-def _parse_all(files: list[Path] | list[str], workers: int | None, full: bool) -> Iterator[tuple[Path, dict[str, Any] | None, str | None]]:
+def _parse_all(files: list[Path] | list[str], workers: int | None, full: bool,
+               ranks: dict[str, frozenset[int]] | None = None) -> Iterator[tuple[Path, dict[str, Any] | None, str | None]]:
     """``(file, manifest, error)`` for each file, in order, as they are read. Each distinct body
     (``printed_file.head_and_key``: the ranks of one model print one graph under their own headers)
-    is scanned once; files the scan can't decide go to the full reader, one by one."""
+    is scanned once; files the scan can't decide go to the full reader, one by one. ``ranks``: the
+    rank files' ranks in each folder (by its text), for the world sizes, where the walk found them."""
     # Many files: one worker per core this process may use (forked, so a worker starts in
     # milliseconds). On the quiet 2-core machine, 9,728 printed graphs: 19.6 s wall in one
     # process, 10.8 s with two workers, the same CPU seconds (19.5 and 19.3).
     n = workers if workers is not None else min(_usable_cores(), _MAX_WORKERS)
     if n <= 1 or len(files) < _PARALLEL_FROM:
-        yield from (_full_manifest(Path(f)) for f in files) if full else _BodyReader(files, None, 1).results()
+        yield from (_full_manifest(Path(f)) for f in files) if full else _BodyReader(files, None, 1, ranks).results()
         return
     chunk = max(1, min(16, len(files) // (4 * n)))
     # _worker_start: a worker is forked from a listing that paused the collector (gc_paused), and
     # the walks leave cycles (9,728 distinct files: each worker grew by 28 MiB without it)
     with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork"), initializer=_worker_start) as pool:
-        yield from pool.map(_full_manifest, map(Path, files), chunksize=chunk) if full else _BodyReader(files, pool, chunk).results()
+        yield from pool.map(_full_manifest, map(Path, files), chunksize=chunk) if full else _BodyReader(files, pool, chunk, ranks).results()
 
 
 def _worker_start() -> None:
@@ -568,8 +570,9 @@ class _BodyReader:
 
     KEEP = 256  # bodies' scans held for files still to come with the same body (~5 KiB each)
 
-    def __init__(self, files: list[Path], pool: ProcessPoolExecutor | None, batch: int):
-        self.files, self.pool, self.batch_size = files, pool, batch
+    def __init__(self, files: list[Path] | list[str], pool: ProcessPoolExecutor | None, batch: int,
+                 ranks: dict[str, frozenset[int]] | None = None):
+        self.files, self.pool, self.batch_size, self.ranks = files, pool, batch, ranks
         self.scanned: OrderedDict[str, BodyScan] = OrderedDict()
         self.aside = _Aside()
         self.flying: dict[str, Future] = {}  # body key -> the future of its batch
@@ -668,8 +671,11 @@ class _BodyReader:
                 head = read_printed_source(f)
             except GraphdbgError as e:
                 return None, str(e), None
-            return printed_from_body(f, head, body)
-        return printed_from_body(f, head, body, whole=False)
+            return printed_from_body(f, head, body, ranks=self._ranks(f))
+        return printed_from_body(f, head, body, whole=False, ranks=self._ranks(f))
+
+    def _ranks(self, f: Path) -> frozenset[int] | None:
+        return self.ranks.get(str(f.parent)) if self.ranks is not None else None
 
     @staticmethod
     def _rescan(f: Path) -> BodyScan:

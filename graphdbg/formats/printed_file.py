@@ -119,7 +119,8 @@ def descriptor(name: str, spec: Any, device: str | None) -> dict[str, Any]:
 
 
 def printed_manifest(path: Path, facts: dict[str, Any], *, rank: tuple[int, str, int | None], indices: set[int],
-                     uses_cuda: bool, inputs: list[tuple[str, Any]], constructs: list[str]) -> dict[str, Any]:
+                     uses_cuda: bool, inputs: list[tuple[str, Any]], constructs: list[str],
+                     ranks: frozenset[int] | None = None) -> dict[str, Any]:
     """What the file says about itself: rank (and how it was found), graph number, model, the
     device it ran on, the inputs' specs (``(name, spec)``), and the facts ``ls`` groups ranks by."""
     rank_, rank_source, number = rank
@@ -129,7 +130,7 @@ def printed_manifest(path: Path, facts: dict[str, Any], *, rank: tuple[int, str,
         path, None, fmt=FORMAT, dump_id=path.stem, inputs=[descriptor(n, spec, device) for n, spec in inputs],
         # Nothing records which backend failed; eager replays the graph as it was printed.
         backend="eager", kind=FAILURE_KIND, message=NO_FAILURE,
-        rank=rank_, world_size=_world_size(path, rank_), rank_source=rank_source, facts=facts,
+        rank=rank_, world_size=_world_size(path, rank_, ranks), rank_source=rank_source, facts=facts,
         extra={"printed_graph": {"model": path.parent.name, "graph_number": number, "group_hash": facts["group_hash"],
                                  "rank_literals": facts["rank_literals"], "constructs": constructs, "captured_device": device}})
 
@@ -231,11 +232,12 @@ def scan_body(source: str, filename: str) -> BodyScan:
     return body
 
 
-def printed_from_body(path: Path, source: str, body: BodyScan, whole: bool = True
+def printed_from_body(path: Path, source: str, body: BodyScan, whole: bool = True, ranks: frozenset[int] | None = None
                       ) -> tuple[dict[str, Any] | None, str | None, str | None]:
     """``scan_printed``'s answer for the file at ``path`` with text ``source`` (``whole=False``:
     its first ``body.class_line - 1`` lines at least), whose body was scanned (from this file or
-    one with the same key, ``head_and_key``)."""
+    one with the same key, ``head_and_key``); ``ranks``: the rank files' ranks in its folder, where
+    the caller's walk found them (else the folder is looked at)."""
     if body.undecided is not None:
         return None, None, body.undecided
     if body.bad_annotations:
@@ -247,13 +249,13 @@ def printed_from_body(path: Path, source: str, body: BodyScan, whole: bool = Tru
                 text = source if whole else read_printed_source(path)
             except GraphSourceError as e:
                 return None, str(e), None
-            return printed_from_body(path, text, scan_body(text, str(path)))
+            return printed_from_body(path, text, scan_body(text, str(path)), ranks=ranks)
         if isinstance(body.shard, str):
             return None, None, f"a rank only the input plans find ({body.shard})"
         rank = (body.shard, "shard_offset", None) if body.shard is not None else (0, "default", None)
     facts = {**body.facts, "ops": dict(body.facts["ops"]), "rank_literals": list(body.facts["rank_literals"])}
     return printed_manifest(path, facts, rank=rank, indices=body.indices, uses_cuda=body.uses_cuda,
-                            inputs=body.inputs, constructs=list(body.constructs)), None, None
+                            inputs=body.inputs, constructs=list(body.constructs), ranks=ranks), None, None
 
 
 def _uses_cuda(scan: Scan) -> bool:

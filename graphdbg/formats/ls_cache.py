@@ -279,7 +279,9 @@ class KeptListing:
         pieces, at = [], 0
         for n, size in list(self._sizes()):
             if at < start or at + size > end:  # some of this part is not rows
-                text = next(self._parts(n))
+                text = next(self._parts(n), None)
+                if text is None:  # gone since it was counted
+                    raise GraphdbgError(f"the listing kept in {cache_dir()} could not be read; run with --no-cache")
                 lo, hi = max(0, start - at), max(0, end - at)  # the rows in this part: text[lo:hi]
                 pieces.append(text[:lo] + ("[]" if at <= start < at + size else "") + text[hi:])
             at += size

@@ -243,6 +243,11 @@ def test_ls_json_written_as_it_is_made_is_the_listing_made_whole(tmp_path, monke
     out = io.StringIO()
     assert not ls_report(root, out=out).cached and out.getvalue() == ls_report(root, cache=False).text
     assert ls_report(root, out=io.StringIO()).cached
+    with db:  # where its rows are, wrong: the table's listing is made again
+        db.execute("update listings_v3 set rows_from = rows_from + 7")
+    table = ls_report(root, out=io.StringIO(), table=True)
+    assert not table.cached and table.data == {k: v for k, v in json.loads(ls_report(root, cache=False).text).items() if k != "dumps"}
+    assert ls_report(root, out=io.StringIO(), table=True).cached
 
 
 def test_a_folder_spelled_any_way_lists_its_files_as_pathlib_writes_them(tmp_path, monkeypatch):

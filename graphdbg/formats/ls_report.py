@@ -76,9 +76,12 @@ def ls_report(path: str | Path, log: str | Path | None = None, *, failed: bool =
     try:
         if store is not None and key is not None:
             hit = store.get_listing(*key)
-            if hit is not None:
-                if table:
+            if hit is not None and table:
+                try:
                     return LsReport(None, hit.problems, cached=True, _data=hit.tail())
+                except GraphdbgError:  # damaged since it was kept: made again below
+                    hit = None
+            if hit is not None:
                 if out is not None:
                     for part in hit.parts():
                         out.write(part)

@@ -505,13 +505,15 @@ def read_printed_graphs(files: list[Path] | list[str], *, cache: bool = True, wo
     """``(file, dump, None)`` or ``(file, None, error)`` for each file (a Path, or a path's text as
     ``str(Path)`` writes it), in order, as they are read. ``full``: every file through the full
     reader (fx), as before the scan (tests compare the two). ``known``: the files the cache holds
-    (``LsCache.find_many``, looked up already), each loaded when it comes; ``ranks``: the rank
+    (``LsCache.find_many``, looked up already), each loaded when it comes and taken out of it (not
+    copied: a listing of thousands holds one); ``ranks``: the rank
     files' ranks in each folder (by its text), from the walk that found them (else each folder
     is listed)."""
     if not files:
         return
     store = LsCache.open() if cache else None
-    known = dict(known) if known is not None else (store.find_many(files) if store is not None else {})
+    if known is None:
+        known = store.find_many(files) if store is not None else {}
     todo = [f for f in files if f not in known]
     fresh = _parse_all(todo, workers, full, ranks)
     try:

@@ -38,7 +38,7 @@ from graphdbg.dump import Dump, is_failure
 from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.formats import load
 from graphdbg.formats.dump_folder import DumpFolder
-from graphdbg.formats.ls_cache import PAGE_CACHE, LsCache
+from graphdbg.formats.ls_cache import LsCache, folder_of, scratch_db
 from graphdbg.formats.printed_file import (
     FAILURE_KIND,
     NO_FAILURE,
@@ -336,9 +336,7 @@ class Spill:
     back, with the failure the stub was given since."""
 
     def __init__(self) -> None:
-        self.db = sqlite3.connect("")  # "": temporary, on disk past its page cache, gone when closed
-        self.db.execute(PAGE_CACHE)
-        self.db.execute("create table m (seq integer primary key, manifest text)")
+        self.db = scratch_db("create table m (seq integer primary key, manifest text)")
         self.n = 0
         self.models: dict[str, str] = {}  # one text per model name, for its thousands of stubs
 
@@ -529,7 +527,7 @@ def read_printed_graphs(files: list[Path] | list[str], *, cache: bool = True, wo
                 _, manifest, error = next(fresh)
                 if store is not None:
                     store.put(path, manifest, error)
-            dump = printed_dump(path, manifest, ranks.get(_folder_of(f)) if ranks is not None else None) if manifest is not None else None
+            dump = printed_dump(path, manifest, ranks.get(folder_of(f)) if ranks is not None else None) if manifest is not None else None
             yield f, dump, error
     finally:
         if store is not None:
@@ -677,7 +675,7 @@ class _BodyReader:
         return printed_from_body(f, head, body, whole=False, ranks=self._ranks(f))
 
     def _ranks(self, f: Path) -> frozenset[int] | None:
-        return self.ranks.get(str(f.parent)) if self.ranks is not None else None
+        return self.ranks.get(folder_of(f)) if self.ranks is not None else None
 
     @staticmethod
     def _rescan(f: Path) -> BodyScan:
@@ -700,9 +698,7 @@ class _Aside:
         if text is None:
             return
         if self.db is None:
-            self.db = sqlite3.connect("")  # "": temporary, on disk past its page cache, gone when closed
-            self.db.execute(PAGE_CACHE)
-            self.db.execute("create table b (key text primary key, body text)")
+            self.db = scratch_db("create table b (key text primary key, body text)")
         self.db.execute("insert or replace into b values (?, ?)", (key, text))
 
     def has(self, key: str) -> bool:
@@ -769,7 +765,7 @@ def apply_logs(dumps: list[Dump], root: Path, log: str | Path | None = None, *, 
         found: dict[Path, list[Path]] = {}
         nearest: dict[str, list[Path]] = {}  # a file's folder (its text) -> the logs found for it
         for d in bare:
-            where = os.path.dirname(d.path) if isinstance(d, PrintedStub) else None  # a listed printed graph is a file
+            where = folder_of(d.path) if isinstance(d, PrintedStub) else None  # a listed printed graph is a file
             logs = nearest.get(where) if where is not None else None
             if logs is None:
                 folder = Path(where) if where is not None else Path(d.path).parent if Path(d.path).is_file() else Path(d.path)
@@ -888,11 +884,6 @@ def _walk(root: Path) -> Iterator[str]:
         yield from (prefix + name for name in sorted(filenames) if name.endswith(".py"))
 
 
-def _folder_of(path: Path | str) -> str:
-    """``str(Path(path).parent)``, for a path's text as ``str(Path)`` writes it."""
-    return str(path.parent) if isinstance(path, Path) else os.path.dirname(path) or "."
-
-
 def _is_torch_repro(path: Path) -> bool:
     if path.suffix != ".py" or not may_be_torch_repro(path):
         return False
@@ -911,9 +902,13 @@ def _graphs_among(paths: list[str], known: dict[str, Any]) -> tuple[list[str], l
     graphs: list[str] = []
     repros: list[str] = []
     for p in paths:
-        if p in known or looks_like_printed_graph(Path(p)):
+        if p in known:
             graphs.append(p)
-        elif _is_torch_repro(Path(p)):
+            continue
+        path = Path(p)
+        if looks_like_printed_graph(path):
+            graphs.append(p)
+        elif _is_torch_repro(path):
             repros.append(p)
     return graphs, repros
 
@@ -923,7 +918,7 @@ def _ranks_by_folder(paths: list[str]) -> dict[str, frozenset[int]]:
     found: dict[str, set[int]] = {}
     for p in paths:
         m = RANK_FILE.match(os.path.basename(p))
-        ranks = found.setdefault(_folder_of(p), set())
+        ranks = found.setdefault(folder_of(p), set())
         if m:
             ranks.add(int(m[1]))
     return {folder: frozenset(r) for folder, r in found.items()}

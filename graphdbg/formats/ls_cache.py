@@ -30,8 +30,8 @@ from graphdbg.errors import GraphdbgError
 from graphdbg.store.checked import CACHE_ENV, cache_dir, files_stamp  # noqa: F401 - CACHE_ENV: the name tests and docs use here
 
 RACY_NS = 2_000_000_000  # files modified this recently are not cached (git's "racy" rule)
-# a listing's text is kept in parts of about a MiB (ls_report writes it as it is made)
-# a kept listing: its text in parts, and where in that text its rows are (the table reads the rest)
+# a kept listing: its text in parts of about a MiB (ls_report writes it as it is made), and where
+# in that text its rows are (the table reads the rest)
 _LISTINGS = "create table if not exists listings_v3 (slot text primary key, signature text, problems text, parts integer, rows_from integer, rows_to integer)"
 _LISTING_PARTS = "create table if not exists listing_parts_v2 (slot text, n integer, text text, primary key (slot, n))"
 # sqlite's page cache per connection (its default is 2 MiB): ls writes and reads its rows in
@@ -77,6 +77,21 @@ def torch_version() -> str:
         return version("torch")
     except PackageNotFoundError:  # pragma: no cover - torch is a dependency
         return "?"
+
+
+def folder_of(path: Path | str) -> str:
+    """``str(Path(path).parent)``, for a Path or a path's text as ``str(Path)`` writes it (a
+    listing's thousands of files are texts), without making a Path."""
+    return str(path.parent) if isinstance(path, Path) else os.path.dirname(path) or "."
+
+
+def scratch_db(table: str) -> sqlite3.Connection:
+    """A private temporary sqlite database with one table (``create table ...``): on disk past
+    its page cache, gone when closed (what a listing of thousands sets aside while it is made)."""
+    db = sqlite3.connect("")
+    db.execute(PAGE_CACHE)
+    db.execute(table)
+    return db
 
 
 @functools.lru_cache(maxsize=256)
@@ -131,11 +146,10 @@ class LsCache:
         named: dict[str, Any] = {}
         try:
             for f in files:
-                text = str(f)
-                parent = os.path.dirname(text) or "."  # str(Path(text).parent)
+                parent = folder_of(f)
                 if parent not in folders:
                     folders[parent] = _resolved(parent)
-                named[os.path.join(folders[parent], os.path.basename(text))] = f
+                named[os.path.join(folders[parent], os.path.basename(f))] = f
             top = os.path.commonpath(list(folders.values()))
             rows = self.db.execute("select path, size, mtime from files_v1 where stamp=? and path >= ? and path < ?",
                                    (self.stamp, top, top + "\U0010ffff"))  # a cursor: rows are read as used

@@ -141,15 +141,8 @@ def write_listing(listing: Any, spill: Any, write: Callable[[str], Any], rows: l
     # lazy: listing imports the readers, which this module (a kept listing's answer) needs not
     from graphdbg.formats.listing import GroupMaker, PrintedStub, _odd_ranks, summary_row
 
-    written, out = [0], write
-
-    def counted(piece: str) -> None:
-        written[0] += len(piece)
-        out(piece)
-
-    counted('{\n "graphdbg": ' + _at(__version__, 1) + ',\n "schema": "ls",\n "root": ' + _at(str(listing.root), 1) + "," + _ROWS)
-    rows_from = written[0]
-    write = counted
+    head = '{\n "graphdbg": ' + _at(__version__, 1) + ',\n "schema": "ls",\n "root": ' + _at(str(listing.root), 1) + "," + _ROWS
+    write(head)
     maker, captured = GroupMaker(), []
     items = _Items(write)
     for d in listing.dumps:
@@ -163,7 +156,7 @@ def write_listing(listing: Any, spill: Any, write: Callable[[str], Any], rows: l
             captured.append(full)
     items.close()
     if rows is not None:
-        rows[:] = [rows_from, written[0]]
+        rows[:] = [len(head), len(head) + items.written]
     groups = maker.groups(_odd_ranks(captured))
     write(_AFTER_ROWS)
     items = _Items(write)
@@ -183,12 +176,16 @@ def write_listing(listing: Any, spill: Any, write: Callable[[str], Any], rows: l
 class _Items:
     """A list one level into the output, written about ``BATCH`` items at a time (one encoding per
     batch: json's encoder is made anew for each); an item may weigh more than one (a group, its
-    members)."""
+    members). ``written``: the characters written."""
 
     BATCH = 256
 
     def __init__(self, write: Callable[[str], Any]):
-        self.write, self.batch, self.any, self.weight = write, [], False, 0
+        self.out, self.batch, self.any, self.weight, self.written = write, [], False, 0, 0
+
+    def write(self, text: str) -> None:
+        self.written += len(text)
+        self.out(text)
 
     def add(self, item: Any, weight: int = 1) -> None:
         self.batch.append(item)

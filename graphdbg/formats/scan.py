@@ -243,17 +243,13 @@ class _Walker:
         Thunder prints each part twice, as ``thunder_N`` and its ``_model``, and the ranks and
         graphs of a model share parts) are that reading's, where it raised no doubt."""
         key = self._forward_key(fn)
-        memo = _forwards(self.table)
-        if key is not None and (hit := memo.get(key)) is not None:
-            memo.move_to_end(key)
+        kept = _KEPT.read_with(self.table)
+        if key is not None and (hit := kept.get(key)) is not None:
             return ScannedGraph(nodes=list(hit[0]), devices=hit[1], memo=hit[2])
         doubts, bad = self.doubts, len(self.bad_annotations)
         graph = _Forward(self, fn, nested).read()
         if key is not None and self.doubts == doubts and len(self.bad_annotations) == bad:
-            memo[key] = (tuple(graph.nodes), graph.devices, graph.memo)
-            _FORWARDS[2] += len(graph.nodes) + 1
-            while len(memo) > _FORWARDS_KEPT or (_FORWARDS[2] > _NODES_KEPT and len(memo) > 1):
-                _FORWARDS[2] -= len(memo.popitem(last=False)[1][0]) + 1
+            kept.keep(key, graph)
         return graph
 
     def _forward_key(self, fn: ast.FunctionDef) -> bytes | None:
@@ -284,20 +280,46 @@ _OTHER_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 # their nodes (a kept node is ~1 KiB: the corpus's 137 distinct forwards hold 2,736)
 _FORWARDS_KEPT = 1024
 _NODES_KEPT = 4096
-_FORWARDS: list[Any] = [None, OrderedDict(), 0]  # the names table they were read with, the forwards by text, their nodes
+
+
+class _KeptForwards:
+    """The forwards read so far, by their text's hash: ``(nodes, devices, memo)`` each, the oldest
+    let go past ``_FORWARDS_KEPT`` of them or ``_NODES_KEPT`` nodes (``nodes``: theirs, counted)."""
+
+    def __init__(self) -> None:
+        self.table: NameTable | None = None  # the names table they were read with (one per process, as a rule)
+        self.by_key: OrderedDict[bytes, tuple[tuple[Node, ...], bool, dict[str, Any]]] = OrderedDict()
+        self.nodes = 0
+
+    def read_with(self, table: NameTable | None) -> _KeptForwards:
+        if self.table is not table:
+            self.forget()
+            self.table = table
+        return self
+
+    def get(self, key: bytes) -> tuple[tuple[Node, ...], bool, dict[str, Any]] | None:
+        hit = self.by_key.get(key)
+        if hit is not None:
+            self.by_key.move_to_end(key)
+        return hit
+
+    def keep(self, key: bytes, graph: ScannedGraph) -> None:
+        self.by_key[key] = (tuple(graph.nodes), graph.devices, graph.memo)
+        self.nodes += len(graph.nodes) + 1
+        while len(self.by_key) > _FORWARDS_KEPT or (self.nodes > _NODES_KEPT and len(self.by_key) > 1):
+            self.nodes -= len(self.by_key.popitem(last=False)[1][0]) + 1
+
+    def forget(self) -> None:
+        self.table, self.by_key, self.nodes = None, OrderedDict(), 0
+
+
+_KEPT = _KeptForwards()
 
 
 def forget_forwards() -> None:
     """Let the forwards read so far go (a listing does, when it is made: a notebook that lists
     a big folder keeps nothing of it here)."""
-    _FORWARDS[:] = [None, OrderedDict(), 0]
-
-
-def _forwards(table: NameTable | None) -> OrderedDict[bytes, tuple[tuple[Node, ...], bool, dict[str, Any]]]:
-    """The forwards read with this names table, by their text's hash (one table per process, as a rule)."""
-    if _FORWARDS[0] is not table:
-        _FORWARDS[:] = [table, OrderedDict(), 0]
-    return _FORWARDS[1]
+    _KEPT.forget()
 
 
 class _Forward:

@@ -1,6 +1,6 @@
-"""Backends with seeded accuracy bugs in the same place, of different sizes: each rewrites the
-graph after its GELU and runs it (so a replay can see every node's value). Importable by child
-processes (tests/ is on their PYTHONPATH)."""
+"""Backends with seeded bugs: accuracy bugs of different sizes in the same place (each rewrites
+the graph after its GELU and runs it, so a replay can see every node's value), and one that
+fails its own check at compile time. Importable by child processes (tests/ is on their PYTHONPATH)."""
 
 import operator
 
@@ -48,3 +48,19 @@ def _nan_where_negative(gm: fx.GraphModule) -> fx.GraphModule:
             node.replace_all_uses_with(changed, delete_user_cb=lambda user: user not in (changed, neg))
     gm.recompile()
     return gm
+
+
+def checks_its_rewrite(gm: fx.GraphModule, example_inputs):
+    """The quickstart's bug (every linear's weight transposed), which this backend finds itself
+    at compile time: it runs the rewritten graph on the example inputs (ShapeProp, an
+    fx.Interpreter) and so fails in the compile, in the first non-square linear."""
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target is torch._C._nn.linear:
+            with gm.graph.inserting_before(node):
+                transposed = gm.graph.call_method("t", (node.args[1],))
+            node.args = (node.args[0], transposed, *node.args[2:])
+    gm.recompile()
+    ShapeProp(gm).propagate(*example_inputs)
+    return gm.forward

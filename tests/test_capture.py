@@ -417,19 +417,30 @@ def test_the_same_failure_captured_again_counts_in_its_dump_and_another_gets_its
     assert len(run(seeded_backends.shifts_gelu, "accuracy")) == 4  # off by far more: another bug
 
 
-def test_the_node_a_run_failed_in_is_recorded_and_shown(tmp_path, cli):
-    """The quickstart's backend on a transformer block: its generated code raises in attention's
-    first linear (the only non-square weight before the MLP). The dump records that node; show,
-    show --json and Dump.nodes() name it, with the user's source line."""
+def _quickstart_backend():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("mybackend", ROOT / "examples" / "quickstart" / "mybackend.py")
     mybackend = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mybackend)
+    return mybackend.my_backend
+
+
+@pytest.mark.parametrize("kind", ["runtime_error", "compile_error"])
+def test_the_node_a_graph_failed_in_is_recorded_and_shown(tmp_path, cli, kind):
+    """The quickstart's bug (every linear weight transposed) on a transformer block fails in
+    attention's first linear, the first non-square weight: when the generated code runs
+    (the quickstart's backend), or at compile time in a backend that checks its rewrite by
+    running it (ShapeProp). The dump records that node; show, show --json and Dump.nodes()
+    name it, with the user's source line."""
+    import seeded_backends
+
+    backend = _quickstart_backend() if kind == "runtime_error" else seeded_backends.checks_its_rewrite
     model, x = programs.tiny_block()
-    _, err = _call(torch.compile(model, backend=graphdbg.capture(mybackend.my_backend, dump_dir=tmp_path)), x)
-    assert isinstance(err, RuntimeError)
+    _, err = _call(torch.compile(model, backend=graphdbg.capture(backend, dump_dir=tmp_path)), x)
+    assert err is not None
     dump = _only_dump(tmp_path)
+    assert dump.failure_kind == kind
     node = dump.manifest["failure"]["node"]
     nodes = dump.nodes()
     [row] = nodes[nodes.failed].to_dict(orient="records")

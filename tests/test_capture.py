@@ -392,7 +392,7 @@ def test_an_instance_backend_fails_with_the_same_message(tmp_path):
     assert normalize_message(str(bare)) == normalize_message(str(wrapped))
 
 
-def test_the_same_failure_captured_again_counts_in_its_dump_and_another_gets_its_own(tmp_path, capfd):
+def test_the_same_failure_captured_again_counts_in_its_dump_and_another_gets_its_own(tmp_path, capsys, cli):
     """One dump per distinct failure: the same rank, graph, kind and signature (and, for accuracy,
     the same kind of difference) is counted in the dump it has; anything else gets a folder."""
     import seeded_backends
@@ -407,9 +407,10 @@ def test_the_same_failure_captured_again_counts_in_its_dump_and_another_gets_its
     assert run(programs.refuses_gelu) == first == ["g0-compile_error-3b0e0256"]
     manifest = json.loads((tmp_path / "rank0" / first[0] / "manifest.json").read_text())
     assert manifest["failure"]["seen"] == 2 and manifest["failure"]["last_seen"]
-    lines = [ln for ln in capfd.readouterr().err.splitlines() if ln.startswith("graphdbg:")]
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("graphdbg:")]
     assert lines[-1].endswith(f"the same failure as {tmp_path / 'rank0' / first[0]}, captured 2 times (no new dump)"), lines
     assert graphdbg.load(tmp_path / "rank0" / first[0]).failure_kind == "compile_error"  # still a dump that loads
+    assert "captured 2 times, last at " in cli("show", tmp_path / "rank0" / first[0]).out
 
     assert len(run(programs.broken_transpose_backend)) == 2  # another failure of the same graph
     assert len(run(seeded_backends.scales_gelu, "accuracy")) == 3

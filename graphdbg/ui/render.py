@@ -389,6 +389,8 @@ def dump_panel(dump: Dump) -> Panel:
     lines.append(f", rank {dump.rank} of {dump.world_size}\n")
     if dump.signature:
         lines.append(f"{dump.signature}\n", style="bold")
+    if int(failure.get("seen") or 1) > 1:  # the same failure captured again (capture/seen.py)
+        lines.append(f"captured {failure['seen']} times, last at {failure.get('last_seen')}\n")
     if log:
         lines.append(f"from the run's log {log['path']}:{log['line']} ({log['occurrences']} traceback{'s' if log['occurrences'] != 1 else ''}); {log['how']}\n", style="yellow")
         if log.get("rank_how"):

@@ -270,4 +270,3 @@ def forgive(bad: list[OutputMismatch], expected: Any, actual: Any, ref64: dict[i
                 continue
         kept.append(m)
     return kept
-

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from graphdbg.errors import GraphdbgError
+from graphdbg.judge.failing_node import node_of_traceback
 from graphdbg.store.gate import inside
 
 NUMBER_COLUMNS = ("min", "max", "mean", "std")
@@ -31,17 +32,21 @@ def shape_tuple(text: Any) -> Any:
 
 def failing_node_names(dump: Any) -> set[str]:
     """The nodes a dump says failed: the manifest's ``failure.node`` when capture knew it, else
-    the nodes whose target the signature names (``... @ torch._C._nn.linear``), when it names one
-    node only; empty when the dump doesn't say."""
+    the node fx's generated code was running in the recorded traceback, else the nodes whose
+    target the signature names (``... @ torch._C._nn.linear``), when it names one node only;
+    empty when the dump doesn't say. Only nodes of the dump's graph count."""
     from graphdbg.graph.hashing import target_name  # this module loads without torch (fast CLI start); this brings torch in
 
     failure = dump.manifest.get("failure") or {}
-    if failure.get("node"):
-        return {failure["node"]}
+    computing = {n.name: n for n in dump.printed.graph.nodes if n.op not in ("placeholder", "output")}
+    exception = failure.get("exception") if isinstance(failure.get("exception"), dict) else {}
+    for name in (failure.get("node"), node_of_traceback(exception.get("traceback") or "")):
+        if isinstance(name, str) and name in computing:
+            return {name}
     target = (dump.signature or "").partition(" @ ")[2].strip()
     if not target:
         return set()
-    names = {n.name for n in dump.printed.graph.nodes if n.op not in ("placeholder", "output") and target_name(n) == target}
+    names = {name for name, n in computing.items() if target_name(n) == target}
     return names if len(names) == 1 else set()
 
 

@@ -318,8 +318,10 @@ WRITER = """
 import os, sys, torch, graphdbg
 from fixtures import programs
 model, x = programs.tiny_block(seed=int(sys.argv[2]))
-be = graphdbg.capture(programs.refuses_gelu, dump_dir=sys.argv[1])
 for i in range(3):
+    def refuses(gm, example_inputs):  # a failure of its own (the same one again would not be written again)
+        raise NotImplementedError("no lowering for " + "abcd"[int(sys.argv[3])] + "xyz"[i])
+    be = graphdbg.capture(refuses, dump_dir=sys.argv[1])
     torch._dynamo.reset()
     try:
         torch.compile(model, backend=be)(x)
@@ -330,11 +332,11 @@ for i in range(3):
 
 @pytest.mark.slow
 def test_concurrent_writers_never_collide(tmp_path):
-    """Four processes, two of them claiming the same rank, each dumping three times at once."""
+    """Four processes, two of them claiming the same rank, each dumping three failures at once."""
     procs = []
     for i, rank in enumerate((0, 1, 2, 2)):
         env = {"RANK": str(rank), "WORLD_SIZE": "3", "PYTHONPATH": str(ROOT)}
-        procs.append(subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), str(rank)],
+        procs.append(subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), str(rank), str(i)],
                                       env={**__import__("os").environ, **env}, stderr=subprocess.PIPE, text=True))
     for p in procs:
         p.communicate(timeout=300)
@@ -388,3 +390,64 @@ def test_an_instance_backend_fails_with_the_same_message(tmp_path):
     assert type(bare) is type(wrapped)
     assert "Compiler object at 0x" in str(wrapped)
     assert normalize_message(str(bare)) == normalize_message(str(wrapped))
+
+
+def test_the_same_failure_captured_again_counts_in_its_dump_and_another_gets_its_own(tmp_path, capsys, cli):
+    """One dump per distinct failure: the same rank, graph, kind and signature (and, for accuracy,
+    the same kind of difference) is counted in the dump it has; anything else gets a folder."""
+    import seeded_backends
+
+    def run(backend, mode="error"):
+        model, x = programs.tiny_block()
+        _call(torch.compile(model, backend=graphdbg.capture(backend, dump_dir=tmp_path, mode=mode)), x)
+        torch._dynamo.reset()
+        return sorted(p.name for p in find_dumps(tmp_path))
+
+    first = run(programs.refuses_gelu)
+    assert run(programs.refuses_gelu) == first == ["g0-compile_error-3b0e0256"]
+    manifest = json.loads((tmp_path / "rank0" / first[0] / "manifest.json").read_text())
+    assert manifest["failure"]["seen"] == 2 and manifest["failure"]["last_seen"]
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("graphdbg:")]
+    assert lines[-1].endswith(f"the same failure as {tmp_path / 'rank0' / first[0]}, captured 2 times (no new dump)"), lines
+    assert graphdbg.load(tmp_path / "rank0" / first[0]).failure_kind == "compile_error"  # still a dump that loads
+    assert "captured 2 times, last at " in cli("show", tmp_path / "rank0" / first[0]).out
+
+    assert len(run(programs.broken_transpose_backend)) == 2  # another failure of the same graph
+    assert len(run(seeded_backends.scales_gelu, "accuracy")) == 3
+    assert len(run(seeded_backends.scales_gelu_more, "accuracy")) == 3  # the same kind of difference
+    assert len(run(seeded_backends.shifts_gelu, "accuracy")) == 4  # off by far more: another bug
+
+
+def _quickstart_backend():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mybackend", ROOT / "examples" / "quickstart" / "mybackend.py")
+    mybackend = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mybackend)
+    return mybackend.my_backend
+
+
+@pytest.mark.parametrize("kind", ["runtime_error", "compile_error"])
+def test_the_node_a_graph_failed_in_is_recorded_and_shown(tmp_path, cli, kind):
+    """The quickstart's bug (every linear weight transposed) on a transformer block fails in
+    attention's first linear, the first non-square weight: when the generated code runs
+    (the quickstart's backend), or at compile time in a backend that checks its rewrite by
+    running it (ShapeProp). The dump records that node; show, show --json and Dump.nodes()
+    name it, with the user's source line."""
+    import seeded_backends
+
+    backend = _quickstart_backend() if kind == "runtime_error" else seeded_backends.checks_its_rewrite
+    model, x = programs.tiny_block()
+    _, err = _call(torch.compile(model, backend=graphdbg.capture(backend, dump_dir=tmp_path)), x)
+    assert err is not None
+    dump = _only_dump(tmp_path)
+    assert dump.failure_kind == kind
+    node = dump.manifest["failure"]["node"]
+    nodes = dump.nodes()
+    [row] = nodes[nodes.failed].to_dict(orient="records")
+    assert row["name"] == node and row["target"] == "torch._C._nn.linear" and row["source"].endswith("programs.py:43")
+    shown = cli("show", dump.path)
+    assert shown.code == 0 and f"failing node: {node} = torch._C._nn.linear at " in shown.out, shown
+    assert "programs.py:43  " + (ROOT / "fixtures" / "programs.py").read_text().splitlines()[42].strip() in shown.out
+    data = json.loads(cli("show", dump.path, "--json").out)
+    assert [r["name"] for r in data["nodes_table"] if r["failed"]] == [node]

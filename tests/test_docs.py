@@ -101,3 +101,19 @@ def test_readme_quickstart_runs(tmp_path):
     assert (quick / "test_block.py").is_file() and (quick / "report.html").is_file() and (quick / "min" / "repro.py").is_file()
     assert "the same failure as captured" in r.stdout
     assert re.search(r"13 -> \d+ nodes", r.stdout)
+
+
+@pytest.mark.slow
+def test_the_readme_replay_command_works_after_the_quickstart_is_captured_twice(tmp_path):
+    """A second run of the quickstart's capture is the same failure: it is counted in the dump it
+    has, so `graphdbg replay graphdbg_dumps/rank0/g0-*` still names one dump."""
+    runnable = [code for info, code in blocks(ROOT / "README.md") if info.startswith("bash runnable")]
+    capture = next(code for code in runnable if "graphdbg capture" in code)
+    replay = next(code for code in runnable if "graphdbg replay" in code)
+    scratch = _scratch(tmp_path)
+    script = f"{{\n{capture}\n}}\ncd {scratch}\n{{\n{capture}\n}}\n{{\n{replay}\n}}\necho \"__replay rc=$?\""
+    r = subprocess.run(["bash", "-c", script], cwd=scratch, env=_env(tmp_path), capture_output=True, text=True, timeout=1200)
+    assert re.search(r"^__replay rc=1$", r.stdout, re.M), (r.stdout[-3000:], r.stderr[-3000:])
+    assert "REPRODUCED: the same failure as captured" in r.stdout
+    assert "captured 2 times (no new dump)" in r.stderr
+    assert len(list((scratch / "examples" / "quickstart" / "graphdbg_dumps" / "rank0").iterdir())) == 1

@@ -11,6 +11,7 @@ from conftest import FIXTURES, ROOT
 
 import graphdbg
 from graphdbg.replay.outcome import Outcome
+from graphdbg.store.manifest import find_dumps
 
 BROKEN = "fixtures.programs:broken_transpose_backend"
 BAD_REWRITE = "fixtures.programs:bad_rewrite_backend"
@@ -296,3 +297,49 @@ def test_a_real_cuda_dump_with_streams_replays_on_the_cpu(cli):
     r = cli("replay", FIXTURES / "cuda_streams_thunder", "--backend", "aot_eager", "--json")
     assert r.code == 0, r
     assert sum("NullStream" in s for s in json.loads(r.out)["stand_ins"]) == 2
+
+
+def _capture_accuracy(dump_dir, backend):
+    from fixtures import programs
+
+    model, x = programs.tiny_block()
+    with torch.no_grad():
+        torch.compile(model, backend=graphdbg.capture(backend, dump_dir=dump_dir, mode="accuracy"))(x)
+    torch._dynamo.reset()
+    return find_dumps(dump_dir)
+
+
+def test_an_accuracy_replay_reproduces_only_the_same_kind_of_difference(tmp_path, cli):
+    """Captured: GELU's output 1% too large (off by about 0.007). A replay under a backend with the
+    same bug a little larger reproduces it; one that adds 0.5 there, or makes NaN there, is
+    another bug on the same output: FAILED DIFFERENTLY, exit 4, saying what differs."""
+    import seeded_backends
+
+    (path,) = _capture_accuracy(tmp_path / "dumps", seeded_backends.scales_gelu)
+    [captured] = json.loads((path / "manifest.json").read_text())["failure"]["mismatches"]
+    assert captured["index"] == 0 and captured["reason"] == "value" and 0.001 < captured["max_abs_error"] < 0.05
+    assert captured["elements"] == 512 and 0 < captured["off"] <= 512
+
+    same = cli("replay", path, "--backend", "seeded_backends:scales_gelu_more", "--no-isolate")
+    assert same.code == 1 and same.out.startswith("REPRODUCED: output 0 off by "), same
+    # where it starts: the node the backend rewrote, what bisect nodes finds, with its source line
+    assert "it starts where the backend rewrote node gelu (" in same.out.splitlines()[0] and "programs.py:59" in same.out
+
+    shifted = cli("replay", path, "--backend", "seeded_backends:shifts_gelu", "--no-isolate", "--json")
+    data = json.loads(shifted.out)
+    assert shifted.code == 4 and data["status"] == "mismatch" and data["reproduces"] is False, shifted
+    assert data["mismatches"][0]["max_abs_error"] > 10 * captured["max_abs_error"]
+    assert data["diverges_at"]["replaced"] == "gelu" and data["diverges_at"]["source"].endswith("programs.py:59")
+    shifted = cli("replay", path, "--backend", "seeded_backends:shifts_gelu", "--no-isolate")
+    first = shifted.out.splitlines()[0]
+    assert first == (f"FAILED DIFFERENTLY: output 0 off by {data['mismatches'][0]['max_abs_error']:.3g}, "
+                     f"captured {captured['max_abs_error']:.3g}"), shifted
+
+    nan = cli("replay", path, "--backend", "seeded_backends:nan_gelu", "--no-isolate")
+    assert nan.code == 4 and nan.out.startswith("FAILED DIFFERENTLY: output 0: nan differs"), nan
+
+
+def test_an_accuracy_dump_without_the_size_of_its_difference_keeps_any_mismatch(cli):
+    """A dump written before graphdbg recorded how much was off: any mismatch of its outputs reproduces it."""
+    r = cli("replay", FIXTURES / "block_accuracy", "--backend", "seeded_backends:shifts_gelu", "--no-isolate")
+    assert r.code == 1 and r.out.startswith("REPRODUCED: output 0 off by "), r

@@ -31,14 +31,16 @@ from graphdbg.capture.confirm import Draws, confirm
 from graphdbg.capture.dynamo_exceptions import is_control_flow
 from graphdbg.capture.origin import compile_origin
 from graphdbg.capture.rng import rng_state, same_draws
+from graphdbg.capture.seen import seen_before
 from graphdbg.capture.stderr import say
 from graphdbg.capture.training import BackwardWatch, watch_backward
 from graphdbg.graph.snapshot import GraphSnapshot
 from graphdbg.judge.accuracy import OutputMismatch, compare_outputs
+from graphdbg.judge.failing_node import failing_node
 from graphdbg.judge.mutations import attrs_before_call, load_attrs, mutation_mismatches
 from graphdbg.judge.signature import exception_text
 from graphdbg.rebuild.inputs import clone_values
-from graphdbg.store.write import link_children, write_dump
+from graphdbg.store.write import failure_record, link_children, write_dump
 
 MODES = ("error", "accuracy", "always")
 DEFAULT_BUDGET = 4 << 30  # bytes of input values stored per graph; past it, spec and statistics only
@@ -215,6 +217,7 @@ class CapturingBackend:
                 drop_own_frame(e)
                 raise
         watch = watch_backward(self, snap)  # training: the lazily compiled backward (capture/training.py)
+        names = frozenset(n.name for n in gm.graph.nodes)  # the dump's nodes: a backend may add its own to gm
         with nested.outer_frame(self, snap, gm, "compile"):
             try:
                 with watch:
@@ -222,7 +225,7 @@ class CapturingBackend:
             except Exception as e:
                 # a restart or graph break is Dynamo's control flow, not a failure (capture/dynamo_exceptions.py)
                 written = None if is_control_flow(e) else self._dump(snap, list(example_inputs), "compile_error", e,
-                                                                       inputs_state="at_compile")
+                                                                       inputs_state="at_compile", node=self._node(e, gm, names))
                 self._link_pieces(snap, written, list(example_inputs), "at_compile")
                 drop_own_frame(e)  # the user's traceback, as without graphdbg (backends/calls.py)
                 raise
@@ -230,9 +233,15 @@ class CapturingBackend:
                 drop_own_frame(e)
                 raise
         self._link_pieces(snap, None, list(example_inputs), "at_compile")
-        return self._wrap(as_dynamo_calls_it(compiled), snap, gm, watch)
+        return self._wrap(as_dynamo_calls_it(compiled), snap, gm, watch, names)
 
-    def _wrap(self, compiled: Callable[..., Any], snap: GraphSnapshot, gm: fx.GraphModule, watch: BackwardWatch) -> Callable[..., Any]:
+    def _node(self, e: BaseException, gm: fx.GraphModule, names: frozenset[str]) -> str | None:
+        """The dump's node ``e`` was raised in, when its frames or notes say (``judge.failing_node``)."""
+        node = self._guarded(lambda: failing_node(e, gm), "find the failing node")
+        return node.name if node is not None and node.name in names else None
+
+    def _wrap(self, compiled: Callable[..., Any], snap: GraphSnapshot, gm: fx.GraphModule, watch: BackwardWatch,
+              names: frozenset[str]) -> Callable[..., Any]:
         boxed = bool(getattr(compiled, "_boxed_call", False))
         accuracy = self.mode == "accuracy" and snap.eager is not None
         arming = ArmedCalls(self, snap)  # the first calls leave a crash dump if a signal kills them
@@ -260,7 +269,8 @@ class CapturingBackend:
                 written = None
                 if "runtime_error" not in snap.dumped:
                     snap.dumped.add("runtime_error")
-                    written = self._dump(snap, inputs, "runtime_error", e, inputs_state="after_failed_call")
+                    written = self._dump(snap, inputs, "runtime_error", e, inputs_state="after_failed_call",
+                                         node=self._node(e, gm, names))
                 self._link_pieces(snap, written, inputs, "after_failed_call")
                 drop_own_frame(e)  # the user's traceback, as without graphdbg (backends/calls.py)
                 raise
@@ -322,9 +332,20 @@ class CapturingBackend:
         every dump this capture writes: armed crash dumps and backward dumps too."""
         return {"backend_source": self.backend_source, **({"backend_recipe": self.backend_recipe} if self.backend_recipe else {})}
 
-    def _dump(self, snap: GraphSnapshot, inputs: list[Any], kind: str, exc: BaseException | None, **extra: Any) -> Path | None:
+    def _dump(self, snap: GraphSnapshot, inputs: list[Any], kind: str, exc: BaseException | None, *,
+              node: str | None = None, **extra: Any) -> Path | None:
         overrides: dict[str, Any] = {"backend_source": self.backend_source}
         parent_frame = snap.parent["frame"] if snap.parent is not None else None
+        what = f"{type(exc).__name__}" if exc is not None else kind
+        shown = describe_recipe(self.backend_recipe) if self.backend_recipe else self.backend_ref
+        if kind != "captured" and parent_frame is None and not snap.children:  # a piece's dump is linked to its graph's
+            again = self._guarded(lambda: seen_before(self.dump_dir, snap.graph_hash,
+                                                      failure_record(kind, exc, extra.get("mismatches"))), "look for the same failure")
+            if again is not None:
+                self.dumps.append(again[0])
+                say(f"graphdbg: {kind} in backend {shown!r} ({what}); the same failure as {again[0]}, "
+                    f"captured {again[1]} times (no new dump)")
+                return again[0]
         if parent_frame is not None:
             overrides["parent"] = {"seq": parent_frame.snap.seq, "graph_hash": parent_frame.snap.graph_hash,
                                    "backend": parent_frame.owner.backend_ref, "phase": parent_frame.phase,
@@ -336,7 +357,7 @@ class CapturingBackend:
                 self.dump_dir, snap=snap, inputs=inputs, kind=kind, exc=exc,
                 backend=self.backend_ref, mode=self.mode, budget_bytes=self.budget_bytes, redact=self.redact,
                 manifest_overrides={**overrides, **({"backend_recipe": self.backend_recipe} if self.backend_recipe else {})},
-                **extra,
+                failure_node=node, **extra,
             )
 
         path = self._guarded(write, "write a dump")
@@ -347,8 +368,6 @@ class CapturingBackend:
             if parent_frame is not None and kind != "captured":
                 parent_frame.children.append({"path": path, "piece": overrides["parent"]["piece"], "position": overrides["parent"]["position"],
                                               "call": snap.parent["call"], "kind": kind, "backend": self.backend_ref})
-            what = f"{type(exc).__name__}" if exc is not None else kind
-            shown = describe_recipe(self.backend_recipe) if self.backend_recipe else self.backend_ref
             say(f"graphdbg: {kind} in backend {shown!r} ({what}); dump written to {path}")
         return path
 

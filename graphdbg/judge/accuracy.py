@@ -39,6 +39,10 @@ class OutputMismatch:
     detail: str = ""
     differing: int | None = None  # integer and bool outputs: how many elements differ, and where
     at: list[list[int]] | None = None
+    # how much of the output is off: elements outside tolerance (NaN where eager has none, and the
+    # reverse, included) of ``elements``; what ``same_difference`` compares a replay's with
+    off: int | None = None
+    elements: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -87,9 +91,9 @@ def compare_value(index: int, e: Any, a: Any, *, rtol: float | None = None, atol
             return None if abs(e - a) <= 1e-6 * max(1.0, abs(e)) else OutputMismatch(index, "value", abs(e - a), None, 1e-6, 0, detail=f"{e} vs {a}")
         return None if e == a else OutputMismatch(index, "value", detail=f"{e!r} vs {a!r}")
     if tuple(e.shape) != tuple(a.shape):
-        return OutputMismatch(index, "shape", detail=f"{list(e.shape)} vs {list(a.shape)}")
+        return OutputMismatch(index, "shape", detail=f"{list(e.shape)} vs {list(a.shape)}", elements=e.numel())
     if e.dtype != a.dtype:
-        return OutputMismatch(index, "dtype", detail=f"{e.dtype} vs {a.dtype}")
+        return OutputMismatch(index, "dtype", detail=f"{e.dtype} vs {a.dtype}", elements=e.numel())
     if e.numel() == 0:
         return None
     e = e.detach()
@@ -110,8 +114,8 @@ def compare_value(index: int, e: Any, a: Any, *, rtol: float | None = None, atol
                     flat = diff.nonzero().flatten()[:_SHOWN - len(at)] + offset
                     at += _unravel(flat, e.shape)
         if count:
-            return OutputMismatch(index, "value", worst, None, 0, 0,
-                                  detail=f"{count} of {e.numel()} elements differ", differing=count, at=at)
+            return OutputMismatch(index, "value", worst, None, 0, 0, detail=f"{count} of {e.numel()} elements differ",
+                                  differing=count, at=at, off=count, elements=e.numel())
         return None
     r, t = tolerance(e.dtype, rtol, atol)
     if not e.is_complex() and _surely_close(e, a, r, t):
@@ -147,7 +151,7 @@ def _surely_close(e: torch.Tensor, a: torch.Tensor, r: float, t: float) -> bool:
 def _compare_exactly(index: int, e: torch.Tensor, a: torch.Tensor, r: float, t: float) -> OutputMismatch | None:
     """Every element in float64 (complex128): NaNs, infinities, the largest errors."""
     wide = torch.complex128 if e.is_complex() else torch.float64
-    e_nans = a_nans = 0
+    e_nans = a_nans = off = 0
     nan_apart = outside = inf_apart = False
     max_abs = max_rel = 0.0
     for _, ec, ac in _chunks(e, a):
@@ -156,28 +160,34 @@ def _compare_exactly(index: int, e: torch.Tensor, a: torch.Tensor, r: float, t: 
         e64, a64 = ec.to(wide), ac.to(wide)
         e_nan, a_nan = torch.isnan(e64), torch.isnan(a64)
         e_nans, a_nans = e_nans + int(e_nan.sum()), a_nans + int(a_nan.sum())
-        if not torch.equal(e_nan, a_nan):
+        apart = e_nan != a_nan
+        if bool(apart.any()):
             nan_apart = True
-            continue
-        ok = ~e_nan
+            off += int(apart.sum())
+        ok = ~(e_nan | a_nan)
         e64, a64 = e64[ok], a64[ok]
         diff = (e64 - a64).abs()
         diff = torch.where(e64 == a64, torch.zeros_like(diff), diff)  # equal infinities
-        if bool(torch.isnan(diff).any()):  # inf vs finite or -inf
+        infinite = torch.isnan(diff)  # inf vs finite or -inf
+        if bool(infinite.any()):
             inf_apart = True
-            continue
+            off += int(infinite.sum())
+            e64, a64, diff = e64[~infinite], a64[~infinite], diff[~infinite]
         if diff.numel():
-            if bool((diff > t + r * e64.abs()).any()):
+            outside_here = diff > t + r * e64.abs()
+            if bool(outside_here.any()):
                 outside = True
+                off += int(outside_here.sum())
             max_abs = max(max_abs, float(diff.max()))
             max_rel = max(max_rel, float((diff / e64.abs().clamp_min(1e-12)).max()))
         del e64, a64, diff
+    n = e.numel()
     if nan_apart:
-        return OutputMismatch(index, "nan", detail=f"expected {e_nans} NaN, got {a_nans}")
+        return OutputMismatch(index, "nan", detail=f"expected {e_nans} NaN, got {a_nans}", off=off, elements=n)
     if inf_apart:
-        return OutputMismatch(index, "value", float("inf"), float("inf"), r, t, detail="infinities differ")
+        return OutputMismatch(index, "value", float("inf"), float("inf"), r, t, detail="infinities differ", off=off, elements=n)
     if outside:
-        return OutputMismatch(index, "value", max_abs, max_rel, r, t)
+        return OutputMismatch(index, "value", max_abs, max_rel, r, t, off=off, elements=n)
     return None
 
 

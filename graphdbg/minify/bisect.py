@@ -35,13 +35,14 @@ from graphdbg.errors import GraphdbgError
 from graphdbg.formats import load as load_dump
 from graphdbg.graph.hashing import target_name
 from graphdbg.judge.accuracy import judge_outputs
-from graphdbg.minify.candidates import COMPUTE_OPS, Candidate, Origin
+from graphdbg.minify.candidates import Candidate, Origin
 from graphdbg.minify.shrinker import as_case
-from graphdbg.minify.values import ValueRecorder
-from graphdbg.rebuild.inputs import clone_values, to_float64
+from graphdbg.rebuild.inputs import clone_values
+from graphdbg.replay.divergence import NodeDivergence, describe_node, graph_divergence, graph_it_runs, references
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.passes import PassSpec, apply_passes, inductor_post_grad_patch, resolve_passes
 from graphdbg.replay.run import _backend_callable, _inductor_patch, run_case
+from graphdbg.replay.values import ValueRecorder
 from graphdbg.replay.world import printed_worlds
 from graphdbg.store.gate import inside
 from graphdbg.store.manifest import INPUTS, find_dumps
@@ -172,34 +173,6 @@ def _describe_entry(entry: Any) -> str:
 
 
 # Nodes --------------------------------------------------------------------------------
-@dataclass
-class NodeDivergence(Displayed):
-    """The first node whose value is off the reference, where it came from, and how far off."""
-
-    node: str | None
-    target: str | None = None
-    source: str | None = None  # file:line
-    code: str | None = None
-    module: str | None = None
-    max_abs_error: float | None = None
-    max_rel_error: float | None = None
-    replaced: str | None = None  # the reference node a pass or backend rewrote away
-    new_nodes: list[str] = field(default_factory=list)  # nodes the rewrite put in its place
-    method: str = "interpreter"  # or "prefix-bisect" (opaque backends)
-    compared: int = 0
-    note: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def summary(self) -> str:
-        if self.node is None:
-            return f"no node diverges ({self.note})" if self.note else "no node diverges"
-        where = f" at {self.source}" if self.source else ""
-        what = f" (rewritten from {self.replaced})" if self.replaced else ""
-        return f"{self.node}{what}{where}: max abs error {self.max_abs_error:.3g}" + (f", in {self.module}" if self.module else "")
-
-
 def bisect_nodes(case_or_dump: Any, backend: Any = "eager", passes: Any = None, *, rtol: float | None = None,
                  atol: float | None = None) -> NodeDivergence:
     """The first node whose value diverges from the reference beyond tolerance."""
@@ -211,96 +184,20 @@ def bisect_nodes(case_or_dump: Any, backend: Any = "eager", passes: Any = None, 
 
 def _bisect_nodes(case: Case, backend: Any, passes: Any, *, rtol: float | None, atol: float | None) -> NodeDivergence:
     grad = bool(case.dump.manifest.get("grad_enabled", False)) if case.dump is not None else False
-    ref = ValueRecorder(case.gm)
-    ref64 = ValueRecorder(case.gm)
-    with torch.set_grad_enabled(grad):
-        ref.run(*clone_values(case.inputs))
-        try:
-            ref64.run(*to_float64(clone_values(case.inputs)))
-        except Exception:
-            ref64.values = {}  # an op without a float64 kernel: eager's own values are the reference
+    ref, ref64 = references(case, grad)
     specs = resolve_passes(passes)
     gm, _ = apply_passes(copy.deepcopy(case.gm), specs)
-    runs_gm = _backend_graph(gm, case.inputs, backend)
+    runs_gm = gm if backend in (None, "eager") else graph_it_runs(gm, case.inputs, _backend_callable(resolve_backend(backend)[1]))
     if runs_gm is None and any(p.stage == "pre" for p in specs):
         # An opaque backend after graph passes: what the passes did is visible by running the
         # rewritten graph itself; only if that agrees is the backend's own code to blame.
-        found = _compare_graph(case, gm, ref, ref64, grad, rtol, atol)
+        found = graph_divergence(case, gm, ref, ref64, grad, rtol, atol)
         if found.node is not None:
             found.method = "interpreter, graph after passes"
             return found
     if runs_gm is None:
         return _bisect_opaque(case, backend, gm, ref, ref64, rtol, atol, [p for p in specs if p.stage != "pre"])
-    return _compare_graph(case, runs_gm, ref, ref64, grad, rtol, atol)
-
-
-def _compare_graph(case: Case, runs_gm: fx.GraphModule, ref: ValueRecorder, ref64: ValueRecorder, grad: bool,
-                   rtol: float | None, atol: float | None) -> NodeDivergence:
-    """Run ``runs_gm`` under the interpreter and return its first node that disagrees with the
-    reference node of the same name."""
-    cand = ValueRecorder(runs_gm)
-    with torch.set_grad_enabled(grad):
-        cand.run(*clone_values(case.inputs))
-    ref_nodes = {n.name: n for n in case.gm.graph.nodes}
-    compared = 0
-    for node in runs_gm.graph.nodes:
-        if node.op not in COMPUTE_OPS or node.name not in ref_nodes or node.name not in ref.values:
-            continue
-        bad = judge_outputs(ref.values[node.name], cand.values[node.name], ref64=ref64.values.get(node.name), rtol=rtol, atol=atol)
-        compared += 1
-        if not bad:
-            continue
-        result = _describe(case, ref_nodes[node.name], bad, compared)
-        # an argument renamed away from the reference is a rewrite: name what it replaced
-        ref_args = ref_nodes[node.name].all_input_nodes
-        for mine, theirs in zip(node.all_input_nodes, ref_args):
-            if mine.name != theirs.name and mine.name not in ref_nodes:
-                result.replaced = theirs.name
-                result.new_nodes = _new_ancestors(mine, ref_nodes)
-                where = _describe(case, theirs, bad, compared)
-                result.source, result.code, result.module = where.source, where.code, where.module
-                if result.new_nodes:
-                    result.target = target_name(next(n for n in runs_gm.graph.nodes if n.name == result.new_nodes[-1]))
-                break
-        return result
-    return NodeDivergence(None, compared=compared, note="every node agrees with the reference")
-
-
-def _backend_graph(gm: fx.GraphModule, inputs: list[Any], backend: Any) -> fx.GraphModule | None:
-    """The GraphModule the backend runs, when it hands back a GraphModule's own forward."""
-    if backend in (None, "eager"):
-        return gm
-
-    _, be = resolve_backend(backend)
-    work = copy.deepcopy(gm)
-    try:
-        compiled = _backend_callable(be)(work, clone_values(inputs))
-    except Exception:
-        return None
-    owner = getattr(compiled, "__self__", None) or compiled
-    return owner if isinstance(owner, fx.GraphModule) else None
-
-
-def _new_ancestors(node: fx.Node, ref_nodes: dict[str, fx.Node]) -> list[str]:
-    out, stack = [], [node]
-    while stack:
-        n = stack.pop()
-        if n.name in ref_nodes or n.name in out:
-            continue
-        out.append(n.name)
-        stack.extend(n.all_input_nodes)
-    return list(reversed(out))
-
-
-def _describe(case: Case, node: fx.Node, bad: list[Any], compared: int, method: str = "interpreter") -> NodeDivergence:
-    src = node.meta.get("graphdbg_source") or {}
-    info = (case.dump.manifest.get("graph", {}).get("node_info", {}) if case.dump is not None else {}).get(node.name, {})
-    errs = [m.max_abs_error for m in bad if m.max_abs_error is not None]
-    rels = [m.max_rel_error for m in bad if m.max_rel_error is not None]
-    return NodeDivergence(node=node.name, target=target_name(node),
-                          source=f"{src['file']}:{src['line']}" if src.get("file") else None, code=src.get("code"),
-                          module=info.get("module"), max_abs_error=max(errs) if errs else None,
-                          max_rel_error=max(rels) if rels else None, method=method, compared=compared)
+    return graph_divergence(case, runs_gm, ref, ref64, grad, rtol, atol)
 
 
 def _bisect_opaque(case: Case, backend: Any, gm: fx.GraphModule, ref: ValueRecorder, ref64: ValueRecorder,
@@ -340,7 +237,7 @@ def _bisect_opaque(case: Case, backend: Any, gm: fx.GraphModule, ref: ValueRecor
             lo = mid
     ref_nodes = {n.name: n for n in case.gm.graph.nodes}
     node = ref_nodes.get(names[hi]) or next(n for n in gm.graph.nodes if n.name == names[hi])
-    return _describe(case, node, errors[hi], len(errors), "prefix-bisect")
+    return describe_node(case, node, errors[hi], len(errors), "prefix-bisect")
 
 
 # Ranks --------------------------------------------------------------------------------

@@ -24,10 +24,9 @@ import torch
 import torch.fx as fx
 
 from graphdbg.case import Case
-from graphdbg.minify.values import record_values
+from graphdbg.replay.values import COMPUTE_OPS, record_values
 from graphdbg.store.specs import SymSpec, TensorSpec
 
-COMPUTE_OPS = ("call_function", "call_method", "call_module", "get_attr")
 # values a graph input can hold in a dump (a tuple from split(), say, can't: its producer stays)
 _INPUTABLE = (torch.Tensor, bool, int, float)
 

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from graphdbg.display import Displayed
+from graphdbg.judge.difference import recorded_difference, same_difference
 from graphdbg.judge.signature import same_signature
 
 STATUSES = ("pass", "crash", "mismatch", "timeout")
@@ -36,6 +37,7 @@ class Outcome(Displayed):
     node: str | None = None  # the failing node's name, when known
     node_target: str | None = None
     mismatches: list[dict[str, Any]] = field(default_factory=list)
+    diverges_at: dict[str, Any] | None = None  # a mismatch's first node off the reference, where cheap (replay/divergence.py)
     max_abs_error: float | None = None
     max_rel_error: float | None = None
     reference: str | None = None  # what judged the outputs: "eager", "float64", "float64 on cpu", ...
@@ -80,14 +82,25 @@ class Outcome(Displayed):
             return {m["index"] for m in self.mismatches} == {m["index"] for m in other.mismatches} or not self.mismatches
         return True
 
-    def reproduces(self, dump: Any) -> bool:
-        """Does this outcome show the failure ``dump`` recorded?"""
+    def reproduces(self, dump: Any, *, same_size: bool = True) -> bool:
+        """Does this outcome show the failure ``dump`` recorded? An accuracy failure is shown by
+        a mismatch of the same kind (``difference_from``), where the dump recorded its size;
+        ``same_size=False``: by any mismatch (minify's smaller graphs have other outputs)."""
         kind = dump.failure_kind
         if kind == "accuracy":
-            return self.status == "mismatch"
+            return self.status == "mismatch" and not (same_size and self.difference_from(dump))
         if kind in ("compile_error", "runtime_error", "crash"):
             return self.status == "crash" and same_signature(self.signature, dump.signature)
         return False
+
+    def difference_from(self, dump: Any) -> str | None:
+        """How this mismatch differs from the accuracy failure ``dump`` recorded (``output 0 off
+        by 0.241, captured 0.0025``); None when it is the same kind of difference, or the dump
+        didn't record its size (dumps written before graphdbg did)."""
+        captured = (dump.manifest.get("failure") or {}).get("mismatches")
+        if self.status != "mismatch" or dump.failure_kind != "accuracy" or not recorded_difference(captured):
+            return None
+        return same_difference(captured, self.mismatches)
 
     def summary(self) -> str:
         if self.status == "pass":

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import linecache
 import re
 import time
 import traceback as tb
@@ -41,6 +40,7 @@ from graphdbg.errors import GraphdbgError
 from graphdbg.graph.allow_list import check_graph_module
 from graphdbg.graph.hashing import target_name
 from graphdbg.judge.accuracy import compare_outputs, forgive, needs_float64
+from graphdbg.judge.failing_node import code_file, failing_node, node_on_line
 from graphdbg.judge.randomness import random_outputs, rng_state, same_draws, same_generators, set_rng_state
 from graphdbg.judge.signature import exception_text, signature, unwrap_backend_exception
 from graphdbg.rebuild.inputs import clone_value
@@ -54,6 +54,7 @@ from graphdbg.replay.backward import (
     run_training_case,
     written_attrs_before,
 )
+from graphdbg.replay.divergence import replay_divergence, runs_graph
 from graphdbg.replay.float64 import ReferenceUnavailable, float64_reference
 from graphdbg.replay.mutation import mutated_inputs
 from graphdbg.replay.outcome import Outcome
@@ -136,6 +137,9 @@ def run_case(
             del inputs
             judge(outcome, case, ref, result, rtol, atol, draws=(start, rng_state(), after_eager))
             add_mismatches(outcome, bad_writes)
+            if outcome.status == "mismatch" and compiler.runs_graph and not resolved.post:  # where it starts, when cheap
+                found = replay_divergence(case, resolved.backend, resolved.pre, resolved.grad, rtol, atol)
+                outcome.diverges_at = found.to_dict() if found is not None else None
     finally:
         if not direct:
             torch._dynamo.reset()
@@ -203,6 +207,7 @@ class Compiler:
         self.node: fx.Node | None = None  # the node the compiled code failed in, if its frames say
         self.failed: tuple[fx.GraphModule, list[Any]] | None = None  # (graph, inputs) of the failing call
         self.traceback: tuple[BaseException, str] | None = None  # the failure, formatted before Dynamo cut it
+        self.runs_graph = False  # whether the backend handed back a GraphModule's code (its nodes' values can be seen)
 
     def __call__(self, gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
         self.compiled = False  # after a graph break, the next graph compiling: a failure now is its compile's
@@ -211,7 +216,9 @@ class Compiler:
         self.gm = gm
         t0 = time.perf_counter()
         # what Dynamo calls for a GraphModule's lazy forward, which it can't see behind ``run`` below
-        compiled = as_dynamo_calls_it(self.resolved.backend(gm, example_inputs, **kwargs))
+        raw = self.resolved.backend(gm, example_inputs, **kwargs)
+        self.runs_graph = runs_graph(raw) is not None
+        compiled = as_dynamo_calls_it(raw)
         self.compile_s += time.perf_counter() - t0
         self.compiled = True
         return self._watched(compiled, gm)
@@ -521,32 +528,7 @@ def _locate_with_interpreter(gm: fx.GraphModule, inputs: list[Any], exc: BaseExc
     return None
 
 
-_WHILE_EXECUTING = re.compile(r"While executing %(\w+)")
-_ASSIGNS = re.compile(r"\s*([A-Za-z_]\w*)\s*(?::[^=]*)?=(?!=)")  # fx's line for a node: `name = ...` or `name: T = ...`
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
-
-
-def failing_node(e: BaseException, gm: fx.GraphModule) -> fx.Node | None:
-    """The node whose code raised, from the traceback through ``gm``'s generated forward, or the
-    'While executing %name' note fx.Interpreter adds.
-
-    Only frames of ``gm``'s own code count: with a graph break the traceback also passes
-    through the code of the graph Dynamo split (at the line it broke on), and through other
-    GraphModules' code, whose line numbers mean nothing in ``gm``."""
-    nodes = {n.name: n for n in gm.graph.nodes}
-    text = exception_text(e) + "".join(str(n) for n in (getattr(e, "__notes__", None) or []) if isinstance(n, str))
-    m = _WHILE_EXECUTING.search(text)
-    if m and m.group(1) in nodes:
-        return nodes[m.group(1)]
-    own = _code_file(gm)
-    if own is None:
-        return None
-    for frame in reversed(tb.extract_tb(e.__traceback__)):
-        if frame.filename == own and frame.lineno:
-            node = _node_on_line(gm, frame.lineno)
-            if node is not None:
-                return node
-    return None
 
 
 def dump_node(node: fx.Node, gm: fx.GraphModule) -> fx.Node:
@@ -558,33 +540,12 @@ def dump_node(node: fx.Node, gm: fx.GraphModule) -> fx.Node:
     it), or from one that calls something else, stays as it is."""
     if node.graph is gm.graph:
         return node
-    own = _code_file(gm)
+    own = code_file(gm)
     trace = node.meta.get("stack_trace") if own is not None else None
     if not isinstance(trace, str):
         return node
     lines = [int(n) for f, n in _FRAME.findall(trace) if f == own]
-    found = _node_on_line(gm, lines[-1]) if lines else None
+    found = node_on_line(gm, lines[-1]) if lines else None
     if found is None or target_name(found) != target_name(node):
         return node
     return found
-
-
-def _code_file(gm: fx.GraphModule) -> str | None:
-    """The file name of ``gm``'s generated forward (``<eval_with_key>.N``), or None."""
-    code = getattr(getattr(type(gm), "forward", None), "__code__", None)
-    name = getattr(code, "co_filename", None)
-    return name if isinstance(name, str) and name.startswith("<eval_with_key>") else None
-
-
-def _node_on_line(gm: fx.GraphModule, lineno: int) -> fx.Node | None:
-    """The node line ``lineno`` of ``gm``'s generated code computes."""
-    line = linecache.getline(_code_file(gm) or "", lineno) or _line(gm.code, lineno)
-    m = _ASSIGNS.match(line)
-    if m is None:
-        return None
-    return next((n for n in gm.graph.nodes if n.name == m.group(1) and n.op != "placeholder"), None)
-
-
-def _line(text: str, lineno: int) -> str:
-    lines = text.splitlines()
-    return lines[lineno - 1] if 0 < lineno <= len(lines) else ""

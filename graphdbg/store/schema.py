@@ -197,13 +197,37 @@ class ExceptionInfo(_Open):
     traceback: Optional[Text] = None
 
 
+Error = Annotated[float, Field(strict=False)]  # infinite where infinities differ; an int is a float here
+
+
+class Mismatch(_Open):
+    """One output (or written input) off the reference, and by how much (``judge.accuracy``):
+    what a replay's difference is compared with (``judge.difference``)."""
+
+    index: Count
+    reason: Name  # value, nan, dtype, shape, type, structure
+    what: Optional[Name] = None  # "output" unless an in-place write or a gradient
+    max_abs_error: Optional[Error] = None
+    max_rel_error: Optional[Error] = None
+    rtol: Optional[Error] = None
+    atol: Optional[Error] = None
+    detail: Optional[Text] = None
+    differing: Optional[Count] = None
+    at: Optional[Annotated[list[Annotated[list[int], Field(max_length=64)]], Field(max_length=64)]] = None
+    off: Optional[Count] = None  # elements outside tolerance, NaN and infinities where eager has none included
+    elements: Optional[Count] = None  # of this many
+
+
 class Failure(_Open):
     kind: Name
     exception: Optional[ExceptionInfo] = None
     signature: Optional[Text] = None
     message: Optional[Text] = None
-    mismatches: Optional[Annotated[list[dict[str, Any]], Field(max_length=MAX_ITEMS)]] = None
+    mismatches: Optional[Annotated[list[Mismatch], Field(max_length=MAX_ITEMS)]] = None
     signal: Optional[Name] = None
+    node: Optional[Name] = None  # the graph node the failure happened in, when capture could tell
+    seen: Optional[Count] = None  # times this failure was captured into this dump's folder (capture/dedupe.py)
+    last_seen: Optional[Name] = None  # when it was last captured, ISO 8601
 
 
 class NodeInfo(_Open):

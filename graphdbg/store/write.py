@@ -47,6 +47,7 @@ def write_dump(
     budget_reason: str = "over the size budget",
     stats_sample: int | None = None,
     check_manifest: bool = True,
+    failure_node: str | None = None,
 ) -> Path:
     dist = {**distributed_info(), "collectives": snap.collectives}
     dump_id = f"g{snap.seq}-{kind}-{snap.graph_hash[:8]}"
@@ -59,7 +60,7 @@ def write_dump(
         attr_descs, stored_bytes = _describe_attrs(snap, tensors, stored_bytes, budget_bytes, stats_sample)
         write_tensors(tmp / INPUTS, tensors, metadata={"graphdbg.dump": dump_id})
 
-        failure = _failure(kind, exc, mismatches)
+        failure = failure_record(kind, exc, mismatches, failure_node)
         header = _graph_header(dump_id, kind, backend, failure, dist)
         write_file(tmp / GRAPH, header + snap.source.rstrip() + "\n", create_parent=False)
 
@@ -120,9 +121,12 @@ def _describe_attrs(snap: GraphSnapshot, tensors: dict[str, Any], stored_bytes: 
     return attr_descs, stored_bytes
 
 
-def _failure(kind: str, exc: BaseException | None, mismatches: list | None) -> dict[str, Any]:
-    """The manifest's ``failure``: its kind, the exception and its signature, or the mismatches."""
+def failure_record(kind: str, exc: BaseException | None, mismatches: list | None, node: str | None = None) -> dict[str, Any]:
+    """The manifest's ``failure``: its kind, the exception and its signature, or the mismatches,
+    and the graph node it failed in when capture could tell."""
     failure: dict[str, Any] = {"kind": kind}
+    if node:
+        failure["node"] = node
     if exc is not None:
         err = format_exception(exc)
         failure["exception"] = err

@@ -17,6 +17,7 @@ from rich.tree import Tree
 
 from graphdbg.backends.recipe import shown_backend
 from graphdbg.dump import is_failure  # not formats.listing: its cache and scanners are ls's alone
+from graphdbg.judge.difference import describe_difference
 from graphdbg.tables import failing_node_names
 
 if TYPE_CHECKING:
@@ -388,6 +389,8 @@ def dump_panel(dump: Dump) -> Panel:
     lines.append(f", rank {dump.rank} of {dump.world_size}\n")
     if dump.signature:
         lines.append(f"{dump.signature}\n", style="bold")
+    if int(failure.get("seen") or 1) > 1:  # the same failure captured again (capture/seen.py)
+        lines.append(f"captured {failure['seen']} times, last at {failure.get('last_seen')}\n")
     if log:
         lines.append(f"from the run's log {log['path']}:{log['line']} ({log['occurrences']} traceback{'s' if log['occurrences'] != 1 else ''}); {log['how']}\n", style="yellow")
         if log.get("rank_how"):
@@ -481,8 +484,32 @@ def inputs_table(dump: Dump) -> Table:
 TRACEBACK_LINES = 24
 
 
+def failing_node_text(dump: Dump) -> Text | None:
+    """``failing node: linear = torch._C._nn.linear at model.py:15  self.up(self.norm(x))``, when
+    the dump says which node failed (``tables.failing_node_names``)."""
+    from graphdbg.graph.hashing import target_name  # this module loads without torch (fast CLI start); this brings torch in
+
+    names = failing_node_names(dump)
+    if not names:
+        return None
+    text = Text("failing node: ", style="bold red")
+    for node in (n for n in dump.printed.graph.nodes if n.name in names):
+        src = node.meta.get("graphdbg_source") or {}
+        text.append(f"{node.name} = {target_name(node)}", style="bold")
+        if src.get("file"):
+            text.append(f" at {src['file']}:{src['line']}")
+            if src.get("code"):
+                text.append(f"  {src['code'].strip()}", style="italic")
+        text.append("\n")
+    text.rstrip()
+    return text
+
+
 def show(dump: Dump) -> Group:
     parts: list[Any] = [_path_text(str(dump.path), style="dim"), dump_panel(dump)]
+    where = failing_node_text(dump)
+    if where is not None:
+        parts.append(where)
     message = dump.message.strip()
     if message:
         parts.append(Panel(Text(message[:2000]), title="error", border_style="red", expand=False))
@@ -544,7 +571,8 @@ def stand_in_lines(stand_ins: list[str]) -> list[str]:
 
 
 def outcome_verdict(outcome: Any, dump: Any) -> tuple[str, str]:
-    """(verdict, style) of a replay against what ``dump`` recorded: the first line of its output."""
+    """(verdict, style) of a replay against what ``dump`` recorded: the first line of its output.
+    A mismatch names its first output off and, where the replay found it, the node it starts at."""
     recorded = getattr(dump, "failure_kind", None) in ("compile_error", "runtime_error", "accuracy", "crash")
     captured = getattr(dump, "signature", None) or getattr(dump, "failure_kind", None)
     if outcome.status == "pass":
@@ -553,9 +581,27 @@ def outcome_verdict(outcome: Any, dump: Any) -> tuple[str, str]:
         return "PASS", "bold green"
     if not recorded:
         return f"FAILS: {outcome.summary()}", "bold red"
+    if outcome.status == "mismatch" and getattr(dump, "failure_kind", None) == "accuracy":
+        differs = outcome.difference_from(dump)
+        if differs:
+            return f"FAILED DIFFERENTLY: {differs}", "bold magenta"
+        if outcome.reproduces(dump):
+            return f"REPRODUCED: {mismatch_text(outcome, 'as captured')}", "bold red"
     if outcome.reproduces(dump):
         return "REPRODUCED: the same failure as captured", "bold red"
     return f"DIFFERENT FAILURE: captured was {captured}", "bold magenta"
+
+
+def mismatch_text(outcome: Any, how: str = "") -> str:
+    """``output 0 off by 0.0025 (100% of elements), as captured; it starts at node mul (model.py:31)``."""
+    text = describe_difference(outcome.mismatches[0]) if outcome.mismatches else "outputs off"
+    text += f", {how}" if how else ""
+    start = getattr(outcome, "diverges_at", None) or {}
+    if start.get("node"):
+        where = f" ({start['source']})" if start.get("source") else ""
+        text += (f"; it starts where the backend rewrote node {start['replaced']}{where}" if start.get("replaced")
+                 else f"; it starts at node {start['node']}{where}")
+    return text
 
 
 def outcome_panel(outcome: Any, dump: Any = None) -> Boxed:
@@ -579,6 +625,11 @@ def outcome_panel(outcome: Any, dump: Any = None) -> Boxed:
         rel = m.get("max_rel_error")
         detail = f"max abs error {err:.3g}" + (f", max rel error {rel:.3g}" if rel is not None else "") if err is not None else m.get("detail", "")
         text.append(f"{m.get('what', 'output')} {m['index']}: {m['reason']} {detail}\n", style="yellow")
+    start = getattr(outcome, "diverges_at", None)
+    if start and start.get("node"):
+        where = f" at {start['source']}" + (f"  {start['code'].strip()}" if start.get("code") else "") if start.get("source") else ""
+        rewritten = f", rewritten from {start['replaced']}" if start.get("replaced") else ""
+        text.append(f"first node off: {start['node']} ({start.get('target')}{rewritten}){where}\n", style="yellow")
     if outcome.reference:
         text.append(f"reference: {outcome.reference}\n", style="dim")
     if getattr(outcome, "reference_error", None):

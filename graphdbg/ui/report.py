@@ -20,6 +20,7 @@ from typing import Any
 from graphdbg._version import __version__
 from graphdbg.backends.recipe import backend_label, shown_backend
 from graphdbg.errors import GraphdbgError
+from graphdbg.judge.failing_node import node_of_traceback
 from graphdbg.store.gate import MAX_TEXT_BYTES, files_under, read_inside, read_json, write_file
 from graphdbg.tables import failing_node_names
 from graphdbg.ui.render import cell_text, escape_text, rank_ranges, stand_ins_text
@@ -111,12 +112,11 @@ def _found_nodes(found: list[tuple[Path, dict[str, Any]]]) -> list[dict[str, Any
 
 
 def _traceback_node(dump: Any) -> str | None:
-    """The node the generated code was running when it raised: the last ``<eval_with_key>``
-    frame's line (``linear = torch._C._nn.linear(...)``), when that node is in the graph."""
+    """The node the generated code was running when it raised, from the recorded traceback,
+    when that node is in the graph."""
     exception = dump.exception if isinstance(dump.exception, dict) else {}
-    tb = exception.get("traceback") or ""
-    lines = re.findall(r'^  File "<eval_with_key>[^"]*", line \d+, in \w+\n    (\w+) = ', tb, re.M)
-    return lines[-1] if lines and lines[-1] in _node_names(dump) else None
+    name = node_of_traceback(exception.get("traceback") or "")
+    return name if name in _node_names(dump) else None
 
 
 def _replay_command(path: str, dump: Any) -> str:
@@ -140,9 +140,7 @@ def _answer_section(groups: list[dict[str, Any]], listing: Any, found: list[tupl
     if len(failures) > 1:
         parts.append(f"<p class=muted>{_count(len(failures), 'failing group')}; the first is shown here, all below</p>")
     failing = sorted(failing_node_names(dump))
-    how = ""
-    if not failing and _traceback_node(dump):
-        failing, how = [_traceback_node(dump)], " (where the generated code raised)"
+    how = " (where the generated code raised)" if failing and failing == [_traceback_node(dump)] else ""
     if failing:
         parts.append(f"<p>failing node{how}: <code class=failing-node>{_e(', '.join(failing))}</code>{_node_source(dump, failing[0])}</p>")
     for n in _found_nodes(found):

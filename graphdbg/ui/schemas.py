@@ -20,7 +20,7 @@ _HEAD = {"graphdbg": {"type": "string"}, "schema": {"type": "string"}}
 _OUTCOME: dict[str, Any] = {
     "status": {"enum": ["pass", "crash", "mismatch", "timeout"]}, "backend": {"type": "string"},
     "signature": _STR, "stage": _STR, "error_type": _STR, "message": _STR, "traceback": _STR,
-    "node": _STR, "node_target": _STR, "mismatches": _LIST, "max_abs_error": _NUM, "max_rel_error": _NUM,
+    "node": _STR, "node_target": _STR, "mismatches": _LIST, "diverges_at": {"type": ["object", "null"]}, "max_abs_error": _NUM, "max_rel_error": _NUM,
     "reference": _STR, "reference_error": _STR, "trusted": _BOOL, "untrusted_because": _STR, "passes": _LIST,
     "stand_ins": {"type": "array", "items": {"type": "string"}}, "device": _STR, "isolated": _BOOL,
     "exit_signal": _STR, "exit_code_child": _INT, "stderr_tail": _STR, "compile_s": _NUM, "run_s": _NUM, "total_s": _NUM,

@@ -18,6 +18,8 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
+COMPUTE_OPS = ("call_function", "call_method", "call_module", "get_attr")  # the nodes that compute a value
+
 
 def _snapshot(value: Any) -> Any:
     return pytree.tree_map_only(torch.Tensor, lambda t: t.detach().clone(), value)

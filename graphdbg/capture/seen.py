@@ -1,0 +1,68 @@
+"""One dump per distinct failure: the same failure captured again counts in the dump it has.
+
+A program run twice (the quickstart, a test re-run, a job restarted after a crash) fails the same
+way each time. A second dump folder of it tells the user nothing new, and it turns every
+documented command written with a glob (``graphdbg replay graphdbg_dumps/rank0/g0-*``) into one
+that matches two folders. So before a failure is written, its rank's folder is searched for a
+dump of the same failure, and when there is one, that dump's manifest counts it instead
+(``failure.seen``, ``failure.last_seen``).
+
+The same failure: the same rank (one folder per rank), the same graph (its hash), the same kind
+and the same signature; for an accuracy failure, also the same kind of difference
+(``judge.difference``): a different bug on the same graph gets its own dump.
+
+    >>> seen_before(Path("graphdbg_dumps"), graph_hash, failure_record("runtime_error", exc, None))
+    (PosixPath('graphdbg_dumps/rank0/g0-runtime_error-72323080'), 2)
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import re
+from pathlib import Path
+from typing import Any
+
+from graphdbg.errors import DumpError
+from graphdbg.judge.difference import recorded_difference, same_difference
+from graphdbg.store.environment import distributed_info
+from graphdbg.store.manifest import read_manifest, write_manifest
+
+
+def seen_before(dump_dir: Path, graph_hash: str, failure: dict[str, Any]) -> tuple[Path, int] | None:
+    """(the dump of the same failure, how many times it has now been seen), after counting this
+    time in its manifest; None when this failure has no dump yet. ``failure``: the manifest's
+    ``failure`` this one would be written with (``store.write.failure_record``)."""
+    folder = Path(dump_dir) / f"rank{distributed_info()['rank']}"
+    found = _same_failure(folder, graph_hash, failure["kind"], failure.get("signature"), failure.get("mismatches"))
+    if found is None:
+        return None
+    path, manifest = found
+    manifest = copy.deepcopy(manifest)  # read_manifest's dict may be the one it remembers
+    failure = manifest["failure"]
+    failure["seen"] = int(failure.get("seen") or 1) + 1
+    failure["last_seen"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    write_manifest(path, manifest)
+    return path, failure["seen"]
+
+
+def _same_failure(folder: Path, graph_hash: str, kind: str, signature: str | None,
+                  mismatches: list[dict[str, Any]] | None) -> tuple[Path, dict[str, Any]] | None:
+    if not folder.is_dir():
+        return None
+    # dump ids are g<seq>-<kind>-<hash[:8]>, with -1, -2 for a name taken: only those are read
+    named = re.compile(rf"g[0-9.]+-{re.escape(kind)}-{re.escape(graph_hash[:8])}(-\d+)?")
+    for path in sorted(p for p in folder.iterdir() if named.fullmatch(p.name)):
+        try:
+            manifest = read_manifest(path)
+        except DumpError:  # a damaged dump is not this failure; ls and load report it
+            continue
+        failure = manifest.get("failure") or {}
+        if (manifest.get("graph", {}).get("hash") != graph_hash or failure.get("kind") != kind
+                or failure.get("signature") != signature or manifest.get("parent")):
+            continue
+        captured = failure.get("mismatches")
+        if mismatches and recorded_difference(captured) and same_difference(captured, mismatches):
+            continue
+        return path, manifest
+    return None

@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from graphdbg.backends.carry import carry_backend, say_once
 from graphdbg.backends.resolve import backend_label, backend_spec, dump_backend, names_code, trusted_code
 from graphdbg.dump import Dump
 from graphdbg.errors import GraphdbgError
@@ -68,6 +69,13 @@ def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any
     if not d.path.is_dir():
         raise GraphdbgError(f"{d.path}: export-test needs a graphdbg dump folder (minify a file first)")
     data = path.with_name(path.stem + "_data")
+    if data.is_symlink() or data.exists() and not data.is_dir():
+        raise GraphdbgError(f"{data}: exists and is not a folder graphdbg wrote")
+    if data.exists():
+        shutil.rmtree(data)
+    # the backend's source comes along (a script's definitions, a module of the user's), named by module
+    carried = carry_backend(backend, data, ((d.manifest.get("backend_source") or {}).get("path")))
+    backend = carried.spec
     name = re.sub(r"\W", "_", path.stem[len("test_"):]) or "dump"
     # Every value goes into the file through repr, and the result must compile: a captured
     # message with quotes or backslashes is data, never code.
@@ -81,12 +89,11 @@ def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any
         compile(text, str(path), "exec")
     except SyntaxError as e:  # a bug here, not in the dump: never write a test that can't run
         raise GraphdbgError(f"{path}: the generated test does not compile ({e.msg}); please report this") from None
-    if data.is_symlink() or data.exists() and not data.is_dir():
-        raise GraphdbgError(f"{data}: exists and is not a folder graphdbg wrote")
-    if data.exists():
-        shutil.rmtree(data)
     path.parent.mkdir(parents=True, exist_ok=True)
     copy_dump_files(d, data)
+    if carried.files:  # the backend's source, beside the dump's files: found from the test's folder, wherever it goes
+        text = text.replace("\nBACKEND_FOLDER = None\n", "\nBACKEND_FOLDER = DUMP  # holds the backend's source graphdbg copied\n")
+        say_once(carried.notes)
     return write_file(path, text)
 
 
@@ -97,7 +104,7 @@ def copy_dump_files(d: Any, dest: Path) -> list[str]:
     run under pytest), no symbolic link is followed, and only regular files are read.
     """
     names = [MANIFEST, (d.manifest.get("graph") or {}).get("file", GRAPH), d.manifest.get("inputs_file", INPUTS)]
-    dest.mkdir(parents=True)
+    dest.mkdir(parents=True, exist_ok=True)
     copied = []
     for name in dict.fromkeys(names):
         data = read_inside(d.path, name, max_bytes=MAX_COPY_BYTES)  # read once, through the gate
@@ -113,19 +120,24 @@ It fails while the backend still fails this graph, and passes once the backend c
 runs it, and agrees with eager. The graph and its inputs are in the folder DUMP names (a
 graphdbg dump: manifest.json, graph.py, inputs.safetensors; no pickle, nothing to run).
 """
+import os
 from pathlib import Path
 
 import graphdbg
 from graphdbg.store.manifest import GRAPH, INPUTS, MANIFEST
 
 DUMP = Path(__file__).with_name({data})
+BACKEND_FOLDER = None
 BACKEND = {backend}
 PASSES = {passes}
 KIND = {kind}
 CAPTURED = {signature}
 
 
-def test_{name}():
+def test_{name}(monkeypatch):
+    if BACKEND_FOLDER is not None:  # the backend's module, here and in the isolated replay's process
+        monkeypatch.syspath_prepend(str(BACKEND_FOLDER))
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(BACKEND_FOLDER), *filter(None, [os.environ.get("PYTHONPATH")])]))
     dump = graphdbg.load(DUMP)
     outcome = dump.case().run(BACKEND, PASSES, direct={direct}, isolate={isolate}, timeout={timeout})
     assert outcome.status == "pass", f"{{outcome.summary()}} (the captured failure: {{CAPTURED}})"

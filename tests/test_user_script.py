@@ -338,7 +338,7 @@ def test_an_isolated_minify_of_a_sibling_module_backend_writes_a_repro_that_runs
     out = tmp_path / "min"
     r = cli("minify", dump, "--trust-backend", "--isolate", "-o", out)
     assert r.code == 0 and "REPRODUCED" in r.err and "copied the backend's module fastbackend" in r.err, r
-    assert "BACKEND_PATHS = []" in (out / "repro.py").read_text() and (out / "fastbackend.py").is_file()
+    assert (out / "fastbackend.py").is_file() and str(tmp_path) not in (out / "repro.py").read_text()
     (project / "fastbackend.py").rename(project / "fastbackend.gone")
     run = _copied_elsewhere_reproduces(out, prog, tmp_path)
     assert run.returncode == 1 and run.stdout.startswith("REPRODUCED: NotImplementedError"), (run.stdout, run.stderr[-2000:])

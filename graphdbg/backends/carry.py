@@ -13,8 +13,10 @@ test's data), so the folder runs on another machine, from any folder, after the 
 - a package of the user's: its ``sys.path`` folder, relative to the folder (``paths``);
 - an installed module or a registered name: nothing to bring, it imports by name.
 
-The folder's files are then imported by name from the folder itself (a repro's own folder is
-the first entry of its ``sys.path``).
+The folder's files are imported by name from the folder itself, after the folders they came
+from (``paths``, relative): where the user's module still is, the user's module runs, so a fix
+shows; a script's definitions are always the copy (a script is no module), and the repro says
+when the script changed since.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class Carried:
     notes: list[str] = field(default_factory=list)  # what was brought along, one line each, for the user
     paths: list[str] = field(default_factory=list)  # sys.path folders relative to the folder (packages of the user's)
     files: list[str] = field(default_factory=list)  # the file names written into the folder
+    # a script's definitions copied: {file: [the script, relative to the folder; its sha256 then]}
+    scripts: dict[str, list[str]] = field(default_factory=dict)
 
 
 def carry_backend(spec: str, folder: Path, recorded_path: str | None = None) -> Carried:
@@ -67,6 +71,7 @@ def carry_backend(spec: str, folder: Path, recorded_path: str | None = None) -> 
         out.spec = part(spec, None)
     for file, quals in scripts.items():
         _write_definitions(file, sorted(quals), folder, out)
+        _relative_path(file.parent, folder, out)  # its sibling modules, while they are where they were
     return out
 
 
@@ -98,8 +103,9 @@ def _write_definitions(file: Path, quals: list[str], folder: Path, out: Carried)
     indexes = sorted(set().union(*(script.needed(q) for q in quals)))
     name = f"{file.stem}_backend.py"
     origin = _relative(file, folder)
-    digest = hashlib.sha256(script.source.encode()).hexdigest()[:16]
-    header = (f'"""The definitions {", ".join(quals)} needs, copied by graphdbg from {origin} (sha256 {digest}...),\n'
+    digest = hashlib.sha256(script.source.encode()).hexdigest()
+    out.scripts[name] = [origin, digest]
+    header = (f'"""The definitions {", ".join(quals)} needs, copied by graphdbg from {origin} (sha256 {digest[:16]}...),\n'
               f'so that this folder runs without that script: {len(indexes)} of its {len(script.tree.body)} top-level '
               'statements, never its program."""\n\n')
     write_file(folder / name, header + script.definitions_source(indexes))
@@ -120,14 +126,21 @@ def _module(module: str, file: Path | None, folder: Path, out: Carried, recorded
         write_file(folder / name, Script.read(file).source)
         out.files.append(name)
         out.notes.append(f"copied the backend's module {module} from {_relative(file, folder)} to {folder / name}")
+        _relative_path(file.parent, folder, out)  # its sibling modules, while they are where they were
         return module
     root = module_folder(module) or recorded_path
-    if root and not _installed(root):
-        rel = _relative(Path(root), folder)
-        if rel not in out.paths:
-            out.paths.append(rel)
-            out.notes.append(f"the backend's package {module.split('.')[0]} is imported from {rel}, relative to {folder}")
+    if root and not _installed(root) and _relative_path(Path(root), folder, out):
+        out.notes.append(f"the backend's package {module.split('.')[0]} is imported from {_relative(Path(root), folder)}, "
+                         f"relative to {folder} (not copied)")
     return module
+
+
+def _relative_path(root: Path, folder: Path, out: Carried) -> bool:
+    rel = _relative(root, folder)
+    if rel in out.paths:
+        return False
+    out.paths.append(rel)
+    return True
 
 
 def _installed(root: str) -> bool:

@@ -147,7 +147,7 @@ def script_object(path: str, qualname: str, spec: str | None = None) -> Any:
     except Exception as e:
         raise GraphdbgError(f"{path}: loading the backend's definitions failed ({type(e).__name__}: {_first_line(e)})") from e
     if file not in _scripts:
-        sys.stderr.write(f"graphdbg: loaded {qualname} from {file} (the {len(todo)} definition(s) it needs of "
+        sys.stderr.write(f"graphdbg: loaded the backend from {file} ({qualname} and the definitions it needs: {len(todo)} of "
                          f"{len(script.tree.body)} top-level statements; the program not run)\n")
     ran.update(todo)
     _scripts[file] = (script, module, ran)

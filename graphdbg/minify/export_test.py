@@ -75,7 +75,7 @@ def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any
         shutil.rmtree(data)
     # the backend's source comes along (a script's definitions, a module of the user's), named by module
     carried = carry_backend(backend, data, ((d.manifest.get("backend_source") or {}).get("path")))
-    backend = carried.spec
+    backend_before, backend = backend, carried.spec
     name = re.sub(r"\W", "_", path.stem[len("test_"):]) or "dump"
     # Every value goes into the file through repr, and the result must compile: a captured
     # message with quotes or backslashes is data, never code.
@@ -93,8 +93,19 @@ def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any
     copy_dump_files(d, data)
     if carried.files:  # the backend's source, beside the dump's files: found from the test's folder, wherever it goes
         text = text.replace("\nBACKEND_FOLDER = None\n", "\nBACKEND_FOLDER = DUMP  # holds the backend's source graphdbg copied\n")
+        live = _live_script(backend_before, carried, data)
+        if live:  # the script itself while it is there (graphdbg loads its definitions only), so a fix shows
+            text = text.replace("\nSCRIPT = None\n", f"\nSCRIPT = {live!r}  # relative to this file; else the copy\n")
         say_once(carried.notes)
     return write_file(path, text)
+
+
+def _live_script(backend: str, carried: Any, data: Path) -> tuple[str, str] | None:
+    """(the script relative to the test's folder, the backend's name) for a backend of a script's own."""
+    if not carried.scripts or ":" not in backend or not backend.rpartition(":")[0].endswith(".py"):
+        return None
+    (origin, _), = carried.scripts.values()  # relative to the data folder, one below the test's
+    return str(Path(origin).relative_to("..")) if origin.startswith("..") else f"{data.name}/{origin}", backend.rpartition(":")[2]
 
 
 def copy_dump_files(d: Any, dest: Path) -> list[str]:
@@ -121,6 +132,7 @@ runs it, and agrees with eager. The graph and its inputs are in the folder DUMP 
 graphdbg dump: manifest.json, graph.py, inputs.safetensors; no pickle, nothing to run).
 """
 import os
+import sys
 from pathlib import Path
 
 import graphdbg
@@ -128,6 +140,7 @@ from graphdbg.store.manifest import GRAPH, INPUTS, MANIFEST
 
 DUMP = Path(__file__).with_name({data})
 BACKEND_FOLDER = None
+SCRIPT = None
 BACKEND = {backend}
 PASSES = {passes}
 KIND = {kind}
@@ -135,10 +148,13 @@ CAPTURED = {signature}
 
 
 def test_{name}(monkeypatch):
-    if BACKEND_FOLDER is not None:  # the backend's module, here and in the isolated replay's process
-        monkeypatch.syspath_prepend(str(BACKEND_FOLDER))
-        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(BACKEND_FOLDER), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    backend = BACKEND
+    if SCRIPT is not None and Path(__file__).parent.joinpath(SCRIPT[0]).is_file():
+        backend = f"{{Path(__file__).parent.joinpath(SCRIPT[0]).resolve()}}:{{SCRIPT[1]}}"
+    elif BACKEND_FOLDER is not None:  # the copies, after the user's own modules: here and in the isolated replay
+        monkeypatch.setattr(sys, "path", [*sys.path, str(BACKEND_FOLDER)])
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([*filter(None, [os.environ.get("PYTHONPATH")]), str(BACKEND_FOLDER)]))
     dump = graphdbg.load(DUMP)
-    outcome = dump.case().run(BACKEND, PASSES, direct={direct}, isolate={isolate}, timeout={timeout})
+    outcome = dump.case().run(backend, PASSES, direct={direct}, isolate={isolate}, timeout={timeout})
     assert outcome.status == "pass", f"{{outcome.summary()}} (the captured failure: {{CAPTURED}})"
 '''

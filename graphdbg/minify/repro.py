@@ -174,7 +174,7 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
                             direct=repr(bool(direct)), expect=repr(expect), tol=repr(tol), inputs=repr(INPUTS_FILE),
                             nodes=int(len(case.gm.graph.nodes)), captured=repr(str(case.device)),
                             summary=repr(outcome.summary()), node_names=repr([(n.op, n.name) for n in case.gm.graph.nodes]),
-                            paths=repr(paths), dynamic=repr(_dynamic_dims(case.gm)),
+                            paths=repr(paths), copied=repr(carried.scripts), dynamic=repr(_dynamic_dims(case.gm)),
                             backward=repr(backward), grad=repr(grad), boxed=repr(_boxed_caller(case.dump)))
     try:
         compile(text, str(path), "exec")
@@ -234,6 +234,7 @@ The backend runs in a child process, so a segfault or abort is an answer too (--
 """
 import argparse
 import functools
+import hashlib
 import importlib
 import json
 import re
@@ -247,8 +248,17 @@ import torch._dynamo
 import torch.fx
 
 
-BACKEND_PATHS = {paths}  # folders of the backend's packages, relative to this file's folder (its copied files sit beside it)
-sys.path.extend(str(Path(__file__).parent / p) for p in BACKEND_PATHS if (Path(__file__).parent / p).is_dir())
+# Where the backend's modules were, relative to this file's folder: searched before the copies
+# beside this file, so that a fix there shows here. COPIED: a script's definitions copied here
+# (file: [the script, relative to this folder; its sha256 then]).
+BACKEND_PATHS = {paths}
+COPIED = {copied}
+sys.path[:0] = [str(Path(__file__).parent / p) for p in BACKEND_PATHS if (Path(__file__).parent / p).is_dir()]
+for _name, (_origin, _sha) in COPIED.items():
+    _script = Path(__file__).parent / _origin
+    if _script.is_file() and hashlib.sha256(_script.read_bytes()).hexdigest() != _sha:
+        print(f"note: {{_origin}} changed since {{_name}} was copied from it; this repro runs the copy "
+              "(graphdbg minify again to take the change)", file=sys.stderr)
 
 
 def _resolve(module, qualname):

@@ -83,17 +83,25 @@ class Script:
         raise GraphdbgError(f"{spec!r}: {self.path.name} defines no {root}{did_you_mean(root, self.names())}")
 
     def runs_program(self) -> bool:
-        """Whether importing the file would run a program: a top-level statement that is not a
-        definition, other than the ``__main__`` block and library calls given nothing of the
-        script's (``torch.ops.load_library(...)``, ``logging.basicConfig()``)."""
-        for stmt in self.tree.body:
-            if not_definition(stmt, self.defined) is None or _main_block(stmt):
-                continue
-            if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and _effect(stmt.value, self.defined) is None \
-                    and not {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)} & self.defined:
-                continue
-            return True
-        return False
+        """Whether importing the file would run a program: a top-level call of the script's own
+        (``print(model(x))``), a ``with`` block, a loop, outside the ``__main__`` block. Assignments,
+        even ``refuses_gelu = make_backend("gelu")``, are what modules do; so are library calls given
+        nothing of the script's (``torch.manual_seed(0)``)."""
+        return any(self._runs(stmt) for stmt in self.tree.body)
+
+    def _runs(self, stmt: ast.stmt) -> bool:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Pass, ast.Delete)
+                      + _DEFS):
+            return False
+        if isinstance(stmt, ast.Expr):
+            return not isinstance(stmt.value, ast.Constant) and (
+                _effect(stmt.value, self.defined) is not None
+                or bool({n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)} & self.defined))
+        if isinstance(stmt, ast.If):
+            return not _main_block(stmt) and any(self._runs(s) for s in stmt.body + stmt.orelse)
+        if isinstance(stmt, ast.Try):
+            return any(self._runs(s) for s in stmt.body + stmt.orelse + stmt.finalbody + [s for h in stmt.handlers for s in h.body])
+        return True
 
     def needed(self, qualname: str) -> list[int]:
         """The indexes of the top-level statements ``qualname`` needs, in order; GraphdbgError when

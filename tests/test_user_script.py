@@ -185,6 +185,41 @@ def test_an_unknown_backend_name_gets_a_did_you_mean_not_a_list(cli):
     assert r.code == 2 and "did you mean" not in r.err and "TESTING_ONLY" not in r.err.replace("TESTING_ONL'", ""), r
 
 
+def test_a_module_that_makes_its_backends_by_calls_is_imported_as_a_module(tmp_path, monkeypatch):
+    (tmp_path / "team_backends.py").write_text(
+        "def make(op):\n    def refuses(gm, ex):\n        raise NotImplementedError(op)\n    return refuses\n\n"
+        "refuses_gelu = make('gelu')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _, backend = resolve_backend("team_backends:refuses_gelu")
+    assert backend.__qualname__ == "make.<locals>.refuses"
+
+
+# -- what a repro or an exported test carries ------------------------------------------------------
+
+
+def test_a_script_backend_is_carried_as_its_definitions_without_graphdbg(tmp_path):
+    from graphdbg.backends.carry import carry_backend
+    from graphdbg.backends.recipe import recipe_of_spec
+
+    prog = _program(tmp_path / "project", ACCURACY_PROGRAM)
+    out = tmp_path / "min"
+    recipe = ('recipe:{"kind": "aot_autograd", "kwargs": {"fw_compiler": '
+              f'{{"callable": "__main__:leaky_relu_everywhere", "script": {json.dumps(str(prog))}}}}}}}')
+    carried = carry_backend(recipe, out)
+    assert recipe_of_spec(carried.spec)["kwargs"]["fw_compiler"] == {"callable": "prog_backend:leaky_relu_everywhere"}
+    assert carried.paths == ["../project"] and carried.files == ["prog_backend.py"]
+    copied = (out / "prog_backend.py").read_text()
+    assert "from ../project/prog.py" in copied and str(tmp_path) not in copied
+    assert "import graphdbg" not in copied and "aot_autograd" not in copied and "NEGATIVE_SLOPE = 0.5" in copied
+    shadow = tmp_path / "shadow" / "graphdbg"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ModuleNotFoundError('no graphdbg here')\n")
+    done = subprocess.run([sys.executable, "-c", "import prog_backend; print(prog_backend.NEGATIVE_SLOPE)"], cwd=out,
+                          env=child_env(shadow.parent, graphdbg=False), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "0.5", done.stderr[-2000:]
+    assert _runs(prog) == 0 and not Path(str(prog) + ".ran").exists()
+
+
 # -- a program is not a dump ----------------------------------------------------------------------
 
 

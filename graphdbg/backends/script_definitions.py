@@ -78,7 +78,8 @@ class Script:
     def check_name(self, qualname: str, spec: str) -> None:
         """GraphdbgError with a did-you-mean when the script binds no ``qualname`` at its top level."""
         root = qualname.split(".")[0]
-        if root in self.names() or any(_star(s) for s in self.tree.body):
+        dynamic = "__getattr__" in self.names() or "globals()" in self.source  # names made when it runs: not checked here
+        if root in self.names() or dynamic or any(_star(s) for s in self.tree.body):
             return
         raise GraphdbgError(f"{spec!r}: {self.path.name} defines no {root}{did_you_mean(root, self.names())}")
 

@@ -100,11 +100,13 @@ def reader_for(path: str | Path) -> Reader:
 def load(path: str | Path) -> "Dump":
     """Read ``path`` with the reader that recognises it; its manifest checked by graphdbg.store.schema
     (a dump folder's by ``read_manifest``, which remembers the bytes that passed: ``store/checked``)."""
+    reader = None
     try:
         reader = reader_for(path)
         dump = reader.load(Path(path))
     except GraphdbgError as e:
-        _refuse_a_program(Path(path), e)
+        if reader is None or reader.name == "printed_graph":  # the reader of last resort: any file
+            _refuse_a_program(Path(path), e)
         raise
     if reader.module != "graphdbg.formats.dump_folder":  # that reader checked it (read_manifest)
         from graphdbg.store.schema import validate_manifest  # lazy: pydantic only where a manifest is checked

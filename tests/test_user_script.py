@@ -109,6 +109,14 @@ def test_a_backend_that_needs_more_than_definitions_is_refused_in_one_line(tmp_p
     assert not Path(str(prog) + ".ran").exists()
 
 
+def test_the_refusal_is_one_line_on_the_command_line(tmp_path, cli):
+    prog = _program(tmp_path, "def make_config():\n    return 2\n\nCONFIG = make_config()\n\n"
+                              "def backend(gm, ex):\n    return gm.forward if CONFIG else None\n")
+    r = cli("replay", FIXTURES / "block_runtime_error", "--backend", f"{prog}:backend", "--no-isolate")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and r.err.startswith("graphdbg: error: "), r
+    assert "needs CONFIG, which line 4 binds by running the program (a call of the script's make_config)" in r.err, r
+
+
 def test_definitions_an_if_a_try_an_import_fallback_and_a_library_call_are_kept(tmp_path):
     prog = _program(tmp_path, '''
 import functools

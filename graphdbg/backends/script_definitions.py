@@ -158,12 +158,15 @@ class Script:
         when a line holds another statement too (``import x; run()``)."""
         lines = self.source.splitlines()
         spans = [(_first_line(s), s.end_lineno or s.lineno) for s in self.tree.body]
-        parts = []
+        text, before = "", None
         for i in indexes:
             start, end = spans[i]
             shared = any(j != i and not (e < start or s > end) for j, (s, e) in enumerate(spans))
-            parts.append(ast.unparse(self.tree.body[i]) if shared else "\n".join(lines[start - 1:end]))
-        return "\n\n\n".join(parts) + "\n"
+            imports = isinstance(self.tree.body[i], (ast.Import, ast.ImportFrom))
+            text += ("" if before is None else "\n" if imports and before else "\n\n\n")
+            text += ast.unparse(self.tree.body[i]) if shared else "\n".join(lines[start - 1:end])
+            before = imports
+        return text + "\n"
 
 
 def _first_line(stmt: ast.stmt) -> int:

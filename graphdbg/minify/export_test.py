@@ -129,7 +129,8 @@ _TEMPLATE = '''"""Regression test exported by graphdbg from a dump (the captured
 
 It fails while the backend still fails this graph, and passes once the backend compiles it,
 runs it, and agrees with eager. The graph and its inputs are in the folder DUMP names (a
-graphdbg dump: manifest.json, graph.py, inputs.safetensors; no pickle, nothing to run).
+graphdbg dump: manifest.json, graph.py, inputs.safetensors; no pickle), with the backend's
+source graphdbg copied where BACKEND_FOLDER says so.
 """
 import os
 import sys

@@ -120,7 +120,14 @@ _scripts: dict[Path, tuple[Script, types.ModuleType, set[int]]] = {}
 
 def _read_script(path: str | Path) -> Script:
     file = Path(path).resolve()
-    return _scripts[file][0] if file in _scripts else Script.read(file)
+    return _scripts[file][0] if file in _scripts and _scripts[file][0].source_mtime == _mtime(file) else Script.read(file)
+
+
+def _mtime(file: Path) -> int | None:
+    try:
+        return file.stat().st_mtime_ns
+    except OSError:
+        return None
 
 
 def script_object(path: str, qualname: str, spec: str | None = None) -> Any:
@@ -129,9 +136,10 @@ def script_object(path: str, qualname: str, spec: str | None = None) -> Any:
     model, its ``__main__`` block) never runs. Says so on stderr, once per script."""
     spec = spec or f"{path}:{qualname}"
     file = Path(path).resolve()
-    if file in _scripts:
+    if file in _scripts and _scripts[file][0].source_mtime == _mtime(file):  # an edited script is read again
         script, module, ran = _scripts[file]
     else:
+        _scripts.pop(file, None)
         script = Script.read(file)
         module = types.ModuleType(f"graphdbg_script_{file.stem}")
         module.__file__ = str(file)

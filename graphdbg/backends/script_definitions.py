@@ -49,18 +49,20 @@ class Script:
     binds: list[set[str]] = field(default_factory=list)  # per top-level statement: the names it binds or changes
     imported: set[str] = field(default_factory=set)  # names bound by imports
     defined: set[str] = field(default_factory=set)  # names bound otherwise (functions, classes, assignments)
+    source_mtime: int | None = None  # the file's st_mtime_ns when read
 
     @classmethod
     def read(cls, path: str | Path) -> Script:
         file = Path(path).resolve()
         try:  # through the gate: a FIFO or a device named as the script neither hangs nor is read whole
+            mtime = file.stat().st_mtime_ns
             source = read_regular(file, max_bytes=MAX_TEXT_BYTES, text=True)
             tree = ast.parse(source, filename=str(file))
             table = symtable.symtable(source, str(file), "exec")
         except (OSError, SyntaxError, ValueError, UnicodeDecodeError, GraphdbgError) as e:
             first = (str(e).strip().splitlines() or [""])[0]
             raise GraphdbgError(f"{path}: cannot read the backend's script ({type(e).__name__}: {first})") from e
-        script = cls(file, source, tree, table)
+        script = cls(file, source, tree, table, source_mtime=mtime)
         changes = []
         for stmt in tree.body:
             names, changed = _bound(stmt)

@@ -205,6 +205,7 @@ def test_a_module_that_makes_its_backends_by_calls_is_imported_as_a_module(tmp_p
 # -- what a repro or an exported test carries ------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_script_backend_is_carried_as_its_definitions_without_graphdbg(tmp_path):
     from graphdbg.backends.carry import carry_backend
     from graphdbg.backends.recipe import recipe_of_spec
@@ -300,6 +301,10 @@ def test_the_readme_pattern_is_replayed_minified_compared_and_exported_without_r
     assert str(tmp_path) not in (tmp_path / "tests" / "test_prog.py").read_text()
     assert _runs(prog) == 1 and _dumps(prog) == [dump]  # no statement of the program ran again, no new dump
 
+    prog.write_text(prog.read_text() + "# edited\n")  # the repro runs its copy, and says the script changed since
+    here = subprocess.run([sys.executable, str(out / "repro.py")], cwd=tmp_path, env=child_env(graphdbg=False),
+                          capture_output=True, text=True, timeout=600)
+    assert here.returncode == 1 and "note: ../project/prog.py changed since prog_backend.py was copied" in here.stderr, here
     run = _copied_elsewhere_reproduces(out, prog, tmp_path)
     assert run.returncode == 1 and run.stdout.startswith("REPRODUCED: RuntimeError"), (run.stdout, run.stderr[-2000:])
     shutil.copytree(tmp_path / "tests", tmp_path / "elsewhere" / "tests")

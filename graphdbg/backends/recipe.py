@@ -190,13 +190,12 @@ def _build(part: dict[str, Any], load_script: Any = None) -> Any:
     if "callable" in part:
         module, _, qual = part["callable"].partition(":")
         try:
-            if "script" in part:  # the user's script: its definitions only, never its top-level program
+            if "script" in part:  # the user's script: the definitions this part needs, never its program
                 if load_script is None:
                     raise GraphdbgError(f"the backend recipe names {part['callable']} of {part['script']}: "
                                         "give the backend with --backend")
-                obj: Any = load_script(part["script"])
-            else:
-                obj = importlib.import_module(module)
+                return load_script(part["script"], qual)
+            obj: Any = importlib.import_module(module)
         except GraphdbgError:
             raise
         except Exception as e:
@@ -215,8 +214,8 @@ def _build(part: dict[str, Any], load_script: Any = None) -> Any:
 
 def rebuild_backend(recipe: dict[str, Any], load_script: Any = None) -> Any:
     """The backend a recipe describes; GraphdbgError when a part of it wasn't recordable.
-    ``load_script(path)``: the definitions of a user's script, for parts defined there
-    (``resolve.script_module``)."""
+    ``load_script(path, qualname)``: an object of a user's script, for parts defined there
+    (``resolve.script_object``: only the definitions it needs)."""
     check_recipe(recipe)
     if recipe.get("kind") == "aot_autograd":
         from torch._dynamo.backends.common import aot_autograd  # torch._dynamo costs about 2 s: imported only when needed

@@ -9,8 +9,9 @@ Importing ``module:callable`` runs that module: it is code the user named. A dum
 backend too, but a dump is someone else's file: ``dump_backend`` hands out a ``module:qualname``
 it recorded only when the user said ``--trust-backend``. A backend defined in the captured
 script itself (``__main__``) is loaded from the recorded script path (``path/prog.py:picky``)
-with its definitions only: the script's top-level calls and its ``if __name__ ==
-"__main__":`` block are left out, so loading the backend does not run the program.
+with only the definitions it needs (``script_definitions``): the program (a ``try:`` running
+the model, top-level calls, the ``__main__`` block) never runs, and a backend that needs more
+than definitions is refused with one line.
 An ``aot_autograd(...)`` or ``functools.partial`` backend is recorded as a recipe of its parts
 (capture/backend_recipe.py); ``dump_backend`` hands it out as ``recipe:{...}``, with
 ``--trust-backend`` too, since rebuilding it imports the compilers it names.
@@ -23,6 +24,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import sysconfig
 import types
 from pathlib import Path
 from typing import Any, Callable
@@ -38,8 +40,11 @@ from graphdbg.backends.recipe import (
     recipe_spec,
     unrecorded_parts,
 )
+from graphdbg.backends.script_definitions import Script, did_you_mean
 from graphdbg.errors import GraphdbgError
-from graphdbg.store.gate import MAX_TEXT_BYTES, read_regular
+
+# the PYTHONPATH the user started graphdbg with, kept when graphdbg adds a dump's project folder to it
+USER_PYTHONPATH = "GRAPHDBG_USER_PYTHONPATH"
 
 # Recorded names that mean a backend replay knows by name, whatever module spelled them.
 KNOWN_ALIASES = {"thunder.dynamo.compiler:ThunderCompiler": "thunder", "thunder.dynamo:ThunderCompiler": "thunder"}
@@ -47,88 +52,114 @@ KNOWN_ALIASES = {"thunder.dynamo.compiler:ThunderCompiler": "thunder", "thunder.
 
 def import_object(spec: str) -> Any:
     """``package.module:attr.sub`` (or ``path/script.py:attr``) -> the object; one-line
-    GraphdbgError when it can't be had."""
+    GraphdbgError when it can't be had. A script (``prog.py``), or a module of the user's that
+    is one (its top level runs a program), gives only the definitions ``attr`` needs; a name it
+    lacks is found out by reading it, with a did-you-mean, never by running it."""
     module_name, _, attr = spec.rpartition(":")
     if not module_name or not attr:
         raise GraphdbgError(f"{spec!r}: expected package.module:callable")
+    if module_name.endswith(".py"):
+        return script_object(module_name, attr, spec)
+    file = _user_module_file(module_name)
+    if file is not None:
+        script = _read_script(file)
+        script.check_name(attr, spec)
+        if script.runs_program():
+            return script_object(str(file), attr, spec)
     try:
-        obj: Any = script_module(module_name) if module_name.endswith(".py") else importlib.import_module(module_name)
+        obj: Any = importlib.import_module(module_name)
     except GraphdbgError:
         raise
     except Exception as e:
         raise GraphdbgError(f"{spec!r}: cannot import {module_name} ({type(e).__name__}: {_first_line(e)})") from e
+    return _attribute(obj, attr, spec, module_name)
+
+
+def _attribute(obj: Any, attr: str, spec: str, where: str) -> Any:
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError as e:
-            raise GraphdbgError(f"{spec!r}: {module_name} has no {attr}") from e
+            shown = [n for n in dir(obj) if not n.startswith("_")]
+            raise GraphdbgError(f"{spec!r}: {where} has no {attr}{did_you_mean(part, shown)}") from e
     return obj
 
 
-_scripts: dict[str, types.ModuleType] = {}
+def _user_module_file(module: str) -> Path | None:
+    """The file of a top-level single-file module of the user's (not installed, not torch's or
+    Python's), found without importing it; None otherwise."""
+    if "." in module or not module.isidentifier():
+        return None
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    origin = getattr(spec, "origin", None)
+    if spec is None or spec.submodule_search_locations is not None or not origin or not origin.endswith(".py"):
+        return None
+    file = Path(origin).resolve()
+    installed = {Path(p).resolve() for k, p in sysconfig.get_paths().items() if k in ("purelib", "platlib", "stdlib")}
+    return None if any(file.is_relative_to(p) for p in installed) else file
 
 
-def script_module(path: str) -> types.ModuleType:
-    """The definitions of a script, as a module that is not ``__main__``: imports, functions,
-    classes and assignments run; top-level expression statements, loops, ``with`` blocks,
-    ``if __name__ == ...`` blocks, and assignments that call something the script itself
-    defines (``out = compiled(x)``) do not. Says so on stderr, once per script."""
+def module_folder(module: str) -> str | None:
+    """The ``sys.path`` folder a module would be imported from, found without importing it."""
+    top = module.split(".")[0]
+    try:
+        spec = importlib.util.find_spec(top) if top.isidentifier() else None
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or spec.origin in ("built-in", "frozen"):
+        return None
+    here = Path(spec.origin).resolve().parent
+    return str(here.parent if spec.submodule_search_locations is not None else here)
+
+
+_scripts: dict[Path, tuple[Script, types.ModuleType, set[int]]] = {}
+
+
+def _read_script(path: str | Path) -> Script:
     file = Path(path).resolve()
-    key = str(file)
-    if key in _scripts:
-        return _scripts[key]
-    try:  # through the gate: a FIFO or a device named as the script neither hangs nor is read whole
+    return _scripts[file][0] if file in _scripts and _scripts[file][0].source_mtime == _mtime(file) else Script.read(file)
 
-        tree = ast.parse(read_regular(file, max_bytes=MAX_TEXT_BYTES, text=True), filename=key)
-    except (OSError, SyntaxError, UnicodeDecodeError, GraphdbgError) as e:
-        raise GraphdbgError(f"{path}: cannot read the backend's script ({type(e).__name__}: {_first_line(e)})") from e
-    kept, skipped = _definitions(tree.body)
-    module = types.ModuleType(f"graphdbg_script_{file.stem}")
-    module.__file__ = key
+
+def _mtime(file: Path) -> int | None:
+    try:
+        return file.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def script_object(path: str, qualname: str, spec: str | None = None) -> Any:
+    """``qualname`` of a user's script, with only the definitions it needs run (module
+    ``script_definitions`` says which); the program (its top-level calls, a ``try:`` running the
+    model, its ``__main__`` block) never runs. Says so on stderr, once per script."""
+    spec = spec or f"{path}:{qualname}"
+    file = Path(path).resolve()
+    if file in _scripts and _scripts[file][0].source_mtime == _mtime(file):  # an edited script is read again
+        script, module, ran = _scripts[file]
+    else:
+        _scripts.pop(file, None)
+        script = Script.read(file)
+        module = types.ModuleType(f"graphdbg_script_{file.stem}")
+        module.__file__ = str(file)
+        ran = set()
+    script.check_name(qualname, spec)
+    todo = [i for i in script.needed(qualname) if i not in ran]
     sys.modules[module.__name__] = module  # dataclasses and pickling look classes up by module
     if str(file.parent) not in sys.path:
         sys.path.insert(0, str(file.parent))  # the script's sibling modules import as they did for it
     try:
-        exec(compile(ast.Module(body=kept, type_ignores=[]), key, "exec"), module.__dict__)
+        exec(compile(ast.Module(body=[script.tree.body[i] for i in todo], type_ignores=[]), str(file), "exec"),
+             module.__dict__)
     except Exception as e:
-        sys.modules.pop(module.__name__, None)
         raise GraphdbgError(f"{path}: loading the backend's definitions failed ({type(e).__name__}: {_first_line(e)})") from e
-    _scripts[key] = module
-    sys.stderr.write(f"graphdbg: loaded the backend from {file} (definitions only; {skipped} top-level statement(s) "
-                     f"and its __main__ block not run)\n")
-    return module
-
-
-def _definitions(body: list[ast.stmt]) -> tuple[list[ast.stmt], int]:
-    defined: set[str] = set()
-    kept: list[ast.stmt] = []
-    skipped = 0
-    for stmt in body:
-        if isinstance(stmt, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Try)):
-            keep = True
-        elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            calls = [n.func for n in ast.walk(stmt) if isinstance(n, ast.Call)]
-            keep = not any(_root_name(f) in defined for f in calls)
-        elif isinstance(stmt, ast.If):
-            keep = "__name__" not in {n.id for n in ast.walk(stmt.test) if isinstance(n, ast.Name)}
-        else:  # expression statements (calls), loops, with-blocks: the program itself
-            keep = isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
-        if keep:
-            kept.append(stmt)
-            for node in ast.walk(stmt) if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else [stmt]:
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                    defined.add(node.name)
-                elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                    defined.add(node.id)
-        else:
-            skipped += 1
-    return kept, skipped
-
-
-def _root_name(node: ast.AST) -> str | None:
-    while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):
-        node = node.value if not isinstance(node, ast.Call) else node.func
-    return node.id if isinstance(node, ast.Name) else None
+    if file not in _scripts:
+        sys.stderr.write(f"graphdbg: loaded the backend from {file} ({qualname} and the definitions it needs: {len(todo)} of "
+                         f"{len(script.tree.body)} top-level statements; the program not run)\n")
+    ran.update(todo)
+    _scripts[file] = (script, module, ran)
+    return _attribute(module, qualname, spec, file.name)
 
 
 def dump_backend(dump: Any, trust: bool, command: str = "replay", shown_path: Any = None) -> str:
@@ -192,6 +223,7 @@ def _importable_near(module: str, dump_path: Path) -> None:
     for folder in dump_path.resolve().parents:
         if (folder / f"{top}.py").is_file() or (folder / top / "__init__.py").is_file():
             sys.path.append(str(folder))
+            os.environ.setdefault(USER_PYTHONPATH, os.environ.get("PYTHONPATH", ""))  # a self-check runs as the user would
             paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
             os.environ["PYTHONPATH"] = os.pathsep.join([*paths, str(folder)])
             return
@@ -276,7 +308,7 @@ def resolve_backend(spec: str | Callable[..., Any]) -> tuple[str, Callable[..., 
         return spec, eager
     if is_recipe_spec(spec):  # before the module:callable reading: the JSON has ':' in it too
         recipe = recipe_of_spec(spec)
-        return backend_label(spec), rebuild_backend(recipe, script_module)
+        return backend_label(spec), rebuild_backend(recipe, script_object)
     if ":" in spec:
         obj = import_object(spec)
         if isinstance(obj, type):
@@ -289,6 +321,7 @@ def resolve_backend(spec: str | Callable[..., Any]) -> tuple[str, Callable[..., 
     try:
         lookup_backend(spec)
     except Exception as e:
-        known = ", ".join(sorted(set(list_backends(exclude_tags=())) | {"thunder"}))
-        raise GraphdbgError(f"unknown backend {spec!r}; registered here: {known}; or give package.module:callable") from e
+        known = {n for n in list_backends(exclude_tags=()) if "TESTING_ONLY" not in n} | {"thunder"}
+        hint = did_you_mean(spec, known) or "; give a registered name (inductor, aot_eager, eager, ...)"
+        raise GraphdbgError(f"unknown backend {spec!r}{hint}, or package.module:callable") from e
     return spec, spec

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from graphdbg.errors import DumpError
+from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.store.manifest import SCHEMA, SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -100,13 +100,34 @@ def reader_for(path: str | Path) -> Reader:
 def load(path: str | Path) -> "Dump":
     """Read ``path`` with the reader that recognises it; its manifest checked by graphdbg.store.schema
     (a dump folder's by ``read_manifest``, which remembers the bytes that passed: ``store/checked``)."""
-    reader = reader_for(path)
-    dump = reader.load(Path(path))
+    reader = None
+    try:
+        reader = reader_for(path)
+        dump = reader.load(Path(path))
+    except GraphdbgError as e:
+        if reader is None or reader.name == "printed_graph":  # the reader of last resort: any file
+            _refuse_a_program(Path(path), e)
+        raise
     if reader.module != "graphdbg.formats.dump_folder":  # that reader checked it (read_manifest)
         from graphdbg.store.schema import validate_manifest  # lazy: pydantic only where a manifest is checked
 
         validate_manifest(dump.manifest, str(path))
     return dump
+
+
+def _refuse_a_program(path: Path, error: GraphdbgError) -> None:
+    """A ``.py`` file that is no graph but a program (``graphdbg replay prog.py``): say so, and how to capture it."""
+    if path.suffix != ".py" or not path.is_file():
+        return
+    from graphdbg.backends.script_definitions import Script  # lazy: only for a .py file no reader took
+
+    try:
+        program = Script.read(path).runs_program()
+    except GraphdbgError:
+        return
+    if program:
+        raise DumpError(f"{path} is a program, not a dump or a printed graph; run it under capture first: "
+                        f"graphdbg capture -- python {path}") from error
 
 
 def manifest_for(path: Path, printed: PrintedGraph | None, *, fmt: str, inputs: list[dict[str, Any]], dump_id: str | None = None,

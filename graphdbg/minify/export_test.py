@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from graphdbg.backends.carry import carry_backend, say_once
 from graphdbg.backends.resolve import backend_label, backend_spec, dump_backend, names_code, trusted_code
 from graphdbg.dump import Dump
 from graphdbg.errors import GraphdbgError
@@ -68,6 +69,13 @@ def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any
     if not d.path.is_dir():
         raise GraphdbgError(f"{d.path}: export-test needs a graphdbg dump folder (minify a file first)")
     data = path.with_name(path.stem + "_data")
+    if data.is_symlink() or data.exists() and not data.is_dir():
+        raise GraphdbgError(f"{data}: exists and is not a folder graphdbg wrote")
+    if data.exists():
+        shutil.rmtree(data)
+    # the backend's source comes along (a script's definitions, a module of the user's), named by module
+    carried = carry_backend(backend, data, ((d.manifest.get("backend_source") or {}).get("path")))
+    backend_before, backend = backend, carried.spec
     name = re.sub(r"\W", "_", path.stem[len("test_"):]) or "dump"
     # Every value goes into the file through repr, and the result must compile: a captured
     # message with quotes or backslashes is data, never code.
@@ -81,13 +89,23 @@ def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any
         compile(text, str(path), "exec")
     except SyntaxError as e:  # a bug here, not in the dump: never write a test that can't run
         raise GraphdbgError(f"{path}: the generated test does not compile ({e.msg}); please report this") from None
-    if data.is_symlink() or data.exists() and not data.is_dir():
-        raise GraphdbgError(f"{data}: exists and is not a folder graphdbg wrote")
-    if data.exists():
-        shutil.rmtree(data)
     path.parent.mkdir(parents=True, exist_ok=True)
     copy_dump_files(d, data)
+    if carried.files:  # the backend's source, beside the dump's files: found from the test's folder, wherever it goes
+        text = text.replace("\nBACKEND_FOLDER = None\n", "\nBACKEND_FOLDER = DUMP  # holds the backend's source graphdbg copied\n")
+        live = _live_script(backend_before, carried, data)
+        if live:  # the script itself while it is there (graphdbg loads its definitions only), so a fix shows
+            text = text.replace("\nSCRIPT = None\n", f"\nSCRIPT = {live!r}  # relative to this file; else the copy\n")
+        say_once(carried.notes)
     return write_file(path, text)
+
+
+def _live_script(backend: str, carried: Any, data: Path) -> tuple[str, str] | None:
+    """(the script relative to the test's folder, the backend's name) for a backend of a script's own."""
+    if not carried.scripts or ":" not in backend or not backend.rpartition(":")[0].endswith(".py"):
+        return None
+    (origin, _), = carried.scripts.values()  # relative to the data folder, one below the test's
+    return str(Path(origin).relative_to("..")) if origin.startswith("..") else f"{data.name}/{origin}", backend.rpartition(":")[2]
 
 
 def copy_dump_files(d: Any, dest: Path) -> list[str]:
@@ -97,7 +115,7 @@ def copy_dump_files(d: Any, dest: Path) -> list[str]:
     run under pytest), no symbolic link is followed, and only regular files are read.
     """
     names = [MANIFEST, (d.manifest.get("graph") or {}).get("file", GRAPH), d.manifest.get("inputs_file", INPUTS)]
-    dest.mkdir(parents=True)
+    dest.mkdir(parents=True, exist_ok=True)
     copied = []
     for name in dict.fromkeys(names):
         data = read_inside(d.path, name, max_bytes=MAX_COPY_BYTES)  # read once, through the gate
@@ -111,22 +129,33 @@ _TEMPLATE = '''"""Regression test exported by graphdbg from a dump (the captured
 
 It fails while the backend still fails this graph, and passes once the backend compiles it,
 runs it, and agrees with eager. The graph and its inputs are in the folder DUMP names (a
-graphdbg dump: manifest.json, graph.py, inputs.safetensors; no pickle, nothing to run).
+graphdbg dump: manifest.json, graph.py, inputs.safetensors; no pickle), with the backend's
+source graphdbg copied where BACKEND_FOLDER says so.
 """
+import os
+import sys
 from pathlib import Path
 
 import graphdbg
 from graphdbg.store.manifest import GRAPH, INPUTS, MANIFEST
 
 DUMP = Path(__file__).with_name({data})
+BACKEND_FOLDER = None
+SCRIPT = None
 BACKEND = {backend}
 PASSES = {passes}
 KIND = {kind}
 CAPTURED = {signature}
 
 
-def test_{name}():
+def test_{name}(monkeypatch):
+    backend = BACKEND
+    if SCRIPT is not None and Path(__file__).parent.joinpath(SCRIPT[0]).is_file():
+        backend = f"{{Path(__file__).parent.joinpath(SCRIPT[0]).resolve()}}:{{SCRIPT[1]}}"
+    elif BACKEND_FOLDER is not None:  # the copies, after the user's own modules: here and in the isolated replay
+        monkeypatch.setattr(sys, "path", [*sys.path, str(BACKEND_FOLDER)])
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([*filter(None, [os.environ.get("PYTHONPATH")]), str(BACKEND_FOLDER)]))
     dump = graphdbg.load(DUMP)
-    outcome = dump.case().run(BACKEND, PASSES, direct={direct}, isolate={isolate}, timeout={timeout})
+    outcome = dump.case().run(backend, PASSES, direct={direct}, isolate={isolate}, timeout={timeout})
     assert outcome.status == "pass", f"{{outcome.summary()}} (the captured failure: {{CAPTURED}})"
 '''

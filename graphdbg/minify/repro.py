@@ -12,11 +12,8 @@ unpickles nothing but tensors and containers.
 
 from __future__ import annotations
 
-import inspect
-import json
 import math
 import re
-import sys
 import types
 from pathlib import Path
 from typing import Any
@@ -24,9 +21,8 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from graphdbg.backends import resolve
+from graphdbg.backends.carry import carry_backend, say_once
 from graphdbg.backends.compiler_config import python_lines, replay_settings
-from graphdbg.backends.recipe import RECIPE_PREFIX, is_recipe_spec
 from graphdbg.backends.resolve import backend_label, backend_spec
 from graphdbg.case import Case
 from graphdbg.errors import GraphdbgError
@@ -156,8 +152,9 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
     torch.save({"inputs": inputs, "attrs": attrs, "device": str(case.device),
                 **({"tangents": [t.detach().cpu() for t in tangents]} if tangents else {})}, path.parent / INPUTS_FILE)
 
-    backend_ref = backend_spec(backend, strict=False)
-    paths = backend_paths(backend_ref, case.dump.manifest if case.dump is not None else None)
+    recorded = ((case.dump.manifest.get("backend_source") or {}) if case.dump is not None else {}).get("path")
+    carried = carry_backend(backend_spec(backend, strict=False), path.parent, recorded)
+    backend_ref, paths = carried.spec, carried.paths  # the backend's source in the folder, or named relative to it
     shown = backend_label(backend_ref)  # a recipe, as people read it, in a comment beside it
     backend_line = repr(str(backend_ref)) + (f"  # {' '.join(shown.split())}" if shown != backend_ref else "")
 
@@ -177,7 +174,7 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
                             direct=repr(bool(direct)), expect=repr(expect), tol=repr(tol), inputs=repr(INPUTS_FILE),
                             nodes=int(len(case.gm.graph.nodes)), captured=repr(str(case.device)),
                             summary=repr(outcome.summary()), node_names=repr([(n.op, n.name) for n in case.gm.graph.nodes]),
-                            paths=repr(paths), script_loader=_script_loader(), dynamic=repr(_dynamic_dims(case.gm)),
+                            paths=repr(paths), copied=repr(carried.scripts), dynamic=repr(_dynamic_dims(case.gm)),
                             backward=repr(backward), grad=repr(grad), boxed=repr(_boxed_caller(case.dump)))
     try:
         compile(text, str(path), "exec")
@@ -185,7 +182,9 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
         raise GraphdbgError(f"{path}: the generated repro does not compile ({e.msg} at line {e.lineno}); "
                             "please report this") from None
 
-    return write_file(path, text)
+    written = write_file(path, text)
+    say_once(carried.notes)  # minify saves after every step: each line once
+    return written
 
 
 def _boxed_caller(dump: Any) -> bool:
@@ -213,60 +212,6 @@ def _dynamic_dims(gm: Any) -> list[Any]:
     return out
 
 
-def backend_paths(backend_ref: str, manifest: dict[str, Any] | None = None) -> list[str]:
-    """The folders the backend's modules were imported from (``sys.path`` entries that hold
-    them), so that the repro finds them from any folder: from this process, where the backend
-    was imported to minify, else from what capture recorded (``backend_source["path"]``)."""
-
-
-    modules: list[str] = []
-
-    def parts(recipe: dict[str, Any]) -> None:
-        items = list(recipe.get("kwargs", {}).values()) + [recipe.get("func") or {}] + list(recipe.get("args", []))
-        items += list(recipe.get("keywords", {}).values())
-        for part in items:
-            if "recipe" in part:
-                parts(part["recipe"])
-            elif "callable" in part and "script" not in part:
-                modules.append(part["callable"].partition(":")[0])
-
-    if is_recipe_spec(backend_ref):
-        try:
-            parts(json.loads(backend_ref[len(RECIPE_PREFIX):]))
-        except (ValueError, AttributeError):
-            pass
-    elif ":" in backend_ref and not backend_ref.partition(":")[0].endswith(".py"):
-        modules.append(backend_ref.partition(":")[0])
-    out: list[str] = []
-    for name in modules:
-        root = module_root(name)
-        if root is None and manifest is not None:
-            source = manifest.get("backend_source") or {}
-            root = source.get("path") if source.get("module") == name else None
-        if isinstance(root, str) and root not in out:
-            out.append(root)
-    return out
-
-
-def module_root(name: str) -> str | None:
-    """The ``sys.path`` folder that module ``name`` was imported from (None: not imported, or torch's own)."""
-
-    top = name.split(".")[0]
-    module = sys.modules.get(top)
-    file = getattr(module, "__file__", None)
-    if not file or top in ("torch", "functorch") or top.startswith("graphdbg_script_"):
-        return None
-    here = Path(file).resolve().parent
-    return str(here.parent if Path(file).name == "__init__.py" else here)
-
-
-def _script_loader() -> str:
-    """The source of resolve's definitions-only reading of a script, for the repro (no graphdbg there)."""
-
-
-    return inspect.getsource(resolve._definitions) + "\n\n" + inspect.getsource(resolve._root_name)
-
-
 def _get_attr(gm: torch.nn.Module, target: str) -> Any:
     obj: Any = gm
     for part in target.split("."):
@@ -288,8 +233,8 @@ Run with another backend: python repro.py --backend eager
 The backend runs in a child process, so a segfault or abort is an answer too (--in-process: not).
 """
 import argparse
-import ast
 import functools
+import hashlib
 import importlib
 import json
 import re
@@ -303,38 +248,24 @@ import torch._dynamo
 import torch.fx
 
 
-BACKEND_PATHS = {paths}  # where the backend's modules were imported from when this repro was written
-sys.path.extend(p for p in BACKEND_PATHS if p not in sys.path and Path(p).is_dir())
+# Where the backend's modules were, relative to this file's folder: searched before the copies
+# beside this file, so that a fix there shows here. COPIED: a script's definitions copied here
+# (file: [the script, relative to this folder; its sha256 then]).
+BACKEND_PATHS = {paths}
+COPIED = {copied}
+sys.path[:0] = [str(Path(__file__).parent / p) for p in BACKEND_PATHS if (Path(__file__).parent / p).is_dir()]
+for _name, (_origin, _sha) in COPIED.items():
+    _script = Path(__file__).parent / _origin
+    if _script.is_file() and hashlib.sha256(_script.read_bytes()).hexdigest() != _sha:
+        print(f"note: {{_origin}} changed since {{_name}} was copied from it; this repro runs the copy "
+              "(graphdbg minify again to take the change)", file=sys.stderr)
 
 
 def _resolve(module, qualname):
-    obj = _script(module) if module.endswith(".py") else importlib.import_module(module)
+    obj = importlib.import_module(module)
     for part in qualname.split("."):
         obj = getattr(obj, part)
     return obj
-
-
-_SCRIPTS = {{}}
-
-
-def _script(path):
-    """A backend defined in the user's script: its definitions only (imports, functions, classes),
-    never its program (top-level calls, the __main__ block), the way replay loads it."""
-    import types
-
-    if path not in _SCRIPTS:
-        tree = ast.parse(Path(path).read_text(), filename=path)
-        kept, _ = _definitions(tree.body)
-        module = types.ModuleType("repro_script_" + Path(path).stem)
-        module.__file__ = path
-        sys.modules[module.__name__] = module
-        sys.path.insert(0, str(Path(path).parent))
-        exec(compile(ast.Module(body=kept, type_ignores=[]), path, "exec"), module.__dict__)
-        _SCRIPTS[path] = module
-    return _SCRIPTS[path]
-
-
-{script_loader}
 
 
 {config}
@@ -371,8 +302,6 @@ def _from_recipe(recipe):
             return _from_recipe(p["recipe"])
         if "callable" not in p:
             raise LookupError(f"the backend's part {{p.get('unrecorded')}} was not recorded; run with --backend")
-        if "script" in p:  # defined in the user's script
-            return _resolve(p["script"], p["callable"].split(":", 1)[1])
         return _resolve(*p["callable"].split(":", 1))
 
     if recipe["kind"] == "aot_autograd":
@@ -387,8 +316,7 @@ def load_backend(ref):
     if ref.startswith("recipe:{{"):  # aot_autograd(...) / functools.partial, as recorded at capture
         return _from_recipe(json.loads(ref[len("recipe:"):]))
     if ":" in ref:
-        module, _, qualname = ref.rpartition(":") if ".py:" in ref else ref.partition(":")  # a script's path, or module:qualname
-        obj = _resolve(module, qualname)
+        obj = _resolve(*ref.split(":", 1))
         return obj() if isinstance(obj, type) else obj
     if ref == "thunder":  # Lightning Thunder's ThunderCompiler, by its short name
         from thunder.dynamo import ThunderCompiler

@@ -23,6 +23,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from graphdbg.backends.resolve import USER_PYTHONPATH
 from graphdbg.errors import GraphdbgError
 from graphdbg.judge.signature import same_signature
 
@@ -41,9 +42,10 @@ class SelfCheck:
     same: bool  # the child saw the captured failure
     line: str  # the child's verdict, one line
     exit_code: int | None  # the child's exit status (None: it timed out)
+    missing: str | None = None  # what the check needs and this machine lacks (pytest): the file is not checked
 
     def raise_unless_same(self, path: Path, captured: str | None) -> None:
-        if not self.same:
+        if not self.same and self.missing is None:
             raise SelfCheckFailed(f"wrote {path}, but run on its own in a fresh interpreter it does not show the captured "
                                   f"failure ({captured or 'a failure'}): {self.line}; the file is kept")
 
@@ -57,8 +59,11 @@ def _run(cmd: list[str], env: dict[str, str], timeout: float | None) -> tuple[in
 
 
 def _clean_env(shadow: Path | None) -> dict[str, str]:
+    """The user's environment: the ``PYTHONPATH`` they started graphdbg with, not the one graphdbg
+    grew to find a dump's backend (``resolve.USER_PYTHONPATH``), so what runs here runs for them."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GRAPHDBG_", "PYTEST_"))}
-    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.environ.get(USER_PYTHONPATH, env.get("PYTHONPATH", ""))
+    paths = [p for p in env.pop("PYTHONPATH").split(os.pathsep) if p]
     if shadow is not None:
         paths = [str(shadow), *paths]
     if paths:
@@ -101,6 +106,9 @@ def check_exported_test(path: str | Path, *, kind: str, captured: str | None, ti
     code, text = _run(cmd, _clean_env(None), timeout)
     if code is None:
         return SelfCheck(False, text, None)
+    if re.search(r"No module named '?pytest'?\s*$", text.strip()):
+        return SelfCheck(False, f"not run: pytest is not installed for {sys.executable} (pip install pytest)", code,
+                         missing="pytest")
     if code == 0:
         return SelfCheck(False, "the exported test passes (the failure is not there)", 0)
     found = _SUMMARY.search(text)

@@ -650,7 +650,7 @@ def _self_checked(run: Callable[..., object], path: Path, captured: str | None) 
     with _progress(f"checking {path} in a fresh interpreter"):
         check = run(self_check)
     check.raise_unless_same(path, captured)
-    _note(f"checked: {path} run on its own: {check.line}")
+    _note(f"not checked: {path}: {check.line}" if check.missing else f"checked: {path} run on its own: {check.line}")
 
 
 def _report(result: object, as_json: bool, schema: str | None = None) -> None:

@@ -1,0 +1,157 @@
+"""A backend's source brought along into a folder graphdbg writes (a minify output, an exported
+test's data), so the folder runs on another machine, from any folder, after the script moved.
+
+    >>> carry_backend("/home/me/proj/prog.py:strict_backend", Path("min"))
+    Carried(spec='prog_backend:strict_backend', notes=['copied the definitions strict_backend needs from ../prog.py to min/prog_backend.py'])
+
+- a backend defined in the user's script (``prog.py:fn``, or a recipe part of one): the
+  definitions it needs (``script_definitions``: no program, no ``import graphdbg`` it does not
+  use) are written to ``<stem>_backend.py`` in the folder, with where they came from in its
+  first lines; the spec then names that module;
+- a single-file module of the user's (``mybackend:fn``, not installed): copied to the folder
+  (its definitions only, when importing it would run a program);
+- a package of the user's: its ``sys.path`` folder, relative to the folder (``paths``);
+- an installed module or a registered name: nothing to bring, it imports by name.
+
+The folder's files are imported by name from the folder itself, after the folders they came
+from (``paths``, relative): where the user's module still is, the user's module runs, so a fix
+shows; a script's definitions are always the copy (a script is no module), and the repro says
+when the script changed since.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from graphdbg.backends.recipe import RECIPE_PREFIX, is_recipe_spec, recipe_spec
+from graphdbg.backends.resolve import _user_module_file, module_folder
+from graphdbg.backends.script_definitions import Script
+from graphdbg.store.gate import write_file
+
+
+@dataclass
+class Carried:
+    spec: str  # the backend as the folder's files name it
+    notes: list[str] = field(default_factory=list)  # what was brought along, one line each, for the user
+    paths: list[str] = field(default_factory=list)  # sys.path folders relative to the folder (packages of the user's)
+    files: list[str] = field(default_factory=list)  # the file names written into the folder
+    # a script's definitions copied: {file: [the script, relative to the folder; its sha256 then]}
+    scripts: dict[str, list[str]] = field(default_factory=dict)
+
+
+def carry_backend(spec: str, folder: Path, recorded_path: str | None = None) -> Carried:
+    """``spec`` with every script or user-module part of it brought into ``folder``.
+    ``recorded_path``: the sys.path folder capture recorded for a module backend."""
+    folder = Path(folder)
+    out = Carried(spec)
+    scripts: dict[Path, set[str]] = {}
+
+    def part(callable_: str, script: str | None) -> str:
+        if script is None:
+            module, _, qual = callable_.rpartition(":") if ".py:" in callable_ else callable_.partition(":")
+        else:
+            module, qual = script, callable_.partition(":")[2]
+        file = Path(module).resolve() if module.endswith(".py") else _user_file(module, recorded_path)
+        if file is not None and (module.endswith(".py") or Script.read(file).runs_program()):
+            scripts.setdefault(file, set()).add(qual)  # a program: the definitions it needs, as replay loads them
+            return f"{file.stem}_backend:{qual}"
+        return f"{_module(module, file, folder, out, recorded_path)}:{qual}"
+
+    if is_recipe_spec(spec):
+        recipe = json.loads(spec[len(RECIPE_PREFIX):])
+        _walk_recipe(recipe, part)
+        out.spec = recipe_spec(recipe)
+    elif ":" in spec:
+        out.spec = part(spec, None)
+    for file, quals in scripts.items():
+        _write_definitions(file, sorted(quals), folder, out)
+        _relative_path(file.parent, folder, out)  # its sibling modules, while they are where they were
+    return out
+
+
+_said: set[str] = set()
+
+
+def say_once(notes: list[str]) -> None:
+    """Each note on stderr, once per process."""
+    for note in notes:
+        if note not in _said:
+            _said.add(note)
+            sys.stderr.write(f"graphdbg: {note}\n")
+
+
+def _walk_recipe(recipe: dict[str, Any], part: Any) -> None:
+    items = list(recipe.get("kwargs", {}).values()) + [recipe.get("func") or {}] + list(recipe.get("args", []))
+    items += list(recipe.get("keywords", {}).values())
+    for item in items:
+        if "recipe" in item:
+            _walk_recipe(item["recipe"], part)
+        elif "callable" in item:
+            item["callable"] = part(item["callable"], item.pop("script", None))
+
+
+def _write_definitions(file: Path, quals: list[str], folder: Path, out: Carried) -> None:
+    script = Script.read(file)
+    for qual in quals:
+        script.check_name(qual, f"{file}:{qual}")
+    indexes = sorted(set().union(*(script.needed(q) for q in quals)))
+    name = f"{file.stem}_backend.py"
+    origin = _relative(file, folder)
+    digest = hashlib.sha256(script.source.encode()).hexdigest()
+    out.scripts[name] = [origin, digest]
+    header = (f'"""The definitions {", ".join(quals)} needs, copied by graphdbg from {origin} (sha256 {digest[:16]}...),\n'
+              f'so that this folder runs without that script: {len(indexes)} of its {len(script.tree.body)} top-level '
+              'statements, never its program."""\n\n')
+    write_file(folder / name, header + script.definitions_source(indexes))
+    out.files.append(name)
+    out.notes.append(f"copied the definitions {', '.join(quals)} needs from {origin} to {folder / name}")
+
+
+def _user_file(module: str, recorded_path: str | None) -> Path | None:
+    file = _user_module_file(module)
+    if file is None and recorded_path and "." not in module and (Path(recorded_path) / f"{module}.py").is_file():
+        file = Path(recorded_path, f"{module}.py").resolve()
+    return file
+
+
+def _module(module: str, file: Path | None, folder: Path, out: Carried, recorded_path: str | None) -> str:
+    if file is not None:
+        name = f"{module}.py"
+        write_file(folder / name, Script.read(file).source)
+        out.files.append(name)
+        out.notes.append(f"copied the backend's module {module} from {_relative(file, folder)} to {folder / name}")
+        _relative_path(file.parent, folder, out)  # its sibling modules, while they are where they were
+        return module
+    root = module_folder(module) or recorded_path
+    if root and not _installed(root) and _relative_path(Path(root), folder, out):
+        out.notes.append(f"the backend's package {module.split('.')[0]} is imported from {_relative(Path(root), folder)}, "
+                         f"relative to {folder} (not copied)")
+    return module
+
+
+def _relative_path(root: Path, folder: Path, out: Carried) -> bool:
+    rel = _relative(root, folder)
+    if rel in out.paths:
+        return False
+    out.paths.append(rel)
+    return True
+
+
+def _installed(root: str) -> bool:
+    import sysconfig  # only for a package of the user's: rare
+
+    return any(Path(root).resolve().is_relative_to(Path(p).resolve())
+               for k, p in sysconfig.get_paths().items() if k in ("purelib", "platlib", "stdlib"))
+
+
+def _relative(path: Path, folder: Path) -> str:
+    try:
+        return os.path.relpath(Path(path).resolve(), Path(folder).resolve())
+    except ValueError:  # another drive: its name only
+        return Path(path).name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,15 @@ def test_bisect_nodes_on_an_opaque_backend_bisects_prefixes():
 def test_bisect_nodes_when_nothing_diverges():
     d = bisect_nodes(FIXTURES / "block_accuracy", "eager")
     assert d.node is None and d.compared > 20
+
+
+def test_bisect_nodes_on_a_crash_dump_names_the_node_the_graph_crashes_at(cli):
+    # the backend rewrites the graph (transposes every linear weight): the first node that can't run is the answer
+    r = cli("bisect", "nodes", FIXTURES / "block_runtime_error", "--trust-backend", "--json")
+    assert r.code == 1, r
+    found = json.loads(r.out)
+    assert found["node"] == "linear" and found["source"].endswith("programs.py:43")
+    assert found["note"].startswith("the graph crashes here: RuntimeError: mat1 and mat2 shapes cannot be multiplied")
 
 
 def _rank_dumps(tmp_path, monkeypatch, change):

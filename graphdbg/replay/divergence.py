@@ -62,7 +62,8 @@ class NodeDivergence(Displayed):
             return f"no node diverges ({self.note})" if self.note else "no node diverges"
         where = f" at {self.source}" if self.source else ""
         what = f" (rewritten from {self.replaced})" if self.replaced else ""
-        return f"{self.node}{what}{where}: max abs error {self.max_abs_error:.3g}" + (f", in {self.module}" if self.module else "")
+        how = f"max abs error {self.max_abs_error:.3g}" if self.max_abs_error is not None else self.note
+        return f"{self.node}{what}{where}: {how}" + (f", in {self.module}" if self.module else "")
 
 
 def references(case: Case, grad: bool) -> tuple[ValueRecorder, ValueRecorder]:
@@ -84,11 +85,17 @@ def graph_divergence(case: Case, runs_gm: fx.GraphModule, ref: ValueRecorder, re
     """Run ``runs_gm`` under the interpreter and return its first node that disagrees with the
     reference node of the same name."""
     cand = ValueRecorder(runs_gm)
+    crash: Exception | None = None
     with torch.set_grad_enabled(grad):
-        cand.run(*clone_values(case.inputs))
+        try:
+            cand.run(*clone_values(case.inputs))
+        except Exception as e:  # a crash dump's graph: the node it crashes at is the answer, if nothing diverged before
+            crash = e
     ref_nodes = {n.name: n for n in case.gm.graph.nodes}
     compared = 0
     for node in runs_gm.graph.nodes:
+        if node.op in COMPUTE_OPS and node.name not in cand.values:
+            break  # where the crash stopped the run
         if node.op not in COMPUTE_OPS or node.name not in ref_nodes or node.name not in ref.values:
             continue
         bad = judge_outputs(ref.values[node.name], cand.values[node.name], ref64=ref64.values.get(node.name), rtol=rtol, atol=atol)
@@ -108,7 +115,26 @@ def graph_divergence(case: Case, runs_gm: fx.GraphModule, ref: ValueRecorder, re
                     result.target = target_name(next(n for n in runs_gm.graph.nodes if n.name == result.new_nodes[-1]))
                 break
         return result
+    if crash is not None:
+        return _crash_node(case, runs_gm, cand, ref_nodes, crash, compared)
     return NodeDivergence(None, compared=compared, note="every node agrees with the reference")
+
+
+def _crash_node(case: Case, runs_gm: fx.GraphModule, cand: ValueRecorder, ref_nodes: dict[str, fx.Node],
+                crash: Exception, compared: int) -> NodeDivergence:
+    """The node the graph crashed at (every node before it agreeing): where the reference has a
+    node of that name, its source line; else the rewritten node's own name and target."""
+    failed = next((n for n in runs_gm.graph.nodes if n.op in COMPUTE_OPS and n.name not in cand.values), None)
+    message = (str(crash).strip().splitlines() or [""])[0][:200]
+    note = f"the graph crashes here: {type(crash).__name__}: {message}"
+    if failed is None:
+        return NodeDivergence(None, compared=compared, note=note)
+    if failed.name in ref_nodes:
+        result = describe_node(case, ref_nodes[failed.name], [], compared)
+    else:
+        result = NodeDivergence(failed.name, target=target_name(failed), compared=compared)
+    result.note = note
+    return result
 
 
 def graph_it_runs(gm: fx.GraphModule, inputs: list[Any], backend: Callable[..., Any]) -> fx.GraphModule | None:

@@ -738,7 +738,8 @@ def node_divergence_panel(result: Any) -> Panel:
                 text.append(f"  {result.code.strip()}", style="italic")
         if result.module:
             text.append(f"\nmodule {result.module}", style="dim")
-        text.append(f"\nmax abs error {_num(result.max_abs_error)}" + (f", max rel error {_num(result.max_rel_error)}" if result.max_rel_error is not None else ""), style="yellow")
+        if result.max_abs_error is not None:
+            text.append(f"\nmax abs error {_num(result.max_abs_error)}" + (f", max rel error {_num(result.max_rel_error)}" if result.max_rel_error is not None else ""), style="yellow")
     text.append(f"\n{result.compared} nodes compared ({result.method})", style="dim")
     if result.note:
         text.append(f"\n{result.note}", style="yellow")

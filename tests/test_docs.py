@@ -117,3 +117,32 @@ def test_the_readme_replay_command_works_after_the_quickstart_is_captured_twice(
     assert "REPRODUCED: the same failure as captured" in r.stdout
     assert "captured 2 times (no new dump)" in r.stderr
     assert len(list((scratch / "examples" / "quickstart" / "graphdbg_dumps" / "rank0").iterdir())) == 1
+
+
+def test_every_command_help_ends_with_an_example_of_that_command(cli):
+    """`graphdbg --help`, each command's and each subcommand's: the last line is an example of it."""
+    import typer
+
+    from graphdbg.ui.cli import app
+
+    def paths(command, path=()):
+        yield path
+        for name, sub in sorted(getattr(command, "commands", {}).items()):
+            if not sub.hidden:
+                yield from paths(sub, (*path, name))
+
+    seen = []
+    for path in paths(typer.main.get_command(app)):
+        r = cli(*path, "--help")
+        last = [line.strip() for line in r.out.splitlines() if line.strip()][-1]
+        assert r.code == 0 and last.startswith(" ".join(("Example: graphdbg", *path)) + " "), (path, last)
+        seen.append(" ".join(path))
+    assert {"capture", "replay", "share", "bisect", "bisect nodes", "bisect passes", "bisect ranks"} <= set(seen), seen
+
+
+def test_replay_help_lists_each_exit_code_replay_gives(cli):
+    from graphdbg.ui.cli import DIFFERENT_FAILURE
+
+    text = " ".join(cli("replay", "--help").out.split())
+    for code, meaning in ((0, "pass"), (1, "the captured failure"), (DIFFERENT_FAILURE, "another failure"), (2, "can't run")):
+        assert f"{code} on {meaning}" in text or f"{code} if it {meaning}" in text, (code, meaning)

@@ -12,8 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 TESTS = ROOT / "tests"
 
-# The whole printed-graph corpus of real SGLang + ThunderFX runs, bundled (fixtures/README.md);
-# fixtures/corpus is a small part of it, for tests that want a quick folder.
+# The whole printed-graph corpus of real SGLang + ThunderFX runs, bundled (fixtures/sglang-thunderfx/README.md:
+# its source and licence); fixtures/corpus holds 16 of its files, for tests that want a quick folder.
 SGLANG_CORPUS = FIXTURES / "sglang-thunderfx"
 
 

@@ -1,6 +1,6 @@
 """Printed GraphModule files from real SGLang + ThunderFX runs, read and replayed as users would.
 
-The files under fixtures/sglang-thunderfx are the whole corpus, byte for byte (fixtures/README.md);
+The files under fixtures/sglang-thunderfx are the whole corpus, byte for byte (its README says from where);
 fixtures/corpus holds 16 of them, for the tests that replay every file.
 """
 

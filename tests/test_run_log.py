@@ -1,7 +1,7 @@
 """The run's log: failures per rank, as signatures, attached to the printed graphs beside it.
 
 The logs under fixtures/corpus are byte-for-byte copies of the corpus's ``log.txt`` files
-(SGLang + ThunderFX runs, fixtures/README.md). Another log comes from a real torchrun run of a program
+(SGLang + ThunderFX runs, fixtures/sglang-thunderfx/README.md). Another log comes from a real torchrun run of a program
 whose backend prints each graph it is given (as Thunder's debug branch did) and then refuses
 it. Every test goes through the CLI.
 """

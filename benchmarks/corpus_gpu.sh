@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The corpus on the GPU machine, N processes side by side: eager, then Inductor with accuracy, per file.
-# Carry .corpus (a copy of ../shared/corpus/sglang-thunderfx) and .whl. Rows go to $OUT/corpus_I.jsonl.
+# The corpus is fixtures/sglang-thunderfx (in the checkout); carry .whl. Rows go to $OUT/corpus_I.jsonl.
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 python3 -c "import pydantic" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --target .site .whl/opt/*.whl
 export PYTHONPATH=$PWD/.site:$PWD
 N=4
 for i in $(seq 0 $((N-1))); do
-  timeout 560 python3 benchmarks/replay_memory.py corpus .corpus --shard $i/$N > $OUT/corpus_$i.jsonl 2> $OUT/corpus_$i.err &
+  timeout 560 python3 benchmarks/replay_memory.py corpus fixtures/sglang-thunderfx --shard $i/$N > $OUT/corpus_$i.jsonl 2> $OUT/corpus_$i.err &
 done
 wait
 cat $OUT/corpus_*.jsonl | python3 -c "

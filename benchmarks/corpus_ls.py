@@ -2,7 +2,7 @@
 
     python benchmarks/corpus_ls.py [PATH] [--repeat 5] [--json]
 
-PATH defaults to ../shared/corpus/sglang-thunderfx (152 files from SGLang + ThunderFX runs).
+PATH defaults to fixtures/sglang-thunderfx (152 files from SGLang + ThunderFX runs).
 Each run reads every file with the AST parser (never executing it), builds its manifest
 (rank, graph number, stand-in constructs, rank-masked hash) and groups the files, in this
 process after torch is imported: the work `graphdbg ls` adds on top of starting Python. The
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT = ROOT.parent / "shared" / "corpus" / "sglang-thunderfx"
+DEFAULT = ROOT / "fixtures" / "sglang-thunderfx"
 GOAL_S = 5.0
 
 

@@ -6,9 +6,8 @@ Two folders, each listed with ``list_dumps`` (the work of ``graphdbg ls`` after 
 start), and the time of ``grep -c Traceback`` over the folder's log, the tool a user would run
 instead to find the failures, printed as a ratio:
 
-- ``qwen3-next``: the shared corpus' Qwen3-Next-80B-A3B-Instruct folder (8 ranks' printed graphs
-  and the run's log.txt; skipped when ../shared is not there). Formerly a 30 s assertion in
-  tests/test_run_log.py.
+- ``qwen3-next``: the corpus' Qwen3-Next-80B-A3B-Instruct folder (fixtures/sglang-thunderfx: 8
+  ranks' printed graphs and the run's log.txt). Formerly a 30 s assertion in tests/test_run_log.py.
 - ``giant-line``: the two stream graphs of fixtures/corpus' Qwen3-Next and a 48 MB log without a
   newline followed by an unclosed traceback (a progress bar gone wrong). Formerly a 60 s assertion.
 """
@@ -26,8 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = next((p for p in (ROOT.parent / "shared", ROOT.parent.parent / "shared")
-               if (p / "corpus" / "sglang-thunderfx").is_dir()), ROOT.parent / "shared") / "corpus" / "sglang-thunderfx"
+QWEN3_NEXT = ROOT / "fixtures" / "sglang-thunderfx" / "Qwen" / "Qwen3-Next-80B-A3B-Instruct"
 NEXT_FIXTURE = ROOT / "fixtures" / "corpus" / "Qwen3-Next-80B-A3B-Instruct"
 
 
@@ -74,10 +72,7 @@ def main() -> int:
 
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        if (SHARED / "Qwen" / "Qwen3-Next-80B-A3B-Instruct").is_dir():
-            results.append(measure("qwen3-next", SHARED / "Qwen" / "Qwen3-Next-80B-A3B-Instruct", args.repeat))
-        else:
-            print(f"{SHARED}: not found; the qwen3-next folder is skipped", file=sys.stderr)
+        results.append(measure("qwen3-next", QWEN3_NEXT, args.repeat))
         results.append(measure("giant-line", giant_line_folder(Path(tmp)), args.repeat))
     if args.json:
         print(json.dumps(results, indent=1))

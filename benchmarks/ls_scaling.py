@@ -2,7 +2,7 @@
 
     python benchmarks/ls_scaling.py [CORPUS] [--times 1 2 4 8] [--dumps 100] [--json]
 
-For a folder of printed graphs copied 1x, 2x, 4x, 8x (default: ../shared/corpus, 152 files),
+For a folder of printed graphs copied 1x, 2x, 4x, 8x (default: fixtures/sglang-thunderfx, 152 files),
 runs `graphdbg ls --json` in a fresh process with an empty cache, then again (the listing kept
 whole: no file changed), then once more after one file was added (the listing made again from
 the per-file cache), and a bare `python` that `ast.parse`s the same files: the anchor, the
@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT = ROOT.parent / "shared" / "corpus"
+DEFAULT = ROOT / "fixtures" / "sglang-thunderfx"
 ANCHOR = "import ast, pathlib, sys\nfor p in sorted(pathlib.Path(sys.argv[1]).rglob('*.py')): ast.parse(p.read_text())\n"
 
 

@@ -3,7 +3,7 @@ Thunder and Inductor, and report per group of files.
 
     python examples/corpus_replay.py [FOLDER] [--device cuda] [--seed 0] [--backends thunder,inductor]
 
-FOLDER defaults to ../shared/corpus/sglang-thunderfx. For each printed GraphModule file:
+FOLDER defaults to fixtures/sglang-thunderfx (the bundled corpus). For each printed GraphModule file:
 load it (parsed, never executed), synthesize inputs on the device, install stand-ins, and
 replay it under ``eager`` (re-traced by Dynamo, as graphdbg replays everything). Files are
 grouped as ``graphdbg ls`` groups them (same graph on every rank up to rank literals); the
@@ -39,7 +39,7 @@ from graphdbg.errors import GraphdbgError  # noqa: E402
 from graphdbg.formats.listing import list_dumps  # noqa: E402
 from graphdbg.formats.printed_graph import SEED_ENV  # noqa: E402
 
-DEFAULT = ROOT.parent / "shared" / "corpus" / "sglang-thunderfx"
+DEFAULT = ROOT / "fixtures" / "sglang-thunderfx"
 FAILING_MODEL = "Qwen3-Next-80B-A3B-Instruct"
 
 

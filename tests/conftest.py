@@ -12,17 +12,9 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 TESTS = ROOT / "tests"
 
-# The shared corpus (sglang-thunderfx printed graphs and logs), next to the checkout or one level
-# up (worktrees). Tests marked `needs_corpus` FAIL without it, unless GRAPHDBG_NO_CORPUS=1 (skip).
-SHARED_CORPUS = next((p for p in (ROOT.parent / "shared", ROOT.parent.parent / "shared")
-                      if (p / "corpus" / "sglang-thunderfx").is_dir()), ROOT.parent / "shared") / "corpus" / "sglang-thunderfx"
-
-
-def corpus_files(pattern: str) -> list[Path]:
-    """The shared corpus' files matching ``pattern``, for parametrize; without the corpus one
-    path that does not exist, so that the `needs_corpus` test fails (or skips) instead of vanishing."""
-    found = sorted(SHARED_CORPUS.glob(pattern)) if SHARED_CORPUS.is_dir() else []
-    return found or [SHARED_CORPUS / "missing"]
+# The whole printed-graph corpus of real SGLang + ThunderFX runs, bundled (fixtures/sglang-thunderfx/README.md:
+# its source and licence); fixtures/corpus holds 16 of its files, for tests that want a quick folder.
+SGLANG_CORPUS = FIXTURES / "sglang-thunderfx"
 
 
 def child_env(*paths: Path | str, graphdbg: bool = True, tests: bool = False, inherit: bool = False, **extra: str) -> dict:
@@ -37,15 +29,6 @@ def child_env(*paths: Path | str, graphdbg: bool = True, tests: bool = False, in
         env["PYTHONPATH"] = os.pathsep.join(parts)
     env.update(extra)
     return env
-
-
-@pytest.fixture(autouse=True)
-def _needs_corpus(request):
-    if request.node.get_closest_marker("needs_corpus") is None or SHARED_CORPUS.is_dir():
-        return
-    if os.environ.get("GRAPHDBG_NO_CORPUS") == "1":
-        pytest.skip(f"the shared corpus is not at {SHARED_CORPUS} (GRAPHDBG_NO_CORPUS=1)")
-    pytest.fail(f"the shared corpus is not at {SHARED_CORPUS}; put it there, or set GRAPHDBG_NO_CORPUS=1 to skip")
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Printed GraphModule files from real SGLang + ThunderFX runs, read and replayed as users would.
 
-The fixtures under fixtures/corpus are byte-for-byte copies of files from the shared
-corpus (../shared/corpus/sglang-thunderfx); tests over the whole corpus fail without it (skip with GRAPHDBG_NO_CORPUS=1).
+The files under fixtures/sglang-thunderfx are the whole corpus, byte for byte (its README says from where);
+fixtures/corpus holds 16 of them, for the tests that replay every file.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SHARED_CORPUS
+from conftest import SGLANG_CORPUS
 
 import graphdbg
 from graphdbg.dump import Dump
@@ -26,8 +26,6 @@ NEXT = CORPUS_FIXTURES / "Qwen3-Next-80B-A3B-Instruct"
 FIXTURE_FILES = sorted(CORPUS_FIXTURES.rglob("*.py"))
 # Inputs of several GB (a Mamba cache): run_case's clones and float64 reference would copy them.
 STREAM_GRAPHS = {"graph_module_170076.py", "graph_module_956955.py"}
-
-needs_corpus = pytest.mark.needs_corpus
 
 
 def _kinds(case) -> set[str]:
@@ -170,12 +168,11 @@ def test_ls_groups_ranks_of_the_same_graph_and_names_what_needs_stand_ins(cli):
     assert r.code == 0 and "needs stand-ins" in r.out and "sglang.inplace_all_reduce" in r.out, r
 
 
-@needs_corpus
-def test_ls_over_the_whole_shared_corpus_groups_every_rank():
+def test_ls_over_the_whole_corpus_groups_every_rank():
     # how fast: benchmarks/corpus_ls.py (a timed assertion here only measures CI's neighbours)
     from graphdbg.formats.listing import list_dumps
 
-    listing = list_dumps(SHARED_CORPUS)
+    listing = list_dumps(SGLANG_CORPUS)
     groups = listing.groups
     assert len(listing.dumps) == 152 and not listing.problems
     world = {"Qwen3-Next-80B-A3B-Instruct": 8, "Qwen3-0.6B": 4, "Llama-4-Maverick-17B-128E-Instruct": 4, "Mixtral-8x7B-Instruct-v0.1": 4}

@@ -11,9 +11,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from conftest import FIXTURES
-
-CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "sglang-thunderfx"
+from conftest import FIXTURES, SGLANG_CORPUS
 
 
 def _folder(tmp_path: Path) -> Path:
@@ -94,8 +92,8 @@ def test_a_second_ls_reads_from_the_cache_and_sees_changed_files(tmp_path, cli, 
 def test_worker_processes_list_the_same_as_one_process():
     from graphdbg.formats.listing import list_dumps
 
-    one = list_dumps(CORPUS, cache=False, workers=1).to_json()
-    many = list_dumps(CORPUS, cache=False, workers=2).to_json()
+    one = list_dumps(SGLANG_CORPUS, cache=False, workers=1).to_json()
+    many = list_dumps(SGLANG_CORPUS, cache=False, workers=2).to_json()
     assert len(one["dumps"]) == 152 and one == many
 
 

@@ -12,8 +12,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import pytest
-from conftest import FIXTURES, SHARED_CORPUS, child_env
+from conftest import FIXTURES, SGLANG_CORPUS, child_env
 
 from graphdbg.formats.listing import list_dumps, printed_graph_files
 from graphdbg.formats.printed_file import scan_printed
@@ -211,9 +210,8 @@ def test_kept_forwards_are_bounded_by_their_nodes(monkeypatch):
         scan.forget_forwards()
 
 
-@pytest.mark.needs_corpus
-def test_the_scan_lists_the_shared_corpus_as_the_full_reader_does():
-    assert len(_same(SHARED_CORPUS)["dumps"]) == 152
+def test_the_scan_lists_the_whole_corpus_as_the_full_reader_does():
+    assert len(_same(SGLANG_CORPUS)["dumps"]) == 152
 
 
 def test_ls_shows_the_hashes_load_gives(tmp_path):

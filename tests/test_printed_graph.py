@@ -10,15 +10,14 @@ import pytest
 import torch
 import torch.fx as fx
 import torch.nn as nn
-from conftest import SHARED_CORPUS, corpus_files
+from conftest import SGLANG_CORPUS
 
 from graphdbg.errors import GraphSourceError
 from graphdbg.graph.parser import PrintedGraph, mangled_name, parse_printed_graph, resolve_target
 from graphdbg.store.specs import SymSpec, TensorSpec
 
-CORPUS = SHARED_CORPUS
-needs_corpus = pytest.mark.needs_corpus
-CORPUS_FILES = corpus_files("**/*.py")
+CORPUS = SGLANG_CORPUS
+CORPUS_FILES = sorted(CORPUS.glob("**/*.py"))
 
 
 def printed(gm: fx.GraphModule) -> str:
@@ -189,7 +188,6 @@ def test_resolution_helpers():
 # --- the corpus: real files from someone else's run ------------------------------------------
 
 
-@needs_corpus
 @pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: str(p.relative_to(CORPUS)))
 def test_corpus_file_parses(path):
     pg = parse_printed_graph(path.read_text(), filename=str(path), resolve=stand_in)
@@ -198,7 +196,6 @@ def test_corpus_file_parses(path):
     assert gm.code  # fx can regenerate code from what we built
 
 
-@needs_corpus
 def test_corpus_split_graph_facts():
     path = CORPUS / "Qwen/Qwen3-Next-80B-A3B-Instruct/rank0_0.py"
     pg = parse_printed_graph(path.read_text(), filename=str(path), resolve=stand_in)
@@ -225,7 +222,6 @@ def test_corpus_split_graph_facts():
     torch.testing.assert_close(out, weight[5:6])
 
 
-@needs_corpus
 def test_corpus_unknown_custom_op_without_hook_names_file_line_and_call():
     path = CORPUS / "Qwen/Qwen3-Next-80B-A3B-Instruct/rank0_0.py"
     text = path.read_text()
@@ -236,7 +232,6 @@ def test_corpus_unknown_custom_op_without_hook_names_file_line_and_call():
     assert f"rank0_0.py:{line}:" in str(info.value)
 
 
-@needs_corpus
 def test_corpus_unsplit_graph_facts():
     path = next(p for p in CORPUS_FILES if "triton_kernel_wrapper_mutation" in p.read_text())
     pg = parse_printed_graph(path.read_text(), filename=str(path), resolve=stand_in)

@@ -1,7 +1,7 @@
 """The run's log: failures per rank, as signatures, attached to the printed graphs beside it.
 
-The logs under fixtures/corpus are byte-for-byte copies of the shared corpus's ``log.txt``
-files (SGLang + ThunderFX runs). Another log comes from a real torchrun run of a program
+The logs under fixtures/corpus are byte-for-byte copies of the corpus's ``log.txt`` files
+(SGLang + ThunderFX runs, fixtures/sglang-thunderfx/README.md). Another log comes from a real torchrun run of a program
 whose backend prints each graph it is given (as Thunder's debug branch did) and then refuses
 it. Every test goes through the CLI.
 """
@@ -16,14 +16,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_CORPUS, child_env
+from conftest import SGLANG_CORPUS, child_env
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS_FIXTURES = ROOT / "fixtures" / "corpus"
 NEXT = CORPUS_FIXTURES / "Qwen3-Next-80B-A3B-Instruct"
 LLAMA = CORPUS_FIXTURES / "Llama-4-Maverick-17B-128E-Instruct"
 QWEN_SMALL = CORPUS_FIXTURES / "Qwen3-0.6B"
-needs_corpus = pytest.mark.needs_corpus
 
 STREAM_SIGNATURE = "NotImplementedError: argument of type: <class 'torch.cuda.streams.Stream'>"
 THUNDER = "thunder.dynamo.compiler:ThunderCompiler"
@@ -104,9 +103,8 @@ def test_a_log_without_failures_changes_nothing(cli):
     assert all(d["kind"] == "printed_graph" and d["log"] is None for d in data["dumps"])
 
 
-@needs_corpus
 def test_the_whole_qwen3_next_folder_is_one_group_of_eight_ranks_with_the_stream_failure(cli):
-    data = _ls(cli, SHARED_CORPUS / "Qwen" / "Qwen3-Next-80B-A3B-Instruct")  # how fast: benchmarks/log_scan.py
+    data = _ls(cli, SGLANG_CORPUS / "Qwen" / "Qwen3-Next-80B-A3B-Instruct")  # how fast: benchmarks/log_scan.py
     failed = [g for g in data["groups"] if g["signature"]]
     (g,) = failed
     assert g["ranks"] == list(range(8)) and len(g["files"]) == 8

@@ -22,6 +22,11 @@ from graphdbg.ui.render import safe_console as Console  # gate: no markup read, 
 # Each command imports the layers it uses inside its function: this module loads without torch,
 # so `graphdbg --help` and a bad argument answer without the 2 s that importing torch takes.
 
+def _example(command: str) -> str:
+    """A command's example, shown at the end of its --help."""
+    return f"[bold]Example:[/] [cyan]{command}[/]"
+
+
 app = typer.Typer(
     name="graphdbg",
     help="Capture the FX graphs a torch.compile backend fails on, and replay them offline.",
@@ -30,6 +35,7 @@ app = typer.Typer(
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=_example("graphdbg capture -- python train.py"),
 )
 
 
@@ -57,9 +63,6 @@ def _version(value: bool) -> None:
 def _options(version: Annotated[bool, typer.Option("--version", "-V", callback=_version, is_eager=True,
                                                    help="Print the version and exit.")] = False) -> None:
     pass
-def _example(command: str) -> str:
-    """A command's example, shown at the end of its --help."""
-    return f"[bold]Example:[/] [cyan]{command}[/]"
 
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON (stable; `graphdbg schema NAME`) instead of tables.", rich_help_panel="Output")]
@@ -302,7 +305,7 @@ def replay(
     trust_config: TrustConfigOpt = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Replay a dump under a backend; exit 0 on pass, 1 on a reproduced failure, 2 if it can't run."""
+    """Replay a dump under a backend; exit 0 on pass, 1 on the captured failure, 4 on another failure, 2 if it can't run."""
     _must_exist(dump)
     from graphdbg.replay.start import replay_dump
 
@@ -469,7 +472,8 @@ def report(
     console.print(f"wrote {written}", highlight=False, soft_wrap=True)
 
 
-bisect_app = typer.Typer(help="Find what broke it: which pass, which node, which rank.", no_args_is_help=True)
+bisect_app = typer.Typer(help="Find what broke it: which pass, which node, which rank.", no_args_is_help=True,
+                         epilog=_example("graphdbg bisect nodes fixtures/block_accuracy --trust-backend"))
 app.add_typer(bisect_app, name="bisect")
 
 
@@ -603,7 +607,7 @@ def redact(
             console.print(f"{row['path']}: {row['paths']} paths made relative, removed {', '.join(row['removed']) or 'nothing'}", highlight=False)
 
 
-@app.command()
+@app.command(epilog=_example("graphdbg share dumps/rank0/g0-compile_error-3b0e0256 -o shared --trust-backend"))
 def share(
     dump: Annotated[Path, typer.Argument(help="A dump folder.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Where the copy goes (a new dump folder).")],

@@ -5,12 +5,17 @@ dumps of failures Python sees keep the full values."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 import textwrap
 
+import pytest
+import torch
 from conftest import ROOT
+
+from graphdbg.store.describe import tensor_stats
 
 _PROGRAM = textwrap.dedent("""
     import sys, torch, graphdbg
@@ -82,3 +87,33 @@ def test_the_armed_dump_of_a_call_that_passes_costs_no_schema_import(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout
     assert not [p for p in (tmp_path / "dumps").glob("rank*/*")]  # armed, then removed after the call
+
+
+def _reference_stats(values: list[float]) -> dict[str, float]:
+    finite = [v for v in values if math.isfinite(v)]
+    mean = math.fsum(finite) / len(finite)
+    return {"nan": sum(math.isnan(v) for v in values), "inf": sum(math.isinf(v) for v in values), "min": min(finite),
+            "max": max(finite), "mean": mean, "std": math.sqrt(max(math.fsum(v * v for v in finite) / len(finite) - mean * mean, 0))}
+
+
+_WEIGHT = torch.randn(150_000, generator=torch.Generator().manual_seed(0))
+_WITH_HOLES = _WEIGHT.clone().index_fill_(0, torch.arange(0, 150_000, 7), float("nan")).index_fill_(0, torch.arange(3, 150_000, 11), float("inf"))
+
+
+@pytest.mark.parametrize("value", [
+    _WEIGHT, torch.randn(450_000)[::3], _WITH_HOLES, _WEIGHT.to(torch.bfloat16), _WEIGHT.to(torch.float16) * 30_000,
+    _WEIGHT > 0.5, (_WEIGHT * 100).to(torch.int32), torch.complex(_WEIGHT, _WEIGHT.flip(0)),
+], ids=["float32", "strided", "nan_and_inf", "bfloat16", "float16_overflowing", "bool", "int32", "complex64"])
+def test_the_statistics_of_a_sample_are_those_of_the_values_it_takes(value):
+    """The statistics an armed dump records of a large input: of an evenly spaced sample
+    (every 30th value here), with NaN and Inf counted and left out of the rest, whatever the
+    dtype and strides; torch's thread count is as it was."""
+    threads = torch.get_num_threads()
+    stats = tensor_stats(value, sample=5000)
+    assert torch.get_num_threads() == threads
+    part = value[::30]
+    assert stats["numel"] == 150_000 and stats["sampled"] == part.numel() == 5000
+    expected = _reference_stats((part.abs() if part.is_complex() else part).to(torch.float64).tolist())
+    assert {k: stats[k] for k in ("nan", "inf")} == {k: expected[k] for k in ("nan", "inf")}
+    for key in ("min", "max", "mean", "std"):
+        assert math.isclose(stats[key], expected[key], rel_tol=1e-9, abs_tol=1e-9), (key, stats, expected)

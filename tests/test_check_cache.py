@@ -96,3 +96,17 @@ def test_the_check_cache_can_be_turned_off(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     assert _load_in_child(FIXTURE, cache) == (FIXTURE.name, True)
     assert _load_in_child(FIXTURE, cache) == (FIXTURE.name, True)  # checked again: nothing was kept
+
+
+def test_the_cache_is_in_the_users_cache_folder_unless_told(tmp_path):
+    """``$GRAPHDBG_CACHE_DIR`` when set, else the platform's user cache folder (on Linux
+    ``$XDG_CACHE_HOME/graphdbg``, where platformdirs puts it)."""
+    env = {k: v for k, v in os.environ.items() if k != "GRAPHDBG_CACHE_DIR"}
+    env.update(PYTHONPATH=str(ROOT), XDG_CACHE_HOME=str(tmp_path / "xdg"), HOME=str(tmp_path / "home"))
+    done = subprocess.run([sys.executable, "-c", PROBE, str(FIXTURE)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "xdg" / "graphdbg" / "checked.sqlite").exists()
+    assert not (tmp_path / "home").exists()
+    told = tmp_path / "told"
+    _load_in_child(FIXTURE, told)
+    assert (told / "checked.sqlite").exists() and len(list((tmp_path / "xdg").rglob("*.sqlite"))) == 1

@@ -346,7 +346,7 @@ OWN_FILES = {
     "replay/world.py": "its own temporary folder: request.json, rank pids and stderr",
     "replay/rank_main.py": "its own temporary folder (a torchrun rank)",
     "replay/child.py": "its own temporary folder (request.json, outcome.json)",
-    "replay/isolation.py": "its own temporary folder (request.json, stderr), /proc",
+    "replay/isolation.py": "its own temporary folder (request.json, stderr)",
     "replay/passes.py": "a --passes file the user named",
     "capture/armed.py": "fault.txt of a dump it is writing",
     "rebuild/ops_hint.py": "installed packages' sources (which library defines an op)",

@@ -68,6 +68,14 @@ def sleeps_until_killed(gm, example_inputs):
     return gm.forward
 
 
+def sleeps_beside_a_grandchild_out_of_its_group_and_token(gm, example_inputs):
+    _note("tmp", Path(sys.argv[1]).parent)
+    _note("grandchild", subprocess.Popen(SLEEPER, start_new_session=True, env={}).pid)  # no group, no token
+    _note("child", os.getpid())
+    time.sleep(300)
+    return gm.forward
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -128,30 +136,46 @@ def test_an_exception_whose_str_raises_is_an_outcome(direct):
     assert outcome.signature.startswith("StrRaises: <str() of StrRaises raised ValueError>")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_signals_to_the_parent_end_the_child_group_and_its_folder(sig, notes, tmp_path):
+def _signal_the_replay(backend: str, sig: int, notes: Path) -> tuple[int, str, list[int]]:
+    """Replay DUMP with ``backend`` in a CLI process, signal it once the child has noted itself:
+    the CLI's exit status and stderr, and the processes the child noted (child, grandchild)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)]), NOTES: str(notes)}
     parent = subprocess.Popen([sys.executable, "-m", "graphdbg.ui.cli", "replay", str(DUMP), "--backend",
-                               "test_security_isolation:sleeps_until_killed", "--timeout", "600"],
+                               f"test_security_isolation:{backend}", "--timeout", "600"],
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for(notes / "child", 240)
-        child, grandchild = int((notes / "child").read_text()), int((notes / "grandchild").read_text())
-        tmp = Path((notes / "tmp").read_text())
-        assert _alive(child) and tmp.exists()
+        pids = [int((notes / "child").read_text()), int((notes / "grandchild").read_text())]
+        assert _alive(pids[0]) and Path((notes / "tmp").read_text()).exists()
         parent.send_signal(sig)
         _, err = parent.communicate(timeout=60)
     finally:
         if parent.poll() is None:
             parent.kill()
-    assert parent.returncode != 0
     end = time.monotonic() + 10
-    while (_alive(child) or _alive(grandchild)) and time.monotonic() < end:
+    while any(_alive(pid) for pid in pids) and time.monotonic() < end:
         time.sleep(0.1)
-    assert not _alive(child) and not _alive(grandchild)
-    assert not tmp.exists()
+    return parent.returncode, err, pids
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signals_to_the_parent_end_the_child_group_and_its_folder(sig, notes):
+    returncode, err, pids = _signal_the_replay("sleeps_until_killed", sig, notes)
+    assert returncode != 0
+    assert not any(_alive(pid) for pid in pids)
+    assert not Path((notes / "tmp").read_text()).exists()
     assert "Traceback" not in err, err[-2000:]
+
+
+@pytest.mark.slow
+def test_the_end_of_a_replay_kills_a_grandchild_out_of_its_group_and_token(notes):
+    """A grandchild that left the child's process group and cleared its environment is found
+    by its parent, the child, which still lives when the replay ends."""
+    returncode, _, pids = _signal_the_replay("sleeps_beside_a_grandchild_out_of_its_group_and_token", signal.SIGTERM, notes)
+    assert returncode != 0
+    assert not any(_alive(pid) for pid in pids)
+    assert not Path((notes / "tmp").read_text()).exists()
 
 
 def test_capture_records_an_exception_whose_str_raises(tmp_path):

@@ -31,6 +31,8 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
+import psutil
+
 from graphdbg.backends.resolve import backend_label, backend_spec
 from graphdbg.errors import GraphdbgError
 from graphdbg.replay.outcome import Outcome
@@ -151,18 +153,19 @@ class ChildGroup:
 
     - Its output goes to a file (stdout is dropped), so nothing waits on a pipe that a
       grandchild still holds, and a child that prints gigabytes costs disk, not memory here.
-    - ``wait`` waits on the child's pid only; then, finished or timed out, the whole group is
-      killed, and so is every process that carries this replay's token in its environment
-      (``$GRAPHDBG_REPLAY_TOKEN``, Linux ``/proc``): a grandchild that left the group with
-      ``setsid`` is found that way, unless it also cleared its environment.
+    - ``wait`` waits on the child's pid only; then, finished or timed out, the child is
+      killed with every process it started (psutil: its descendants, by parentage), its process
+      group, and every process that carries this replay's token in its environment
+      (``$GRAPHDBG_REPLAY_TOKEN``): a grandchild that left the group with ``setsid`` is found
+      by its parent while that lives, by its token after.
     - SIGTERM, SIGHUP (the terminal closed) and SIGINT to this process (the main thread's
       handlers) end every live group first, then act as before (KeyboardInterrupt;
       SystemExit(128 + signal) for SIGTERM and SIGHUP), so the temporary folder is removed on
       the way out.
     - The child asks the kernel for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``,
       ``graphdbg.replay.child``), which covers a parent killed with SIGKILL. What remains: the
-      child's own children outlive a SIGKILLed parent, and a grandchild that both left the
-      group and cleared its environment is never found.
+      child's own children outlive a SIGKILLed parent, and a grandchild that left the group,
+      cleared its environment and outlived its parent is never found.
 
         >>> with ChildGroup([sys.executable, "-c", "print(1)"], Path("err.txt")) as child:
         ...     child.wait(10)
@@ -195,19 +198,22 @@ class ChildGroup:
             self.kill()
 
     def kill(self) -> None:
-        """End the child's process group and every process with this replay's token; idempotent."""
+        """End the child and every process it started; idempotent."""
         if _LIVE.pop(self.proc.pid, None) is None:
             return
+        try:  # before the child dies: then its children are the init process's, no longer found by parentage
+            started = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.Error:
+            started = []
         try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the group at once: nothing in it forks past this
         except (ProcessLookupError, PermissionError):
             if self.proc.poll() is None:
                 self.proc.kill()
-        for pid in _pids_with_token(self.token):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        # by token after the kills above: what the dying tree started meanwhile carries it too
+        for p in [*started, *_with_token(self.token)]:
+            with contextlib.suppress(psutil.Error):
+                p.kill()  # psutil's kill checks that the pid is not one reused since by another process
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -221,25 +227,9 @@ _LIVE: dict[int, ChildGroup] = {}
 _PREVIOUS: dict[int, Any] = {}
 
 
-def _pids_with_token(token: str) -> list[int]:
-    # Linux only: a process's environment is readable by its owner in /proc/<pid>/environ.
-    marker = f"{TOKEN_ENV}={token}".encode()
-    found = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    me = os.getpid()
-    for entry in entries:
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if marker in f.read().split(b"\0"):
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
+def _with_token(token: str) -> list[psutil.Process]:
+    """The processes whose environment carries ``token``; ones we may not read are left out."""
+    return [p for p in psutil.process_iter(["environ"]) if (p.info["environ"] or {}).get(TOKEN_ENV) == token]
 
 
 def _install_signal_handlers() -> None:

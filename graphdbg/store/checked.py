@@ -10,8 +10,9 @@ An entry is keyed by the sha256 of the manifest file's bytes and a stamp of the 
 checks them (graphdbg's version, the schema's and the reader's source files, pydantic's); its
 value is the manifest the check returned. Nothing that failed the check is remembered, and a
 file whose bytes differ by one bit is checked again. The cache is the user's own folder
-(``$GRAPHDBG_CACHE_DIR``, else ``~/.cache/graphdbg``, as ``ls``'s); one that can't be opened or
-written is no cache, and a damaged entry is a miss.
+(``$GRAPHDBG_CACHE_DIR``, else the platform's user cache folder: ``~/.cache/graphdbg`` on
+Linux; ``ls`` keeps its own there too); one that can't be opened or written is no cache, and a
+damaged entry is a miss.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import threading
 from pathlib import Path
 from typing import Any, Iterable
 
+import platformdirs
+
 from graphdbg._version import __version__
 
 CACHE_ENV = "GRAPHDBG_CACHE_DIR"
@@ -35,11 +38,11 @@ _SCHEMA = "create table if not exists checked_v1 (sha text primary key, stamp te
 
 
 def cache_dir() -> Path:
-    """``$GRAPHDBG_CACHE_DIR``, else ``$XDG_CACHE_HOME/graphdbg``, else ``~/.cache/graphdbg``."""
+    """``$GRAPHDBG_CACHE_DIR``, else the platform's user cache folder (platformdirs: on Linux
+    ``$XDG_CACHE_HOME/graphdbg``, else ``~/.cache/graphdbg``; on macOS ``~/Library/Caches/graphdbg``)."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "graphdbg"
+    return Path(platformdirs.user_cache_dir("graphdbg", appauthor=False))
 
 
 def files_stamp(parts: Iterable[str], files: Iterable[Path]) -> str:

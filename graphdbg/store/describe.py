@@ -11,16 +11,17 @@ stand-in (a stream on the local device, a world-of-one process group) and say so
 
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
 from graphdbg.store.specs import TensorSpec, dtype_name
 
-_STATS_CHUNK = 1 << 24
+_STATS_CHUNK = 1 << 24  # elements per chunk, so stats of a multi-GB tensor need no fp64 copy of it
 # torch.cuda.Event derives from a C base, not from the generic torch.Event.
-_EVENT_TYPES = tuple(t for t in (getattr(torch, "Event", None), getattr(torch._C, "_CudaEventBase", None)) if t)  # elements per chunk, so stats of a multi-GB tensor need no fp64 copy of it
+_EVENT_TYPES = tuple(t for t in (getattr(torch, "Event", None), getattr(torch._C, "_CudaEventBase", None)) if t)
 
 
 def type_name(value: Any) -> str:
@@ -160,39 +161,58 @@ def tensor_stats(t: torch.Tensor, sample: int | None = None) -> dict[str, Any]:
     """
     if sample is not None and t.numel() > sample:
         part = _evenly_spaced(t.detach(), sample)
-        stats = tensor_stats(part)
+        # A sample is small: each op split over threads would cost more in waiting for a worker
+        # the OS has put aside (a busy machine: milliseconds an op) than it saves.
+        with _one_thread():
+            stats = tensor_stats(part)
         stats.update(numel=t.numel(), sampled=part.numel())
         return stats
     x = t.detach().reshape(-1)
     if x.is_complex():
         x = x.abs()
     n = x.numel()
-    nan = inf = 0
+    nan = finite_n = 0
     total = total_sq = 0.0
-    finite_n = 0
     lo, hi = math.inf, -math.inf
     for start in range(0, n, _STATS_CHUNK):
-        c = x[start : start + _STATS_CHUNK]
-        if c.dtype == torch.bool:
-            c = c.to(torch.uint8)
-        c = c.to(torch.float64)
-        bad_nan = torch.isnan(c)
-        bad_inf = torch.isinf(c)
-        nan += int(bad_nan.sum())
-        inf += int(bad_inf.sum())
-        finite = c[~(bad_nan | bad_inf)]
-        if finite.numel():
-            finite_n += finite.numel()
-            total += float(finite.sum())
-            total_sq += float((finite * finite).sum())
-            lo = min(lo, float(finite.min()))
-            hi = max(hi, float(finite.max()))
-    stats: dict[str, Any] = {"numel": n, "nan": nan, "inf": inf}
+        c_nan, c_finite, c_total, c_sq, c_lo, c_hi = _chunk_moments(x[start : start + _STATS_CHUNK])
+        nan, finite_n = nan + int(c_nan), finite_n + int(c_finite)
+        total, total_sq = total + c_total, total_sq + c_sq
+        lo, hi = min(lo, c_lo), max(hi, c_hi)
+    stats: dict[str, Any] = {"numel": n, "nan": nan, "inf": n - nan - finite_n}
     if finite_n:
         mean = total / finite_n
         var = max(total_sq / finite_n - mean * mean, 0.0)
         stats.update(min=lo, max=hi, mean=mean, std=math.sqrt(var))
     return stats
+
+
+def _chunk_moments(c: torch.Tensor) -> list[float]:
+    """NaN count, finite count, sum, sum of squares, min and max of the finite values of a 1-D
+    chunk, in fp64, read back from its device once (no boolean indexing: it syncs, and costs
+    more than the arithmetic)."""
+    c = c.to(torch.float64)
+    finite = torch.isfinite(c)
+    zeroed = torch.where(finite, c, 0.0)
+    lo = torch.where(finite, c, math.inf).min()
+    hi = torch.where(finite, c, -math.inf).max()
+    counts = torch.stack([torch.isnan(c).sum(), finite.sum()]).to(torch.float64)  # exact: a chunk is < 2**53
+    return torch.cat([counts, torch.stack([zeroed.sum(), zeroed.dot(zeroed), lo, hi])]).tolist()
+
+
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """torch's intra-op threads set to one for the block, then put back. OpenMP keeps the
+    setting per thread, so torch work in the program's other threads keeps its threads."""
+    threads = torch.get_num_threads()
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _evenly_spaced(t: torch.Tensor, at_most: int) -> torch.Tensor:

@@ -3,7 +3,7 @@
 # network), into .whl/ (ignored by git):
 #   .whl/thunder  lightning-thunder and the few packages it needs beyond the machine's image (~1.6 MB)
 #   .whl/test     pytest-xdist and execnet, so that scripts/gpu-tests.sh runs tests side by side
-#   .whl/opt      pydantic and what it needs, for a GPU image without it
+#   .whl/opt      pydantic and what it needs, and platformdirs, each for a GPU image without it
 # Pass --flashinfer for .whl/fi (flashinfer and apache-tvm-ffi, 63 MB: the device tool carries 64 MiB in all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +16,6 @@ if [[ ${1:-} == --flashinfer ]]; then
   get .whl/fi flashinfer-python==0.7.2.post1 'apache-tvm-ffi>=0.1.11,<0.2'
 fi
 get .whl/test pytest-xdist==3.8.0 execnet==2.1.2
-# pydantic (graphdbg's manifest schema), installed there only if the image lacks it
-get .whl/opt pydantic==2.12.4 pydantic-core==2.41.5 annotated-types==0.7.0 typing-inspection==0.4.2
+# pydantic (graphdbg's manifest schema) and platformdirs (its cache folder), each installed there only if the image lacks it
+get .whl/opt pydantic==2.12.4 pydantic-core==2.41.5 annotated-types==0.7.0 typing-inspection==0.4.2 platformdirs==4.5.0
 du -sh .whl/*

@@ -7,12 +7,17 @@
 # the one GPU (each needs little memory), which is what keeps it well under that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# .whl/opt holds what graphdbg needs that the GPU image may lack (pydantic): installed only if missing,
+# .whl/opt holds what graphdbg needs that the GPU image may lack (pydantic, platformdirs): each installed only if missing,
 # so the image's own versions win where it has them.
 wheels=()
 for dir in .whl/*/; do
-  [[ $dir == .whl/opt/ ]] && python3 -c "import pydantic" 2>/dev/null && continue
-  compgen -G "$dir*.whl" >/dev/null && wheels+=("$dir"*.whl)
+  for whl in "$dir"*.whl; do
+    [[ -e $whl ]] || continue
+    # .whl/opt: each wheel only where the image can't import it (its file name starts with its module's name)
+    name=${whl##*/}
+    [[ $dir == .whl/opt/ ]] && python3 -c "import ${name%%-*}" 2>/dev/null && continue
+    wheels+=("$whl")
+  done
 done
 if ((${#wheels[@]})); then
   python3 -m pip install -q --no-index --no-deps --no-compile --target .site "${wheels[@]}"

@@ -202,6 +202,20 @@ def test_a_module_that_makes_its_backends_by_calls_is_imported_as_a_module(tmp_p
     assert backend.__qualname__ == "make.<locals>.refuses"
 
 
+def test_a_module_that_registers_ops_and_backends_at_import_is_imported_as_a_module(tmp_path, monkeypatch):
+    # registrations on library objects are what such modules are for (examples/int8_attention.py):
+    # left out, the backend's op would not exist
+    (tmp_path / "team_ops.py").write_text(
+        "import torch\n\nLIB = torch.library.Library('graphdbg_team_ops', 'FRAGMENT')\n"
+        "LIB.define('twice(Tensor x) -> Tensor')\nLIB.impl('twice', lambda x: x * 2, 'CompositeExplicitAutograd')\n"
+        "REGISTRY = {}\nREGISTRY.update(mode='fast')\n\n"
+        "def backend(gm, example_inputs):\n    return lambda *a: torch.ops.graphdbg_team_ops.twice(gm(*a)[0])\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _, backend = resolve_backend("team_ops:backend")
+    assert backend.__module__ == "team_ops"
+    assert torch.ops.graphdbg_team_ops.twice(torch.ones(2)).tolist() == [2.0, 2.0]
+
+
 # -- what a repro or an exported test carries ------------------------------------------------------
 
 

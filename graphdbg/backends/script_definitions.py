@@ -36,6 +36,8 @@ _EFFECT_BUILTINS = frozenset({"open", "print", "input", "exec", "eval", "compile
                               "quit", "setattr", "delattr", "help"})
 _BUILTINS = frozenset(dir(builtins))
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+# calls whose result runs the model when called: torch.compile(...), graphdbg.capture(...)
+_COMPILES = frozenset({"compile", "capture"})
 _MOVE = "move the backend (and what it uses) into a module the script imports, or give --backend module:function"
 
 
@@ -86,24 +88,39 @@ class Script:
         raise GraphdbgError(f"{spec!r}: {self.path.name} defines no {root}{did_you_mean(root, self.names())}")
 
     def runs_program(self) -> bool:
-        """Whether importing the file would run a program: a top-level call of the script's own
-        (``print(model(x))``), a ``with`` block, a loop, outside the ``__main__`` block. Assignments,
-        even ``refuses_gelu = make_backend("gelu")``, are what modules do; so are library calls given
-        nothing of the script's (``torch.manual_seed(0)``)."""
-        return any(self._runs(stmt) for stmt in self.tree.body)
+        """Whether importing the file would run a program: outside the ``__main__`` block, a
+        ``with`` block, a loop, or an expression statement that calls what the script runs — its
+        own functions and classes, what they made (``model = Block()``; ``print(model(x))``), what
+        ``torch.compile``/``capture`` made — or a builtin doing I/O. Assignments, even
+        ``refuses_gelu = make_backend("gelu")``, are what modules do; so are calls on library
+        objects (``LIB = torch.library.Library(...)``; ``LIB.impl(...)`` registers an op) and library
+        calls given nothing of the script's (``torch.manual_seed(0)``)."""
+        runnable = self._runnable()
+        return any(self._runs(stmt, runnable) for stmt in self.tree.body)
 
-    def _runs(self, stmt: ast.stmt) -> bool:
+    def _runnable(self) -> set[str]:
+        """The script's functions and classes, and the top-level names bound to what calling one of
+        them, or compiling, returned."""
+        made = {s.name for s in self.tree.body if isinstance(s, _DEFS)}
+        for stmt in self.tree.body:
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+                calls = [_root_name(n.func) for n in _walk_outside_defs(stmt.value) if isinstance(n, ast.Call)]
+                compiles = any(isinstance(n, ast.Call) and _called_name(n.func) in _COMPILES for n in _walk_outside_defs(stmt.value))
+                if compiles or any(c in made for c in calls):
+                    made |= _bound(stmt)[0]
+        return made
+
+    def _runs(self, stmt: ast.stmt, runnable: set[str]) -> bool:
         if isinstance(stmt, (ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Pass, ast.Delete)
                       + _DEFS):
             return False
         if isinstance(stmt, ast.Expr):
-            return not isinstance(stmt.value, ast.Constant) and (
-                _effect(stmt.value, self.defined) is not None
-                or bool({n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)} & self.defined))
+            return not isinstance(stmt.value, ast.Constant) and _effect(stmt.value, runnable) is not None
         if isinstance(stmt, ast.If):
-            return not _main_block(stmt) and any(self._runs(s) for s in stmt.body + stmt.orelse)
+            return not _main_block(stmt) and any(self._runs(s, runnable) for s in stmt.body + stmt.orelse)
         if isinstance(stmt, ast.Try):
-            return any(self._runs(s) for s in stmt.body + stmt.orelse + stmt.finalbody + [s for h in stmt.handlers for s in h.body])
+            body = stmt.body + stmt.orelse + stmt.finalbody + [s for h in stmt.handlers for s in h.body]
+            return any(self._runs(s, runnable) for s in body)
         return True
 
     def needed(self, qualname: str) -> list[int]:
@@ -255,6 +272,11 @@ def _globals(table: symtable.SymbolTable | None) -> set[str]:
     for child in table.get_children():
         names |= _globals(child)
     return names
+
+
+def _called_name(func: ast.AST) -> str | None:
+    """The last name of what a call calls: ``torch.compile`` -> ``compile``."""
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
 
 
 def _root_name(node: ast.AST) -> str | None:

@@ -297,3 +297,20 @@ def test_gpu_inductor_triton_backward_bug_captured_replayed_minified(tmp_path, c
     assert r.code == 1 and json.loads(r.out)["reproduces"], r
     r = cli("replay", small_path, "--trust-backend", "--no-config", "--json")  # the same graph without the bug: right
     assert r.code == 0, r
+
+
+@pytest.mark.slow
+def test_a_backward_accuracy_dump_replayed_alone_reproduces_its_gradients(tmp_path, cli):
+    """The backward graph replayed alone: its outputs are the gradients the capture named, so the
+    same difference is REPRODUCED (exit 1), not 'FAILED DIFFERENTLY: output 0 ..., captured gradient 0'."""
+    import torch._inductor.config as inductor_config
+
+    model, x = gated_mlp()
+    with inductor_config.patch({"cpp.inject_relu_bug_TESTING_ONLY": "accuracy"}):
+        backend = graphdbg.capture("inductor", tmp_path / "dumps", mode="accuracy")
+        train_steps(model, x, backend=backend, steps=1)
+    dump = _only_dump(tmp_path / "dumps")
+    assert _manifest(dump)["stage"] == "backward"
+    r = cli("replay", dump, "--trust-backend", "--no-isolate", "--json")
+    out = json.loads(r.out)
+    assert r.code == 1 and out["reproduces"], r

@@ -100,7 +100,10 @@ class Outcome(Displayed):
         captured = (dump.manifest.get("failure") or {}).get("mismatches")
         if self.status != "mismatch" or dump.failure_kind != "accuracy" or not recorded_difference(captured):
             return None
-        return same_difference(captured, self.mismatches)
+        replayed = self.mismatches
+        if dump.manifest.get("stage") == "backward":  # the backward graph replayed alone: its outputs are the gradients captured
+            replayed = [{**m, "what": "gradient"} if m.get("what", "output") == "output" else m for m in replayed]
+        return same_difference(captured, replayed)
 
     def summary(self) -> str:
         if self.status == "pass":

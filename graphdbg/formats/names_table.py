@@ -152,12 +152,12 @@ def _verdict(qualname: str, hook: Any) -> str | None:
     import torch
 
     from graphdbg.graph.allow_list import allow_target, check_value, refusal
-    from graphdbg.graph.parser import _Refused, _resolve
+    from graphdbg.graph.parser import Refused, resolve_name
     from graphdbg.rebuild.stand_ins import MissingOp, construct_of
 
     try:
-        target = _resolve(qualname)
-    except _Refused:
+        target = resolve_name(qualname)
+    except Refused:
         return "r"
     except Exception:  # LookupError, or an import a walk made that failed
         target = hook(qualname) if "." in qualname else None

@@ -7,10 +7,8 @@ listing reads no file it read before.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections import OrderedDict
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -101,6 +99,10 @@ def _read_all(files: list[str], ranks: dict[str, frozenset[int]] | None, workers
     if n <= 1 or len(files) < PARALLEL_FROM:
         yield from (_read_one(f, ranks, full) for f in files)
         return
+    # lazy: a listing of a few files (and a cached one) starts no workers and needs neither module
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     size = max(1, min(16, len(files) // (4 * n)))
     runs = [(files[i: i + size], ranks, full) for i in range(0, len(files), size)]
     with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork")) as pool:

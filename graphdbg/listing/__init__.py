@@ -23,7 +23,7 @@ from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.listing.cache import FileCache
 from graphdbg.listing.groups import Listing, module_prefix, natural_key, summary_row
 from graphdbg.listing.logs import apply_logs, load_with_log, printed_graph_files
-from graphdbg.listing.read import read_dump_folders, read_python_files
+from graphdbg.listing.read import read_dump_folders, read_printed_graphs, read_repros, sort_python_files
 from graphdbg.listing.walk import walk
 from graphdbg.strict_json import output_ready
 
@@ -60,11 +60,13 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
         raise GraphdbgError(f"{root}: no such file or folder")
     found = walk(root)
     listing = Listing(root, problems=list(found.problems))
-    total = len(found.dumps) + len(found.files)  # the .py files that are neither graphs nor repros count when passed
     with FileCache.open(cache) as store:
+        graphs, repros = sort_python_files(found.files, store, full)
+        total = len(found.dumps) + len(graphs) + len(repros)
         dumps, printed, seen = [], [], 0
-        for seen, (where, dump, error) in enumerate(itertools.chain(read_dump_folders(found.dumps, store), read_python_files(
-                found.files, found.ranks, store, workers=workers, full=full)), 1):
+        for seen, (where, dump, error) in enumerate(itertools.chain(
+                read_dump_folders(found.dumps, store), read_printed_graphs(graphs, found.ranks, store, workers=workers, full=full),
+                read_repros(repros)), 1):
             if progress is not None:
                 progress(seen, total)
             if dump is None:
@@ -73,8 +75,6 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
                 dumps.append(dump)
             else:
                 printed.append(_slim(dump) if slim else dump)
-        if progress is not None:
-            progress(total, total)
         if not root.is_dir() and not seen:
             raise DumpError(f"{root}: no graphdbg dumps here")
         dumps.sort(key=lambda d: (natural_key(d.id), d.rank))  # g2 before g10

@@ -34,15 +34,21 @@ def apply_logs(dumps: list[Dump], root: Path, log: str | Path | None = None, *, 
     else:
         top = root if root.is_dir() else root.parent
         found: dict[Path, list[Path]] = {}
+        nearest: dict[str, list[Path]] = {}  # a listed file's folder (its text) -> the logs found for it
         for d in bare:
-            folder = Path(d.path).parent if Path(d.path).is_file() else Path(d.path)
-            while True:
-                if folder not in found:
-                    found[folder] = find_logs(folder)
-                if found[folder] or folder == top or top not in folder.parents:
-                    break
-                folder = folder.parent
-            for p in found[folder]:
+            where = str(d.path)
+            where = (os.path.dirname(where) or ".") if os.path.isfile(where) else where
+            logs = nearest.get(where)
+            if logs is None:
+                folder = Path(where)
+                while True:
+                    if folder not in found:
+                        found[folder] = find_logs(folder)
+                    if found[folder] or folder == top or top not in folder.parents:
+                        break
+                    folder = folder.parent
+                logs = nearest[where] = found[folder]
+            for p in logs:
                 by_log.setdefault(p, []).append(d)
     entries = []
     read: dict[tuple, dict[str, Any]] | None = {} if sharing() else None  # logs read, by log_key: a copied run's logs are read once

@@ -23,6 +23,7 @@ from graphdbg.judge.fatal_signal import resolve_crash
 from graphdbg.listing.cache import FileCache
 
 Answer = tuple[Any, Dump | None, str | None]  # (path, dump, None) or (path, None, error)
+Printed = tuple[str, Path, Any, Any]  # (file, its Path, its cache key, what the cache holds of it or None)
 PARALLEL_FROM = 48  # files to read before worker processes pay for their start
 _MAX_WORKERS = 16
 _BODIES_KEPT = 1024  # bodies' scans held for files to come with the same body (~5 KiB each)
@@ -48,33 +49,42 @@ def read_dump_folders(folders: list[Path], cache: FileCache) -> Iterator[Answer]
         yield folder, dump, None
 
 
-def read_python_files(files: list[str], ranks: dict[str, frozenset[int]] | None, cache: FileCache, *,
-                      workers: int | None = None, full: bool = False) -> Iterator[Answer]:
-    """The printed graphs and repros among ``files``, each as it comes (a file the cache holds is a
-    printed graph, not looked at again); ``ranks``: the walk's, else each folder is listed.
-    ``full``: every printed graph through the full reader (tests compare the two)."""
-    printed: list[tuple[str, Any, tuple | None]] = []
+def sort_python_files(files: list[str], cache: FileCache, full: bool = False) -> tuple[list[Printed], list[str]]:
+    """The printed graphs among ``files`` (each with its cache key and what the cache holds of it:
+    a file the cache holds is a printed graph, not looked at again), and PyTorch's own repros.
+    ``full``: nothing from the cache (every printed graph through the full reader)."""
+    printed: list[Printed] = []
     repros: list[str] = []
     for f in files:
-        key = cache.key(f)
+        path, key = Path(f), cache.key(f)
         hit = cache.get(key) if not full else None
-        if hit is not None or looks_like_printed_graph(Path(f)):
-            printed.append((f, key, hit))
-        elif _is_torch_repro(Path(f)):
+        if hit is not None or looks_like_printed_graph(path):
+            printed.append((f, path, key, hit))
+        elif _is_torch_repro(path):
             repros.append(f)
-    fresh = _read_all([f for f, _, hit in printed if hit is None], ranks, workers, full)
+    return printed, repros
+
+
+def read_printed_graphs(printed: list[Printed], ranks: dict[str, frozenset[int]] | None, cache: FileCache, *,
+                        workers: int | None = None, full: bool = False) -> Iterator[Answer]:
+    """Each printed graph, in order, as it comes; ``ranks``: the walk's, else each folder is listed.
+    ``full``: through the full reader (tests compare the two)."""
+    fresh = _read_all([f for f, _, _, hit in printed if hit is None], ranks, workers, full)
     try:
-        for f, key, hit in printed:
+        for f, path, key, hit in printed:
             if hit is None:
                 hit = next(fresh)
                 cache.put(key, *hit)
             manifest, error = hit
-            yield f, printed_dump(Path(f), manifest, ranks.get(os.path.dirname(f) or ".") if ranks is not None else None) \
+            yield f, printed_dump(path, manifest, ranks.get(os.path.dirname(f) or ".") if ranks is not None else None) \
                 if manifest is not None else None, error
     finally:
         fresh.close()
         _bodies.clear()
         forget_forwards()
+
+
+def read_repros(repros: list[str]) -> Iterator[Answer]:
     for f in repros:
         try:
             yield f, load(f), None

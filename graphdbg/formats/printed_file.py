@@ -1,5 +1,5 @@
 """A printed graph file known by its manifest, without torch: what ``ls`` makes of a file it
-scanned (``formats/scan.py``) or whose manifest it read before (``ls_cache``). The file is read
+scanned (``formats/scan.py``) or whose manifest it read before (``listing/cache.py``). The file is read
 and parsed into fx again only when its graph is asked for (``show``, ``replay``).
 
 ``printed_manifest`` is the one maker of a printed graph's manifest: the full reader

@@ -93,10 +93,9 @@ def ls_output(path: str | Path, log: str | Path | None = None, *, failed: bool =
 
 
 def _slim(dump: Any) -> Any:
-    manifest = dump.manifest
-    for key in _NOT_SHOWN:
-        manifest.pop(key, None)
-    graph = manifest.get("graph")
-    if isinstance(graph, dict):
-        manifest["graph"] = {k: v for k, v in graph.items() if k not in _NOT_SHOWN_GRAPH}
+    # new dicts, not keys popped: a dict keeps its size when keys go, and a listing holds thousands
+    manifest = {k: v for k, v in dump.manifest.items() if k not in _NOT_SHOWN}
+    if isinstance(manifest.get("graph"), dict):
+        manifest["graph"] = {k: v for k, v in manifest["graph"].items() if k not in _NOT_SHOWN_GRAPH}
+    dump.manifest = manifest
     return dump

@@ -91,13 +91,25 @@ class FileCache:
         return f"log:{key[0]}:{digest}", key[1], key[2]  # never a file's key: those are absolute paths
 
     def get(self, key: Key | None) -> tuple[dict[str, Any] | None, str | None] | None:
+        """``(manifest, error)`` kept under ``key``, or None."""
+        return self.parsed(self.find(key))
+
+    def find(self, key: Key | None) -> tuple[str | None, str | None] | None:
+        """``get``'s answer with the manifest as its JSON text (a listing holds thousands: their
+        texts are a fraction of their dicts' memory)."""
         if self.db is None or key is None:
             return None
         try:
-            row = self.db.execute("select manifest, error from files_v1 where path=? and size=? and mtime=? and stamp=?",
-                                  (*key, self.stamp)).fetchone()
+            return self.db.execute("select manifest, error from files_v1 where path=? and size=? and mtime=? and stamp=?",
+                                   (*key, self.stamp)).fetchone()
+        except sqlite3.Error:  # a damaged cache is no cache
+            return None
+
+    @staticmethod
+    def parsed(row: tuple[str | None, str | None] | None) -> tuple[dict[str, Any] | None, str | None] | None:
+        try:
             return None if row is None else ((json.loads(row[0]) if row[0] is not None else None), row[1])
-        except (sqlite3.Error, ValueError):  # a damaged cache is no cache
+        except ValueError:
             return None
 
     def put(self, key: Key | None, manifest: dict[str, Any] | None, error: str | None) -> None:

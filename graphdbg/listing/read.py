@@ -23,7 +23,7 @@ from graphdbg.judge.fatal_signal import resolve_crash
 from graphdbg.listing.cache import FileCache
 
 Answer = tuple[Any, Dump | None, str | None]  # (path, dump, None) or (path, None, error)
-Printed = tuple[str, Path, Any, Any]  # (file, its Path, its cache key, what the cache holds of it or None)
+Printed = tuple[str, Path, Any, Any]  # (file, its Path, its cache key, what the cache holds of it (FileCache.find) or None)
 PARALLEL_FROM = 48  # files to read before worker processes pay for their start
 _MAX_WORKERS = 16
 _BODIES_KEPT = 1024  # bodies' scans held for files to come with the same body (~5 KiB each)
@@ -57,7 +57,7 @@ def sort_python_files(files: list[str], cache: FileCache, full: bool = False) ->
     repros: list[str] = []
     for f in files:
         path, key = Path(f), cache.key(f)
-        hit = cache.get(key) if not full else None
+        hit = cache.find(key) if not full else None
         if hit is not None or looks_like_printed_graph(path):
             printed.append((f, path, key, hit))
         elif _is_torch_repro(path):
@@ -71,9 +71,10 @@ def read_printed_graphs(printed: list[Printed], ranks: dict[str, frozenset[int]]
     ``full``: through the full reader (tests compare the two)."""
     fresh = _read_all([f for f, _, _, hit in printed if hit is None], ranks, workers, full)
     try:
-        for f, path, key, hit in printed:
-            if hit is None:
-                hit = next(fresh)
+        for f, path, key, kept in printed:
+            hit = FileCache.parsed(kept)
+            if hit is None:  # not kept, or not as JSON now (a damaged cache: read here)
+                hit = next(fresh) if kept is None else _read_one(f, ranks, full)
                 cache.put(key, *hit)
             manifest, error = hit
             yield f, printed_dump(path, manifest, ranks.get(os.path.dirname(f) or ".") if ranks is not None else None) \

@@ -239,3 +239,17 @@ def test_a_slim_listing_shows_what_the_full_one_does():
     assert not any("inputs" in d.manifest for d in slim.dumps if d.format == "printed_graph")
     assert slim.to_json() == list_dumps(root, cache=False).to_json()
     assert any(row.get("log") for row in slim.to_json()["dumps"])  # the log's failures reached the slim ones too
+
+
+def test_shapes_the_front_end_refuses_are_one_line_problems_from_both_readers(tmp_path):
+    """The scan and the full reader share one front end (graph/printed_front.py): a shape it
+    refuses (a dict keyed by a list, ``*args``, a statement after return) is the same one-line
+    problem with its line, whichever reader met it first, never a traceback."""
+    bodies = {"dict_key": "        y = torch.ops.aten.add(x, {[1]: 2})\n        return (y,)\n",
+              "starred": "        y = torch.ops.aten.add(*x)\n        return (y,)\n",
+              "after_return": "        return (x,)\n        y = x\n"}
+    for name, body in bodies.items():
+        (tmp_path / f"{name}.py").write_text('class GraphModule(torch.nn.Module):\n    def forward(self, x: "f32[2]"):\n' + body)
+    problems = {Path(p["path"]).stem: p["error"] for p in _same(tmp_path)["problems"]}
+    assert "dict keys must be constants" in problems["dict_key"] and problems["dict_key"].endswith(":3: dict keys must be constants in `{[1]: 2}`")
+    assert "unsupported */** arguments" in problems["starred"] and "statement after return" in problems["after_return"]

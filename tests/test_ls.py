@@ -181,9 +181,10 @@ def test_a_folder_spelled_any_way_lists_its_files_as_pathlib_writes_them(tmp_pat
 
 
 def test_a_name_that_is_not_utf8_is_a_problem_shown_escaped(tmp_path, cli):
-    """A dump folder or printed graph whose name is not UTF-8 (bytes a Linux file name may hold)
-    can't be written in the listing's JSON: it is a problem row with the name escaped, and the
-    rest of the folder lists as before, in the table and in --json."""
+    """A dump folder, printed graph or run log whose name is not UTF-8 (bytes a Linux file name
+    may hold) can't be written in the listing's JSON: it is a problem row (a log: a log entry
+    with its error) with the name escaped, and the rest of the folder lists as before, in the
+    table and in --json."""
     root = tmp_path / "dumps"
     shutil.copytree(FIXTURES / "block_runtime_error", root / "good")
     odd_dump = os.fsdecode(bytes(root / "run") + b"\xff")
@@ -191,12 +192,15 @@ def test_a_name_that_is_not_utf8_is_a_problem_shown_escaped(tmp_path, cli):
     graph = FIXTURES / "corpus" / "Qwen3-0.6B" / "rank0_0.py"
     shutil.copy(graph, root / "rank0_0.py")
     shutil.copy(graph, os.fsdecode(bytes(root) + b"/rank1_0\xfe.py"))
+    shutil.copy(graph, root / "good" / "rank0_0.py")  # a printed graph: the run's logs beside it are read
+    (root / "good" / os.fsdecode(b"run\xfd.log")).write_text("Traceback (most recent call last):\nRuntimeError: boom\n")
     r = cli("ls", root, "--json")
     assert r.code == 0, r
     data = json.loads(r.out)
+    assert [entry["path"] for entry in data["logs"]] == [str(root / "good" / "run\\xfd.log")] and "not UTF-8" in data["logs"][0]["error"]
     assert sorted(p["path"] for p in data["problems"]) == [str(root / "rank1_0\\xfe.py"), str(root / "run\\xff")]
     assert all("not UTF-8" in p["error"] for p in data["problems"])
-    assert data["summary"]["files"] == 2 and data["summary"]["unreadable"] == 2
+    assert data["summary"]["files"] == 3 and data["summary"]["unreadable"] == 2
     r = cli("ls", root)
     assert r.code == 0 and "2 unreadable" in r.out.splitlines()[0] and "run\\xff" in r.err, r
     assert cli("ls", root, "--strict").code == 2

@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import stat
 import time
 from pathlib import Path
 from typing import Any, Iterable
@@ -73,10 +74,10 @@ class FileCache:
     def key(path: Path | str) -> Key | None:
         """A file's key; a folder's (a dump): the sum of its files' sizes and the newest mtime."""
         try:
-            if os.path.isdir(path):
+            st = os.stat(path)
+            if stat.S_ISDIR(st.st_mode):
                 stats = [e.stat() for e in os.scandir(path) if e.is_file(follow_symlinks=False)]
                 return os.path.realpath(path), sum(s.st_size for s in stats), max((s.st_mtime_ns for s in stats), default=0)
-            st = os.stat(path)
             return os.path.join(_real_folder(os.path.dirname(path) or "."), os.path.basename(path)), st.st_size, st.st_mtime_ns
         except OSError:
             return None

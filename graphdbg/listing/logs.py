@@ -14,7 +14,7 @@ from graphdbg.formats.run_log import RunLog, attach_log, find_logs, log_key, nam
 from graphdbg.formats.scan import sharing
 from graphdbg.formats.sniff import looks_like_printed_graph
 from graphdbg.listing.cache import FileCache
-from graphdbg.listing.walk import walk
+from graphdbg.listing.walk import shown, walk
 
 
 def apply_logs(dumps: list[Dump], root: Path, log: str | Path | None = None, *, cache: FileCache | None = None) -> list[dict[str, Any]]:
@@ -53,6 +53,9 @@ def apply_logs(dumps: list[Dump], root: Path, log: str | Path | None = None, *, 
     entries = []
     read: dict[tuple, dict[str, Any]] | None = {} if sharing() else None  # logs read, by log_key: a copied run's logs are read once
     for path, members in by_log.items():
+        if shown(str(path)) != str(path):  # its name can't be written in the listing's JSON
+            entries.append({"path": shown(str(path)), "error": f"{shown(str(path))}: the name is not UTF-8 text"})
+            continue
         names = {n for d in members for n in name_and_stem(str(d.path))}
         try:
             run_log = _read_log(path, names, cache, read)

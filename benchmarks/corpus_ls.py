@@ -24,7 +24,7 @@ GOAL_S = 5.0
 
 
 def time_listing(path: Path) -> tuple[float, int, int, int]:
-    from graphdbg.formats.listing import list_dumps
+    from graphdbg.listing import list_dumps
 
     started = time.perf_counter()
     listing = list_dumps(path)

@@ -51,7 +51,7 @@ def _median_seconds(fn, repeat: int) -> float:
 
 
 def measure(name: str, folder: Path, repeat: int) -> dict:
-    from graphdbg.formats.listing import list_dumps
+    from graphdbg.listing import list_dumps
 
     logs = sorted(folder.glob("*.txt")) + sorted(folder.glob("*.log"))
     listing = list_dumps(folder)  # once outside the timing: imports and first-use caches

@@ -36,8 +36,8 @@ import torch  # noqa: E402
 
 import graphdbg  # noqa: E402
 from graphdbg.errors import GraphdbgError  # noqa: E402
-from graphdbg.formats.listing import list_dumps  # noqa: E402
 from graphdbg.formats.printed_graph import SEED_ENV  # noqa: E402
+from graphdbg.listing import list_dumps  # noqa: E402
 
 DEFAULT = ROOT / "fixtures" / "sglang-thunderfx"
 FAILING_MODEL = "Qwen3-Next-80B-A3B-Instruct"

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from graphdbg.graph.parser import PrintedGraph
 
 # torch is imported where a Dump's values, devices or graph are used, not here: ``ls`` of dump
-# folders reads manifests only and stays a fraction of a second (formats/listing.py).
+# folders reads manifests only and stays a fraction of a second (listing/).
 
 
 NOT_FAILURES = frozenset({"captured", "foreign", "pass"})  # kinds that record a graph, not a failure
@@ -73,7 +73,7 @@ class Contents:
         return text
 
     def graph(self) -> PrintedGraph:
-        # lazy: torch-free at import, so that ls reads manifests without torch (formats/listing.py)
+        # lazy: torch-free at import, so that ls reads manifests without torch (listing/)
         from graphdbg.graph.parser import parse_printed_graph
         from graphdbg.rebuild.stand_ins import resolver
         if self._printed is None:
@@ -231,7 +231,7 @@ class Dump(Displayed):
         self.contents.check()
 
     def default_device(self) -> torch.device:
-        # lazy: ls imports no torch (formats/listing.py)
+        # lazy: ls imports no torch (listing/)
         import torch
 
         dev = self.captured_device
@@ -247,7 +247,7 @@ class Dump(Displayed):
         return str(device) == "cpu"
 
     def resolve_device(self, device: str | torch.device | None) -> torch.device:
-        # lazy: ls imports no torch (formats/listing.py)
+        # lazy: ls imports no torch (listing/)
         import torch
 
         try:
@@ -271,7 +271,7 @@ class Dump(Displayed):
         install stand-ins for what this machine lacks; move device literals. Every value or
         call that is not the captured one is in ``case.stand_ins``.
         """
-        # lazy: torch-free at import, so that ls reads manifests without torch (formats/listing.py)
+        # lazy: torch-free at import, so that ls reads manifests without torch (listing/)
         from graphdbg.case import Case
         from graphdbg.rebuild.inputs import default_seed
         from graphdbg.rebuild.steps import (
@@ -297,7 +297,7 @@ class Dump(Displayed):
     def nodes(self):
         """A pandas DataFrame, one row per node: name, op, target, dtype, shape, source, code, module.
         A custom op this machine lacks shows under its own name."""
-        # lazy: torch-free at import, so that ls reads manifests without torch (formats/listing.py)
+        # lazy: torch-free at import, so that ls reads manifests without torch (listing/)
         import pandas as pd
 
         from graphdbg.graph.hashing import target_name
@@ -326,7 +326,7 @@ class Dump(Displayed):
     def inputs_table(self):
         """A pandas DataFrame of the inputs: name, kind, dtype, shape, device, value, stored, and
         statistics. ``value`` says how an input nothing recorded will be synthesized."""
-        # lazy: torch-free at import, so that ls reads manifests without torch (formats/listing.py)
+        # lazy: torch-free at import, so that ls reads manifests without torch (listing/)
         import pandas as pd
 
         from graphdbg.rebuild.inputs import made_up
@@ -357,7 +357,7 @@ class Dump(Displayed):
         return typed_table(pd.DataFrame(rows, columns=_INPUT_COLUMNS).astype(object), self)
 
     def _plans(self) -> dict[str, Any]:
-        # lazy: torch-free at import, so that ls reads manifests without torch (formats/listing.py)
+        # lazy: torch-free at import, so that ls reads manifests without torch (listing/)
         from graphdbg.rebuild.synthesize import plan_inputs
         return {p.name: p for p in plan_inputs(self.printed.to_module(missing_attr=lambda q, s: None))}
 
@@ -402,7 +402,7 @@ def _distributed() -> bool:
 
 
 def _shape_text(spec: Any) -> str | None:
-    # lazy: ls imports no torch (formats/listing.py)
+    # lazy: ls imports no torch (listing/)
     from graphdbg.store.specs import SymSpec, TensorSpec
 
     if isinstance(spec, TensorSpec):

@@ -35,7 +35,7 @@ def child_env(*paths: Path | str, graphdbg: bool = True, tests: bool = False, in
 def child_pythonpath(monkeypatch):
     """Child processes (isolated replays, torchrun ranks) import this graphdbg and tests/' backends and passes."""
     monkeypatch.setenv("PYTHONPATH", child_env(tests=True, inherit=True)["PYTHONPATH"])
-# ls's cache (formats/ls_cache.py) in a folder of this run's, never the user's ~/.cache
+# ls's cache (listing/cache.py) in a folder of this run's, never the user's ~/.cache
 os.environ.setdefault("GRAPHDBG_CACHE_DIR", os.path.join(__import__("tempfile").mkdtemp(prefix="graphdbg-test-cache-")))
 
 

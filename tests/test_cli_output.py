@@ -235,7 +235,7 @@ def test_ls_on_a_wide_terminal_is_a_table_with_whole_paths():
 
     from rich.console import Console
 
-    from graphdbg.formats.listing import list_dumps
+    from graphdbg.listing import list_dumps
     from graphdbg.ui.render import ListingView
 
     listing = list_dumps(CORPUS)

@@ -170,7 +170,7 @@ def test_ls_groups_ranks_of_the_same_graph_and_names_what_needs_stand_ins(cli):
 
 def test_ls_over_the_whole_corpus_groups_every_rank():
     # how fast: benchmarks/corpus_ls.py (a timed assertion here only measures CI's neighbours)
-    from graphdbg.formats.listing import list_dumps
+    from graphdbg.listing import list_dumps
 
     listing = list_dumps(SGLANG_CORPUS)
     groups = listing.groups

@@ -353,12 +353,11 @@ OWN_FILES = {
     "rebuild/memory_budget.py": "/proc/meminfo",
     "minify/repro.py": "inside the generated repro.py (runs in the user's own process)",
     "ui/cli.py": "/proc/<pid>/stat of its own children",
-    "formats/ls_cache.py": "ls's own sqlite cache in GRAPHDBG_CACHE_DIR (LsCache.open) and the installed torch's version.py, never a dump's file",
-    "formats/listing.py": "LsCache.open: ls's own cache (the dumps it lists are read through the gate)",
-    "formats/ls_report.py": "LsCache.open: ls's own cache (whole listings' text), never a dump's file",
+    "listing/cache.py": "ls's own sqlite cache in GRAPHDBG_CACHE_DIR (FileCache.open), never a dump's file",
+    "listing/__init__.py": "FileCache.open: ls's own cache (the dumps it lists are read through the gate)",
     "replay/sandbox.py": "/proc/meminfo, the sandbox note in its own request folder, O_PATH of folders it allows",
     "minify/self_check.py": "its own temporary folder (the shadow graphdbg package)",
-    "formats/names_table.py": "graphdbg's own names_table.json and its own sources (the table's stamp), never a dump's file",
+    "formats/names_table.py": "graphdbg's own names_table.json and its own sources (the table's stamp), the installed torch's version.py, never a dump's file",
 }
 _OPENS = re.compile(r"(?<![\w.])open\(|\.open\(|read_text\(|read_bytes\(|write_text\(|write_bytes\(|copyfile\(|"
                     r"json\.load\(|safe_open\(|torch\.load\(")

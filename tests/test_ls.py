@@ -90,7 +90,7 @@ def test_a_second_ls_reads_from_the_cache_and_sees_changed_files(tmp_path, cli, 
 
 
 def test_worker_processes_list_the_same_as_one_process():
-    from graphdbg.formats.listing import list_dumps
+    from graphdbg.listing import list_dumps
 
     one = list_dumps(SGLANG_CORPUS, cache=False, workers=1).to_json()
     many = list_dumps(SGLANG_CORPUS, cache=False, workers=2).to_json()
@@ -130,7 +130,7 @@ def test_a_cached_listing_opens_no_cached_graph_and_still_sees_the_folder_change
     """A second ls takes the files the cache holds, unchanged, as printed graphs without looking
     into them; a file that stopped being a graph, and a rank file added beside the others (the
     world size), are seen at once."""
-    from graphdbg.formats import listing
+    from graphdbg.listing import read
 
     monkeypatch.setenv("GRAPHDBG_CACHE_DIR", str(tmp_path / "cache"))
     root = tmp_path / "corpus"
@@ -141,9 +141,9 @@ def test_a_cached_listing_opens_no_cached_graph_and_still_sees_the_folder_change
         os.utime(f, (old, old))
     first = json.loads(cli("ls", root, "--json").out)
     looked: list[Path] = []
-    real = listing.looks_like_printed_graph
-    monkeypatch.setattr(listing, "looks_like_printed_graph", lambda p: looked.append(p) or real(p))
-    (root / "notes.md").write_text("not a graph\n")  # the folder changed: not the listing kept whole (ls_report)
+    real = read.looks_like_printed_graph
+    monkeypatch.setattr(read, "looks_like_printed_graph", lambda p: looked.append(p) or real(p))
+    (root / "notes.md").write_text("not a graph\n")
     os.utime(root / "notes.md", (old, old))
     assert json.loads(cli("ls", root, "--json").out) == first
     assert looked == []  # every file came from the cache: none was opened to see what it is
@@ -161,101 +161,11 @@ def test_a_cached_listing_opens_no_cached_graph_and_still_sees_the_folder_change
     assert {r["world_size"] for r in again["dumps"] if Path(r["path"]).parent == folder} == {max(ranks) + 6}
 
 
-def test_a_folder_listed_before_comes_back_whole_until_a_file_under_it_changes(tmp_path, monkeypatch):
-    """ls_report keeps the listing's text for a folder whose files are all as they were: the
-    same text, without reading a graph; any change under the folder (a log edited, a file
-    touched) makes it again; options are listings of their own; a file written just now keeps
-    nothing (a same-size rewrite within the clock's tick would look unchanged)."""
-    from graphdbg.formats import listing as module
-    from graphdbg.formats.ls_report import ls_report
-
-    monkeypatch.setenv("GRAPHDBG_CACHE_DIR", str(tmp_path / "cache"))
-    root = _folder(tmp_path)
-    old = time.time() - 60
-    for f in root.rglob("*"):
-        if f.is_file():
-            os.utime(f, (old, old))
-    first = ls_report(root)
-    assert not first.cached and first.data["summary"]["files"] > 10
-
-    read: list[Path] = []
-    real = module.list_dumps
-    monkeypatch.setattr(module, "list_dumps", lambda *a, **k: read.append(a[0]) or real(*a, **k))
-    second = ls_report(root)
-    assert second.cached and second.text == first.text and read == []
-    assert second.data == json.loads(first.text) and second.problems == first.problems == []
-    accuracy = ls_report(root, kind="accuracy")  # another question about the same folder: its own listing
-    assert not accuracy.cached and 0 < accuracy.data["summary"]["files"] < first.data["summary"]["files"]
-    assert ls_report(root, kind="accuracy").cached and ls_report(root).cached and len(read) == 1
-
-    log = next(root.rglob("log.txt"))
-    log.write_text(log.read_text() + "\n")  # a run log edited: every listing of the folder is made again
-    os.utime(log, (old + 1, old + 1))
-    edited = ls_report(root)
-    assert not edited.cached and len(read) == 2
-    assert ls_report(root).cached and not ls_report(root, kind="accuracy").cached
-
-    (root / "corpus" / "new.txt").write_text("x")  # just written: listed afresh and not kept
-    assert not ls_report(root).cached and not ls_report(root).cached
-    assert not ls_report(root, cache=False).cached
-
-
-def test_ls_json_written_as_it_is_made_is_the_listing_made_whole(tmp_path, monkeypatch):
-    """`ls --json` writes its text a row at a time (ls_report(out=...): the printed graphs'
-    manifests wait in a Spill on disk, so thousands are never held at once); the text is the
-    one the whole listing makes, for dumps, printed graphs with their logs' failures, problems,
-    filters, and kept (in parts) for the next ls of the unchanged folder."""
-    import io
-
-    from graphdbg.formats.ls_report import _Items, _Parts, ls_report
-
-    monkeypatch.setenv("GRAPHDBG_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(_Parts, "PART", 4096)  # many parts
-    monkeypatch.setattr(_Items, "BATCH", 3)  # rows and groups written three at a time
-    root = _folder(tmp_path)
-    (root / "corpus" / "Qwen3-0.6B" / "rank9_0.py").write_text('class GraphModule(torch.nn.Module):\n    def forward(self, x: "f32[2"):\n        return (x,)\n')
-    old = time.time() - 60
-    for f in root.rglob("*"):
-        if f.is_file():
-            os.utime(f, (old, old))
-    for options in ({}, {"failed": True}, {"kind": "accuracy"}, {"kind": "printed_graph"}):
-        whole = ls_report(root, cache=False, **options)
-        out = io.StringIO()
-        written = ls_report(root, out=out, **options)
-        assert written.written and not written.cached and written.text is None
-        assert out.getvalue() == whole.text and written.problems == whole.problems
-        shown = {k: v for k, v in json.loads(whole.text).items() if k != "dumps"}  # what the table shows
-        assert written.data == shown
-        again = io.StringIO()
-        kept = ls_report(root, out=again, **options)
-        assert kept.cached and again.getvalue() == whole.text and kept.problems == whole.problems
-        table = ls_report(root, out=io.StringIO(), table=True, **options)  # the parts around the rows only
-        assert table.cached and table.data == shown and table.problems == whole.problems
-        assert ls_report(root, **options).text == whole.text
-    assert json.loads(whole.text)["problems"] and json.loads(ls_report(root, cache=False).text)["logs"]
-    db = sqlite3.connect(tmp_path / "cache" / "ls.sqlite")
-    assert db.execute("select max(n) from listing_parts_v2").fetchone()[0] > 3  # the text in parts
-    assert not db.execute("select count(*) from listing_parts_v2 where instr(slot, char(0))").fetchone()[0]  # none left staged
-    with db:  # a part gone (a damaged cache): the listing is made again, and kept again
-        db.execute("delete from listing_parts_v2 where n = 1")
-    out = io.StringIO()
-    assert not ls_report(root, out=out).cached and out.getvalue() == ls_report(root, cache=False).text
-    assert ls_report(root, out=io.StringIO()).cached
-    with db:  # where its rows are, wrong: the table's listing is made again
-        db.execute("update listings_v3 set rows_from = rows_from + 7")
-    table = ls_report(root, out=io.StringIO(), table=True)
-    assert not table.cached and table.data == {k: v for k, v in json.loads(ls_report(root, cache=False).text).items() if k != "dumps"}
-    assert ls_report(root, out=io.StringIO(), table=True).cached
-
-
 def test_a_folder_spelled_any_way_lists_its_files_as_pathlib_writes_them(tmp_path, monkeypatch):
     """ls walks the folder's files as texts (a Path per file was most of a listing's memory):
     whatever the folder's spelling ("." from inside it, "./x/", a trailing slash, "//"), each
-    row's path, and each group's, is the one a Path of the file gives, streamed or made whole."""
-    import io
-
-    from graphdbg.formats.listing import list_dumps
-    from graphdbg.formats.ls_report import ls_report
+    row's path, and each group's, is the one a Path of the file gives."""
+    from graphdbg.listing import list_dumps
 
     monkeypatch.setenv("GRAPHDBG_CACHE_DIR", str(tmp_path / "cache"))
     root = tmp_path / "run"
@@ -268,6 +178,29 @@ def test_a_folder_spelled_any_way_lists_its_files_as_pathlib_writes_them(tmp_pat
         assert {str(Path(p).resolve()) for p in paths} == expected, spelling
         assert paths == [str(Path(p)) for p in paths] and all(Path(p).is_file() for p in paths), spelling
         assert sorted(p for g in listing["groups"] for p in g["paths"]) == sorted(paths)
-        out = io.StringIO()
-        ls_report(spelling, cache=False, out=out)
-        assert json.loads(out.getvalue())["dumps"] == listing["dumps"], spelling
+
+
+def test_a_name_that_is_not_utf8_is_a_problem_shown_escaped(tmp_path, cli):
+    """A dump folder, printed graph or run log whose name is not UTF-8 (bytes a Linux file name
+    may hold) can't be written in the listing's JSON: it is a problem row (a log: a log entry
+    with its error) with the name escaped, and the rest of the folder lists as before, in the
+    table and in --json."""
+    root = tmp_path / "dumps"
+    shutil.copytree(FIXTURES / "block_runtime_error", root / "good")
+    odd_dump = os.fsdecode(bytes(root / "run") + b"\xff")
+    shutil.copytree(FIXTURES / "block_accuracy", odd_dump)
+    graph = FIXTURES / "corpus" / "Qwen3-0.6B" / "rank0_0.py"
+    shutil.copy(graph, root / "rank0_0.py")
+    shutil.copy(graph, os.fsdecode(bytes(root) + b"/rank1_0\xfe.py"))
+    shutil.copy(graph, root / "good" / "rank0_0.py")  # a printed graph: the run's logs beside it are read
+    (root / "good" / os.fsdecode(b"run\xfd.log")).write_text("Traceback (most recent call last):\nRuntimeError: boom\n")
+    r = cli("ls", root, "--json")
+    assert r.code == 0, r
+    data = json.loads(r.out)
+    assert [entry["path"] for entry in data["logs"]] == [str(root / "good" / "run\\xfd.log")] and "not UTF-8" in data["logs"][0]["error"]
+    assert sorted(p["path"] for p in data["problems"]) == [str(root / "rank1_0\\xfe.py"), str(root / "run\\xff")]
+    assert all("not UTF-8" in p["error"] for p in data["problems"])
+    assert data["summary"]["files"] == 3 and data["summary"]["unreadable"] == 2
+    r = cli("ls", root)
+    assert r.code == 0 and "2 unreadable" in r.out.splitlines()[0] and "run\\xff" in r.err, r
+    assert cli("ls", root, "--strict").code == 2

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from conftest import FIXTURES, SGLANG_CORPUS, child_env
 
-from graphdbg.formats.listing import list_dumps, printed_graph_files
 from graphdbg.formats.printed_file import scan_printed
 from graphdbg.formats.scan import SHARE_ENV
+from graphdbg.listing import list_dumps, printed_graph_files
 
 BAD_ANNOTATION = 'class GraphModule(torch.nn.Module):\n    def forward(self, x: "f32[2"):\n        return (x,)\n'
 PLAIN = 'class GraphModule(torch.nn.Module):\n    def forward(self, x: "f32[2]"):\n        y = torch.relu(x)\n        return (y,)\n'  # no rank in it
@@ -60,7 +60,7 @@ def test_files_that_differ_only_above_their_class_are_scanned_once_each_listed_a
     listed with their own rank, graph number and world size, as the full reader lists them one
     by one, in worker processes or not; bodies the scan can't decide, or whose annotations are
     bad, are each still read and reported as themselves."""
-    import graphdbg.formats.listing as listing_module
+    from graphdbg.listing import read
 
     root = tmp_path / "bodies"
     bodies = [f.read_text() for f in sorted((FIXTURES / "corpus").rglob("*.py"))] + [BAD_ANNOTATION, NOT_A_GRAPH, PLAIN, PLAIN]
@@ -73,31 +73,25 @@ def test_files_that_differ_only_above_their_class_are_scanned_once_each_listed_a
     assert len(list(root.rglob("*.py"))) >= 48  # enough for the worker processes
 
     scans, fulls = [], []
-    real, real_full, real_text = listing_module.scan_body, listing_module._full_manifest, listing_module.body_text
-    monkeypatch.setattr(listing_module, "scan_body", lambda source, name: scans.append(name) or real(source, name))
-    monkeypatch.setattr(listing_module, "_full_manifest", lambda f: fulls.append(f) or real_full(f))
+    real, real_full = read.scan_body, read._full_manifest
+    monkeypatch.setattr(read, "scan_body", lambda source, name: scans.append(name) or real(source, name))
+    monkeypatch.setattr(read, "_full_manifest", lambda f: fulls.append(f) or real_full(f))
     one = list_dumps(root, cache=False, workers=1).to_json()
     # only files the scan of each on its own can't decide go to the full reader (torch)
     assert sorted(fulls) == sorted(f for f in root.rglob("*.py") if scan_printed(f)[2] is not None)
-    monkeypatch.setattr(listing_module, "_full_manifest", real_full)  # the workers are handed it by name
     # once a body, again where a file's own header needs the shard offsets; the last header's files on their own
     assert len(scans) <= 3 * len(bodies) < len(list(root.rglob("*.py"))), len(scans)
     two = list_dumps(root, cache=False, workers=2).to_json()
-    monkeypatch.setattr(listing_module._BodyReader, "KEEP", 2)  # scans set aside on disk before their last file
-    scans.clear()
-    aside = list_dumps(root, cache=False, workers=1).to_json()
-    held = len(scans)
-    monkeypatch.setattr(listing_module, "body_text", lambda body: None)  # none can be set aside: scanned again
+    monkeypatch.setattr(read, "_BODIES_KEPT", 1)  # scans let go before their body's last file: scanned again
     scans.clear()
     forgetful = list_dumps(root, cache=False, workers=1).to_json()
-    assert held <= 3 * len(bodies) < len(scans), (held, len(scans))
-    monkeypatch.setattr(listing_module, "body_text", real_text)
+    assert 3 * len(bodies) < len(scans), len(scans)
     full = list_dumps(root, cache=False, full=True).to_json()
     monkeypatch.setenv(SHARE_ENV, "0")  # every file and forward on its own
     scans.clear()
     alone = list_dumps(root, cache=False, workers=1).to_json()
     assert len(scans) == len(list(root.rglob("*.py")))
-    for listing in (one, two, aside, forgetful, alone):
+    for listing in (one, two, forgetful, alone):
         assert listing["dumps"] == full["dumps"]
         assert listing["groups"] == full["groups"]
         assert listing["problems"] == full["problems"]
@@ -171,27 +165,6 @@ def test_forwards_share_a_scan_only_where_their_text_is_the_same_program(tmp_pat
         assert graph.nodes[1].kwargs["alpha"] != graph.submodules["sub"].nodes[1].kwargs["alpha"]
 
 
-def test_a_body_set_aside_comes_back_as_it_was_scanned():
-    """A scan set aside on disk (printed_file.body_text) is the same scan when it comes back, for
-    every printed graph in the fixtures; one holding a value JSON would change is not set aside."""
-    from graphdbg.formats.printed_file import body_from_text, body_text, read_printed_source, scan_body
-    from graphdbg.store.specs import SymSpec
-
-    bodies = [scan_body(read_printed_source(f), str(f)) for f in sorted((FIXTURES / "corpus").rglob("*.py"))]
-    assert len(bodies) >= 10 and all(b.inputs and b.facts["ops"] for b in bodies)
-    for body in bodies:
-        text = body_text(body)
-        assert text is not None and body_from_text(text) == body
-    body = bodies[0]
-    body.inputs.append(("s0", SymSpec("s0", 4)))
-    assert body_from_text(body_text(body)) == body
-    body.facts["rank_literals"].append((1, 2))  # a tuple: JSON gives a list back
-    assert body_text(body) is None
-    body.facts["rank_literals"].pop()
-    body.inputs.append(("x", object()))  # a spec of a type it doesn't know
-    assert body_text(body) is None
-
-
 def test_kept_forwards_are_bounded_by_their_nodes(monkeypatch):
     """The forwards kept for later files hold at most ``_NODES_KEPT`` nodes (a kept node is ~1 KiB)."""
     from graphdbg.formats import scan
@@ -253,7 +226,7 @@ def test_torch_version_read_as_text_is_the_installed_one():
     importlib.metadata lookup, 0.04 s): the same string the package metadata gives."""
     from importlib.metadata import version
 
-    from graphdbg.formats.ls_cache import torch_version
+    from graphdbg.formats.names_table import torch_version
 
     assert torch_version() == version("torch")
 
@@ -266,3 +239,17 @@ def test_a_slim_listing_shows_what_the_full_one_does():
     assert not any("inputs" in d.manifest for d in slim.dumps if d.format == "printed_graph")
     assert slim.to_json() == list_dumps(root, cache=False).to_json()
     assert any(row.get("log") for row in slim.to_json()["dumps"])  # the log's failures reached the slim ones too
+
+
+def test_shapes_the_front_end_refuses_are_one_line_problems_from_both_readers(tmp_path):
+    """The scan and the full reader share one front end (graph/printed_front.py): a shape it
+    refuses (a dict keyed by a list, ``*args``, a statement after return) is the same one-line
+    problem with its line, whichever reader met it first, never a traceback."""
+    bodies = {"dict_key": "        y = torch.ops.aten.add(x, {[1]: 2})\n        return (y,)\n",
+              "starred": "        y = torch.ops.aten.add(*x)\n        return (y,)\n",
+              "after_return": "        return (x,)\n        y = x\n"}
+    for name, body in bodies.items():
+        (tmp_path / f"{name}.py").write_text('class GraphModule(torch.nn.Module):\n    def forward(self, x: "f32[2]"):\n' + body)
+    problems = {Path(p["path"]).stem: p["error"] for p in _same(tmp_path)["problems"]}
+    assert "dict keys must be constants" in problems["dict_key"] and problems["dict_key"].endswith(":3: dict keys must be constants in `{[1]: 2}`")
+    assert "unsupported */** arguments" in problems["starred"] and "statement after return" in problems["after_return"]

@@ -15,7 +15,7 @@ CELLS = {
     "dump": f"import graphdbg\nd = graphdbg.load({str(FIXTURES / 'block_runtime_error')!r})\nd",
     "case": "c = d.case()\nc",
     "outcome": "o = c.run('fixtures.programs:broken_transpose_backend')\no",
-    "listing": f"from graphdbg.formats.listing import list_dumps\nlist_dumps({str(FIXTURES)!r})",
+    "listing": f"from graphdbg.listing import list_dumps\nlist_dumps({str(FIXTURES)!r})",
     "minify": "from graphdbg.minify import minify\nr = minify(c, 'fixtures.programs:broken_transpose_backend', progress=False, out='min')\nr",
     # the minified dump's signature names the failing node's target
     "nodes": "nodes = graphdbg.load(r.saved).nodes()\nnodes[nodes.failed][['name', 'target', 'failed']].to_dict(orient='records')",

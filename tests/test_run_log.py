@@ -407,14 +407,15 @@ def test_graphs_printed_in_a_log_are_extracted_per_rank_and_replay(cli, tmp_path
 def test_a_second_ls_takes_the_parsed_log_from_the_cache_until_the_log_changes(tmp_path, monkeypatch):
     """A cached ls doesn't scan the run's log again (a third of a cached listing at scale): the
     log's parse is kept beside the manifests, for the same graph names, while the log is as it was."""
-    from graphdbg.formats import listing
+    from graphdbg import listing
+    from graphdbg.listing import logs
 
     monkeypatch.setenv("GRAPHDBG_CACHE_DIR", str(tmp_path / "cache"))
     folder = tmp_path / "next"
     shutil.copytree(NEXT, folder)  # mtimes kept: older than the cache's racy window
     scans = []
-    real = listing.read_log
-    monkeypatch.setattr(listing, "read_log", lambda *a, **k: scans.append(a[0]) or real(*a, **k))
+    real = logs.read_log
+    monkeypatch.setattr(logs, "read_log", lambda *a, **k: scans.append(a[0]) or real(*a, **k))
 
     first = listing.list_dumps(folder).to_json()
     again = listing.list_dumps(folder).to_json()
@@ -434,8 +435,9 @@ def test_copies_of_a_run_read_their_common_log_once_and_list_as_each_read_alone(
     """A folder holding copies of one run (the same log.txt beside the same graphs) reads that
     log once; a copy whose log has other bytes, or whose name gives it a rank, is read on its own;
     the listing is what reading every log on its own gives."""
-    from graphdbg.formats import listing
+    from graphdbg import listing
     from graphdbg.formats.scan import SHARE_ENV
+    from graphdbg.listing import logs
 
     for name in ("a", "b", "c", "d"):
         shutil.copytree(NEXT, tmp_path / name)
@@ -443,8 +445,8 @@ def test_copies_of_a_run_read_their_common_log_once_and_list_as_each_read_alone(
     log = tmp_path / "d" / "log.txt"
     log.write_text(log.read_text().replace("argument of type", "argument of kind"))
     scans = []
-    real = listing.read_log
-    monkeypatch.setattr(listing, "read_log", lambda *a, **k: scans.append(Path(a[0]).parent.name) or real(*a, **k))
+    real = logs.read_log
+    monkeypatch.setattr(logs, "read_log", lambda *a, **k: scans.append(Path(a[0]).parent.name) or real(*a, **k))
 
     shared = listing.list_dumps(tmp_path, cache=False).to_json()
     assert sorted(scans) == ["a", "c", "d"]

@@ -36,7 +36,7 @@ def test_each_rank_writes_its_own_dump_with_its_groups(world2):
         assert group["ops"] == ["torch.ops._c10d_functional.all_reduce"]
         assert d.signature == "NotImplementedError: no lowering for _c10d_functional.all_reduce"
     # the same failure on both ranks: one group in ls
-    from graphdbg.formats.listing import list_dumps
+    from graphdbg.listing import list_dumps
 
     (g,) = [g for g in list_dumps(world2).groups]
     assert sorted(g["ranks"]) == [0, 1]

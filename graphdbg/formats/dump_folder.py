@@ -43,7 +43,7 @@ class DumpFolder(Contents):
 
     def check(self) -> None:
         """The tensor file's size and header, without reading values."""
-        # lazy: ls imports no torch (formats/listing.py)
+        # lazy: ls imports no torch (listing/)
         from graphdbg.store.tensor_header import check_tensor_file
 
         check_tensor_file(self.tensor_file)

@@ -1,5 +1,5 @@
 """A printed graph file known by its manifest, without torch: what ``ls`` makes of a file it
-scanned (``formats/scan.py``) or whose manifest it read before (``ls_cache``). The file is read
+scanned (``formats/scan.py``) or whose manifest it read before (``listing/cache.py``). The file is read
 and parsed into fx again only when its graph is asked for (``show``, ``replay``).
 
 ``printed_manifest`` is the one maker of a printed graph's manifest: the full reader
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -164,34 +163,6 @@ class BodyScan:
     # scanned file's header and device indices gave no rank (shard_sought)
     shard: int | str | None = None
     shard_sought: bool = False
-
-
-def body_text(body: BodyScan) -> str | None:
-    """``body`` as a JSON text ``body_from_text`` makes the same scan of (to set it aside on
-    disk while a listing of thousands is made); None where a value of it would not come back
-    as it is (a type JSON doesn't keep): such a scan is not set aside."""
-    inputs = []
-    for name, spec in body.inputs:
-        if spec is not None and type(spec) not in (TensorSpec, SymSpec):
-            return None
-        inputs.append([name, None if spec is None else {"tensor": spec.to_dict()} if type(spec) is TensorSpec
-                       else {"sym": [spec.expr, spec.hint, spec.kind]}])
-    try:
-        text = json.dumps([body.undecided, body.bad_annotations, body.class_line, body.facts, sorted(body.indices),
-                           body.uses_cuda, inputs, body.constructs, body.shard, body.shard_sought], allow_nan=False)
-    except (TypeError, ValueError):
-        return None
-    return text if body_from_text(text) == body else None  # what JSON changes (a tuple, a key's type) is not kept
-
-
-def body_from_text(text: str) -> BodyScan:
-    """The scan ``body_text`` wrote."""
-    undecided, bad, class_line, facts, indices, uses_cuda, inputs, constructs, shard, sought = json.loads(text)
-    return BodyScan(undecided=undecided, bad_annotations=[(a, b) for a, b in bad], class_line=class_line, facts=facts,
-                    indices=set(indices), uses_cuda=uses_cuda,
-                    inputs=[(name, None if spec is None else TensorSpec.from_dict(spec["tensor"]) if "tensor" in spec
-                             else SymSpec(*spec["sym"])) for name, spec in inputs],
-                    constructs=constructs, shard=shard, shard_sought=sought)
 
 
 # Above the class, a comment line that is a line to Python as well (no other line break, no NUL

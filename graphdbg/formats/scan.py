@@ -38,20 +38,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graphdbg.formats.names_table import NameTable, names
-from graphdbg.graph.source_text import dotted_name, is_alias
+from graphdbg.graph.printed_front import NO_DEFAULT, Forward, Unsupported, annotation_text
+from graphdbg.graph.source_text import dotted_name
 from graphdbg.store.specs import parse_annotation
 
 HEADER = re.compile(r"#\s*Rank:\s*(\d+),\s*Graph\s*(\d+)")
 _ROOTS = ("torch", "operator", "_operator", "math")
-_CONSTANT_NAMES = ("inf", "nan", "Ellipsis", "NoneType")  # parser.CONSTANT_NAMES
-_OPERATORS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv", ast.FloorDiv: "floordiv",
-              ast.Mod: "mod", ast.Pow: "pow", ast.MatMult: "matmul", ast.LShift: "lshift", ast.RShift: "rshift",
-              ast.BitAnd: "and_", ast.BitOr: "or_", ast.BitXor: "xor", ast.USub: "neg", ast.UAdd: "pos",
-              ast.Invert: "invert", ast.Not: "not_", ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le",
-              ast.Gt: "gt", ast.GtE: "ge", ast.Is: "is_", ast.IsNot: "is_not"}
-_INPLACE = {ast.Add: "iadd", ast.Sub: "isub", ast.Mult: "imul", ast.Div: "itruediv", ast.FloorDiv: "ifloordiv",
-            ast.Mod: "imod", ast.Pow: "ipow", ast.MatMult: "imatmul", ast.BitAnd: "iand", ast.BitOr: "ior",
-            ast.BitXor: "ixor", ast.LShift: "ilshift", ast.RShift: "irshift"}
 _RANGE_TESTS = {"ge", "gt", "lt", "le"}  # rebuild/synthesize._COMPARE: how a vocab shard's range is tested
 _CUDA_INDEX_CALLS = ("torch._C._cuda_exchangeDevice", "torch.cuda.get_device_capability")
 
@@ -322,16 +314,23 @@ def forget_forwards() -> None:
     _KEPT.forget()
 
 
-class _Forward:
-    """One ``def forward`` as the nodes ``parser._ForwardReader`` would make of it."""
+class _Forward(Forward):
+    """One ``def forward`` as the nodes the full reader would make of it (the front end,
+    ``printed_front``, recognises each statement; this names the nodes as fx would and judges
+    names by the table, doubting where it can't say)."""
 
     def __init__(self, walker: _Walker, fn: ast.FunctionDef, nested: set[str]):
-        self.w, self.fn, self.nested = walker, fn, nested
+        super().__init__(fn)
+        self.w, self.nested = walker, nested
         self.graph = ScannedGraph()
-        self.env: dict[str, Ref] = {}
-        self.self_name = ""
-        self.lineno = fn.lineno
         self.names = _Namespace()
+
+    def read(self) -> ScannedGraph:  # type: ignore[override]
+        try:
+            super().read()
+        except Unsupported as e:
+            raise Undecided(e.message) from None
+        return self.graph
 
     def add(self, op: str, target: str, args: tuple, kwargs: dict | None = None, construct: str | None = None,
             pyname: str | None = None, name: str | None = None) -> Ref:
@@ -341,257 +340,98 @@ class _Forward:
         self.graph.nodes.append(Node(op, target, self.names.create_name(candidate), args, kwargs or {}, construct=construct, fn=fn))
         return Ref(len(self.graph.nodes) - 1)
 
+    def create(self, op: str, target: Any, args: tuple, kwargs: dict, name: str | None, at: ast.AST) -> Ref:
+        if op == "call_function":  # an operator: "operator.<name>"
+            return self.add(op, target, args, kwargs, None, target.rsplit(".", 1)[-1], name)
+        return self.add(op, target, args, kwargs, name=name)
+
+    def placeholder(self, target: str, default: Any) -> Ref:
+        return self.add("placeholder", target, () if default is NO_DEFAULT else (default,))
+
+    def output(self, value: Any) -> Ref:
+        return self.add("output", "output", (value,))
+
+    def operator(self, name: str) -> str:
+        return f"operator.{name}"
+
+    def constant(self, name: str) -> Any:
+        return {"inf": float("inf"), "nan": float("nan"), "Ellipsis": ..., "NoneType": Path_("NoneType")}[name]
+
     def rename(self, ref: Ref, candidate: str) -> None:
         node = self.graph.nodes[ref.index]
         if candidate != node.name:
             node.name = self.names.create_name(candidate)
 
+    def alias(self, name: str, ref: Ref) -> None:
+        node = self.graph.nodes[ref.index]
+        if node.op == "placeholder" and node.name == node.target:
+            self.rename(ref, name)
+
     def annotate(self, ref: Ref, annotation: ast.expr | None) -> None:
-        text = annotation.value if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str) else None
+        text = annotation_text(annotation)
         node = self.graph.nodes[ref.index]
         node.spec, node.annotation = _annotation(text) if text else (None, None)
         if text and node.spec is None:
             self.w.bad_annotations.append((text, getattr(annotation, "lineno", None) or self.lineno))
 
-    def read(self) -> ScannedGraph:
-        self._placeholders(self.fn.args)
-        returned, setitem = False, None
-        for stmt in self.fn.body:
-            self.lineno = stmt.lineno
-            if returned:
-                raise Undecided("a statement after return")
-            if setitem and is_alias(stmt) and stmt.value.id == setitem[1] and stmt.lineno == setitem[2]:  # type: ignore[union-attr]
-                name = stmt.target.id if isinstance(stmt, ast.AnnAssign) else stmt.targets[0].id  # type: ignore[union-attr]
-                self.rename(setitem[0], name)
-                if isinstance(stmt, ast.AnnAssign):
-                    self.annotate(setitem[0], stmt.annotation)
-                self.env[name], setitem = setitem[0], None
-                continue
-            setitem = None
-            returned, setitem = self._statement(stmt)
-        if not returned:
-            raise Undecided("forward has no return")
-        return self.graph
+    def is_node(self, value: Any) -> bool:
+        return isinstance(value, Ref)
 
-    def _statement(self, stmt: ast.stmt) -> tuple[bool, tuple | None]:
-        kind = type(stmt)  # most statements are `x = f(...)` and `x: "T" = f(...)`: those first
-        if kind is ast.Assign and len(stmt.targets) == 1 and type(stmt.targets[0]) is ast.Name:  # type: ignore[attr-defined]
-            if not (type(stmt.value) is ast.Constant and stmt.value.value is None):  # type: ignore[attr-defined]
-                self.assign(stmt.value, stmt.targets[0].id, None)  # type: ignore[attr-defined]
-            return False, None
-        if kind is ast.AnnAssign and type(stmt.target) is ast.Name and stmt.value is not None:  # type: ignore[attr-defined]
-            self.assign(stmt.value, stmt.target.id, stmt.annotation)  # type: ignore[attr-defined]
-            return False, None
-        if isinstance(stmt, ast.Return):
-            ref = self.add("output", "output", (self.value(stmt.value) if stmt.value is not None else None,))
-            self.annotate(ref, None)
-            return True, None
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript):
-            tgt = stmt.targets[0]
-            args = (self.node(tgt.value), self.value(tgt.slice), self.value(stmt.value))
-            ref = self.call("operator.setitem", args, {}, pyname="setitem")
-            return False, (ref, dotted_name(tgt.value) or "", stmt.lineno)
-        if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name) and type(stmt.op) in _INPLACE:
-            op = _INPLACE[type(stmt.op)]
-            ref = self.call(f"operator.{op}", (self.node(stmt.target), self.value(stmt.value)), {}, pyname=op)
-            self.env[stmt.target.id] = ref
-            return False, (ref, stmt.target.id, stmt.lineno)
-        if isinstance(stmt, ast.Assign) and all(isinstance(t, ast.Name) for t in stmt.targets):
-            if isinstance(stmt.value, ast.Constant) and stmt.value.value is None:
-                return False, None  # `a = b = None`
-            if len(stmt.targets) != 1:
-                raise Undecided("a multiple assignment")
-            self.assign(stmt.value, stmt.targets[0].id, None)  # type: ignore[attr-defined]
-        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
-            self.assign(stmt.value, stmt.target.id, stmt.annotation)
-        elif isinstance(stmt, ast.Expr):
-            if not (isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)):
-                self.assign(stmt.value, None, None)
-        elif not isinstance(stmt, ast.Pass):
-            raise Undecided(f"an unsupported statement at line {stmt.lineno}")
-        return False, None
+    def holds_node(self, value: Any) -> bool:
+        return any(isinstance(v, Ref) for v in _flat(value))
 
-    def _placeholders(self, args: ast.arguments) -> None:
-        positional = args.posonlyargs + args.args
-        if not positional:
-            raise Undecided("forward has no self")
-        self.self_name = positional[0].arg
-        defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
-        entries = [(a, d, a.arg) for a, d in zip(positional[1:], defaults[1:])]
-        if args.vararg:
-            entries.append((args.vararg, None, "*" + args.vararg.arg))
-        entries += [(a, d, a.arg) for a, d in zip(args.kwonlyargs, args.kw_defaults)]
-        for arg, default, target in entries:
-            self.lineno = arg.lineno
-            extra = () if default is None else (self.value(default),)
-            if any(isinstance(v, Ref) for v in _flat(extra)):
-                raise Undecided("a default value that is not a constant")
-            ref = self.add("placeholder", target, extra)
-            self.annotate(ref, arg.annotation)
-            self.env[arg.arg] = ref
+    def self_as_value(self, at: ast.Name) -> Exception:
+        return Undecided("self as a value")
 
-    def assign(self, expr: ast.expr, name: str | None, annotation: ast.expr | None) -> None:
-        if name is not None and isinstance(expr, ast.Name) and expr.id in self.env and annotation is None:
-            ref = self.env[expr.id]  # an alias: no node; `l_x_ = L_x_` renames the input
-            node = self.graph.nodes[ref.index]
-            if node.op == "placeholder" and node.name == node.target:
-                self.rename(ref, name)
-            self.env[name] = ref
-            return
-        ref = self.call_node(expr, name)
-        self.annotate(ref, annotation)
-        if name is not None:
-            self.env[name] = ref
+    def module_path(self, path: str, dunder: bool, at: ast.expr) -> str:
+        if dunder:
+            raise Undecided("a dunder attribute")
+        return path
 
-    # expressions --------------------------------------------------------------------------
-    def call(self, target: str, args: tuple, kwargs: dict, construct: str | None = None, pyname: str | None = None,
-             name: str | None = None) -> Ref:
-        self._check_values(args, kwargs)
-        return self.add("call_function", target, args, kwargs, construct, pyname or target.rsplit(".", 1)[-1], name)
-
-    def _check_values(self, args: tuple, kwargs: dict) -> None:
-        """parser._create: a callable handed over as an argument must itself be allowed (each
-        dotted value is judged where it is read: ``value``)."""
-
-    def target(self, qualname: str) -> tuple[str, str | None, str]:
-        """``(flags, construct, __name__)`` of a call target; doubt where the table can't say or
-        the allow-list refuses it (the full reader then gives the error)."""
+    def call_function(self, qualname: str, args: tuple, kwargs: dict, name: str | None, at: ast.Call) -> Ref:
+        """The target's ``(flags, construct, __name__)`` from the table; doubt where the table can't
+        say or the allow-list refuses it (the full reader then gives the error)."""
         entry = self.w.table.get(qualname) if self.w.table is not None else None
         if entry is None or "c" not in entry[0]:
             self.w.doubt(f"the name {qualname}")
-            return "", None, qualname.rsplit(".", 1)[-1]
-        return entry
-
-    def call_node(self, expr: ast.expr, name: str | None = None) -> Ref:
-        """The node computing ``expr``; ``name``, the statement's variable, names the last node
-        made (nested expressions' nodes, made first, are named by what they call)."""
-        if isinstance(expr, ast.Call):
-            return self._call(expr, name)
-        if isinstance(expr, ast.Attribute):
-            if (path := self.self_path(expr)) is not None:
-                return self.add("get_attr", path, (), name=name)
-            if self.rooted(expr.value):
-                if expr.attr.startswith("__") or self.w.table is None or expr.attr not in self.w.table.attributes:
-                    self.w.doubt(f"the attribute .{expr.attr}")
-                return self.call("builtins.getattr", (self.node(expr.value), expr.attr), {}, name=name)
-        if isinstance(expr, ast.Subscript):
-            return self.call("operator.getitem", (self.value(expr.value), self.value(expr.slice)), {}, name=name)
-        if isinstance(expr, ast.BinOp) and type(expr.op) in _OPERATORS:
-            return self.call(f"operator.{_OPERATORS[type(expr.op)]}", (self.value(expr.left), self.value(expr.right)), {}, name=name)
-        if isinstance(expr, ast.UnaryOp) and type(expr.op) in _OPERATORS:
-            return self.call(f"operator.{_OPERATORS[type(expr.op)]}", (self.value(expr.operand),), {}, name=name)
-        if isinstance(expr, ast.Compare) and len(expr.ops) == 1:
-            op, right = expr.ops[0], expr.comparators[0]
-            if isinstance(op, (ast.In, ast.NotIn)):
-                ref = self.call("operator.contains", (self.value(right), self.value(expr.left)), {},
-                                name=name if isinstance(op, ast.In) else None)
-                return ref if isinstance(op, ast.In) else self.call("operator.not_", (ref,), {}, name=name)
-            if type(op) in _OPERATORS:
-                return self.call(f"operator.{_OPERATORS[type(op)]}", (self.value(expr.left), self.value(right)), {}, name=name)
-        raise Undecided(f"an unsupported expression at line {getattr(expr, 'lineno', self.lineno)}")
-
-    def _call(self, expr: ast.Call, name: str | None) -> Ref:
-        if any(isinstance(a, ast.Starred) for a in expr.args) or any(k.arg is None for k in expr.keywords):
-            raise Undecided("*/** arguments")
-        args = tuple(self.value(a) for a in expr.args)
-        kwargs = {k.arg: self.value(k.value) for k in expr.keywords}
-        func = expr.func
-        if (path := self.self_path(func)) is not None:
-            self._check_values(args, kwargs)
-            return self.add("call_module", path, args, kwargs, name=name)
-        if isinstance(func, ast.Attribute) and self.rooted(func.value):
-            if self.w.table is None or func.attr not in self.w.table.methods or _checked_call(func.attr, args, kwargs):
-                self.w.doubt(f"the method .{func.attr}()")
-            receiver = self.node(func.value)
-            self._check_values(args, kwargs)
-            return self.add("call_method", func.attr, (receiver, *args), kwargs, name=name)
-        qualname = dotted_name(func)
-        if qualname is None:
-            raise Undecided("an unsupported call")
-        flags, construct, pyname = self.target(qualname)
+            entry = ("", None, qualname.rsplit(".", 1)[-1])
+        flags, construct, pyname = entry
         if "g" in flags and not (len(args) >= 2 and isinstance(args[0], Ref) and isinstance(args[1], str)
                                  and self.w.table is not None and args[1] in self.w.table.attributes):
             self.w.doubt("a getattr the parser checks")
         if qualname.endswith("higher_order.print"):
             self.w.doubt("higher_order.print's format string")
-        return self.call(qualname, args, kwargs, construct, pyname, name)
+        return self.add("call_function", qualname, args, kwargs, construct, pyname, name)
 
-    def self_path(self, expr: ast.expr) -> str | None:
-        path = dotted_name(expr)
-        if path is None or not path.startswith(self.self_name + ".") or self.self_name in self.env:
-            return None
-        path = path[len(self.self_name) + 1:]
-        if any(p.startswith("__") for p in path.split(".")):
-            raise Undecided("a dunder attribute")
-        return path
+    def call_method(self, attr: str, receiver: ast.expr, args: tuple, kwargs: dict, name: str | None, at: ast.Call) -> Ref:
+        if self.w.table is None or attr not in self.w.table.methods or _checked_call(attr, args, kwargs):
+            self.w.doubt(f"the method .{attr}()")
+        return self.add("call_method", attr, (self.node(receiver), *args), kwargs, name=name)
 
-    def rooted(self, expr: ast.expr) -> bool:
-        while isinstance(expr, ast.Attribute):
-            expr = expr.value
-        if isinstance(expr, ast.Name):
-            return expr.id in self.env or expr.id == self.self_name
-        return isinstance(expr, (ast.Call, ast.Subscript, ast.BinOp, ast.UnaryOp))
-
-    def node(self, expr: ast.expr) -> Ref:
-        value = self.value(expr)
-        if not isinstance(value, Ref):
-            raise Undecided("expected a graph value")
-        return value
+    def attribute(self, receiver: ast.expr, attr: str, name: str | None, at: ast.Attribute) -> Ref:
+        if attr.startswith("__") or self.w.table is None or attr not in self.w.table.attributes:
+            self.w.doubt(f"the attribute .{attr}")
+        return self.add("call_function", "builtins.getattr", (self.node(receiver), attr), {}, None, "getattr", name)
 
     def value(self, expr: ast.expr) -> Any:
-        if isinstance(expr, ast.Constant):
-            if isinstance(expr.value, str) and expr.value.startswith("cuda:"):
-                self.graph.devices = True
-            return expr.value
-        if isinstance(expr, ast.Name):
-            return self._name(expr.id)
-        if isinstance(expr, (ast.Tuple, ast.List)):
-            if any(isinstance(e, ast.Starred) for e in expr.elts):
-                raise Undecided("a starred element")
-            items = [self.value(e) for e in expr.elts]
-            return tuple(items) if isinstance(expr, ast.Tuple) else items
-        if isinstance(expr, ast.Dict):
-            if any(k is None for k in expr.keys):
-                raise Undecided("** in a dict")
-            keys = [self.value(k) for k in expr.keys]  # type: ignore[arg-type]
-            if any(isinstance(k, (Ref, list, dict)) for k in keys):
-                raise Undecided("a dict key that is not a constant")
-            return dict(zip(keys, (self.value(v) for v in expr.values)))
-        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, (ast.USub, ast.UAdd)) and (
-                isinstance(expr.operand, ast.Constant) or isinstance(expr.operand, ast.Name) and expr.operand.id in ("inf", "nan")):
-            operand = expr.operand.value if isinstance(expr.operand, ast.Constant) else float(expr.operand.id)  # type: ignore[union-attr]
-            if isinstance(operand, (int, float, complex)) and not isinstance(operand, bool):
-                return -operand if isinstance(expr.op, ast.USub) else operand
-        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in ("slice", "device"):
-            return self._literal_call(expr)
-        if isinstance(expr, ast.Attribute) and not self.rooted(expr.value):
-            path = dotted_name(expr)
-            if path is None:
-                raise Undecided("an unsupported expression")
-            entry = self.w.table.get(path) if self.w.table is not None else None
-            if entry is None or "r" in entry[0] or "v" not in entry[0]:
-                self.w.doubt(f"the name {path}")
-            return Path_(path)
-        return self.call_node(expr)
+        if type(expr) is ast.Constant and isinstance(expr.value, str) and expr.value.startswith("cuda:"):
+            self.graph.devices = True
+        return super().value(expr)
 
-    def _name(self, name: str) -> Any:
-        if name in self.env:
-            return self.env[name]
-        if name in _CONSTANT_NAMES:
-            return {"inf": float("inf"), "nan": float("nan"), "Ellipsis": ..., "NoneType": Path_("NoneType")}[name]
-        if name == self.self_name:
-            raise Undecided("self as a value")
+    def path_value(self, path: str, at: ast.Attribute) -> Path_:
+        entry = self.w.table.get(path) if self.w.table is not None else None
+        if entry is None or "r" in entry[0] or "v" not in entry[0]:
+            self.w.doubt(f"the name {path}")
+        return Path_(path)
+
+    def name_value(self, name: str, at: ast.Name) -> Path_:
         entry = self.w.table.get(name) if self.w.table is not None else None
         if entry is None or "r" in entry[0] or "m" in entry[0] or "v" not in entry[0]:  # bare names never reach the hook
             self.w.doubt(f"the name {name}")
         return Path_(name)
 
-    def _literal_call(self, expr: ast.Call) -> Any:
-        if any(isinstance(a, ast.Starred) for a in expr.args) or not all(k.arg for k in expr.keywords):
-            raise Undecided("*/** arguments")
-        args = [self.value(a) for a in expr.args]
-        kwargs = {k.arg: self.value(k.value) for k in expr.keywords}
-        if expr.func.id == "slice":  # type: ignore[attr-defined]
+    def literal_call(self, func: str, args: list[Any], kwargs: dict[str, Any], at: ast.Call) -> Any:
+        if func == "slice":
             if kwargs or not 1 <= len(args) <= 3:
                 raise Undecided("a slice literal")
             return slice(*args)

@@ -1,5 +1,5 @@
 """Cheap looks at a file's first bytes, without torch: what ``ls`` uses to pick the files worth
-reading (``ls`` of a folder of dumps imports no torch at all; formats/listing.py)."""
+reading (``ls`` of a folder of dumps imports no torch at all; listing/)."""
 
 from __future__ import annotations
 

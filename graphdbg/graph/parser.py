@@ -58,14 +58,16 @@ from graphdbg.graph.allow_list import (
     refusal,
 )
 from graphdbg.graph.hashing import graph_hash
-from graphdbg.graph.source_text import dotted_name, is_alias, readable_source  # noqa: F401 (readable_source: where it always was)
+from graphdbg.graph.printed_front import NO_DEFAULT, Forward, Unsupported, annotation_text
+from graphdbg.graph.printed_front import show as _show
+from graphdbg.graph.source_text import dotted_name, readable_source  # noqa: F401 (readable_source: where it always was)
 from graphdbg.store.specs import TensorSpec, parse_annotation
 
 __all__ = ["AttrConstruction", "PrintedGraph", "parse_module_class", "parse_printed_graph", "resolve_target", "mangled_name"]
 
 ALLOWED_ROOTS: dict[str, types.ModuleType] = {"torch": torch, "operator": operator, "_operator": operator, "math": math}
 
-# Names fx codegen binds in the generated module's globals (torch.fx.graph._custom_builtins).
+# printed_front.CONSTANT_NAMES, as values
 CONSTANT_NAMES: dict[str, Any] = {"inf": math.inf, "nan": math.nan, "Ellipsis": ..., "NoneType": type(None)}
 
 # Roots refused before the user's hook is consulted, so a catch-all hook can't let them in.
@@ -93,15 +95,6 @@ def _walkable(name: str) -> bool:
         or name in _WALKABLE_PREFIXES or name in ("operator", "_operator", "math")
 
 
-_OPERATORS: dict[type, Callable[..., Any]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow, ast.MatMult: operator.matmul,
-    ast.LShift: operator.lshift, ast.RShift: operator.rshift, ast.BitAnd: operator.and_, ast.BitOr: operator.or_,
-    ast.BitXor: operator.xor, ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert,
-    ast.Not: operator.not_, ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
-    ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_,
-    ast.IsNot: operator.is_not,
-}
 # fx may put a node's `custom` meta (`Annotation: {'stream': 1}`), recompute tags or extra meta
 # before the stack trace on the same comment line: the source is wherever `File:` starts.
 _SOURCE_COMMENT = re.compile(r"^\s*#(?:.*?\bAnnotation: (?P<annotation>\{.*?\})(?= ))?.*?\bFile: (?P<file>.+?):(?P<line>\d+) "
@@ -109,7 +102,7 @@ _SOURCE_COMMENT = re.compile(r"^\s*#(?:.*?\bAnnotation: (?P<annotation>\{.*?\})(
 _NO_SOURCE_COMMENT = re.compile(r"^\s*#.*\bNo stacktrace found for following nodes")
 
 
-class _Refused(Exception):
+class Refused(Exception):
     """A name that must never resolve, whatever the user's hook says."""
 
 
@@ -126,9 +119,9 @@ def mangled_name(qualname: str) -> str:
 def _check_path(qualname: str) -> None:
     parts = qualname.split(".")
     if any(p.startswith("__") and p.endswith("__") or p == "" for p in parts):
-        raise _Refused(f"refusing {qualname}: dunder or empty names are never resolved")
+        raise Refused(f"refusing {qualname}: dunder or empty names are never resolved")
     if parts[0] in DENIED_ROOTS:
-        raise _Refused(f"refusing {qualname}: not allowed in a replayed graph")
+        raise Refused(f"refusing {qualname}: not allowed in a replayed graph")
 
 
 def _module_allowed(obj: Any) -> bool:
@@ -140,7 +133,7 @@ def _check_object(qualname: str, obj: Any) -> Any:
     # and helpers (torch.utils.collect_env.run) are "under torch" but are not graph operations.
     why = check_value(obj)
     if why:
-        raise _Refused(f"refusing {qualname}: {why.split(': ', 1)[-1] if callable(obj) else why}, "
+        raise Refused(f"refusing {qualname}: {why.split(': ', 1)[-1] if callable(obj) else why}, "
                        "not something a replayed graph may use")
     return obj
 
@@ -154,7 +147,7 @@ def _walk(qualname: str) -> Any:
     obj: Any = ALLOWED_ROOTS[parts[0]]
     for i, part in enumerate(parts[1:], start=2):
         if isinstance(obj, types.ModuleType) and not _module_allowed(obj):
-            raise _Refused(f"refusing {qualname}: {'.'.join(parts[:i - 1])} holds no graph operations")
+            raise Refused(f"refusing {qualname}: {'.'.join(parts[:i - 1])} holds no graph operations")
         try:
             obj = getattr(obj, part)
         except Exception:  # torch.ops raises AttributeError or RuntimeError for unknown ops
@@ -163,9 +156,9 @@ def _walk(qualname: str) -> Any:
             else:
                 raise LookupError(qualname) from None
         if isinstance(obj, types.ModuleType) and not _module_allowed(obj):
-            raise _Refused(f"refusing {qualname}: {'.'.join(parts[:i])} (module {obj.__name__}) holds no graph operations")
+            raise Refused(f"refusing {qualname}: {'.'.join(parts[:i])} (module {obj.__name__}) holds no graph operations")
     if isinstance(obj, types.ModuleType):
-        raise _Refused(f"refusing {qualname}: a module is not a graph target")
+        raise Refused(f"refusing {qualname}: a module is not a graph target")
     return _check_object(qualname, obj)
 
 
@@ -200,7 +193,7 @@ def _search(obj: Any, qual: str, rest: str, depth: int) -> str | None:
         path = f"{qual}.{head}"
         try:
             _check_path(path)
-        except _Refused:
+        except Refused:
             continue
         child = getattr(obj, head, None)
         if child is None and isinstance(obj, types.ModuleType) and qual.startswith("torch") and _walkable(path):
@@ -234,14 +227,14 @@ def resolve_target(qualname: str) -> Any:
     Raises GraphSourceError (without a location) for refused or unknown names.
     """
     try:
-        return _resolve(qualname)
-    except _Refused as e:
+        return resolve_name(qualname)
+    except Refused as e:
         raise GraphSourceError(str(e)) from None
     except LookupError:
         raise GraphSourceError(f"cannot resolve {qualname}") from None
 
 
-def _resolve(qualname: str) -> Any:
+def resolve_name(qualname: str) -> Any:
     if "." not in qualname:
         if qualname in ALLOWED_BUILTINS:
             return ALLOWED_BUILTINS[qualname]
@@ -554,10 +547,10 @@ class _Reader:
             func = _dotted(expr.func, "")
             _check_path(func)  # never called, but a torch.load here is no repro
             if "." in func:
-                _resolve(func)
+                resolve_name(func)
         except LookupError:
             raise self.fail(f"cannot resolve {_dotted(expr.func, '')} (in `{_show(stmt)}`)", stmt) from None
-        except _Refused as e:
+        except Refused as e:
             raise self.fail(f"{e} (in `{_show(stmt)}`)", stmt) from None
         args = tuple(self._literal(a, stmt) for a in expr.args)
         kwargs = {k.arg: self._literal(k.value, stmt) for k in expr.keywords}
@@ -596,8 +589,8 @@ class _Reader:
         if qualname in self.resolved:
             return self.resolved[qualname]
         try:
-            target = _resolve(qualname)
-        except _Refused as e:
+            target = resolve_name(qualname)
+        except Refused as e:
             raise self.fail(f"{e} (in `{_show(at)}`)", at) from None
         except LookupError:
             target = None
@@ -613,123 +606,56 @@ class _Reader:
         return target
 
 
-class _ForwardReader:
-    """Turns one ``def forward`` into an fx.Graph, statement by statement."""
+class _ForwardReader(Forward):
+    """Turns one ``def forward`` into an fx.Graph (the front end, ``printed_front``, recognises
+    each statement; this makes its node, every target resolved and judged)."""
 
     def __init__(self, reader: _Reader, fn: ast.FunctionDef, nested: set[str]):
-        self.r, self.fn, self.nested = reader, fn, nested
+        super().__init__(fn)
+        self.r, self.nested = reader, nested
         self.graph = fx.Graph()
-        self.env: dict[str, fx.Node] = {}
         self.attrs: dict[str, TensorSpec | None] = {}
         self.source: dict[str, Any] | None = None
-        self.lineno = fn.lineno
-        self.self_name = ""
 
     def fail(self, message: str, where: ast.AST | int) -> GraphSourceError:
         return self.r.fail(message, where)
 
-    def read(self) -> tuple[fx.Graph, dict[str, TensorSpec | None]]:
-        self._placeholders(self.fn.args)
-        prev_end, returned = self.fn.lineno, False
-        setitem: tuple[fx.Node, str, int] | None = None
-        for stmt in self.fn.body:
-            self._scan_comments(prev_end, stmt.lineno)
-            prev_end, self.lineno = stmt.end_lineno or stmt.lineno, stmt.lineno
-            if returned:
-                raise self.fail(f"statement after return: {_show(stmt)}", stmt)
-            if setitem and is_alias(stmt) and _alias_source(stmt) == setitem[1] and stmt.lineno == setitem[2]:
-                # fx prints `x[0] = v;  setitem = x` and `x += y;  x_1: "f32[3]" = x`: the second
-                # half names the node the first half made (and annotates it).
-                alias = _alias_target(stmt)
-                setitem[0]._rename(alias)
-                if isinstance(stmt, ast.AnnAssign):
-                    self._set_meta(setitem[0], stmt.annotation)
-                self.env[alias], setitem = setitem[0], None
-                continue
-            setitem = None
-            if isinstance(stmt, ast.Return):
-                self._set_meta(self.graph.output(self._value(stmt.value) if stmt.value is not None else None), None)
-                returned = True
-            elif isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Subscript) and len(stmt.targets) == 1:
-                tgt = stmt.targets[0]
-                node = self._create("call_function", operator.setitem,
-                                    (self._node(tgt.value), self._value(tgt.slice), self._value(stmt.value)), {}, None, stmt)
-                setitem = (node, _dotted(tgt.value, ""), stmt.lineno)
-            elif isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name) and type(stmt.op) in _INPLACE_OPS:
-                # Dynamo keeps in-place Python operators (`x += y`) as operator.iadd & co.
-                tgt = stmt.target.id
-                node = self._create("call_function", _INPLACE_OPS[type(stmt.op)],
-                                    (self._node(stmt.target), self._value(stmt.value)), {}, None, stmt)
-                self.env[tgt] = node
-                setitem = (node, tgt, stmt.lineno)
-            elif isinstance(stmt, ast.Assign) and all(isinstance(t, ast.Name) for t in stmt.targets):
-                if isinstance(stmt.value, ast.Constant) and stmt.value.value is None:
-                    continue  # `a = b = None`: fx freeing references early
-                if len(stmt.targets) != 1:
-                    raise self.fail(f"unexpected multiple assignment: {_show(stmt)}", stmt)
-                self._statement(stmt, stmt.value, stmt.targets[0].id, None)
-            elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
-                self._statement(stmt, stmt.value, stmt.target.id, stmt.annotation)
-            elif isinstance(stmt, ast.Expr):
-                if not (isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)):
-                    self._statement(stmt, stmt.value, None, None)
-            elif not isinstance(stmt, ast.Pass):
-                raise self.fail(f"unsupported statement in forward: {_show(stmt)}", stmt)
-        if not returned:
-            raise self.fail("forward has no return statement (truncated?)", self.fn.body[-1].end_lineno or self.fn)
+    def read(self) -> tuple[fx.Graph, dict[str, TensorSpec | None]]:  # type: ignore[override]
+        try:
+            super().read()
+        except Unsupported as e:
+            raise self.fail(e.message, e.where) from None  # type: ignore[arg-type]
         return self.graph, self.attrs
 
-    def _scan_comments(self, after: int, before: int) -> None:
+    def before(self, stmt: ast.stmt, after: int) -> None:
         # Comments are not in the AST; the `# File:` lines fx prints before each group of
         # statements are the only record of where the user's code was.
-        for text in self.r.lines[after: before - 1]:
+        for text in self.r.lines[after: stmt.lineno - 1]:
             if m := _SOURCE_COMMENT.match(text):
                 self.source = {"file": m["file"], "line": int(m["line"]), "fn": m["fn"], "code": m["code"],
                                **({"annotation": m["annotation"]} if m["annotation"] else {})}
             elif _NO_SOURCE_COMMENT.match(text):
                 self.source = None
 
-    def _placeholders(self, args: ast.arguments) -> None:
-        positional = args.posonlyargs + args.args
-        if not positional:
-            raise self.fail("forward has no `self` argument", self.fn)
-        self.self_name = positional[0].arg
-        defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
-        entries = [(a, d, a.arg) for a, d in zip(positional[1:], defaults[1:])]
-        if args.vararg:
-            entries.append((args.vararg, None, "*" + args.vararg.arg))
-        entries += [(a, d, a.arg) for a, d in zip(args.kwonlyargs, args.kw_defaults)]
-        for arg, default, target in entries:
-            self.lineno = arg.lineno
-            extra = {} if default is None else {"default_value": self._constant_only(default)}
-            node = self.graph.placeholder(target, **extra)
-            self._set_meta(node, arg.annotation)
-            self.env[arg.arg] = node
+    def placeholder(self, target: str, default: Any) -> fx.Node:
+        return self.graph.placeholder(target, **({} if default is NO_DEFAULT else {"default_value": default}))
 
-    def _constant_only(self, expr: ast.expr) -> Any:
-        value = self._value(expr)
-        if any(True for _ in _nodes_in(value)):
-            raise self.fail(f"default value is not a constant: {_show(expr)}", expr)
-        return value
+    def output(self, value: Any) -> fx.Node:
+        return self.graph.output(value)
 
-    def _statement(self, stmt: ast.stmt, expr: ast.expr, name: str | None, annotation: ast.expr | None) -> fx.Node:
-        if name is not None and isinstance(expr, ast.Name) and expr.id in self.env and annotation is None:
-            node = self.env[expr.id]
-            if node.op == "placeholder" and node.name == node.target:
-                # `l_x_ = L_x_`: Dynamo's alias of an input; fx prints a renamed placeholder this way.
-                node._rename(name)
-            self.env[name] = node
-            return node
-        node = self._call_node(expr, name)
-        self._set_meta(node, annotation)
+    def rename(self, node: fx.Node, name: str) -> None:
+        node._rename(name)
+
+    def alias(self, name: str, node: fx.Node) -> None:
+        if node.op == "placeholder" and node.name == node.target:
+            node._rename(name)  # fx prints a renamed placeholder as `l_x_ = L_x_`
+
+    def assigned(self, node: fx.Node, name: str | None) -> None:
         if node.op == "get_attr" and node.target in self.attrs and isinstance(node.meta["graphdbg_spec"], TensorSpec):
-            self.attrs[node.target] = node.meta["graphdbg_spec"]
-        if name is not None:
-            self.env[name] = node
-        return node
+            self.attrs[node.target] = node.meta["graphdbg_spec"]  # type: ignore[index]
 
-    def _set_meta(self, node: fx.Node, annotation: ast.expr | None) -> None:
-        text = annotation.value if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str) else None
+    def annotate(self, node: fx.Node, annotation: ast.expr | None) -> None:
+        text = annotation_text(annotation)
         node.meta["graphdbg_spec"] = parse_annotation(text) if text else None
         if text and node.meta["graphdbg_spec"] is None:  # readers refuse it with its line (no second parse)
             node.meta["graphdbg_bad_annotation"] = (text, getattr(annotation, "lineno", None) or self.lineno)
@@ -737,7 +663,21 @@ class _ForwardReader:
         if self.source is not None:
             node.meta["graphdbg_source"] = dict(self.source)
 
-    def _create(self, op: str, target: Any, args: tuple, kwargs: dict, name: str | None, at: ast.AST) -> fx.Node:
+    def is_node(self, value: Any) -> bool:
+        return isinstance(value, fx.Node)
+
+    def holds_node(self, value: Any) -> bool:
+        nodes: list[fx.Node] = []
+        fx.node.map_arg(value, nodes.append)
+        return bool(nodes)
+
+    def operator(self, name: str) -> Any:
+        return getattr(operator, name)
+
+    def constant(self, name: str) -> Any:
+        return CONSTANT_NAMES[name]
+
+    def create(self, op: str, target: Any, args: tuple, kwargs: dict, name: str | None, at: ast.AST) -> fx.Node:
         if op in ("call_function", "call_method", "call_module"):
             # a callable handed over as an argument (tree_map(a.tofile, ...)) is a target too
             why = check_value((args, kwargs))
@@ -752,66 +692,38 @@ class _ForwardReader:
         except Exception as e:
             raise self.fail(f"cannot build a node for `{_show(at)}`: {e}", at) from None
         if node.meta.get("graphdbg_lineno") is None:
-            self._set_meta(node, None)
+            self.annotate(node, None)
         return node
 
-    def _call_node(self, expr: ast.expr, name: str | None) -> fx.Node:
-        """The node computing ``expr``; ``name`` is the statement's variable, if any."""
-        if isinstance(expr, ast.Call):
-            if any(isinstance(a, ast.Starred) for a in expr.args) or any(k.arg is None for k in expr.keywords):
-                raise self.fail(f"unsupported */** arguments in `{_show(expr)}`", expr)
-            args = tuple(self._value(a) for a in expr.args)
-            kwargs = {k.arg: self._value(k.value) for k in expr.keywords}
-            func = expr.func
-            if (path := self._self_path(func)) is not None:
-                if path not in self.nested:
-                    self.attrs.setdefault(path, None)
-                return self._create("call_module", path, args, kwargs, name, expr)
-            if isinstance(func, ast.Attribute) and self._is_node_rooted(func.value):
-                if func.attr not in allowed_methods():
-                    raise self.fail(f"refusing method call .{func.attr}() in `{_show(expr)}`: methods run only on "
-                                    "tensors, streams, events, symbolic sizes and numbers, and never reach files, "
-                                    "storage or callbacks", expr)
-                if func.attr == "type" and any(isinstance(a, str) for a in (*args, *kwargs.values())):
-                    raise self.fail(f"refusing .type() with a type name in `{_show(expr)}`", expr)
-                return self._create("call_method", func.attr, (self._node(func.value), *args), kwargs, name, expr)
-            qualname = _dotted(func, None)
-            if qualname is None:
-                raise self.fail(f"unsupported call `{_show(expr)}`", expr)
-            target = self.r.resolve(qualname, expr)
-            if target is builtins.getattr:
-                self._check_getattr(args, expr)
-            return self._create("call_function", target, args, kwargs, name, expr)
-        if isinstance(expr, ast.Attribute):
-            if (path := self._self_path(expr)) is not None:
-                if path not in self.nested:
-                    self.attrs.setdefault(path, None)
-                return self._create("get_attr", path, (), {}, name, expr)
-            if self._is_node_rooted(expr.value):
-                if expr.attr.startswith("__"):
-                    raise self.fail(f"refusing dunder attribute .{expr.attr} in `{_show(expr)}`", expr)
-                if expr.attr not in ALLOWED_ATTRIBUTES:
-                    raise self.fail(f"refusing attribute .{expr.attr} in `{_show(expr)}`: a graph reads only tensor "
-                                    "metadata and a few fields of devices and slices", expr)
-                return self._create("call_function", builtins.getattr, (self._node(expr.value), expr.attr), {}, name, expr)
-        if isinstance(expr, ast.Subscript):
-            return self._create("call_function", operator.getitem,
-                                (self._value(expr.value), self._value(expr.slice)), {}, name, expr)
-        if isinstance(expr, ast.BinOp) and type(expr.op) in _OPERATORS:
-            return self._create("call_function", _OPERATORS[type(expr.op)],
-                                (self._value(expr.left), self._value(expr.right)), {}, name, expr)
-        if isinstance(expr, ast.UnaryOp) and type(expr.op) in _OPERATORS:
-            return self._create("call_function", _OPERATORS[type(expr.op)], (self._value(expr.operand),), {}, name, expr)
-        if isinstance(expr, ast.Compare) and len(expr.ops) == 1:
-            op, right = expr.ops[0], expr.comparators[0]
-            if isinstance(op, (ast.In, ast.NotIn)):
-                node = self._create("call_function", operator.contains, (self._value(right), self._value(expr.left)),
-                                    {}, None if isinstance(op, ast.NotIn) else name, expr)
-                return node if isinstance(op, ast.In) else self._create("call_function", operator.not_, (node,), {}, name, expr)
-            if type(op) in _OPERATORS:
-                return self._create("call_function", _OPERATORS[type(op)],
-                                    (self._value(expr.left), self._value(right)), {}, name, expr)
-        raise self.fail(f"unsupported expression `{_show(expr)}`", expr)
+    def module_path(self, path: str, dunder: bool, at: ast.expr) -> str:
+        if dunder:
+            raise self.fail(f"refusing dunder attribute in `{_show(at)}`", at)
+        if path not in self.nested:
+            self.attrs.setdefault(path, None)
+        return path
+
+    def call_method(self, attr: str, receiver: ast.expr, args: tuple, kwargs: dict, name: str | None, at: ast.Call) -> fx.Node:
+        if attr not in allowed_methods():
+            raise self.fail(f"refusing method call .{attr}() in `{_show(at)}`: methods run only on "
+                            "tensors, streams, events, symbolic sizes and numbers, and never reach files, "
+                            "storage or callbacks", at)
+        if attr == "type" and any(isinstance(a, str) for a in (*args, *kwargs.values())):
+            raise self.fail(f"refusing .type() with a type name in `{_show(at)}`", at)
+        return self.create("call_method", attr, (self.node(receiver), *args), kwargs, name, at)
+
+    def call_function(self, qualname: str, args: tuple, kwargs: dict, name: str | None, at: ast.Call) -> fx.Node:
+        target = self.r.resolve(qualname, at)
+        if target is builtins.getattr:
+            self._check_getattr(args, at)
+        return self.create("call_function", target, args, kwargs, name, at)
+
+    def attribute(self, receiver: ast.expr, attr: str, name: str | None, at: ast.Attribute) -> fx.Node:
+        if attr.startswith("__"):
+            raise self.fail(f"refusing dunder attribute .{attr} in `{_show(at)}`", at)
+        if attr not in ALLOWED_ATTRIBUTES:
+            raise self.fail(f"refusing attribute .{attr} in `{_show(at)}`: a graph reads only tensor "
+                            "metadata and a few fields of devices and slices", at)
+        return self.create("call_function", builtins.getattr, (self.node(receiver), attr), {}, name, at)
 
     def _check_getattr(self, args: tuple, expr: ast.expr) -> None:
         if len(args) < 2 or not isinstance(args[0], fx.Node) or not isinstance(args[1], str):
@@ -822,110 +734,27 @@ class _ForwardReader:
             raise self.fail(f"refusing attribute {args[1]!r} in `{_show(expr)}`: a graph reads only tensor "
                             "metadata and a few fields of devices and slices", expr)
 
-    def _self_path(self, expr: ast.expr) -> str | None:
-        """``"a.b"`` for ``self.a.b``, else None."""
-        path = _dotted(expr, None)
-        if path is None or not path.startswith(self.self_name + ".") or self.self_name in self.env:
-            return None
-        path = path[len(self.self_name) + 1:]
-        if any(p.startswith("__") for p in path.split(".")):
-            raise self.fail(f"refusing dunder attribute in `{_show(expr)}`", expr)
-        return path
+    def name_value(self, name: str, at: ast.Name) -> Any:
+        # Bare names in argument position are only mangled globals fx wrote (functions
+        # handed to higher-order ops); an unknown one is a typo or a truncation, so the
+        # user's catch-all hook is not asked.
+        try:
+            return resolve_name(name)
+        except Refused as e:
+            raise self.fail(f"{e} (in `{_show(at)}`)", at) from None
+        except LookupError:
+            raise self.fail(f"unknown name {name} (used before it is assigned?)", at) from None
 
-    def _is_node_rooted(self, expr: ast.expr) -> bool:
-        """Whether ``expr`` computes from graph values (so ``expr.m()`` is a method call)."""
-        while isinstance(expr, ast.Attribute):
-            expr = expr.value
-        if isinstance(expr, ast.Name):
-            return expr.id in self.env or expr.id == self.self_name
-        return isinstance(expr, (ast.Call, ast.Subscript, ast.BinOp, ast.UnaryOp))
+    def path_value(self, path: str, at: ast.Attribute) -> Any:
+        return self.r.resolve(path, at)  # dtypes, layouts, memory formats, and functions passed to higher-order ops
 
-    def _node(self, expr: ast.expr) -> fx.Node:
-        value = self._value(expr)
-        if not isinstance(value, fx.Node):
-            raise self.fail(f"expected a graph value, got `{_show(expr)}`", expr)
-        return value
-
-    def _value(self, expr: ast.expr) -> Any:
-        """An argument: a constant, a container, a known node, or a node for a nested expression."""
-        if isinstance(expr, ast.Constant):
-            return expr.value
-        if isinstance(expr, ast.Name):
-            if expr.id in self.env:
-                return self.env[expr.id]
-            if expr.id in CONSTANT_NAMES:
-                return CONSTANT_NAMES[expr.id]
-            if expr.id == self.self_name:
-                raise self.fail(f"`{expr.id}` itself is not a graph value", expr)
-            # Bare names in argument position are only mangled globals fx wrote (functions
-            # handed to higher-order ops); an unknown one is a typo or a truncation, so the
-            # user's catch-all hook is not asked.
-            try:
-                return _resolve(expr.id)
-            except _Refused as e:
-                raise self.fail(f"{e} (in `{_show(expr)}`)", expr) from None
-            except LookupError:
-                raise self.fail(f"unknown name {expr.id} (used before it is assigned?)", expr) from None
-        if isinstance(expr, (ast.Tuple, ast.List)):
-            if any(isinstance(e, ast.Starred) for e in expr.elts):
-                raise self.fail(f"unsupported starred element in `{_show(expr)}`", expr)
-            items = [self._value(e) for e in expr.elts]
-            return tuple(items) if isinstance(expr, ast.Tuple) else items
-        if isinstance(expr, ast.Dict):
-            if any(k is None for k in expr.keys):
-                raise self.fail(f"unsupported ** in `{_show(expr)}`", expr)
-            keys = [self._value(k) for k in expr.keys]
-            if any(isinstance(k, fx.Node) for k in keys):
-                raise self.fail(f"dict keys must be constants in `{_show(expr)}`", expr)
-            return dict(zip(keys, (self._value(v) for v in expr.values)))
-        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, (ast.USub, ast.UAdd)) and _is_literal(expr.operand):
-            # `-1`, `-inf` are constants in printed args, not neg nodes.
-            operand = expr.operand.value if isinstance(expr.operand, ast.Constant) else CONSTANT_NAMES[expr.operand.id]
-            if isinstance(operand, (int, float, complex)) and not isinstance(operand, bool):
-                return -operand if isinstance(expr.op, ast.USub) else operand
-        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in ("slice", "device"):
-            if not any(isinstance(a, ast.Starred) for a in expr.args) and all(k.arg for k in expr.keywords):
-                args = [self._value(a) for a in expr.args]
-                kwargs = {k.arg: self._value(k.value) for k in expr.keywords}
-                if expr.func.id == "slice":
-                    return slice(*args)
-                try:
-                    return torch.device(*args, **kwargs)
-                except Exception as e:
-                    raise self.fail(f"bad device literal `{_show(expr)}`: {e}", expr) from None
-        if isinstance(expr, ast.Attribute) and not self._is_node_rooted(expr.value):
-            path = _dotted(expr, None)
-            if path is None:
-                raise self.fail(f"unsupported expression `{_show(expr)}`", expr)
-            # dtypes, layouts, memory formats, and functions passed to higher-order ops.
-            return self.r.resolve(path, expr)
-        return self._call_node(expr, None)
-
-
-def _nodes_in(value: Any):
-    nodes: list[fx.Node] = []
-    fx.node.map_arg(value, nodes.append)
-    return nodes
-
-
-def _is_literal(expr: ast.expr) -> bool:
-    return isinstance(expr, ast.Constant) or isinstance(expr, ast.Name) and expr.id in ("inf", "nan")
-
-
-def _alias_source(stmt: ast.stmt) -> str:
-    return stmt.value.id  # type: ignore[union-attr]
-
-
-def _alias_target(stmt: ast.stmt) -> str:
-    return stmt.target.id if isinstance(stmt, ast.AnnAssign) else stmt.targets[0].id  # type: ignore[union-attr]
-
-
-_INPLACE_OPS = {
-    ast.Add: operator.iadd, ast.Sub: operator.isub, ast.Mult: operator.imul, ast.Div: operator.itruediv,
-    ast.FloorDiv: operator.ifloordiv, ast.Mod: operator.imod, ast.Pow: operator.ipow, ast.MatMult: operator.imatmul,
-    ast.BitAnd: operator.iand, ast.BitOr: operator.ior, ast.BitXor: operator.ixor, ast.LShift: operator.ilshift,
-    ast.RShift: operator.irshift,
-}
+    def literal_call(self, func: str, args: list[Any], kwargs: dict[str, Any], at: ast.Call) -> Any:
+        if func == "slice":
+            return slice(*args)
+        try:
+            return torch.device(*args, **kwargs)
+        except Exception as e:
+            raise self.fail(f"bad device literal `{_show(at)}`: {e}", at) from None
 
 
 def _dotted(expr: ast.expr, default: Any) -> Any:
@@ -941,8 +770,3 @@ def _kind(stmt: ast.stmt) -> str:
     if isinstance(stmt, ast.Expr):
         return "a call" if isinstance(stmt.value, ast.Call) else "an expression"
     return kinds.get(type(stmt), f"a {type(stmt).__name__} statement")
-
-
-def _show(node: ast.AST, limit: int = 100) -> str:
-    text = ast.unparse(node).split("\n")[0]
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -41,7 +41,6 @@ import torch
 
 from graphdbg.errors import GraphdbgError
 from graphdbg.formats import load as load_dump
-from graphdbg.formats.listing import list_dumps
 from graphdbg.rebuild.inputs import symbol_env
 from graphdbg.rebuild.memory_budget import free_bytes as free_on
 from graphdbg.replay.isolation import child_outcome
@@ -133,6 +132,8 @@ def printed_worlds(root: Path) -> dict[str, dict[int, Any]]:
     """Printed graph files under ``root`` by graph: ``'<model>/<graph number>'`` (from the
     ``# Rank: R, Graph G`` header, else ``rank<R>_<G>.py``, else the masked graph hash) -> rank
     -> its Dump. A rank whose file of that graph differs from the others is still in it: that is what to debug."""
+    from graphdbg.listing import list_dumps  # upward, declared in ARCHITECTURE.md: the world's files as ls lists them
+
     worlds: dict[str, dict[int, Any]] = {}
     for d in list_dumps(root).dumps:
         if d.failure_kind != "printed_graph":

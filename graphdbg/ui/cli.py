@@ -190,39 +190,32 @@ def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps o
     """List dumps under PATH, failures first; identical failures on several ranks are one row.
 
     Files that can't be read are listed as problems (exit 0; --strict: exit 2)."""
-    from graphdbg.formats.ls_report import ls_report
+    from graphdbg.listing import ls_output
     from graphdbg.ui.render import ListingProgress, ListingView
 
     _must_exist(path)
     _inputs_setup(ops)
     progress = ListingProgress(_err_console())
     try:
-        # written as it is made (the one --json writer's text, perhaps kept from an earlier run);
-        # the table shows the groups, and the rows go nowhere
-        report = ls_report(path, log=log, failed=failed, kind=kind, cache=not no_cache, progress=None if as_json else progress,
-                           out=sys.stdout if as_json else _Nowhere(), table=not as_json)
+        data = ls_output(path, log=log, failed=failed, kind=kind, cache=not no_cache, progress=None if as_json else progress)
     finally:
         progress.close()
-    data = None if as_json else report.data  # --json: written already
-    if data is not None and not data["summary"]["files"] and not report.problems:
+    if as_json:
+        _print_json(data)
+    elif not data["summary"]["files"] and not data["problems"]:
         console.print(f"no dumps under {data['root']}" + (" (none match the filter)" if failed or kind else ""),
                       highlight=False, soft_wrap=True)
-    elif data is not None:
+    else:
         console.print(ListingView(data["groups"], data["root"], len(data["problems"])), crop=False,
                       soft_wrap=not console.is_terminal)  # piped: whole lines, for grep
         if data.get("logs"):
             from graphdbg.ui.render import log_notes
 
             console.print(log_notes(data["logs"], data["root"]), soft_wrap=not console.is_terminal)
-    for p in report.problems:
+    for p in data["problems"]:
         _note(f"graphdbg: unreadable: {p['error']}")
-    if report.problems and strict:
+    if data["problems"] and strict:
         raise typer.Exit(2)
-
-
-class _Nowhere:
-    def write(self, text: str) -> int:
-        return len(text)
 
 
 @app.command(epilog=_example("graphdbg show dumps/rank0/g0-runtime_error-3b0e0256"))
@@ -230,7 +223,7 @@ def show(dump: Annotated[Path, typer.Argument(help="A dump folder or a graph fil
          ops: OpsOpt = None, log: LogOpt = None) -> None:
     """Show a dump: what failed, the graph with its source lines, and its inputs."""
     _must_exist(dump)
-    from graphdbg.formats.listing import load_with_log, summary_row
+    from graphdbg.listing import load_with_log, summary_row
     from graphdbg.ui.render import show as render_show
 
     _inputs_setup(ops)

@@ -104,7 +104,7 @@ class DumpFolder(pytest.Collector):
 
     def collect(self) -> list[pytest.Item]:
         # lazy: this plugin loads in every pytest run; graphdbg's heavy modules only once a dump is collected
-        from graphdbg.formats.listing import list_dumps
+        from graphdbg.listing import list_dumps
 
         listing = list_dumps(self.path)
         items: list[pytest.Item] = []

@@ -16,7 +16,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from graphdbg.backends.recipe import shown_backend
-from graphdbg.dump import is_failure  # not formats.listing: its cache and scanners are ls's alone
+from graphdbg.dump import is_failure  # not graphdbg.listing: its cache and readers are ls's alone
 from graphdbg.judge.difference import describe_difference
 from graphdbg.tables import failing_node_names
 
@@ -172,7 +172,7 @@ class ListingProgress:
             return
         if self.console.is_terminal:
             if self.bar is None:
-                # lazy: ls imports no torch (formats/listing.py)
+                # lazy: ls imports no torch (listing/)
                 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
                 self.bar = Progress(TextColumn("reading"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),

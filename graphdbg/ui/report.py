@@ -62,7 +62,7 @@ def write_report(path: str | Path, out: str | Path) -> Path:
 
 def report_html(path: str | Path) -> str:
     """The report page as a string (see ``write_report``)."""
-    from graphdbg.formats.listing import list_dumps  # this module loads without torch (fast CLI start); this brings torch in
+    from graphdbg.listing import list_dumps  # this module loads without torch (fast CLI start); this brings torch in
 
     root = Path(path)
     listing = list_dumps(root)

@@ -1,0 +1,101 @@
+"""``graphdbg ls``: find the dumps and printed graph files under a folder, read them, and group
+the ones that are the same. Three parts: one walk of the folder (``walk``), one per-file cache
+keyed by path, size, modification time and the code's stamp (``cache``), and the grouping
+(``groups``); ``read`` reads what the walk found, ``logs`` attaches the failures of the run's
+logs to the printed graphs that record none.
+
+    >>> listing = list_dumps("dumps/")
+    >>> [(g["ranks"], g["kind"]) for g in listing.groups]
+    [([0, 1, 2, 3, 4, 5, 6, 7], 'compile_error')]
+    >>> listing = list_dumps("corpus/sglang-thunderfx")
+    >>> g = listing.groups[0]
+    >>> g["model"], g["graphs"], g["ranks"], g["constructs"][:1]
+    ('Llama-4-Maverick-17B-128E-Instruct', [0], [0, 1, 2, 3], ['torch.ops.sglang.inplace_all_reduce'])
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any, Callable
+
+from graphdbg.errors import DumpError, GraphdbgError
+from graphdbg.listing.cache import FileCache
+from graphdbg.listing.groups import Listing, module_prefix, natural_key, summary_row
+from graphdbg.listing.logs import apply_logs, load_with_log, printed_graph_files
+from graphdbg.listing.read import read_dump_folders, read_printed_graphs, read_repros, sort_python_files
+from graphdbg.listing.walk import walk
+from graphdbg.strict_json import output_ready
+
+__all__ = ["Listing", "list_dumps", "ls_output", "apply_logs", "load_with_log", "printed_graph_files", "summary_row",
+           "module_prefix", "natural_key"]
+
+Progress = Callable[[int, int], None]  # (files read, files to read)
+
+# A printed graph's manifest as a listing needs it: without what only show and replay read.
+_NOT_SHOWN = ("inputs", "env", "attrs", "external_objects")
+_NOT_SHOWN_GRAPH = ("ops", "node_info")
+
+
+def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Progress | None = None,
+               cache: bool = True, workers: int | None = None, full: bool = False, slim: bool = False) -> Listing:
+    """Every dump and printed graph file under ``path`` (or ``path`` itself), read and grouped.
+
+    A file that can't be read is a ``problems`` entry (one line, with file and line), not an
+    exception; a folder with neither dumps nor printed graphs is an empty listing (a CI step
+    after a green run has nothing to list), a file that is neither a DumpError. Graph files
+    with no recorded failure take it from ``log``, or from the logs found beside them; a
+    ``log`` that can't be read is a GraphdbgError, a found one a ``logs`` entry with its error.
+
+    Printed graphs are scanned for their manifest (``formats/scan.py``: one ``ast.parse``, no
+    torch; ``show`` and ``replay`` read them in full); a file the scan can't decide is read with
+    the full reader (``full=True``: every file, for tests that compare the two); 48 files or more
+    are read in worker processes, one per usable core (``workers=N`` to choose). ``cache=False``:
+    nothing is taken from the cache or kept in it. ``progress(done, total)`` is called as files
+    are read. ``slim``: printed graphs' manifests keep only what the listing shows (not their
+    inputs, ops or environment).
+    """
+    root = Path(path)
+    if not root.exists():
+        raise GraphdbgError(f"{root}: no such file or folder")
+    found = walk(root)
+    listing = Listing(root, problems=list(found.problems))
+    with FileCache.open(cache) as store:
+        graphs, repros = sort_python_files(found.files, store, full)
+        total = len(found.dumps) + len(graphs) + len(repros)
+        dumps, printed, seen = [], [], 0
+        for seen, (where, dump, error) in enumerate(itertools.chain(
+                read_dump_folders(found.dumps, store), read_printed_graphs(graphs, found.ranks, store, workers=workers, full=full),
+                read_repros(repros)), 1):
+            if progress is not None:
+                progress(seen, total)
+            if dump is None:
+                listing.problems.append({"path": str(where), "error": error})
+            elif dump.format == "dump":
+                dumps.append(dump)
+            else:
+                printed.append(_slim(dump) if slim else dump)
+        if not root.is_dir() and not seen:
+            raise DumpError(f"{root}: no graphdbg dumps here")
+        dumps.sort(key=lambda d: (natural_key(d.id), d.rank))  # g2 before g10
+        printed.sort(key=lambda d: (d.model or "", d.graph_number if d.graph_number is not None else -1,
+                                    d.id.rstrip("0123456789"), d.rank, d.id))
+        listing.dumps = dumps + printed
+        listing.logs = apply_logs(listing.dumps, root, log, cache=store)
+    return listing
+
+
+def ls_output(path: str | Path, log: str | Path | None = None, *, failed: bool = False, kind: str | None = None,
+              cache: bool = True, progress: Progress | None = None) -> dict[str, Any]:
+    """What ``graphdbg ls --json`` prints, before it is written (``strict_json.text_of``)."""
+    listing = list_dumps(path, log=log, progress=progress, cache=cache, slim=True).select(failed, kind)
+    return output_ready(listing.to_json(), "ls")  # type: ignore[return-value]
+
+
+def _slim(dump: Any) -> Any:
+    # new dicts, not keys popped: a dict keeps its size when keys go, and a listing holds thousands
+    manifest = {k: v for k, v in dump.manifest.items() if k not in _NOT_SHOWN}
+    if isinstance(manifest.get("graph"), dict):
+        manifest["graph"] = {k: v for k, v in manifest["graph"].items() if k not in _NOT_SHOWN_GRAPH}
+    dump.manifest = manifest
+    return dump

@@ -1,0 +1,136 @@
+"""The run's logs beside printed graphs: the failures they record, attached to the graphs that
+record none (``formats/run_log.py`` reads a log and decides which graph a failure is of)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from graphdbg.dump import Dump
+from graphdbg.errors import GraphdbgError
+from graphdbg.formats import load
+from graphdbg.formats.run_log import RunLog, attach_log, find_logs, log_key, name_and_stem, read_log
+from graphdbg.formats.scan import sharing
+from graphdbg.formats.sniff import looks_like_printed_graph
+from graphdbg.listing.cache import FileCache
+from graphdbg.listing.walk import shown, walk
+
+
+def apply_logs(dumps: list[Dump], root: Path, log: str | Path | None = None, *, cache: FileCache | None = None) -> list[dict[str, Any]]:
+    """Attach the failures of run logs to the dumps that record none; one entry per log read.
+
+    With ``log``, that log serves every dump. Otherwise each dump's folder, then its parents up
+    to ``root``, are searched for ``log.txt`` / ``*.log``; the nearest folder with one wins.
+    ``cache``: a log read before, unchanged, comes parsed from it.
+    """
+    # captured dumps speak for themselves, even those of mode="always" that record no failure
+    bare = [d for d in dumps if d.format != "dump" and not (d.manifest.get("failure") or {}).get("signature")]
+    if not bare and log is None:
+        return []
+    by_log: dict[Path, list[Dump]] = {}
+    if log is not None:
+        by_log[Path(log)] = bare
+    else:
+        top = root if root.is_dir() else root.parent
+        found: dict[Path, list[Path]] = {}
+        nearest: dict[str, list[Path]] = {}  # a listed file's folder (its text) -> the logs found for it
+        for d in bare:
+            where = str(d.path)
+            where = (os.path.dirname(where) or ".") if os.path.isfile(where) else where
+            logs = nearest.get(where)
+            if logs is None:
+                folder = Path(where)
+                while True:
+                    if folder not in found:
+                        found[folder] = find_logs(folder)
+                    if found[folder] or folder == top or top not in folder.parents:
+                        break
+                    folder = folder.parent
+                logs = nearest[where] = found[folder]
+            for p in logs:
+                by_log.setdefault(p, []).append(d)
+    entries = []
+    read: dict[tuple, dict[str, Any]] | None = {} if sharing() else None  # logs read, by log_key: a copied run's logs are read once
+    for path, members in by_log.items():
+        if shown(str(path)) != str(path):  # its name can't be written in the listing's JSON
+            entries.append({"path": shown(str(path)), "error": f"{shown(str(path))}: the name is not UTF-8 text"})
+            continue
+        names = {n for d in members for n in name_and_stem(str(d.path))}
+        try:
+            run_log = _read_log(path, names, cache, read)
+        except GraphdbgError as e:
+            if log is not None:
+                raise
+            entries.append({"path": str(path), "error": str(e)})
+            continue
+        attach_log(run_log, members)
+        entries.append(run_log.to_json())
+    return entries
+
+
+def _read_log(path: Path, names: set[str], cache: FileCache | None, read: dict[tuple, dict[str, Any]] | None) -> RunLog:
+    """``read_log(path, names)``, from ``cache`` where it kept this log, else from ``read`` where
+    a log of the same ``log_key`` was read before (then kept in both)."""
+    key = FileCache.log_key(path, names) if cache is not None else None
+    kept = cache.get(key) if cache is not None else None
+    if kept is not None and kept[0] is not None:
+        try:
+            return RunLog.from_cache(path, kept[0])
+        except (KeyError, TypeError, ValueError, AttributeError):
+            pass  # not one this code made: read the log again
+    same = log_key(path, names) if read is not None else None
+    if read is not None and same is not None and same in read:
+        run_log = RunLog.from_cache(path, read[same])
+    else:
+        run_log = read_log(path, names)
+        if read is not None and same is not None:
+            read[same] = run_log.to_cache()
+    if cache is not None:
+        cache.put(key, run_log.to_cache(), None)
+    return run_log
+
+
+def printed_graph_files(root: Path) -> list[Path]:
+    """Printed graph files under ``root`` (or ``root`` itself), skipping dump folders' graph.py."""
+    return [p for p in map(Path, walk(root).files) if looks_like_printed_graph(p)]
+
+
+def load_with_log(path: str | Path, log: str | Path | None = None) -> Dump:
+    """``load(path)``, with the failure the run's log gives it when it records none.
+
+    The log is ``log`` or one found beside the file; which graph a failure belongs to is
+    decided among the printed graphs in the file's folder, as ``graphdbg ls`` would.
+    """
+    # lazy: ls imports no torch (listing/read.py)
+    from graphdbg.formats.printed_graph import load_printed_graph
+
+    dump = load(path)
+    if dump.format == "dump" or (dump.manifest.get("failure") or {}).get("signature"):
+        return dump
+    folder = Path(dump.path).parent if Path(dump.path).is_file() else Path(dump.path)
+    logs = [Path(log)] if log is not None else find_logs(folder)
+    if not logs:
+        return dump
+    siblings = printed_graph_files(folder) if Path(dump.path).is_file() else []
+    names = {n for p in [Path(dump.path), *siblings] for n in (p.name, p.stem)}
+    attachable = []
+    for p in logs:
+        try:
+            attachable.append(any(f.kind != "error" for f in read_log(p, names).failures))
+        except GraphdbgError:
+            if log is not None:
+                raise
+            attachable.append(False)
+    if not any(attachable):
+        return dump
+    others: list[Dump] = []
+    for p in siblings:
+        if os.path.realpath(p) == os.path.realpath(dump.path):
+            continue
+        try:
+            others.append(load_printed_graph(p))
+        except GraphdbgError:
+            continue  # a sibling that doesn't parse is ls's problem, not this file's
+    apply_logs([dump, *others], folder, log)
+    return dump

@@ -1,0 +1,166 @@
+"""What the walk found, read: each dump folder's manifest, each printed graph scanned without
+torch (``formats/scan.py``: the files of one body, the ranks of one model printing one graph
+under their own headers, are scanned once), the full reader where the scan can't decide, and
+PyTorch's own repros. Every answer is kept in the cache (``listing/cache.py``), so a second
+listing reads no file it read before.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Iterator
+
+from graphdbg.dump import Dump
+from graphdbg.errors import DumpError, GraphdbgError
+from graphdbg.formats import load
+from graphdbg.formats.dump_folder import DumpFolder
+from graphdbg.formats.printed_file import BodyScan, head_and_key, printed_dump, printed_from_body, read_printed_source, scan_body
+from graphdbg.formats.scan import forget_forwards, sharing
+from graphdbg.formats.sniff import looks_like_printed_graph, may_be_torch_repro
+from graphdbg.judge.fatal_signal import resolve_crash
+from graphdbg.listing.cache import FileCache
+
+Answer = tuple[Any, Dump | None, str | None]  # (path, dump, None) or (path, None, error)
+Printed = tuple[str, Path, Any, Any]  # (file, its Path, its cache key, what the cache holds of it (FileCache.find) or None)
+PARALLEL_FROM = 48  # files to read before worker processes pay for their start
+_MAX_WORKERS = 16
+_BODIES_KEPT = 1024  # bodies' scans held for files to come with the same body (~5 KiB each)
+_bodies: OrderedDict[str, BodyScan] = OrderedDict()
+
+
+def read_dump_folders(folders: list[Path], cache: FileCache) -> Iterator[Answer]:
+    """A folder as it was when it was last listed is not validated again, and torch is not imported."""
+    for folder in folders:
+        key = cache.key(folder)
+        hit = cache.get(key)
+        if hit is not None and hit[0] is not None:
+            resolve_crash(folder, hit[0])  # fault.txt is read every time: a crash may come later
+            yield folder, Dump(folder, hit[0], DumpFolder(folder, hit[0])), None
+            continue
+        try:
+            dump = load(folder)
+        except DumpError as e:  # not kept: the user may be fixing it
+            yield folder, None, str(e)
+            continue
+        if dump.failure_kind != "crash":  # an armed dump may still become a crash
+            cache.put(key, dump.manifest, None)
+        yield folder, dump, None
+
+
+def sort_python_files(files: list[str], cache: FileCache, full: bool = False) -> tuple[list[Printed], list[str]]:
+    """The printed graphs among ``files`` (each with its cache key and what the cache holds of it:
+    a file the cache holds is a printed graph, not looked at again), and PyTorch's own repros.
+    ``full``: nothing from the cache (every printed graph through the full reader)."""
+    printed: list[Printed] = []
+    repros: list[str] = []
+    for f in files:
+        path, key = Path(f), cache.key(f)
+        hit = cache.find(key) if not full else None
+        if hit is not None or looks_like_printed_graph(path):
+            printed.append((f, path, key, hit))
+        elif _is_torch_repro(path):
+            repros.append(f)
+    return printed, repros
+
+
+def read_printed_graphs(printed: list[Printed], ranks: dict[str, frozenset[int]] | None, cache: FileCache, *,
+                        workers: int | None = None, full: bool = False) -> Iterator[Answer]:
+    """Each printed graph, in order, as it comes; ``ranks``: the walk's, else each folder is listed.
+    ``full``: through the full reader (tests compare the two)."""
+    fresh = _read_all([f for f, _, _, hit in printed if hit is None], ranks, workers, full)
+    try:
+        for f, path, key, kept in printed:
+            hit = FileCache.parsed(kept)
+            if hit is None:  # not kept, or not as JSON now (a damaged cache: read here)
+                hit = next(fresh) if kept is None else _read_one(f, ranks, full)
+                cache.put(key, *hit)
+            manifest, error = hit
+            yield f, printed_dump(path, manifest, ranks.get(os.path.dirname(f) or ".") if ranks is not None else None) \
+                if manifest is not None else None, error
+    finally:
+        fresh.close()
+        _bodies.clear()
+        forget_forwards()
+
+
+def read_repros(repros: list[str]) -> Iterator[Answer]:
+    for f in repros:
+        try:
+            yield f, load(f), None
+        except GraphdbgError as e:
+            yield f, None, str(e)
+
+
+def _is_torch_repro(path: Path) -> bool:
+    if path.suffix != ".py" or not may_be_torch_repro(path):
+        return False
+    # lazy: ls imports no torch (listing/read.py)
+    from graphdbg.formats.torch_repro import detect_format
+
+    return detect_format(path) is not None
+
+
+def _read_all(files: list[str], ranks: dict[str, frozenset[int]] | None, workers: int | None,
+              full: bool) -> Iterator[tuple[dict[str, Any] | None, str | None]]:
+    """``(manifest, error)`` of each file, in order. Many files: one worker per usable core
+    (forked, so a worker starts in milliseconds), each reading a run of files in order."""
+    n = workers if workers is not None else min(_usable_cores(), _MAX_WORKERS)
+    if n <= 1 or len(files) < PARALLEL_FROM:
+        yield from (_read_one(f, ranks, full) for f in files)
+        return
+    # lazy: a listing of a few files (and a cached one) starts no workers and needs neither module
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    size = max(1, min(16, len(files) // (4 * n)))
+    runs = [(files[i: i + size], ranks, full) for i in range(0, len(files), size)]
+    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork")) as pool:
+        for answers in pool.map(_read_run, runs):
+            yield from answers
+
+
+def _read_run(run: tuple[list[str], dict[str, frozenset[int]] | None, bool]) -> list[tuple[dict[str, Any] | None, str | None]]:
+    files, ranks, full = run
+    return [_read_one(f, ranks, full) for f in files]
+
+
+def _read_one(f: str, ranks: dict[str, frozenset[int]] | None, full: bool) -> tuple[dict[str, Any] | None, str | None]:
+    path = Path(f)
+    if full:
+        return _full_manifest(path)
+    try:
+        source = read_printed_source(path)
+    except GraphdbgError as e:
+        return None, str(e)
+    head, key = head_and_key(source)
+    body = _bodies.get(key)
+    if body is None:
+        try:
+            body = scan_body(source, f)
+        except Exception as e:  # e.g. RecursionError on an absurdly nested expression
+            body = BodyScan(undecided=f"the scan failed ({type(e).__name__})")
+        if sharing():
+            _bodies[key] = body
+            if len(_bodies) > _BODIES_KEPT:
+                _bodies.popitem(last=False)
+    manifest, error, undecided = printed_from_body(path, source, body, ranks=ranks.get(os.path.dirname(f) or ".") if ranks is not None else None)
+    return _full_manifest(path) if undecided is not None else (manifest, error)
+
+
+def _full_manifest(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    # lazy: only files the scan can't decide import torch (listing/read.py)
+    from graphdbg.formats.printed_graph import load_printed_graph
+
+    try:
+        return load_printed_graph(path).manifest, None
+    except GraphdbgError as e:
+        return None, str(e)
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))  # the cores this process may run on (a container's, a taskset's)
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

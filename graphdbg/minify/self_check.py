@@ -108,14 +108,16 @@ def check_exported_test(path: str | Path, *, kind: str, captured: str | None, ti
         # it) is read or imported. Its data (``<stem>_data`` beside it) is linked, not copied.
         fresh = Path(tmp)
         (fresh / "pytest.ini").write_text("[pytest]\n")
-        (fresh / path.name).write_bytes(path.read_bytes())
+        text = path.read_bytes()
+        (fresh / path.name).write_bytes(text)
         data = path.with_name(path.stem + "_data")
         if data.is_dir():
             (fresh / data.name).symlink_to(data, target_is_directory=True)
         cmd = python_command("pytest", "-q", "--tb=short", "-p", "no:cacheprovider", "-o", "addopts=",
                              "-c", str(fresh / "pytest.ini"), "--rootdir", tmp, "--confcutdir", tmp,
                              "--import-mode=importlib", str(fresh / path.name))
-        code, text = _run(cmd, {**_clean_env(None), **child_path()}, timeout)
+        # the modules the test names (its backend, as module:callable), from where this process finds them
+        code, text = _run(cmd, {**_clean_env(None), **child_path([text.decode("utf-8", "replace")])}, timeout)
     if code is None:
         return SelfCheck(False, text, None)
     if re.search(r"No module named '?pytest'?\s*$", text.strip()):

@@ -113,9 +113,10 @@ def child_path(specs: Iterable[str | None] = (), first: Iterable[str | Path] = (
       folders, except the current folder (a ``PYTHONPATH`` of ``.`` is no reason to import a
       dump's files);
     - ``modules``, found after everything else, by name: the top-level modules this process
-      imported from the folders of the trusted modules, those ``specs`` name (``module:callable``
-      in a backend, recipe or passes) and the ``--ops`` modules (``$GRAPHDBG_OPS``): the
-      backend and the siblings it imported, never another file of its folder."""
+      imported from the current folder or from the folders of the trusted modules ``specs``
+      name (``module:callable`` in a backend, recipe or passes) and of the ``--ops`` modules
+      (``$GRAPHDBG_OPS``): the backend and the siblings it imported, never another file of
+      its folder (this process imports only trusted code: loading a dump runs none of it)."""
     here = os.path.realpath(os.getcwd())
     head: list[str] = [str(p) for p in first]
     for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
@@ -123,19 +124,30 @@ def child_path(specs: Iterable[str | None] = (), first: Iterable[str | Path] = (
             head.append(os.path.abspath(entry))
     names = [m for s in specs if s for m in _SPEC_MODULE.findall(s)]
     names += [m.strip().split(".")[0] for m in os.environ.get("GRAPHDBG_OPS", "").split(",") if m.strip()]
-    roots = {root for root in map(_module_root, names) if root}
+    # and the current folder's modules this process imported: it imports only trusted code
+    # (loading a dump runs none of it), such as a backend given as ``module:callable`` from here
+    roots = {os.path.realpath(root) for root in map(_module_root, names) if root} | {here}
     modules = {}
-    for name in [n for n in list(sys.modules) if "." not in n]:
+    for name in dict.fromkeys([*names, *(n for n in list(sys.modules) if "." not in n)]):
         root = _module_root(name)
-        if root in roots and root not in head:
+        if root is not None and os.path.realpath(root) in roots and root not in head:
             modules[name] = root
     return {CHILD_PATH_ENV: json.dumps({"head": list(dict.fromkeys(head)), "modules": modules})}
 
 
 def _module_root(name: str) -> str | None:
-    """The ``sys.path`` folder this process imported top-level module ``name`` from (None: not imported, or built in)."""
+    """The ``sys.path`` folder this process imported top-level module ``name`` from, or would
+    (found, not imported); None for a built-in one or one it can't find."""
     file = getattr(sys.modules.get(name), "__file__", None)
-    if not isinstance(file, str) or not file:
+    if name not in sys.modules:
+        try:
+            import importlib.util  # here: only a module not imported yet needs it
+
+            spec = importlib.util.find_spec(name)  # a top-level name: found, not run
+        except (ImportError, ValueError):
+            spec = None
+        file = spec.origin if spec is not None else None
+    if not isinstance(file, str) or not file or not os.path.isabs(file):
         return None
     here = os.path.dirname(os.path.abspath(file))
     return os.path.dirname(here) if os.path.basename(file) == "__init__.py" else here

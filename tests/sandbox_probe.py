@@ -3,7 +3,8 @@ then try every way out and print one JSON object, {probe: what happened}.
 
     python sandbox_probe.py MODE OWN_FOLDER OUTSIDE_FILE OUTSIDE_PID
 
-MODE ``full`` applies ``apply_sandbox`` as a replay child does; ``seccomp`` only the seccomp
+MODE ``full`` applies ``apply_sandbox`` as a CPU replay's child does, ``gpu`` as a GPU
+replay's (``AF_UNIX`` sockets allowed: CUDA's driver needs one); ``seccomp`` only the seccomp
 filter with signals scoped by it (what a kernel without Landlock ABI 6 gets); ``none`` nothing
 (the probe's own check that each attack works where nothing stops it).
 """
@@ -52,8 +53,8 @@ def syscall(name: str, *args: int) -> int:
     return r
 
 
-if mode == "full":
-    status = sandbox.apply_sandbox([own])
+if mode in ("full", "gpu"):
+    status = sandbox.apply_sandbox([own], unix=mode == "gpu")
 elif mode == "seccomp":
     sandbox.no_new_privs()
     sandbox.install_seccomp(scope_signals=True)

@@ -76,6 +76,16 @@ def test_the_sandbox_blocks_every_attack_and_keeps_what_a_replay_needs(tmp_path)
         assert "signals and abstract sockets scoped" in got["status"], got
 
 
+def test_a_gpu_replays_sandbox_allows_unix_sockets_and_nothing_else(tmp_path):
+    if landlock_abi() == 0:
+        pytest.skip("this kernel has no Landlock")
+    got, out, victim = probe("gpu", tmp_path)
+    victim.kill()
+    assert got["socket AF_UNIX"].startswith("done"), got
+    assert {a: got[a] for a in ATTACKS if a != "socket AF_UNIX" and not got[a].startswith("blocked")} == {}, got
+    assert "UNIX sockets by path reachable" in got["status"], got
+
+
 def test_seccomp_alone_blocks_all_but_what_only_landlock_can(tmp_path):
     """What a kernel without Landlock ABI 6 (or without Landlock) still gets: the filter."""
     got, out, victim = probe("seccomp", tmp_path)

@@ -17,7 +17,8 @@ has it and reported otherwise (docs/security.md, "Sandbox", lists what each bloc
   outside its sandbox. Landlock also keeps it from ptrace or ``/proc/<pid>/mem`` of any
   process outside;
 - **seccomp** (a BPF filter, ``seccomp_program``): any architecture but the native one is
-  killed (i386 ``int 0x80``, x32); ``socket()`` is refused for every family; hard links,
+  killed (i386 ``int 0x80``, x32); ``socket()`` is refused for every family (but
+  ``AF_UNIX`` on a GPU replay, which CUDA's driver needs at init); hard links,
   ptrace, another process's memory, io_uring, userfaultfd, ``memfd_create``, ``execveat``,
   namespaces, mounts, BPF and kernel keys are refused; where Landlock can't scope signals,
   ``kill`` and its kin reach only the child itself and its process group.
@@ -161,10 +162,16 @@ def child_env(folder: Path, device: str | None = None) -> dict[str, str]:
     it may take (``memory_limit``)."""
     env = {"TMPDIR": str(folder), "TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor"), FOLDER_ENV: str(folder),
            "TRITON_CACHE_DIR": str(folder / "triton"), "CUDA_CACHE_PATH": str(folder / "nv")}
-    limit = memory_limit() if str(device or "cpu").startswith("cpu") else None
+    on_cpu = str(device or "cpu").startswith("cpu")
+    limit = memory_limit() if on_cpu else None
     if limit:
         env[MEMORY_ENV] = str(limit)
+    if not on_cpu:
+        env[UNIX_ENV] = "1"  # CUDA's driver opens a UNIX socket at init (without it: "Error 304")
     return env
+
+
+UNIX_ENV = "GRAPHDBG_SANDBOX_UNIX"  # set for a GPU replay: socket(AF_UNIX) allowed
 
 
 MEMORY_ENV = "GRAPHDBG_MEMORY_LIMIT"  # bytes of address space (RLIMIT_AS) for a CPU replay's child
@@ -221,7 +228,7 @@ def sandbox_child() -> str | None:
         return None
     own = Path(folder)
     extra = [Path(p) for p in os.environ.get(WRITABLE_ENV, "").split(os.pathsep) if p.strip()]
-    status = apply_sandbox([own, own.parent, *extra])
+    status = apply_sandbox([own, own.parent, *extra], unix=os.environ.get(UNIX_ENV) == "1")
     status = f"{status[:-1]}; {limit_memory()})" if status.endswith(")") else f"{status}; {limit_memory()}"
     try:
         (own.parent / SANDBOX_NOTE).write_text(status)
@@ -375,10 +382,11 @@ def _arg0(i: int = 0) -> bytes:
     return _bpf(_LD_W_ABS, 0, 0, 16 + 8 * i)  # low 32 bits of args[i] (little endian)
 
 
-def seccomp_program(machine: str, own_pid: int, scope_signals: bool) -> list[bytes]:
+def seccomp_program(machine: str, own_pid: int, scope_signals: bool, unix: bool = False) -> list[bytes]:
     """The BPF program: the architecture first (any other, such as i386's ``int 0x80`` or
     x32 on x86_64, kills the process), then per call: ``socket`` refused for every family
-    (EACCES; a replay needs no socket: pipes and ``socketpair(AF_UNIX)`` are enough),
+    (EACCES; a CPU replay needs no socket: pipes and ``socketpair(AF_UNIX)`` are enough) but
+    ``AF_UNIX`` when ``unix`` (a GPU replay: CUDA's driver opens one),
     ``DENIED_CALLS`` refused (EPERM), ``clone`` into new namespaces refused and ``clone3``
     ENOSYS (its flags are out of reach: libc falls back to ``clone``), signals only to this
     process or its group when ``scope_signals`` (Landlock can't), the rest allowed."""
@@ -393,7 +401,10 @@ def seccomp_program(machine: str, own_pid: int, scope_signals: bool) -> list[byt
         if call in nr:
             prog.extend([_bpf(_JEQ, 0, len(body), nr[call]), *body])
 
-    block("socket", [_bpf(_RET, 0, 0, _EACCES)])
+    if unix:
+        block("socket", [_arg0(), _bpf(_JEQ, 0, 1, _AF_UNIX), _bpf(_RET, 0, 0, _ALLOW), _bpf(_RET, 0, 0, _EACCES)])
+    else:
+        block("socket", [_bpf(_RET, 0, 0, _EACCES)])
     block("socketpair", [_arg0(), _bpf(_JEQ, 0, 1, _AF_UNIX), _bpf(_RET, 0, 0, _ALLOW), _bpf(_RET, 0, 0, _EACCES)])
     for call in DENIED_CALLS:
         block(call, [_bpf(_RET, 0, 0, _EPERM)])
@@ -413,12 +424,12 @@ def seccomp_program(machine: str, own_pid: int, scope_signals: bool) -> list[byt
     return prog
 
 
-def install_seccomp(scope_signals: bool) -> None:
+def install_seccomp(scope_signals: bool, unix: bool = False) -> None:
     """Install ``seccomp_program`` for this machine on this process (and what it starts); OSError if it can't."""
     machine = platform.machine()
     if machine not in _NR:
         raise OSError(errno.ENOSYS, f"no seccomp filter for {machine}")
-    prog = seccomp_program(machine, os.getpid(), scope_signals)
+    prog = seccomp_program(machine, os.getpid(), scope_signals, unix)
     code = b"".join(prog)
     filt = ctypes.create_string_buffer(code, len(code))
 
@@ -430,7 +441,7 @@ def install_seccomp(scope_signals: bool) -> None:
         raise OSError(ctypes.get_errno(), f"seccomp: {os.strerror(ctypes.get_errno())}")
 
 
-def apply_sandbox(writable: Iterable[Path]) -> str:
+def apply_sandbox(writable: Iterable[Path], unix: bool = False) -> str:
     """Apply what this kernel allows (see the module docstring); one line saying what, and
     what this kernel can't hold (``weaker: ...``)."""
     if os.environ.get(ENV) == "0":
@@ -454,13 +465,17 @@ def apply_sandbox(writable: Iterable[Path]) -> str:
         landlock_part = done
     scope_signals = landlock_part is None or abi < 6
     try:
-        install_seccomp(scope_signals)
-        calls = "seccomp: other architectures killed, no sockets, no links, ptrace, io_uring, userfaultfd, memfd, " \
-                "namespaces" + (", signals only to itself" if scope_signals else "")
+        install_seccomp(scope_signals, unix)
+        calls = "seccomp: other architectures killed, " + ("no sockets but unix ones" if unix else "no sockets") + \
+                ", no links, ptrace, io_uring, userfaultfd, memfd, namespaces" + \
+                (", signals only to itself" if scope_signals else "")
     except OSError as e:
         calls = f"no seccomp ({e.strerror or e})"
     # what this kernel leaves open (docs/security.md, "Sandbox")
-    tail = "; weaker: files outside writable, other processes' memory readable through /proc" if landlock_part is None else ""
+    weaker = ["files outside writable, other processes' memory readable through /proc"] if landlock_part is None else []
+    if unix:
+        weaker.append("UNIX sockets by path reachable" + ("" if landlock_part and abi >= 6 else ", abstract ones too"))
+    tail = f"; weaker: {'; '.join(weaker)}" if weaker else ""
     shown = ", ".join(str(f) for f in folders)
     if landlock_part is None:
         return f"none (no Landlock: {reason}; no new privileges; {calls}{tail})"

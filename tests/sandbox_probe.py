@@ -132,6 +132,7 @@ attempt("unshare user namespace", lambda: in_fork(lambda: syscall("unshare", 0x1
 attempt("hard link outside file", lambda: os.link(outside, own / "linked"))
 attempt("append through hard link", lambda: open(own / "linked", "r+b").seek(0, 2))  # noqa: SIM115
 attempt("rename outside file in", lambda: os.rename(outside, own / "moved"))
+attempt("write through a link in its folder", lambda: open(own / "lent", "ab").write(b"changed"))  # noqa: SIM115
 attempt("write outside", lambda: (outside.parent / "new.txt").write_text("x"))
 attempt("write /dev/shm", lambda: Path(f"/dev/shm/graphdbg-probe-{own.parent.name}").write_text("x"))
 # what a replay needs still works

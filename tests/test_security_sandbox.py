@@ -24,10 +24,11 @@ ATTACKS = ("socket AF_INET", "socket AF_INET6", "socket AF_NETLINK", "socket AF_
            "i386 int 0x80 socket", "kill outside", "ptrace attach outside", "read /proc/pid/mem outside",
            "process_vm_readv outside", "io_uring_setup", "userfaultfd", "memfd_create", "execveat",
            "unshare user namespace", "hard link outside file", "append through hard link", "rename outside file in",
-           "write outside", "write /dev/shm")
+           "write through a link in its folder", "write outside", "write /dev/shm")
 NEEDED = ("write own folder", "write /dev/null", "socketpair AF_UNIX", "signal itself", "thread", "run a program")
 # what only Landlock stops: a kernel without it leaves these open (docs/security.md)
-LANDLOCK_ONLY = ("read /proc/pid/mem outside", "rename outside file in", "write outside", "write /dev/shm")
+LANDLOCK_ONLY = ("read /proc/pid/mem outside", "rename outside file in", "write outside", "write /dev/shm",
+                 "write through a link in its folder")
 
 
 def probe(mode: str, tmp_path: Path) -> tuple[dict[str, str], Path, subprocess.Popen]:
@@ -35,6 +36,8 @@ def probe(mode: str, tmp_path: Path) -> tuple[dict[str, str], Path, subprocess.P
     own.mkdir()
     out.mkdir()
     (out / "victim.txt").write_text("original")
+    (own / "lent").symlink_to(out / "lent.txt")  # as lend_headers lends the user's headers
+    (out / "lent.txt").write_text("original")
     victim = subprocess.Popen(["sleep", "120"])
     try:
         r = subprocess.run([sys.executable, str(PROBE), mode, str(own), str(out / "victim.txt"), str(victim.pid)],
@@ -71,7 +74,8 @@ def test_the_sandbox_blocks_every_attack_and_keeps_what_a_replay_needs(tmp_path)
         assert "SIGSYS" in got["i386 int 0x80 socket"] or "SIGSEGV" in got["i386 int 0x80 socket"], got
     assert {n: got[n] for n in NEEDED if not got[n].startswith("done")} == {}, got
     assert alive, "the sandboxed probe killed a process outside it"
-    assert sorted(p.name for p in out.iterdir()) == ["victim.txt"] and (out / "victim.txt").read_text() == "original"
+    assert sorted(p.name for p in out.iterdir()) == ["lent.txt", "victim.txt"], list(out.iterdir())
+    assert (out / "victim.txt").read_text() == "original" and (out / "lent.txt").read_text() == "original"
     if landlock_abi() >= 6:
         assert "signals and abstract sockets scoped" in got["status"], got
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import getpass
 import json
 import os
 import platform
@@ -40,6 +41,7 @@ import re
 import stat
 import struct
 import sys
+import tempfile
 from pathlib import Path
 from typing import Iterable
 
@@ -154,6 +156,36 @@ def _module_root(name: str) -> str | None:
     return os.path.dirname(here) if os.path.basename(file) == "__init__.py" else here
 
 
+def _default_inductor_dir() -> str:
+    """``$TMPDIR/torchinductor_<user>`` as torch computes it, without importing Inductor."""
+    try:
+        user = getpass.getuser()
+    except Exception:
+        user = f"uid_{os.getuid()}"
+    return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+
+
+def lend_headers(folder: Path) -> int:
+    """Inductor keeps its precompiled C++ headers (about 150 MB each, a minute of CPU to build
+    here) under ``$TMPDIR/torchinductor_<user>/precompiled_headers``, and a child's ``$TMPDIR`` is
+    its own folder. Lend it this user's headers read-only: a folder of its own (where it may
+    build a missing one, and take its locks) holding a link to each of this user's header
+    files, whose targets the sandbox keeps it from writing. A header the child builds is never
+    given back (it could be anything). Returns how many were lent."""
+    shared = os.path.join(_default_inductor_dir(), "precompiled_headers")
+    mine = Path(folder) / os.path.relpath(shared, tempfile.gettempdir())
+    lent = 0
+    try:
+        (mine / "locks").mkdir(parents=True, exist_ok=True)
+        for entry in os.scandir(shared):
+            if entry.is_file(follow_symlinks=False) and not entry.name.startswith("."):
+                (mine / entry.name).symlink_to(entry.path)
+                lent += 1
+    except (OSError, ValueError):
+        pass
+    return lent
+
+
 def child_env(folder: Path, device: str | None = None) -> dict[str, str]:
     """The environment of a sandboxed child whose own folder is ``folder``: temporary files
     (a C++ compiler's) and every compiler cache (Inductor's, its precompiled headers, Triton's,
@@ -162,6 +194,7 @@ def child_env(folder: Path, device: str | None = None) -> dict[str, str]:
     it may take (``memory_limit``)."""
     env = {"TMPDIR": str(folder), "TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor"), FOLDER_ENV: str(folder),
            "TRITON_CACHE_DIR": str(folder / "triton"), "CUDA_CACHE_PATH": str(folder / "nv")}
+    lend_headers(folder)
     on_cpu = str(device or "cpu").startswith("cpu")
     limit = memory_limit() if on_cpu else None
     if limit:

@@ -59,20 +59,29 @@ def test_replay_from_inside_a_dump_with_shadow_modules_runs_none_of_them(fixture
     assert out["isolated"] and out["status"] == "pass", out
 
 
+def graphdbg_in(folder: Path, *args: object, tmp: Path) -> subprocess.CompletedProcess:
+    """The real console script, run from ``folder`` in its own process (this one must never
+    import a shadow: a ``triton/`` found once is remembered by torch for the whole session)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHONPATH", "GRAPHDBG_"))}
+    env["GRAPHDBG_CACHE_DIR"] = str(tmp / "cache")
+    env["PYTHONPATH"] = str(FIXTURES.parent)  # the dump's own backend (fixtures.programs), for --trust-backend
+    return subprocess.run([str(Path(sys.executable).parent / "graphdbg"), *map(str, args)], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
 @pytest.mark.parametrize("command", ["compare", "share"])
-def test_compare_and_share_children_run_no_module_of_the_folder(command, fixture_copy, markers, monkeypatch, cli, tmp_path):
+def test_compare_and_share_children_run_no_module_of_the_folder(command, fixture_copy, markers, tmp_path):
     dump = fixture_copy("block_compile_error")
     plant(dump, markers)
-    monkeypatch.chdir(dump)
     args = {"compare": ["compare", ".", "--backends", "eager"],
             "share": ["share", ".", "-o", tmp_path / "shared", "--trust-backend"]}[command]
-    r = cli(*args)
-    assert ran(markers) == [], r
-    assert r.code in (0, 1), r
-    assert "shadow" not in r.out + r.err, r
+    r = graphdbg_in(dump, *args, tmp=tmp_path)
+    assert ran(markers) == [], r.stderr[-3000:]
+    assert r.returncode in (0, 1), r.stderr[-3000:]
+    assert "shadow" not in r.stdout + r.stderr, r.stderr[-3000:]
 
 
-def test_a_trusted_backend_in_the_current_folder_still_imports_in_the_child(tmp_path, fixture_copy, markers, monkeypatch, cli):
+def test_a_trusted_backend_in_the_current_folder_still_imports_in_the_child(tmp_path, fixture_copy, markers):
     """The folder a trusted backend came from is put on the child's path explicitly, after
     the interpreter's own: the backend imports, the shadows beside it still don't."""
     work = tmp_path / "work"
@@ -81,27 +90,31 @@ def test_a_trusted_backend_in_the_current_folder_still_imports_in_the_child(tmp_
     (work / "__init__.py").unlink()
     (work / "my_backend.py").write_text("import json\n\ndef fails(gm, example_inputs):\n"
                                         "    raise RuntimeError('my backend ran: ' + json.dumps(1))\n")
-    monkeypatch.chdir(work)
-    monkeypatch.syspath_prepend(str(work))
-    r = cli("replay", fixture_copy("block_compile_error"), "--backend", "my_backend:fails", "--json")
-    assert ran(markers) == [], r
-    out = json.loads(r.out)
+    # the real console script in its own process: this one must never see the shadows (a
+    # triton/ found once is remembered by torch for the rest of the session)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHONPATH", "GRAPHDBG_"))}
+    env["GRAPHDBG_CACHE_DIR"] = str(tmp_path / "cache")
+    r = subprocess.run([str(Path(sys.executable).parent / "graphdbg"), "replay", str(fixture_copy("block_compile_error")),
+                        "--backend", "my_backend:fails", "--json"], cwd=work, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert ran(markers) == [], r.stderr[-3000:]
+    out = json.loads(r.stdout)
     assert out["isolated"] and out["status"] == "crash" and "my backend ran: 1" in out["signature"], out
 
 
 @pytest.mark.slow
-def test_export_test_self_check_imports_nothing_from_the_tests_folder(tmp_path, markers, monkeypatch, cli):
+def test_export_test_self_check_imports_nothing_from_the_tests_folder(tmp_path, markers):
     """The exported test lands in a folder with a ``pytest.ini`` that adds a plugin, a
     ``conftest.py``, a package ``__init__.py`` and shadows: pytest runs the test file alone."""
     where = tmp_path / "user_tests"
     where.mkdir()
     plant(where, markers)
     (where / "pytest.ini").write_text("[pytest]\naddopts = -p json\npythonpath = .\n")
-    monkeypatch.chdir(where)
-    r = cli("export-test", FIXTURES / "block_compile_error", "-o", where / "test_gelu.py", "--trust-backend")
-    assert ran(markers) == [], r
-    assert r.code == 0, r
-    assert "run on its own: crash: NotImplementedError: no lowering for gelu" in r.err, r
+    r = graphdbg_in(where, "export-test", FIXTURES / "block_compile_error", "-o", where / "test_gelu.py",
+                    "--trust-backend", tmp=tmp_path)
+    assert ran(markers) == [], r.stderr[-3000:]
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "run on its own: crash: NotImplementedError: no lowering for gelu" in r.stderr, r.stderr[-3000:]
 
 
 def test_child_path_keeps_the_current_folder_out(monkeypatch):

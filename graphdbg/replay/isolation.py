@@ -11,9 +11,11 @@ parent reads it, or, when there is none, turns the exit status into an Outcome:
   the parent (see ``ChildGroup``);
 - a replay that could not start (unknown backend, missing device): GraphdbgError, as in-process.
 
-The child runs sandboxed (``graphdbg.replay.sandbox``): no new privileges, writes only under
-its own folder and the compiler caches (Landlock), no network sockets (seccomp); the Outcome's
-``sandbox`` says what was applied, or ``none (why)``.
+The child is an isolated interpreter (``python -I``: nothing of the folder it runs in is
+imported) and runs sandboxed (``graphdbg.replay.sandbox``): no new privileges, writes only
+under its own folder, which holds its compiler caches too (Landlock), no sockets and no way
+around the filter (seccomp); the Outcome's ``sandbox`` says what was applied, or ``none (why)``.
+What it leaves behind is read through the gate.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,8 +109,8 @@ def check_exported_test(path: str | Path, *, kind: str, captured: str | None, ti
         # it) is read or imported. Its data (``<stem>_data`` beside it) is linked, not copied.
         fresh = Path(tmp)
         (fresh / "pytest.ini").write_text("[pytest]\n")
-        text = path.read_bytes()
-        (fresh / path.name).write_bytes(text)
+        source = path.read_bytes()
+        (fresh / path.name).write_bytes(source)
         data = path.with_name(path.stem + "_data")
         if data.is_dir():
             (fresh / data.name).symlink_to(data, target_is_directory=True)
@@ -117,7 +118,7 @@ def check_exported_test(path: str | Path, *, kind: str, captured: str | None, ti
                              "-c", str(fresh / "pytest.ini"), "--rootdir", tmp, "--confcutdir", tmp,
                              "--import-mode=importlib", str(fresh / path.name))
         # the modules the test names (its backend, as module:callable), from where this process finds them
-        code, text = _run(cmd, {**_clean_env(None), **child_path([text.decode("utf-8", "replace")])}, timeout)
+        code, text = _run(cmd, {**_clean_env(None), **child_path([source.decode("utf-8", "replace")])}, timeout)
     if code is None:
         return SelfCheck(False, text, None)
     if re.search(r"No module named '?pytest'?\s*$", text.strip()):

@@ -287,7 +287,8 @@ RESTORABLE: dict[str, Rule] = {
         "recompute_views", "donated_buffer", "view_replay_for_aliased_outputs", "treat_parameters_as_free_to_save",
         "ban_recompute_used_far_apart", "ban_recompute_long_fusible_chains", "ban_recompute_materialized_backward",
         "ban_recompute_not_in_allowlist", "ban_recompute_reductions", "functionalize_rng_ops", "fake_tensor_allow_meta",
-        "max_dist_from_bw", "aggressive_recomputation", "unlift_effect_tokens", "graphsafe_rng_functionalization")],
+        "max_dist_from_bw", "aggressive_recomputation", "unlift_effect_tokens", "graphsafe_rng_functionalization",
+        "fake_tensor_allow_unsafe_data_ptr_access")],
         Rule(_TRACING)),
 }
 # ... and these not even with --trust-config: they write files (where the dump says, or a

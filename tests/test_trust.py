@@ -208,6 +208,7 @@ REFUSED = {
     "set_method_offset": ["pwn = l_x_.set_(relu, 1 << 30, [64], [1])"],
     "set_op_offset": ["pwn = torch.ops.aten.set_.source_Tensor_storage_offset(l_x_, relu, 1 << 30, [64], [1])"],
     "set_packet": ["pwn = torch.ops.aten.set_(l_x_, relu)"],
+    "set_source": ["pwn = torch.ops.aten.set_.source_Tensor(l_x_, relu)"],  # issue 42: re-points l_x_ at relu's memory
     "print_attr": ["pwn = torch.ops.higher_order.print('{0.__class__.__init__.__globals__}', l_x_)"],
     "print_item": ["pwn = torch.ops.higher_order.print('{0[PATH]}', l_x_)"],
 }
@@ -227,8 +228,7 @@ def test_a_checked_view_and_a_plain_print_still_load(tmp_path, cli):
     path = tmp_path / "rank0_0.py"
     path.write_text(PRINTED.format(lines="\n".join(" " * 8 + ln for ln in [
         "v = torch.ops.aten.as_strided.default(relu, [2, 8], [8, 1], 8)",
-        "pr = torch.ops.higher_order.print('value {} and {x}', v, x=relu)",
-        "st = torch.ops.aten.set_.source_Tensor(l_x_, relu)"])))
+        "pr = torch.ops.higher_order.print('value {} and {x}', v, x=relu)"])))
     r = cli("replay", path, "--backend", "eager", "--no-isolate")
     assert r.code == 0, r
 

@@ -16,11 +16,12 @@ capturing machine (a cache or debug folder) is skipped too: restored elsewhere i
 nowhere.
 
 A dump is someone else's file, so replay restores a recorded setting only through an
-allow-list (``restorable``): a known setting of this torch typed as a bool, a bounded int or
-float, or one of a fixed set of strings, whose name steers no program, path, hook, log or
-cache. Every other one (every free string, such as ``inductor.cpp.march``, which reaches the
-C++ compiler's command line) is listed as a stand-in and skipped unless ``--trust-config``;
-``NEVER`` (``inductor.save_args``, machine paths) is skipped even then.
+allow-list (``restorable``): the settings ``RESTORABLE`` names, each with the reason restoring
+it cannot stop compilation, hide an error, or write or run anything, with a value of its type.
+Every other one (``dynamo.disable``, ``dynamo.suppress_errors``, ``dynamo.cprofile``, every
+free string such as ``inductor.cpp.march``, which reaches the C++ compiler's command line) is
+listed as a stand-in and skipped unless ``--trust-config``; ``NEVER`` (``inductor.save_args``,
+``dynamo.cprofile``, machine paths) is skipped even then.
 
 Replay overrides travel through the environment, so isolated children see them:
 ``GRAPHDBG_CONFIG`` (a JSON object of key -> value), ``GRAPHDBG_NO_CONFIG=1`` and
@@ -227,27 +228,73 @@ def applied_config(settings: dict[str, Any]) -> Iterator[list[str]]:
 
 
 _KEY = re.compile(r"(inductor|dynamo|functorch)(\.[A-Za-z_][A-Za-z0-9_]*)+")
-# Settings whose name says they steer a program, a path, a hook, logging, debugging output or a
-# cache: never taken from a dump without --trust-config, whatever their type.
-_UNSAFE_WORDS = frozenset(
-    "cxx cc compiler cmd command exe binary path paths dir root file files filename cache caches log logs logging hook "
-    "hooks script custom pass passes launcher plugin profile profiler profiling trace tracing debug cutlass ck ck_tile "
-    "rocm nvcc ld link save repro dump upload remote output package lib libs shim march arch worker subprocess start "
-    "method env home url regex table".split())
 
 
-class _Words:
-    """``search(name)``: whether a word of the setting's name (split at ``.`` and ``_``) is in
-    ``_UNSAFE_WORDS``."""
-
-    @staticmethod
-    def search(name: str) -> bool:
-        return any(word.lower() in _UNSAFE_WORDS for word in re.split(r"[._]", name))
+class Rule(typing.NamedTuple):
+    reason: str  # why restoring it cannot stop compilation, hide an error, or write or run anything
+    at_least: int | None = None  # the smallest value that still compiles (recompile limits)
 
 
-_UNSAFE = _Words()
-# ... and these not even with --trust-config: they write files where the dump says, or name a
-# place of the capturing machine.
+_CODEGEN = ("chooses how Inductor lowers, fuses, lays out or tunes the graph: the code is still generated, "
+            "compiled and run, and its errors raised")
+_CHECKS = "adds checks or fallbacks to the generated code: more errors are raised, none is hidden"
+_TRACING = ("chooses how Dynamo or AOTAutograd trace and partition the graph (shapes, captured ops, recomputation): "
+            "the result is still compiled")
+_RUNTIME = "chooses how the compiled kernels are launched (CUDA graphs, threads): it is still the compiled code that runs"
+_LIMIT = "a recompile limit, restored only at 1 or more (0 would skip compiling): the replay compiles once"
+_TESTING = "Inductor's own bug injection for its tests: makes compilation fail or miscompute, never pass"
+
+# The recorded settings a replay restores from someone else's dump: each named, with the reason
+# restoring it cannot stop compilation, hide an error, or write or run anything. Every other
+# setting (``dynamo.disable``, ``dynamo.suppress_errors``, ``dynamo.cprofile``, a cache, a log, a
+# compiler flag, a hook, one added by a newer torch) is not restored, and the replay's stand-ins
+# say so; ``--trust-config`` restores those too, but ``NEVER``.
+RESTORABLE: dict[str, Rule] = {
+    **dict.fromkeys([f"inductor.{n}" for n in (
+        "max_autotune", "max_autotune_gemm", "max_autotune_pointwise", "coordinate_descent_tuning", "epilogue_fusion",
+        "epilogue_fusion_first", "pattern_matcher", "freezing", "cpp_wrapper", "split_reductions", "aggressive_fusion",
+        "permute_fusion", "layout_optimization", "force_layout_optimization", "layout_opt_default", "keep_output_stride",
+        "emulate_precision_casts", "comprehensive_padding", "padding_alignment_bytes", "shape_padding", "force_shape_pad",
+        "combo_kernels", "reorder_for_locality", "dce", "memory_planning", "realize_opcount_threshold",
+        "realize_reads_threshold", "realize_acc_reads_threshold", "max_fusion_size", "unroll_reductions_threshold",
+        "cpu_backend", "cuda_backend", "split_cat_fx_passes", "group_fusion", "use_mixed_mm", "force_fuse_int_mm_with_mul",
+        "b2b_gemm_pass", "benchmark_fusion", "loop_ordering_after_fusion", "score_fusion_memory_threshold",
+        "max_pointwise_cat_inputs", "online_softmax", "joint_graph_constant_folding", "reorder_for_compute_comm_overlap",
+        "allow_buffer_reuse", "inplace_buffers", "decompose_mem_bound_mm", "assume_aligned_inputs", "conv_1x1_as_mm",
+        "force_disable_caches", "triton.unique_kernel_names", "triton.persistent_reductions", "triton.divisible_by_16",
+        "triton.use_block_ptr", "triton.autotune_pointwise", "triton.max_tiles", "triton.prefer_nd_tiling",
+        "triton.tiling_prevents_pointwise_fusion", "triton.multi_kernel", "cpp.simdlen", "cpp.vec_isa_ok",
+        "cpp.enable_tiling_heuristics", "cpp.enable_unsafe_math_opt_flag", "cpp.enable_floating_point_contract_flag",
+        "cpp.max_horizontal_fusion_size", "cpp.min_chunk_size", "cpp.use_decompose_tanh", "cpp.enable_loop_tail_vec",
+        "cpp.fallback_scatter_reduce_sum")], Rule(_CODEGEN)),
+    **dict.fromkeys([f"inductor.{n}" for n in ("fallback_random", "implicit_fallbacks", "size_asserts", "nan_asserts",
+                                                 "debug_index_asserts")], Rule(_CHECKS)),
+    **dict.fromkeys([f"inductor.{n}" for n in ("triton.cudagraphs", "triton.cudagraph_trees", "cpp.threads",
+                                                 "cpp.dynamic_threads")], Rule(_RUNTIME)),
+    **dict.fromkeys([f"inductor.{n}" for n in ("cpp.inject_relu_bug_TESTING_ONLY", "cpp.inject_log1p_bug_TESTING_ONLY",
+                                                 "triton.inject_relu_bug_TESTING_ONLY")], Rule(_TESTING)),
+    **dict.fromkeys([f"dynamo.{n}" for n in (
+        "dynamic_shapes", "assume_static_by_default", "automatic_dynamic_shapes", "specialize_int", "specialize_float",
+        "capture_scalar_outputs", "capture_dynamic_output_shape_ops", "inline_inbuilt_nn_modules", "guard_nn_modules",
+        "allow_unspec_int_on_nn_module", "prefer_deferred_runtime_asserts_over_guards", "error_on_recompile",
+        "optimize_ddp", "numpy_default_float", "numpy_default_int", "numpy_default_complex", "use_numpy_random_stream",
+        "capture_autograd_function", "capture_func_transforms", "force_parameter_static_shapes",
+        "force_nn_module_property_static_shapes", "allow_rnn", "trace_numpy")], Rule(_TRACING)),
+    **dict.fromkeys([f"dynamo.{n}" for n in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit",
+                                               "accumulated_recompile_limit")], Rule(_LIMIT, at_least=1)),
+    **dict.fromkeys([f"functorch.{n}" for n in (
+        "activation_memory_budget", "activation_memory_budget_solver", "activation_memory_budget_runtime_estimator", "cse",
+        "recompute_views", "donated_buffer", "view_replay_for_aliased_outputs", "treat_parameters_as_free_to_save",
+        "ban_recompute_used_far_apart", "ban_recompute_long_fusible_chains", "ban_recompute_materialized_backward",
+        "ban_recompute_not_in_allowlist", "ban_recompute_reductions", "functionalize_rng_ops", "fake_tensor_allow_meta",
+        "max_dist_from_bw", "aggressive_recomputation", "unlift_effect_tokens", "graphsafe_rng_functionalization",
+        "fake_tensor_allow_unsafe_data_ptr_access")],
+        Rule(_TRACING)),
+}
+# ... and these not even with --trust-config: they write files (where the dump says, or a
+# profile and its rendering by ``gprof2dot``/``dot``), or name a place of the capturing machine.
+NEVER_KEYS = frozenset({"dynamo.cprofile", "inductor.trace.enabled", "inductor.trace.save_real_tensors",
+                        "inductor.benchmark_kernel", "inductor.cpp.enable_kernel_profile"})
 NEVER = re.compile(r"(save_args|(^|[._])(base_dir|debug_dir|debug_dir_root|global_cache_dir|output_path)$|log_?path|logpath"
                    r"|upload|proton_output_dir|pareto_dir|profile_path|profile_bandwidth_output)", re.I)
 # String settings torch types as plain ``str`` whose values form a known, fixed set.
@@ -302,14 +349,14 @@ def _allowed_type(value_type: Any, value: Any) -> str | None:
 
 def restorable(key: Any, value: Any, trust: bool = False) -> str | None:
     """None if the recorded setting ``key = value`` may be restored from someone else's dump,
-    else why not. The allow-list: known settings of this torch whose type is a bool, a bounded
-    int or float, or a fixed set of strings (torch's ``Literal`` types and ``ENUMS``), and whose
-    name does not steer a program, path, hook, log or cache (``_UNSAFE``). ``trust``
-    (``--trust-config``) restores any known setting but those in ``NEVER``."""
+    else why not. Without ``trust``, only the settings ``RESTORABLE`` names (each with its
+    reason), with a value of the setting's type (a bool, a bounded int or float, one of a
+    fixed set of strings: torch's ``Literal`` types and ``ENUMS``) and not below the rule's
+    minimum. ``trust`` (``--trust-config``) restores any known setting but ``NEVER``."""
     if not isinstance(key, str) or _KEY.fullmatch(key) is None:
         return "not a setting name"
     short, _, name = key.partition(".")
-    if NEVER.search(name):
+    if key in NEVER_KEYS or NEVER.search(name):
         return "writes files or names a place of the capturing machine (never restored)"
     value_type = _value_type(key)
     if value_type is None:
@@ -317,18 +364,22 @@ def restorable(key: Any, value: Any, trust: bool = False) -> str | None:
     if trust:
         return None
     hint = " (--trust-config restores it)"
-    if _UNSAFE.search(name):
-        return "it can name a program, path, hook, log or cache" + hint
+    rule = RESTORABLE.get(key)
+    if rule is None:
+        return "not among the settings known not to stop compilation, hide an error, or write or run anything" + hint
     if key in ENUMS:
-        return None if isinstance(value, str) and value in ENUMS[key] or value is None else "a value outside its fixed set" + hint
-    why = _allowed_type(value_type, value)
+        why = None if value is None or isinstance(value, str) and value in ENUMS[key] else "a value outside its fixed set"
+    else:
+        why = _allowed_type(value_type, value)
+    if why is None and rule.at_least is not None and isinstance(value, int) and value < rule.at_least:
+        why = f"below {rule.at_least}, which would skip compiling"
     return None if why is None else why + hint
 
 
 def safe_recorded_key(key: Any) -> bool:
     """A recorded setting name that may be restored from someone else's dump at all (its value
     is checked by ``restorable``)."""
-    return isinstance(key, str) and _KEY.fullmatch(key) is not None and not _UNSAFE.search(key.partition(".")[2])
+    return isinstance(key, str) and key in RESTORABLE
 
 
 def python_lines(settings: dict[str, Any]) -> list[str]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import builtins
 import functools
 import importlib
+import inspect
 import math
 import operator
 import os
@@ -264,6 +265,8 @@ def _allowed_ids() -> frozenset[int]:
                 continue
             if path in _C_BINDINGS and name not in SCHEMALESS_OK and not _has_aten_schema(name):
                 continue
+            if _unchecked_by_name(name) or _wraps_unchecked(obj):  # an op that doesn't check its bounds, or Python over one
+                continue
             where = getattr(obj, "__module__", None) or ""
             if path.startswith("torch._C.") or where.startswith(("torch.functional", "torch.nn.functional", "torch._C",
                                                                   "torch.fft", "torch.linalg", "torch.special",
@@ -290,10 +293,31 @@ _KEEP: list[Any] = []
 
 
 @functools.lru_cache(maxsize=1)
+def _unchecked_names() -> frozenset[str]:
+    """ATen op names (``max_unpool2d``) with an overload ``unchecked_memory`` refuses."""
+    return frozenset(s.name.split("::", 1)[1] for s in torch._C._jit_get_all_schemas()
+                     if s.name.startswith("aten::") and unchecked_memory(s))
+
+
+def _unchecked_by_name(name: str) -> bool:
+    return name in _unchecked_names()
+
+
+def _wraps_unchecked(fn: Any) -> bool:
+    """A Python function (``F.max_unpool1d``) whose code names an op ``unchecked_memory``
+    refuses. ``embedding_renorm_`` is left to ``call_refusal``: F.embedding reaches it only
+    with ``max_norm``, which is judged per call."""
+    code = getattr(fn, "__code__", None)
+    return code is not None and any(_unchecked_by_name(n) for n in code.co_names if n != "embedding_renorm_")
+
+
+@functools.lru_cache(maxsize=1)
 def allowed_methods() -> frozenset[str]:
-    """Method names a ``call_method`` node may use: public Tensor methods, minus DENIED_METHODS,
-    plus stream and event methods, plus the number methods of symbolic sizes and scalars."""
-    names = {n for n in dir(torch.Tensor) if not n.startswith("_") and callable(getattr(torch.Tensor, n, None))}
+    """Method names a ``call_method`` node may use: public Tensor methods, minus DENIED_METHODS
+    and those of ops that don't check their bounds (``unchecked_memory``), plus stream and event
+    methods, plus the number methods of symbolic sizes and scalars."""
+    names = {n for n in dir(torch.Tensor) if not n.startswith("_") and callable(getattr(torch.Tensor, n, None))
+             and not _unchecked_by_name(n)}
     return frozenset(names - DENIED_METHODS) | STREAM_METHODS | SCALAR_METHODS
 
 
@@ -307,9 +331,70 @@ def _has_aten_schema(name: str) -> bool:
     return any(n in names for n in (name, name.rstrip("_"), f"fft_{name}", f"linalg_{name}", f"special_{name}"))
 
 
+def _view_geometry(schema: Any) -> bool:
+    """A view the caller shapes (an argument named ``*stride*``: strides, a nested tensor's
+    strides) that returns an alias of its input: nothing checks it stays inside the storage."""
+    returns_view = any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
+    return returns_view and any("stride" in a.name for a in schema.arguments)
+
+
+@functools.lru_cache(maxsize=1)
+def _unchecked_views() -> frozenset[str]:
+    return frozenset(s.name for s in torch._C._jit_get_all_schemas() if _view_geometry(s) and s.name not in BOUNDS_CHECKED)
+
+
+def unchecked_memory(schema: Any) -> str | None:
+    """Whether the op reads or writes memory by values the graph gives without checking them
+    against the tensor's storage (the rule, from the schema alone; ``tests/test_security_ops``
+    sweeps every ATen overload through it):
+
+    - a view shaped by given strides (``_view_geometry``), or the ``*_copy`` that materializes
+      one (``_reshape_alias``, ``_nested_view_from_buffer``), unless torch itself checks the
+      bounds (``BOUNDS_CHECKED``: ``as_strided`` and its family);
+    - ``set_`` with a source: it re-points a tensor at another tensor's or a storage's memory;
+    - a sparse tensor built from index tensors and a given size (``*indices`` and ``size``):
+      torch checks its indices only when asked (``check_invariants``), so it is refused;
+    - an op that writes by an ``indices`` tensor it is given (into one of its inputs, or into
+      an output whose size comes from elsewhere: ``output_size``, a ``*_backward``):
+      ``embedding_renorm_``, ``max_unpool2d``, the max-pool backwards;
+    - an op with an ``unsafe`` flag: refused when the call sets it (``call_refusal``).
+    """
+    base = schema.name.split("::", 1)[-1]
+    names = {a.name for a in schema.arguments}
+    if schema.name not in BOUNDS_CHECKED and (_view_geometry(schema) or (
+            base.endswith("_copy") and f"{schema.name[:-5]}" in _unchecked_views())):
+        return "makes a view of given strides that nothing checks against its storage"
+    if base in ("set_", "set") and len(schema.arguments) > 1:
+        return "re-points a tensor at another tensor's memory"
+    if (any(a.name.endswith("indices") and str(a.type) == "Tensor" for a in schema.arguments) and "size" in names
+            and schema.returns and not any(r.alias_info is not None for r in schema.returns)):
+        return "builds a sparse tensor from indices it does not check against its size"
+    index = next((a for a in schema.arguments if a.name == "indices" and str(a.type) == "Tensor"), None)
+    if index is not None and not (index.alias_info is not None and index.alias_info.is_write):
+        written = [a for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write and not a.kwarg_only]
+        if written or "output_size" in names or base.endswith("_backward"):
+            return "writes by an indices tensor it does not check"
+    return None
+
+
+def _schema_arg(schema: Any, name: str, args: tuple, kwargs: dict) -> tuple[bool, Any]:
+    """(given, value) of argument ``name`` in a call of ``schema``."""
+    if name in kwargs:
+        return True, kwargs[name]
+    for i, a in enumerate(schema.arguments):
+        if a.name == name:
+            if i < len(args) and not a.kwarg_only:
+                return True, args[i]
+            return False, None
+    return False, None
+
+
 def schema_refusal(schema: Any) -> str | None:
     """Why an op with this schema may not run in a replayed graph (what it can touch), or None."""
     full = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+    why = unchecked_memory(schema)
+    if why:
+        return f"the op {full} {why}"
     if schema.name in BOUNDS_CHECKED:
         return None
     for arg in schema.arguments:
@@ -351,14 +436,30 @@ def call_refusal(op: str, target: Any, args: tuple, kwargs: dict) -> str | None:
     ``Tensor.set_`` given a storage offset, size or stride; ``higher_order.print`` with a
     format string that reads attributes."""
     is_set = (op == "call_method" and target == "set_") or (op == "call_function" and target is getattr(torch.Tensor, "set_", None))
-    if is_set and (len(args) > 2 or any(k in kwargs for k in _SET_VIEW_ARGS)):
-        return "Tensor.set_ with a storage offset, size or stride reaches raw memory"
+    if is_set and (len(args) > 1 or any(k in kwargs for k in ("source", *_SET_VIEW_ARGS))):
+        return "Tensor.set_ with a source re-points a tensor at other memory"
+    params = _python_parameters(target) if op == "call_function" else ()
+    if "max_norm" in params:  # F.embedding(max_norm=...) runs embedding_renorm_, which doesn't check its indices
+        i = params.index("max_norm")
+        if kwargs.get("max_norm", args[i] if i < len(args) else None) is not None:
+            return f"{_name(target)} with max_norm renormalizes rows by indices it does not check"
+    if op == "call_function" and isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        schemas = [target._schema] if isinstance(target, torch._ops.OpOverload) else [o._schema for o in _overloads(target)]
+        for schema in schemas:
+            given, value = _schema_arg(schema, "unsafe", args, kwargs)
+            if given and value is not False:
+                return f"the op {schema.name} with unsafe={value!r} skips its bounds checks"
     if op == "call_function" and isinstance(target, torch._ops.HigherOrderOperator) and target.name() == "print":
         fmt = args[0] if args else kwargs.get("format_str")
         why = format_refusal(fmt)
         if why:
             return f"higher_order.print with {why}"
     return None
+
+
+def _python_parameters(fn: Any) -> tuple[str, ...]:
+    code = getattr(fn, "__code__", None)
+    return tuple(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]) if code is not None else ()
 
 
 def _op_refusal(obj: Any) -> str | None:
@@ -405,6 +506,10 @@ def refusal(obj: Any) -> str | None:
         return None
     if isinstance(obj, types.ModuleType):
         return "a module is not a graph operation"
+    name = getattr(obj, "__name__", None)
+    if isinstance(name, str) and (_unchecked_by_name(name) or _wraps_unchecked(obj)) \
+            and str(getattr(obj, "__module__", "") or "torch").startswith("torch"):
+        return f"the op {name} reads or writes memory by values it does not check against the tensor's bounds"
     return "not a graph operation"
 
 
@@ -498,6 +603,12 @@ def _node_refusal(mod: fx.GraphModule, node: fx.Node) -> str | None:
             attr = node.args[1] if len(node.args) > 1 else None
             if not isinstance(attr, str) or attr not in ALLOWED_ATTRIBUTES:
                 return f"reading attribute {attr!r} is not allowed"
+        if isinstance(node.target, torch._ops.HigherOrderOperator):
+            # a higher-order op calls what it is handed: a method read with getattr would run with
+            # arguments no check saw (``x.type("a.module")`` imports by name); call_method checks them
+            for arg in _nodes_in((node.args, node.kwargs)):
+                if _reads_method(arg):
+                    return f"a method read through getattr ({arg.args[1]!r}) handed to {_name(node.target)}"
     elif node.op == "call_method":
         if node.target not in allowed_methods():
             return f"method .{node.target}() is not allowed"
@@ -518,6 +629,23 @@ def _node_refusal(mod: fx.GraphModule, node: fx.Node) -> str | None:
     if node.op in ("call_function", "call_method", "call_module"):
         return check_value((node.args, node.kwargs))
     return None
+
+
+# Allowed attribute names that are methods when read off a tensor (``type``): read with getattr
+# they are bound methods, which only call_method may call, with its checks on the arguments.
+_METHOD_ATTRIBUTES = frozenset(a for a in ALLOWED_ATTRIBUTES if type(inspect.getattr_static(torch.Tensor, a, None)).__name__
+                               in ("method_descriptor", "function", "builtin_function_or_method"))
+
+
+def _nodes_in(value: Any) -> list[fx.Node]:
+    found: list[fx.Node] = []
+    fx.node.map_arg(value, lambda n: found.append(n) or n)
+    return found
+
+
+def _reads_method(node: fx.Node) -> bool:
+    return (node.op == "call_function" and node.target is builtins.getattr and len(node.args) > 1
+            and node.args[1] in _METHOD_ATTRIBUTES)
 
 
 def _attr(mod: torch.nn.Module, target: str) -> Any:

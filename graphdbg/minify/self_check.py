@@ -26,6 +26,7 @@ from pathlib import Path
 from graphdbg.backends.resolve import USER_PYTHONPATH
 from graphdbg.errors import GraphdbgError
 from graphdbg.judge.signature import same_signature
+from graphdbg.replay.sandbox import child_path, python_command
 
 SHADOW = ('raise ModuleNotFoundError("No module named \'graphdbg\' (a repro graphdbg writes must run without it)", '
           'name="graphdbg")\n')
@@ -82,7 +83,8 @@ def check_repro(path: str | Path, *, captured: str | None = None, timeout: float
         shadow = Path(tmp)
         (shadow / "graphdbg").mkdir()
         (shadow / "graphdbg" / "__init__.py").write_text(SHADOW)
-        code, text = _run([sys.executable, str(path)], _clean_env(shadow), timeout)
+        # the shadow on PYTHONPATH too: the repro starts itself again (``--in-process``)
+        code, text = _run(python_command(script=str(path)), {**_clean_env(shadow), **child_path(first=[shadow])}, timeout)
     verdict = next((ln.strip() for ln in text.splitlines() if ln.startswith(("REPRODUCED:", "FAILED DIFFERENTLY:", "FIXED:"))), None)
     if verdict is None:
         verdict = _last_error(text) or (f"exit code {code}" if code is not None else text.strip())
@@ -101,9 +103,22 @@ def check_exported_test(path: str | Path, *, kind: str, captured: str | None, ti
     """
 
     path = Path(path).resolve()
-    cmd = [sys.executable, "-m", "pytest", "-q", "--tb=short", "-p", "no:cacheprovider", "-o", "addopts=",
-           "--rootdir", str(path.parent), str(path)]
-    code, text = _run(cmd, _clean_env(None), timeout)
+    with tempfile.TemporaryDirectory(prefix="graphdbg-selfcheck-") as tmp:
+        # The test file alone, in a fresh folder that is pytest's rootdir, conftest boundary and
+        # settings: no pytest.ini, conftest.py or package __init__.py beside the test (or above
+        # it) is read or imported. Its data (``<stem>_data`` beside it) is linked, not copied.
+        fresh = Path(tmp)
+        (fresh / "pytest.ini").write_text("[pytest]\n")
+        source = path.read_bytes()
+        (fresh / path.name).write_bytes(source)
+        data = path.with_name(path.stem + "_data")
+        if data.is_dir():
+            (fresh / data.name).symlink_to(data, target_is_directory=True)
+        cmd = python_command("pytest", "-q", "--tb=short", "-p", "no:cacheprovider", "-o", "addopts=",
+                             "-c", str(fresh / "pytest.ini"), "--rootdir", tmp, "--confcutdir", tmp,
+                             "--import-mode=importlib", str(fresh / path.name))
+        # the modules the test names (its backend, as module:callable), from where this process finds them
+        code, text = _run(cmd, {**_clean_env(None), **child_path([source.decode("utf-8", "replace")])}, timeout)
     if code is None:
         return SelfCheck(False, text, None)
     if re.search(r"No module named '?pytest'?\s*$", text.strip()):

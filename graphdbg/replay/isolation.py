@@ -11,9 +11,11 @@ parent reads it, or, when there is none, turns the exit status into an Outcome:
   the parent (see ``ChildGroup``);
 - a replay that could not start (unknown backend, missing device): GraphdbgError, as in-process.
 
-The child runs sandboxed (``graphdbg.replay.sandbox``): no new privileges, writes only under
-its own folder and the compiler caches (Landlock), no network sockets (seccomp); the Outcome's
-``sandbox`` says what was applied, or ``none (why)``.
+The child is an isolated interpreter (``python -I``: nothing of the folder it runs in is
+imported) and runs sandboxed (``graphdbg.replay.sandbox``): no new privileges, writes only
+under its own folder, which holds its compiler caches too (Landlock), no sockets and no way
+around the filter (seccomp); the Outcome's ``sandbox`` says what was applied, or ``none (why)``.
+What it leaves behind is read through the gate.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import uuid
@@ -34,10 +35,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 import psutil
 
 from graphdbg.backends.resolve import backend_label, backend_spec
-from graphdbg.errors import GraphdbgError
+from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.replay.outcome import Outcome
-from graphdbg.replay.sandbox import SANDBOX_NOTE, child_env
-from graphdbg.store.gate import read_json
+from graphdbg.replay.sandbox import SANDBOX_NOTE, child_env, child_path, python_command
+from graphdbg.store.gate import read_child_file, read_json
 
 if TYPE_CHECKING:
     from graphdbg.case import Case
@@ -83,10 +84,11 @@ def run_isolated(case: Case | Dump, backend: str | Callable[..., Any], passes: s
             request["dump"] = str(save_case(case, tmpdir / "case"))
         request_path, outcome_path, err_path = tmpdir / "request.json", tmpdir / "outcome.json", tmpdir / "stderr.txt"
         request_path.write_text(json.dumps(request))
-        cmd = [sys.executable, "-m", "graphdbg.replay.child", str(request_path), str(outcome_path)]
+        cmd = python_command("graphdbg.replay.child", str(request_path), str(outcome_path))
         own = tmpdir / "work"  # the child's own folder: the only place the sandbox lets it write (with the caches)
         own.mkdir()
-        with ChildGroup(cmd, err_path, env=child_env(own, request["device"])) as child:
+        env = {**child_env(own, request["device"]), **child_path([request["backend"], passes])}
+        with ChildGroup(cmd, err_path, env=env) as child:
             returncode = child.wait(timeout)
             err = tail_of(err_path)
         if returncode is None:
@@ -128,22 +130,18 @@ def deadline(seconds: float | None, what: str) -> Iterator[None]:
 
 
 def _read_small(path: Path) -> str | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read(2000).decode("utf-8", errors="replace").strip() or None
-    except OSError:
+    try:  # through the gate: the child could have swapped its note for a FIFO or a link
+        return read_child_file(path, max_bytes=2000, tail=True).decode("utf-8", errors="replace").strip() or None
+    except DumpError:
         return None
 
 
 def tail_of(path: Path, limit: int = STDERR_TAIL) -> str:
-    """The last ``limit`` characters of a child's output file (however much it wrote)."""
+    """The last ``limit`` characters of a child's output file (however much it wrote), read
+    through the gate: the child may have replaced it by a FIFO or a link before it died."""
     try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - 4 * limit))
-            data = f.read(4 * limit)
-    except OSError:
+        data = read_child_file(path, max_bytes=4 * limit, tail=True)
+    except DumpError:
         return ""
     return data.decode("utf-8", errors="replace")[-limit:]
 
@@ -167,7 +165,7 @@ class ChildGroup:
       child's own children outlive a SIGKILLed parent, and a grandchild that left the group,
       cleared its environment and outlived its parent is never found.
 
-        >>> with ChildGroup([sys.executable, "-c", "print(1)"], Path("err.txt")) as child:
+        >>> with ChildGroup(python_command("this.module"), Path("err.txt")) as child:
         ...     child.wait(10)
         0
     """

@@ -2,19 +2,26 @@
 
     >>> status = apply_sandbox([Path("/tmp/graphdbg-child-x")])   # in the child, before the replay
     >>> status
-    'landlock (abi 6; writes: /tmp/graphdbg-child-x, compiler caches; network: tcp blocked by landlock, inet sockets by seccomp)'
+    'landlock (abi 7; tcp bind/connect blocked; signals and abstract sockets scoped; writes: /tmp/graphdbg-child-x, ...)'
 
 Three layers, each through the kernel with ctypes (no dependency), each applied when the kernel
-has it and reported otherwise:
+has it and reported otherwise (docs/security.md, "Sandbox", lists what each blocks):
 
 - **no new privileges** (``prctl(PR_SET_NO_NEW_PRIVS)``): no setuid program run by the child
   gains rights; required by the two below;
 - **Landlock** (Linux 5.13+): the child may read everything but create, write, truncate,
-  rename or remove files only under the folders it is given (its own temporary folder and the
-  compiler caches: Inductor's and Triton's) and ``/dev`` (devices: ``/dev/null``, GPUs);
-  with ABI 4+ it may neither bind nor connect TCP ports;
-- **seccomp** (a BPF filter): ``socket()`` for ``AF_INET``/``AF_INET6``/``AF_PACKET`` fails
-  with EACCES, so no network at all (UDP included); local ``AF_UNIX`` sockets still work.
+  link, rename or remove files only under the folders it is given (its own temporary folder,
+  which holds its compiler caches too), write to character devices (``/dev/null``, GPUs; not
+  ``/dev/shm``) and to its own ``/proc`` entry; with ABI 4+ it may neither bind nor connect
+  TCP ports; with ABI 6+ it can't signal, or reach an abstract UNIX socket of, a process
+  outside its sandbox. Landlock also keeps it from ptrace or ``/proc/<pid>/mem`` of any
+  process outside;
+- **seccomp** (a BPF filter, ``seccomp_program``): any architecture but the native one is
+  killed (i386 ``int 0x80``, x32); ``socket()`` is refused for every family (but
+  ``AF_UNIX`` on a GPU replay, which CUDA's driver needs at init); hard links,
+  ptrace, another process's memory, io_uring, userfaultfd, ``memfd_create``, ``execveat``,
+  namespaces, mounts, BPF and kernel keys are refused; where Landlock can't scope signals,
+  ``kill`` and its kin reach only the child itself and its process group.
 
 The result is one line, ``landlock (...)`` or ``none (why)``, that the Outcome records as
 ``sandbox``. ``GRAPHDBG_SANDBOX=0`` turns it off (``none (GRAPHDBG_SANDBOX=0)``);
@@ -27,9 +34,11 @@ from __future__ import annotations
 import ctypes
 import errno
 import getpass
+import json
 import os
 import platform
 import re
+import stat
 import struct
 import sys
 import tempfile
@@ -47,20 +56,108 @@ _FS_REMOVE_DIR, _FS_REMOVE_FILE = 1 << 4, 1 << 5
 _FS_MAKE = sum(1 << b for b in range(6, 13))  # char, dir, reg, sock, fifo, block, sym
 _FS_REFER, _FS_TRUNCATE = 1 << 13, 1 << 14
 _NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1
+_SCOPE_ABSTRACT_UNIX, _SCOPE_SIGNAL = 1 << 0, 1 << 1
 _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 38, 22, 2
 _O_PATH = getattr(os, "O_PATH", 0o10000000)
 
 
-def inductor_cache_dir() -> str:
-    """Inductor's cache folder as torch computes it (``TORCHINDUCTOR_CACHE_DIR``, else
-    ``$TMPDIR/torchinductor_<user>``), without importing Inductor."""
+# How every child interpreter graphdbg starts (a replay child, torchrun and its ranks, a
+# self-check): ``python -I``, so neither the folder it runs in (a dump's, when the user ran
+# ``cd DUMP && graphdbg replay .``) nor the script's folder is on ``sys.path``, and no
+# ``PYTHON*`` variable is read; a ``json.py``, ``site.py`` or ``graphdbg/`` there never runs.
+# graphdbg, torch and the rest come from the interpreter's own site-packages, as ``-I`` leaves
+# them. What the child needs besides is given explicitly by the lines below
+# (``$GRAPHDBG_CHILD_PATH``, see ``child_path``): folders put first on ``sys.path`` (the user's
+# ``PYTHONPATH``), and single modules of the user's trusted code by name, found last (after
+# everything installed, so they shadow nothing, and no other file of their folder is found:
+# not a ``triton/`` that torch would try to import).
+CHILD_PATH_ENV = "GRAPHDBG_CHILD_PATH"
+_BOOT = (
+    "import importlib.machinery, json, os, runpy, sys\n"
+    "p = json.loads(os.environ.get('GRAPHDBG_CHILD_PATH') or '{}')\n"
+    "sys.path[:0] = p.get('head', [])\n"
+    "class Trusted:\n"
+    "    @staticmethod\n"
+    "    def find_spec(name, path=None, target=None):\n"
+    "        where = p.get('modules', {}).get(name)\n"
+    "        return importlib.machinery.PathFinder.find_spec(name, [where]) if where else None\n"
+    "sys.meta_path.append(Trusted)\n"
+    "what, sys.argv = sys.argv[1], sys.argv[2:]\n"
+    "if what == '--script':\n"
+    "    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    "else:\n"
+    "    sys.argv.insert(0, what)\n"
+    "    runpy.run_module(what, run_name='__main__', alter_sys=True)\n"
+)
 
-    if os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
-        return os.environ["TORCHINDUCTOR_CACHE_DIR"]
-    return _default_inductor_dir()
+
+def python_command(module: str | None = None, *args: str, script: str | None = None) -> list[str]:
+    """The command line of an isolated child interpreter that runs ``module`` (as ``python -m``)
+    or the file ``script`` (as ``python FILE``) with ``args``; what it may import besides the
+    interpreter's own comes from ``child_path`` in its environment.
+
+        >>> python_command("graphdbg.replay.child", "req.json", "out.json")[:3]
+        ['/usr/bin/python3', '-I', '-X']
+    """
+    start = [sys.executable, "-I", "-X", "faulthandler", "-c", _BOOT]
+    if script is not None:
+        return [*start, "--script", script, *args]
+    assert module is not None
+    return [*start, module, *args]
+
+
+_SPEC_MODULE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_]")
+
+
+def child_path(specs: Iterable[str | None] = (), first: Iterable[str | Path] = ()) -> dict[str, str]:
+    """``$GRAPHDBG_CHILD_PATH`` for a child of ``python_command``:
+
+    - ``head``, put before the interpreter's own path: ``first`` and the user's ``PYTHONPATH``
+      folders, except the current folder (a ``PYTHONPATH`` of ``.`` is no reason to import a
+      dump's files);
+    - ``modules``, found after everything else, by name: the top-level modules this process
+      imported from the current folder or from the folders of the trusted modules ``specs``
+      name (``module:callable`` in a backend, recipe or passes) and of the ``--ops`` modules
+      (``$GRAPHDBG_OPS``): the backend and the siblings it imported, never another file of
+      its folder (this process imports only trusted code: loading a dump runs none of it)."""
+    here = os.path.realpath(os.getcwd())
+    head: list[str] = [str(p) for p in first]
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        if entry and os.path.realpath(entry) != here:
+            head.append(os.path.abspath(entry))
+    names = [m for s in specs if s for m in _SPEC_MODULE.findall(s)]
+    names += [m.strip().split(".")[0] for m in os.environ.get("GRAPHDBG_OPS", "").split(",") if m.strip()]
+    # and the current folder's modules this process imported: it imports only trusted code
+    # (loading a dump runs none of it), such as a backend given as ``module:callable`` from here
+    roots = {os.path.realpath(root) for root in map(_module_root, names) if root} | {here}
+    modules = {}
+    for name in dict.fromkeys([*names, *(n for n in list(sys.modules) if "." not in n)]):
+        root = _module_root(name)
+        if root is not None and os.path.realpath(root) in roots and root not in head:
+            modules[name] = root
+    return {CHILD_PATH_ENV: json.dumps({"head": list(dict.fromkeys(head)), "modules": modules})}
+
+
+def _module_root(name: str) -> str | None:
+    """The ``sys.path`` folder this process imported top-level module ``name`` from, or would
+    (found, not imported); None for a built-in one or one it can't find."""
+    file = getattr(sys.modules.get(name), "__file__", None)
+    if name not in sys.modules:
+        try:
+            import importlib.util  # here: only a module not imported yet needs it
+
+            spec = importlib.util.find_spec(name)  # a top-level name: found, not run
+        except (ImportError, ValueError):
+            spec = None
+        file = spec.origin if spec is not None else None
+    if not isinstance(file, str) or not file or not os.path.isabs(file):
+        return None
+    here = os.path.dirname(os.path.abspath(file))
+    return os.path.dirname(here) if os.path.basename(file) == "__init__.py" else here
 
 
 def _default_inductor_dir() -> str:
+    """``$TMPDIR/torchinductor_<user>`` as torch computes it, without importing Inductor."""
     try:
         user = getpass.getuser()
     except Exception:
@@ -68,39 +165,46 @@ def _default_inductor_dir() -> str:
     return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
 
 
-HEADERS_ENV = "GRAPHDBG_INDUCTOR_HEADERS"  # the precompiled-header folder a child shares with its parent
-
-
-def share_headers(folder: Path) -> str | None:
-    """Inductor keeps its precompiled C++ header (about 150 MB, 10 s of CPU to build) under
-    ``$TMPDIR/torchinductor_<user>/precompiled_headers`` whatever ``TORCHINDUCTOR_CACHE_DIR``
-    says, and a child's ``$TMPDIR`` is its own new folder: every isolated CPU replay under
-    Inductor built it again. Link the child's header folder to this process's; the header
-    folder is then one of the compiler caches the sandbox leaves writable. None if it can't."""
-    headers = os.path.join(_default_inductor_dir(), "precompiled_headers")
+def lend_headers(folder: Path) -> int:
+    """Inductor keeps its precompiled C++ headers (about 150 MB each, a minute of CPU to build
+    here) under ``$TMPDIR/torchinductor_<user>/precompiled_headers``, and a child's ``$TMPDIR`` is
+    its own folder. Lend it this user's headers read-only: a folder of its own (where it may
+    build a missing one, and take its locks) holding a link to each of this user's header
+    files, whose targets the sandbox keeps it from writing. A header the child builds is never
+    given back (it could be anything). Returns how many were lent."""
+    shared = os.path.join(_default_inductor_dir(), "precompiled_headers")
+    mine = Path(folder) / os.path.relpath(shared, tempfile.gettempdir())
+    lent = 0
     try:
-        os.makedirs(headers, exist_ok=True)
-        link = Path(folder) / os.path.relpath(headers, tempfile.gettempdir())
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(headers, target_is_directory=True)
+        (mine / "locks").mkdir(parents=True, exist_ok=True)
+        for entry in os.scandir(shared):
+            if entry.is_file(follow_symlinks=False) and not entry.name.startswith("."):
+                (mine / entry.name).symlink_to(entry.path)
+                lent += 1
     except (OSError, ValueError):
-        return None
-    return headers
+        pass
+    return lent
 
 
 def child_env(folder: Path, device: str | None = None) -> dict[str, str]:
     """The environment of a sandboxed child whose own folder is ``folder``: temporary files
-    (a C++ compiler's) go there, the compiler caches stay where this process has them (its
-    precompiled headers too: ``share_headers``); on a CPU replay, the address space it may
-    take (``memory_limit``)."""
-    env = {"TMPDIR": str(folder), "TORCHINDUCTOR_CACHE_DIR": inductor_cache_dir(), FOLDER_ENV: str(folder)}
-    headers = share_headers(folder)
-    if headers:
-        env[HEADERS_ENV] = headers
-    limit = memory_limit() if str(device or "cpu").startswith("cpu") else None
+    (a C++ compiler's) and every compiler cache (Inductor's, its precompiled headers, Triton's,
+    CUDA's) go there, never to the caches this user's own runs load (a kernel or header a
+    hostile graph put in a shared cache would run in them); on a CPU replay, the address space
+    it may take (``memory_limit``)."""
+    env = {"TMPDIR": str(folder), "TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor"), FOLDER_ENV: str(folder),
+           "TRITON_CACHE_DIR": str(folder / "triton"), "CUDA_CACHE_PATH": str(folder / "nv")}
+    lend_headers(folder)
+    on_cpu = str(device or "cpu").startswith("cpu")
+    limit = memory_limit() if on_cpu else None
     if limit:
         env[MEMORY_ENV] = str(limit)
+    if not on_cpu:
+        env[UNIX_ENV] = "1"  # CUDA's driver opens a UNIX socket at init (without it: "Error 304")
     return env
+
+
+UNIX_ENV = "GRAPHDBG_SANDBOX_UNIX"  # set for a GPU replay: socket(AF_UNIX) allowed
 
 
 MEMORY_ENV = "GRAPHDBG_MEMORY_LIMIT"  # bytes of address space (RLIMIT_AS) for a CPU replay's child
@@ -157,21 +261,13 @@ def sandbox_child() -> str | None:
         return None
     own = Path(folder)
     extra = [Path(p) for p in os.environ.get(WRITABLE_ENV, "").split(os.pathsep) if p.strip()]
-    status = apply_sandbox([own, own.parent, *extra])
+    status = apply_sandbox([own, own.parent, *extra], unix=os.environ.get(UNIX_ENV) == "1")
     status = f"{status[:-1]}; {limit_memory()})" if status.endswith(")") else f"{status}; {limit_memory()}"
     try:
         (own.parent / SANDBOX_NOTE).write_text(status)
     except OSError:
         pass
     return status
-
-
-def compiler_caches() -> list[Path]:
-    """The folders Inductor and Triton write their caches to (they must stay writable)."""
-    inductor = inductor_cache_dir()
-    triton = os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton")
-    headers = [Path(os.environ[HEADERS_ENV])] if os.environ.get(HEADERS_ENV) else []  # share_headers
-    return [Path(inductor), Path(triton), *headers]
 
 
 def _libc() -> ctypes.CDLL:
@@ -196,9 +292,37 @@ def landlock_abi() -> int:
     return int(abi) if abi > 0 else 0
 
 
-def landlock(writable: Iterable[Path]) -> str:
-    """Restrict this process (and what it starts) to writing under ``writable``; returns what
-    was applied, or raises OSError."""
+def _devices() -> list[Path]:
+    """The character devices under ``/dev`` (two levels: ``/dev/null``, ``/dev/nvidia0``,
+    ``/dev/dri/renderD128``): a child may write to a device, never create or change a file
+    there (``/dev/shm``, ``/dev/mqueue`` are folders of files, not devices)."""
+    found: list[Path] = []
+    todo, depth = [Path("/dev")], 0
+    while todo and depth < 2:
+        nxt = []
+        for folder in todo:
+            try:
+                entries = list(os.scandir(folder))
+            except OSError:
+                continue
+            for e in entries:
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISCHR(st.st_mode):
+                    found.append(Path(e.path))
+                elif stat.S_ISDIR(st.st_mode):
+                    nxt.append(Path(e.path))
+        todo, depth = nxt, depth + 1
+    return found
+
+
+def landlock(writable: Iterable[Path], devices: Iterable[Path] = ()) -> str:
+    """Restrict this process (and what it starts) to creating, changing and removing files only
+    under ``writable``, and writing to ``devices``; with ABI 4+ no TCP bind or connect; with
+    ABI 6+ no signal to, and no abstract UNIX socket of, a process outside this sandbox.
+    Returns what was applied, or raises OSError."""
     abi = landlock_abi()
     if abi < 1:
         raise OSError(errno.ENOSYS, "the kernel has no Landlock")
@@ -208,65 +332,137 @@ def landlock(writable: Iterable[Path]) -> str:
     handled = _FS_WRITE_FILE | _FS_REMOVE_DIR | _FS_REMOVE_FILE | _FS_MAKE
     handled |= _FS_REFER if abi >= 2 else 0
     handled |= _FS_TRUNCATE if abi >= 3 else 0
+    on_files = _FS_WRITE_FILE | (_FS_TRUNCATE if abi >= 3 else 0)  # the rights a rule on a file (a device) may hold
     net = _NET_BIND_TCP | _NET_CONNECT_TCP if abi >= 4 else 0
-    attr = struct.pack("=QQ", handled, net) if abi >= 4 else struct.pack("=Q", handled)
+    scoped = _SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL if abi >= 6 else 0
+    if abi >= 6:
+        attr = struct.pack("=QQQ", handled, net, scoped)
+    else:
+        attr = struct.pack("=QQ", handled, net) if abi >= 4 else struct.pack("=Q", handled)
     buf = ctypes.create_string_buffer(attr, len(attr))
     ruleset = libc.syscall(ctypes.c_long(create), buf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), f"landlock_create_ruleset: {os.strerror(ctypes.get_errno())}")
-    allowed_here: list[str] = []
     try:
-        for folder in writable:
+        for path, rights in [*((Path(f), handled) for f in writable), *((Path(d), on_files) for d in devices)]:
             try:
-                folder.mkdir(parents=True, exist_ok=True)
-                fd = os.open(folder, _O_PATH | os.O_CLOEXEC)
+                if rights == handled:
+                    path.mkdir(parents=True, exist_ok=True)
+                fd = os.open(path, _O_PATH | os.O_CLOEXEC)
             except OSError:
                 continue
             try:
-                rule = struct.pack("=Qi", handled, fd)  # landlock_path_beneath_attr is packed
+                rule = struct.pack("=Qi", rights, fd)  # landlock_path_beneath_attr is packed
                 rbuf = ctypes.create_string_buffer(rule, len(rule))
                 if libc.syscall(ctypes.c_long(add_rule), ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH), rbuf,
                                 ctypes.c_uint32(0)) != 0:
-                    raise OSError(ctypes.get_errno(), f"landlock_add_rule {folder}: {os.strerror(ctypes.get_errno())}")
-                allowed_here.append(str(folder))
+                    raise OSError(ctypes.get_errno(), f"landlock_add_rule {path}: {os.strerror(ctypes.get_errno())}")
             finally:
                 os.close(fd)
         if libc.syscall(ctypes.c_long(restrict), ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
             raise OSError(ctypes.get_errno(), f"landlock_restrict_self: {os.strerror(ctypes.get_errno())}")
     finally:
         os.close(ruleset)
-    return f"abi {abi}" + ("; tcp bind/connect blocked" if net else "; tcp not covered (abi < 4)")
+    parts = [f"abi {abi}", "tcp bind/connect blocked" if net else "tcp not covered (abi < 4)",
+             "signals and abstract sockets scoped" if scoped else "signals and abstract sockets not scoped (abi < 6)"]
+    return "; ".join(parts)
 
 
 def _bpf(code: int, jt: int, jf: int, k: int) -> bytes:
     return struct.pack("=HBBI", code, jt, jf, k)
 
 
-# seccomp: audit arch values and socket() numbers.
-_ARCH = {"x86_64": (0xC000003E, 41), "aarch64": (0xC00000B7, 198)}
-_AF_BLOCKED = (2, 10, 17)  # AF_INET, AF_INET6, AF_PACKET
+# seccomp: per native architecture, its AUDIT_ARCH value and the numbers of the calls the filter judges
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+_NR = {
+    "x86_64": dict(socket=41, socketpair=53, link=86, linkat=265, ptrace=101, process_vm_readv=310,
+                   process_vm_writev=311, io_uring_setup=425, io_uring_enter=426, io_uring_register=427,
+                   userfaultfd=323, memfd_create=319, execveat=322, kill=62, tkill=200, tgkill=234,
+                   rt_sigqueueinfo=129, rt_tgsigqueueinfo=297, pidfd_send_signal=424, unshare=272, setns=308,
+                   mount=165, umount2=166, pivot_root=155, chroot=161, clone=56, clone3=435, bpf=321,
+                   perf_event_open=298, keyctl=250, add_key=248, request_key=249, fsopen=430, fsmount=432,
+                   open_tree=428, move_mount=429, mount_setattr=442, kexec_load=246, init_module=175,
+                   finit_module=313, delete_module=176),
+    "aarch64": dict(socket=198, socketpair=199, linkat=37, ptrace=117, process_vm_readv=270,
+                    process_vm_writev=271, io_uring_setup=425, io_uring_enter=426, io_uring_register=427,
+                    userfaultfd=282, memfd_create=279, execveat=281, kill=129, tkill=130, tgkill=131,
+                    rt_sigqueueinfo=138, rt_tgsigqueueinfo=240, pidfd_send_signal=424, unshare=97, setns=268,
+                    mount=40, umount2=39, pivot_root=41, chroot=51, clone=220, clone3=435, bpf=280,
+                    perf_event_open=241, keyctl=219, add_key=217, request_key=218, fsopen=430, fsmount=432,
+                    open_tree=428, move_mount=429, mount_setattr=442, kexec_load=104, init_module=105,
+                    finit_module=273, delete_module=106),
+}
+# Refused outright (EPERM): hard links (an outside file linked into the child's folder and
+# written there changes it), another process's memory, calls whose work seccomp can't see
+# (io_uring runs socket and file operations behind it), running code from memory, new
+# namespaces and mounts (where Landlock would not follow), kernel keys, BPF, modules.
+DENIED_CALLS = ("link", "linkat", "ptrace", "process_vm_readv", "process_vm_writev", "io_uring_setup", "io_uring_enter",
+                "io_uring_register", "userfaultfd", "memfd_create", "execveat", "unshare", "setns", "mount", "umount2",
+                "pivot_root", "chroot", "bpf", "perf_event_open", "keyctl", "add_key", "request_key", "fsopen",
+                "fsmount", "open_tree", "move_mount", "mount_setattr", "kexec_load", "init_module", "finit_module",
+                "delete_module")
+# Signals: where Landlock can't scope them (ABI < 6), only to this process or its own group.
+SIGNAL_CALLS = ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_send_signal")
+_AF_UNIX = 1
+_CLONE_NEW_NAMESPACES = 0x7E020000  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
+_X32_BIT = 0x40000000
+_LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
+_ALLOW, _KILL_PROCESS = 0x7FFF0000, 0x80000000
+_EPERM, _EACCES, _ENOSYS = (0x00050000 | errno.EPERM), (0x00050000 | errno.EACCES), (0x00050000 | errno.ENOSYS)
 
 
-def block_inet_sockets() -> None:
-    """A seccomp filter: ``socket(AF_INET|AF_INET6|AF_PACKET, ...)`` fails with EACCES."""
-    arch = _ARCH.get(platform.machine())
-    if arch is None:
-        raise OSError(errno.ENOSYS, f"no seccomp filter for {platform.machine()}")
-    audit_arch, nr_socket = arch
-    ld_w_abs, jeq_k, ret_k = 0x20, 0x15, 0x06
-    allow, deny = 0x7FFF0000, 0x00050000 | errno.EACCES  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO
-    n = len(_AF_BLOCKED)
-    prog = [
-        _bpf(ld_w_abs, 0, 0, 4),                 # seccomp_data.arch
-        _bpf(jeq_k, 1, 0, audit_arch),
-        _bpf(ret_k, 0, 0, allow),                # another arch (x32 ...): leave it
-        _bpf(ld_w_abs, 0, 0, 0),                 # seccomp_data.nr
-        _bpf(jeq_k, 0, n + 1, nr_socket),        # not socket(): allow
-        _bpf(ld_w_abs, 0, 0, 16),                # args[0] low 32 bits: the family
-        *[_bpf(jeq_k, n - i, 0, fam) for i, fam in enumerate(_AF_BLOCKED)],
-        _bpf(ret_k, 0, 0, allow),
-        _bpf(ret_k, 0, 0, deny),
-    ]
+def _arg0(i: int = 0) -> bytes:
+    return _bpf(_LD_W_ABS, 0, 0, 16 + 8 * i)  # low 32 bits of args[i] (little endian)
+
+
+def seccomp_program(machine: str, own_pid: int, scope_signals: bool, unix: bool = False) -> list[bytes]:
+    """The BPF program: the architecture first (any other, such as i386's ``int 0x80`` or
+    x32 on x86_64, kills the process), then per call: ``socket`` refused for every family
+    (EACCES; a CPU replay needs no socket: pipes and ``socketpair(AF_UNIX)`` are enough) but
+    ``AF_UNIX`` when ``unix`` (a GPU replay: CUDA's driver opens one),
+    ``DENIED_CALLS`` refused (EPERM), ``clone`` into new namespaces refused and ``clone3``
+    ENOSYS (its flags are out of reach: libc falls back to ``clone``), signals only to this
+    process or its group when ``scope_signals`` (Landlock can't), the rest allowed."""
+    nr = _NR[machine]
+    prog = [_bpf(_LD_W_ABS, 0, 0, 4), _bpf(_JEQ, 1, 0, _AUDIT_ARCH[machine]), _bpf(_RET, 0, 0, _KILL_PROCESS),
+            _bpf(_LD_W_ABS, 0, 0, 0)]
+    if machine == "x86_64":
+        prog += [_bpf(_JGE, 0, 1, _X32_BIT), _bpf(_RET, 0, 0, _KILL_PROCESS)]
+
+    def block(call: str, body: list[bytes]) -> None:
+        # body always returns, so the accumulator still holds the call's number past it
+        if call in nr:
+            prog.extend([_bpf(_JEQ, 0, len(body), nr[call]), *body])
+
+    if unix:
+        block("socket", [_arg0(), _bpf(_JEQ, 0, 1, _AF_UNIX), _bpf(_RET, 0, 0, _ALLOW), _bpf(_RET, 0, 0, _EACCES)])
+    else:
+        block("socket", [_bpf(_RET, 0, 0, _EACCES)])
+    block("socketpair", [_arg0(), _bpf(_JEQ, 0, 1, _AF_UNIX), _bpf(_RET, 0, 0, _ALLOW), _bpf(_RET, 0, 0, _EACCES)])
+    for call in DENIED_CALLS:
+        block(call, [_bpf(_RET, 0, 0, _EPERM)])
+    block("clone", [_arg0(), _bpf(_JSET, 0, 1, _CLONE_NEW_NAMESPACES), _bpf(_RET, 0, 0, _EPERM), _bpf(_RET, 0, 0, _ALLOW)])
+    block("clone3", [_bpf(_RET, 0, 0, _ENOSYS)])
+    if scope_signals:
+        me, group = own_pid & 0xFFFFFFFF, (-own_pid) & 0xFFFFFFFF
+        to_me = [_arg0(), _bpf(_JEQ, 2, 0, me), _bpf(_JEQ, 1, 0, 0), _bpf(_JEQ, 0, 1, group), _bpf(_RET, 0, 0, _ALLOW),
+                 _bpf(_RET, 0, 0, _EPERM)]
+        block("kill", to_me)  # itself, its group (0, -pid): the child leads its own group
+        block("rt_sigqueueinfo", to_me)
+        for call in ("tgkill", "rt_tgsigqueueinfo"):  # a thread of this process
+            block(call, [_arg0(), _bpf(_JEQ, 0, 1, me), _bpf(_RET, 0, 0, _ALLOW), _bpf(_RET, 0, 0, _EPERM)])
+        block("tkill", [_bpf(_RET, 0, 0, _EPERM)])
+        block("pidfd_send_signal", [_bpf(_RET, 0, 0, _EPERM)])
+    prog.append(_bpf(_RET, 0, 0, _ALLOW))
+    return prog
+
+
+def install_seccomp(scope_signals: bool, unix: bool = False) -> None:
+    """Install ``seccomp_program`` for this machine on this process (and what it starts); OSError if it can't."""
+    machine = platform.machine()
+    if machine not in _NR:
+        raise OSError(errno.ENOSYS, f"no seccomp filter for {machine}")
+    prog = seccomp_program(machine, os.getpid(), scope_signals, unix)
     code = b"".join(prog)
     filt = ctypes.create_string_buffer(code, len(code))
 
@@ -278,8 +474,9 @@ def block_inet_sockets() -> None:
         raise OSError(ctypes.get_errno(), f"seccomp: {os.strerror(ctypes.get_errno())}")
 
 
-def apply_sandbox(writable: Iterable[Path]) -> str:
-    """Apply what this kernel allows (see the module docstring); one line saying what."""
+def apply_sandbox(writable: Iterable[Path], unix: bool = False) -> str:
+    """Apply what this kernel allows (see the module docstring); one line saying what, and
+    what this kernel can't hold (``weaker: ...``)."""
     if os.environ.get(ENV) == "0":
         return f"none ({ENV}=0)"
     if not sys.platform.startswith("linux"):
@@ -288,22 +485,31 @@ def apply_sandbox(writable: Iterable[Path]) -> str:
     why = no_new_privs()
     if why:
         return f"none ({why})"
+    abi = landlock_abi()
     try:
         # CUDA's driver writes to this process's own /proc entries (without them: "Error 304" at
         # cuInit); only those, never /proc itself, whose /proc/sys a root process could escape through
         own_proc = Path(f"/proc/{os.getpid()}")
-        done = landlock([*folders, *compiler_caches(), Path("/dev"), own_proc])
+        done = landlock([*folders, own_proc], _devices())
     except OSError as e:
         landlock_part = None
         reason = e.strerror or str(e)
     else:
         landlock_part = done
+    scope_signals = landlock_part is None or abi < 6
     try:
-        block_inet_sockets()
-        net = "inet sockets blocked by seccomp"
+        install_seccomp(scope_signals, unix)
+        calls = "seccomp: other architectures killed, " + ("no sockets but unix ones" if unix else "no sockets") + \
+                ", no links, ptrace, io_uring, userfaultfd, memfd, namespaces" + \
+                (", signals only to itself" if scope_signals else "")
     except OSError as e:
-        net = f"no seccomp ({e.strerror or e})"
+        calls = f"no seccomp ({e.strerror or e})"
+    # what this kernel leaves open (docs/security.md, "Sandbox")
+    weaker = ["files outside writable, other processes' memory readable through /proc"] if landlock_part is None else []
+    if unix:
+        weaker.append("UNIX sockets by path reachable" + ("" if landlock_part and abi >= 6 else ", abstract ones too"))
+    tail = f"; weaker: {'; '.join(weaker)}" if weaker else ""
     shown = ", ".join(str(f) for f in folders)
     if landlock_part is None:
-        return f"none (no Landlock: {reason}; no new privileges; {net})"
-    return f"landlock ({landlock_part}; writes: {shown}, compiler caches, /dev, its own /proc entry; {net})"
+        return f"none (no Landlock: {reason}; no new privileges; {calls}{tail})"
+    return f"landlock ({landlock_part}; writes: {shown}, character devices, its own /proc entry; {calls}{tail})"

@@ -39,12 +39,14 @@ from typing import Any
 
 import torch
 
-from graphdbg.errors import GraphdbgError
+from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.formats import load as load_dump
 from graphdbg.rebuild.inputs import symbol_env
 from graphdbg.rebuild.memory_budget import free_bytes as free_on
 from graphdbg.replay.isolation import child_outcome
 from graphdbg.replay.outcome import Outcome
+from graphdbg.replay.sandbox import child_path, python_command
+from graphdbg.store.gate import read_child_file
 from graphdbg.store.manifest import find_dumps
 from graphdbg.store.specs import TensorSpec
 
@@ -319,15 +321,16 @@ def replay_world(root: str | Path, backend: str | None = None, passes: str | Non
                    "options": options, "devices": {str(i): placement.devices[r] for i, r in enumerate(mine)},
                    "pg_backend": placement.pg_backend, "groups": groups, "timeout": timeout, "out": str(out)}
         (out / "request.json").write_text(json.dumps(request))
-        launch = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(per_node), "--max-restarts", "0",
-                  "--monitor-interval", "0.2"]
+        launch = python_command("torch.distributed.run", "--nproc-per-node", str(per_node), "--max-restarts", "0",
+                                "--monitor-interval", "0.2")
         if nnodes == 1 and not master_addr:
             launch += ["--standalone"]  # torchrun picks the port: two replays on one host don't collide
         else:
             launch += ["--nnodes", str(nnodes), "--node-rank", str(node_rank), "--master-addr", master_addr or "127.0.0.1",
                        "--master-port", str(port)]
-        launch += ["-m", "graphdbg.replay.rank_main", str(out / "request.json")]
-        exit_codes, timed_out, launcher_err = _run_torchrun(launch, out, mine, timeout)
+        # each rank is an isolated interpreter too (python -I: nothing from the folder it runs in)
+        launch += ["--no-python", *python_command("graphdbg.replay.rank_main", str(out / "request.json"))]
+        exit_codes, timed_out, launcher_err = _run_torchrun(launch, out, mine, timeout, child_path([backend, passes]))
         for r in mine:
             result.ranks.append(RankReplay(r, str(paths[r]), _rank_outcome(r, out, exit_codes, timed_out, launcher_err,
                                                                            backend, timeout), placement.devices[r]))
@@ -353,11 +356,12 @@ def other_node_command(argv: list[str], port: int, pg_backend: str, node_rank: s
     return shlex.join(["graphdbg", *out]) + f" --master-port {port} --pg-backend {pg_backend} --node-rank {node_rank}"
 
 
-def _run_torchrun(cmd: list[str], out: Path, ranks: list[int], timeout: float) -> tuple[dict[int, int], bool, str]:
+def _run_torchrun(cmd: list[str], out: Path, ranks: list[int], timeout: float,
+                  env: dict[str, str] | None = None) -> tuple[dict[int, int], bool, str]:
     """Run torchrun until every rank is done or the time is up; then nothing of it is left running.
     Returns torch's exit code per failed rank, whether time ran out, and torchrun's stderr."""
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+                            env={**os.environ, **(env or {})})
     timed_out = False
     try:
         err = _wait_for_torchrun(proc, out, ranks, timeout)
@@ -402,8 +406,8 @@ def _wait_for_torchrun(proc: subprocess.Popen, out: Path, ranks: list[int], time
 
 def _kill_group(pid_file: Path) -> None:
     try:
-        os.killpg(int(pid_file.read_text()), signal.SIGKILL)
-    except (OSError, ValueError):
+        os.killpg(int(read_child_file(pid_file, max_bytes=64)), signal.SIGKILL)
+    except (OSError, ValueError, DumpError):
         pass  # not started yet, or gone already: torchrun's own teardown covers it
 
 
@@ -418,7 +422,10 @@ def _failed_ranks(stderr: str) -> dict[int, int]:
 def _rank_outcome(rank: int, out: Path, exit_codes: dict[int, int], timed_out: bool, launcher_err: str, backend: str,
                   timeout: float) -> Outcome:
     err_file = out / f"rank{rank}.stderr"
-    err = err_file.read_text(errors="replace") if err_file.exists() else ""
+    try:  # through the gate: a rank may have swapped its stderr file for a FIFO
+        err = read_child_file(err_file, max_bytes=12000, tail=True).decode("utf-8", errors="replace")
+    except DumpError:
+        err = ""
     outcome_file = out / f"rank{rank}.json"
     if not outcome_file.exists() and timed_out:
         return Outcome(status="timeout", backend=backend, stage="child", signature=f"Timeout after {timeout:g}s",

@@ -42,7 +42,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from graphdbg.errors import DumpError
 
-__all__ = ["inside", "read_inside", "read_regular", "regular_file", "check_name", "inside_folder", "read_beside",
+__all__ = ["inside", "read_inside", "read_regular", "read_child_file", "regular_file", "check_name", "inside_folder", "read_beside",
            "read_json", "backward_dump_folder", "files_under", "inflate_member", "open_stream", "Folder", "write_file", "MAX_TEXT_BYTES", "MAX_JSON_BYTES"]
 
 MAX_TEXT_BYTES = 16 << 20  # fault.txt, repro.py, log.txt: text a person reads
@@ -115,7 +115,17 @@ def read_regular(path: Path, *, max_bytes: int, text: bool = False) -> bytes | s
     return _read(path, max_bytes, text, follow=True)
 
 
-def _read(path: Path, max_bytes: int, text: bool, follow: bool = False) -> bytes | str:
+def read_child_file(path: Path, *, max_bytes: int, tail: bool = False) -> bytes:
+    """A file a child process wrote, or could have replaced (its stderr, its sandbox note, a
+    pid file): read as a name inside its folder (a regular file, no link, opened without
+    blocking, so a FIFO swapped in by a child that then died never hangs this process), at
+    most ``max_bytes``; with ``tail``, the last ``max_bytes`` of a longer file instead of an
+    error. DumpError when it is missing or not such a file."""
+    path = Path(path)
+    return _read(inside(path.parent, path.name), max_bytes, False, tail=tail)  # type: ignore[return-value]
+
+
+def _read(path: Path, max_bytes: int, text: bool, follow: bool = False, tail: bool = False) -> bytes | str:
     flags = _OPEN_FLAGS & ~(getattr(os, "O_NOFOLLOW", 0) if follow else 0)
     try:
         fd = os.open(path, flags)
@@ -125,7 +135,9 @@ def _read(path: Path, max_bytes: int, text: bool, follow: bool = False) -> bytes
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):  # swapped between the check and the open
             raise DumpError(f"{path}: not a regular file ({_kind(st.st_mode)})")
-        if st.st_size > max_bytes:
+        if st.st_size > max_bytes and tail:
+            os.lseek(fd, st.st_size - max_bytes, os.SEEK_SET)
+        elif st.st_size > max_bytes:
             raise DumpError(f"{path}: too large ({st.st_size} bytes, at most {max_bytes} expected)")
         chunks, left = [], max_bytes + 1
         while left > 0:
@@ -139,7 +151,9 @@ def _read(path: Path, max_bytes: int, text: bool, follow: bool = False) -> bytes
         raise DumpError(f"{path}: cannot read ({e.strerror})") from None
     finally:
         os.close(fd)
-    if len(data) > max_bytes:
+    if len(data) > max_bytes and tail:
+        data = data[-max_bytes:]
+    elif len(data) > max_bytes:
         raise DumpError(f"{path}: too large (more than {max_bytes} bytes)")
     if not text:
         return data

@@ -187,3 +187,28 @@ def test_capture_records_an_exception_whose_str_raises(tmp_path):
         compiled(torch.ones(4))
     dump = graphdbg.load(next(tmp_path.rglob("manifest.json")).parent)
     assert dump.error_type == "StrRaises" and dump.message == "<str() of StrRaises raised ValueError>"
+
+
+def test_a_dumps_replays_share_a_compiler_cache_of_their_own(tmp_path, monkeypatch):
+    """An isolated replay compiles into a cache kept for its dump alone: warm on its second replay,
+    never the user's own cache, and another dump (or this one changed) gets another folder."""
+    import shutil
+
+    from graphdbg.replay.sandbox import WRITABLE_ENV, child_env
+
+    monkeypatch.setenv("GRAPHDBG_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "users-own"))
+    dump = tmp_path / "d"
+    shutil.copytree(next((FIXTURES / "block_runtime_error" / "rank0").iterdir()), dump)
+    first = child_env(tmp_path / "c1", "cpu", str(dump))
+    again = child_env(tmp_path / "c2", "cpu", str(dump))
+    assert first["TORCHINDUCTOR_CACHE_DIR"] == again["TORCHINDUCTOR_CACHE_DIR"]
+    assert first["TORCHINDUCTOR_CACHE_DIR"].startswith(str(tmp_path / "cache" / "compile"))
+    assert first["TORCHINDUCTOR_CACHE_DIR"].rpartition("/")[0] in first[WRITABLE_ENV]
+    other = tmp_path / "other"
+    shutil.copytree(dump, other)
+    assert child_env(tmp_path / "c3", "cpu", str(other))["TORCHINDUCTOR_CACHE_DIR"] != first["TORCHINDUCTOR_CACHE_DIR"]
+    (dump / "graph.py").write_text((dump / "graph.py").read_text() + "\n# changed\n")
+    assert child_env(tmp_path / "c4", "cpu", str(dump))["TORCHINDUCTOR_CACHE_DIR"] != first["TORCHINDUCTOR_CACHE_DIR"]
+    private = child_env(tmp_path / "c5", "cpu")  # a Case saved for one replay: its own folder
+    assert private["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "c5" / "inductor")

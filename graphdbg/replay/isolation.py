@@ -87,7 +87,8 @@ def run_isolated(case: Case | Dump, backend: str | Callable[..., Any], passes: s
         cmd = python_command("graphdbg.replay.child", str(request_path), str(outcome_path))
         own = tmpdir / "work"  # the child's own folder: the only place the sandbox lets it write (with the caches)
         own.mkdir()
-        env = {**child_env(own, request["device"]), **child_path([request["backend"], passes])}
+        on_disk = request["dump"] if not str(request["dump"]).startswith(str(tmpdir)) else None  # not a Case saved here
+        env = {**child_env(own, request["device"], on_disk), **child_path([request["backend"], passes])}
         with ChildGroup(cmd, err_path, env=env) as child:
             returncode = child.wait(timeout)
             err = tail_of(err_path)

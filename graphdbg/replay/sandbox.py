@@ -34,6 +34,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import getpass
+import hashlib
 import json
 import os
 import platform
@@ -44,6 +45,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Iterable
+
+from graphdbg.store.checked import cache_dir
 
 ENV = "GRAPHDBG_SANDBOX"
 
@@ -186,14 +189,21 @@ def lend_headers(folder: Path) -> int:
     return lent
 
 
-def child_env(folder: Path, device: str | None = None) -> dict[str, str]:
+def child_env(folder: Path, device: str | None = None, dump: str | None = None) -> dict[str, str]:
     """The environment of a sandboxed child whose own folder is ``folder``: temporary files
-    (a C++ compiler's) and every compiler cache (Inductor's, its precompiled headers, Triton's,
-    CUDA's) go there, never to the caches this user's own runs load (a kernel or header a
-    hostile graph put in a shared cache would run in them); on a CPU replay, the address space
-    it may take (``memory_limit``)."""
-    env = {"TMPDIR": str(folder), "TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor"), FOLDER_ENV: str(folder),
-           "TRITON_CACHE_DIR": str(folder / "triton"), "CUDA_CACHE_PATH": str(folder / "nv")}
+    (a C++ compiler's) go there; every compiler cache (Inductor's, its precompiled headers,
+    Triton's, CUDA's) goes there too or, for the replays of one dump on disk (``dump``), to a
+    folder of graphdbg's cache kept for that dump alone (``dump_compile_cache``), so that its
+    second replay and a minify's runs compile warm. Never to the caches this user's own runs
+    load: a kernel or header a hostile graph put there would run in them; what it puts in its
+    own dump's folder reaches only that dump's replays, which are its own. On a CPU replay, the
+    address space it may take (``memory_limit``)."""
+    caches = dump_compile_cache(dump) if dump else None
+    base = caches or folder
+    env = {"TMPDIR": str(folder), "TORCHINDUCTOR_CACHE_DIR": str(base / "inductor"), FOLDER_ENV: str(folder),
+           "TRITON_CACHE_DIR": str(base / "triton"), "CUDA_CACHE_PATH": str(base / "nv")}
+    if caches is not None:
+        env[WRITABLE_ENV] = os.pathsep.join(p for p in (os.environ.get(WRITABLE_ENV, ""), str(caches)) if p)
     lend_headers(folder)
     on_cpu = str(device or "cpu").startswith("cpu")
     limit = memory_limit() if on_cpu else None
@@ -202,6 +212,25 @@ def child_env(folder: Path, device: str | None = None) -> dict[str, str]:
     if not on_cpu:
         env[UNIX_ENV] = "1"  # CUDA's driver opens a UNIX socket at init (without it: "Error 304")
     return env
+
+
+def dump_compile_cache(dump: str) -> Path | None:
+    """``<graphdbg's cache>/compile/<key>``: the compiler caches of one dump's replays, keyed by
+    its resolved path and the size and modification time of what it holds (another dump, or
+    this one changed, gets another folder); None where it can't be made (replays then compile
+    in the child's own folder)."""
+    try:
+        where = Path(dump).resolve()
+        parts = [str(where)]
+        for f in sorted(where.iterdir()) if where.is_dir() else [where]:
+            st = f.lstat()
+            parts.append(f"{f.name} {st.st_size} {st.st_mtime_ns}")
+        key = hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:24]
+        folder = cache_dir() / "compile" / key
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+    except (OSError, ValueError):
+        return None
 
 
 UNIX_ENV = "GRAPHDBG_SANDBOX_UNIX"  # set for a GPU replay: socket(AF_UNIX) allowed

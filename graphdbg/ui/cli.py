@@ -231,6 +231,7 @@ def show(dump: Annotated[Path, typer.Argument(help="A dump folder or a graph fil
     if as_json:
         _print_json({**summary_row(d), **{k: d.manifest[k] for k in ("parent", "children", "config", "backend_source", "backend_recipe")
                                           if k in (getattr(d, "manifest", None) or {})},
+                     "kernels": {k: (getattr(d, "manifest", None) or {}).get(k) or [] for k in ("custom_ops", "triton_kernels")},
                      "nodes_table": d.nodes().to_dict(orient="records"),
                      "inputs_table": d.inputs_table().to_dict(orient="records")}, "show")
         return

@@ -365,6 +365,30 @@ def nested_panel(dump: Dump) -> Panel | None:
     return Panel(text, title="pieces, backend and compiler settings", expand=False)
 
 
+def kernels_panel(manifest: dict[str, Any]) -> Panel | None:
+    """The graph's own kernels (graph/kernels.py): each custom op and user Triton kernel, with
+    where it came from."""
+    text = Text()
+    for op in manifest.get("custom_ops") or []:
+        where = op.get("module") or "registered where torch.library does not say"
+        if op.get("package"):
+            where += f" ({op['package']} {op.get('version') or ''})".replace(" )", ")")
+        fake = "fake impl" if op.get("has_fake") else "no fake impl"
+        text.append(f"custom op {op.get('schema') or op.get('name')}\n", style="bold")
+        text.append(f"    from {where}; {fake}; called {op.get('calls')} times\n")
+    for k in manifest.get("triton_kernels") or []:
+        name = k.get("name") or f"kernel_idx={k.get('kernel_idx')} (not in Dynamo's side table at capture)"
+        text.append(f"triton kernel {name}\n", style="bold")
+        facts = [f"from {k['module']}" if k.get("module") else None, f"grid {k.get('grid')}",
+                 f"{len(k['source'].splitlines())} lines of source in the dump" if k.get("source") else "no source",
+                 f"{len(k['autotune_configs'])} autotune configs" if k.get("autotune_configs") else None,
+                 f"triton {k['triton_version']}" if k.get("triton_version") else None, f"called {k.get('calls')} times"]
+        text.append("    " + "; ".join(f for f in facts if f) + "\n")
+    if not text.plain:
+        return None
+    return Panel(text, title="kernels and custom ops", expand=False)
+
+
 def _short_construct(name: str) -> str:
     return name.removeprefix("torch.ops.higher_order.").removeprefix("torch.ops.").removeprefix("torch.")
 
@@ -513,9 +537,8 @@ def show(dump: Dump) -> Group:
     message = dump.message.strip()
     if message:
         parts.append(Panel(Text(message[:2000]), title="error", border_style="red", expand=False))
-    extra = nested_panel(dump) if isinstance(getattr(dump, "manifest", None), dict) else None
-    if extra is not None:
-        parts.append(extra)
+    if isinstance(getattr(dump, "manifest", None), dict):
+        parts += [p for p in (nested_panel(dump), kernels_panel(dump.manifest)) if p is not None]
     exception = dump.exception if isinstance(dump.exception, dict) else {}
     tb = (exception.get("traceback") or "").strip().splitlines()
     if tb:

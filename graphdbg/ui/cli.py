@@ -245,6 +245,7 @@ TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds before an 
 TrustOpt = Annotated[bool, typer.Option("--trust-backend", help="Import the module:qualname backend the dump names (code from the dump's author).", rich_help_panel="Backend")]
 ConfigOpt = Annotated[Optional[list[str]], typer.Option("--config", help="Override one recorded compiler setting: inductor.KEY=VALUE (dynamo.*, functorch.*); repeatable.", rich_help_panel="Backend")]
 NoConfigOpt = Annotated[bool, typer.Option("--no-config", help="Drop the compiler settings recorded in the dump (run with torch's defaults).", rich_help_panel="Backend")]
+SwapOpt = Annotated[Optional[list[str]], typer.Option("--swap", help="OP=REFERENCE: replace every call of custom op OP (ns::name) by a built-in reference (attention, rms_norm, ...) or your module:function (imported like --ops); repeatable.", rich_help_panel="Inputs")]
 TrustConfigOpt = Annotated[bool, typer.Option("--trust-config", help="Restore every recorded compiler setting, strings included (they can reach a compiler's command line).", rich_help_panel="Backend")]
 
 
@@ -365,10 +366,16 @@ def compare(
     config: ConfigOpt = None,
     no_config: NoConfigOpt = False,
     trust_config: TrustConfigOpt = False,
+    swap: SwapOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Replay a dump under several backends; one row per backend. Exit 1 if any fails."""
+    """Replay a dump under several backends; one row per backend. Exit 1 if any fails.
+
+    With --swap OP=REFERENCE: run the graph as captured and with every call of OP replaced by
+    REFERENCE; one row per output, how far it moves. Exit 1 if any moves beyond tolerance."""
     _must_exist(dump)
+    if swap:
+        raise typer.Exit(_compare_swap(dump, swap, device, ops, seed, as_json))
     import pandas as pd
 
     from graphdbg.backends.recipe import backend_label
@@ -400,6 +407,18 @@ def compare(
 
         console.print(PlainWhenPiped(compare_table(df)), crop=False)
     raise typer.Exit(0 if (df.status == "pass").all() else 1)
+
+
+def _compare_swap(dump: Path, swap: list[str], device: str | None, ops: str | None, seed: int | None, as_json: bool) -> int:
+    from graphdbg.rebuild.swap import parse_swaps
+    from graphdbg.replay.swap import compare_swap
+
+    _inputs_setup(ops, seed)
+    case = _load_with_progress(dump, "compare", quiet=as_json).case(device)
+    with _progress("compare: the graph as captured, and with the swaps", quiet=as_json):
+        report = compare_swap(case, parse_swaps(swap, case.gm))
+    _report(report, as_json, "compare-swap")
+    return 1 if report.moved else 0
 
 
 @app.command(epilog=_example("graphdbg minify fixtures/block_runtime_error --trust-backend -o min"))
@@ -525,6 +544,30 @@ def bisect_nodes(
         result = run(case, backend, passes, rtol=rtol, atol=atol, **({"trust": trust_backend} if backward else {}))
     _report(result, as_json, "bisect-nodes")
     raise typer.Exit(0 if result.node is None else 1)
+
+
+@bisect_app.command("ops", epilog=_example("graphdbg bisect ops DUMP --ops mymodel.kernels"))
+def bisect_ops(
+    dump: Annotated[Path, typer.Argument(help="A dump folder or a graph file.")],
+    swap: SwapOpt = None,
+    device: DeviceOpt = None,
+    ops: OpsOpt = None,
+    seed: SeedOpt = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """The custom op whose swap for its reference (built-in, or --swap) moves the outputs most
+    toward the all-reference graph. Exit 1 when one is named."""
+    _must_exist(dump)
+    from graphdbg.minify.bisect_ops import bisect_ops as run
+    from graphdbg.rebuild.swap import builtin_swaps, parse_swaps
+
+    _inputs_setup(ops, seed)
+    case = _load_with_progress(dump, "bisect", quiet=as_json).case(device)
+    swaps = builtin_swaps(case.gm, parse_swaps(swap or [], case.gm))
+    with _progress(f"bisect ops: {len(swaps)} ops with a reference", quiet=as_json):
+        result = run(case, swaps)
+    _report(result, as_json, "bisect-ops")
+    raise typer.Exit(1 if result.culprits else 0)
 
 
 @bisect_app.command("ranks", epilog=_example("graphdbg bisect ranks dumps"))

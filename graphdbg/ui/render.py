@@ -801,9 +801,45 @@ def minify_panel(result: Any) -> Boxed:
     return Boxed(lines, "minify" + title)
 
 
+def swap_table(report: Any) -> Group:
+    """``compare --swap``: per output, how far the swaps move it."""
+    swaps = ", ".join(f"{s['op']} -> {s['reference']}" for s in report.swaps)
+    table = Table(title=f"the graph as captured against the graph with {swaps}", title_justify="left")
+    for col in ("output", "shape", "dtype", "max abs error", "mean abs error", "cosine", "close"):
+        table.add_column(col, justify="right" if "error" in col or col == "cosine" else "left")
+    for r in report.rows:
+        table.add_row(str(r["output"]), str(r["shape"]), r["dtype"], f"{r['max_abs_error']:.3g}", f"{r['mean_abs_error']:.3g}",
+                      f"{r['cosine']:.6f}", Text("yes", style="green") if r["close"] else Text("no", style="red"))
+    notes = Text(f"{len(report.replaced)} calls swapped\n", style="dim")
+    for s in report.stand_ins:
+        notes.append(f"stand-in {s}\n", style="yellow")
+    return Group(table, notes)
+
+
+def bisect_ops_panel(result: Any) -> Panel:
+    text = Text()
+    for name in result.culprits:
+        text.append(f"culprit: {name}\n", style="bold red")
+    text.append(result.note + "\n")
+    text.append(f"captured graph against the all-reference graph: relative error {result.error:.3g}\n")
+    if result.error_vs_float64 is not None:
+        text.append(f"against the float64 reference: captured {result.error_vs_float64:.3g}, "
+                    f"all-reference {result.all_reference_error_vs_float64:.3g}\n")
+    elif result.float64_note:
+        text.append(f"no float64 reference: {result.float64_note}\n", style="dim")
+    for r in result.ops:
+        extra = f", {r['accounts_for_vs_float64']:.0%} against float64" if "accounts_for_vs_float64" in r else ""
+        text.append(f"  {r['op']} -> {r['reference']}: accounts for {r['accounts_for']:.0%}{extra} "
+                    f"(error left {r['error_after']:.3g})\n")
+    for s in result.stand_ins:
+        text.append(f"stand-in {s}\n", style="yellow")
+    return Panel(text, title="bisect ops", expand=False)
+
+
 RENDERERS = {"Dump": lambda d: Group(_path_text(str(d.path), style="dim"), dump_panel(d)), "Case": lambda c: case_panel(c), "Outcome": lambda o: outcome_panel(o),
              "PassBisection": pass_bisection_panel, "NodeDivergence": node_divergence_panel,
-             "RankReport": rank_report_table, "MinifyResult": minify_panel,
+             "RankReport": rank_report_table, "MinifyResult": minify_panel, "SwapReport": swap_table,
+             "BisectOpsResult": bisect_ops_panel,
              "Listing": lambda listing: ListingView(listing.groups, str(listing.root))}
 
 

@@ -1,0 +1,106 @@
+"""A graph as captured against the same graph with ops swapped for their references.
+
+``compare --swap OP=REFERENCE`` runs a dump's graph twice on the same inputs, eagerly (a kernel
+is judged as it is, not as a compiler rewrote it): once as captured, once with every call of
+OP replaced (``rebuild/swap.py``), and says per output how far it moved.
+
+    >>> report = compare_swap(case, parse_swaps(["kt_attn::int8_attention=attention"], case.gm))
+    >>> report.rows[0]
+    {'output': 0, 'shape': [2, 16, 128], 'dtype': 'float32', 'max_abs_error': 0.227, 'mean_abs_error': 0.021,
+     'cosine': 0.998, 'rel_error': 0.061, 'close': False}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+import torch.utils._pytree as pytree
+
+from graphdbg.case import Case
+from graphdbg.graph.allow_list import check_graph_module
+from graphdbg.judge.accuracy import tolerance
+from graphdbg.rebuild.swap import Swap, swap_ops
+from graphdbg.replay.float64 import ReferenceUnavailable, float64_reference
+from graphdbg.replay.mutation import mutated_inputs
+from graphdbg.replay.run import fresh_inputs
+
+
+def run_graph(gm: fx.GraphModule, inputs: list[Any]) -> list[Any]:
+    """``gm``'s output leaves, eagerly, on fresh copies of the inputs it writes."""
+    check_graph_module(gm, inputs)
+    with torch.no_grad():
+        return pytree.tree_leaves(gm(*fresh_inputs(inputs, mutated_inputs(gm))))
+
+
+def reference64(gm: fx.GraphModule, inputs: list[Any], device: torch.device | None = None) -> tuple[list[Any] | None, str | None]:
+    """``gm``'s outputs in float64 (replay/float64.py), or None and why not."""
+    try:
+        result = float64_reference(gm, inputs, device=device)
+    except (ReferenceUnavailable, torch.OutOfMemoryError) as e:
+        return None, str(e)
+    return [result.values[i] for i in sorted(result.values)], None
+
+
+def distance(expected: Any, actual: Any) -> dict[str, Any] | None:
+    """How far ``actual`` is from ``expected``: max and mean abs error, cosine similarity, the
+    relative error ``|a - e| / |e|`` (2-norms), and whether it is close at the dtype's tolerance.
+    None for a pair that isn't two floating tensors of one shape."""
+    if not (isinstance(expected, torch.Tensor) and isinstance(actual, torch.Tensor)) or expected.shape != actual.shape:
+        return None
+    if not (expected.is_floating_point() and actual.is_floating_point()):
+        return None
+    e, a = expected.detach().double().flatten(), actual.detach().double().flatten()
+    diff = (a - e).abs()
+    finite = torch.isfinite(diff)
+    norm = e.norm().item()
+    rtol, atol = tolerance(actual.dtype)
+    return {"shape": list(expected.shape), "dtype": str(actual.dtype).removeprefix("torch."),
+            "max_abs_error": diff.max().item() if diff.numel() else 0.0,
+            "mean_abs_error": diff.mean().item() if diff.numel() else 0.0,
+            "cosine": torch.nn.functional.cosine_similarity(a, e, dim=0).item() if diff.numel() else 1.0,
+            "rel_error": (a - e).norm().item() / norm if norm > 0 else (a - e).norm().item(),
+            "nonfinite": int((~finite).sum().item()),
+            "close": bool(torch.allclose(a, e, rtol=rtol, atol=atol, equal_nan=True))}
+
+
+def distances(expected: list[Any], actual: list[Any]) -> list[dict[str, Any]]:
+    return [{"output": i, **d} for i, (e, a) in enumerate(zip(expected, actual)) if (d := distance(e, a)) is not None]
+
+
+def error(expected: list[Any], actual: list[Any]) -> float:
+    """One number for how far ``actual`` is: the largest relative error over the outputs."""
+    rows = distances(expected, actual)
+    return max((r["rel_error"] for r in rows), default=0.0)
+
+
+@dataclass
+class SwapReport:
+    """``compare --swap``: per output, the graph as captured against the graph with the swaps."""
+
+    swaps: list[dict[str, str]]
+    rows: list[dict[str, Any]]
+    replaced: list[str] = field(default_factory=list)  # the swapped nodes
+    stand_ins: list[str] = field(default_factory=list)  # the case's own (ops this machine lacks)
+
+    @property
+    def moved(self) -> bool:
+        return not all(r["close"] for r in self.rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"swaps": self.swaps, "moved": self.moved, "rows": self.rows, "replaced": self.replaced,
+                "stand_ins": self.stand_ins}
+
+
+def compare_swap(case: Case, swaps: list[Swap]) -> SwapReport:
+    """Run ``case`` as captured and with ``swaps``; per output, how far the swap moves it."""
+    swapped, used = swap_ops(case.gm, swaps)
+    captured = run_graph(case.gm, case.inputs)
+    with_refs = run_graph(swapped, case.inputs)
+    return SwapReport([{"op": s.op, "reference": s.reference} for s in swaps], distances(captured, with_refs),
+                      [s.describe() for s in used], [s.describe() for s in case.stand_ins])
+
+
+__all__ = ["SwapReport", "compare_swap", "distance", "distances", "error", "reference64", "run_graph"]

@@ -136,3 +136,8 @@ def tokens(batch: int = 2, seq: int = 16, vocab: int = 128, seed: int = 1) -> to
 def same_weights(src: torch.nn.Module, dst: torch.nn.Module) -> torch.nn.Module:
     dst.load_state_dict(src.state_dict())
     return dst
+
+
+def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool) -> torch.Tensor:
+    """A user's own reference for ``kt_attn::int8_attention`` (``--swap OP=kernel_programs:sdpa_attention``)."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)

@@ -141,3 +141,8 @@ def same_weights(src: torch.nn.Module, dst: torch.nn.Module) -> torch.nn.Module:
 def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool) -> torch.Tensor:
     """A user's own reference for ``kt_attn::int8_attention`` (``--swap OP=kernel_programs:sdpa_attention``)."""
     return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+
+
+def relu_into(X: torch.Tensor, Y: torch.Tensor) -> None:
+    """A user's reference for a Triton kernel ``relu_kernel(X, Y)`` that writes ``relu(X)`` into ``Y``."""
+    Y.copy_(X.relu())

@@ -202,3 +202,26 @@ def test_swap_of_an_op_the_graph_lacks_or_a_reference_that_isnt_is_one_line(int8
                        ("kt_attn::int8_attention=kernel_programs:missing", "has no function missing")]:
         r = cli("compare", path, "--ops", "kernel_programs", "--swap", swap)
         assert r.code == 2 and says in r.err and "Traceback" not in r.err, (swap, r)
+
+
+TRITON_GRAPH = '''class GraphModule(torch.nn.Module):
+    def forward(self, l_x_: "f32[4, 8]"):
+        out: "f32[4, 8]" = torch.empty_like(l_x_)
+        triton_kernel_wrapper_mutation = torch.ops.higher_order.triton_kernel_wrapper_mutation(kernel_idx = 3, constant_args_idx = 4, grid = [(1, 1, 1)], tma_descriptor_metadata = {}, kwargs = {'X': l_x_, 'Y': out});  triton_kernel_wrapper_mutation = None
+        y: "f32[4, 8]" = out * 2;  out = None
+        return (y,)
+'''
+
+
+def test_a_triton_kernel_kept_only_by_index_is_swapped_for_the_users_reference(tmp_path, cli):
+    graph = tmp_path / "rank0_0.py"
+    graph.write_text(TRITON_GRAPH)
+    case = graphdbg.load(graph).case("cpu")
+    assert "triton_kernel" in [s.kind for s in case.stand_ins]  # on its own, a no-op stand-in
+    swapped, used = swap_ops(case.gm, parse_swaps(["kernel_idx=3=kernel_programs:relu_into"], case.gm))
+    (y,) = swapped(*case.inputs)
+    torch.testing.assert_close(y, case.inputs[0].relu() * 2)
+    r = cli("compare", graph, "--swap", "kernel_idx=3=kernel_programs:relu_into", "--json")
+    assert r.code == 1 and not json.loads(r.out)["rows"][0]["close"], r
+    r = cli("bisect", "ops", graph, "--swap", "kernel_idx=3=kernel_programs:relu_into", "--json")
+    assert r.code == 1 and json.loads(r.out)["culprits"] == ["kernel_idx=3"], r

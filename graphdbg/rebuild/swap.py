@@ -43,14 +43,32 @@ def op_key(name: str) -> str:
     return name.removesuffix(".default")
 
 
-def graph_ops(gm: fx.GraphModule) -> dict[str, list[str]]:
-    """The custom ops ``gm`` calls, by ``ns::name``: the argument names of each one's schema."""
+def graph_ops(gm: fx.GraphModule, kernel_names: dict[int, str] | None = None) -> dict[str, list[str]]:
+    """The custom ops ``gm`` calls, by ``ns::name``, and its Triton kernels, by name where the
+    dump recorded it (``kernel_names``, graph/kernels.py), else ``kernel_idx=N``: the argument
+    names of each one's schema (a kernel's: its keyword arguments)."""
     found: dict[str, list[str]] = {}
     for node in gm.graph.nodes:
         op = custom_op_of(node)
         if op is not None:
             found.setdefault(qualified_name(op), [a.name for a in op._schema.arguments])
+        key = _kernel_key(node, kernel_names or {})
+        if key is not None:
+            found.setdefault(key, list((node.kwargs.get("kwargs") or {}).keys()))
     return found
+
+
+def _kernel_key(node: fx.Node, kernel_names: dict[int, str]) -> str | None:
+    """A Triton wrapper node's kernel (captured, or a stand-in that kept its ``kernel_idx``)."""
+    idx = node.kwargs.get("kernel_idx") if node.op == "call_function" else None
+    if not isinstance(idx, int) or not isinstance(node.kwargs.get("kwargs"), dict):
+        return None
+    return kernel_names.get(idx) or f"kernel_idx={idx}"
+
+
+def kernel_names(manifest: dict[str, Any] | None) -> dict[int, str]:
+    """``kernel_idx`` to the kernel's name, as the dump recorded them."""
+    return {k["kernel_idx"]: k["name"] for k in (manifest or {}).get("triton_kernels") or [] if k.get("name")}
 
 
 def resolve_reference(spec: str, op: str, schema_args: list[str]) -> Callable[..., Any]:
@@ -74,15 +92,16 @@ def resolve_reference(spec: str, op: str, schema_args: list[str]) -> Callable[..
     return obj
 
 
-def parse_swaps(specs: Iterable[str], gm: fx.GraphModule) -> list[Swap]:
-    """``OP=REFERENCE`` strings to Swaps; an OP the graph doesn't call is an error."""
-    ops = graph_ops(gm)
+def parse_swaps(specs: Iterable[str], gm: fx.GraphModule, names: dict[int, str] | None = None) -> list[Swap]:
+    """``OP=REFERENCE`` strings to Swaps; an OP the graph doesn't call is an error. OP is a
+    custom op, or a Triton kernel by its name (``names``) or ``kernel_idx=N``."""
+    ops = graph_ops(gm, names)
     swaps = []
     for spec in specs:
-        op, sep, ref = spec.partition("=")
+        op, sep, ref = spec.rpartition("=") if spec.startswith("kernel_idx=") else spec.partition("=")
         if not sep or not op.strip() or not ref.strip():
             raise GraphdbgError(f"--swap {spec!r}: expected OP=REFERENCE (kt::attention=attention, ns::op=mymod:fn)")
-        key = op_key(op)
+        key = op.strip() if op.strip() in ops else op_key(op)
         if key not in ops:
             raise GraphdbgError(f"--swap {spec}: the graph calls no {key} (its custom ops: {', '.join(ops) or 'none'})")
         swaps.append(Swap(key, ref.strip(), resolve_reference(ref, key, ops[key])))
@@ -91,9 +110,12 @@ def parse_swaps(specs: Iterable[str], gm: fx.GraphModule) -> list[Swap]:
 
 def builtin_swaps(gm: fx.GraphModule, given: list[Swap] | None = None) -> list[Swap]:
     """A Swap for every custom op ``gm`` calls that has a reference: ``given`` ones first, then
-    built-ins matched by the op's name and fitted to its schema."""
+    built-ins matched by the op's name and fitted to its schema. (A Triton kernel writes its
+    outputs through pointers no name says, so only a reference of the user's fits one.)"""
     out = list(given or [])
     for op, args in graph_ops(gm).items():
+        if "::" not in op:
+            continue
         if any(s.op == op for s in out):
             continue
         name = reference_for(op)
@@ -103,20 +125,38 @@ def builtin_swaps(gm: fx.GraphModule, given: list[Swap] | None = None) -> list[S
     return out
 
 
-def swap_ops(gm: fx.GraphModule, swaps: Iterable[Swap]) -> tuple[fx.GraphModule, list[StandIn]]:
-    """A copy of ``gm`` whose calls of each swapped op call its reference instead."""
+def swap_ops(gm: fx.GraphModule, swaps: Iterable[Swap], names: dict[int, str] | None = None) -> tuple[fx.GraphModule, list[StandIn]]:
+    """A copy of ``gm`` whose calls of each swapped op (or Triton kernel) call its reference instead."""
     by_op = {s.op: s for s in swaps}
     out = copy.deepcopy(gm)
     used = []
     for node in out.graph.nodes:
         op = custom_op_of(node)
-        swap = by_op.get(qualified_name(op)) if op is not None else None
+        kernel = _kernel_key(node, names or {})
+        swap = by_op.get(qualified_name(op) if op is not None else kernel or "")
         if swap is None:
             continue
-        node.target = swap.fn
+        node.target = swap.fn if kernel is None else _kernel_reference(swap.fn, "tensors_to_clone" in node.kwargs)
         used.append(StandIn(node.name, "swap", f"{swap.op} replaced by the reference {swap.reference}"))
     out.recompile()
     return out, used
 
 
-__all__ = ["Swap", "builtin_swaps", "graph_ops", "op_key", "parse_swaps", "resolve_reference", "swap_ops"]
+def _kernel_reference(fn: Callable[..., Any], functional: bool) -> Callable[..., Any]:
+    """A Triton wrapper's call turned into a call of ``fn`` with the kernel's keyword arguments:
+    ``fn`` writes the kernel's outputs in place, as the kernel does (the functional wrapper's
+    outputs are copies it returns)."""
+    if functional:
+        def reference(*, kwargs: dict, tensors_to_clone: Any = (), **rest: Any) -> dict:
+            args = {k: (v.clone() if k in tensors_to_clone else v) for k, v in kwargs.items()}
+            fn(**args)
+            return {k: args[k] for k in tensors_to_clone}
+    else:
+        def reference(*, kwargs: dict, **rest: Any) -> None:
+            fn(**kwargs)
+
+    reference.graphdbg_writes = lambda node: list((node.kwargs.get("kwargs") or {}).values())  # type: ignore[attr-defined]
+    return reference
+
+
+__all__ = ["Swap", "builtin_swaps", "graph_ops", "kernel_names", "op_key", "parse_swaps", "resolve_reference", "swap_ops"]

@@ -22,7 +22,7 @@ import torch.utils._pytree as pytree
 from graphdbg.case import Case
 from graphdbg.graph.allow_list import check_graph_module
 from graphdbg.judge.accuracy import tolerance
-from graphdbg.rebuild.swap import Swap, swap_ops
+from graphdbg.rebuild.swap import Swap, kernel_names, swap_ops
 from graphdbg.replay.float64 import ReferenceUnavailable, float64_reference
 from graphdbg.replay.mutation import mutated_inputs
 from graphdbg.replay.run import fresh_inputs
@@ -76,6 +76,11 @@ def error(expected: list[Any], actual: list[Any]) -> float:
     return max((r["rel_error"] for r in rows), default=0.0)
 
 
+def case_kernel_names(case: Case) -> dict[int, str]:
+    """The Triton kernels' names the case's dump recorded, by ``kernel_idx``."""
+    return kernel_names(case.dump.manifest if case.dump is not None else None)
+
+
 @dataclass
 class SwapReport:
     """``compare --swap``: per output, the graph as captured against the graph with the swaps."""
@@ -96,11 +101,11 @@ class SwapReport:
 
 def compare_swap(case: Case, swaps: list[Swap]) -> SwapReport:
     """Run ``case`` as captured and with ``swaps``; per output, how far the swap moves it."""
-    swapped, used = swap_ops(case.gm, swaps)
+    swapped, used = swap_ops(case.gm, swaps, case_kernel_names(case))
     captured = run_graph(case.gm, case.inputs)
     with_refs = run_graph(swapped, case.inputs)
     return SwapReport([{"op": s.op, "reference": s.reference} for s in swaps], distances(captured, with_refs),
                       [s.describe() for s in used], [s.describe() for s in case.stand_ins])
 
 
-__all__ = ["SwapReport", "compare_swap", "distance", "distances", "error", "reference64", "run_graph"]
+__all__ = ["SwapReport", "case_kernel_names", "compare_swap", "distance", "distances", "error", "reference64", "run_graph"]

@@ -411,12 +411,12 @@ def compare(
 
 def _compare_swap(dump: Path, swap: list[str], device: str | None, ops: str | None, seed: int | None, as_json: bool) -> int:
     from graphdbg.rebuild.swap import parse_swaps
-    from graphdbg.replay.swap import compare_swap
+    from graphdbg.replay.swap import case_kernel_names, compare_swap
 
     _inputs_setup(ops, seed)
     case = _load_with_progress(dump, "compare", quiet=as_json).case(device)
     with _progress("compare: the graph as captured, and with the swaps", quiet=as_json):
-        report = compare_swap(case, parse_swaps(swap, case.gm))
+        report = compare_swap(case, parse_swaps(swap, case.gm, case_kernel_names(case)))
     _report(report, as_json, "compare-swap")
     return 1 if report.moved else 0
 
@@ -560,10 +560,11 @@ def bisect_ops(
     _must_exist(dump)
     from graphdbg.minify.bisect_ops import bisect_ops as run
     from graphdbg.rebuild.swap import builtin_swaps, parse_swaps
+    from graphdbg.replay.swap import case_kernel_names
 
     _inputs_setup(ops, seed)
     case = _load_with_progress(dump, "bisect", quiet=as_json).case(device)
-    swaps = builtin_swaps(case.gm, parse_swaps(swap or [], case.gm))
+    swaps = builtin_swaps(case.gm, parse_swaps(swap or [], case.gm, case_kernel_names(case)))
     with _progress(f"bisect ops: {len(swaps)} ops with a reference", quiet=as_json):
         result = run(case, swaps)
     _report(result, as_json, "bisect-ops")

@@ -146,3 +146,41 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal:
 def relu_into(X: torch.Tensor, Y: torch.Tensor) -> None:
     """A user's reference for a Triton kernel ``relu_kernel(X, Y)`` that writes ``relu(X)`` into ``Y``."""
     Y.copy_(X.relu())
+
+
+try:  # a GPU machine's: the user Triton kernel of tests/test_kernels.py's gpu test
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = None
+
+if triton is not None:
+    @triton.jit
+    def rms_norm_kernel(X, W, Y, n_cols, eps, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        x = tl.load(X + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+        rms = tl.sqrt(tl.sum(x * x, axis=0) / n_cols) + eps  # the seeded bug: eps outside the root
+        tl.store(Y + row * n_cols + cols, x / rms * w, mask=mask)
+
+
+class TritonNorm(torch.nn.Module):
+    """A linear layer and an RMSNorm computed by the user's Triton kernel (needs CUDA and Triton)."""
+
+    def __init__(self, dim: int = 64):
+        super().__init__()
+        self.proj = torch.nn.Linear(dim, dim)
+        self.weight = torch.nn.Parameter(torch.rand(dim) + 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.proj(x)
+        y = torch.empty_like(h)
+        rms_norm_kernel[(h.shape[0],)](h, self.weight, y, h.shape[1], 0.5, BLOCK=triton.next_power_of_2(h.shape[1]))
+        return y
+
+
+def rms_norm_into(X: torch.Tensor, W: torch.Tensor, Y: torch.Tensor, n_cols: int, eps: float, **constexprs) -> None:
+    """The user's reference for ``rms_norm_kernel``: writes RMSNorm(X) * W into Y."""
+    Y.copy_(X * torch.rsqrt(X.pow(2).mean(-1, keepdim=True) + eps) * W)

@@ -225,3 +225,21 @@ def test_a_triton_kernel_kept_only_by_index_is_swapped_for_the_users_reference(t
     assert r.code == 1 and not json.loads(r.out)["rows"][0]["close"], r
     r = cli("bisect", "ops", graph, "--swap", "kernel_idx=3=kernel_programs:relu_into", "--json")
     assert r.code == 1 and json.loads(r.out)["culprits"] == ["kernel_idx=3"], r
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or kp.triton is None, reason="needs CUDA and Triton")
+def test_a_user_triton_kernel_is_recorded_with_its_source_constexprs_and_grid(tmp_path, cli):
+    model, x = kp.TritonNorm().cuda(), torch.randn(8, 64, device="cuda")
+    _capture(model, x, tmp_path, "always")
+    (path,) = find_dumps(tmp_path)
+    [kernel] = graphdbg.load(path).manifest["triton_kernels"]
+    assert kernel["name"] == "rms_norm_kernel" and kernel["module"] == "kernel_programs", kernel
+    assert "the seeded bug" in kernel["source"] and kernel["triton_version"] == kp.triton.__version__
+    assert kernel["constant_args"].get("BLOCK") == 64 and kernel["calls"] == 1, kernel
+    r = cli("show", path)
+    assert "triton kernel rms_norm_kernel" in r.out and "lines of source in the dump" in r.out, r.out
+    r = cli("ls", path.parent, "--json")
+    assert json.loads(r.out)["dumps"][0]["triton_kernels"] == ["rms_norm_kernel"]
+    r = cli("compare", path, "--swap", "rms_norm_kernel=kernel_programs:rms_norm_into", "--json")
+    assert r.code in (0, 1) and json.loads(r.out)["replaced"], r

@@ -243,3 +243,18 @@ def test_a_user_triton_kernel_is_recorded_with_its_source_constexprs_and_grid(tm
     assert json.loads(r.out)["dumps"][0]["triton_kernels"] == ["rms_norm_kernel"]
     r = cli("compare", path, "--swap", "rms_norm_kernel=kernel_programs:rms_norm_into", "--json")
     assert r.code in (0, 1) and json.loads(r.out)["replaced"], r
+
+
+def test_a_kernel_field_of_the_wrong_type_is_refused_by_the_gate_in_one_line(int8_decoder_dump, cli, tmp_path):
+    import shutil
+
+    path, _, _ = int8_decoder_dump
+    for field, bad, says in [("custom_ops", [{"name": 5}], "custom_ops[0].name: must be a string"),
+                             ("triton_kernels", [{"kernel_idx": 0, "source": ["import os"]}], "triton_kernels[0].source")]:
+        copy = tmp_path / field
+        shutil.copytree(path, copy)
+        manifest = json.loads((copy / "manifest.json").read_text())
+        manifest[field] = bad
+        (copy / "manifest.json").write_text(json.dumps(manifest))
+        r = cli("show", copy)
+        assert r.code == 2 and says in r.err and len(r.err.strip().splitlines()) == 1, r

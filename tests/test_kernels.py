@@ -258,3 +258,23 @@ def test_a_kernel_field_of_the_wrong_type_is_refused_by_the_gate_in_one_line(int
         (copy / "manifest.json").write_text(json.dumps(manifest))
         r = cli("show", copy)
         assert r.code == 2 and says in r.err and len(r.err.strip().splitlines()) == 1, r
+
+
+def test_export_test_turns_a_swap_into_a_regression_test_that_fails_while_the_kernel_is_wrong(int8_decoder_dump, cli, tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import child_env
+
+    path, _, _ = int8_decoder_dump
+    out = tmp_path / "suite" / "test_int8_attention.py"
+    r = cli("export-test", path, "-o", out, "--ops", "kernel_programs", "--swap", "kt_attn::int8_attention=attention")
+    assert r.code == 0 and out.is_file() and (out.parent / "test_int8_attention_data" / "manifest.json").is_file(), r
+    assert str(tmp_path) not in out.read_text()  # runs wherever the folder goes
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(out)], capture_output=True,
+                         text=True, cwd=out.parent, env=child_env(tests=True), timeout=300)
+    assert run.returncode == 1 and "output 0 moves by max 0.227" in run.stdout, run.stdout[-2000:]
+    r = cli("export-test", path, "-o", tmp_path / "test_norm.py", "--force", "--ops", "kernel_programs", "--swap", "kt_norm::rms_norm=rms_norm")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_norm.py")],
+                         capture_output=True, text=True, cwd=tmp_path, env=child_env(tests=True), timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:]  # the right RMSNorm agrees with its reference

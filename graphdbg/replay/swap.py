@@ -20,9 +20,9 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 
 from graphdbg.case import Case
-from graphdbg.graph.allow_list import check_graph_module
+from graphdbg.graph.allow_list import check_graph_module, register_ops
 from graphdbg.judge.accuracy import tolerance
-from graphdbg.rebuild.swap import Swap, kernel_names, swap_ops
+from graphdbg.rebuild.swap import Swap, kernel_names, parse_swaps, swap_ops
 from graphdbg.replay.float64 import ReferenceUnavailable, float64_reference
 from graphdbg.replay.mutation import mutated_inputs
 from graphdbg.replay.run import fresh_inputs
@@ -108,4 +108,13 @@ def compare_swap(case: Case, swaps: list[Swap]) -> SwapReport:
                       [s.describe() for s in used], [s.describe() for s in case.stand_ins])
 
 
-__all__ = ["SwapReport", "case_kernel_names", "compare_swap", "distance", "distances", "error", "reference64", "run_graph"]
+def swap_dump(dump: Any, specs: list[str], *, ops: list[str] | None = None, device: Any = None) -> SwapReport:
+    """``compare --swap`` on a Dump: ``ops`` (the user's modules defining the custom ops) are
+    imported first, so the graph "as captured" calls the real kernels."""
+    if ops:
+        register_ops(ops)
+    case = dump.case(device)
+    return compare_swap(case, parse_swaps(specs, case.gm, case_kernel_names(case)))
+
+
+__all__ = ["SwapReport", "swap_dump", "case_kernel_names", "compare_swap", "distance", "distances", "error", "reference64", "run_graph"]

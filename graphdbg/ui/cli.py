@@ -410,13 +410,12 @@ def compare(
 
 
 def _compare_swap(dump: Path, swap: list[str], device: str | None, ops: str | None, seed: int | None, as_json: bool) -> int:
-    from graphdbg.rebuild.swap import parse_swaps
-    from graphdbg.replay.swap import case_kernel_names, compare_swap
+    from graphdbg.replay.swap import swap_dump
 
     _inputs_setup(ops, seed)
-    case = _load_with_progress(dump, "compare", quiet=as_json).case(device)
+    d = _load_with_progress(dump, "compare", quiet=as_json)
     with _progress("compare: the graph as captured, and with the swaps", quiet=as_json):
-        report = compare_swap(case, parse_swaps(swap, case.gm, case_kernel_names(case)))
+        report = swap_dump(d, swap, device=device)
     _report(report, as_json, "compare-swap")
     return 1 if report.moved else 0
 
@@ -592,8 +591,12 @@ def export_test(
     passes: PassesOpt = None,
     trust_backend: TrustOpt = False,
     force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing test file and its data folder.")] = False,
+    swap: SwapOpt = None,
+    ops: OpsOpt = None,
 ) -> None:
-    """Write a pytest regression test from a dump, with its data next to it; it fails while the bug is there."""
+    """Write a pytest regression test from a dump, with its data next to it; it fails while the bug is there.
+
+    With --swap OP=REFERENCE: a test that the graph with OP agrees with the graph with REFERENCE."""
     _must_exist(dump)
     from graphdbg.minify import export_test as run
 
@@ -602,10 +605,23 @@ def export_test(
     if there and not force:
         raise GraphdbgError(f"{there[0]} exists; pass --force to overwrite it")
     d = _load_with_progress(dump, "export-test")
+    if swap:
+        _export_swap_test(d, out, swap, ops)
+        return
     with _progress(f"export-test: writing {out}"):
         path = run(d, out, backend=backend, passes=passes, trust=trust_backend)  # code the dump names: only with --trust-backend
     if d.failure_kind in ("compile_error", "runtime_error", "crash", "accuracy"):  # run once on its own: exit 4 if it fails otherwise
         _self_checked(lambda c: c.check_exported_test(path, kind=d.failure_kind, captured=d.signature), path, d.signature)
+    console.print(f"wrote {path}")
+
+
+def _export_swap_test(d: object, out: Path, swap: list[str], ops: str | None) -> None:
+    from graphdbg.minify.export_test import export_swap_test
+    from graphdbg.replay.swap import swap_dump
+
+    modules = [m.strip() for m in (ops or "").split(",") if m.strip()]
+    swap_dump(d, swap, ops=modules)  # a bad --swap is an error now, not in the test
+    path = export_swap_test(d, out, swap, ops=modules)
     console.print(f"wrote {path}")
 
 

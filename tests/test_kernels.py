@@ -278,3 +278,25 @@ def test_export_test_turns_a_swap_into_a_regression_test_that_fails_while_the_ke
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_norm.py")],
                          capture_output=True, text=True, cwd=tmp_path, env=child_env(tests=True), timeout=300)
     assert run.returncode == 0, run.stdout[-2000:]  # the right RMSNorm agrees with its reference
+
+
+MISSING_OP_GRAPH = '''class GraphModule(torch.nn.Module):
+    def forward(self, l_x_: "f32[4, 64]", l_w_: "f32[64]"):
+        h: "f32[4, 64]" = torch.ops.nosuchlib.fused_rmsnorm.default(l_x_, l_w_, 1e-06);  l_x_ = l_w_ = None
+        y: "f32[4, 64]" = h * 2;  h = None
+        return (y,)
+'''
+
+
+def test_a_custom_op_this_machine_lacks_runs_as_its_built_in_reference_instead_of_a_stand_in(tmp_path, cli):
+    graph = tmp_path / "rank0_0.py"
+    graph.write_text(MISSING_OP_GRAPH)
+    case = graphdbg.load(graph).case("cpu")
+    assert "custom_op" in [s.kind for s in case.stand_ins]
+    swapped, used = swap_ops(case.gm, parse_swaps(["nosuchlib::fused_rmsnorm=rms_norm"], case.gm))
+    (y,) = swapped(*case.inputs)
+    x, w = case.inputs
+    torch.testing.assert_close(y, F.rms_norm(x, (64,), w, 1e-6) * 2)
+    r = cli("bisect", "ops", graph, "--json")  # matched by name, fitted by position
+    assert r.code == 1 and json.loads(r.out)["culprits"] == ["nosuchlib::fused_rmsnorm"], r
+    assert any("nosuchlib.fused_rmsnorm" in s for s in json.loads(r.out)["stand_ins"])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -52,10 +53,24 @@ def graph_ops(gm: fx.GraphModule, kernel_names: dict[int, str] | None = None) ->
         op = custom_op_of(node)
         if op is not None:
             found.setdefault(qualified_name(op), [a.name for a in op._schema.arguments])
+        missing = _stood_in_op(node)
+        if missing is not None:  # no schema here: its arguments are known by position only
+            found.setdefault(missing, [])
         key = _kernel_key(node, kernel_names or {})
         if key is not None:
             found.setdefault(key, list((node.kwargs.get("kwargs") or {}).keys()))
     return found
+
+
+def _stood_in_op(node: fx.Node) -> str | None:
+    """The custom op a stand-in replaced (this machine lacks it), as ``ns::name``."""
+    qual = getattr(node.target, "graphdbg_op", None) if node.op == "call_function" else None
+    return op_key(qual) if isinstance(qual, str) else None
+
+
+def _op_name(node: fx.Node) -> str | None:
+    op = custom_op_of(node)
+    return qualified_name(op) if op is not None else _stood_in_op(node)
 
 
 def _kernel_key(node: fx.Node, kernel_names: dict[int, str]) -> str | None:
@@ -75,7 +90,7 @@ def resolve_reference(spec: str, op: str, schema_args: list[str]) -> Callable[..
     """A reference for ``op``: a built-in by name, else the user's ``module:function``."""
     spec = spec.strip()
     if spec in REFERENCES:
-        fn = adapt(REFERENCES[spec], schema_args)
+        fn = adapt(REFERENCES[spec], schema_args or positional(REFERENCES[spec]))
         if fn is None:
             raise GraphdbgError(f"--swap {op}={spec}: the reference needs arguments {op}'s schema "
                                 f"({', '.join(schema_args)}) doesn't name; give a module:function of your own")
@@ -90,6 +105,11 @@ def resolve_reference(spec: str, op: str, schema_args: list[str]) -> Callable[..
     if not callable(obj):
         raise GraphdbgError(f"--swap {op}={spec}: {module} has no function {attr}")
     return obj
+
+
+def positional(reference: Callable[..., Any]) -> list[str]:
+    """A reference's own parameter names: the schema assumed for an op known by position only."""
+    return list(inspect.signature(reference).parameters)
 
 
 def parse_swaps(specs: Iterable[str], gm: fx.GraphModule, names: dict[int, str] | None = None) -> list[Swap]:
@@ -119,7 +139,7 @@ def builtin_swaps(gm: fx.GraphModule, given: list[Swap] | None = None) -> list[S
         if any(s.op == op for s in out):
             continue
         name = reference_for(op)
-        fn = adapt(REFERENCES[name], args) if name else None
+        fn = adapt(REFERENCES[name], args or positional(REFERENCES[name])) if name else None
         if fn is not None:
             out.append(Swap(op, name, fn))
     return out
@@ -131,9 +151,8 @@ def swap_ops(gm: fx.GraphModule, swaps: Iterable[Swap], names: dict[int, str] | 
     out = copy.deepcopy(gm)
     used = []
     for node in out.graph.nodes:
-        op = custom_op_of(node)
         kernel = _kernel_key(node, names or {})
-        swap = by_op.get(qualified_name(op) if op is not None else kernel or "")
+        swap = by_op.get(_op_name(node) or kernel or "")
         if swap is None:
             continue
         node.target = swap.fn if kernel is None else _kernel_reference(swap.fn, "tensors_to_clone" in node.kwargs)

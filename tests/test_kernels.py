@@ -199,7 +199,9 @@ def test_swap_of_an_op_the_graph_lacks_or_a_reference_that_isnt_is_one_line(int8
     for swap, says in [("kt_attn::nope=attention", "the graph calls no kt_attn::nope"),
                        ("kt_attn::int8_attention=not_a_reference", "not a built-in reference"),
                        ("kt_attn::int8_attention", "expected OP=REFERENCE"),
-                       ("kt_attn::int8_attention=kernel_programs:missing", "has no function missing")]:
+                       ("kt_attn::int8_attention=kernel_programs:missing", "has no function missing"),
+                       ("kt_attn::int8_attention=kernel_programs:relu_into",
+                        "the graph with kt_attn::int8_attention=kernel_programs:relu_into fails: TypeError")]:
         r = cli("compare", path, "--ops", "kernel_programs", "--swap", swap)
         assert r.code == 2 and says in r.err and "Traceback" not in r.err, (swap, r)
 

@@ -56,13 +56,13 @@ def bisect_ops(case: Case, swaps: list[Swap]) -> BisectOpsResult:
     names = case_kernel_names(case)
     captured = run_graph(case.gm, case.inputs)
     all_ref_gm, _ = swap_ops(case.gm, swaps, names)
-    all_ref = run_graph(all_ref_gm, case.inputs)
+    all_ref = run_graph(all_ref_gm, case.inputs, swaps)
     ref64, why = reference64(all_ref_gm, case.inputs, case.device)
     total = error(all_ref, captured)
     total64 = error(ref64, captured) if ref64 is not None else None
     rows = []
     for swap in swaps:
-        alone = run_graph(swap_ops(case.gm, [swap], names)[0], case.inputs)
+        alone = run_graph(swap_ops(case.gm, [swap], names)[0], case.inputs, [swap])
         after = error(all_ref, alone)
         row = {"op": swap.op, "reference": swap.reference, "error_after": after,
                "accounts_for": (total - after) / total if total > 0 else 0.0}

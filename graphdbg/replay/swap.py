@@ -12,6 +12,8 @@ OP replaced (``rebuild/swap.py``), and says per output how far it moved.
 
 from __future__ import annotations
 
+import contextlib
+import io
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +22,7 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 
 from graphdbg.case import Case
+from graphdbg.errors import GraphdbgError
 from graphdbg.graph.allow_list import check_graph_module, register_ops
 from graphdbg.judge.accuracy import tolerance
 from graphdbg.rebuild.swap import Swap, kernel_names, parse_swaps, swap_ops
@@ -28,11 +31,19 @@ from graphdbg.replay.mutation import mutated_inputs
 from graphdbg.replay.run import fresh_inputs
 
 
-def run_graph(gm: fx.GraphModule, inputs: list[Any]) -> list[Any]:
-    """``gm``'s output leaves, eagerly, on fresh copies of the inputs it writes."""
+def run_graph(gm: fx.GraphModule, inputs: list[Any], swaps: list[Swap] | None = None) -> list[Any]:
+    """``gm``'s output leaves, eagerly, on fresh copies of the inputs it writes. A graph with
+    ``swaps`` that fails is the user's reference's error (GraphdbgError, one line), named."""
     check_graph_module(gm, inputs)
-    with torch.no_grad():
-        return pytree.tree_leaves(gm(*fresh_inputs(inputs, mutated_inputs(gm))))
+    try:  # torch.fx prints a failing graph's traceback on stderr before raising: the error says it in one line
+        with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):
+            return pytree.tree_leaves(gm(*fresh_inputs(inputs, mutated_inputs(gm))))
+    except Exception as e:
+        if not swaps:
+            raise
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        raise GraphdbgError(f"the graph with {', '.join(f'{s.op}={s.reference}' for s in swaps)} fails: "
+                            f"{type(e).__name__}: {first}") from None
 
 
 def reference64(gm: fx.GraphModule, inputs: list[Any], device: torch.device | None = None) -> tuple[list[Any] | None, str | None]:
@@ -103,7 +114,7 @@ def compare_swap(case: Case, swaps: list[Swap]) -> SwapReport:
     """Run ``case`` as captured and with ``swaps``; per output, how far the swap moves it."""
     swapped, used = swap_ops(case.gm, swaps, case_kernel_names(case))
     captured = run_graph(case.gm, case.inputs)
-    with_refs = run_graph(swapped, case.inputs)
+    with_refs = run_graph(swapped, case.inputs, swaps)
     return SwapReport([{"op": s.op, "reference": s.reference} for s in swaps], distances(captured, with_refs),
                       [s.describe() for s in used], [s.describe() for s in case.stand_ins])
 

@@ -302,3 +302,48 @@ def test_a_custom_op_this_machine_lacks_runs_as_its_built_in_reference_instead_o
     r = cli("bisect", "ops", graph, "--json")  # matched by name, fitted by position
     assert r.code == 1 and json.loads(r.out)["culprits"] == ["nosuchlib::fused_rmsnorm"], r
     assert any("nosuchlib.fused_rmsnorm" in s for s in json.loads(r.out)["stand_ins"])
+
+
+class _JITFunction:  # Triton's shape where Triton isn't installed: the source in .src, the function in .fn
+    def __init__(self, fn, src):
+        self.fn, self.src = fn, src
+
+
+class _Autotuner:
+    def __init__(self, fn, configs, best_config):
+        self.fn, self.configs, self.best_config = fn, configs, best_config
+
+
+class _Config:
+    def __init__(self, block, warps):
+        self.kwargs, self.num_warps, self.num_stages = {"BLOCK": block}, warps, 3
+
+
+def test_triton_kernels_are_read_from_dynamos_side_table_under_an_autotuner(tmp_path):
+    import torch.fx as fx
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+
+    from graphdbg.graph.kernels import triton_kernels
+    from graphdbg.store.schema import validate_manifest
+
+    def scale_kernel(X, Y, n, BLOCK):
+        pass
+
+    src = "def scale_kernel(X, Y, n, BLOCK: tl.constexpr):\n    pass  # the kernel's text\n"
+    jit = _JITFunction(scale_kernel, src)
+    tuned = _Autotuner(jit, [_Config(32, 2), _Config(64, 4)], _Config(64, 4))
+    g = fx.Graph()
+    x, y = g.placeholder("x"), g.placeholder("y")
+    for kernel in (jit, tuned, jit):
+        g.call_function(torch.ops.higher_order.triton_kernel_wrapper_mutation, (), {
+            "kernel_idx": kernel_side_table.add_kernel(kernel), "constant_args_idx": kernel_side_table.add_constant_args({"n": 8}),
+            "grid": [(4, 1, 1)], "tma_descriptor_metadata": {}, "kwargs": {"X": x, "Y": y}})
+    g.output(None)
+    plain, autotuned = triton_kernels(fx.GraphModule(torch.nn.Module(), g))
+    assert plain["name"] == "scale_kernel" and plain["source"] == src and plain["calls"] == 2, plain
+    assert plain["module"] == __name__ and plain["constant_args"] == {"n": 8} and plain["grid"] == [[4, 1, 1]]
+    assert autotuned["source"] == src and [c["kwargs"]["BLOCK"] for c in autotuned["autotune_configs"]] == [32, 64]
+    assert autotuned["chosen_config"] == {"kwargs": {"BLOCK": 64}, "num_warps": 4, "num_stages": 3}
+    manifest = json.loads(json.dumps({"schema": "graphdbg.dump", "id": "g0", "failure": {"kind": "captured"},
+                                      "graph": {"file": "graph.py"}, "inputs": [], "triton_kernels": [plain, autotuned]}))
+    assert validate_manifest(manifest, "m")["triton_kernels"][1]["chosen_config"]["num_warps"] == 4

@@ -144,8 +144,10 @@ def _side_table_entry(idx: int, node: fx.Node) -> dict[str, Any]:
     except Exception:  # no Triton here, or the table was reset: the index is all there is
         return entry
     entry["constant_args"] = {str(k): _plain(v) for k, v in (constants or {}).items()}
-    fn = getattr(kernel, "fn", kernel)  # an Autotuner (or heuristics) wraps the JITFunction
-    while hasattr(fn, "fn") and not hasattr(fn, "src"):
+    fn = kernel  # the JITFunction (it has .src), under any Autotuner or heuristics wrapping it (.fn)
+    for _ in range(8):
+        if hasattr(fn, "src") or not hasattr(fn, "fn"):
+            break
         fn = fn.fn
     py = getattr(fn, "fn", None)
     entry["name"] = getattr(py, "__name__", None) or getattr(fn, "__name__", None)

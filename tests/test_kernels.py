@@ -342,6 +342,7 @@ def test_triton_kernels_are_read_from_dynamos_side_table_under_an_autotuner(tmp_
     plain, autotuned = triton_kernels(fx.GraphModule(torch.nn.Module(), g))
     assert plain["name"] == "scale_kernel" and plain["source"] == src and plain["calls"] == 2, plain
     assert plain["module"] == __name__ and plain["constant_args"] == {"n": 8} and plain["grid"] == [[4, 1, 1]]
+    assert list(plain["constant_args_by_call"].values()) == [{"n": 8}, {"n": 8}]  # each call's, for a swap
     assert autotuned["source"] == src and [c["kwargs"]["BLOCK"] for c in autotuned["autotune_configs"]] == [32, 64]
     assert autotuned["chosen_config"] == {"kwargs": {"BLOCK": 64}, "num_warps": 4, "num_stages": 3}
     manifest = json.loads(json.dumps({"schema": "graphdbg.dump", "id": "g0", "failure": {"kind": "captured"},

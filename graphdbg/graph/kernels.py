@@ -130,7 +130,24 @@ def triton_kernels(gm: fx.GraphModule) -> list[dict[str, Any]]:
             continue
         entry = found.setdefault(idx, {"kernel_idx": idx, "calls": 0, **_side_table_entry(idx, node)})
         entry["calls"] += 1
+        const_idx, constants = node.kwargs.get("constant_args_idx"), _constants(node)
+        if isinstance(const_idx, int) and constants is not None:  # each call's own: a swap passes them to the reference
+            entry.setdefault("constant_args_by_call", {})[str(const_idx)] = constants
     return [found[i] for i in sorted(found)]
+
+
+def _constants(node: fx.Node) -> dict[str, Any] | None:
+    """The non-tensor arguments (constexprs, sizes, eps) Dynamo kept aside for this call."""
+    const_idx = node.kwargs.get("constant_args_idx")
+    if not isinstance(const_idx, int):
+        return None
+    try:
+        from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table  # Triton's wrapper: only for such a graph
+
+        constants = kernel_side_table.get_constant_args(const_idx)
+    except Exception:  # the table was reset, or this torch has none
+        return None
+    return {str(k): _plain(v) for k, v in (constants or {}).items()}
 
 
 def _side_table_entry(idx: int, node: fx.Node) -> dict[str, Any]:
@@ -139,11 +156,9 @@ def _side_table_entry(idx: int, node: fx.Node) -> dict[str, Any]:
         from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table  # Triton's wrapper: only for such a graph
 
         kernel = kernel_side_table.get_kernel(idx)
-        const_idx = node.kwargs.get("constant_args_idx")
-        constants = kernel_side_table.get_constant_args(const_idx) if isinstance(const_idx, int) else {}
     except Exception:  # no Triton here, or the table was reset: the index is all there is
         return entry
-    entry["constant_args"] = {str(k): _plain(v) for k, v in (constants or {}).items()}
+    entry["constant_args"] = _constants(node) or {}  # the first call's
     fn = kernel  # the JITFunction (it has .src), under any Autotuner or heuristics wrapping it (.fn)
     for _ in range(8):
         if hasattr(fn, "src") or not hasattr(fn, "fn"):

@@ -19,8 +19,8 @@ from typing import Any
 
 from graphdbg.case import Case
 from graphdbg.judge.accuracy import compare_outputs
-from graphdbg.rebuild.swap import Swap, swap_ops
-from graphdbg.replay.swap import case_kernel_names, error, reference64, run_graph
+from graphdbg.rebuild.swap import Swap
+from graphdbg.replay.swap import error, reference64, run_graph, swapped_graph
 
 # An op is named when its swap alone removes at least this share of the error, and a second
 # one too when it removes at least this share of what the first does.
@@ -53,16 +53,15 @@ def bisect_ops(case: Case, swaps: list[Swap]) -> BisectOpsResult:
     if not swaps:
         return BisectOpsResult([], [], 0.0, None, None, stand_ins=stand_ins,
                                note="no custom op of this graph has a reference: give one with --swap OP=module:function")
-    names = case_kernel_names(case)
     captured = run_graph(case.gm, case.inputs)
-    all_ref_gm, _ = swap_ops(case.gm, swaps, names)
+    all_ref_gm, _ = swapped_graph(case, swaps)
     all_ref = run_graph(all_ref_gm, case.inputs, swaps)
     ref64, why = reference64(all_ref_gm, case.inputs, case.device)
     total = error(all_ref, captured)
     total64 = error(ref64, captured) if ref64 is not None else None
     rows = []
     for swap in swaps:
-        alone = run_graph(swap_ops(case.gm, [swap], names)[0], case.inputs, [swap])
+        alone = run_graph(swapped_graph(case, [swap])[0], case.inputs, [swap])
         after = error(all_ref, alone)
         row = {"op": swap.op, "reference": swap.reference, "error_after": after,
                "accounts_for": (total - after) / total if total > 0 else 0.0}

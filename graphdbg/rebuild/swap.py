@@ -49,7 +49,7 @@ def graph_ops(gm: fx.GraphModule, kernel_names: dict[int, str] | None = None) ->
     dump recorded it (``kernel_names``, graph/kernels.py), else ``kernel_idx=N``: the argument
     names of each one's schema (a kernel's: its keyword arguments)."""
     found: dict[str, list[str]] = {}
-    for node in gm.graph.nodes:
+    for node in (n for mod in gm.modules() if isinstance(mod, fx.GraphModule) for n in mod.graph.nodes):
         op = custom_op_of(node)
         if op is not None:
             found.setdefault(qualified_name(op), [a.name for a in op._schema.arguments])
@@ -84,6 +84,16 @@ def _kernel_key(node: fx.Node, kernel_names: dict[int, str]) -> str | None:
 def kernel_names(manifest: dict[str, Any] | None) -> dict[int, str]:
     """``kernel_idx`` to the kernel's name, as the dump recorded them."""
     return {k["kernel_idx"]: k["name"] for k in (manifest or {}).get("triton_kernels") or [] if k.get("name")}
+
+
+def kernel_constants(manifest: dict[str, Any] | None) -> dict[int, dict[str, Any]]:
+    """``constant_args_idx`` to that call's non-tensor arguments (sizes, eps, constexprs), as recorded."""
+    out: dict[int, dict[str, Any]] = {}
+    for k in (manifest or {}).get("triton_kernels") or []:
+        for idx, constants in (k.get("constant_args_by_call") or {}).items():
+            if idx.isdigit():
+                out[int(idx)] = constants
+    return out
 
 
 def resolve_reference(spec: str, op: str, schema_args: list[str]) -> Callable[..., Any]:
@@ -145,37 +155,48 @@ def builtin_swaps(gm: fx.GraphModule, given: list[Swap] | None = None) -> list[S
     return out
 
 
-def swap_ops(gm: fx.GraphModule, swaps: Iterable[Swap], names: dict[int, str] | None = None) -> tuple[fx.GraphModule, list[StandIn]]:
-    """A copy of ``gm`` whose calls of each swapped op (or Triton kernel) call its reference instead."""
+def swap_ops(gm: fx.GraphModule, swaps: Iterable[Swap], names: dict[int, str] | None = None,
+             constants: dict[int, dict[str, Any]] | None = None) -> tuple[fx.GraphModule, list[StandIn]]:
+    """A copy of ``gm`` whose calls of each swapped op (or Triton kernel) call its reference
+    instead, in nested graphs too. A kernel's reference also gets the call's recorded
+    non-tensor arguments (``constants``, by ``constant_args_idx``)."""
     by_op = {s.op: s for s in swaps}
     out = copy.deepcopy(gm)
     used = []
-    for node in out.graph.nodes:
-        kernel = _kernel_key(node, names or {})
-        swap = by_op.get(_op_name(node) or kernel or "")
-        if swap is None:
+    for prefix, mod in out.named_modules():
+        if not isinstance(mod, fx.GraphModule):
             continue
-        node.target = swap.fn if kernel is None else _kernel_reference(swap.fn, "tensors_to_clone" in node.kwargs)
-        used.append(StandIn(node.name, "swap", f"{swap.op} replaced by the reference {swap.reference}"))
-    out.recompile()
+        for node in mod.graph.nodes:
+            kernel = _kernel_key(node, names or {})
+            swap = by_op.get(_op_name(node) or kernel or "")
+            if swap is None:
+                continue
+            if kernel is None:
+                node.target = swap.fn
+            else:
+                node.target = _kernel_reference(swap.fn, "tensors_to_clone" in node.kwargs,
+                                                (constants or {}).get(node.kwargs.get("constant_args_idx"), {}))
+            used.append(StandIn(f"{prefix}.{node.name}" if prefix else node.name, "swap",
+                                f"{swap.op} replaced by the reference {swap.reference}"))
+        mod.recompile()
     return out, used
 
 
-def _kernel_reference(fn: Callable[..., Any], functional: bool) -> Callable[..., Any]:
-    """A Triton wrapper's call turned into a call of ``fn`` with the kernel's keyword arguments:
-    ``fn`` writes the kernel's outputs in place, as the kernel does (the functional wrapper's
-    outputs are copies it returns)."""
+def _kernel_reference(fn: Callable[..., Any], functional: bool, constants: dict[str, Any]) -> Callable[..., Any]:
+    """A Triton wrapper's call turned into a call of ``fn`` with the kernel's keyword arguments
+    and the call's constants: ``fn`` writes the kernel's outputs in place, as the kernel does
+    (the functional wrapper's outputs are copies it returns)."""
     if functional:
         def reference(*, kwargs: dict, tensors_to_clone: Any = (), **rest: Any) -> dict:
             args = {k: (v.clone() if k in tensors_to_clone else v) for k, v in kwargs.items()}
-            fn(**args)
+            fn(**constants, **args)
             return {k: args[k] for k in tensors_to_clone}
     else:
         def reference(*, kwargs: dict, **rest: Any) -> None:
-            fn(**kwargs)
+            fn(**constants, **kwargs)
 
     reference.graphdbg_writes = lambda node: list((node.kwargs.get("kwargs") or {}).values())  # type: ignore[attr-defined]
     return reference
 
 
-__all__ = ["Swap", "builtin_swaps", "graph_ops", "kernel_names", "op_key", "parse_swaps", "resolve_reference", "swap_ops"]
+__all__ = ["Swap", "builtin_swaps", "graph_ops", "kernel_constants", "kernel_names", "op_key", "parse_swaps", "resolve_reference", "swap_ops"]

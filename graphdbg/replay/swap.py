@@ -25,7 +25,8 @@ from graphdbg.case import Case
 from graphdbg.errors import GraphdbgError
 from graphdbg.graph.allow_list import check_graph_module, register_ops
 from graphdbg.judge.accuracy import tolerance
-from graphdbg.rebuild.swap import Swap, kernel_names, parse_swaps, swap_ops
+from graphdbg.rebuild.inputs import StandIn
+from graphdbg.rebuild.swap import Swap, kernel_constants, kernel_names, parse_swaps, swap_ops
 from graphdbg.replay.float64 import ReferenceUnavailable, float64_reference
 from graphdbg.replay.mutation import mutated_inputs
 from graphdbg.replay.run import fresh_inputs
@@ -92,6 +93,12 @@ def case_kernel_names(case: Case) -> dict[int, str]:
     return kernel_names(case.dump.manifest if case.dump is not None else None)
 
 
+def swapped_graph(case: Case, swaps: list[Swap]) -> tuple[fx.GraphModule, list[StandIn]]:
+    """``case``'s graph with ``swaps``, with what its dump recorded of its Triton kernels."""
+    manifest = case.dump.manifest if case.dump is not None else None
+    return swap_ops(case.gm, swaps, kernel_names(manifest), kernel_constants(manifest))
+
+
 @dataclass
 class SwapReport:
     """``compare --swap``: per output, the graph as captured against the graph with the swaps."""
@@ -112,7 +119,7 @@ class SwapReport:
 
 def compare_swap(case: Case, swaps: list[Swap]) -> SwapReport:
     """Run ``case`` as captured and with ``swaps``; per output, how far the swap moves it."""
-    swapped, used = swap_ops(case.gm, swaps, case_kernel_names(case))
+    swapped, used = swapped_graph(case, swaps)
     captured = run_graph(case.gm, case.inputs)
     with_refs = run_graph(swapped, case.inputs, swaps)
     return SwapReport([{"op": s.op, "reference": s.reference} for s in swaps], distances(captured, with_refs),
@@ -128,4 +135,4 @@ def swap_dump(dump: Any, specs: list[str], *, ops: list[str] | None = None, devi
     return compare_swap(case, parse_swaps(specs, case.gm, case_kernel_names(case)))
 
 
-__all__ = ["SwapReport", "swap_dump", "case_kernel_names", "compare_swap", "distance", "distances", "error", "reference64", "run_graph"]
+__all__ = ["SwapReport", "swap_dump", "swapped_graph", "case_kernel_names", "compare_swap", "distance", "distances", "error", "reference64", "run_graph"]

@@ -345,6 +345,8 @@ class TritonKernel(_Open):
     source: Optional[Text] = None
     grid: Optional[ScalarOrList] = None
     constant_args: Optional[Annotated[dict[Name, ScalarOrList], Field(max_length=4096)]] = None
+    constant_args_by_call: Optional[Annotated[dict[Name, Annotated[dict[Name, ScalarOrList], Field(max_length=4096)]],
+                                              Field(max_length=MAX_ITEMS)]] = None  # by constant_args_idx
     autotune_configs: Optional[Annotated[list[TritonConfig], Field(max_length=4096)]] = None
     chosen_config: Optional[TritonConfig] = None
     triton_version: Optional[Name] = None

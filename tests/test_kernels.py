@@ -147,6 +147,15 @@ def test_capture_records_each_custom_op_with_where_it_came_from(int8_decoder_dum
     assert row["custom_ops"] == sorted(ops) and row["triton_kernels"] == []
 
 
+def _check_schema(cli, out: dict, name: str) -> None:
+    import jsonschema
+
+    from graphdbg import __version__
+
+    assert out["graphdbg"] == __version__ and out["schema"] == name
+    jsonschema.validate(out, json.loads(cli("schema", name).out))
+
+
 def test_bisect_ops_names_the_int8_attention_and_its_swap_matches_sdpa(int8_decoder_dump, cli):
     path, model, tokens = int8_decoder_dump
     r = cli("bisect", "ops", path, "--ops", "kernel_programs", "--json")
@@ -157,9 +166,11 @@ def test_bisect_ops_names_the_int8_attention_and_its_swap_matches_sdpa(int8_deco
     assert by_op["kt_attn::int8_attention"]["accounts_for"] > 0.9
     assert by_op["kt_attn::int8_attention"]["accounts_for_vs_float64"] > 0.9
     assert all(by_op[o]["accounts_for"] < 0.1 for o in ("kt_norm::rms_norm", "kt_act::silu_and_mul"))
+    _check_schema(cli, result, "bisect-ops")
     r = cli("compare", path, "--ops", "kernel_programs", "--swap", "kt_attn::int8_attention=attention", "--json")
     assert r.code == 1, r
     report = json.loads(r.out)
+    _check_schema(cli, report, "compare-swap")
     [row] = report["rows"]
     assert not row["close"] and row["max_abs_error"] > 0.1 and len(report["replaced"]) == 2, report
     # the swapped graph is the model with SDPA, within bf16 tolerance

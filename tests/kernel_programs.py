@@ -184,3 +184,34 @@ class TritonNorm(torch.nn.Module):
 def rms_norm_into(X: torch.Tensor, W: torch.Tensor, Y: torch.Tensor, n_cols: int, eps: float, **constexprs) -> None:
     """The user's reference for ``rms_norm_kernel``: writes RMSNorm(X) * W into Y."""
     Y.copy_(X * torch.rsqrt(X.pow(2).mean(-1, keepdim=True) + eps) * W)
+
+
+# vLLM-style kernels that write their results into their arguments and return nothing.
+@torch.library.custom_op("kt_vllm::rms_norm", mutates_args=("result",))
+def vllm_rms_norm(result: torch.Tensor, input: torch.Tensor, weight: torch.Tensor, epsilon: float) -> None:
+    result.copy_(input * torch.rsqrt(input.pow(2).mean(-1, keepdim=True) + epsilon) * weight)
+
+
+@torch.library.custom_op("kt_vllm::fused_add_rms_norm", mutates_args=("input", "residual"))
+def vllm_fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, epsilon: float) -> None:
+    residual.add_(input)
+    input.copy_(residual * torch.rsqrt(residual.pow(2).mean(-1, keepdim=True) + epsilon))  # the seeded bug: no * weight
+
+
+class InPlaceNorms(torch.nn.Module):
+    """Two linear layers, each followed by one of the in-place vLLM-style norms."""
+
+    def __init__(self, dim: int = 64, seed: int = 2):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.a, self.b = torch.nn.Linear(dim, dim), torch.nn.Linear(dim, dim)
+        self.w1, self.w2 = torch.nn.Parameter(torch.rand(dim) + 0.5), torch.nn.Parameter(torch.rand(dim) + 0.5)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.a(x)
+        normed = torch.empty_like(h)
+        torch.ops.kt_vllm.rms_norm(normed, h, self.w1, 1e-6)
+        y = self.b(normed)
+        residual = x.clone()
+        torch.ops.kt_vllm.fused_add_rms_norm(y, residual, self.w2, 1e-6)
+        return y, residual

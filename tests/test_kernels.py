@@ -359,3 +359,22 @@ def test_triton_kernels_are_read_from_dynamos_side_table_under_an_autotuner(tmp_
     manifest = json.loads(json.dumps({"schema": "graphdbg.dump", "id": "g0", "failure": {"kind": "captured"},
                                       "graph": {"file": "graph.py"}, "inputs": [], "triton_kernels": [plain, autotuned]}))
     assert validate_manifest(manifest, "m")["triton_kernels"][1]["chosen_config"]["num_warps"] == 4
+
+
+def test_in_place_kernels_are_swapped_with_their_results_written_where_the_kernel_writes_them(tmp_path, cli):
+    model, x = kp.InPlaceNorms().eval(), torch.randn(4, 64, generator=torch.Generator().manual_seed(3))
+    _capture(model, x, tmp_path, "always")
+    (path,) = find_dumps(tmp_path)
+    r = cli("compare", path, "--ops", "kernel_programs", "--swap", "kt_vllm::rms_norm=rms_norm", "--json")
+    assert r.code == 0 and all(row["close"] for row in json.loads(r.out)["rows"]), r  # the right one agrees
+    r = cli("bisect", "ops", path, "--ops", "kernel_programs", "--json")
+    result = json.loads(r.out)
+    assert r.code == 1 and result["culprits"] == ["kt_vllm::fused_add_rms_norm"], result
+    # swapped, the graph is the model with the norms written out
+    case = graphdbg.load(path).case("cpu")
+    swapped, _ = swap_ops(case.gm, parse_swaps(["kt_vllm::fused_add_rms_norm=fused_add_rms_norm"], case.gm))
+    with torch.no_grad():
+        y, residual = swapped(*case.inputs)
+        h = model.b(F.rms_norm(model.a(x), (64,), model.w1, 1e-6))
+    torch.testing.assert_close(residual, x + h)
+    torch.testing.assert_close(y, F.rms_norm(x + h, (64,), model.w2, 1e-6))

@@ -115,8 +115,15 @@ def quantized_matmul(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
     return out.to(x.dtype if x.is_floating_point() else torch.float32)
 
 
+def attention_bshd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None,
+                   is_causal: bool = False, scale: float | None = None) -> torch.Tensor:
+    """``attention`` for flash-attention's layout, ``[batch, seq, heads, head_dim]``."""
+    t = [x.transpose(-3, -2) for x in (q, k, v)]
+    return attention(*t, attn_mask=attn_mask, is_causal=is_causal, scale=scale).transpose(-3, -2)
+
+
 REFERENCES: dict[str, Callable[..., Any]] = {
-    "attention": attention, "paged_attention": paged_attention, "rms_norm": rms_norm,
+    "attention": attention, "sdpa": attention, "attention_bshd": attention_bshd, "paged_attention": paged_attention, "rms_norm": rms_norm, "rmsnorm": rms_norm,
     "fused_add_rms_norm": fused_add_rms_norm, "silu_and_mul": silu_and_mul, "rotary_embedding": rotary_embedding,
     "quantized_matmul": quantized_matmul,
 }
@@ -177,5 +184,5 @@ def adapt(reference: Callable[..., Any], schema_args: Sequence[str]) -> Callable
     return call
 
 
-__all__ = ["REFERENCES", "adapt", "attention", "fused_add_rms_norm", "paged_attention", "quantized_matmul",
+__all__ = ["REFERENCES", "adapt", "attention", "attention_bshd", "fused_add_rms_norm", "paged_attention", "quantized_matmul",
            "reference_for", "rms_norm", "rotary_embedding", "silu_and_mul"]

@@ -16,7 +16,7 @@ import copy
 import importlib
 import inspect
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch.fx as fx
@@ -44,21 +44,31 @@ def op_key(name: str) -> str:
     return name.removesuffix(".default")
 
 
-def graph_ops(gm: fx.GraphModule, kernel_names: dict[int, str] | None = None) -> dict[str, list[str]]:
+@dataclass
+class OpArgs:
+    """What a swap needs of an op's schema: its arguments' names, and those it writes when it
+    returns nothing (an out-variant or in-place kernel: its results go there)."""
+    names: list[str]
+    written: list[str] = field(default_factory=list)
+
+
+def graph_ops(gm: fx.GraphModule, kernel_names: dict[int, str] | None = None) -> dict[str, OpArgs]:
     """The custom ops ``gm`` calls, by ``ns::name``, and its Triton kernels, by name where the
     dump recorded it (``kernel_names``, graph/kernels.py), else ``kernel_idx=N``: the argument
     names of each one's schema (a kernel's: its keyword arguments)."""
-    found: dict[str, list[str]] = {}
+    found: dict[str, OpArgs] = {}
     for node in (n for mod in gm.modules() if isinstance(mod, fx.GraphModule) for n in mod.graph.nodes):
         op = custom_op_of(node)
         if op is not None:
-            found.setdefault(qualified_name(op), [a.name for a in op._schema.arguments])
+            schema = op._schema
+            written = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+            found.setdefault(qualified_name(op), OpArgs([a.name for a in schema.arguments], written if not schema.returns else []))
         missing = _stood_in_op(node)
         if missing is not None:  # no schema here: its arguments are known by position only
-            found.setdefault(missing, [])
+            found.setdefault(missing, OpArgs([]))
         key = _kernel_key(node, kernel_names or {})
         if key is not None:
-            found.setdefault(key, list((node.kwargs.get("kwargs") or {}).keys()))
+            found.setdefault(key, OpArgs(list((node.kwargs.get("kwargs") or {}).keys())))
     return found
 
 
@@ -96,14 +106,35 @@ def kernel_constants(manifest: dict[str, Any] | None) -> dict[int, dict[str, Any
     return out
 
 
-def resolve_reference(spec: str, op: str, schema_args: list[str]) -> Callable[..., Any]:
+def builtin(name: str, args: OpArgs) -> Callable[..., Any] | None:
+    """The built-in reference ``name`` fitted to an op's schema (by position where there is
+    none); for an op that writes its results into arguments, it writes them there too."""
+    reference = REFERENCES[name]
+    fn = adapt(reference, args.names or positional(reference))
+    if fn is None or not args.written:
+        return fn
+
+    def into(*call_args: Any, **kwargs: Any) -> None:
+        named = dict(zip(args.names, call_args), **kwargs)
+        result = fn(*call_args, **kwargs)
+        for arg, value in zip(args.written, result if isinstance(result, tuple) else (result,)):
+            named[arg].copy_(value)
+
+    into.__name__ = into.__qualname__ = f"reference_{name}_into"
+    positions = {a: i for i, a in enumerate(args.names)}
+    into.graphdbg_writes = lambda node: [node.args[positions[a]] if positions[a] < len(node.args)  # type: ignore[attr-defined]
+                                         else node.kwargs.get(a) for a in args.written]
+    return into
+
+
+def resolve_reference(spec: str, op: str, args: OpArgs) -> Callable[..., Any]:
     """A reference for ``op``: a built-in by name, else the user's ``module:function``."""
     spec = spec.strip()
     if spec in REFERENCES:
-        fn = adapt(REFERENCES[spec], schema_args or positional(REFERENCES[spec]))
+        fn = builtin(spec, args)
         if fn is None:
             raise GraphdbgError(f"--swap {op}={spec}: the reference needs arguments {op}'s schema "
-                                f"({', '.join(schema_args)}) doesn't name; give a module:function of your own")
+                                f"({', '.join(args.names)}) doesn't name; give a module:function of your own")
         return fn
     module, sep, attr = spec.partition(":")
     if not sep or not module or not attr:
@@ -149,7 +180,7 @@ def builtin_swaps(gm: fx.GraphModule, given: list[Swap] | None = None) -> list[S
         if any(s.op == op for s in out):
             continue
         name = reference_for(op)
-        fn = adapt(REFERENCES[name], args or positional(REFERENCES[name])) if name else None
+        fn = builtin(name, args) if name else None
         if fn is not None:
             out.append(Swap(op, name, fn))
     return out
@@ -199,4 +230,4 @@ def _kernel_reference(fn: Callable[..., Any], functional: bool, constants: dict[
     return reference
 
 
-__all__ = ["Swap", "builtin_swaps", "graph_ops", "kernel_constants", "kernel_names", "op_key", "parse_swaps", "resolve_reference", "swap_ops"]
+__all__ = ["OpArgs", "Swap", "builtin", "builtin_swaps", "graph_ops", "kernel_constants", "kernel_names", "op_key", "parse_swaps", "resolve_reference", "swap_ops"]

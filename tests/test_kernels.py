@@ -378,3 +378,14 @@ def test_in_place_kernels_are_swapped_with_their_results_written_where_the_kerne
         h = model.b(F.rms_norm(model.a(x), (64,), model.w1, 1e-6))
     torch.testing.assert_close(residual, x + h)
     torch.testing.assert_close(y, F.rms_norm(x + h, (64,), model.w2, 1e-6))
+
+
+@pytest.mark.slow
+def test_under_stock_inductor_accuracy_mode_agrees_and_bisect_ops_names_the_int8_attention(tmp_path, cli):
+    model, tokens = kp.Decoder(outlier=100.0, layers=1).eval(), kp.tokens(batch=1)
+    _capture(model, tokens, tmp_path / "accuracy", "accuracy", backend="inductor")
+    assert find_dumps(tmp_path / "accuracy") == []  # eager calls the same kernel: both agree, both wrong
+    _capture(model, tokens, tmp_path / "always", "always", backend="inductor")
+    (path,) = find_dumps(tmp_path / "always")
+    r = cli("bisect", "ops", path, "--ops", "kernel_programs", "--json")
+    assert r.code == 1 and json.loads(r.out)["culprits"] == ["kt_attn::int8_attention"], r

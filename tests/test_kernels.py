@@ -9,6 +9,7 @@ outside the square root.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -22,6 +23,16 @@ from graphdbg.store.manifest import find_dumps
 kp = pytest.importorskip("kernel_programs")
 
 BF16 = {"rtol": 1.6e-2, "atol": 1e-2}  # graphdbg's bf16 tolerance (judge/accuracy.py)
+
+
+@pytest.fixture(autouse=True)
+def _ops_modules_stay_in_the_test(monkeypatch):
+    """--ops (and a module:function reference) registers modules in $GRAPHDBG_OPS and the
+    allow-list; later tests in this process (an ls that must not import torch) must not see them."""
+    from graphdbg.graph import allow_list
+
+    monkeypatch.setenv(allow_list.OPS_ENV, os.environ.get(allow_list.OPS_ENV, ""))
+    monkeypatch.setattr(allow_list, "_allowed_namespaces", list(allow_list._allowed_namespaces))
 
 
 # --- references, each against the op it replaces, on inputs where that op is right -----------------

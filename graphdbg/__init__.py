@@ -54,4 +54,15 @@ def compare(
                             accuracy=accuracy, rtol=rtol, atol=atol, direct=direct, max_input_gb=max_input_gb)
 
 
-__all__ = ["compare", "capture", "load", "GraphdbgError", "DumpError", "GraphSourceError", "__version__"]
+def compare_swap(dump: Dump | str | os.PathLike[str], swaps: Sequence[str], *, ops: Sequence[str] = (),
+                 device: str | None = None) -> Any:
+    """``graphdbg compare DUMP --swap OP=REFERENCE``: the graph as captured against the graph
+    with each ``OP=REFERENCE`` of ``swaps`` swapped in; a SwapReport (``rows``: per output,
+    ``max_abs_error``, ``mean_abs_error``, ``cosine``, ``close``; ``moved``). ``ops``: modules
+    defining the custom ops, imported first (``--ops``). docs/kernels.md."""
+    from graphdbg.replay.swap import swap_dump  # torch: only when a swap is asked for
+
+    return swap_dump(dump if hasattr(dump, "manifest") else load(dump), list(swaps), ops=list(ops), device=device)
+
+
+__all__ = ["compare", "compare_swap", "capture", "load", "GraphdbgError", "DumpError", "GraphSourceError", "__version__"]

@@ -15,6 +15,7 @@ import torch
 import torch.fx as fx
 
 from graphdbg.graph.hashing import module_hash, op_histogram, target_name
+from graphdbg.graph.kernels import custom_ops, triton_kernels
 from graphdbg.store.describe import describe_value
 
 
@@ -40,6 +41,8 @@ class GraphSnapshot:
     captured_path: Any = None  # the "always" dump of this graph, if one was written
     parent: Any = None  # {"frame", "call", "piece", "position"} when this graph is itself a piece of another captured graph
     origin: dict[str, Any] = field(default_factory=dict)  # frame and compile id (capture/origin.py)
+    custom_ops: list[dict[str, Any]] = field(default_factory=list)  # the model's own ops (graph/kernels.py)
+    triton_kernels: list[dict[str, Any]] = field(default_factory=list)  # user Triton kernels, read from Dynamo's side table now
 
     @classmethod
     def take(cls, seq: int, gm: fx.GraphModule, keep_eager: bool) -> GraphSnapshot:
@@ -55,6 +58,8 @@ class GraphSnapshot:
             attrs=_tensor_attrs(gm),
             external_objects=_external_objects(gm),
             collectives=collective_groups(gm),
+            custom_ops=custom_ops(gm),
+            triton_kernels=triton_kernels(gm),
             eager=copy.deepcopy(gm) if keep_eager else None,
         )
 

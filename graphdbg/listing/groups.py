@@ -142,6 +142,8 @@ def summary_row(d: Dump) -> dict[str, Any]:
                    module=module_prefix((d.manifest.get("graph") or {}).get("node_info") or {}))
         links = _links(d)
         row.update(parent=links.get("parent"), piece=links.get("piece"), children=links.get("children", []))
+        row.update(custom_ops=[o.get("name") for o in d.manifest.get("custom_ops") or []],  # graph/kernels.py
+                   triton_kernels=[k.get("name") or f"kernel_idx={k.get('kernel_idx')}" for k in d.manifest.get("triton_kernels") or []])
         return row
     failure = d.manifest.get("failure") or {}
     log = failure.get("log") if failure.get("source") == "log" else None

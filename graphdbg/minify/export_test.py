@@ -100,6 +100,30 @@ def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any
     return write_file(path, text)
 
 
+def export_swap_test(dump: Any, path: str | Path, swaps: list[str], *, ops: list[str] | None = None) -> Path:
+    """Write a pytest file at ``path`` asserting that the dump's graph with its kernels agrees with
+    the graph with ``swaps`` (``OP=REFERENCE``) within the outputs' tolerance: it fails while a
+    kernel is wrong and passes once it is fixed (docs/kernels.md). ``ops`` and the references'
+    modules are the user's, imported by name where the test runs; the dump's files come along."""
+    d = dump if isinstance(dump, Dump) else load_dump(dump)
+    path = Path(path)
+    if not path.name.startswith("test_") or path.suffix != ".py":
+        raise GraphdbgError(f"{path}: a pytest file is named test_*.py")
+    if not d.path.is_dir():
+        raise GraphdbgError(f"{d.path}: export-test needs a graphdbg dump folder (minify a file first)")
+    data = path.with_name(path.stem + "_data")
+    if data.is_symlink() or data.exists() and not data.is_dir():
+        raise GraphdbgError(f"{data}: exists and is not a folder graphdbg wrote")
+    text = _SWAP_TEMPLATE.format(name=re.sub(r"\W", "_", path.stem[len("test_"):]) or "dump", data=repr(data.name),
+                                 swaps=repr(list(swaps)), ops=repr(list(ops or [])))
+    compile(text, str(path), "exec")  # every value went in through repr
+    if data.exists():
+        shutil.rmtree(data)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    copy_dump_files(d, data)
+    return write_file(path, text)
+
+
 def _live_script(backend: str, carried: Any, data: Path) -> tuple[str, str] | None:
     """(the script relative to the test's folder, the backend's name) for a backend of a script's own."""
     if not carried.scripts or ":" not in backend or not backend.rpartition(":")[0].endswith(".py"):
@@ -158,4 +182,27 @@ def test_{name}(monkeypatch):
     dump = graphdbg.load(DUMP)
     outcome = dump.case().run(backend, PASSES, direct={direct}, isolate={isolate}, timeout={timeout})
     assert outcome.status == "pass", f"{{outcome.summary()}} (the captured failure: {{CAPTURED}})"
+'''
+
+
+_SWAP_TEMPLATE = '''"""Regression test exported by graphdbg (export-test --swap): the graph with its own kernels
+agrees with the graph with each kernel of SWAPS replaced by its reference, within the outputs'
+tolerance. It fails while a kernel is wrong, and passes once it computes what its reference does.
+The graph and its inputs are in the folder DUMP names (a graphdbg dump: manifest.json, graph.py,
+inputs.safetensors; no pickle); OPS are the modules that define the custom ops.
+"""
+from pathlib import Path
+
+import graphdbg
+
+DUMP = Path(__file__).with_name({data})
+SWAPS = {swaps}
+OPS = {ops}
+
+
+def test_{name}():
+    report = graphdbg.compare_swap(DUMP, SWAPS, ops=OPS)
+    moved = [r for r in report.rows if not r["close"]]
+    assert not moved, "with " + ", ".join(SWAPS) + ": " + "; ".join(
+        f"output {{r['output']}} moves by max {{r['max_abs_error']:.3g}}, cosine {{r['cosine']:.6f}}" for r in moved)
 '''

@@ -312,6 +312,46 @@ class Origin(_Open):
     compile_id: Optional[Name] = None
 
 
+Scalar = Optional[Union[bool, int, Finite, Text]]  # a constexpr, a grid size or a config value: JSON's scalars
+ScalarOrList = Union[Scalar, Annotated[list[Union[Scalar, Annotated[list[Scalar], Field(max_length=64)]]], Field(max_length=64)]]
+
+
+class CustomOp(_Open):
+    """A custom op the graph calls (graph/kernels.py): where it came from and whether it has a fake impl."""
+    name: Name
+    schema_: Optional[Text] = Field(default=None, alias="schema")
+    module: Optional[Name] = None
+    package: Optional[Name] = None
+    version: Optional[Name] = None
+    has_fake: Optional[bool] = None
+    calls: Optional[Count] = None
+
+    model_config = ConfigDict(extra="allow", strict=True, populate_by_name=True)
+
+
+class TritonConfig(_Open):
+    kwargs: Optional[Annotated[dict[Name, Scalar], Field(max_length=256)]] = None
+    num_warps: Optional[Count] = None
+    num_stages: Optional[Count] = None
+    num_ctas: Optional[Count] = None
+
+
+class TritonKernel(_Open):
+    """A user Triton kernel the graph calls by ``kernel_idx``; its source is text, never run on load."""
+    kernel_idx: Count
+    calls: Optional[Count] = None
+    name: Optional[Name] = None
+    module: Optional[Name] = None
+    source: Optional[Text] = None
+    grid: Optional[ScalarOrList] = None
+    constant_args: Optional[Annotated[dict[Name, ScalarOrList], Field(max_length=4096)]] = None
+    constant_args_by_call: Optional[Annotated[dict[Name, Annotated[dict[Name, ScalarOrList], Field(max_length=4096)]],
+                                              Field(max_length=MAX_ITEMS)]] = None  # by constant_args_idx
+    autotune_configs: Optional[Annotated[list[TritonConfig], Field(max_length=4096)]] = None
+    chosen_config: Optional[TritonConfig] = None
+    triton_version: Optional[Name] = None
+
+
 class BackendSource(_Open):
     """Where the backend came from; importing it is trust's decision (``--trust-backend``)."""
     name: Optional[Name] = None
@@ -378,6 +418,8 @@ class Manifest(_Open):
     inputs: Annotated[list[ValueDesc], Field(max_length=MAX_ITEMS)]
     attrs: Optional[Annotated[dict[Name, ValueDesc], Field(max_length=MAX_ITEMS)]] = None
     external_objects: Optional[Annotated[list[ValueDesc], Field(max_length=MAX_ITEMS)]] = None
+    custom_ops: Optional[Annotated[list[CustomOp], Field(max_length=MAX_ITEMS)]] = None
+    triton_kernels: Optional[Annotated[list[TritonKernel], Field(max_length=MAX_ITEMS)]] = None
     redacted: Optional[bool] = None
     config: Optional[Config] = None
     parent: Optional[Parent] = None

@@ -89,6 +89,8 @@ def write_dump(
             "inputs": input_descs,
             "attrs": attr_descs,
             "external_objects": snap.external_objects,
+            **({"custom_ops": snap.custom_ops} if snap.custom_ops else {}),
+            **({"triton_kernels": snap.triton_kernels} if snap.triton_kernels else {}),
             **({"origin": snap.origin} if snap.origin else {}),  # frame and compile id
         }
         if snap.config is not None:

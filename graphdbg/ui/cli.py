@@ -231,6 +231,7 @@ def show(dump: Annotated[Path, typer.Argument(help="A dump folder or a graph fil
     if as_json:
         _print_json({**summary_row(d), **{k: d.manifest[k] for k in ("parent", "children", "config", "backend_source", "backend_recipe")
                                           if k in (getattr(d, "manifest", None) or {})},
+                     "kernels": {k: (getattr(d, "manifest", None) or {}).get(k) or [] for k in ("custom_ops", "triton_kernels")},
                      "nodes_table": d.nodes().to_dict(orient="records"),
                      "inputs_table": d.inputs_table().to_dict(orient="records")}, "show")
         return
@@ -244,6 +245,7 @@ TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds before an 
 TrustOpt = Annotated[bool, typer.Option("--trust-backend", help="Import the module:qualname backend the dump names (code from the dump's author).", rich_help_panel="Backend")]
 ConfigOpt = Annotated[Optional[list[str]], typer.Option("--config", help="Override one recorded compiler setting: inductor.KEY=VALUE (dynamo.*, functorch.*); repeatable.", rich_help_panel="Backend")]
 NoConfigOpt = Annotated[bool, typer.Option("--no-config", help="Drop the compiler settings recorded in the dump (run with torch's defaults).", rich_help_panel="Backend")]
+SwapOpt = Annotated[Optional[list[str]], typer.Option("--swap", help="OP=REFERENCE: replace every call of custom op OP (ns::name) by a built-in reference (attention, rms_norm, ...) or your module:function (imported like --ops); repeatable.", rich_help_panel="Inputs")]
 TrustConfigOpt = Annotated[bool, typer.Option("--trust-config", help="Restore every recorded compiler setting, strings included (they can reach a compiler's command line).", rich_help_panel="Backend")]
 
 
@@ -364,10 +366,16 @@ def compare(
     config: ConfigOpt = None,
     no_config: NoConfigOpt = False,
     trust_config: TrustConfigOpt = False,
+    swap: SwapOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Replay a dump under several backends; one row per backend. Exit 1 if any fails."""
+    """Replay a dump under several backends; one row per backend. Exit 1 if any fails.
+
+    With --swap OP=REFERENCE: run the graph as captured and with every call of OP replaced by
+    REFERENCE; one row per output, how far it moves. Exit 1 if any moves beyond tolerance."""
     _must_exist(dump)
+    if swap:
+        raise typer.Exit(_compare_swap(dump, swap, device, ops, seed, as_json))
     import pandas as pd
 
     from graphdbg.backends.recipe import backend_label
@@ -399,6 +407,17 @@ def compare(
 
         console.print(PlainWhenPiped(compare_table(df)), crop=False)
     raise typer.Exit(0 if (df.status == "pass").all() else 1)
+
+
+def _compare_swap(dump: Path, swap: list[str], device: str | None, ops: str | None, seed: int | None, as_json: bool) -> int:
+    from graphdbg.replay.swap import swap_dump
+
+    _inputs_setup(ops, seed)
+    d = _load_with_progress(dump, "compare", quiet=as_json)
+    with _progress("compare: the graph as captured, and with the swaps", quiet=as_json):
+        report = swap_dump(d, swap, device=device)
+    _report(report, as_json, "compare-swap")
+    return 1 if report.moved else 0
 
 
 @app.command(epilog=_example("graphdbg minify fixtures/block_runtime_error --trust-backend -o min"))
@@ -526,6 +545,31 @@ def bisect_nodes(
     raise typer.Exit(0 if result.node is None else 1)
 
 
+@bisect_app.command("ops", epilog=_example("graphdbg bisect ops DUMP --ops mymodel.kernels"))
+def bisect_ops(
+    dump: Annotated[Path, typer.Argument(help="A dump folder or a graph file.")],
+    swap: SwapOpt = None,
+    device: DeviceOpt = None,
+    ops: OpsOpt = None,
+    seed: SeedOpt = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """The custom op whose swap for its reference (built-in, or --swap) moves the outputs most
+    toward the all-reference graph. Exit 1 when one is named."""
+    _must_exist(dump)
+    from graphdbg.minify.bisect_ops import bisect_ops as run
+    from graphdbg.rebuild.swap import builtin_swaps, parse_swaps
+    from graphdbg.replay.swap import case_kernel_names
+
+    _inputs_setup(ops, seed)
+    case = _load_with_progress(dump, "bisect", quiet=as_json).case(device)
+    swaps = builtin_swaps(case.gm, parse_swaps(swap or [], case.gm, case_kernel_names(case)))
+    with _progress(f"bisect ops: {len(swaps)} ops with a reference", quiet=as_json):
+        result = run(case, swaps)
+    _report(result, as_json, "bisect-ops")
+    raise typer.Exit(1 if result.culprits else 0)
+
+
 @bisect_app.command("ranks", epilog=_example("graphdbg bisect ranks dumps"))
 def bisect_ranks(path: Annotated[Path, typer.Argument(help="A folder of rank dumps, or of printed graphs (rank<R>_<G>.py).")],
                  graph: Annotated[Optional[str], typer.Option("--graph", help="Printed graphs: only this graph (e.g. 9).")] = None,
@@ -547,8 +591,12 @@ def export_test(
     passes: PassesOpt = None,
     trust_backend: TrustOpt = False,
     force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing test file and its data folder.")] = False,
+    swap: SwapOpt = None,
+    ops: OpsOpt = None,
 ) -> None:
-    """Write a pytest regression test from a dump, with its data next to it; it fails while the bug is there."""
+    """Write a pytest regression test from a dump, with its data next to it; it fails while the bug is there.
+
+    With --swap OP=REFERENCE: a test that the graph with OP agrees with the graph with REFERENCE."""
     _must_exist(dump)
     from graphdbg.minify import export_test as run
 
@@ -557,10 +605,23 @@ def export_test(
     if there and not force:
         raise GraphdbgError(f"{there[0]} exists; pass --force to overwrite it")
     d = _load_with_progress(dump, "export-test")
+    if swap:
+        _export_swap_test(d, out, swap, ops)
+        return
     with _progress(f"export-test: writing {out}"):
         path = run(d, out, backend=backend, passes=passes, trust=trust_backend)  # code the dump names: only with --trust-backend
     if d.failure_kind in ("compile_error", "runtime_error", "crash", "accuracy"):  # run once on its own: exit 4 if it fails otherwise
         _self_checked(lambda c: c.check_exported_test(path, kind=d.failure_kind, captured=d.signature), path, d.signature)
+    console.print(f"wrote {path}")
+
+
+def _export_swap_test(d: object, out: Path, swap: list[str], ops: str | None) -> None:
+    from graphdbg.minify.export_test import export_swap_test
+    from graphdbg.replay.swap import swap_dump
+
+    modules = [m.strip() for m in (ops or "").split(",") if m.strip()]
+    swap_dump(d, swap, ops=modules)  # a bad --swap is an error now, not in the test
+    path = export_swap_test(d, out, swap, ops=modules)
     console.print(f"wrote {path}")
 
 

@@ -365,6 +365,30 @@ def nested_panel(dump: Dump) -> Panel | None:
     return Panel(text, title="pieces, backend and compiler settings", expand=False)
 
 
+def kernels_panel(manifest: dict[str, Any]) -> Panel | None:
+    """The graph's own kernels (graph/kernels.py): each custom op and user Triton kernel, with
+    where it came from."""
+    text = Text()
+    for op in manifest.get("custom_ops") or []:
+        where = op.get("module") or "registered where torch.library does not say"
+        if op.get("package"):
+            where += f" ({op['package']} {op.get('version') or ''})".replace(" )", ")")
+        fake = "fake impl" if op.get("has_fake") else "no fake impl"
+        text.append(f"custom op {op.get('schema') or op.get('name')}\n", style="bold")
+        text.append(f"    from {where}; {fake}; called {op.get('calls')} times\n")
+    for k in manifest.get("triton_kernels") or []:
+        name = k.get("name") or f"kernel_idx={k.get('kernel_idx')} (not in Dynamo's side table at capture)"
+        text.append(f"triton kernel {name}\n", style="bold")
+        facts = [f"from {k['module']}" if k.get("module") else None, f"grid {k.get('grid')}",
+                 f"{len(k['source'].splitlines())} lines of source in the dump" if k.get("source") else "no source",
+                 f"{len(k['autotune_configs'])} autotune configs" if k.get("autotune_configs") else None,
+                 f"triton {k['triton_version']}" if k.get("triton_version") else None, f"called {k.get('calls')} times"]
+        text.append("    " + "; ".join(f for f in facts if f) + "\n")
+    if not text.plain:
+        return None
+    return Panel(text, title="kernels and custom ops", expand=False)
+
+
 def _short_construct(name: str) -> str:
     return name.removeprefix("torch.ops.higher_order.").removeprefix("torch.ops.").removeprefix("torch.")
 
@@ -513,9 +537,8 @@ def show(dump: Dump) -> Group:
     message = dump.message.strip()
     if message:
         parts.append(Panel(Text(message[:2000]), title="error", border_style="red", expand=False))
-    extra = nested_panel(dump) if isinstance(getattr(dump, "manifest", None), dict) else None
-    if extra is not None:
-        parts.append(extra)
+    if isinstance(getattr(dump, "manifest", None), dict):
+        parts += [p for p in (nested_panel(dump), kernels_panel(dump.manifest)) if p is not None]
     exception = dump.exception if isinstance(dump.exception, dict) else {}
     tb = (exception.get("traceback") or "").strip().splitlines()
     if tb:
@@ -778,9 +801,45 @@ def minify_panel(result: Any) -> Boxed:
     return Boxed(lines, "minify" + title)
 
 
+def swap_table(report: Any) -> Group:
+    """``compare --swap``: per output, how far the swaps move it."""
+    swaps = ", ".join(f"{s['op']} -> {s['reference']}" for s in report.swaps)
+    table = Table(title=f"the graph as captured against the graph with {swaps}", title_justify="left")
+    for col in ("output", "shape", "dtype", "max abs error", "mean abs error", "cosine", "close"):
+        table.add_column(col, justify="right" if "error" in col or col == "cosine" else "left")
+    for r in report.rows:
+        table.add_row(str(r["output"]), str(r["shape"]), r["dtype"], f"{r['max_abs_error']:.3g}", f"{r['mean_abs_error']:.3g}",
+                      f"{r['cosine']:.6f}", Text("yes", style="green") if r["close"] else Text("no", style="red"))
+    notes = Text(f"{len(report.replaced)} calls swapped\n", style="dim")
+    for s in report.stand_ins:
+        notes.append(f"stand-in {s}\n", style="yellow")
+    return Group(table, notes)
+
+
+def bisect_ops_panel(result: Any) -> Panel:
+    text = Text()
+    for name in result.culprits:
+        text.append(f"culprit: {name}\n", style="bold red")
+    text.append(result.note + "\n")
+    text.append(f"captured graph against the all-reference graph: relative error {result.error:.3g}\n")
+    if result.error_vs_float64 is not None:
+        text.append(f"against the float64 reference: captured {result.error_vs_float64:.3g}, "
+                    f"all-reference {result.all_reference_error_vs_float64:.3g}\n")
+    elif result.float64_note:
+        text.append(f"no float64 reference: {result.float64_note}\n", style="dim")
+    for r in result.ops:
+        extra = f", {r['accounts_for_vs_float64']:.0%} against float64" if "accounts_for_vs_float64" in r else ""
+        text.append(f"  {r['op']} -> {r['reference']}: accounts for {r['accounts_for']:.0%}{extra} "
+                    f"(error left {r['error_after']:.3g})\n")
+    for s in result.stand_ins:
+        text.append(f"stand-in {s}\n", style="yellow")
+    return Panel(text, title="bisect ops", expand=False)
+
+
 RENDERERS = {"Dump": lambda d: Group(_path_text(str(d.path), style="dim"), dump_panel(d)), "Case": lambda c: case_panel(c), "Outcome": lambda o: outcome_panel(o),
              "PassBisection": pass_bisection_panel, "NodeDivergence": node_divergence_panel,
-             "RankReport": rank_report_table, "MinifyResult": minify_panel,
+             "RankReport": rank_report_table, "MinifyResult": minify_panel, "SwapReport": swap_table,
+             "BisectOpsResult": bisect_ops_panel,
              "Listing": lambda listing: ListingView(listing.groups, str(listing.root))}
 
 

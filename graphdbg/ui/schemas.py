@@ -64,6 +64,20 @@ OUTPUT_SCHEMAS: dict[str, dict[str, Any]] = {
             "max_abs_error": _NUM, "max_rel_error": _NUM, "trusted": _BOOL, "reproduces": _BOOL},
             "required": ["backend", "status", "signature", "seconds", "reproduces"]}},
     }),
+    "compare-swap": _object("compare --swap", {
+        "swaps": _LIST, "moved": _BOOL, "replaced": _LIST, "stand_ins": _LIST,
+        "rows": {"type": "array", "items": {"type": "object", "properties": {
+            "output": {"type": "integer"}, "shape": _LIST, "dtype": {"type": "string"}, "max_abs_error": _NUM,
+            "mean_abs_error": _NUM, "cosine": _NUM, "rel_error": _NUM, "close": _BOOL},
+            "required": ["output", "max_abs_error", "mean_abs_error", "cosine", "close"]}},
+    }),
+    "bisect-ops": _object("bisect ops", {
+        "culprits": _LIST, "culprit": _STR, "error": _NUM, "error_vs_float64": _NUM, "all_reference_error_vs_float64": _NUM,
+        "float64_note": _STR, "stand_ins": _LIST, "note": {"type": "string"},
+        "ops": {"type": "array", "items": {"type": "object", "properties": {
+            "op": {"type": "string"}, "reference": {"type": "string"}, "error_after": _NUM, "accounts_for": _NUM},
+            "required": ["op", "reference", "error_after", "accounts_for"]}},
+    }, ["culprits", "ops", "error", "note"]),
     "minify": _object("minify", {
         "start_nodes": {"type": "integer"}, "final_nodes": {"type": "integer"}, "oracle_queries": {"type": "integer"},
         "cache_hits": {"type": "integer"}, "seconds": {"type": "number"}, "status": _OUTCOME["status"], "signature": _STR,

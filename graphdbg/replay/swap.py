@@ -1,0 +1,138 @@
+"""A graph as captured against the same graph with ops swapped for their references.
+
+``compare --swap OP=REFERENCE`` runs a dump's graph twice on the same inputs, eagerly (a kernel
+is judged as it is, not as a compiler rewrote it): once as captured, once with every call of
+OP replaced (``rebuild/swap.py``), and says per output how far it moved.
+
+    >>> report = compare_swap(case, parse_swaps(["kt_attn::int8_attention=attention"], case.gm))
+    >>> report.rows[0]
+    {'output': 0, 'shape': [2, 16, 128], 'dtype': 'float32', 'max_abs_error': 0.227, 'mean_abs_error': 0.021,
+     'cosine': 0.998, 'rel_error': 0.061, 'close': False}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+import torch.utils._pytree as pytree
+
+from graphdbg.case import Case
+from graphdbg.errors import GraphdbgError
+from graphdbg.graph.allow_list import check_graph_module, register_ops
+from graphdbg.judge.accuracy import tolerance
+from graphdbg.rebuild.inputs import StandIn
+from graphdbg.rebuild.swap import Swap, kernel_constants, kernel_names, parse_swaps, swap_ops
+from graphdbg.replay.float64 import ReferenceUnavailable, float64_reference
+from graphdbg.replay.mutation import mutated_inputs
+from graphdbg.replay.run import fresh_inputs
+
+
+def run_graph(gm: fx.GraphModule, inputs: list[Any], swaps: list[Swap] | None = None) -> list[Any]:
+    """``gm``'s output leaves, eagerly, on fresh copies of the inputs it writes. A graph with
+    ``swaps`` that fails is the user's reference's error (GraphdbgError, one line), named."""
+    check_graph_module(gm, inputs)
+    try:  # torch.fx prints a failing graph's traceback on stderr before raising: the error says it in one line
+        with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):
+            return pytree.tree_leaves(gm(*fresh_inputs(inputs, mutated_inputs(gm))))
+    except Exception as e:
+        if not swaps:
+            raise
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        raise GraphdbgError(f"the graph with {', '.join(f'{s.op}={s.reference}' for s in swaps)} fails: "
+                            f"{type(e).__name__}: {first}") from None
+
+
+def reference64(gm: fx.GraphModule, inputs: list[Any], device: torch.device | None = None) -> tuple[list[Any] | None, str | None]:
+    """``gm``'s outputs in float64 (replay/float64.py), or None and why not."""
+    try:
+        result = float64_reference(gm, inputs, device=device)
+    except (ReferenceUnavailable, torch.OutOfMemoryError) as e:
+        return None, str(e)
+    return [result.values[i] for i in sorted(result.values)], None
+
+
+def distance(expected: Any, actual: Any) -> dict[str, Any] | None:
+    """How far ``actual`` is from ``expected``: max and mean abs error, cosine similarity, the
+    relative error ``|a - e| / |e|`` (2-norms), and whether it is close at the dtype's tolerance.
+    None for a pair that isn't two floating tensors of one shape."""
+    if not (isinstance(expected, torch.Tensor) and isinstance(actual, torch.Tensor)) or expected.shape != actual.shape:
+        return None
+    if not (expected.is_floating_point() and actual.is_floating_point()):
+        return None
+    e, a = expected.detach().double().flatten(), actual.detach().double().flatten()
+    diff = (a - e).abs()
+    finite = torch.isfinite(diff)
+    norm = e.norm().item()
+    rtol, atol = tolerance(actual.dtype)
+    return {"shape": list(expected.shape), "dtype": str(actual.dtype).removeprefix("torch."),
+            "max_abs_error": diff.max().item() if diff.numel() else 0.0,
+            "mean_abs_error": diff.mean().item() if diff.numel() else 0.0,
+            "cosine": torch.nn.functional.cosine_similarity(a, e, dim=0).item() if diff.numel() else 1.0,
+            "rel_error": (a - e).norm().item() / norm if norm > 0 else (a - e).norm().item(),
+            "nonfinite": int((~finite).sum().item()),
+            "close": bool(torch.allclose(a, e, rtol=rtol, atol=atol, equal_nan=True))}
+
+
+def distances(expected: list[Any], actual: list[Any]) -> list[dict[str, Any]]:
+    return [{"output": i, **d} for i, (e, a) in enumerate(zip(expected, actual)) if (d := distance(e, a)) is not None]
+
+
+def error(expected: list[Any], actual: list[Any]) -> float:
+    """One number for how far ``actual`` is: the largest relative error over the outputs."""
+    rows = distances(expected, actual)
+    return max((r["rel_error"] for r in rows), default=0.0)
+
+
+def case_kernel_names(case: Case) -> dict[int, str]:
+    """The Triton kernels' names the case's dump recorded, by ``kernel_idx``."""
+    return kernel_names(case.dump.manifest if case.dump is not None else None)
+
+
+def swapped_graph(case: Case, swaps: list[Swap]) -> tuple[fx.GraphModule, list[StandIn]]:
+    """``case``'s graph with ``swaps``, with what its dump recorded of its Triton kernels."""
+    manifest = case.dump.manifest if case.dump is not None else None
+    return swap_ops(case.gm, swaps, kernel_names(manifest), kernel_constants(manifest))
+
+
+@dataclass
+class SwapReport:
+    """``compare --swap``: per output, the graph as captured against the graph with the swaps."""
+
+    swaps: list[dict[str, str]]
+    rows: list[dict[str, Any]]
+    replaced: list[str] = field(default_factory=list)  # the swapped nodes
+    stand_ins: list[str] = field(default_factory=list)  # the case's own (ops this machine lacks)
+
+    @property
+    def moved(self) -> bool:
+        return not all(r["close"] for r in self.rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"swaps": self.swaps, "moved": self.moved, "rows": self.rows, "replaced": self.replaced,
+                "stand_ins": self.stand_ins}
+
+
+def compare_swap(case: Case, swaps: list[Swap]) -> SwapReport:
+    """Run ``case`` as captured and with ``swaps``; per output, how far the swap moves it."""
+    swapped, used = swapped_graph(case, swaps)
+    captured = run_graph(case.gm, case.inputs)
+    with_refs = run_graph(swapped, case.inputs, swaps)
+    return SwapReport([{"op": s.op, "reference": s.reference} for s in swaps], distances(captured, with_refs),
+                      [s.describe() for s in used], [s.describe() for s in case.stand_ins])
+
+
+def swap_dump(dump: Any, specs: list[str], *, ops: list[str] | None = None, device: Any = None) -> SwapReport:
+    """``compare --swap`` on a Dump: ``ops`` (the user's modules defining the custom ops) are
+    imported first, so the graph "as captured" calls the real kernels."""
+    if ops:
+        register_ops(ops)
+    case = dump.case(device)
+    return compare_swap(case, parse_swaps(specs, case.gm, case_kernel_names(case)))
+
+
+__all__ = ["SwapReport", "swap_dump", "swapped_graph", "case_kernel_names", "compare_swap", "distance", "distances", "error", "reference64", "run_graph"]

@@ -117,8 +117,7 @@ def _fewest_real(restore: list[str], reproduces: Callable[[set[str]], tuple[bool
 def share_dump(dump: str | Path, out: str | Path, options: ReplayOptions | None = None, *, backend: str | None = None,
                trust_backend: bool = False, root: str | Path | None = None,
                announce: Callable[[str], None] | None = None) -> ShareResult:
-    """Write ``out``: a redacted copy of the dump ``dump`` whose weights are generated; see the module.
-    ``options``: how each replay of the copy runs (isolated unless they say otherwise)."""
+    """Write ``out``: a redacted copy of ``dump`` whose weights are generated, replayed with ``options``; see the module."""
     src = Path(dump)
     folder, original = _one_failing_dump(src)
     be = backend or dump_backend(original, trust_backend, "share")

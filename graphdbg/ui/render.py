@@ -784,7 +784,7 @@ def minify_panel(result: Any) -> Boxed:
 # AttributeError, not a display that silently falls back; the nouns' modules stay unimported
 # (a Dump shown in a notebook must not import torch for Case's sake).
 DUMP, CASE, OUTCOME = ("graphdbg.dump", "Dump"), ("graphdbg.case", "Case"), ("graphdbg.replay.outcome", "Outcome")
-PASS_BISECTION, NODE_DIVERGENCE = ("graphdbg.minify.bisect", "PassBisection"), ("graphdbg.minify.bisect", "NodeDivergence")
+PASS_BISECTION, NODE_DIVERGENCE = ("graphdbg.minify.bisect", "PassBisection"), ("graphdbg.replay.divergence", "NodeDivergence")
 RANK_REPORT, MINIFY_RESULT = ("graphdbg.minify.bisect", "RankReport"), ("graphdbg.minify.shrinker", "MinifyResult")
 LISTING = ("graphdbg.formats.listing", "Listing")
 

@@ -786,7 +786,7 @@ def minify_panel(result: Any) -> Boxed:
 DUMP, CASE, OUTCOME = ("graphdbg.dump", "Dump"), ("graphdbg.case", "Case"), ("graphdbg.replay.outcome", "Outcome")
 PASS_BISECTION, NODE_DIVERGENCE = ("graphdbg.minify.bisect", "PassBisection"), ("graphdbg.replay.divergence", "NodeDivergence")
 RANK_REPORT, MINIFY_RESULT = ("graphdbg.minify.bisect", "RankReport"), ("graphdbg.minify.shrinker", "MinifyResult")
-LISTING = ("graphdbg.formats.listing", "Listing")
+LISTING = ("graphdbg.listing.groups", "Listing")
 
 RENDERERS = {DUMP: lambda d: Group(_path_text(str(d.path), style="dim"), dump_panel(d)), CASE: lambda c: case_panel(c),
              OUTCOME: lambda o: outcome_panel(o), PASS_BISECTION: pass_bisection_panel,

@@ -334,7 +334,7 @@ def replay_world(root: str | Path, backend: str | None = None, opts: ReplayOptio
                        "--master-port", str(port)]
         # each rank is an isolated interpreter too (python -I: nothing from the folder it runs in)
         launch += ["--no-python", *python_command("graphdbg.replay.rank_main", str(out / "request.json"))]
-        exit_codes, timed_out, launcher_err = _run_torchrun(launch, out, mine, timeout, child_path([backend, passes]))
+        exit_codes, timed_out, launcher_err = _run_torchrun(launch, out, mine, timeout, child_path([backend, opts.passes]))
         for r in mine:
             result.ranks.append(RankReplay(r, str(paths[r]), _rank_outcome(r, out, exit_codes, timed_out, launcher_err,
                                                                            backend, timeout), placement.devices[r]))

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 from graphdbg.capture import capture  # noqa: E402
 from graphdbg.errors import DumpError, GraphdbgError, GraphSourceError  # noqa: E402
 from graphdbg.formats import load as _load
+from graphdbg.replay.options import ReplayOptions  # noqa: E402
 
 
 def load(path: str | os.PathLike[str]) -> Dump:
@@ -50,8 +51,9 @@ def compare(
 
     if not hasattr(dump, "manifest"):
         dump = load(dump)
-    return compare_backends(dump, list(backends), device=device, isolate=isolate, timeout=timeout, passes=passes,
-                            accuracy=accuracy, rtol=rtol, atol=atol, direct=direct, max_input_gb=max_input_gb)
+    opts = ReplayOptions(device=device, isolate=isolate, timeout=timeout, passes=passes, accuracy=accuracy, rtol=rtol,
+                         atol=atol, direct=direct, max_input_gb=max_input_gb)
+    return compare_backends(dump, list(backends), opts)
 
 
 def compare_swap(dump: Dump | str | os.PathLike[str], swaps: Sequence[str], *, ops: Sequence[str] = (),
@@ -65,4 +67,4 @@ def compare_swap(dump: Dump | str | os.PathLike[str], swaps: Sequence[str], *, o
     return swap_dump(dump if hasattr(dump, "manifest") else load(dump), list(swaps), ops=list(ops), device=device)
 
 
-__all__ = ["compare", "compare_swap", "capture", "load", "GraphdbgError", "DumpError", "GraphSourceError", "__version__"]
+__all__ = ["compare", "compare_swap", "capture", "load", "ReplayOptions", "GraphdbgError", "DumpError", "GraphSourceError", "__version__"]

@@ -23,6 +23,7 @@ from graphdbg.store.write import write_dump
 
 if TYPE_CHECKING:
     from graphdbg.dump import Dump
+    from graphdbg.replay.options import ReplayOptions
     from graphdbg.replay.outcome import Outcome
 
 
@@ -40,20 +41,25 @@ class Case(Displayed):
         return [n for n in self.gm.graph.nodes if n.op == "placeholder"]
 
     def run(self, backend: str | Callable[..., Any] = "eager", passes: str | Sequence[Any] | None = None, *,
-            isolate: bool = False, timeout: float | None = None, accuracy: bool = True, rtol: float | None = None,
-            atol: float | None = None, direct: bool = False, pass_stage: str = "pre", backward: bool | None = None) -> Outcome:
+            isolate: bool | None = None, timeout: float | None = None, accuracy: bool | None = None,
+            rtol: float | None = None, atol: float | None = None, direct: bool | None = None,
+            pass_stage: str | None = None, backward: bool | None = None,
+            options: ReplayOptions | None = None) -> Outcome:
         """Replay under ``backend`` after ``passes``; returns an Outcome (see ``run_case``).
 
-        ``isolate`` runs it in a child process (a segfault or hang becomes an outcome, ``timeout``
-        seconds); ``accuracy`` compares outputs with eager within ``rtol``/``atol`` (default by
-        dtype); ``direct`` calls ``backend(gm, inputs)`` instead of re-tracing with torch.compile;
-        ``backward`` runs the backward too (training); by default, when the dump is the forward of
-        a failure in the backward.
+        The keywords are fields of ``graphdbg.ReplayOptions``; given (not None), each wins over
+        ``options``. ``isolate`` runs it in a child process (a segfault or hang becomes an
+        outcome, ``timeout`` seconds); ``accuracy`` (default True) compares outputs with eager
+        within ``rtol``/``atol`` (default by dtype); ``direct`` calls ``backend(gm, inputs)``
+        instead of re-tracing with torch.compile; ``backward`` runs the backward too (training);
+        by default, when the dump is the forward of a failure in the backward.
         """
         from graphdbg.replay.run import run_case  # upward, declared in ARCHITECTURE.md
 
-        return run_quietly(lambda: run_case(self, backend, passes, isolate=isolate, timeout=timeout, accuracy=accuracy,
-                                            rtol=rtol, atol=atol, direct=direct, pass_stage=pass_stage, backward=backward))
+        given = {"isolate": isolate, "timeout": timeout, "accuracy": accuracy, "rtol": rtol, "atol": atol,
+                 "direct": direct, "pass_stage": pass_stage, "backward": backward}
+        settings = {k: v for k, v in given.items() if v is not None}
+        return run_quietly(lambda: run_case(self, backend, passes, options=options, **settings))
 
     def save(self, dump_dir: Path | str, *, kind: str | None = None) -> Path:
         """Write this case as a dump folder under ``dump_dir`` (``rank<R>/<id>/``); returns its path."""

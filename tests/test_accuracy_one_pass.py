@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graphdbg.judge.accuracy import _compare_exactly, compare_outputs, compare_value, tolerance
+from graphdbg.judge.accuracy import BY_DTYPE, _compare_exactly, compare_outputs, compare_value
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
 
@@ -19,7 +19,7 @@ DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
 def test_one_pass_verdict_is_the_float64_verdict(dtype, n, seed, scale, specials):
     g = torch.Generator().manual_seed(seed)
     e = (torch.randn(n, generator=g, dtype=torch.float64) * 10).to(dtype)
-    r, t = tolerance(dtype)
+    r, t = BY_DTYPE.of(dtype)
     # errors around the tolerance: scale 1.0 sits on the boundary
     noise = (t + r * e.double().abs()) * scale * (torch.rand(n, generator=g, dtype=torch.float64) * 2 - 1)
     a = (e.double() + noise).to(dtype)

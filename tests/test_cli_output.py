@@ -323,3 +323,22 @@ def test_the_json_writer_changes_only_what_strict_json_needs():
     assert ready["rows"][1] is odd["rows"][1] and math.isnan(odd["rows"][0]["err"])
     big = {"dumps": [{"i": i, "s": "é\u2028"} for i in range(20000)]}
     assert text_of(big) == json.dumps(big, indent=1) + "\n"
+
+
+def test_display_dispatches_on_the_class_not_its_name():
+    import importlib
+    import io
+
+    from rich.console import Console
+
+    from graphdbg.replay.outcome import Outcome
+    from graphdbg.ui.render import RENDERERS, REPRS, renderable, short_repr
+
+    for module, name in {*RENDERERS, *REPRS}:  # every entry names a class that exists
+        assert isinstance(getattr(importlib.import_module(module), name), type), (module, name)
+    impostor = type("Outcome", (), {"status": "crash", "backend": "eager", "signature": "E: x", "total_s": None})
+    assert short_repr(Outcome(status="crash", backend="eager", signature="E: x")) == "Outcome(crash: E: x, backend 'eager')"
+    assert short_repr(impostor()).startswith("<")  # a class of the same name is not an Outcome
+    console = Console(record=True, width=100, file=io.StringIO())
+    console.print(renderable(Outcome(status="crash", backend="eager", signature="E: x")))
+    assert "E: x" in console.export_text()

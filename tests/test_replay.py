@@ -343,3 +343,17 @@ def test_an_accuracy_dump_without_the_size_of_its_difference_keeps_any_mismatch(
     """A dump written before graphdbg recorded how much was off: any mismatch of its outputs reproduces it."""
     r = cli("replay", FIXTURES / "block_accuracy", "--backend", "seeded_backends:shifts_gelu", "--no-isolate")
     assert r.code == 1 and r.out.startswith("REPRODUCED: output 0 off by "), r
+
+
+def test_one_options_object_is_made_once_and_passed_down():
+    from graphdbg.minify import bisect_nodes
+
+    dump = graphdbg.load(FIXTURES / "block_accuracy")
+    loose = graphdbg.ReplayOptions(isolate=False, rtol=10.0, atol=10.0)  # wide enough to forgive the bad rewrite
+    assert dump.case().run(BAD_REWRITE, options=loose).status == "pass"
+    # keywords are fields over the object; a changed copy leaves the first as it was
+    assert dump.case().run(BAD_REWRITE, options=loose, rtol=1e-5, atol=1e-5).status == "mismatch"
+    assert dump.case().run(BAD_REWRITE, options=loose.but(rtol=None, atol=None)).status == "mismatch"
+    assert loose.rtol == 10.0
+    assert bisect_nodes(dump, BAD_REWRITE, options=loose).node is None
+    assert bisect_nodes(dump, BAD_REWRITE).node is not None

@@ -95,10 +95,10 @@ def test_judge_alone_tells_a_wrong_rewrite_from_a_right_one():
     compiler = Compiler(resolved)
     wrong = compiler(gm, inputs)(*inputs)
     outcome = Outcome(status="pass", backend=resolved.name)
-    judge(outcome, case, ref, wrong, None, None)
+    judge(outcome, case, ref, wrong)
     assert outcome.status == "mismatch" and outcome.signature.startswith("mismatch: output")
     right = Outcome(status="pass", backend="eager")
-    judge(right, case, ref, case.gm(*build_inputs(case, resolved)[1]), None, None)
+    judge(right, case, ref, case.gm(*build_inputs(case, resolved)[1]))
     assert right.status == "pass" and right.reference == "eager"
 
 

@@ -127,10 +127,11 @@ def test_flooded_output_is_capped_and_costs_no_memory(notes, cli):
     assert grown_mb < 100, f"the parent grew by {grown_mb:.0f} MB while the child wrote 512 MB"
 
 
+@pytest.mark.parametrize("backward", [False, True])  # the forward and the training replay: one unwrap, one signature
 @pytest.mark.parametrize("direct", [True, False])
-def test_an_exception_whose_str_raises_is_an_outcome(direct):
+def test_an_exception_whose_str_raises_is_an_outcome(direct, backward):
     case = graphdbg.load(DUMP).case("cpu")
-    outcome = case.run("test_security_isolation:raises_an_unprintable_exception", direct=direct)
+    outcome = case.run("test_security_isolation:raises_an_unprintable_exception", direct=direct, backward=backward)
     assert outcome.status == "crash" and outcome.error_type == "StrRaises"
     assert outcome.message == "<str() of StrRaises raised ValueError>"
     assert outcome.signature.startswith("StrRaises: <str() of StrRaises raised ValueError>")

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from graphdbg.backends.recipe import RECIPE_PREFIX, is_recipe_spec, recipe_spec
-from graphdbg.backends.resolve import _user_module_file, module_folder
+from graphdbg.backends.resolve import module_folder, user_module_file
 from graphdbg.backends.script_definitions import Script
 from graphdbg.store.gate import write_file
 
@@ -114,7 +114,7 @@ def _write_definitions(file: Path, quals: list[str], folder: Path, out: Carried)
 
 
 def _user_file(module: str, recorded_path: str | None) -> Path | None:
-    file = _user_module_file(module)
+    file = user_module_file(module)
     if file is None and recorded_path and "." not in module and (Path(recorded_path) / f"{module}.py").is_file():
         file = Path(recorded_path, f"{module}.py").resolve()
     return file

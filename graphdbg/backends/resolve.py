@@ -60,7 +60,7 @@ def import_object(spec: str) -> Any:
         raise GraphdbgError(f"{spec!r}: expected package.module:callable")
     if module_name.endswith(".py"):
         return script_object(module_name, attr, spec)
-    file = _user_module_file(module_name)
+    file = user_module_file(module_name)
     if file is not None:
         script = _read_script(file)
         script.check_name(attr, spec)
@@ -85,7 +85,7 @@ def _attribute(obj: Any, attr: str, spec: str, where: str) -> Any:
     return obj
 
 
-def _user_module_file(module: str) -> Path | None:
+def user_module_file(module: str) -> Path | None:
     """The file of a top-level single-file module of the user's (not installed, not torch's or
     Python's), found without importing it; None otherwise."""
     if "." in module or not module.isidentifier():

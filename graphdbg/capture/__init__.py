@@ -37,8 +37,9 @@ def capture(
     statistics); ``redact`` (default ``$GRAPHDBG_REDACT``) writes dumps safe to share.
     """
     from graphdbg.capture import hook  # this module loads without torch (fast CLI start); this brings torch in
+    from graphdbg.judge.accuracy import Tolerance  # torch, as the line above
 
-    return hook.capture(backend, dump_dir, mode=mode, budget_bytes=budget_bytes, rtol=rtol, atol=atol, redact=redact)
+    return hook.capture(backend, dump_dir, mode=mode, budget_bytes=budget_bytes, tol=Tolerance(rtol, atol), redact=redact)
 
 
 def __getattr__(name: str) -> Any:

@@ -25,7 +25,7 @@ import torch.utils._pytree as pytree
 
 from graphdbg.capture.rng import same_draws
 from graphdbg.capture.stderr import say
-from graphdbg.judge.accuracy import OutputMismatch, forgive, needs_float64
+from graphdbg.judge.accuracy import BY_DTYPE, OutputMismatch, Tolerance, forgive, needs_float64
 from graphdbg.judge.randomness import random_outputs, same_generators
 from graphdbg.rebuild.inputs import clone_values
 
@@ -47,7 +47,7 @@ _told: set[str] = set()  # graphs whose random outputs were said to be set aside
 
 
 def confirm(gm: fx.GraphModule, bad: list[OutputMismatch], expected: Any, actual: Any, inputs: list[Any], *,
-            draws: Draws, rtol: float | None = None, atol: float | None = None, positional: bool = False,
+            draws: Draws, tol: Tolerance = BY_DTYPE, positional: bool = False,
             label: str = "graph") -> list[OutputMismatch]:
     """The mismatches of ``bad`` (output mismatches of ``gm`` on ``inputs``) that hold up.
 
@@ -74,7 +74,7 @@ def confirm(gm: fx.GraphModule, bad: list[OutputMismatch], expected: Any, actual
     ref64 = _float64_values(gm, inputs, suspects, draws.before, positional)
     if ref64 is None:
         return bad
-    checked, still = {id(m) for m in outputs}, {id(m) for m in forgive(outputs, exp, act, ref64, rtol=rtol, atol=atol)}
+    checked, still = {id(m) for m in outputs}, {id(m) for m in forgive(outputs, exp, act, ref64, tol=tol)}
     return [m for m in bad if id(m) not in checked or id(m) in still]
 
 

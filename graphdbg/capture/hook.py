@@ -35,7 +35,7 @@ from graphdbg.capture.seen import seen_before
 from graphdbg.capture.stderr import say
 from graphdbg.capture.training import BackwardWatch, watch_backward
 from graphdbg.graph.snapshot import GraphSnapshot
-from graphdbg.judge.accuracy import OutputMismatch, compare_outputs
+from graphdbg.judge.accuracy import BY_DTYPE, OutputMismatch, Tolerance, compare_outputs
 from graphdbg.judge.failing_node import failing_node
 from graphdbg.judge.mutations import attrs_before_call, load_attrs, mutation_mismatches
 from graphdbg.judge.signature import exception_text
@@ -54,8 +54,7 @@ def capture(
     *,
     mode: str = "error",
     budget_bytes: int = DEFAULT_BUDGET,
-    rtol: float | None = None,
-    atol: float | None = None,
+    tol: Tolerance = BY_DTYPE,
     redact: bool | None = None,
 ) -> CapturingBackend:
     """A backend for ``torch.compile`` that runs ``backend`` and dumps the graphs it fails on.
@@ -72,7 +71,7 @@ def capture(
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     if redact is None:
         redact = os.environ.get(ENV_REDACT, "") not in ("", "0")
-    return CapturingBackend(backend, dump_dir, mode=mode, budget_bytes=budget_bytes, rtol=rtol, atol=atol, redact=redact)
+    return CapturingBackend(backend, dump_dir, mode=mode, budget_bytes=budget_bytes, tol=tol, redact=redact)
 
 
 def user_backend(backend: Any) -> Any:
@@ -154,7 +153,7 @@ class CapturingBackend:
     callback, where running Python code for a missing attribute crashes the interpreter.
     """
 
-    def __init__(self, backend, dump_dir, *, mode, budget_bytes, rtol, atol, redact=False):
+    def __init__(self, backend, dump_dir, *, mode, budget_bytes, tol, redact=False):
         self.backend_ref = backend_reference(backend)
         self.backend_source = backend_source(backend)
         # torch.compile(mode=..., options=...) are Inductor settings the dump must carry too
@@ -182,7 +181,7 @@ class CapturingBackend:
         self.dump_dir = Path(dump_dir or os.environ.get(ENV_DUMP_DIR) or "graphdbg_dumps")
         self.mode = mode
         self.budget_bytes = budget_bytes
-        self.rtol, self.atol = rtol, atol
+        self.tol = tol
         self.redact = redact
         self.dumps: list[Path] = []
         self._seq = itertools.count()
@@ -311,13 +310,13 @@ class CapturingBackend:
                 eager_inputs = clone_values(before)
                 expected = snap.eager(*eager_inputs)
                 draws = Draws(rng, after_compiled, rng_state() if rng is not None else None)
-            bad = compare_outputs(expected, out, rtol=self.rtol, atol=self.atol)
+            bad = compare_outputs(expected, out, tol=self.tol)
             # training: in-place writes (an optimizer step) against eager's copies
-            bad += mutation_mismatches(snap.eager, eager_inputs, inputs, rtol=self.rtol, atol=self.atol,
+            bad += mutation_mismatches(snap.eager, eager_inputs, inputs, tol=self.tol,
                                        expected_attrs=eager_attrs, actual_attrs=snap.attrs)
             if bad:  # random outputs the backend drew otherwise, and rounding that float64 forgives, are no mismatch
                 load_attrs(snap.eager, attrs)
-                bad = confirm(snap.eager, bad, expected, out, before, draws=draws, rtol=self.rtol, atol=self.atol,
+                bad = confirm(snap.eager, bad, expected, out, before, draws=draws, tol=self.tol,
                               label=f"graph g{snap.seq}")
             return bad
 

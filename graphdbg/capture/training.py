@@ -37,7 +37,7 @@ from graphdbg.capture.confirm import Draws, confirm
 from graphdbg.capture.rng import rng_state, same_draws
 from graphdbg.capture.stderr import say
 from graphdbg.graph.snapshot import GraphSnapshot
-from graphdbg.judge.accuracy import compare_value
+from graphdbg.judge.accuracy import Tolerance, compare_value
 from graphdbg.judge.mutations import (
     GradientMismatch,
     InputMismatch,
@@ -154,7 +154,7 @@ class BackwardWatch:
                 drop_own_frame(e)
                 raise
             if before is not None:
-                bad = owner._guarded(lambda: _gradient_mismatches(bsnap, before, grads, owner.rtol, owner.atol, rng),
+                bad = owner._guarded(lambda: _gradient_mismatches(bsnap, before, grads, owner.tol, rng),
                                      "run the eager backward")
                 if bad:
                     bsnap.dumped.add("accuracy")
@@ -230,8 +230,8 @@ def _backward_snapshot(fw_snap: GraphSnapshot | None, gm: fx.GraphModule, keep_e
     return bsnap
 
 
-def _gradient_mismatches(bsnap: GraphSnapshot, before: list[Any], grads: Any, rtol: float | None,
-                         atol: float | None, rng: dict[str, Any] | None = None) -> list[GradientMismatch]:
+def _gradient_mismatches(bsnap: GraphSnapshot, before: list[Any], grads: Any, tol: Tolerance,
+                         rng: dict[str, Any] | None = None) -> list[GradientMismatch]:
     """Gradients off eager's on the same saved tensors, from the same random state; differences
     that random ops or rounding explain are set aside (``capture.confirm``)."""
     after_compiled = rng_state() if rng is not None else None
@@ -247,10 +247,10 @@ def _gradient_mismatches(bsnap: GraphSnapshot, before: list[Any], grads: Any, rt
     for i, (e, a) in enumerate(zip(exp, act)):
         if e is None or a is None:
             continue
-        m = compare_value(i, e, a, rtol=rtol, atol=atol)
+        m = compare_value(i, e, a, tol=tol)
         if m is not None:
             bad.append(GradientMismatch(**m.to_dict(), name=names[i] if i < len(names) else str(i)))
-    return confirm(bsnap.eager, bad, exp, act, before, draws=draws, rtol=rtol, atol=atol, positional=True,
+    return confirm(bsnap.eager, bad, exp, act, before, draws=draws, tol=tol, positional=True,
                    label=f"backward graph g{bsnap.seq}")
 
 

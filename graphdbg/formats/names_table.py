@@ -121,13 +121,13 @@ def _candidates() -> list[str]:
 
     import torch
 
-    from graphdbg.graph.allow_list import _FUNCTION_MODULES, ALLOWED_BUILTINS, NAMED_FUNCTIONS, _walk
+    from graphdbg.graph.allow_list import ALLOWED_BUILTINS, FUNCTION_MODULES, NAMED_FUNCTIONS, walk_torch
     from graphdbg.graph.parser import CONSTANT_NAMES, mangled_name
 
     out: set[str] = {"device", *ALLOWED_BUILTINS, *CONSTANT_NAMES, *NAMED_FUNCTIONS}
     out.update(f"builtins_{n}" for n in ALLOWED_BUILTINS)
-    for path in ("torch", "torch.cuda", "torch.nn", *_FUNCTION_MODULES):
-        mod = torch if path == "torch" else _walk(path)
+    for path in ("torch", "torch.cuda", "torch.nn", *FUNCTION_MODULES):
+        mod = torch if path == "torch" else walk_torch(path)
         out.update(f"{path}.{n}" for n in dir(mod or object()) if not n.startswith("__"))
     for root, mod in (("operator", operator), ("_operator", operator), ("math", math)):
         out.update(f"{root}.{n}" for n in dir(mod) if not n.startswith("_"))

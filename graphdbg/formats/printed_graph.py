@@ -36,7 +36,6 @@ from graphdbg.formats.printed_file import (  # noqa: F401 (re-exported)
     FORMAT,
     MAX_BYTES,
     PrintedFile,
-    _world_size,
     bad_annotation,
     header_rank,
     printed_dump,

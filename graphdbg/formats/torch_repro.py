@@ -38,7 +38,7 @@ import torch
 from graphdbg.dump import Contents, Dump
 from graphdbg.errors import GraphdbgError, GraphSourceError
 from graphdbg.formats import manifest_for, register
-from graphdbg.graph.parser import PrintedGraph, _dotted, parse_module_class, resolve_target
+from graphdbg.graph.parser import PrintedGraph, dotted_or, parse_module_class, resolve_target
 from graphdbg.rebuild.inputs import contiguous_strides
 from graphdbg.store.gate import inflate_member, inside, read_regular
 from graphdbg.store.specs import TensorSpec, dtype_name, eval_dim
@@ -393,7 +393,7 @@ def _constant(expr: ast.expr) -> Any:
 
 
 def _name_of(expr: ast.expr) -> str | None:
-    return _dotted(expr, None)
+    return dotted_or(expr, None)
 
 
 def _is_main_guard(stmt: ast.stmt) -> bool:

@@ -125,7 +125,7 @@ NAMED_FUNCTIONS = (
 
 # Modules whose every public callable is a tensor operation (C bindings of ATen ops, or thin
 # Python over them); `torch.X` for an ATen function is the same object as its binding here.
-_FUNCTION_MODULES = ("torch._C._VariableFunctions", "torch._C._nn", "torch._C._fft", "torch._C._linalg",
+FUNCTION_MODULES = ("torch._C._VariableFunctions", "torch._C._nn", "torch._C._fft", "torch._C._linalg",
                      "torch._C._special", "torch.functional", "torch.nn.functional", "torch.fft", "torch.linalg",
                      "torch.special", "torch.masked._ops", "torch.signal.windows.windows")  # the last two: OpInfo sweep
 
@@ -199,10 +199,10 @@ def allow_target(obj: Any) -> Any:
     return obj
 
 
-_NOT_LOADED = object()  # _walk's answer for a name in a module nobody has imported yet
+_NOT_LOADED = object()  # walk_torch's answer for a name in a module nobody has imported yet
 
 
-def _walk(path: str, load: bool = True) -> Any:
+def walk_torch(path: str, load: bool = True) -> Any:
     """The object ``path`` names under torch; None if it doesn't exist. With ``load=False`` a
     name inside a module not imported yet is ``_NOT_LOADED`` instead: building the allow-list
     must not import ``torch._dynamo`` (2 s) for a command that only reads graphs."""
@@ -237,7 +237,7 @@ def _deferred_allowed(obj: Any) -> bool:
     for path in list(_DEFERRED):
         if path.rsplit(".", 1)[0] not in sys.modules:
             continue
-        found = _walk(path, load=False)
+        found = walk_torch(path, load=False)
         if found is _NOT_LOADED:
             continue
         _DEFERRED.remove(path)
@@ -252,8 +252,8 @@ def _deferred_allowed(obj: Any) -> bool:
 @functools.lru_cache(maxsize=1)
 def _allowed_ids() -> frozenset[int]:
     objs: list[Any] = []
-    for path in _FUNCTION_MODULES:
-        mod = _walk(path)
+    for path in FUNCTION_MODULES:
+        mod = walk_torch(path)
         if mod is None:
             continue
         names: Iterable[str] = getattr(mod, "__all__", None) or dir(mod)
@@ -274,7 +274,7 @@ def _allowed_ids() -> frozenset[int]:
                     or where == "torch":
                 objs.append(obj)
     for path in NAMED_FUNCTIONS:
-        obj = _walk(path, load=False)
+        obj = walk_torch(path, load=False)
         if obj is _NOT_LOADED:
             _DEFERRED.append(path)
         elif obj is not None:

@@ -47,9 +47,9 @@ import torch.fx as fx
 
 from graphdbg.errors import GraphSourceError
 from graphdbg.graph.allow_list import (
-    _FUNCTION_MODULES,
     ALLOWED_ATTRIBUTES,
     ALLOWED_BUILTINS,
+    FUNCTION_MODULES,
     NAMED_FUNCTIONS,
     allow_target,
     allowed_methods,
@@ -84,7 +84,7 @@ _WALKABLE_PREFIXES = ("torch.ops", "torch._higher_order_ops")
 @functools.lru_cache(maxsize=1)
 def _walkable_modules() -> frozenset[str]:
     out = {"torch", "torch.nn", "torch.cuda", "torch.cuda.streams", "torch._C", "torch.amp", "torch._dynamo"}
-    for path in (*_FUNCTION_MODULES, *NAMED_FUNCTIONS):
+    for path in (*FUNCTION_MODULES, *NAMED_FUNCTIONS):
         parts = path.split(".")
         out.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
     return frozenset(out)
@@ -471,7 +471,7 @@ class _Reader:
     def _read_class(self, cls: ast.ClassDef, header: list[str], lenient: bool = False) -> PrintedGraph:
         if cls.decorator_list or cls.keywords:
             raise self.fail(f"unexpected decorator or keyword on class {cls.name}", cls)
-        if not any(_dotted(b, "").endswith("Module") for b in cls.bases):
+        if not any(dotted_or(b, "").endswith("Module") for b in cls.bases):
             raise self.fail(f"class {cls.name} is not a torch.nn.Module", cls)
         forward, nested, inits = None, {}, []
         for stmt in cls.body:
@@ -510,16 +510,16 @@ class _Reader:
                 continue
             call = stmt.value if isinstance(stmt, ast.Expr) else None
             if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "__init__"
-                    and isinstance(call.func.value, ast.Call) and _dotted(call.func.value.func, "") == "super"):
+                    and isinstance(call.func.value, ast.Call) and dotted_or(call.func.value.func, "") == "super"):
                 continue  # super().__init__()
-            if (isinstance(call, ast.Call) and _dotted(call.func, "") == f"{this}.register_buffer"
+            if (isinstance(call, ast.Call) and dotted_or(call.func, "") == f"{this}.register_buffer"
                     and len(call.args) >= 2 and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)):
                 out.append(self._construction(call.args[0].value, "buffer", call.args[1], stmt))
                 continue
             if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Attribute)
-                    and _dotted(stmt.targets[0], "") == f"{this}.{stmt.targets[0].attr}"):
+                    and dotted_or(stmt.targets[0], "") == f"{this}.{stmt.targets[0].attr}"):
                 value, kind = stmt.value, "attribute"
-                if isinstance(value, ast.Call) and _dotted(value.func, "") in ("torch.nn.Parameter", "nn.Parameter", "Parameter"):
+                if isinstance(value, ast.Call) and dotted_or(value.func, "") in ("torch.nn.Parameter", "nn.Parameter", "Parameter"):
                     if not value.args:
                         raise self.fail(f"Parameter without a value: {_show(stmt)}", stmt)
                     value, kind = value.args[0], "parameter"
@@ -539,24 +539,24 @@ class _Reader:
             if not isinstance(device, (str, torch.device)):
                 raise self.fail(f"unsupported .to() argument in `{_show(stmt)}`", stmt)
             device, expr = str(device), expr.func.value
-        if not isinstance(expr, ast.Call) or _dotted(expr.func, None) is None:
+        if not isinstance(expr, ast.Call) or dotted_or(expr.func, None) is None:
             raise self.fail(f"unsupported value for {name}: `{_show(expr)}`", stmt)
         if any(isinstance(a, ast.Starred) for a in expr.args) or any(k.arg is None for k in expr.keywords):
             raise self.fail(f"unsupported */** arguments in `{_show(stmt)}`", stmt)
         try:
-            func = _dotted(expr.func, "")
+            func = dotted_or(expr.func, "")
             _check_path(func)  # never called, but a torch.load here is no repro
             if "." in func:
                 resolve_name(func)
         except LookupError:
-            raise self.fail(f"cannot resolve {_dotted(expr.func, '')} (in `{_show(stmt)}`)", stmt) from None
+            raise self.fail(f"cannot resolve {dotted_or(expr.func, '')} (in `{_show(stmt)}`)", stmt) from None
         except Refused as e:
             raise self.fail(f"{e} (in `{_show(stmt)}`)", stmt) from None
         args = tuple(self._literal(a, stmt) for a in expr.args)
         kwargs = {k.arg: self._literal(k.value, stmt) for k in expr.keywords}
-        if kind == "attribute" and _dotted(expr.func, "")[:1].isupper():
+        if kind == "attribute" and dotted_or(expr.func, "")[:1].isupper():
             kind = "module"  # `Linear(in_features=...)`: a torch.nn class, by the minifier's `from torch.nn import *`
-        return AttrConstruction(name, kind, _dotted(expr.func, ""), args, kwargs, device, stmt.lineno)
+        return AttrConstruction(name, kind, dotted_or(expr.func, ""), args, kwargs, device, stmt.lineno)
 
     def _literal(self, expr: ast.expr, stmt: ast.stmt) -> Any:
         """A constant argument: numbers (inf and nan too), strings, containers, dtypes, devices."""
@@ -573,11 +573,11 @@ class _Reader:
             value = self._literal(expr.operand, stmt)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 return -value if isinstance(expr.op, ast.USub) else value
-        if isinstance(expr, ast.Attribute) and (path := _dotted(expr, None)) is not None:
+        if isinstance(expr, ast.Attribute) and (path := dotted_or(expr, None)) is not None:
             value = self.resolve(path, expr)  # torch.float32, torch.contiguous_format
             if isinstance(value, (torch.dtype, torch.layout, torch.memory_format, int, float, bool, str)):
                 return value
-        if (isinstance(expr, ast.Call) and _dotted(expr.func, "") in ("device", "torch.device")
+        if (isinstance(expr, ast.Call) and dotted_or(expr.func, "") in ("device", "torch.device")
                 and all(isinstance(a, ast.Constant) for a in expr.args) and all(k.arg for k in expr.keywords)):
             try:
                 return torch.device(*[a.value for a in expr.args], **{k.arg: self._literal(k.value, stmt) for k in expr.keywords})
@@ -757,7 +757,7 @@ class _ForwardReader(Forward):
             raise self.fail(f"bad device literal `{_show(at)}`: {e}", at) from None
 
 
-def _dotted(expr: ast.expr, default: Any) -> Any:
+def dotted_or(expr: ast.expr, default: Any) -> Any:
     name = dotted_name(expr)
     return default if name is None else name
 

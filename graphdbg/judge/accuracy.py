@@ -64,12 +64,23 @@ class OutputMismatch:
 _SHOWN = 8  # indices of differing integer elements kept in a mismatch
 
 
-def tolerance(dtype: torch.dtype, rtol: float | None = None, atol: float | None = None) -> tuple[float, float]:
-    r, a = TOLERANCES.get(dtype, (0.0, 0.0))
-    return (r if rtol is None else rtol, a if atol is None else atol)
+@dataclass(frozen=True)
+class Tolerance:
+    """The tolerances a user asked for; None leaves the dtype's own (``TOLERANCES``)."""
+
+    rtol: float | None = None
+    atol: float | None = None
+
+    def of(self, dtype: torch.dtype) -> tuple[float, float]:
+        """(rtol, atol) for a value of ``dtype``."""
+        r, a = TOLERANCES.get(dtype, (0.0, 0.0))
+        return (r if self.rtol is None else self.rtol, a if self.atol is None else self.atol)
 
 
-def compare_outputs(expected: Any, actual: Any, *, rtol: float | None = None, atol: float | None = None) -> list[OutputMismatch]:
+BY_DTYPE = Tolerance()
+
+
+def compare_outputs(expected: Any, actual: Any, *, tol: Tolerance = BY_DTYPE) -> list[OutputMismatch]:
     """Every output of ``actual`` that disagrees with ``expected``; empty when they agree."""
     exp_leaves = pytree.tree_leaves(expected)
     act_leaves = pytree.tree_leaves(actual)
@@ -77,13 +88,13 @@ def compare_outputs(expected: Any, actual: Any, *, rtol: float | None = None, at
         return [OutputMismatch(0, "structure", detail=f"{len(exp_leaves)} outputs vs {len(act_leaves)}")]
     bad = []
     for i, (e, a) in enumerate(zip(exp_leaves, act_leaves)):
-        m = compare_value(i, e, a, rtol=rtol, atol=atol)
+        m = compare_value(i, e, a, tol=tol)
         if m is not None:
             bad.append(m)
     return bad
 
 
-def compare_value(index: int, e: Any, a: Any, *, rtol: float | None = None, atol: float | None = None) -> OutputMismatch | None:
+def compare_value(index: int, e: Any, a: Any, *, tol: Tolerance = BY_DTYPE) -> OutputMismatch | None:
     if isinstance(e, torch.Tensor) != isinstance(a, torch.Tensor):
         return OutputMismatch(index, "type", detail=f"{type(e).__name__} vs {type(a).__name__}")
     if not isinstance(e, torch.Tensor):
@@ -117,7 +128,7 @@ def compare_value(index: int, e: Any, a: Any, *, rtol: float | None = None, atol
             return OutputMismatch(index, "value", worst, None, 0, 0, detail=f"{count} of {e.numel()} elements differ",
                                   differing=count, at=at, off=count, elements=e.numel())
         return None
-    r, t = tolerance(e.dtype, rtol, atol)
+    r, t = tol.of(e.dtype)
     if not e.is_complex() and _surely_close(e, a, r, t):
         return None
     return _compare_exactly(index, e, a, r, t)
@@ -229,8 +240,8 @@ def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return worst
 
 
-def judge_outputs(expected: Any, actual: Any, *, ref64: Any = None, rtol: float | None = None,
-                  atol: float | None = None, multiplier: float = 2.0) -> list[OutputMismatch]:
+def judge_outputs(expected: Any, actual: Any, *, ref64: Any = None, tol: Tolerance = BY_DTYPE,
+                  multiplier: float = 2.0) -> list[OutputMismatch]:
     """``compare_outputs``, forgiving low-precision noise when a float64 reference says so.
 
     An output outside the dtype tolerance of eager is still accepted when its distance to the
@@ -238,14 +249,14 @@ def judge_outputs(expected: Any, actual: Any, *, ref64: Any = None, rtol: float 
     then no less accurate than eager, only differently rounded. This is the test PyTorch's
     accuracy minifier applies too.
     """
-    bad = compare_outputs(expected, actual, rtol=rtol, atol=atol)
+    bad = compare_outputs(expected, actual, tol=tol)
     if not bad or ref64 is None:
         return bad
     exp_leaves = pytree.tree_leaves(expected)
     r64_leaves = pytree.tree_leaves(ref64)
     if len(r64_leaves) != len(exp_leaves):
         return bad
-    return forgive(bad, expected, actual, dict(enumerate(r64_leaves)), rtol=rtol, atol=atol, multiplier=multiplier)
+    return forgive(bad, expected, actual, dict(enumerate(r64_leaves)), tol=tol, multiplier=multiplier)
 
 
 def needs_float64(bad: list[OutputMismatch], expected: Any) -> list[int]:
@@ -255,8 +266,8 @@ def needs_float64(bad: list[OutputMismatch], expected: Any) -> list[int]:
             and leaves[m.index].is_floating_point()]
 
 
-def forgive(bad: list[OutputMismatch], expected: Any, actual: Any, ref64: dict[int, Any], *, rtol: float | None = None,
-            atol: float | None = None, multiplier: float = 2.0) -> list[OutputMismatch]:
+def forgive(bad: list[OutputMismatch], expected: Any, actual: Any, ref64: dict[int, Any], *, tol: Tolerance = BY_DTYPE,
+            multiplier: float = 2.0) -> list[OutputMismatch]:
     """The mismatches of ``bad`` that the float64 values ``ref64`` (by output index) don't forgive."""
     exp_leaves = pytree.tree_leaves(expected)
     act_leaves = pytree.tree_leaves(actual)
@@ -265,7 +276,7 @@ def forgive(bad: list[OutputMismatch], expected: Any, actual: Any, ref64: dict[i
         e, a, r = exp_leaves[m.index], act_leaves[m.index], ref64.get(m.index)
         if (m.reason == "value" and isinstance(r, torch.Tensor) and isinstance(e, torch.Tensor)
                 and e.is_floating_point() and r.shape == e.shape):
-            _, t = tolerance(e.dtype, rtol, atol)
+            _, t = tol.of(e.dtype)
             if _max_abs_diff(a, r) <= multiplier * _max_abs_diff(e, r) + t:
                 continue
         kept.append(m)

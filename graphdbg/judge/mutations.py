@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from graphdbg.judge.accuracy import OutputMismatch, compare_value
+from graphdbg.judge.accuracy import BY_DTYPE, OutputMismatch, Tolerance, compare_value
 
 
 @dataclass
@@ -42,8 +42,8 @@ class GradientMismatch(OutputMismatch):
         return f"gradient {self.index} ({self.name}): " + OutputMismatch.describe(self).split(": ", 1)[1]
 
 
-def compare_mutations(names: list[str], expected: list[Any], actual: list[Any], *, rtol: float | None = None,
-                      atol: float | None = None, only: set[int] | None = None) -> list[InputMismatch]:
+def compare_mutations(names: list[str], expected: list[Any], actual: list[Any], *, tol: Tolerance = BY_DTYPE,
+                      only: set[int] | None = None) -> list[InputMismatch]:
     """Inputs whose value after the compiled call differs from eager's copy after the eager call.
 
         >>> compare_mutations(["p"], [torch.ones(2)], [torch.zeros(2)])[0].describe()
@@ -55,15 +55,14 @@ def compare_mutations(names: list[str], expected: list[Any], actual: list[Any], 
             continue
         if not (isinstance(e, torch.Tensor) and isinstance(a, torch.Tensor)):
             continue
-        m = compare_value(i, e.detach(), a.detach(), rtol=rtol, atol=atol)
+        m = compare_value(i, e.detach(), a.detach(), tol=tol)
         if m is not None:
             bad.append(InputMismatch(**m.to_dict(), name=names[i] if i < len(names) else str(i)))
     return bad
 
 
 def mutation_mismatches(gm: fx.GraphModule | None, expected: list[Any], actual: list[Any], *,
-                        rtol: float | None = None, atol: float | None = None,
-                        expected_attrs: dict[str, torch.Tensor] | None = None,
+                        tol: Tolerance = BY_DTYPE, expected_attrs: dict[str, torch.Tensor] | None = None,
                         actual_attrs: dict[str, torch.Tensor] | None = None) -> list[InputMismatch]:
     """``compare_mutations`` over what ``gm`` writes in place: its inputs, and the attributes
     (an optimizer's parameters and states, which Dynamo keeps as ``get_attr``) given here."""
@@ -71,11 +70,11 @@ def mutation_mismatches(gm: fx.GraphModule | None, expected: list[Any], actual: 
         return []
     written, attrs = written_state(gm)
     names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-    bad = compare_mutations(names, expected, actual, rtol=rtol, atol=atol, only=written) if written else []
+    bad = compare_mutations(names, expected, actual, tol=tol, only=written) if written else []
     if attrs and expected_attrs is not None and actual_attrs is not None:
         keys = [k for k in attrs if k in expected_attrs and k in actual_attrs]
         for m in compare_mutations(keys, [expected_attrs[k] for k in keys], [actual_attrs[k] for k in keys],
-                                   rtol=rtol, atol=atol):
+                                   tol=tol):
             m.what, m.index = "attr", len(names) + m.index
             bad.append(m)
     return bad

@@ -25,22 +25,24 @@ from graphdbg.formats import load as load_dump
 from graphdbg.minify.bisect import NodeDivergence, bisect_nodes
 from graphdbg.minify.shrinker import as_case
 from graphdbg.rebuild.inputs import clone_values
-from graphdbg.replay.backward import TANGENT_SEED, _differentiable, _leaves, as_graph_backend, is_backward_dump
+from graphdbg.replay.backward import TANGENT_SEED, as_graph_backend, differentiable_inputs, grad_leaves, is_backward_dump
+from graphdbg.replay.options import ReplayOptions
 from graphdbg.store.gate import backward_dump_folder
+from graphdbg.store.manifest import ReplayFacts
 
 
-def bisect_training_nodes(case_or_dump: Any, backend: Any = "eager", passes: Any = None, *,
-                          rtol: float | None = None, atol: float | None = None, trust: bool = True) -> NodeDivergence:
+def bisect_training_nodes(case_or_dump: Any, backend: Any = "eager", passes: Any = None,
+                          options: ReplayOptions | None = None, *, trust: bool = True) -> NodeDivergence:
     """The first forward node off the reference; if none, the first backward node. Not ``trust``
     (the CLI without ``--trust-backend``): a backend the backward dump names as code is refused."""
     case = as_case(case_or_dump)
     if is_backward_dump(case.dump):
-        return _noted(bisect_nodes(case, backend, passes, rtol=rtol, atol=atol), "backward graph")
-    found = bisect_nodes(case, backend, passes, rtol=rtol, atol=atol)
+        return _noted(bisect_nodes(case, backend, passes, options), "backward graph")
+    found = bisect_nodes(case, backend, passes, options)
     if found.node is not None:
         return _noted(found, "forward graph")
     bw_case, bw_backend, where = backward_case(case, backend, trust=trust)
-    found = bisect_nodes(bw_case, bw_backend, None, rtol=rtol, atol=atol)
+    found = bisect_nodes(bw_case, bw_backend, None, options)
     return _noted(found, where if found.node is not None else "no forward or backward node diverges")
 
 
@@ -59,8 +61,9 @@ def backward_case(case: Case, backend: Any, trust: bool = True) -> tuple[Case, A
     backward dump's own backend is code it names: without ``trust`` it is refused (unless a
     registered name)."""
     dump = case.dump
-    if dump is not None and dump.manifest.get("backward_dump"):
-        parent = load_dump(backward_dump_folder(dump.path, dump.manifest["backward_dump"]))
+    facts = ReplayFacts.of(dump.manifest if dump is not None else None)
+    if facts.backward_dump is not None:
+        parent = load_dump(backward_dump_folder(dump.path, facts.backward_dump))
         if backend is None or backend in _names_of(dump):  # the user's backend: its bw_compiler compiles the backward
 
             if not trust:
@@ -92,11 +95,11 @@ def traced_backward(case: Case) -> Case:
         run._boxed_call = True  # type: ignore[attr-defined]
         return run
 
-    inputs = _differentiable(case.inputs)
+    inputs = differentiable_inputs(case.inputs)
     compiled = aot_module_simplified(case.gm, inputs, forward_compiler, backward_compiler)
     with torch.enable_grad():
         out = compiled(*inputs)
-    leaves = _leaves(out)
+    leaves = grad_leaves(out)
     if not leaves:
         raise GraphdbgError("no output of this graph requires grad; it has no backward")
     gen = torch.Generator().manual_seed(TANGENT_SEED)

@@ -34,18 +34,20 @@ from graphdbg.display import Displayed
 from graphdbg.errors import GraphdbgError
 from graphdbg.formats import load as load_dump
 from graphdbg.graph.hashing import target_name
-from graphdbg.judge.accuracy import judge_outputs
+from graphdbg.judge.accuracy import Tolerance, judge_outputs
 from graphdbg.minify.candidates import Candidate, Origin
 from graphdbg.minify.shrinker import as_case
 from graphdbg.rebuild.inputs import clone_values
+from graphdbg.replay.backend_setup import backend_callable, inductor_patch
 from graphdbg.replay.divergence import NodeDivergence, describe_node, graph_divergence, graph_it_runs, references
+from graphdbg.replay.options import ReplayOptions
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.passes import PassSpec, apply_passes, inductor_post_grad_patch, resolve_passes
-from graphdbg.replay.run import _backend_callable, _inductor_patch, run_case
+from graphdbg.replay.run import replay_case
 from graphdbg.replay.values import ValueRecorder
 from graphdbg.replay.world import printed_worlds
 from graphdbg.store.gate import inside
-from graphdbg.store.manifest import INPUTS, find_dumps
+from graphdbg.store.manifest import INPUTS, ReplayFacts, find_dumps
 from graphdbg.store.tensor_file import read_tensors
 
 
@@ -72,9 +74,8 @@ class PassBisection(Displayed):
         return d
 
 
-def bisect_passes(case_or_dump: Any, backend: Any = "eager", passes: Any = None, *, isolate: bool = False,
-                  timeout: float | None = None, direct: bool = True, rtol: float | None = None,
-                  atol: float | None = None) -> PassBisection:
+def bisect_passes(case_or_dump: Any, backend: Any = "eager", passes: Any = None,
+                  options: ReplayOptions | None = None) -> PassBisection:
     """Binary search over pipeline prefixes for the first pass that makes the outcome go bad.
 
         >>> r = bisect_passes(dump, "eager", "passes:gelu_to_relu,passes:broken")
@@ -83,7 +84,11 @@ def bisect_passes(case_or_dump: Any, backend: Any = "eager", passes: Any = None,
     Assumes the pipeline is good with no passes and bad with all of them (both checked). For a
     ``PatternMatcherPass`` culprit, its patterns are then tried one at a time (in-process), and
     the bad pattern's matches are bisected by letting only the first k of them apply.
+    ``options``: how each replay runs (by default in this process, calling the backend directly).
     """
+    opts = options or ReplayOptions()
+    opts = opts.but(direct=True) if opts.direct is None else opts
+    isolate = bool(opts.isolate)
     case = as_case(case_or_dump)
     specs = resolve_passes(passes)
     if not specs:
@@ -95,7 +100,7 @@ def bisect_passes(case_or_dump: Any, backend: Any = "eager", passes: Any = None,
         runs += 1
         # PassSpecs, not bare functions: a pass's stage (pre, post_grad_pre, post_grad) must survive
         ps = [(s.name if "@" in s.name else f"{s.name}@{s.stage}") if isolate else s for s in fns] if fns else None
-        return run_case(case, backend, ps, isolate=isolate, timeout=timeout, rtol=rtol, atol=atol, direct=direct)
+        return replay_case(case, backend, opts.but(passes=ps))
 
     base = run([])
     if base.failed:
@@ -173,35 +178,35 @@ def _describe_entry(entry: Any) -> str:
 
 
 # Nodes --------------------------------------------------------------------------------
-def bisect_nodes(case_or_dump: Any, backend: Any = "eager", passes: Any = None, *, rtol: float | None = None,
-                 atol: float | None = None) -> NodeDivergence:
-    """The first node whose value diverges from the reference beyond tolerance."""
+def bisect_nodes(case_or_dump: Any, backend: Any = "eager", passes: Any = None,
+                 options: ReplayOptions | None = None) -> NodeDivergence:
+    """The first node whose value diverges from the reference beyond ``options``' tolerance."""
     case = as_case(case_or_dump)
     # the backend runs under the compiler settings of the captured run, as in a replay
     with applied_config(replay_settings(case.dump.manifest if case.dump is not None else None)):
-        return _bisect_nodes(case, backend, passes, rtol=rtol, atol=atol)
+        return _bisect_nodes(case, backend, passes, (options or ReplayOptions()).tolerance)
 
 
-def _bisect_nodes(case: Case, backend: Any, passes: Any, *, rtol: float | None, atol: float | None) -> NodeDivergence:
-    grad = bool(case.dump.manifest.get("grad_enabled", False)) if case.dump is not None else False
+def _bisect_nodes(case: Case, backend: Any, passes: Any, tol: Tolerance) -> NodeDivergence:
+    grad = ReplayFacts.of(case.dump.manifest if case.dump is not None else None).grad_enabled
     ref, ref64 = references(case, grad)
     specs = resolve_passes(passes)
     gm, _ = apply_passes(copy.deepcopy(case.gm), specs)
-    runs_gm = gm if backend in (None, "eager") else graph_it_runs(gm, case.inputs, _backend_callable(resolve_backend(backend)[1]))
+    runs_gm = gm if backend in (None, "eager") else graph_it_runs(gm, case.inputs, backend_callable(resolve_backend(backend)[1]))
     if runs_gm is None and any(p.stage == "pre" for p in specs):
         # An opaque backend after graph passes: what the passes did is visible by running the
         # rewritten graph itself; only if that agrees is the backend's own code to blame.
-        found = graph_divergence(case, gm, ref, ref64, grad, rtol, atol)
+        found = graph_divergence(case, gm, ref, ref64, grad, tol)
         if found.node is not None:
             found.method = "interpreter, graph after passes"
             return found
     if runs_gm is None:
-        return _bisect_opaque(case, backend, gm, ref, ref64, rtol, atol, [p for p in specs if p.stage != "pre"])
-    return graph_divergence(case, runs_gm, ref, ref64, grad, rtol, atol)
+        return _bisect_opaque(case, backend, gm, ref, ref64, tol, [p for p in specs if p.stage != "pre"])
+    return graph_divergence(case, runs_gm, ref, ref64, grad, tol)
 
 
 def _bisect_opaque(case: Case, backend: Any, gm: fx.GraphModule, ref: ValueRecorder, ref64: ValueRecorder,
-                   rtol: Any, atol: Any, inductor_passes: list[Any] = ()) -> NodeDivergence:
+                   tol: Tolerance, inductor_passes: list[Any] = ()) -> NodeDivergence:
     """Compile prefixes that return one node with the backend (with the passes that run inside
     Inductor hooked in); bisect for the first whose value is off from the reference's value of
     that node (about log2(n) compiles)."""
@@ -210,7 +215,7 @@ def _bisect_opaque(case: Case, backend: Any, gm: fx.GraphModule, ref: ValueRecor
     pass_case = Case(gm=gm, inputs=case.inputs, device=case.device, stand_ins=case.stand_ins, dump=case.dump, modified=True)
     origin = Origin.of(pass_case)
     names = [n for n in origin.compute if isinstance(origin.values.get(n), torch.Tensor) and n in ref.values]
-    backend_fn = _backend_callable(resolve_backend(backend)[1])
+    backend_fn = backend_callable(resolve_backend(backend)[1])
     errors: dict[int, list[Any]] = {}
 
     def bad(i: int) -> bool:
@@ -218,12 +223,12 @@ def _bisect_opaque(case: Case, backend: Any, gm: fx.GraphModule, ref: ValueRecor
         if sub is None:
             return False
         try:
-            with _inductor_patch(patch):
+            with inductor_patch(patch):
                 out = backend_fn(copy.deepcopy(sub.gm), clone_values(sub.inputs))(*clone_values(sub.inputs))
         except Exception:
             return False  # a crash is not a divergence; minify is the tool for crashes
         value = out[0] if isinstance(out, (list, tuple)) else out
-        errors[i] = judge_outputs(ref.values[names[i]], value, ref64=ref64.values.get(names[i]), rtol=rtol, atol=atol)
+        errors[i] = judge_outputs(ref.values[names[i]], value, ref64=ref64.values.get(names[i]), tol=tol)
         return bool(errors[i])
 
     if not names or not bad(len(names) - 1):

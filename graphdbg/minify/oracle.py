@@ -23,8 +23,9 @@ from graphdbg.case import Case
 from graphdbg.graph.hashing import module_hash
 from graphdbg.judge.signature import same_signature
 from graphdbg.minify.functorch_layers import balanced_functorch_layers, escaped_vmap
+from graphdbg.replay.options import ReplayOptions
 from graphdbg.replay.outcome import Outcome
-from graphdbg.replay.run import run_case
+from graphdbg.replay.run import replay_case
 
 
 def case_key(case: Case) -> str:
@@ -53,17 +54,17 @@ def is_same_failure(target: Outcome, outcome: Outcome, accuracy: bool) -> bool:
 class Oracle:
     """A cached predicate over Cases, with the run options minify and bisect share."""
 
-    def __init__(self, target: Outcome, backend: Any, passes: Any = None, *, accuracy: bool = False,
-                 isolate: bool = False, timeout: float | None = None, direct: bool = True,
-                 rtol: float | None = None, atol: float | None = None, jobs: int = 1,
-                 on_query: Callable[[Oracle, Outcome], None] | None = None):
+    def __init__(self, target: Outcome, backend: Any, opts: ReplayOptions = ReplayOptions(), *, accuracy: bool = False,
+                 jobs: int = 1, on_query: Callable[[Oracle, Outcome], None] | None = None):
+        """``opts``: how each candidate replays (by default in this process, called directly);
+        its outputs are always judged, ``accuracy`` says whether a mismatch is the failure."""
         self.target = target
-        self.backend, self.passes = backend, passes
+        self.backend = backend
         self.accuracy = accuracy
         self.jobs = max(1, int(jobs))
         # Threads can't share an in-process Dynamo, so parallel candidates run in children.
-        self.isolate = isolate or self.jobs > 1
-        self.timeout, self.direct, self.rtol, self.atol = timeout, direct, rtol, atol
+        self.opts = opts.but(accuracy=True, isolate=bool(opts.isolate) or self.jobs > 1,
+                             direct=True if opts.direct is None else opts.direct)
         self.on_query = on_query
         self.cache: dict[str, bool] = {}
         self.outcomes: dict[str, Outcome] = {}
@@ -77,8 +78,7 @@ class Oracle:
         error = None
         with balanced_functorch_layers() as layers:  # a candidate that cut a vmap in half
             try:
-                outcome = run_case(case, self.backend, self.passes, isolate=self.isolate, timeout=self.timeout,
-                                   accuracy=True, rtol=self.rtol, atol=self.atol, direct=self.direct)
+                outcome = replay_case(case, self.backend, self.opts)
             except RuntimeError as e:
                 error = e
         if layers.unbalanced or escaped_vmap(error):

@@ -29,7 +29,7 @@ from graphdbg.errors import GraphdbgError
 from graphdbg.judge.accuracy import TOLERANCES
 from graphdbg.judge.signature import unwrapped_error
 from graphdbg.rebuild.inputs import NullEvent, NullStream
-from graphdbg.replay.backward import _differentiable, _recorded_tangents, fails_in_backward, is_backward_dump
+from graphdbg.replay.backward import differentiable_inputs, fails_in_backward, is_backward_dump, recorded_tangents
 from graphdbg.replay.outcome import Outcome
 from graphdbg.store.gate import write_file
 from graphdbg.store.specs import SymSpec, TensorSpec
@@ -147,8 +147,8 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
         if not isinstance(v, (torch.Tensor, int, float, bool, type(None), dict)):
             raise GraphdbgError(f"repro.py can't store an input of type {type(v).__name__}")
     backward = fails_in_backward(case.dump)
-    grad = [i for i, v in enumerate(_differentiable(case.inputs)) if isinstance(v, torch.Tensor) and v.requires_grad] if backward else []
-    tangents = _recorded_tangents(case) if backward else None
+    grad = [i for i, v in enumerate(differentiable_inputs(case.inputs)) if isinstance(v, torch.Tensor) and v.requires_grad] if backward else []
+    tangents = recorded_tangents(case) if backward else None
     torch.save({"inputs": inputs, "attrs": attrs, "device": str(case.device),
                 **({"tangents": [t.detach().cpu() for t in tangents]} if tangents else {})}, path.parent / INPUTS_FILE)
 

@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterator
 from graphdbg.backends.resolve import dump_backend
 from graphdbg.errors import GraphdbgError
 from graphdbg.formats import load as load_dump
+from graphdbg.replay.options import ReplayOptions
 from graphdbg.replay.start import replay_dump
 from graphdbg.store.describe import tensor_stats
 from graphdbg.store.manifest import INPUTS, find_dumps, read_manifest, write_manifest
@@ -113,10 +114,10 @@ def _fewest_real(restore: list[str], reproduces: Callable[[set[str]], tuple[bool
         chunk = max(chunk // 2, 1)
 
 
-def share_dump(dump: str | Path, out: str | Path, *, backend: str | None = None, trust_backend: bool = False,
-               isolate: bool = True, timeout: float | None = 600.0, root: str | Path | None = None,
-               device: Any = None, announce: Callable[[str], None] | None = None) -> ShareResult:
-    """Write ``out``: a redacted copy of the dump ``dump`` whose weights are generated; see the module."""
+def share_dump(dump: str | Path, out: str | Path, options: ReplayOptions | None = None, *, backend: str | None = None,
+               trust_backend: bool = False, root: str | Path | None = None,
+               announce: Callable[[str], None] | None = None) -> ShareResult:
+    """Write ``out``: a redacted copy of ``dump`` whose weights are generated, replayed with ``options``; see the module."""
     src = Path(dump)
     folder, original = _one_failing_dump(src)
     be = backend or dump_backend(original, trust_backend, "share")
@@ -163,7 +164,7 @@ def share_dump(dump: str | Path, out: str | Path, *, backend: str | None = None,
         def reproduces(restore: set[str]) -> tuple[bool, Any]:
             write(restore)
             replays[0] += 1
-            outcome = replay_dump(load_dump(copy), be, device=device, isolate=isolate, timeout=timeout)
+            outcome = replay_dump(load_dump(copy), be, options)
             return outcome.reproduces(original), outcome
 
         ok, outcome = reproduces(set())

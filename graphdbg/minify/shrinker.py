@@ -34,10 +34,11 @@ from graphdbg.minify.candidates import Candidate, Origin, has_symbolic_sizes
 from graphdbg.minify.oracle import Oracle, case_key
 from graphdbg.minify.repro import write_repro
 from graphdbg.minify.shrink_passes import ShrinkPass, Step, default_passes
+from graphdbg.replay.options import ReplayOptions, replay_options
 from graphdbg.replay.outcome import Outcome
-from graphdbg.replay.run import run_case
+from graphdbg.replay.run import replay_case
 from graphdbg.store.gate import read_inside, write_file
-from graphdbg.store.manifest import GRAPH, MAX_GRAPH_BYTES, read_manifest, write_manifest
+from graphdbg.store.manifest import GRAPH, MAX_GRAPH_BYTES, ReplayFacts, read_manifest, write_manifest
 from graphdbg.store.specs import SymSpec
 
 # Budget defaults: on a 2-core machine a candidate costs 0.1 s (eager) to 10 s (Inductor's C++),
@@ -377,25 +378,23 @@ def shrink(case: Case, predicate: Any, *, passes: list[Any] | None = None, budge
     return shrinker
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunOptions:
-    """How every replay of one minify runs (the first ones, and the oracle's)."""
+    """How every replay of one minify runs (the first ones, and the oracle's), ``jobs`` at once."""
 
-    passes: Any = None
-    isolate: bool = False
-    timeout: float | None = None
-    rtol: float | None = None
-    atol: float | None = None
+    replay: ReplayOptions
     jobs: int = 1
 
+    @property
+    def passes(self) -> Any:
+        return self.replay.passes
+
     def run(self, case: Case, backend: Any, direct: bool) -> Outcome:
-        return run_case(case, backend, self.passes, isolate=self.isolate, timeout=self.timeout, accuracy=True,
-                        rtol=self.rtol, atol=self.atol, direct=direct)
+        return replay_case(case, backend, self.replay.but(accuracy=True, direct=direct))
 
     def oracle(self, target: Target, accuracy: bool, on_query: Any) -> Oracle:
-        return Oracle(target.outcome, target.backend, self.passes, accuracy=accuracy, isolate=self.isolate,
-                      timeout=self.timeout, direct=target.direct, rtol=self.rtol, atol=self.atol, jobs=self.jobs,
-                      on_query=on_query)
+        return Oracle(target.outcome, target.backend, self.replay.but(direct=target.direct), accuracy=accuracy,
+                      jobs=self.jobs, on_query=on_query)
 
 
 @dataclass
@@ -431,7 +430,7 @@ def find_target(case: Case, dump: Any, backend: Any, opts: RunOptions, *, direct
         # a dynamic-shape graph is shrunk through torch.compile, which traces its sizes symbolic
         # as captured: called directly, a backend sees only concrete sizes
         # (a piece of a nested compile reached its compiler directly, never through Dynamo: it stays direct)
-        piece = bool((dump.manifest.get("parent") or {}).get("piece"))
+        piece = ReplayFacts.of(dump.manifest).piece
         lazy_direct = bool(direct) or piece or not has_symbolic_sizes(case.gm)
         return Target(case, dump, backend, _recorded_failure(dump, backend), lazy_direct, recorded, lazy=True)
     target = Target(case, dump, backend, None, bool(direct), recorded, lazy=False)
@@ -544,12 +543,11 @@ class Minifier:
         return self.save_best(self.result())
 
 
-def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, accuracy: bool | None = None,
-           jobs: int = 1, isolate: bool | None = None, timeout: float | None = None, out: str | Path | None = None,
-           progress: Any = None, direct: bool | None = None, rtol: float | None = None, atol: float | None = None,
-           device: Any = None, log: Callable[[str], None] | None = None,
-           on_query: Callable[[Oracle, Outcome], None] | None = None, any_failure: bool = False,
-           max_queries: int | None = DEFAULT_MAX_QUERIES, time_budget: float | None = DEFAULT_TIME_BUDGET_S) -> MinifyResult:
+def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, options: ReplayOptions | None = None,
+           accuracy: bool | None = None, jobs: int = 1, out: str | Path | None = None, progress: Any = None,
+           log: Callable[[str], None] | None = None, on_query: Callable[[Oracle, Outcome], None] | None = None,
+           any_failure: bool = False, max_queries: int | None = DEFAULT_MAX_QUERIES,
+           time_budget: float | None = DEFAULT_TIME_BUDGET_S, **settings: Any) -> MinifyResult:
     """Shrink a failing graph to the smallest one that still fails the same way.
 
         >>> result = minify("dumps/rank0/g0-compile_error-1a2b3c4d", out="minified")
@@ -558,9 +556,10 @@ def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, accura
 
     ``backend`` defaults to the dump's own. ``accuracy`` (default: the dump's failure kind, or
     the first replay's outcome) shrinks "still disagrees with the reference" instead of "same
-    crash signature". ``isolate`` runs every candidate in a child process (a segfault, abort or
-    hang then costs one candidate); by default candidates run in-process unless the failure
-    itself killed the replay. ``jobs`` > 1 runs that many isolated candidates at once. ``direct``
+    crash signature". ``settings`` are fields of ``ReplayOptions`` (over ``options``):
+    ``isolate`` runs every candidate in a child process (a segfault, abort or hang then costs
+    one candidate); by default candidates run in-process unless the failure itself killed the
+    replay or a ``timeout`` is given (it is enforced only on a child). ``jobs`` > 1 runs that many isolated candidates at once. ``direct``
     (default: whichever reproduces, trying the fast direct call first) calls ``backend(gm,
     inputs)`` instead of going through ``torch.compile``. With ``out``, the best graph so far is
     saved after every winning step, so Ctrl-C (``MinifyInterrupted``) loses nothing.
@@ -578,18 +577,20 @@ def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, accura
     with a predicate of your own.
     """
     started = time.perf_counter()
-    case, dump = _case_and_dump(case_or_dump, device)
+    opts = replay_options(options, **settings)
+    opts = opts.but(passes=passes) if passes is not None else opts
+    case, dump = _case_and_dump(case_or_dump, opts.device)
     if backend is None:
         if dump is None:
             raise GraphdbgError("minify needs a backend for a Case that did not come from a dump")
         backend = recorded_backend(dump)
     crashy = bool(dump is not None and str(dump.signature or "").startswith(("Signal ", "Timeout")))
-    isolate = (crashy if isolate is None else isolate) or jobs > 1
-    opts = RunOptions(passes=passes, isolate=isolate, timeout=timeout, rtol=rtol, atol=atol, jobs=jobs)
-    target = find_target(case, dump, backend, opts, direct=direct, any_failure=any_failure)
+    isolate = (crashy or opts.timeout is not None if opts.isolate is None else opts.isolate) or jobs > 1
+    run_opts = RunOptions(opts.but(isolate=isolate), jobs=jobs)
+    target = find_target(case, dump, backend, run_opts, direct=opts.direct, any_failure=any_failure)
     budget = Budget(max_queries, time_budget)
     while True:
-        minifier = Minifier(target, opts, accuracy=accuracy, budget=budget, out=out, progress=progress, log=log,
+        minifier = Minifier(target, run_opts, accuracy=accuracy, budget=budget, out=out, progress=progress, log=log,
                             on_query=on_query, started=started)
         result = minifier.run()
         if result is not None:

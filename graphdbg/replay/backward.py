@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import time
-import traceback as tb
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -27,18 +26,19 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 
 from graphdbg.backends.calls import positional
-from graphdbg.backends.compiler_config import applied_config, not_restored, replay_settings
-from graphdbg.backends.resolve import resolve_backend
+from graphdbg.backends.compiler_config import replay_settings
 from graphdbg.errors import GraphdbgError
-from graphdbg.judge.accuracy import OutputMismatch, judge_outputs
+from graphdbg.judge.accuracy import BY_DTYPE, OutputMismatch, Tolerance, judge_outputs
 from graphdbg.judge.mutations import GradientMismatch, compare_mutations, written_state
-from graphdbg.judge.signature import signature
 from graphdbg.rebuild.inputs import clone_values, to_float64
+from graphdbg.replay.backend_setup import backend_and_passes, compiler_settings
+from graphdbg.replay.crash import failed_pass, set_crash, set_pass_crash, unwrap
+from graphdbg.replay.options import ReplayOptions
 from graphdbg.replay.outcome import Outcome
-from graphdbg.replay.passes import PassFailed, apply_passes, find_pass_failure, inductor_post_grad_patch, resolve_passes
+from graphdbg.replay.passes import apply_passes
 from graphdbg.replay.retrace import whole_graph
 from graphdbg.store.gate import backward_dump_folder, inside
-from graphdbg.store.manifest import read_manifest
+from graphdbg.store.manifest import ReplayFacts, read_manifest
 from graphdbg.store.tensor_file import read_tensors
 
 if TYPE_CHECKING:
@@ -64,14 +64,14 @@ def restore_attrs(gm: fx.GraphModule, values: dict[str, torch.Tensor] | None) ->
 
 
 def judge_mutations(outcome: Outcome, case: Case, attrs_before: dict[str, torch.Tensor] | None, compiled_gm: fx.GraphModule,
-                    inputs: list[Any], grad: bool, rtol: float | None, atol: float | None) -> None:
+                    inputs: list[Any], grad: bool, tol: Tolerance = BY_DTYPE) -> None:
     """Compare what the compiled run wrote (``inputs``, ``compiled_gm``'s attributes) with
     what an eager run writes on copies; a difference makes ``outcome`` a mismatch."""
-    add_mismatches(outcome, mutation_mismatches_of(case, attrs_before, compiled_gm, inputs, grad, rtol, atol))
+    add_mismatches(outcome, mutation_mismatches_of(case, attrs_before, compiled_gm, inputs, grad, tol))
 
 
 def mutation_mismatches_of(case: Case, attrs_before: dict[str, torch.Tensor] | None, compiled_gm: fx.GraphModule,
-                           inputs: list[Any], grad: bool, rtol: float | None, atol: float | None) -> list[OutputMismatch]:
+                           inputs: list[Any], grad: bool, tol: Tolerance = BY_DTYPE) -> list[OutputMismatch]:
     """The written inputs and attributes where the compiled run and an eager run on copies differ."""
     written, attrs = written_state(case.gm)
     if not written and not attrs:
@@ -82,9 +82,9 @@ def mutation_mismatches_of(case: Case, attrs_before: dict[str, torch.Tensor] | N
     with torch.set_grad_enabled(grad):
         eager(*eager_inputs)
     names = [n.name for n in case.gm.graph.nodes if n.op == "placeholder"]
-    bad: list[OutputMismatch] = list(compare_mutations(names, eager_inputs, inputs, rtol=rtol, atol=atol, only=written))
+    bad: list[OutputMismatch] = list(compare_mutations(names, eager_inputs, inputs, tol=tol, only=written))
     for i, m in enumerate(compare_mutations(attrs, [_attr(eager, a) for a in attrs], [_attr(compiled_gm, a) for a in attrs],
-                                            rtol=rtol, atol=atol)):
+                                            tol=tol)):
         m.what, m.index = "attr", len(names) + m.index
         bad.append(m)
     return bad
@@ -117,13 +117,13 @@ def add_mismatches(outcome: Outcome, bad: list[OutputMismatch]) -> None:
 
 # Forward + backward -----------------------------------------------------------------------
 def is_backward_dump(dump: Any) -> bool:
-    return dump is not None and dump.manifest.get("stage") == "backward"
+    return dump is not None and ReplayFacts.of(dump.manifest).is_backward
 
 
 def fails_in_backward(dump: Any) -> bool:
     """A forward whose failure was in its backward (the ``forward`` folder of a backward dump, or
     its minified copy): it replays forward then backward unless told otherwise."""
-    return dump is not None and dump.manifest.get("stage") == "forward" and dump.manifest.get("failed") == "backward"
+    return dump is not None and ReplayFacts.of(dump.manifest).fails_in_backward
 
 
 def as_graph_backend(backend_fn: Callable[..., Any], name: str, dump: Any) -> Callable[..., Any]:
@@ -139,16 +139,14 @@ def as_graph_backend(backend_fn: Callable[..., Any], name: str, dump: Any) -> Ca
     return compile_backward
 
 
-def run_training_case(case: Case, backend: str | Callable[..., Any] = "eager", passes: Any = None, *,
-                      accuracy: bool = True, rtol: float | None = None, atol: float | None = None,
-                      direct: bool = False, pass_stage: str = "pre", tangents: list[torch.Tensor] | None = None,
-                      **_: Any) -> Outcome:
+def run_training_case(case: Case, backend: str | Callable[..., Any] = "eager", opts: ReplayOptions = ReplayOptions(), *,
+                      tangents: list[torch.Tensor] | None = None) -> Outcome:
     """Forward under ``backend``, then ``torch.autograd.grad`` with ``tangents`` (default: the
     recorded ones, else seeded randn); outputs, gradients and in-place writes judged against eager."""
-    name, be, pre, post = _resolve_training(backend, passes, pass_stage)
+    name, be, pre, post = backend_and_passes(backend, opts.passes, opts.pass_stage)
     outcome = Outcome(status="pass", backend=name, device=str(case.device), stand_ins=[s.describe() for s in case.stand_ins])
     started = time.perf_counter()
-    base = _differentiable(case.inputs)
+    base = differentiable_inputs(case.inputs)
     if not any(base[i].requires_grad for i in _tensor_indices(base)):
         raise GraphdbgError("no input of this graph requires grad; nothing to differentiate (is it a backward dump?)")
 
@@ -157,17 +155,17 @@ def run_training_case(case: Case, backend: str | Callable[..., Any] = "eager", p
     try:
         ref_out, ref_inputs = _forward(ref_gm, base)
     except Exception as e:
-        _crash(outcome, e, "reference")
+        set_crash(outcome, e, "reference")
         return outcome
-    leaves = _leaves(ref_out)
+    leaves = grad_leaves(ref_out)
     tangents, source = _tangents(case, leaves, tangents)
     outcome.stand_ins = [*outcome.stand_ins, f"tangents: {source}"]
     try:
         ref_grads = _grads(leaves, ref_inputs, tangents)
     except Exception as e:
-        _crash(outcome, e, "reference")
+        set_crash(outcome, e, "reference")
         return outcome
-    ref64 = _float64_reference(case, base, tangents) if accuracy else None
+    ref64 = _float64_reference(case, base, tangents) if opts.accuracy else None
 
     reports: list[Any] = []
     state = {"stage": "compile", "compile_s": 0.0}
@@ -180,30 +178,26 @@ def run_training_case(case: Case, backend: str | Callable[..., Any] = "eager", p
         state["compile_s"] += time.perf_counter() - t0
         return compiled
 
-    patch = inductor_post_grad_patch(post, reports) if post else {}
     # the compiler settings of the captured run, as a forward-only replay applies them
     settings = replay_settings(case.dump.manifest if case.dump is not None else None)
     outcome.stand_ins += settings.shown()
     try:
-        with _inductor_config(patch), applied_config(settings) as unknown:
-            outcome.stand_ins += not_restored(unknown)
-            gm, inputs, out = _compiled_forward(case, attrs_before, base, staged, direct, outcome, state, reports)
+        with compiler_settings(settings, post, reports, outcome):
+            gm, inputs, out = _compiled_forward(case, attrs_before, base, staged, bool(opts.direct), outcome, state, reports)
             state["stage"] = "backward"  # AOTAutograd compiles the backward now, lazily
-            grads = _grads(_leaves(out), inputs, tangents)
-    except PassFailed as e:
-        _crash(outcome, e.__cause__ or e, f"pass:{e.report.name}")
+            grads = _grads(grad_leaves(out), inputs, tangents)
     except GraphdbgError:
         raise
     except Exception as e:
-        failed = find_pass_failure(e)
+        failed = failed_pass(e)
         if failed is not None:
-            _crash(outcome, failed.__cause__ or failed, f"pass:{failed.report.name}")
+            set_pass_crash(outcome, failed)
         else:
-            _crash(outcome, _unwrap(e), state["stage"])
+            set_crash(outcome, unwrap(e), state["stage"])
     else:
-        if accuracy:
-            _judge_training(outcome, case, ref_out, out, ref_grads, grads, ref64, rtol, atol)
-            judge_mutations(outcome, case, attrs_before, gm, inputs, True, rtol, atol)
+        if opts.accuracy:
+            _judge_training(outcome, case, ref_out, out, ref_grads, grads, ref64, opts.tolerance)
+            judge_mutations(outcome, case, attrs_before, gm, inputs, True, opts.tolerance)
             if outcome.status == "mismatch":
                 outcome.stage = "backward" if all(m.get("what") == "gradient" for m in outcome.mismatches) else "forward"
     finally:
@@ -234,22 +228,7 @@ def _compiled_forward(case: Case, attrs_before: Any, base: list[Any], staged: Ca
     return whole_graph(attempt, direct, outcome.stand_ins)[0]
 
 
-def _resolve_training(backend: str | Callable[..., Any], passes: Any, pass_stage: str) -> tuple[str, Any, list, list]:
-    """The backend's name and callable, and the passes split into ``pre`` and Inductor's ``post_grad``."""
-    name, be = resolve_backend(backend)
-    if isinstance(be, str):
-        from torch._dynamo import lookup_backend  # torch._dynamo costs seconds: only for a backend named by string
-
-        be = lookup_backend(be)
-    specs = resolve_passes(passes, default_stage=pass_stage)
-    pre = [p for p in specs if p.stage == "pre"]
-    post = [p for p in specs if p.stage != "pre"]
-    if post and name != "inductor":
-        raise GraphdbgError(f"post_grad passes run inside Inductor; backend {name!r} is not inductor")
-    return name, be, pre, post
-
-
-def _differentiable(values: list[Any]) -> list[Any]:
+def differentiable_inputs(values: list[Any]) -> list[Any]:
     """The inputs as captured; if none required grad, every floating one does (a printed graph)."""
     out = clone_values(values)
     if not any(isinstance(v, torch.Tensor) and v.requires_grad for v in out):
@@ -269,7 +248,7 @@ def _forward(fn: Callable[..., Any], values: list[Any], clone: bool = True) -> t
         return fn(*inputs), inputs
 
 
-def _leaves(out: Any) -> list[torch.Tensor]:
+def grad_leaves(out: Any) -> list[torch.Tensor]:
     return [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad]
 
 
@@ -285,7 +264,7 @@ def _grads(leaves: list[torch.Tensor], inputs: list[Any], tangents: list[torch.T
 def _tangents(case: Case, leaves: list[torch.Tensor], given: list[torch.Tensor] | None) -> tuple[list[torch.Tensor], str]:
     if given is not None:
         return [t.to(leaf.device, leaf.dtype) for t, leaf in zip(given, leaves)], "given"
-    recorded = _recorded_tangents(case)
+    recorded = recorded_tangents(case)
     if recorded is not None and len(recorded) == len(leaves) and all(
             tuple(t.shape) == tuple(leaf.shape) for t, leaf in zip(recorded, leaves)):
         return [t.to(leaf.device, leaf.dtype) for t, leaf in zip(recorded, leaves)], "recorded"
@@ -294,20 +273,21 @@ def _tangents(case: Case, leaves: list[torch.Tensor], given: list[torch.Tensor] 
     return made, f"synthesised (randn, seed {TANGENT_SEED})"
 
 
-def _recorded_tangents(case: Case) -> list[torch.Tensor] | None:
+def recorded_tangents(case: Case) -> list[torch.Tensor] | None:
     """The tangents the backward dump this forward belongs to received, in order."""
     dump = case.dump
-    if dump is None or not dump.manifest.get("backward_dump"):
+    facts = ReplayFacts.of(dump.manifest if dump is not None else None)
+    if facts.backward_dump is None:
         return None
 
-    parent = backward_dump_folder(dump.path, dump.manifest["backward_dump"])
+    parent = backward_dump_folder(dump.path, facts.backward_dump)
     try:
         manifest = read_manifest(parent)
         roles = manifest.get("backward", {}).get("roles", [])
         keys = [d.get("stored") for d, role in zip(manifest["inputs"], roles) if role == "tangent"]
         if not keys or not all(keys):
             return None
-        values = read_tensors(inside(parent, manifest.get("inputs_file", "inputs.safetensors")), keys, device="cpu")
+        values = read_tensors(inside(parent, ReplayFacts.of(manifest).inputs_file), keys, device="cpu")
         return [values[k] for k in keys]
     except Exception:
         return None
@@ -325,16 +305,16 @@ def _float64_reference(case: Case, base: list[Any], tangents: list[torch.Tensor]
         if gm is None:
             return None
         out, inputs = _forward(gm, values, clone=False)
-        return out, _grads(_leaves(out), inputs, [t.double() for t in tangents])
+        return out, _grads(grad_leaves(out), inputs, [t.double() for t in tangents])
     except Exception:
         return None  # some ops have no float64 kernel; eager in the graph's dtypes is the reference then
 
 
 def _judge_training(outcome: Outcome, case: Case, ref_out: Any, out: Any, ref_grads: list[Any], grads: list[Any],
-                    ref64: Any, rtol: float | None, atol: float | None) -> None:
+                    ref64: Any, tol: Tolerance) -> None:
     outcome.reference = "float64" if ref64 is not None else "eager"
     bad: list[OutputMismatch] = list(judge_outputs(_detached(ref_out), _detached(out),
-                                                   ref64=_detached(ref64[0]) if ref64 else None, rtol=rtol, atol=atol))
+                                                   ref64=_detached(ref64[0]) if ref64 else None, tol=tol))
     names = [n.name for n in case.gm.graph.nodes if n.op == "placeholder"]
     for i, (e, a) in enumerate(zip(ref_grads, grads)):
         if e is None or a is None:
@@ -342,49 +322,13 @@ def _judge_training(outcome: Outcome, case: Case, ref_out: Any, out: Any, ref_gr
                 bad.append(GradientMismatch(i, "type", detail=f"{type(e).__name__} vs {type(a).__name__}", name=names[i]))
             continue
         r64 = [ref64[1][i]] if ref64 is not None and ref64[1][i] is not None else None
-        for m in judge_outputs([e], [a], ref64=r64, rtol=rtol, atol=atol):
+        for m in judge_outputs([e], [a], ref64=r64, tol=tol):
             bad.append(GradientMismatch(**{**m.to_dict(), "index": i}, name=names[i]))
     add_mismatches(outcome, bad)
 
 
 def _detached(value: Any) -> Any:
     return pytree.tree_map(lambda v: v.detach() if isinstance(v, torch.Tensor) else v, value)
-
-
-class _inductor_config:
-    def __init__(self, patch: dict[str, Any]):
-        self.patch = patch
-        self.ctx: Any = None
-
-    def __enter__(self) -> None:
-        if self.patch:
-            import torch._inductor.config as inductor_config  # torch._inductor costs seconds: imported only when needed
-
-            self.ctx = inductor_config.patch(self.patch)
-            self.ctx.__enter__()
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.ctx is not None:
-            self.ctx.__exit__(*exc)
-
-
-def _unwrap(e: BaseException) -> BaseException:
-    """The backend's own exception under Dynamo's BackendCompilerFailed."""
-    for _ in range(5):
-        if type(e).__name__ != "BackendCompilerFailed":
-            break
-        inner = getattr(e, "inner_exception", None) or e.__cause__
-        if inner is None:
-            break
-        e = inner
-    return e
-
-
-def _crash(outcome: Outcome, e: BaseException, stage: str) -> None:
-    outcome.status, outcome.stage = "crash", stage
-    outcome.error_type, outcome.message = type(e).__name__, str(e)
-    outcome.traceback = "".join(tb.format_exception(type(e), e, e.__traceback__))[-8000:]
-    outcome.signature = signature(type(e).__name__, str(e))
 
 
 __all__ = ["as_graph_backend", "fails_in_backward", "is_backward_dump", "judge_mutations", "restore_attrs", "run_training_case", "written_attrs_before"]

@@ -24,7 +24,7 @@ import torch.fx as fx
 
 from graphdbg.display import Displayed
 from graphdbg.graph.hashing import target_name
-from graphdbg.judge.accuracy import judge_outputs
+from graphdbg.judge.accuracy import BY_DTYPE, Tolerance, judge_outputs
 from graphdbg.rebuild.inputs import clone_values, to_float64
 from graphdbg.replay.passes import apply_passes
 from graphdbg.replay.values import COMPUTE_OPS, ValueRecorder
@@ -81,7 +81,7 @@ def references(case: Case, grad: bool) -> tuple[ValueRecorder, ValueRecorder]:
 
 
 def graph_divergence(case: Case, runs_gm: fx.GraphModule, ref: ValueRecorder, ref64: ValueRecorder, grad: bool,
-                     rtol: float | None, atol: float | None) -> NodeDivergence:
+                     tol: Tolerance = BY_DTYPE) -> NodeDivergence:
     """Run ``runs_gm`` under the interpreter and return its first node that disagrees with the
     reference node of the same name."""
     cand = ValueRecorder(runs_gm)
@@ -98,7 +98,7 @@ def graph_divergence(case: Case, runs_gm: fx.GraphModule, ref: ValueRecorder, re
             break  # where the crash stopped the run
         if node.op not in COMPUTE_OPS or node.name not in ref_nodes or node.name not in ref.values:
             continue
-        bad = judge_outputs(ref.values[node.name], cand.values[node.name], ref64=ref64.values.get(node.name), rtol=rtol, atol=atol)
+        bad = judge_outputs(ref.values[node.name], cand.values[node.name], ref64=ref64.values.get(node.name), tol=tol)
         compared += 1
         if not bad:
             continue
@@ -153,7 +153,7 @@ def runs_graph(compiled: Any) -> fx.GraphModule | None:
 
 
 def replay_divergence(case: Case, backend: Callable[..., Any], pre_passes: list[Any], grad: bool,
-                      rtol: float | None = None, atol: float | None = None) -> NodeDivergence | None:
+                      tol: Tolerance = BY_DTYPE) -> NodeDivergence | None:
     """Where a replay's mismatch starts, when that is cheap: the backend rewrites the FX graph and
     runs it, and the inputs are small (``REPLAY_INPUT_BYTES``); None otherwise, or when the
     search fails (it never changes a replay's verdict). ``bisect nodes`` goes further."""
@@ -166,7 +166,7 @@ def replay_divergence(case: Case, backend: Callable[..., Any], pre_passes: list[
         if runs is None:
             return None
         ref, ref64 = references(case, grad)
-        found = graph_divergence(case, runs, ref, ref64, grad, rtol, atol)
+        found = graph_divergence(case, runs, ref, ref64, grad, tol)
     except Exception:  # the search is a hint: a graph the interpreter can't run gets none
         return None
     return found if found.node is not None else None

@@ -21,7 +21,6 @@ What it leaves behind is read through the gate.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import signal
@@ -30,12 +29,13 @@ import tempfile
 import threading
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import psutil
 
 from graphdbg.backends.resolve import backend_label, backend_spec
 from graphdbg.errors import DumpError, GraphdbgError
+from graphdbg.replay.options import DEFAULT_TIMEOUT, ReplayOptions
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.sandbox import SANDBOX_NOTE, child_env, child_path, python_command
 from graphdbg.store.gate import read_child_file, read_json
@@ -57,20 +57,21 @@ def _spec_of(obj: Any) -> str:
     return f"{module}:{qual}"
 
 
-def run_isolated(case: Case | Dump, backend: str | Callable[..., Any], passes: str | Sequence[Any] | None, *,
-                 timeout: float | None, device: Any = None, **options: Any) -> Outcome:
-    """Replay a Case, or a Dump on ``device`` (its inputs then load only in the child).
+def run_isolated(case: Case | Dump, backend: str | Callable[..., Any], opts: ReplayOptions) -> Outcome:
+    """Replay a Case, or a Dump on ``opts.device`` (its inputs then load only in the child).
 
-    ``timeout`` defaults to ``DEFAULT_TIMEOUT`` (600 s): an isolated replay always ends.
+    ``opts.timeout`` defaults to ``DEFAULT_TIMEOUT`` (600 s): an isolated replay always ends.
     """
+    passes = opts.passes
     if passes is not None and not isinstance(passes, str):
         passes = ",".join(_spec_of(p) for p in passes)
     if _is_dump(case):  # a CPU replay is known without torch: its parent needn't import it
-        device = "cpu" if case.cpu_replay(device) else case.resolve_device(device)
+        device = "cpu" if case.cpu_replay(opts.device) else case.resolve_device(opts.device)
     else:
         device = case.device
-    timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
-    request: dict[str, Any] = {"backend": backend_spec(backend), "passes": passes, "device": str(device), "options": options}
+    timeout = DEFAULT_TIMEOUT if opts.timeout is None else float(opts.timeout)
+    request: dict[str, Any] = {"backend": backend_spec(backend), "passes": passes, "device": str(device),
+                               "options": opts.for_child()}
     with tempfile.TemporaryDirectory(prefix="graphdbg-child-") as tmp:
         tmpdir = Path(tmp)
         if _is_dump(case) or (case.dump is not None and not case.modified):
@@ -221,7 +222,6 @@ class ChildGroup:
 
 TOKEN_ENV = "GRAPHDBG_REPLAY_TOKEN"
 PARENT_ENV = "GRAPHDBG_REPLAY_PARENT"
-DEFAULT_TIMEOUT = 600.0
 _LIVE: dict[int, ChildGroup] = {}
 _PREVIOUS: dict[int, Any] = {}
 
@@ -256,33 +256,19 @@ def _on_signal(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 
-_OUTCOME_STATUS = ("pass", "crash", "mismatch", "timeout")
-
-
-def _checked_outcome(data: object, path: Path) -> dict[str, Any]:
-    """outcome.json as the child wrote it, or a GraphdbgError (exit 2) naming the first bad field."""
+def _checked_outcome(data: object, path: Path) -> Outcome | str:
+    """outcome.json as the child wrote it: its Outcome, or the error text of a replay that could
+    not start; a GraphdbgError (exit 2) naming the first bad field of anything else."""
 
     where = f"{path}: garbage outcome.json from the replay child"
-    if not isinstance(data, dict):
-        raise GraphdbgError(f"{where} (not an object)")
-    if "error" in data:
+    if isinstance(data, dict) and "error" in data:
         if not isinstance(data["error"], str):
             raise GraphdbgError(f"{where} (error is not text)")
-        return data
-    if data.get("status") not in _OUTCOME_STATUS or not isinstance(data.get("backend"), str):
-        raise GraphdbgError(f"{where} (status or backend)")
-    kinds = {"str": str, "int": int, "float": (int, float), "bool": bool, "list": list}
-    for f in dataclasses.fields(Outcome):
-        if f.name not in data or data[f.name] is None:
-            continue
-        want = str(f.type).split("|")[0].split("[")[0].strip()
-        if want in kinds and not isinstance(data[f.name], kinds[want]):
-            raise GraphdbgError(f"{where} ({f.name} is a {type(data[f.name]).__name__})")
-        if want == "list" and not all(isinstance(x, (dict, str)) for x in data[f.name]):
-            raise GraphdbgError(f"{where} ({f.name} holds a non-object)")
-    if any(not isinstance(m, dict) or "index" not in m for m in data.get("mismatches") or []):
-        raise GraphdbgError(f"{where} (mismatches)")
-    return data
+        return data["error"]
+    try:
+        return Outcome.checked(data)
+    except ValueError as e:
+        raise GraphdbgError(f"{where} ({e})") from None
 
 
 def child_outcome(returncode: int | None, outcome_path: Path, err: str, backend: str, device: str | None) -> Outcome:
@@ -291,11 +277,10 @@ def child_outcome(returncode: int | None, outcome_path: Path, err: str, backend:
     tail = err[-STDERR_TAIL:]
     if os.path.lexists(outcome_path):
         # through the gate: the child ran a backend, which may have left anything there
-        data = _checked_outcome(read_json(outcome_path.parent, outcome_path.name, what="outcome.json"), outcome_path)
-        if "error" in data:
+        outcome = _checked_outcome(read_json(outcome_path.parent, outcome_path.name, what="outcome.json"), outcome_path)
+        if isinstance(outcome, str):
             return Outcome(status="crash", backend=backend, stage="child", error_type="GraphdbgError", device=device,
-                           signature=f"GraphdbgError: {data['error']}", message=data["error"], isolated=True, stderr_tail=tail)
-        outcome = Outcome.from_dict(data)
+                           signature=f"GraphdbgError: {outcome}", message=outcome, isolated=True, stderr_tail=tail)
         outcome.isolated = True
         outcome.stderr_tail = tail or None
         return outcome

@@ -10,24 +10,28 @@ difference may come from the stand-ins, not from the backend.
     >>> outcome.exit_code       # 0 pass, 1 a reproduced failure
 
 An Outcome is plain data: it goes to JSON and back, so a child process can hand it to its
-parent, and the CLI can print it for CI.
+parent, and the CLI can print it for CI. It is one pydantic model: the fields below are its
+JSON Schema (``graphdbg schema replay``) and the check of what a child wrote (``checked``).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from graphdbg.display import Displayed
 from graphdbg.judge.difference import recorded_difference, same_difference
 from graphdbg.judge.signature import same_signature
 
-STATUSES = ("pass", "crash", "mismatch", "timeout")
+Status = Literal["pass", "crash", "mismatch", "timeout"]
+STATUSES = get_args(Status)
 
 
-@dataclass
-class Outcome(Displayed):
-    status: str
+class Outcome(Displayed, BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    status: Status
     backend: str
     signature: str | None = None
     stage: str | None = None  # where it failed: "pass:<name>", "compile", "run", "reference", "child"
@@ -36,7 +40,7 @@ class Outcome(Displayed):
     traceback: str | None = None
     node: str | None = None  # the failing node's name, when known
     node_target: str | None = None
-    mismatches: list[dict[str, Any]] = field(default_factory=list)
+    mismatches: list[dict[str, Any]] = Field(default_factory=list)  # each with its output's ``index``
     diverges_at: dict[str, Any] | None = None  # a mismatch's first node off the reference, where cheap (replay/divergence.py)
     max_abs_error: float | None = None
     max_rel_error: float | None = None
@@ -44,8 +48,8 @@ class Outcome(Displayed):
     reference_error: str | None = None  # why no float64 reference could be computed, when one was needed
     trusted: bool = True  # False: a mismatching output depends on stand-ins, so may not be a backend bug
     untrusted_because: str | None = None  # which stand-ins the mismatching outputs depend on
-    passes: list[dict[str, Any]] = field(default_factory=list)
-    stand_ins: list[str] = field(default_factory=list)
+    passes: list[dict[str, Any]] = Field(default_factory=list)
+    stand_ins: list[str] = Field(default_factory=list)
     device: str | None = None
     isolated: bool = False
     sandbox: str | None = None  # an isolated child's: "landlock (...)" or "none (why)" (replay/sandbox.py)
@@ -64,13 +68,30 @@ class Outcome(Displayed):
     def exit_code(self) -> int:
         return 0 if self.status == "pass" else 1
 
+    @field_validator("mismatches")
+    @classmethod
+    def _indexed(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if any("index" not in m for m in value):
+            raise ValueError("a mismatch without its output's index")
+        return value
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return self.model_dump()
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Outcome:
-        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
-        return cls(**known)
+        return cls.model_validate(d)
+
+    @classmethod
+    def checked(cls, data: Any) -> Outcome:
+        """``data`` (JSON another process wrote) as an Outcome, with no value coerced; a
+        ValueError naming the first bad field otherwise."""
+        try:
+            return cls.model_validate(data, strict=True)
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "outcome"
+            raise ValueError(f"{where}: {first['msg']}") from None
 
     def same_failure(self, other: Outcome) -> bool:
         """Do two outcomes show the same bug? Crashes compare by signature, mismatches by output."""

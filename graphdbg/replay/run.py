@@ -16,12 +16,12 @@ the graph (``graphdbg.replay.float64``), made only then and only for those outpu
 that remains and depends on stand-ins is marked untrusted (``replay.stand_in_flow``). Inputs
 the graph doesn't write (``replay.mutation``) are shared by the runs rather than copied for
 each. With ``isolate=True`` the replay runs in a child process, so a segfault, an abort or a
-hang becomes an Outcome instead of the end of the replayer.
+hang becomes an Outcome instead of the end of the replayer. How a replay runs is one
+``ReplayOptions`` (``replay.options``): ``run_case``'s keywords build it, ``replay_case`` takes it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import re
 import time
@@ -34,16 +34,16 @@ import torch
 import torch.fx as fx
 
 from graphdbg.backends.calls import as_dynamo_calls_it, call_inputs
-from graphdbg.backends.compiler_config import Settings, applied_config, not_restored, replay_settings
-from graphdbg.backends.resolve import resolve_backend
+from graphdbg.backends.compiler_config import Settings, replay_settings
 from graphdbg.errors import GraphdbgError
 from graphdbg.graph.allow_list import check_graph_module
 from graphdbg.graph.hashing import target_name
-from graphdbg.judge.accuracy import compare_outputs, forgive, needs_float64
+from graphdbg.judge.accuracy import BY_DTYPE, Tolerance, compare_outputs, forgive, needs_float64
 from graphdbg.judge.failing_node import code_file, failing_node, node_on_line
 from graphdbg.judge.randomness import random_outputs, rng_state, same_draws, same_generators, set_rng_state
-from graphdbg.judge.signature import exception_text, signature, unwrap_backend_exception
+from graphdbg.judge.signature import exception_text, signature
 from graphdbg.rebuild.inputs import clone_value
+from graphdbg.replay.backend_setup import backend_and_passes, compiler_settings
 from graphdbg.replay.backward import (
     add_mismatches,
     as_graph_backend,
@@ -54,14 +54,17 @@ from graphdbg.replay.backward import (
     run_training_case,
     written_attrs_before,
 )
+from graphdbg.replay.crash import failed_pass, set_crash, set_pass_crash, unwrap
 from graphdbg.replay.divergence import replay_divergence, runs_graph
 from graphdbg.replay.float64 import ReferenceUnavailable, float64_reference
 from graphdbg.replay.mutation import mutated_inputs
+from graphdbg.replay.options import ReplayOptions, replay_options
 from graphdbg.replay.outcome import Outcome
-from graphdbg.replay.passes import PassFailed, apply_passes, find_pass_failure, inductor_post_grad_patch, resolve_passes
+from graphdbg.replay.passes import apply_passes
 from graphdbg.replay.retrace import whole_graph
 from graphdbg.replay.stand_in_flow import stand_ins_behind_outputs
 from graphdbg.replay.uninitialised import set_aside_uninitialised
+from graphdbg.store.manifest import ReplayFacts
 from graphdbg.store.specs import SymSpec, TensorSpec
 
 if TYPE_CHECKING:
@@ -81,47 +84,40 @@ class Resolved:
     settings: Settings  # the captured compiler settings to apply (and those skipped, with why)
 
 
-def run_case(
-    case: Case,
-    backend: str | Callable[..., Any] = "eager",
-    passes: str | Sequence[Any] | None = None,
-    *,
-    isolate: bool = False,
-    timeout: float | None = None,
-    accuracy: bool = True,
-    rtol: float | None = None,
-    atol: float | None = None,
-    direct: bool = False,
-    pass_stage: str = "pre",
-    backward: bool | None = None,
-) -> Outcome:
+def run_case(case: Case, backend: str | Callable[..., Any] = "eager", passes: str | Sequence[Any] | None = None, *,
+             options: ReplayOptions | None = None, **settings: Any) -> Outcome:
     """Replay ``case`` under ``backend`` after ``passes``; never raises for a failure of the
     graph or backend (that is the Outcome), only for a replay that can't start (GraphdbgError).
 
-    The steps, each a function of this module: ``resolve``, ``reference`` (eager, when judging
-    accuracy), ``build_inputs``, ``Compiler`` (the backend as torch.compile calls it, passes
-    first), ``execute``, then ``judge`` the result or ``record_crash`` the failure."""
-    if backward is None:  # the forward of a backward failure fails only with its backward
-        backward = fails_in_backward(case.dump)
-    if backend == "eager" and not passes:
-        # Eager has no compiler for Dynamo's graph to feed: the dumped graph runs as it is (as
-        # ``--direct``), and a replay under eager doesn't import Dynamo (seconds of CPU).
-        direct = True
-    if isolate:
+    ``settings`` are fields of ``ReplayOptions`` (``isolate``, ``timeout``, ``accuracy``,
+    ``rtol``, ``atol``, ``direct``, ``pass_stage``, ``backward``), over ``options`` when given."""
+    opts = replay_options(options, **settings)
+    return replay_case(case, backend, opts.but(passes=passes) if passes is not None else opts)
+
+
+def replay_case(case: Case, backend: str | Callable[..., Any], opts: ReplayOptions) -> Outcome:
+    """``run_case`` with its options made. The steps, each a function of this module:
+    ``resolve``, ``reference`` (eager, when judging accuracy), ``build_inputs``, ``Compiler``
+    (the backend as torch.compile calls it, passes first), ``execute``, then ``judge`` the
+    result or ``record_crash`` the failure."""
+    backward = fails_in_backward(case.dump) if opts.backward is None else opts.backward
+    # Eager has no compiler for Dynamo's graph to feed: the dumped graph runs as it is (as
+    # ``--direct``), and a replay under eager doesn't import Dynamo (seconds of CPU).
+    direct = bool(opts.direct) or (backend == "eager" and not opts.passes)
+    if opts.isolate:
         from graphdbg.replay.isolation import run_isolated  # isolation -> case -> (lazily) this module
 
-        return run_isolated(case, backend, passes, timeout=timeout, accuracy=accuracy, rtol=rtol, atol=atol,
-                            direct=direct, pass_stage=pass_stage, backward=backward)
+        return run_isolated(case, backend, opts.but(direct=direct, backward=backward))
     if backward and not is_backward_dump(case.dump):  # a backward dump's graph replays alone
-        return run_training_case(case, backend, passes, accuracy=accuracy, rtol=rtol, atol=atol, direct=direct,
-                                 pass_stage=pass_stage)
+        return run_training_case(case, backend, opts.but(direct=direct))
+    tol = opts.tolerance
     started = time.perf_counter()
-    resolved = resolve(case, backend, passes, pass_stage=pass_stage)
+    resolved = resolve(case, backend, opts.passes, pass_stage=opts.pass_stage)
     outcome = Outcome(status="pass", backend=resolved.name, device=str(case.device),
                       stand_ins=[s.describe() for s in case.stand_ins])
     outcome.stand_ins += resolved.settings.shown()  # recorded settings the allow-list skipped, and why
     start = rng_state()  # the reference, the compiled run and the float64 run draw from one random state
-    ref, attrs_before = (reference(case, resolved) if accuracy else (None, None))
+    ref, attrs_before = (reference(case, resolved) if opts.accuracy else (None, None))
     after_eager = rng_state()
     set_rng_state(start)
     if isinstance(ref, Outcome):  # the graph fails even eagerly
@@ -133,12 +129,12 @@ def run_case(
             record_crash(outcome, error, compiler, case, gm)
         elif ref is not None:
             # what the backend wrote is judged first; then its inputs are done with and only outputs are
-            bad_writes = mutation_mismatches_of(case, attrs_before, gm, inputs, resolved.grad, rtol, atol)
+            bad_writes = mutation_mismatches_of(case, attrs_before, gm, inputs, resolved.grad, tol)
             del inputs
-            judge(outcome, case, ref, result, rtol, atol, draws=(start, rng_state(), after_eager))
+            judge(outcome, case, ref, result, tol, draws=(start, rng_state(), after_eager))
             add_mismatches(outcome, bad_writes)
             if outcome.status == "mismatch" and compiler.runs_graph and not resolved.post:  # where it starts, when cheap
-                found = replay_divergence(case, resolved.backend, resolved.pre, resolved.grad, rtol, atol)
+                found = replay_divergence(case, resolved.backend, resolved.pre, resolved.grad, tol)
                 outcome.diverges_at = found.to_dict() if found is not None else None
     finally:
         if not direct:
@@ -154,20 +150,15 @@ def resolve(case: Case, backend: str | Callable[..., Any] = "eager", passes: str
     """Step 1: check the graph against the allow-list, name the backend and the passes, read the
     captured grad mode and compiler settings. Raises GraphdbgError for a replay that can't start."""
     check_graph_module(case.gm, case.inputs)  # the loader's allow-list, again on what is about to run
-    name, be = resolve_backend(backend)
-    specs = resolve_passes(passes, default_stage=pass_stage)
-    pre = [p for p in specs if p.stage == "pre"]
-    post = [p for p in specs if p.stage != "pre"]
-    if post and name != "inductor":
-        raise GraphdbgError(f"post_grad passes run inside Inductor; backend {name!r} is not inductor")
+    name, be, pre, post = backend_and_passes(backend, passes, pass_stage)
     manifest = case.dump.manifest if case.dump is not None else None
     # The compiler settings of the captured run (graphdbg.backends.compiler_config), unless --no-config.
     settings = replay_settings(manifest)
     return Resolved(
         name=name,
-        backend=as_graph_backend(_backend_callable(be), name, case.dump),  # an AOT bw_compiler replaying its backward dump
+        backend=as_graph_backend(be, name, case.dump),  # an AOT bw_compiler replaying its backward dump
         pre=pre, post=post,
-        grad=bool(manifest.get("grad_enabled", False)) if manifest is not None else False,
+        grad=ReplayFacts.of(manifest).grad_enabled,
         mutated=mutated_inputs(case.gm),
         settings=settings,
     )
@@ -254,11 +245,8 @@ def execute(gm: fx.GraphModule, inputs: list[Any], compiler: Compiler, resolved:
     with ``direct`` by calling the compiler on ``gm`` itself. Returns the outputs; raises what
     the compile or the run raised. Sets ``outcome.run_s``, and names recorded settings this
     torch lacks among ``outcome.stand_ins``. The caller resets Dynamo afterwards."""
-    patch = inductor_post_grad_patch(resolved.post, compiler.reports) if resolved.post else {}
     settings = resolved.settings
-    with torch.set_grad_enabled(resolved.grad), applied_config(settings) as unknown, _inductor_patch(patch):
-        # a recorded setting this torch lacks can't be restored: say so, as for any stand-in
-        outcome.stand_ins += not_restored(unknown)
+    with torch.set_grad_enabled(resolved.grad), compiler_settings(settings, resolved.post, compiler.reports, outcome):
         t0 = time.perf_counter()
         if direct:
             compiled = compiler(gm, inputs)
@@ -300,12 +288,12 @@ def execute_whole(case: Case, resolved: Resolved, outcome: Outcome, direct: bool
 def record_crash(outcome: Outcome, e: BaseException, compiler: Compiler, case: Case, gm: fx.GraphModule) -> None:
     """Step 6 on a failure: ``outcome`` becomes the crash ``e`` is: of a pass (``pass:<name>``),
     of the compile or of the run, with the failing node in the dump's names where it can be found."""
-    failed_pass = e if isinstance(e, PassFailed) else find_pass_failure(e)  # a post_grad pass raises inside Inductor
-    if failed_pass is not None:
-        compiler.reports.extend(r for r in failed_pass.reports if r not in compiler.reports)
-        _crash(outcome, failed_pass.__cause__ or failed_pass, f"pass:{failed_pass.report.name}", None)
+    failed = failed_pass(e)
+    if failed is not None:
+        compiler.reports.extend(r for r in failed.reports if r not in compiler.reports)
+        set_pass_crash(outcome, failed)
         return
-    inner = _unwrap(e)
+    inner = unwrap(e)
     node = compiler.node
     failed_gm, failed_inputs = compiler.failed or (compiler.gm or case.gm, case.inputs)
     if node is None and compiler.compiled:
@@ -343,25 +331,6 @@ def as_captured(gm: fx.GraphModule, inputs: list[Any]) -> tuple[bool, dict[str, 
     return dynamic, extra
 
 
-def _backend_callable(be: str | Callable[..., Any]) -> Callable[..., Any]:
-    if isinstance(be, str):
-        from torch._dynamo import lookup_backend  # lazy: a direct replay under eager never imports Dynamo (~2 s)
-
-        return lookup_backend(be)
-    return be
-
-
-@contextlib.contextmanager
-def _inductor_patch(patch: dict[str, Any]):
-    if not patch:
-        yield
-        return
-    import torch._inductor.config as inductor_config  # loads Inductor; a replay under eager never needs it
-
-    with inductor_config.patch(patch):
-        yield
-
-
 SMALL_INPUT_BYTES = 16 << 20
 
 
@@ -392,12 +361,12 @@ def _reference(case: Case, grad: bool, mutated: set[int]) -> Any:
     return torch.utils._pytree.tree_map(lambda v: v.detach() if isinstance(v, torch.Tensor) else v, ref)
 
 
-def judge(outcome: Outcome, case: Case, ref: Any, result: Any, rtol: float | None, atol: float | None,
+def judge(outcome: Outcome, case: Case, ref: Any, result: Any, tol: Tolerance = BY_DTYPE,
           draws: tuple[Any, Any, Any] | None = None) -> None:
     """``draws``: the random states (at the start, after the compiled run, after eager's): outputs
     of random ops are set aside when the backend drew other numbers than eager (judge.randomness)."""
     ref, result = set_aside_uninitialised(outcome, case.gm, ref, result)  # no verdict on memory nobody wrote
-    bad = compare_outputs(ref, result, rtol=rtol, atol=atol)
+    bad = compare_outputs(ref, result, tol=tol)
     if bad and draws is not None and not same_generators(draws[1], draws[2]):
         drawn = random_outputs(case.gm)
         bad = [m for m in bad if m.index not in drawn]
@@ -409,7 +378,7 @@ def judge(outcome: Outcome, case: Case, ref: Any, result: Any, rtol: float | Non
         with same_draws(draws[0] if draws is not None else None):
             ref64, outcome.reference, outcome.reference_error = _float64_outputs(case, suspects)
         if ref64 is not None:
-            bad = forgive(bad, ref, result, ref64, rtol=rtol, atol=atol)
+            bad = forgive(bad, ref, result, ref64, tol=tol)
             del ref64
     if not bad:
         return
@@ -472,46 +441,10 @@ def _label_stand_ins(outcome: Outcome, case: Case) -> None:
         outcome.untrusted_because = f"depends on stand-ins: {shown}"
 
 
-def _unwrap(e: BaseException) -> BaseException:
-    """The backend's own exception, not Dynamo's or Inductor's wrapper around it."""
-
-    seen = 0
-    while seen < 5:
-        if type(e).__name__ == "InternalTorchDynamoError":
-            # Dynamo formats the backend's exception into its wrapper; when that exception's
-            # __str__ raises, Dynamo reports the __str__ failure: the backend's own is its context.
-            inner = _raised_by_str(e.__cause__ or e.__context__)
-        else:
-            inner = unwrap_backend_exception(e)
-            inner = None if inner is e else inner
-        if inner is None:
-            break
-        e, seen = inner, seen + 1
-    return e
-
-
-def _raised_by_str(e: BaseException | None) -> BaseException | None:
-    """The exception whose ``__str__`` raised ``e``, or None."""
-    tb, last = (e.__traceback__ if e is not None else None), None
-    while tb is not None:
-        last, tb = tb, tb.tb_next
-    if last is not None and last.tb_frame.f_code.co_name == "__str__" and e.__context__ is not None:
-        return e.__context__
-    return None
-
-
 def _crash(outcome: Outcome, e: BaseException, stage: str, gm: fx.GraphModule | None, node: fx.Node | None = None) -> None:
     if node is None and gm is not None:
         node = failing_node(e, gm)
-    msg = exception_text(e)
-    outcome.status = "crash"
-    outcome.stage = stage
-    outcome.error_type = type(e).__name__
-    outcome.message = msg
-    outcome.traceback = "".join(tb.format_exception(type(e), e, e.__traceback__))[-8000:]
-    if node is not None:
-        outcome.node, outcome.node_target = node.name, target_name(node)
-    outcome.signature = signature(type(e).__name__, msg, outcome.node_target)
+    set_crash(outcome, e, stage, node)
 
 
 def _locate_with_interpreter(gm: fx.GraphModule, inputs: list[Any], exc: BaseException, grad: bool,

@@ -16,8 +16,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from graphdbg.backends.recipe import is_recipe_spec
 from graphdbg.backends.resolve import resolve_backend
+from graphdbg.errors import GraphdbgError
 from graphdbg.rebuild.memory_budget import MAX_INPUT_GB_ENV, check_fits, descriptor_bytes
 from graphdbg.replay.isolation import run_isolated
+from graphdbg.replay.options import ReplayOptions, replay_options
+from graphdbg.store.manifest import ReplayFacts
 
 if TYPE_CHECKING:
     from graphdbg.replay.outcome import Outcome
@@ -33,27 +36,29 @@ def _check_backend(backend: str | Callable[..., Any], isolate: bool) -> None:
     resolve_backend(backend)
 
 
-def replay_dump(dump: Any, backend: str | Callable[..., Any] = "eager", passes: Any = None, *,
-                device: Any = None, isolate: bool = True, timeout: float | None = None,
-                max_input_gb: float | None = None, **options: Any) -> Outcome:
-    """Replay a Dump; with ``isolate`` its inputs are loaded only in the child process.
+def replay_dump(dump: Any, backend: str | Callable[..., Any] = "eager", options: ReplayOptions | None = None,
+                **settings: Any) -> Outcome:
+    """Replay a Dump (``settings``: fields of ``ReplayOptions``, over ``options``); isolated
+    unless ``isolate=False``, and then its inputs are loaded only in the child process.
 
     Before anything is allocated, the inputs' bytes are checked against the free memory of
     the device (or ``max_input_gb``): InputsTooLarge (exit 2) instead of a swapped-out machine.
-    With ``isolate`` the child checks, before it loads them (``graphdbg.replay.child``).
+    Isolated, the child checks, before it loads them (``graphdbg.replay.child``).
     """
-    _check_backend(backend, isolate)  # an unknown backend is an error here, not a crash in the child
-    if (dump.manifest.get("parent") or {}).get("piece") and not options.get("direct"):
+    opts = replay_options(options, **settings)
+    opts = opts.but(isolate=True) if opts.isolate is None else opts
+    _check_backend(backend, opts.isolate)  # an unknown backend is an error here, not a crash in the child
+    if ReplayFacts.of(dump.manifest).piece and not opts.direct:
         # A piece of a nested compile reached its compiler as a GraphModule, never through Dynamo:
         # replay it the same way (re-tracing would turn a Stream input into something else).
-        options["direct"] = True
-    with _input_limit(max_input_gb):
-        if isolate:
-            return run_isolated(dump, backend, passes, timeout=timeout, device=device, **options)
-        check_dump_fits(dump, device)
-        from graphdbg.replay.run import run_case  # lazy: Dynamo (~2 s) only for a replay in this process
+        opts = opts.but(direct=True)
+    with _input_limit(opts.max_input_gb):
+        if opts.isolate:
+            return run_isolated(dump, backend, opts)
+        check_dump_fits(dump, opts.device)
+        from graphdbg.replay.run import replay_case  # lazy: Dynamo (~2 s) only for a replay in this process
 
-        return run_case(dump.case(device), backend, passes, **options)
+        return replay_case(dump.case(opts.device), backend, opts)
 
 
 def check_dump_fits(dump: Any, device: Any = None) -> None:
@@ -81,12 +86,32 @@ def _input_limit(max_input_gb: float | None):
             os.environ[MAX_INPUT_GB_ENV] = old
 
 
-def compare_backends(dump: Any, backends: Sequence[str], *, device: Any = None, isolate: bool = True,
-                     timeout: float | None = None, **options: Any):
+COMPARED = ("eager", "aot_eager", "inductor")  # compare's backends, with the dump's own, unless told
+
+
+def compared_backends(spec: str | None, own: Callable[[], str | None]) -> tuple[list[str], GraphdbgError | None]:
+    """The backends ``compare`` replays: ``spec`` (comma-separated; ``dump`` is the dump's own
+    backend, ``own()``, however it is spelled: an aot_autograd recipe has commas), by default
+    ``COMPARED`` and the dump's own. The second item is why the dump's own was left out of the
+    default (it can't be used without trust), else None."""
+    names = [b.strip() for b in spec.split(",") if b.strip()] if spec is not None else list(COMPARED)
+    if "dump" in names:
+        mine = own() or "eager"
+        return [mine if n == "dump" else n for n in names], None
+    if spec is None:
+        try:
+            mine = own()
+        except GraphdbgError as e:
+            return names, e
+        names += [mine] if mine and mine not in names else []
+    return names, None
+
+
+def compare_backends(dump: Any, backends: Sequence[str], options: ReplayOptions | None = None):
     """One replay per backend; a pandas DataFrame with one row each (and the Outcomes in ``.attrs``)."""
     import pandas as pd  # slow to import (~0.5 s), and only tables need it
 
-    outcomes = [replay_dump(dump, b, device=device, isolate=isolate, timeout=timeout, **options) for b in backends]
+    outcomes = [replay_dump(dump, b, options) for b in backends]
     rows = [{"backend": o.backend, "status": o.status, "signature": o.signature, "stage": o.stage,
              "seconds": o.total_s, "max_abs_error": o.max_abs_error, "max_rel_error": o.max_rel_error, "trusted": o.trusted,
              "reproduces": o.reproduces(dump)} for o in outcomes]

@@ -1,6 +1,6 @@
 """Replay every rank of a captured world at once, with real collectives, launched by torchrun.
 
-    >>> world = replay_world("dumps/", backend="inductor", timeout=120)
+    >>> world = replay_world("dumps/", "inductor", ReplayOptions(timeout=120))
     >>> [(r.rank, r.device, r.outcome.status) for r in world.ranks], world.pg_backend
     ([(0, 'cuda:0', 'crash'), (1, 'cuda:1', 'crash'), (2, 'cuda:0', 'timeout'), (3, 'cuda:1', 'crash')], 'gloo')
 
@@ -44,6 +44,7 @@ from graphdbg.formats import load as load_dump
 from graphdbg.rebuild.inputs import symbol_env
 from graphdbg.rebuild.memory_budget import free_bytes as free_on
 from graphdbg.replay.isolation import child_outcome
+from graphdbg.replay.options import ReplayOptions
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.sandbox import child_path, python_command
 from graphdbg.store.gate import read_child_file
@@ -273,16 +274,19 @@ def _gib(n: int) -> str:
 
 
 # The launch --------------------------------------------------------------------------
+WORLD_TIMEOUT = 300.0  # seconds all ranks together may take, unless told
 
-def replay_world(root: str | Path, backend: str | None = None, passes: str | None = None, *, graph: str | None = None,
-                 nproc: int | None = None, device: str | None = None, timeout: float = 300.0, gpus: int | None = None,
+def replay_world(root: str | Path, backend: str | None = None, opts: ReplayOptions = ReplayOptions(), *,
+                 graph: str | None = None, nproc: int | None = None, gpus: int | None = None,
                  pg_backend: str | None = None, nnodes: int = 1, node_rank: int = 0, master_addr: str | None = None,
                  master_port: int | None = None, max_memory: int | None = None,
-                 announce: Callable[[str], None] | None = None, **options: Any) -> WorldReplay:
+                 announce: Callable[[str], None] | None = None) -> WorldReplay:
     """Replay every rank of one graph under ``root``; this node's ranks come back as rows.
+    ``opts``: its passes, device, timeout (default 300 s) and how each rank judges.
 
     ``announce`` receives, on a multi-node replay, the command each other node runs.
     """
+    device, timeout = opts.device, opts.timeout or WORLD_TIMEOUT
     graph, paths = world_dumps(root, graph)
     dumps = {r: load_dump(p) for r, p in paths.items()}
     first = next(iter(dumps.values()))
@@ -317,8 +321,8 @@ def replay_world(root: str | Path, backend: str | None = None, passes: str | Non
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="graphdbg-world-") as tmp:
         out = Path(tmp)
-        request = {"dumps": {str(r): str(p) for r, p in paths.items()}, "backend": backend, "passes": passes,
-                   "options": options, "devices": {str(i): placement.devices[r] for i, r in enumerate(mine)},
+        request = {"dumps": {str(r): str(p) for r, p in paths.items()}, "backend": backend, "passes": opts.passes,
+                   "options": opts.for_child(), "devices": {str(i): placement.devices[r] for i, r in enumerate(mine)},
                    "pg_backend": placement.pg_backend, "groups": groups, "timeout": timeout, "out": str(out)}
         (out / "request.json").write_text(json.dumps(request))
         launch = python_command("torch.distributed.run", "--nproc-per-node", str(per_node), "--max-restarts", "0",
@@ -330,7 +334,7 @@ def replay_world(root: str | Path, backend: str | None = None, passes: str | Non
                        "--master-port", str(port)]
         # each rank is an isolated interpreter too (python -I: nothing from the folder it runs in)
         launch += ["--no-python", *python_command("graphdbg.replay.rank_main", str(out / "request.json"))]
-        exit_codes, timed_out, launcher_err = _run_torchrun(launch, out, mine, timeout, child_path([backend, passes]))
+        exit_codes, timed_out, launcher_err = _run_torchrun(launch, out, mine, timeout, child_path([backend, opts.passes]))
         for r in mine:
             result.ranks.append(RankReplay(r, str(paths[r]), _rank_outcome(r, out, exit_codes, timed_out, launcher_err,
                                                                            backend, timeout), placement.devices[r]))

@@ -51,16 +51,16 @@ def eval_dim(dim: Dim, env: dict[str, int]) -> int:
     try:
         tree = ast.parse(text, mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        raise GraphdbgError(f"cannot read symbolic size {_short(text)}") from None
+        raise GraphdbgError(f"cannot read symbolic size {shortened(text)}") from None
     if sum(1 for _ in ast.walk(tree)) > MAX_EXPR_NODES:
-        raise GraphdbgError(f"symbolic size {_short(text)} is too complex (more than {MAX_EXPR_NODES} terms)")
+        raise GraphdbgError(f"symbolic size {shortened(text)} is too complex (more than {MAX_EXPR_NODES} terms)")
 
     def ev(node: ast.AST) -> int | float:
         if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
             return _bounded(node.value, text)
         if isinstance(node, ast.Name):
             if node.id not in env:
-                raise GraphdbgError(f"symbolic size {_short(text)} uses {node.id}, which has no value")
+                raise GraphdbgError(f"symbolic size {shortened(text)} uses {node.id}, which has no value")
             return _bounded(env[node.id], text)
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
             left, right = ev(node.left), ev(node.right)
@@ -72,7 +72,7 @@ def eval_dim(dim: Dim, env: dict[str, int]) -> int:
             return -v if isinstance(node.op, ast.USub) else v
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS and not node.keywords:
             return _bounded(_FUNCS[node.func.id](*[ev(a) for a in node.args]), text)
-        raise GraphdbgError(f"cannot evaluate symbolic size {_short(text)}")
+        raise GraphdbgError(f"cannot evaluate symbolic size {shortened(text)}")
 
     try:
         value = ev(tree.body)
@@ -80,7 +80,7 @@ def eval_dim(dim: Dim, env: dict[str, int]) -> int:
     except GraphdbgError:
         raise
     except (ArithmeticError, TypeError, ValueError) as e:  # 1//0, Max(), int(nan)
-        raise GraphdbgError(f"cannot evaluate symbolic size {_short(text)} ({type(e).__name__})") from None
+        raise GraphdbgError(f"cannot evaluate symbolic size {shortened(text)} ({type(e).__name__})") from None
 
 
 def _check_power(base: int | float, exp: int | float, text: str) -> None:
@@ -88,18 +88,18 @@ def _check_power(base: int | float, exp: int | float, text: str) -> None:
         return
     # |base| ** exp stays under MAX_MAGNITUDE iff exp * log2|base| < 64; checked before computing
     if exp > 64 or exp * math.log2(abs(base)) > MAX_MAGNITUDE.bit_length():
-        raise GraphdbgError(f"symbolic size {_short(text)} is too large (more than 2**64)")
+        raise GraphdbgError(f"symbolic size {shortened(text)} is too large (more than 2**64)")
 
 
 def _bounded(value: Any, text: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
-        raise GraphdbgError(f"symbolic size {_short(str(text))} is not finite")
+        raise GraphdbgError(f"symbolic size {shortened(str(text))} is not finite")
     if isinstance(value, complex) or abs(value) > MAX_MAGNITUDE:
-        raise GraphdbgError(f"symbolic size {_short(str(text))} is too large (more than 2**64)")
+        raise GraphdbgError(f"symbolic size {shortened(str(text))} is too large (more than 2**64)")
     return value
 
 
-def _short(text: str, limit: int = 60) -> str:
+def shortened(text: str, limit: int = 60) -> str:
     return repr(text) if len(text) <= limit else repr(text[: limit - 3] + "...")
 
 
@@ -112,5 +112,5 @@ def check_numel(shape: list[int], what: str = "tensor") -> int:
             raise GraphdbgError(f"{what} has a negative size in {shape}")
         n *= d
         if n > MAX_NUMEL:
-            raise GraphdbgError(f"{what} of shape {_short(str(shape))} has more than 2**36 elements; graphdbg will not make it")
+            raise GraphdbgError(f"{what} of shape {shortened(str(shape))} has more than 2**36 elements; graphdbg will not make it")
     return n

@@ -23,9 +23,9 @@ from graphdbg.store.sizes import (  # noqa: F401 (re-exported: where they always
     MAX_EXPR_NODES,
     MAX_MAGNITUDE,
     MAX_NUMEL,
-    _short,
     check_numel,
     eval_dim,
+    shortened,
 )
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from safetensors import safe_open
 
 from graphdbg.errors import DumpError
 from graphdbg.store.gate import Folder
-from graphdbg.store.tensor_header import ITEMSIZE, MAX_HEADER_BYTES, MAX_TENSOR_ENTRIES, _one_line, check_tensor_file
+from graphdbg.store.tensor_header import ITEMSIZE, MAX_HEADER_BYTES, MAX_TENSOR_ENTRIES, check_tensor_file, one_line
 
 __all__ = ["MAX_HEADER_BYTES", "MAX_TENSOR_ENTRIES", "SAFETENSORS_DTYPES", "check_tensor_file", "read_tensors",
            "storable", "write_tensors"]
@@ -121,7 +121,7 @@ def read_tensors(path: str | os.PathLike, names: Iterable[str] | None = None, de
     except DumpError:
         raise
     except Exception as e:  # safetensors raises its own error types for truncation and bad headers
-        raise DumpError(f"{path}: cannot read tensors ({_one_line(e)})") from e
+        raise DumpError(f"{path}: cannot read tensors ({one_line(e)})") from e
 
 # every dtype the writer may use (safetensors' own table: complex64, the FNUZ float8s, ...) is one the checker knows
 ITEMSIZE.update({code: torch.empty((), dtype=dtype).element_size() for dtype, code in SAFETENSORS_DTYPES.items()

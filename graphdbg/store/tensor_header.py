@@ -57,7 +57,7 @@ def check_tensor_file(path: str | os.PathLike) -> dict[str, dict]:
     except DumpError:
         raise
     except (OSError, ValueError, RecursionError) as e:
-        raise DumpError(f"{path}: not a safetensors file ({_one_line(e)})") from e
+        raise DumpError(f"{path}: not a safetensors file ({one_line(e)})") from e
     if not isinstance(header, dict):
         raise DumpError(f"{path}: not a safetensors file (the header is not a JSON object)")
     if len(header) > MAX_TENSOR_ENTRIES + 1:  # checked before any entry is looked at
@@ -110,6 +110,6 @@ def _short(name: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _one_line(e: BaseException) -> str:
+def one_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__

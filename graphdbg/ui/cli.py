@@ -7,15 +7,18 @@ was reproduced (replay), 2 the input could not be used (one line on stderr says 
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Callable, Iterator, Optional
+from typing import Annotated, Any, Callable, Iterator, Optional
 
 import typer
 
 from graphdbg.errors import GraphdbgError
+from graphdbg.replay.options import DEFAULT_TIMEOUT, ReplayOptions
 from graphdbg.strict_json import json_text
 from graphdbg.ui.render import safe_console as Console  # gate: no markup read, control characters shown
 
@@ -48,7 +51,6 @@ class _Stdout:
 
 
 console = _Stdout()
-DEFAULT_TIMEOUT = 600.0  # seconds an isolated replay may take before it counts as a timeout
 
 
 def _version(value: bool) -> None:
@@ -242,6 +244,8 @@ PassesOpt = Annotated[Optional[str], typer.Option("--passes", "-p", help="Comma-
 DeviceOpt = Annotated[Optional[str], typer.Option("--device", "-d", help="cpu, cuda, cuda:N (default: the capture device if present, else cpu).")]
 IsolateOpt = Annotated[bool, typer.Option("--isolate/--no-isolate", help="Run in a child process, so a segfault or hang becomes an outcome.")]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds before an isolated replay counts as a timeout.")]
+RtolOpt = Annotated[Optional[float], typer.Option("--rtol", help="Relative tolerance (default: by dtype).")]
+AtolOpt = Annotated[Optional[float], typer.Option("--atol", help="Absolute tolerance (default: by dtype).")]
 TrustOpt = Annotated[bool, typer.Option("--trust-backend", help="Import the module:qualname backend the dump names (code from the dump's author).", rich_help_panel="Backend")]
 ConfigOpt = Annotated[Optional[list[str]], typer.Option("--config", help="Override one recorded compiler setting: inductor.KEY=VALUE (dynamo.*, functorch.*); repeatable.", rich_help_panel="Backend")]
 NoConfigOpt = Annotated[bool, typer.Option("--no-config", help="Drop the compiler settings recorded in the dump (run with torch's defaults).", rich_help_panel="Backend")]
@@ -249,11 +253,27 @@ SwapOpt = Annotated[Optional[list[str]], typer.Option("--swap", help="OP=REFEREN
 TrustConfigOpt = Annotated[bool, typer.Option("--trust-config", help="Restore every recorded compiler setting, strings included (they can reach a compiler's command line).", rich_help_panel="Backend")]
 
 
-def _config_setup(config: list[str] | None, no_config: bool, trust_config: bool = False) -> None:
-    """--config/--no-config/--trust-config reach isolated children through the environment."""
-    from graphdbg.backends.compiler_config import set_replay_overrides
+def _recorded_config(command: Callable[..., None]) -> Callable[..., None]:
+    """``command`` with --config, --no-config and --trust-config (the recorded compiler settings
+    a replay restores), defined here once and listed before --json; they reach isolated children
+    through the environment."""
 
-    set_replay_overrides(config, no_config, trust_config)
+    @functools.wraps(command)
+    def run(*args: Any, config: list[str] | None = None, no_config: bool = False, trust_config: bool = False,
+            **kwargs: Any) -> None:
+        from graphdbg.backends.compiler_config import set_replay_overrides
+
+        set_replay_overrides(config, no_config, trust_config)
+        return command(*args, **kwargs)
+
+    params = list(inspect.signature(command, eval_str=True).parameters.values())
+    at = next((i for i, p in enumerate(params) if p.name == "as_json"), len(params))
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    params[at:at] = [inspect.Parameter("config", kind, default=None, annotation=ConfigOpt),
+                     inspect.Parameter("no_config", kind, default=False, annotation=NoConfigOpt),
+                     inspect.Parameter("trust_config", kind, default=False, annotation=TrustConfigOpt)]
+    run.__signature__ = inspect.signature(command).replace(parameters=params)  # what typer reads
+    return run
 
 
 def _own_backend(path: Path, trust: bool, command: str) -> str | None:
@@ -269,6 +289,7 @@ def _own_backend(path: Path, trust: bool, command: str) -> str | None:
 
 
 @app.command(epilog=_example("graphdbg replay fixtures/block_runtime_error --trust-backend"))
+@_recorded_config
 def replay(
     dump: Annotated[Path, typer.Argument(help="A dump folder, a folder of rank dumps (--all-ranks), or a graph file.")],
     backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="eager, aot_eager, inductor, thunder, any registered backend, or package.module:callable (default: the dump's own backend).")] = None,
@@ -278,8 +299,8 @@ def replay(
     timeout: TimeoutOpt = DEFAULT_TIMEOUT,
     direct: Annotated[bool, typer.Option("--direct", help="Call backend(gm, inputs) on the dumped graph instead of re-tracing it with torch.compile.")] = False,
     accuracy: Annotated[bool, typer.Option("--accuracy/--no-accuracy", help="Compare outputs with eager (float64 where possible).")] = True,
-    rtol: Annotated[Optional[float], typer.Option(help="Relative tolerance (default: by dtype).")] = None,
-    atol: Annotated[Optional[float], typer.Option(help="Absolute tolerance (default: by dtype).")] = None,
+    rtol: RtolOpt = None,
+    atol: AtolOpt = None,
     all_ranks: Annotated[bool, typer.Option("--all-ranks", help="Replay every rank's dump under DUMP at once, with real collectives.")] = False,
     nproc: Annotated[Optional[int], typer.Option("--nproc", help="Rank processes on this node for --all-ranks (default: world size / --nnodes).")] = None,
     graph: Annotated[Optional[str], typer.Option("--graph", help="With --all-ranks: which graph (e.g. g0-compile_error, or 9 for rank*_9.py) when there are several.")] = None,
@@ -295,9 +316,6 @@ def replay(
     backward: Annotated[Optional[bool], typer.Option("--backward/--no-backward", help="Training: run the forward, then the backward with recorded (else seeded) tangents; compare gradients too (default: when the dump is the forward of a backward failure).", show_default=False)] = None,
     max_input_gb: Annotated[Optional[float], typer.Option("--max-input-gb", help="Refuse (exit 2) inputs bigger than this many GiB (default: the device's free memory).")] = None,
     trust_backend: TrustOpt = False,
-    config: ConfigOpt = None,
-    no_config: NoConfigOpt = False,
-    trust_config: TrustConfigOpt = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Replay a dump under a backend; exit 0 on pass, 1 on the captured failure, 4 on another failure, 2 if it can't run."""
@@ -305,16 +323,16 @@ def replay(
     from graphdbg.replay.start import replay_dump
 
     _inputs_setup(ops, seed)
-    _config_setup(config, no_config, trust_config)
+    opts = ReplayOptions(passes=passes, device=device, isolate=isolate, timeout=timeout, direct=direct, accuracy=accuracy,
+                         rtol=rtol, atol=atol, backward=backward, max_input_gb=max_input_gb)
     if all_ranks:
         backend = backend or _own_backend(dump, trust_backend, "replay --all-ranks")
         from graphdbg.replay.world import replay_world
 
-        world = replay_world(dump, backend, passes, graph=graph, nproc=nproc, device=device, timeout=timeout or 300.0,
+        world = replay_world(dump, backend, opts, graph=graph, nproc=nproc,
                              gpus=gpus, pg_backend=pg_backend, nnodes=nnodes, node_rank=node_rank, master_addr=master_addr,
                              master_port=master_port, max_memory=int(max_memory_gb * (1 << 30)) if max_memory_gb is not None else None,
-                             announce=lambda line: Console(stderr=True).print(f"graphdbg: {line}", highlight=False, soft_wrap=True, markup=False),
-                             direct=direct, accuracy=accuracy, rtol=rtol, atol=atol)
+                             announce=lambda line: Console(stderr=True).print(f"graphdbg: {line}", highlight=False, soft_wrap=True, markup=False))
         if as_json:
             _print_json(world.to_dict(), "replay-world")
         else:
@@ -328,9 +346,7 @@ def replay(
     from graphdbg.backends.recipe import backend_label
 
     with _progress(f"replay: {backend_label(backend)}: compile, run, compare with the reference", quiet=as_json):
-        outcome = replay_dump(d, backend, passes, device=device, isolate=isolate, timeout=timeout, direct=direct,
-                              accuracy=accuracy, rtol=rtol, atol=atol, max_input_gb=max_input_gb,
-                              **({"backward": backward} if backward is not None else {}))
+        outcome = replay_dump(d, backend, opts)
     if as_json:
         _print_json({"dump": str(d.path), "reproduces": outcome.reproduces(d), **outcome.to_dict()}, "replay")
     else:
@@ -354,6 +370,7 @@ def replay_exit_code(dump: object, outcome: object) -> int:
 
 
 @app.command(epilog=_example("graphdbg compare fixtures/block_accuracy --backends eager,aot_eager"))
+@_recorded_config
 def compare(
     dump: Annotated[Path, typer.Argument(help="A dump folder.")],
     backends: Annotated[Optional[str], typer.Option("--backends", help="Comma-separated backends; 'dump' is the dump's own (default: eager, aot_eager, inductor and the dump's own).")] = None,
@@ -363,9 +380,6 @@ def compare(
     ops: OpsOpt = None,
     seed: SeedOpt = None,
     trust_backend: TrustOpt = False,
-    config: ConfigOpt = None,
-    no_config: NoConfigOpt = False,
-    trust_config: TrustConfigOpt = False,
     swap: SwapOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
@@ -379,26 +393,18 @@ def compare(
     import pandas as pd
 
     from graphdbg.backends.recipe import backend_label
-    from graphdbg.replay.start import compare_backends
+    from graphdbg.replay.start import compare_backends, compared_backends
     from graphdbg.ui.render import compare_table
 
     _inputs_setup(ops, seed)
-    _config_setup(config, no_config, trust_config)
     d = _load_with_progress(dump, "compare", quiet=as_json)
-    names = [b.strip() for b in (backends or "eager,aot_eager,inductor").split(",") if b.strip()]
-    if "dump" in names:  # the dump's own backend, however it is spelled (an aot_autograd recipe has commas)
-        own = _own_backend(dump, trust_backend, "compare") or "eager"
-        names = [own if n == "dump" else n for n in names]
-    elif backends is None:
-        try:
-            own = _own_backend(dump, trust_backend, "compare")
-            names += [own] if own and own not in names else []
-        except GraphdbgError as e:
-            Console(stderr=True).print(f"graphdbg: left out {e}", highlight=False, soft_wrap=True, markup=False)
+    names, left_out = compared_backends(backends, lambda: _own_backend(dump, trust_backend, "compare"))
+    if left_out is not None:
+        _note(f"graphdbg: left out {left_out}")
     rows = []
     for i, name in enumerate(names, 1):  # one backend at a time, so a slow one shows progress
         with _progress(f"compare: {backend_label(name)} ({i}/{len(names)})", quiet=as_json):
-            rows.append(compare_backends(d, [name], device=device, isolate=isolate, timeout=timeout))
+            rows.append(compare_backends(d, [name], ReplayOptions(device=device, isolate=isolate, timeout=timeout)))
     df = pd.concat(rows, ignore_index=True)
     if as_json:
         _print_json({"dump": str(dump), "rows": df.to_dict(orient="records")}, "compare")
@@ -421,6 +427,7 @@ def _compare_swap(dump: Path, swap: list[str], device: str | None, ops: str | No
 
 
 @app.command(epilog=_example("graphdbg minify fixtures/block_runtime_error --trust-backend -o min"))
+@_recorded_config
 def minify(
     dump: Annotated[Path, typer.Argument(help="A dump folder or a graph file.")],
     backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="The backend that fails (default: the dump's own).")] = None,
@@ -436,9 +443,6 @@ def minify(
     time_budget: Annotated[float, typer.Option("--time-budget", help="Stop after this many seconds (0: no limit); the best graph so far is saved.", min=0)] = 240.0,
     ops: OpsOpt = None,
     trust_backend: TrustOpt = False,
-    config: ConfigOpt = None,
-    no_config: NoConfigOpt = False,
-    trust_config: TrustConfigOpt = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Shrink a failing graph to the smallest one that fails the same way; writes a dump and repro.py."""
@@ -446,20 +450,17 @@ def minify(
     from graphdbg.minify import minify as run_minify
 
     _inputs_setup(ops)
-    _config_setup(config, no_config, trust_config)
     backend = backend or _own_backend(dump, trust_backend, "minify")
-    if timeout is not None and isolate is None:
-        isolate = True  # a timeout is enforced only on a child process
-    timeout = DEFAULT_TIMEOUT if timeout is None else timeout
     if out is None:
         out = Path(f"{dump.name.removesuffix('.py')}-min")
         _note(f"minify: writing to ./{out}/ (-o to choose)")
     progress = False if as_json else (True if _err_console().is_terminal else _line_progress("minify"))
-    result = run_minify(dump, backend, passes, accuracy=accuracy, jobs=jobs, isolate=isolate, timeout=timeout,
-                        device=device, out=out, progress=progress, any_failure=any_failure,
+    result = run_minify(dump, backend, passes, options=ReplayOptions(isolate=isolate, timeout=timeout, device=device),
+                        accuracy=accuracy, jobs=jobs, out=out, progress=progress, any_failure=any_failure,
                         max_queries=max_queries or None, time_budget=time_budget or None)
     if result.saved and not result.interrupted:  # repro.py run once in a fresh interpreter: exit 4 if it fails otherwise
-        _self_checked(lambda c: c.check_repro(Path(out) / "repro.py", timeout=timeout), Path(out) / "repro.py", result.outcome.signature)
+        _self_checked(lambda c: c.check_repro(Path(out) / "repro.py", timeout=timeout or DEFAULT_TIMEOUT), Path(out) / "repro.py",
+                      result.outcome.signature)
     if as_json:
         _print_json(result.to_dict(), "minify")
     else:
@@ -490,21 +491,18 @@ app.add_typer(bisect_app, name="bisect")
 
 
 @bisect_app.command("passes", epilog=_example("graphdbg bisect passes DUMP --passes mypasses:fuse,mypasses:fold"))
+@_recorded_config
 def bisect_passes(
     dump: Annotated[Path, typer.Argument(help="A dump folder or a graph file.")],
     passes: Annotated[str, typer.Option("--passes", "-p", help="The pipeline, in order: package.module:callable[@stage],...")],
     backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="Backend the passes feed (default: the dump's own).")] = None,
     device: DeviceOpt = None,
     trust_backend: TrustOpt = False,
-    config: ConfigOpt = None,
-    no_config: NoConfigOpt = False,
-    trust_config: TrustConfigOpt = False,
     as_json: JsonFlag = False,
 ) -> None:
     """The first pass after which the outcome goes bad (and, for a pattern pass, which replacement)."""
     from graphdbg.minify import bisect_passes as run
 
-    _config_setup(config, no_config, trust_config)
     backend = backend or _own_backend(dump, trust_backend, "bisect passes")
     case = _load_with_progress(dump, "bisect", quiet=as_json).case(device)
     with _progress(f"bisect passes: {len(passes.split(','))} passes", quiet=as_json):
@@ -514,25 +512,22 @@ def bisect_passes(
 
 
 @bisect_app.command("nodes", epilog=_example("graphdbg bisect nodes fixtures/block_accuracy --trust-backend"))
+@_recorded_config
 def bisect_nodes(
     dump: Annotated[Path, typer.Argument(help="A dump folder or a graph file.")],
     backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="Backend whose values are compared with the reference (default: the dump's own).")] = None,
     passes: PassesOpt = None,
     device: DeviceOpt = None,
-    rtol: Annotated[Optional[float], typer.Option(help="Relative tolerance (default: by dtype).")] = None,
-    atol: Annotated[Optional[float], typer.Option(help="Absolute tolerance (default: by dtype).")] = None,
+    rtol: RtolOpt = None,
+    atol: AtolOpt = None,
     backward: Annotated[bool, typer.Option("--backward", help="Training: if no forward node diverges, bisect the backward graph.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds before bisect gives up (exit 2).")] = 3 * DEFAULT_TIMEOUT,
     trust_backend: TrustOpt = False,
-    config: ConfigOpt = None,
-    no_config: NoConfigOpt = False,
-    trust_config: TrustConfigOpt = False,
     as_json: JsonFlag = False,
 ) -> None:
     """The first node whose value diverges from the reference, with its source line and module."""
     from graphdbg.minify import bisect_nodes as run
 
-    _config_setup(config, no_config, trust_config)
     backend = backend or _own_backend(dump, trust_backend, "bisect nodes")
     if backward:
         from graphdbg.minify.backward import bisect_training_nodes as run  # noqa: F811
@@ -540,7 +535,7 @@ def bisect_nodes(
 
     case = _load_with_progress(dump, "bisect", quiet=as_json).case(device)
     with deadline(timeout, "bisect nodes"), _progress(f"bisect nodes: {len(case.gm.graph.nodes)} nodes", quiet=as_json):
-        result = run(case, backend, passes, rtol=rtol, atol=atol, **({"trust": trust_backend} if backward else {}))
+        result = run(case, backend, passes, ReplayOptions(rtol=rtol, atol=atol), **({"trust": trust_backend} if backward else {}))
     _report(result, as_json, "bisect-nodes")
     raise typer.Exit(0 if result.node is None else 1)
 
@@ -675,7 +670,7 @@ def share(
     """A redacted copy without the weights (generated from statistics) that still fails the same way; says which values stay."""
     from graphdbg.minify.share import share_dump
 
-    result = share_dump(dump, out, backend=backend, trust_backend=trust_backend, isolate=isolate, timeout=timeout, root=root,
+    result = share_dump(dump, out, ReplayOptions(isolate=isolate, timeout=timeout), backend=backend, trust_backend=trust_backend, root=root,
                         announce=_note)
     if as_json:
         _print_json(result.to_dict())

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from rich.console import Console, Group
 from rich.markup import escape
@@ -836,11 +837,27 @@ def bisect_ops_panel(result: Any) -> Panel:
     return Panel(text, title="bisect ops", expand=False)
 
 
-RENDERERS = {"Dump": lambda d: Group(_path_text(str(d.path), style="dim"), dump_panel(d)), "Case": lambda c: case_panel(c), "Outcome": lambda o: outcome_panel(o),
-             "PassBisection": pass_bisection_panel, "NodeDivergence": node_divergence_panel,
-             "RankReport": rank_report_table, "MinifyResult": minify_panel, "SwapReport": swap_table,
-             "BisectOpsResult": bisect_ops_panel,
-             "Listing": lambda listing: ListingView(listing.groups, str(listing.root))}
+# The classes shown, as (module, class): resolved to the class itself when the module is loaded
+# (an object of a class whose module isn't loaded can't be here), so a renamed class is an
+# AttributeError, not a display that silently falls back; the nouns' modules stay unimported
+# (a Dump shown in a notebook must not import torch for Case's sake).
+DUMP, CASE, OUTCOME = ("graphdbg.dump", "Dump"), ("graphdbg.case", "Case"), ("graphdbg.replay.outcome", "Outcome")
+PASS_BISECTION, NODE_DIVERGENCE = ("graphdbg.minify.bisect", "PassBisection"), ("graphdbg.replay.divergence", "NodeDivergence")
+RANK_REPORT, MINIFY_RESULT = ("graphdbg.minify.bisect", "RankReport"), ("graphdbg.minify.shrinker", "MinifyResult")
+LISTING = ("graphdbg.listing.groups", "Listing")
+SWAP_REPORT, BISECT_OPS = ("graphdbg.replay.swap", "SwapReport"), ("graphdbg.minify.bisect_ops", "BisectOpsResult")
+
+RENDERERS = {DUMP: lambda d: Group(_path_text(str(d.path), style="dim"), dump_panel(d)), CASE: lambda c: case_panel(c),
+             OUTCOME: lambda o: outcome_panel(o), PASS_BISECTION: pass_bisection_panel,
+             NODE_DIVERGENCE: node_divergence_panel, RANK_REPORT: rank_report_table, MINIFY_RESULT: minify_panel,
+             SWAP_REPORT: swap_table, BISECT_OPS: bisect_ops_panel,
+             LISTING: lambda listing: ListingView(listing.groups, str(listing.root))}
+
+
+def _for_type(table: dict[tuple[str, str], Callable[[Any], Any]], obj: Any) -> Callable[[Any], Any] | None:
+    """The entry of ``table`` for the first class in ``obj``'s MRO that has one."""
+    loaded = {getattr(sys.modules[module], name): fn for (module, name), fn in table.items() if module in sys.modules}
+    return next((loaded[cls] for cls in type(obj).__mro__ if cls in loaded), None)
 
 
 def _seconds(value: Any) -> str:
@@ -865,35 +882,31 @@ def _minify_repr(r: Any) -> str:
 
 
 REPRS = {
-    "Case": _case_repr,
-    "Outcome": lambda o: f"Outcome({o.summary() if o.status != 'pass' else 'pass'}, backend {o.backend!r}{_seconds(o.total_s)})",
-    "MinifyResult": _minify_repr,
-    "Listing": _listing_repr,
-    "PassBisection": lambda r: f"PassBisection(culprit={r.culprit!r}, {r.runs} runs)",
-    "NodeDivergence": lambda r: f"NodeDivergence({r.summary()})",
-    "RankReport": lambda r: f"RankReport(ranks {rank_ranges(r.ranks)}, odd {rank_ranges(r.odd) or 'none'})",
+    CASE: _case_repr,
+    OUTCOME: lambda o: f"Outcome({o.summary() if o.status != 'pass' else 'pass'}, backend {o.backend!r}{_seconds(o.total_s)})",
+    MINIFY_RESULT: _minify_repr,
+    LISTING: _listing_repr,
+    PASS_BISECTION: lambda r: f"PassBisection(culprit={r.culprit!r}, {r.runs} runs)",
+    NODE_DIVERGENCE: lambda r: f"NodeDivergence({r.summary()})",
+    RANK_REPORT: lambda r: f"RankReport(ranks {rank_ranges(r.ranks)}, odd {rank_ranges(r.odd) or 'none'})",
 }
 
 
 def short_repr(obj: Any) -> str:
     """One line, no tensors, no tracebacks: what a notebook shows for a graphdbg noun."""
-    for cls in type(obj).__mro__:
-        fn = REPRS.get(cls.__name__)
-        if fn is not None:
-            try:
-                return fn(obj)
-            except Exception as e:  # a repr must never raise
-                return f"<{type(obj).__name__}: {type(e).__name__} in repr>"
-    return object.__repr__(obj)
+    fn = _for_type(REPRS, obj)
+    if fn is None:
+        return object.__repr__(obj)
+    try:
+        return fn(obj)
+    except Exception as e:  # a repr must never raise
+        return f"<{type(obj).__name__}: {type(e).__name__} in repr>"
 
 
 def renderable(obj: Any) -> Any:
     """The rich renderable of a graphdbg noun: the first renderer registered for a class in its MRO."""
-    for cls in type(obj).__mro__:
-        fn = RENDERERS.get(cls.__name__)
-        if fn is not None:
-            return fn(obj)
-    return Text(repr(obj))
+    fn = _for_type(RENDERERS, obj)
+    return fn(obj) if fn is not None else Text(repr(obj))
 
 
 def html_of(obj: Any, width: int = 120) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from graphdbg.errors import GraphdbgError
+from graphdbg.replay.outcome import Outcome
 
 _STR = {"type": ["string", "null"]}
 _NUM = {"type": ["number", "null"]}
@@ -17,14 +18,7 @@ _LIST = {"type": "array"}
 _OBJ = {"type": "object"}
 _HEAD = {"graphdbg": {"type": "string"}, "schema": {"type": "string"}}
 
-_OUTCOME: dict[str, Any] = {
-    "status": {"enum": ["pass", "crash", "mismatch", "timeout"]}, "backend": {"type": "string"},
-    "signature": _STR, "stage": _STR, "error_type": _STR, "message": _STR, "traceback": _STR,
-    "node": _STR, "node_target": _STR, "mismatches": _LIST, "diverges_at": {"type": ["object", "null"]}, "max_abs_error": _NUM, "max_rel_error": _NUM,
-    "reference": _STR, "reference_error": _STR, "trusted": _BOOL, "untrusted_because": _STR, "passes": _LIST,
-    "stand_ins": {"type": "array", "items": {"type": "string"}}, "device": _STR, "isolated": _BOOL,
-    "exit_signal": _STR, "exit_code_child": _INT, "stderr_tail": _STR, "compile_s": _NUM, "run_s": _NUM, "total_s": _NUM,
-}
+_OUTCOME: dict[str, Any] = Outcome.model_json_schema()["properties"]  # the model is the one definition
 _ROW = {"path": {"type": "string"}, "id": _STR, "kind": _STR, "backend": _STR, "nodes": _INT, "signature": _STR,
         "error_type": _STR, "message": _STR, "graph_hash": _STR}
 

@@ -24,7 +24,7 @@ import torch.utils._pytree as pytree
 from graphdbg.case import Case
 from graphdbg.errors import GraphdbgError
 from graphdbg.graph.allow_list import check_graph_module, register_ops
-from graphdbg.judge.accuracy import tolerance
+from graphdbg.judge.accuracy import BY_DTYPE
 from graphdbg.rebuild.inputs import StandIn
 from graphdbg.rebuild.swap import Swap, kernel_constants, kernel_names, parse_swaps, swap_ops
 from graphdbg.replay.float64 import ReferenceUnavailable, float64_reference
@@ -68,7 +68,7 @@ def distance(expected: Any, actual: Any) -> dict[str, Any] | None:
     diff = (a - e).abs()
     finite = torch.isfinite(diff)
     norm = e.norm().item()
-    rtol, atol = tolerance(actual.dtype)
+    rtol, atol = BY_DTYPE.of(actual.dtype)
     return {"shape": list(expected.shape), "dtype": str(actual.dtype).removeprefix("torch."),
             "max_abs_error": diff.max().item() if diff.numel() else 0.0,
             "mean_abs_error": diff.mean().item() if diff.numel() else 0.0,

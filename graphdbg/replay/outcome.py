@@ -122,8 +122,8 @@ class Outcome(Displayed, BaseModel):
         if self.status != "mismatch" or dump.failure_kind != "accuracy" or not recorded_difference(captured):
             return None
         replayed = self.mismatches
-        if dump.manifest.get("stage") == "backward":  # the backward graph replayed alone: its outputs are the gradients captured
-            replayed = [{**m, "what": "gradient"} if m.get("what", "output") == "output" else m for m in replayed]
+        if dump.manifest.get("stage") == "backward":  # a backward graph's outputs are the gradients, whichever word a run used
+            captured, replayed = ([{**m, "what": "gradient"} for m in ms] for ms in (captured, replayed))
         return same_difference(captured, replayed)
 
     def summary(self) -> str:

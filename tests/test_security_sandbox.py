@@ -41,7 +41,7 @@ def probe(mode: str, tmp_path: Path) -> tuple[dict[str, str], Path, subprocess.P
     victim = subprocess.Popen(["sleep", "120"])
     try:
         r = subprocess.run([sys.executable, str(PROBE), mode, str(own), str(out / "victim.txt"), str(victim.pid)],
-                           capture_output=True, text=True, timeout=120, env=child_env(), cwd=ROOT)
+                           capture_output=True, text=True, timeout=120, env=child_env(inherit=True), cwd=ROOT)  # inherit: the GPU machine's wheels (.site)
         assert r.returncode == 0, r.stderr[-3000:]
         return json.loads(r.stdout.strip().splitlines()[-1]), out, victim
     finally:
@@ -114,7 +114,7 @@ def swaps_its_files_for_fifos(gm, example_inputs):
 
 def test_a_child_that_leaves_fifos_for_its_parent_does_not_hang_it(fixture_copy, tmp_path):
     dump = fixture_copy("block_compile_error")
-    env = child_env(Path(__file__).parent, GRAPHDBG_CACHE_DIR=str(tmp_path / "cache"))
+    env = child_env(Path(__file__).parent, inherit=True, GRAPHDBG_CACHE_DIR=str(tmp_path / "cache"))
     r = subprocess.run([sys.executable, "-m", "graphdbg", "replay", str(dump), "--backend",
                         "test_security_sandbox:swaps_its_files_for_fifos", "--json", "--timeout", "100"],
                        capture_output=True, text=True, timeout=200, env=env, cwd=tmp_path)

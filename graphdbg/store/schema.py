@@ -258,13 +258,32 @@ class Dist(_Open):
         return self
 
 
+class DeviceInfo(_Open):
+    name: Optional[Name] = None
+    capability: Optional[Annotated[str, Field(strict=True, pattern=r"^[0-9]{1,3}\.[0-9]{1,3}$")]] = None
+    memory_bytes: Optional[Count] = None
+
+
+Scalar = Optional[Union[bool, Annotated[int, Field(strict=True, ge=-MAX_INT, le=MAX_INT)], Finite, Name]]
+
+
 class Env(_Open):
+    """What decides the outcome besides the graph (``store.environment``); ``judge.environment``
+    compares it with a replay's."""
     graphdbg: Optional[Name] = None
     torch: Optional[Name] = None
+    triton: Optional[Name] = None
+    backend_package: Optional[Name] = None
+    backend_version: Optional[Name] = None
     python: Optional[Name] = None
+    cuda: Optional[Name] = None
+    driver: Optional[Name] = None
     hostname: Optional[Name] = None
     argv: Optional[Annotated[list[Text], Field(max_length=4096)]] = None
     cuda_devices: Optional[Count] = None
+    device: Optional[DeviceInfo] = None
+    settings: Optional[Annotated[dict[Name, Scalar], Field(max_length=256)]] = None
+    vars: Optional[Annotated[dict[Annotated[str, Field(strict=True, max_length=256)], Name], Field(max_length=4096)]] = None
 
 
 _SETTING = r"^(inductor|dynamo|functorch)\.[A-Za-z_][A-Za-z0-9_.]{0,200}$"

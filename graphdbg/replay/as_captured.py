@@ -1,0 +1,138 @@
+"""``--as-captured``: run a replay under the captured settings, flags, environment variables and
+thread counts (the manifest's ``env.settings`` and ``env.vars``, ``store.environment``).
+
+The CLI calls ``restore(manifest)`` before anything compiles and sets ``GRAPHDBG_AS_CAPTURED``,
+so an isolated replay child (``replay.child``) restores the same in its own process; environment
+variables reach children by inheritance. What can't be restored (versions, the device) is what
+``judge.environment`` still lists afterwards.
+
+A dump is someone else's file, so only what cannot name a program, path, host or hook comes
+back: a flag of ``SETTINGS`` with a value of its type, and an environment variable of
+``ENV_PREFIXES`` whose name passes the compiler settings' word check
+(``backends.compiler_config``) and whose value names no place. ``--trust-config`` restores
+every recorded variable but those naming a place of the capturing machine.
+
+    >>> restore(dump.manifest)
+    ['env var TORCHINDUCTOR_CACHE_DIR: names a place, not restored']
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from graphdbg.backends.compiler_config import _UNSAFE, ENV_TRUST_CONFIG
+from graphdbg.store.environment import ENV_PREFIXES, MAX_VAR, SETTINGS
+from graphdbg.store.redact import redacted_vars
+
+ENV_AS_CAPTURED = "GRAPHDBG_AS_CAPTURED"
+_COMPILER_VARS = ("TORCH", "PYTORCH", "TRITON")
+_PRECISIONS = ("highest", "high", "medium")
+_DTYPES = ("float32", "float64", "float16", "bfloat16")
+
+
+def _set_sdp(name: str, on: bool) -> None:
+    getattr(torch.backends.cuda, name)(on)
+
+
+# name -> (check of a recorded value, how to set it)
+_SETTERS: dict[str, tuple[Any, Any]] = {
+    "float32_matmul_precision": (lambda v: v in _PRECISIONS, torch.set_float32_matmul_precision),
+    "deterministic_algorithms": (lambda v: isinstance(v, bool), lambda v: torch.use_deterministic_algorithms(v, warn_only=True)),
+    "default_dtype": (lambda v: v in _DTYPES, lambda v: torch.set_default_dtype(getattr(torch, v))),
+    "cuda.matmul.allow_tf32": (None, lambda v: setattr(torch.backends.cuda.matmul, "allow_tf32", v)),
+    "cuda.matmul.allow_fp16_reduced_precision_reduction": (
+        None, lambda v: setattr(torch.backends.cuda.matmul, "allow_fp16_reduced_precision_reduction", v)),
+    "cuda.matmul.allow_bf16_reduced_precision_reduction": (
+        None, lambda v: setattr(torch.backends.cuda.matmul, "allow_bf16_reduced_precision_reduction", v)),
+    "cudnn.enabled": (None, lambda v: setattr(torch.backends.cudnn, "enabled", v)),
+    "cudnn.allow_tf32": (None, lambda v: setattr(torch.backends.cudnn, "allow_tf32", v)),
+    "cudnn.deterministic": (None, lambda v: setattr(torch.backends.cudnn, "deterministic", v)),
+    "cudnn.benchmark": (None, lambda v: setattr(torch.backends.cudnn, "benchmark", v)),
+    "sdp.flash": (None, lambda v: _set_sdp("enable_flash_sdp", v)),
+    "sdp.mem_efficient": (None, lambda v: _set_sdp("enable_mem_efficient_sdp", v)),
+    "sdp.math": (None, lambda v: _set_sdp("enable_math_sdp", v)),
+    "sdp.cudnn": (None, lambda v: _set_sdp("enable_cudnn_sdp", v)),
+    "mkldnn.enabled": (None, lambda v: setattr(torch.backends.mkldnn, "enabled", v)),
+    "num_threads": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 4096, torch.set_num_threads),
+    "num_interop_threads": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 4096,
+                            torch.set_num_interop_threads),
+}
+if set(_SETTERS) != set(SETTINGS):
+    raise ImportError("replay.as_captured: every setting store.environment records needs a way back here")
+
+
+def _env(manifest: Any) -> dict[str, Any]:
+    env = manifest.get("env") if isinstance(manifest, dict) else None
+    return env if isinstance(env, dict) else {}
+
+
+def restore(manifest: Any) -> list[str]:
+    """Restore in this process what the dump recorded and may be restored; returns a line for
+    each recorded item left as it is, and why. Versions and the device are never restored."""
+    env = _env(manifest)
+    left: list[str] = []
+    recorded = env.get("settings") if isinstance(env.get("settings"), dict) else {}
+    for name, value in recorded.items():
+        if name not in _SETTERS:
+            left.append(f"setting {name}: not known here, not restored")
+            continue
+        check, apply = _SETTERS[name]
+        if not (check(value) if check else isinstance(value, bool)):
+            left.append(f"setting {name}: {value!r} is not a value it takes, not restored")
+            continue
+        try:
+            if SETTINGS[name]() == value:  # as captured already: torch refuses a mix of its old and new precision flags
+                continue
+            apply(value)
+        except Exception as e:  # e.g. interop threads, settable only before parallel work started
+            left.append(f"setting {name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}, not restored")
+    left += restore_vars(env.get("vars"))
+    return left
+
+
+def restore_vars(recorded: Any) -> list[str]:
+    """Set the recorded environment variables that may be restored, unset those the capture
+    did not have; returns a line for each left as it is."""
+    if not isinstance(recorded, dict):
+        return []
+    trust = bool(os.environ.get(ENV_TRUST_CONFIG))
+    _, places = redacted_vars({k: v for k, v in recorded.items() if isinstance(v, str)})
+    left = []
+    for name, value in recorded.items():
+        if not (isinstance(name, str) and name.startswith(ENV_PREFIXES) and isinstance(value, str) and len(value) <= MAX_VAR
+                and "\0" not in name + value and "=" not in name):
+            left.append(f"env var {str(name)[:120]}: not a variable it records, not restored")
+        elif f"vars.{name}" in places or value == "<redacted>":
+            left.append(f"env var {name}: names a place of the capturing machine, not restored")
+        elif _UNSAFE.search(name) and not trust:
+            left.append(f"env var {name}: it can name a program, path, hook, log or cache, not restored (--trust-config restores it)")
+        else:
+            os.environ[name] = value
+    # set now, unset at capture: the compiler's own go; the machine's (CUDA_VISIBLE_DEVICES, OMP_...) stay
+    for name in [k for k in os.environ if k.startswith(_COMPILER_VARS) and k not in recorded]:
+        if not _UNSAFE.search(name) or trust:
+            del os.environ[name]
+    return left
+
+
+def prepare(manifest: Any, as_captured: bool) -> tuple[list[Any], list[str]]:
+    """What the CLI does before a replay: with ``as_captured``, restore here and ask the replay
+    children to (``ENV_AS_CAPTURED``); then (the differences left, most likely cause first
+    (``judge.environment``), the lines of what was not restored)."""
+    from graphdbg.judge.environment import differences
+
+    left: list[str] = []
+    if as_captured:
+        os.environ[ENV_AS_CAPTURED] = "1"
+        left = restore(manifest)
+    else:
+        os.environ.pop(ENV_AS_CAPTURED, None)
+    return differences(manifest), left
+
+
+def restore_if_asked(manifest: Any) -> list[str]:
+    """In a replay child: ``restore`` when the CLI was given ``--as-captured``."""
+    return restore(manifest) if os.environ.get(ENV_AS_CAPTURED) else []

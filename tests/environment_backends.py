@@ -1,0 +1,40 @@
+"""Backends whose failure depends on the environment, not on the graph: one fails only under a
+matmul precision, one only under an environment variable, one on a seeded share of its calls.
+Importable by replay children (tests/ is on their PYTHONPATH)."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import torch
+import torch.fx as fx
+
+FAIL_VAR = "TORCHINDUCTOR_GRAPHDBG_TEST_FAIL"  # a variable of Inductor's prefix that no torch reads
+
+
+def fails_under_medium_precision(gm: fx.GraphModule, example_inputs):
+    """Refuses to compile while matmuls may use bfloat16 passes (``set_float32_matmul_precision("medium")``)."""
+    if torch.get_float32_matmul_precision() == "medium":
+        raise RuntimeError("reduced-precision matmul lowering is broken")
+    return gm.forward
+
+
+def fails_under_env_var(gm: fx.GraphModule, example_inputs):
+    if os.environ.get(FAIL_VAR):
+        raise RuntimeError("broken when the test variable is set")
+    return gm.forward
+
+
+def always_fails(gm: fx.GraphModule, example_inputs):
+    raise NotImplementedError("no lowering for this graph")
+
+
+_draws = random.Random(int(os.environ.get("GRAPHDBG_TEST_FLAKY_SEED", "0")))
+
+
+def fails_on_30_percent(gm: fx.GraphModule, example_inputs):
+    """A race's stand-in: each compile fails with probability 0.3, from a seeded stream."""
+    if _draws.random() < 0.3:
+        raise RuntimeError("lost a race in the scheduler")
+    return gm.forward

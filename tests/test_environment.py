@@ -122,3 +122,29 @@ def test_redact_hides_variables_that_name_a_path_or_a_host(cli, tmp_path, monkey
     assert kept["TORCHINDUCTOR_CACHE_DIR"] == kept["NCCL_GRAPHDBG_PROBE"] == kept["TRITON_GRAPHDBG_PROBE"] == "<redacted>"
     assert kept["TORCHINDUCTOR_GRAPHDBG_KEEP"] == "1"
     assert {"vars.TORCHINDUCTOR_CACHE_DIR", "vars.NCCL_GRAPHDBG_PROBE"} <= set(json.loads(r.out)[0]["removed"])
+
+
+def test_repeat_reports_a_flaky_failures_rate_with_an_interval(cli, tmp_path):
+    from graphdbg.judge.flaky import wilson
+
+    backends.reseed(41)
+    model, x = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()), torch.randn(4, 8)
+    for _ in range(20):  # compile until the 30% bug fires, as a user's program would meet it
+        torch._dynamo.reset()
+        try:
+            torch.compile(model, backend=graphdbg.capture(backends.fails_on_30_percent, dump_dir=tmp_path / "dumps"))(x)
+        except RuntimeError:
+            break
+    (dump,) = find_dumps(tmp_path / "dumps")
+
+    r = cli("replay", dump, "--trust-backend", "--no-isolate", "--repeat", "40", "--json")  # one process: the draws go on
+    assert r.code == 1, r  # the captured failure, on some runs
+    rep = json.loads(r.out)["repeat"]
+    assert rep["runs"] == 40 and 0 < rep["failed"] < 40 and rep["rate"] == rep["failed"] / 40
+    lo, hi = rep["interval"]
+    assert (lo, hi) == pytest.approx(wilson(rep["failed"], 40)) and lo < 0.3 < hi and lo < rep["rate"] < hi
+    assert rep["signatures"] == [{"signature": "RuntimeError: lost a race in the scheduler", "count": rep["failed"],
+                                  "reproduces": True}]
+
+    r = cli("replay", dump, "--trust-backend", "--no-isolate", "--repeat", "10")
+    assert "runs: " in r.out and "95% interval" in r.out and "(the captured failure)" in r.out, r

@@ -346,6 +346,7 @@ def replay(
     max_input_gb: Annotated[Optional[float], typer.Option("--max-input-gb", help="Refuse (exit 2) inputs bigger than this many GiB (default: the device's free memory).")] = None,
     trust_backend: TrustOpt = False,
     as_captured: AsCapturedOpt = False,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Replay N times; report the failure rate with a 95% interval and each distinct failure (one process with --no-isolate, else a child each).")] = 1,
     as_json: JsonFlag = False,
 ) -> None:
     """Replay a dump under a backend; exit 0 on pass, 1 on the captured failure, 4 on another failure, 2 if it can't run."""
@@ -377,14 +378,20 @@ def replay(
 
     found, left = _environment(d, as_captured, as_json)
     with _progress(f"replay: {backend_label(backend)}: compile, run, compare with the reference", quiet=as_json):
-        outcome = replay_dump(d, backend, opts)
+        outcomes = [replay_dump(d, backend, opts) for _ in range(repeat)]
+    from graphdbg.judge.flaky import Repeated
+
+    outcome = Repeated.shown(outcomes, d)
+    repeated = Repeated.of(outcomes, d) if repeat > 1 else None
     if as_json:
         _print_json({"dump": str(d.path), "reproduces": outcome.reproduces(d), **outcome.to_dict(),
-                     **_environment_json(found, left)}, "replay")
+                     **_environment_json(found, left), **({"repeat": repeated.to_dict()} if repeated else {})}, "replay")
     else:
         from graphdbg.ui.render import outcome_panel
 
         console.print(outcome_panel(outcome, d, found), crop=False)
+        if repeated:
+            console.print(repeated.line(), highlight=False, soft_wrap=True)
     raise typer.Exit(replay_exit_code(d, outcome))
 
 

@@ -27,6 +27,13 @@ _ENVIRONMENT = {
         "required": ["kind", "name", "captured", "now", "restorable"]}},
     "not_restored": {"type": "array", "items": {"type": "string"}},
 }
+# --repeat N (judge.flaky)
+_REPEAT = {"repeat": {"type": "object", "properties": {
+    "runs": {"type": "integer"}, "failed": {"type": "integer"}, "reproduced": {"type": "integer"}, "rate": {"type": "number"},
+    "interval": {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2}, "confidence": {"type": "number"},
+    "signatures": {"type": "array", "items": {"type": "object", "properties": {
+        "signature": {"type": "string"}, "count": {"type": "integer"}, "reproduces": _BOOL}}}},
+    "required": ["runs", "failed", "rate", "interval", "signatures"]}}
 _ROW = {"path": {"type": "string"}, "id": _STR, "kind": _STR, "backend": _STR, "nodes": _INT, "signature": _STR,
         "error_type": _STR, "message": _STR, "graph_hash": _STR}
 
@@ -51,7 +58,7 @@ OUTPUT_SCHEMAS: dict[str, dict[str, Any]] = {
     }),
     "show": _object("show", {**_ROW, "nodes_table": _LIST, "inputs_table": _LIST},
                     ["path", "nodes_table", "inputs_table"]),
-    "replay": _object("replay", {"dump": {"type": "string"}, "reproduces": _BOOL, **_OUTCOME, **_ENVIRONMENT},
+    "replay": _object("replay", {"dump": {"type": "string"}, "reproduces": _BOOL, **_OUTCOME, **_ENVIRONMENT, **_REPEAT},
                       ["dump", "reproduces", "status", "backend", "signature", "stand_ins", "total_s", "environment_differences"]),
     "replay-world": _object("replay --all-ranks", {
         "world_size": {"type": "integer"}, "graph": {"type": "string"}, "backend": {"type": "string"},

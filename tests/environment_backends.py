@@ -42,3 +42,32 @@ def fails_on_30_percent(gm: fx.GraphModule, example_inputs):
     if _draws.random() < 0.3:
         raise RuntimeError("lost a race in the scheduler")
     return gm.forward
+
+
+def runs_fail_on_30_percent(gm: fx.GraphModule, example_inputs):
+    """Compiles, then each call of the compiled code fails with probability 0.3 (seeded)."""
+
+    def run(*args):
+        if _draws.random() < 0.3:
+            raise RuntimeError("lost a race in the compiled code")
+        return gm.forward(*args)
+
+    return run
+
+
+if __name__ == "__main__":  # a user's program: 20 calls of one compiled graph, a failure on some
+    import json
+    import sys
+
+    import graphdbg
+
+    reseed(7)
+    model, x = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()), torch.randn(4, 8)
+    compiled = torch.compile(model, backend=graphdbg.capture(runs_fail_on_30_percent, dump_dir=sys.argv[1]))
+    failed = 0
+    for _ in range(20):
+        try:
+            compiled(x)
+        except RuntimeError:
+            failed += 1
+    print(json.dumps({"failed": failed, "passed": 20 - failed}))

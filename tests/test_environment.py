@@ -148,3 +148,18 @@ def test_repeat_reports_a_flaky_failures_rate_with_an_interval(cli, tmp_path):
 
     r = cli("replay", dump, "--trust-backend", "--no-isolate", "--repeat", "10")
     assert "runs: " in r.out and "95% interval" in r.out and "(the captured failure)" in r.out, r
+
+
+def test_capture_counts_the_calls_that_failed_and_those_that_did_not(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import TESTS, child_env
+
+    run = subprocess.run([sys.executable, str(TESTS / "environment_backends.py"), str(tmp_path / "dumps")],
+                         capture_output=True, text=True, timeout=300, env=child_env(tests=True))
+    assert run.returncode == 0, run.stderr[-3000:]
+    seen = json.loads(run.stdout.strip().splitlines()[-1])
+    assert 0 < seen["failed"] < 20
+    (dump,) = find_dumps(tmp_path / "dumps")
+    assert json.loads((dump / "manifest.json").read_text())["failure"]["calls"] == seen

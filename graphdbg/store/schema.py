@@ -218,6 +218,12 @@ class Mismatch(_Open):
     elements: Optional[Count] = None  # of this many
 
 
+class Calls(_Open):
+    """Calls of the failing graph at capture that raised and that did not (``capture.seen``)."""
+    passed: Optional[Count] = None
+    failed: Optional[Count] = None
+
+
 class Failure(_Open):
     kind: Name
     exception: Optional[ExceptionInfo] = None
@@ -228,6 +234,7 @@ class Failure(_Open):
     node: Optional[Name] = None  # the graph node the failure happened in, when capture could tell
     seen: Optional[Count] = None  # times this failure was captured into this dump's folder (capture/dedupe.py)
     last_seen: Optional[Name] = None  # when it was last captured, ISO 8601
+    calls: Optional[Calls] = None  # a failure of the compiled code: the graph's calls that failed and that did not
 
 
 class NodeInfo(_Open):

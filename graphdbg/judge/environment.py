@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from graphdbg.backends.compiler_config import replay_settings
-from graphdbg.store.environment import environment
+from graphdbg.store.environment import SET_BY_TORCH, environment
 
 # kind -> rank; within a kind, the order below
 RANK = {"backend": 0, "compiler setting": 1, "version": 2, "device": 3, "setting": 4, "env var": 5, "threads": 6}
@@ -86,6 +86,8 @@ def differences(manifest: dict[str, Any] | None, now: dict[str, Any] | None = No
     captured_vars, vars_now = env.get("vars"), now.get("vars") or {}
     if isinstance(captured_vars, dict):
         for key in sorted(set(captured_vars) | set(vars_now), key=lambda k: (_var_rank(k), k)):
+            if key in SET_BY_TORCH and key not in vars_now:
+                continue  # the replay's compile sets it as the capture's did
             if captured_vars.get(key) != vars_now.get(key) and captured_vars.get(key) != "<redacted>":
                 found.append(Difference("env var", key, captured_vars.get(key), vars_now.get(key), True))
     return sorted(found, key=lambda d: RANK[d.kind])  # stable: each kind keeps its own order

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from graphdbg.backends.compiler_config import _UNSAFE, ENV_TRUST_CONFIG
-from graphdbg.store.environment import ENV_PREFIXES, MAX_VAR, SETTINGS
+from graphdbg.store.environment import ENV_PREFIXES, MAX_VAR, SET_BY_TORCH, SETTINGS
 from graphdbg.store.redact import redacted_vars
 
 ENV_AS_CAPTURED = "GRAPHDBG_AS_CAPTURED"
@@ -102,6 +102,8 @@ def restore_vars(recorded: Any) -> list[str]:
     _, places = redacted_vars({k: v for k, v in recorded.items() if isinstance(v, str)})
     left = []
     for name, value in recorded.items():
+        if name in SET_BY_TORCH and name not in os.environ:
+            continue  # the replay's compile sets it for this machine
         if not (isinstance(name, str) and name.startswith(ENV_PREFIXES) and isinstance(value, str) and len(value) <= MAX_VAR
                 and "\0" not in name + value and "=" not in name):
             left.append(f"env var {str(name)[:120]}: not a variable it records, not restored")

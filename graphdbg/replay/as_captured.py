@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from graphdbg.backends.compiler_config import _UNSAFE, ENV_TRUST_CONFIG
+from graphdbg.backends.compiler_config import ENV_TRUST_CONFIG, may_name_a_place
 from graphdbg.store.environment import ENV_PREFIXES, MAX_VAR, SET_BY_TORCH, SETTINGS
 from graphdbg.store.redact import redacted_vars
 
@@ -109,13 +109,13 @@ def restore_vars(recorded: Any) -> list[str]:
             left.append(f"env var {str(name)[:120]}: not a variable it records, not restored")
         elif f"vars.{name}" in places or value == "<redacted>":
             left.append(f"env var {name}: names a place of the capturing machine, not restored")
-        elif _UNSAFE.search(name) and not trust:
+        elif may_name_a_place(name) and not trust:
             left.append(f"env var {name}: it can name a program, path, hook, log or cache, not restored (--trust-config restores it)")
         else:
             os.environ[name] = value
     # set now, unset at capture: the compiler's own go; the machine's (CUDA_VISIBLE_DEVICES, OMP_...) stay
     for name in [k for k in os.environ if k.startswith(_COMPILER_VARS) and k not in recorded]:
-        if not _UNSAFE.search(name) or trust:
+        if not may_name_a_place(name) or trust:
             del os.environ[name]
     return left
 

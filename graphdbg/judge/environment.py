@@ -5,7 +5,7 @@ A replay that passes where the capture failed is rarely a fixed bug: another bac
 compiler setting not restored, TF32 off, another thread count. ``differences(manifest)`` names
 each difference with the recorded and the current value:
 
-    >>> differences(dump.manifest)
+    >>> differences(dump.manifest, environment(backend), replay_settings(dump.manifest))
     [Difference(kind='setting', name='float32_matmul_precision', captured='medium', now='highest', restorable=True), ...]
 
 Order (``RANK``): the backend's version and settings, then torch's and triton's versions,
@@ -19,14 +19,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from graphdbg.backends.compiler_config import replay_settings
-from graphdbg.store.environment import SET_BY_TORCH, environment
-
 # kind -> rank; within a kind, the order below
 RANK = {"backend": 0, "compiler setting": 1, "version": 2, "device": 3, "setting": 4, "env var": 5, "threads": 6}
 VERSIONS = ("torch", "triton", "python", "cuda", "driver")
 THREADS = ("num_threads", "num_interop_threads")
 # environment variables of the compiler itself before those of the libraries under it
+# Variables Inductor sets itself while it compiles (its cache folders, the ptxas it found): unset
+# before a replay compiles, they are no difference; set by the user, they are compared.
+SET_BY_TORCH = frozenset({"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_PTXAS_PATH", "TRITON_LIBDEVICE_PATH",
+                          "TORCH_WARM_POOL"})
 _VAR_ORDER = ("TORCHINDUCTOR", "TORCHDYNAMO", "TORCH", "PYTORCH", "TRITON", "CUDA", "CUBLAS", "CUDNN", "NVIDIA", "NCCL")
 
 
@@ -54,14 +55,15 @@ def _var_rank(name: str) -> int:
     return next((i for i, p in enumerate(_VAR_ORDER) if name.startswith(p)), len(_VAR_ORDER))
 
 
-def differences(manifest: dict[str, Any] | None, now: dict[str, Any] | None = None) -> list[Difference]:
-    """The differences between the manifest's ``env`` (and ``config``) and ``now`` (default: this
-    process's ``environment()`` with the dump's backend), most likely cause first. What the dump
-    did not record is not compared (a dump from before graphdbg recorded it)."""
+def differences(manifest: dict[str, Any] | None, now: dict[str, Any], replayed: dict[str, Any]) -> list[Difference]:
+    """The differences between the manifest's ``env`` and ``now`` (``store.environment.environment()``
+    of the replaying process), and between its recorded compiler settings (``config``) and those
+    the replay runs under (``replayed``: ``backends.compiler_config.replay_settings``), most
+    likely cause first. What the dump did not record is not compared (a dump from before
+    graphdbg recorded it)."""
     if not isinstance(manifest, dict):
         return []
     env = manifest.get("env") if isinstance(manifest.get("env"), dict) else {}
-    now = now if now is not None else environment(manifest.get("backend") if isinstance(manifest.get("backend"), str) else None)
     found: list[Difference] = []
 
     if env.get("backend_package") is not None and (env.get("backend_package"), env.get("backend_version")) != (
@@ -69,7 +71,7 @@ def differences(manifest: dict[str, Any] | None, now: dict[str, Any] | None = No
         name = str(env.get("backend_package"))
         found.append(Difference("backend", f"{name} version", env.get("backend_version"),
                                 now.get("backend_version") if now.get("backend_package") == name else None, False))
-    found += _compiler_settings(manifest)
+    found += _compiler_settings(manifest, replayed)
     for key in VERSIONS:
         if key in env and env.get(key) != now.get(key):
             found.append(Difference("version", key, env.get(key), now.get(key), False))
@@ -93,12 +95,11 @@ def differences(manifest: dict[str, Any] | None, now: dict[str, Any] | None = No
     return sorted(found, key=lambda d: RANK[d.kind])  # stable: each kind keeps its own order
 
 
-def _compiler_settings(manifest: dict[str, Any]) -> list[Difference]:
+def _compiler_settings(manifest: dict[str, Any], replayed: dict[str, Any]) -> list[Difference]:
     """Recorded compiler settings the replay will not run under (not restorable, ``--no-config``,
     or overridden by ``--config``), and ``--config`` settings the capture did not have."""
     config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
     recorded = config.get("values") if isinstance(config.get("values"), dict) else {}
-    replayed = replay_settings(manifest)
     found = []
     for key in sorted(set(recorded) | set(replayed)):
         if recorded.get(key) != replayed.get(key):

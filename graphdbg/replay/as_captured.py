@@ -23,8 +23,9 @@ from typing import Any
 
 import torch
 
-from graphdbg.backends.compiler_config import ENV_TRUST_CONFIG, may_name_a_place
-from graphdbg.store.environment import ENV_PREFIXES, MAX_VAR, SET_BY_TORCH, SETTINGS
+from graphdbg.backends.compiler_config import ENV_TRUST_CONFIG, may_name_a_place, replay_settings
+from graphdbg.judge.environment import SET_BY_TORCH, differences
+from graphdbg.store.environment import ENV_PREFIXES, MAX_VAR, SETTINGS, environment
 from graphdbg.store.redact import redacted_vars
 
 ENV_AS_CAPTURED = "GRAPHDBG_AS_CAPTURED"
@@ -124,15 +125,14 @@ def prepare(manifest: Any, as_captured: bool) -> tuple[list[Any], list[str]]:
     """What the CLI does before a replay: with ``as_captured``, restore here and ask the replay
     children to (``ENV_AS_CAPTURED``); then (the differences left, most likely cause first
     (``judge.environment``), the lines of what was not restored)."""
-    from graphdbg.judge.environment import differences
-
     left: list[str] = []
     if as_captured:
         os.environ[ENV_AS_CAPTURED] = "1"
         left = restore(manifest)
     else:
         os.environ.pop(ENV_AS_CAPTURED, None)
-    return differences(manifest), left
+    backend = manifest.get("backend") if isinstance(manifest, dict) else None
+    return differences(manifest, environment(backend if isinstance(backend, str) else None), replay_settings(manifest)), left
 
 
 def restore_if_asked(manifest: Any) -> list[str]:

@@ -34,10 +34,6 @@ def package_version(name: str) -> str | None:
 # graphdbg's own (where to dump, replay overrides) and decide nothing about the graph.
 ENV_PREFIXES = ("TORCH", "PYTORCH", "TRITON", "CUDA", "CUBLAS", "CUDNN", "NCCL", "NVIDIA_TF32", "OMP", "KMP", "MKL")
 MAX_VAR = 4096
-# Variables Inductor sets itself while it compiles (its cache folders, the ptxas it found): unset
-# before a replay compiles, they are no difference; set by the user, they are compared.
-SET_BY_TORCH = frozenset({"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_PTXAS_PATH", "TRITON_LIBDEVICE_PATH",
-                          "TORCH_WARM_POOL"})
 
 
 def _sdp(name: str) -> Any:

@@ -163,3 +163,16 @@ def test_capture_counts_the_calls_that_failed_and_those_that_did_not(tmp_path):
     assert 0 < seen["failed"] < 20
     (dump,) = find_dumps(tmp_path / "dumps")
     assert json.loads((dump / "manifest.json").read_text())["failure"]["calls"] == seen
+
+
+def test_minify_as_captured_shrinks_a_failure_that_needs_a_flag_and_its_repro_sets_it(cli, tmp_path, own_process_state):
+    torch.set_float32_matmul_precision("medium")
+    dump = _capture(tmp_path / "dumps", backends.fails_under_medium_precision)
+    torch.set_float32_matmul_precision("highest")
+
+    r = cli("minify", dump, "--trust-backend", "--as-captured", "-o", tmp_path / "min", "--json")
+    assert r.code == 0, r  # repro.py, run on its own in a fresh interpreter, showed the captured failure
+    result = json.loads(r.out)
+    assert result["signature"] == "RuntimeError: reduced-precision matmul lowering is broken"
+    assert result["final_nodes"] < result["start_nodes"] and result["environment_differences"] == []
+    assert "torch.set_float32_matmul_precision('medium')" in (tmp_path / "min" / "repro.py").read_text()

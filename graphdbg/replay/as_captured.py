@@ -1,9 +1,9 @@
 """``--as-captured``: run a replay under the captured settings, flags, environment variables and
 thread counts (the manifest's ``env.settings`` and ``env.vars``, ``store.environment``).
 
-The CLI calls ``restore(manifest)`` before anything compiles and sets ``GRAPHDBG_AS_CAPTURED``,
-so an isolated replay child (``replay.child``) restores the same in its own process; environment
-variables reach children by inheritance. What can't be restored (versions, the device) is what
+The CLI calls ``restore(manifest)`` before anything compiles and puts the recorded settings in
+``GRAPHDBG_AS_CAPTURED``, so an isolated replay child (``replay.child``) restores the same in its
+own process; environment variables reach children by inheritance. What can't be restored (versions, the device) is what
 ``judge.environment`` still lists afterwards.
 
 A dump is someone else's file, so only what cannot name a program, path, host or hook comes
@@ -18,6 +18,7 @@ every recorded variable but those naming a place of the capturing machine.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -127,14 +128,64 @@ def prepare(manifest: Any, as_captured: bool) -> tuple[list[Any], list[str]]:
     (``judge.environment``), the lines of what was not restored)."""
     left: list[str] = []
     if as_captured:
-        os.environ[ENV_AS_CAPTURED] = "1"
         left = restore(manifest)
+        recorded = _env(manifest).get("settings")
+        os.environ[ENV_AS_CAPTURED] = json.dumps(recorded if isinstance(recorded, dict) else {})
     else:
         os.environ.pop(ENV_AS_CAPTURED, None)
     backend = manifest.get("backend") if isinstance(manifest, dict) else None
     return differences(manifest, environment(backend if isinstance(backend, str) else None), replay_settings(manifest)), left
 
 
-def restore_if_asked(manifest: Any) -> list[str]:
-    """In a replay child: ``restore`` when the CLI was given ``--as-captured``."""
-    return restore(manifest) if os.environ.get(ENV_AS_CAPTURED) else []
+def restore_if_asked() -> list[str]:
+    """In a replay child: the settings the CLI restored for ``--as-captured`` (``ENV_AS_CAPTURED``,
+    whichever graph the child runs: a minify candidate is a dump of its own); the variables it
+    set came with the child's environment."""
+    try:
+        recorded = json.loads(os.environ.get(ENV_AS_CAPTURED) or "null")
+    except ValueError:
+        return []
+    return restore({"env": {"settings": recorded}}) if isinstance(recorded, dict) else []
+
+
+# torch's defaults of the SETTINGS that a repro.py sets when they differ (thread counts are the
+# machine's, left to it)
+_DEFAULTS = {"float32_matmul_precision": "highest", "deterministic_algorithms": False, "default_dtype": "float32",
+             "cuda.matmul.allow_tf32": False, "cuda.matmul.allow_fp16_reduced_precision_reduction": True,
+             "cuda.matmul.allow_bf16_reduced_precision_reduction": True, "cudnn.enabled": True, "cudnn.allow_tf32": True,
+             "cudnn.deterministic": False, "cudnn.benchmark": False, "sdp.flash": True, "sdp.mem_efficient": True,
+             "sdp.math": True, "sdp.cudnn": True, "mkldnn.enabled": True}
+_STATEMENTS = {"float32_matmul_precision": "torch.set_float32_matmul_precision({!r})",
+               "deterministic_algorithms": "torch.use_deterministic_algorithms({!r}, warn_only=True)",
+               "default_dtype": "torch.set_default_dtype(getattr(torch, {!r}))",
+               "sdp.flash": "torch.backends.cuda.enable_flash_sdp({!r})",
+               "sdp.mem_efficient": "torch.backends.cuda.enable_mem_efficient_sdp({!r})",
+               "sdp.math": "torch.backends.cuda.enable_math_sdp({!r})", "sdp.cudnn": "torch.backends.cuda.enable_cudnn_sdp({!r})"}
+
+
+def python_lines(manifest: Any) -> list[str]:
+    """With ``--as-captured``: statements for a standalone repro.py that set what the replay
+    restored (settings off torch's defaults, environment variables that may be restored); else
+    none. Values go through repr, names are checked here."""
+    if not os.environ.get(ENV_AS_CAPTURED):
+        return []
+    env = _env(manifest)
+    settings = env.get("settings") if isinstance(env.get("settings"), dict) else {}
+    lines = []
+    for name, value in settings.items():
+        if name not in _DEFAULTS or value == _DEFAULTS[name]:
+            continue
+        if name == "cuda.matmul.allow_tf32" and value and settings.get("float32_matmul_precision") in ("high", "medium"):
+            continue  # that precision turns it on, and torch refuses its old and new flags mixed
+        check = _SETTERS[name][0]
+        if not (check(value) if check else isinstance(value, bool)):
+            continue
+        lines.append(_STATEMENTS[name].format(value) if name in _STATEMENTS else f"torch.backends.{name} = {value!r}")
+    recorded = env.get("vars") if isinstance(env.get("vars"), dict) else {}
+    for name in sorted(recorded):
+        if os.environ.get(name) == recorded[name] and name not in SET_BY_TORCH:  # restored by restore_vars
+            lines.append(f"os.environ[{name!r}] = {recorded[name]!r}")
+    if not lines:
+        return []
+    return ["# As captured (--as-captured): the settings and environment variables the failure needed", "import os",
+            *lines]

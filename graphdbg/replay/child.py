@@ -48,7 +48,7 @@ def main(request_path: str, outcome_path: str) -> int:
         check_dump_fits(dump, request["device"])  # before any input is loaded (the parent left it to us)
         from graphdbg.replay.as_captured import restore_if_asked  # inside the try, as the lines above
 
-        restore_if_asked(dump.manifest)  # --as-captured: before anything compiles; the parent reported what it left
+        restore_if_asked()  # --as-captured: before anything compiles; the parent reported what it left
         case = dump.case(device=request["device"])
         outcome = run_case(case, request["backend"], request["passes"], isolate=False, **request["options"])
         data = outcome.to_dict()

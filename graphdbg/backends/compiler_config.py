@@ -376,12 +376,6 @@ def restorable(key: Any, value: Any, trust: bool = False) -> str | None:
     return None if why is None else why + hint
 
 
-def may_name_a_place(name: str) -> bool:
-    """Whether a name (a setting's, or an environment variable's: ``TRITON_PTXAS_PATH``) has a
-    word saying it can name a program, path, hook, log or cache."""
-    return _UNSAFE.search(name)
-
-
 def safe_recorded_key(key: Any) -> bool:
     """A recorded setting name that may be restored from someone else's dump at all (its value
     is checked by ``restorable``)."""

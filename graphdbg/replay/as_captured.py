@@ -8,8 +8,7 @@ own process; environment variables reach children by inheritance. What can't be 
 
 A dump is someone else's file, so only what cannot name a program, path, host or hook comes
 back: a flag of ``SETTINGS`` with a value of its type, and an environment variable of
-``ENV_PREFIXES`` whose name passes the compiler settings' word check
-(``backends.compiler_config``) and whose value names no place. ``--trust-config`` restores
+``ENV_PREFIXES`` whose name has no word of ``_STEERING_WORDS`` and whose value names no place. ``--trust-config`` restores
 every recorded variable but those naming a place of the capturing machine.
 
     >>> restore(dump.manifest)
@@ -24,12 +23,24 @@ from typing import Any
 
 import torch
 
-from graphdbg.backends.compiler_config import ENV_TRUST_CONFIG, may_name_a_place, replay_settings
+from graphdbg.backends.compiler_config import ENV_TRUST_CONFIG, replay_settings
 from graphdbg.judge.environment import SET_BY_TORCH, differences
 from graphdbg.store.environment import ENV_PREFIXES, MAX_VAR, SETTINGS, environment
 from graphdbg.store.redact import redacted_vars
 
 ENV_AS_CAPTURED = "GRAPHDBG_AS_CAPTURED"
+# Words of a variable's name (split at "_") saying it can name a program, a path, a host, a hook,
+# a log or a cache (TRITON_PTXAS_PATH, TORCHINDUCTOR_CACHE_DIR, TORCH_LOGS): not restored from
+# someone else's dump without --trust-config.
+_STEERING_WORDS = frozenset(
+    "cxx cc compiler cmd command exe binary bin path paths dir root file files filename cache caches log logs logging hook "
+    "hooks script custom pass passes launcher plugin profile profiler profiling trace tracing debug nvcc ptxas ld link save "
+    "repro dump upload remote output package lib libs shim worker subprocess start method home url uri host addr redis "
+    "extensions".split())
+
+
+def may_name_a_place(name: str) -> bool:
+    return any(word.lower() in _STEERING_WORDS for word in name.split("_"))
 _COMPILER_VARS = ("TORCH", "PYTORCH", "TRITON")
 _PRECISIONS = ("highest", "high", "medium")
 _DTYPES = ("float32", "float64", "float16", "bfloat16")

@@ -56,7 +56,7 @@ def test_differences_are_listed_most_likely_cause_first(cli, tmp_path, monkeypat
 
     assert [RANK[d["kind"]] for d in found] == sorted(RANK[d["kind"]] for d in found)
     rows = {d["name"]: (i, d["kind"], d["captured"], d["now"]) for i, d in enumerate(found)}
-    assert rows["inductor.max_autotune_pointwise"][1:] == ("compiler setting", True, None)
+    assert rows["inductor.max_autotune_pointwise"][1:] == ("compiler setting", True, False)  # torch's own value here
     assert rows["float32_matmul_precision"][1:] == ("setting", "medium", "highest")
     assert rows["cuda.matmul.allow_tf32"][1:] == ("setting", True, False)  # "medium" turns TF32 on
     assert rows["TORCHINDUCTOR_GRAPHDBG_PROBE"][1:] == ("env var", "1", None)

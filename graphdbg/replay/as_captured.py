@@ -17,13 +17,14 @@ every recorded variable but those naming a place of the capturing machine.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from typing import Any
 
 import torch
 
-from graphdbg.backends.compiler_config import ENV_TRUST_CONFIG, replay_settings
+from graphdbg.backends.compiler_config import CONFIGS, ENV_TRUST_CONFIG, replay_settings
 from graphdbg.judge.environment import SET_BY_TORCH, differences
 from graphdbg.store.environment import ENV_PREFIXES, MAX_VAR, SETTINGS, environment
 from graphdbg.store.redact import redacted_vars
@@ -145,7 +146,32 @@ def prepare(manifest: Any, as_captured: bool) -> tuple[list[Any], list[str]]:
     else:
         os.environ.pop(ENV_AS_CAPTURED, None)
     backend = manifest.get("backend") if isinstance(manifest, dict) else None
-    return differences(manifest, environment(backend if isinstance(backend, str) else None), replay_settings(manifest)), left
+    return differences(manifest, environment(backend if isinstance(backend, str) else None), _replayed_config(manifest)), left
+
+
+_UNSET = object()
+
+
+def _replayed_config(manifest: Any) -> dict[str, Any]:
+    """The compiler settings the replay runs under, for each one the dump recorded or the replay
+    sets: the one restored or overridden, else this torch's value now (a recorded setting not
+    restored differs only if torch's own value is another); a setting this torch lacks is left out."""
+    settings = dict(replay_settings(manifest))
+    config = manifest.get("config") if isinstance(manifest, dict) else None
+    recorded = config.get("values") if isinstance(config, dict) and isinstance(config.get("values"), dict) else {}
+    for key in recorded:
+        if key in settings or not isinstance(key, str):
+            continue
+        short, _, name = key.partition(".")
+        try:
+            value: Any = importlib.import_module(CONFIGS[short])
+            for part in name.split("."):
+                value = getattr(value, part, _UNSET)
+        except Exception:
+            continue
+        if value is not _UNSET:
+            settings[key] = list(value) if isinstance(value, tuple) else value
+    return settings
 
 
 def restore_if_asked() -> list[str]:

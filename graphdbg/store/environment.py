@@ -15,7 +15,7 @@ import os
 import platform
 import socket
 import sys
-from importlib.metadata import version
+from importlib.metadata import packages_distributions, version
 from typing import Any
 
 import torch
@@ -88,8 +88,6 @@ def backend_package(backend: str | None) -> tuple[str | None, str | None]:
     if not top or top == "torch":
         return "torch", torch.__version__
     try:
-        from importlib.metadata import packages_distributions
-
         dists = packages_distributions().get(top) or []
     except Exception:
         dists = []

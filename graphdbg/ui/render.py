@@ -19,6 +19,7 @@ from rich.tree import Tree
 from graphdbg.backends.recipe import shown_backend
 from graphdbg.dump import is_failure  # not graphdbg.listing: its cache and readers are ls's alone
 from graphdbg.judge.difference import describe_difference
+from graphdbg.judge.environment import suspects
 from graphdbg.tables import failing_node_names
 
 if TYPE_CHECKING:
@@ -603,8 +604,6 @@ def outcome_verdict(outcome: Any, dump: Any, differences: list[Any] | None = Non
     captured = getattr(dump, "signature", None) or getattr(dump, "failure_kind", None)
     if outcome.status == "pass":
         if recorded:
-            from graphdbg.judge.environment import suspects
-
             why = (f"; suspects: {suspects(differences)}" if differences
                    else "; nothing recorded about the environment differs" if _records_environment(dump) else "")
             return f"NOT REPRODUCED: the dump recorded {captured}; backend {outcome.backend} passes{why}", "bold yellow"

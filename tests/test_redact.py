@@ -36,7 +36,8 @@ def _text_of(folder: Path) -> str:
 def _assert_redacted(folder: Path) -> None:
     m = json.loads((folder / "manifest.json").read_text())
     assert m["redacted"] is True
-    assert set(m["env"]) <= {"graphdbg", "torch", "triton", "python", "platform", "cuda", "device_name", "cuda_devices", "argv"}
+    assert set(m["env"]) <= {"graphdbg", "torch", "triton", "python", "platform", "cuda", "driver", "device_name", "cuda_devices",
+                             "argv", "device", "backend_package", "backend_version", "settings", "vars"}
     assert "hostname" not in m["env"] and "pid" not in m["env"]
     text = _text_of(folder)
     assert str(ROOT) not in text and sys.prefix not in text and str(Path.home()) + "/" not in text

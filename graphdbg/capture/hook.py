@@ -31,7 +31,7 @@ from graphdbg.capture.confirm import Draws, confirm
 from graphdbg.capture.dynamo_exceptions import is_control_flow
 from graphdbg.capture.origin import compile_origin
 from graphdbg.capture.rng import rng_state, same_draws
-from graphdbg.capture.seen import seen_before
+from graphdbg.capture.seen import CallCounts, seen_before
 from graphdbg.capture.stderr import say
 from graphdbg.capture.training import BackwardWatch, watch_backward
 from graphdbg.graph.snapshot import GraphSnapshot
@@ -244,6 +244,7 @@ class CapturingBackend:
         boxed = bool(getattr(compiled, "_boxed_call", False))
         accuracy = self.mode == "accuracy" and snap.eager is not None
         arming = ArmedCalls(self, snap)  # the first calls leave a crash dump if a signal kills them
+        counts = CallCounts()  # a failure seen on some calls only: how many failed and how many did not
 
         def run(*args: Any) -> Any:
             __tracebackhide__ = True  # noqa: F841 - pytest hides this frame where Python keeps it (3.10)
@@ -266,10 +267,13 @@ class CapturingBackend:
                     out = compiled(*args)
             except Exception as e:
                 written = None
+                counts.failed += 1
                 if "runtime_error" not in snap.dumped:
                     snap.dumped.add("runtime_error")
                     written = self._dump(snap, inputs, "runtime_error", e, inputs_state="after_failed_call",
                                          node=self._node(e, gm, names))
+                    if written is not None:
+                        self._guarded(lambda: counts.attach(written), "count the graph's calls")
                 self._link_pieces(snap, written, inputs, "after_failed_call")
                 drop_own_frame(e)  # the user's traceback, as without graphdbg (backends/calls.py)
                 raise
@@ -278,6 +282,7 @@ class CapturingBackend:
                 raise
             finally:
                 nested.leave_frame()
+            counts.passed += 1
             if snap.children:
                 self._link_pieces(snap, None, inputs, "at_call")
             if before is not None:

@@ -13,13 +13,20 @@ and the same signature; for an accuracy failure, also the same kind of differenc
 
     >>> seen_before(Path("graphdbg_dumps"), graph_hash, failure_record("runtime_error", exc, None))
     (PosixPath('graphdbg_dumps/rank0/g0-runtime_error-72323080'), 2)
+
+A failure of the compiled code may happen on some calls only. ``CallCounts`` counts a graph's
+calls that raised and those that did not (``failure.calls``), so a dump says whether its
+failure was seen every time: counted in memory, added to the manifest when the dump is written
+and when the process exits (a process killed by a signal loses the calls since).
 """
 
 from __future__ import annotations
 
+import atexit
 import copy
 import datetime as _dt
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -66,3 +73,35 @@ def _same_failure(folder: Path, graph_hash: str, kind: str, signature: str | Non
             continue
         return path, manifest
     return None
+
+
+class CallCounts:
+    """Calls of one compiled graph: ``passed`` and ``failed`` (raised), from its first call."""
+
+    def __init__(self) -> None:
+        self.passed = self.failed = 0
+        self.path: Path | None = None
+        self._written = (0, 0)  # what the manifest has from this process already
+        self._lock = threading.Lock()
+
+    def attach(self, path: Path) -> None:
+        """Count into ``path``'s manifest (the runtime failure's dump) now and at exit."""
+        if self.path is None:
+            atexit.register(self.write)
+        self.path = Path(path)
+        self.write()
+
+    def write(self) -> None:
+        with self._lock:
+            if self.path is None or (self.passed, self.failed) == self._written:
+                return
+            passed, failed = self.passed - self._written[0], self.failed - self._written[1]
+            try:
+                manifest = copy.deepcopy(read_manifest(self.path))
+                calls = manifest["failure"].get("calls") or {}
+                manifest["failure"]["calls"] = {"passed": int(calls.get("passed") or 0) + passed,
+                                                "failed": int(calls.get("failed") or 0) + failed}
+                write_manifest(self.path, manifest)
+            except (DumpError, OSError):
+                return  # removed or damaged since: nothing to count into
+            self._written = (self.passed, self.failed)

@@ -29,6 +29,7 @@ from graphdbg.errors import GraphdbgError
 from graphdbg.judge.accuracy import TOLERANCES
 from graphdbg.judge.signature import unwrapped_error
 from graphdbg.rebuild.inputs import NullEvent, NullStream
+from graphdbg.replay.as_captured import python_lines as as_captured_lines
 from graphdbg.replay.backward import differentiable_inputs, fails_in_backward, is_backward_dump, recorded_tangents
 from graphdbg.replay.outcome import Outcome
 from graphdbg.store.gate import write_file
@@ -167,6 +168,8 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
     config = "\n".join(["# Compiler settings of the captured run (non-default values; graphdbg show lists them)",
                         "import torch._inductor.config", "import torch._dynamo.config", "import torch._functorch.config",
                         *python_lines(settings)]) if settings else ""
+    captured_lines = as_captured_lines(case.dump.manifest if case.dump is not None else None)
+    config = "\n".join([config, *captured_lines]).strip("\n")
     # Data enters the script only through repr (a message with quotes or `C:\\xtemp` in it stays a
     # string), and the script must compile before it is written: a repro that is a SyntaxError
     # would exit 1 forever, which reads as "the bug is still there".

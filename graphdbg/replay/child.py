@@ -46,6 +46,9 @@ def main(request_path: str, outcome_path: str) -> int:
         else:
             dump = load_dump(request["dump"])
         check_dump_fits(dump, request["device"])  # before any input is loaded (the parent left it to us)
+        from graphdbg.replay.as_captured import restore_if_asked  # inside the try, as the lines above
+
+        restore_if_asked()  # --as-captured: before anything compiles; the parent reported what it left
         case = dump.case(device=request["device"])
         outcome = run_case(case, request["backend"], request["passes"], isolate=False, **request["options"])
         data = outcome.to_dict()

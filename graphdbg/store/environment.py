@@ -1,4 +1,13 @@
-"""Where a graph was captured: versions, device, and the process's place in a distributed job."""
+"""Where a graph was captured: versions, device, the settings that decide compiled code, and the
+process's place in a distributed job.
+
+``environment(backend)`` is the manifest's ``env``: besides versions and the device, ``settings``
+(``torch.backends`` flags, matmul precision, determinism, default dtype, thread counts, keyed as
+``SETTINGS`` names them) and ``vars`` (the environment variables torch, Inductor, Triton, CUDA,
+NCCL, OpenMP and MKL read, by ``ENV_PREFIXES``). The compiler's own settings are the manifest's
+``config`` (``backends.compiler_config``), recorded once, there. ``judge.environment`` compares
+a recorded ``env`` with ``environment()`` now.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +15,7 @@ import os
 import platform
 import socket
 import sys
-from importlib.metadata import version
+from importlib.metadata import packages_distributions, version
 from typing import Any
 
 import torch
@@ -21,19 +30,119 @@ def package_version(name: str) -> str | None:
         return None
 
 
-def environment() -> dict[str, Any]:
+# Environment variables that decide what torch and the libraries under it do; GRAPHDBG_* are
+# graphdbg's own (where to dump, replay overrides) and decide nothing about the graph.
+ENV_PREFIXES = ("TORCH", "PYTORCH", "TRITON", "CUDA", "CUBLAS", "CUDNN", "NCCL", "NVIDIA_TF32", "OMP", "KMP", "MKL")
+MAX_VAR = 4096
+
+
+def _sdp(name: str) -> Any:
+    return getattr(torch.backends.cuda, name)()
+
+
+# name -> how to read it now; the names are what a dump records and `--as-captured` restores.
+SETTINGS: dict[str, Any] = {
+    "float32_matmul_precision": torch.get_float32_matmul_precision,
+    "deterministic_algorithms": torch.are_deterministic_algorithms_enabled,
+    "default_dtype": lambda: str(torch.get_default_dtype()).removeprefix("torch."),
+    "cuda.matmul.allow_tf32": lambda: torch.backends.cuda.matmul.allow_tf32,
+    "cuda.matmul.allow_fp16_reduced_precision_reduction": lambda: torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+    "cuda.matmul.allow_bf16_reduced_precision_reduction": lambda: torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+    "cudnn.enabled": lambda: torch.backends.cudnn.enabled,
+    "cudnn.allow_tf32": lambda: torch.backends.cudnn.allow_tf32,
+    "cudnn.deterministic": lambda: torch.backends.cudnn.deterministic,
+    "cudnn.benchmark": lambda: torch.backends.cudnn.benchmark,
+    "sdp.flash": lambda: _sdp("flash_sdp_enabled"),
+    "sdp.mem_efficient": lambda: _sdp("mem_efficient_sdp_enabled"),
+    "sdp.math": lambda: _sdp("math_sdp_enabled"),
+    "sdp.cudnn": lambda: _sdp("cudnn_sdp_enabled"),
+    "mkldnn.enabled": lambda: torch.backends.mkldnn.enabled,
+    "num_threads": torch.get_num_threads,
+    "num_interop_threads": torch.get_num_interop_threads,
+}
+
+
+def settings() -> dict[str, Any]:
+    """The ``SETTINGS`` now (a flag this torch lacks is left out)."""
+    out: dict[str, Any] = {}
+    for name, read in SETTINGS.items():
+        try:
+            out[name] = read()
+        except Exception:
+            continue
+    return out
+
+
+def env_vars() -> dict[str, str]:
+    """The environment variables of ``ENV_PREFIXES``, with their values (cut at ``MAX_VAR``)."""
+    return {k: v[:MAX_VAR] for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
+
+
+def backend_package(backend: str | None) -> tuple[str | None, str | None]:
+    """(the distribution a backend comes from, its version): torch for its own backends
+    (inductor, aot_eager, ...), else the distribution of the backend's top-level module."""
+    if not backend:
+        return None, None
+    module = backend.partition(":")[0] if ":" in backend else ""
+    top = module.split(".", 1)[0]
+    if not top or top == "torch":
+        return "torch", torch.__version__
+    try:
+        dists = packages_distributions().get(top) or []
+    except Exception:
+        dists = []
+    for dist in dists:
+        found = package_version(dist)
+        if found:
+            return dist, found
+    return top, None  # a module of the user's own, no distribution: its name is still worth comparing
+
+
+def _driver_version() -> str | None:
+    """The CUDA driver's version (``12.4``), from libcuda itself: torch does not say."""
+    try:
+        import ctypes  # inside the try: a machine without libcuda answers None
+
+        out = ctypes.c_int()
+        if ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(out)) != 0:
+            return None
+        return f"{out.value // 1000}.{out.value % 1000 // 10}"
+    except Exception:
+        return None
+
+
+def device() -> dict[str, Any]:
+    """The device a graph compiles for: the current CUDA device's name, compute capability and
+    memory, else the CPU."""
+    try:
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(torch.cuda.current_device())
+            return {"name": props.name, "capability": f"{props.major}.{props.minor}", "memory_bytes": int(props.total_memory)}
+    except Exception:
+        pass
+    return {"name": platform.processor() or platform.machine() or "cpu", "capability": None, "memory_bytes": None}
+
+
+def environment(backend: str | None = None) -> dict[str, Any]:
+    package, package_ver = backend_package(backend)
     env: dict[str, Any] = {
         "graphdbg": __version__,
         "torch": torch.__version__,
         "triton": package_version("triton"),
+        "backend_package": package,
+        "backend_version": package_ver,
         "python": platform.python_version(),
         "platform": platform.platform(),
         "hostname": socket.gethostname(),
         "pid": os.getpid(),
         "argv": list(sys.argv),
         "cuda": torch.version.cuda,
+        "driver": _driver_version() if torch.version.cuda else None,
         "device_name": "cpu",
         "cuda_devices": 0,
+        "device": device(),
+        "settings": settings(),
+        "vars": env_vars(),
     }
     try:
         if torch.cuda.is_available():

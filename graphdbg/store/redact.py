@@ -7,8 +7,9 @@ A dump records the host name, the command line, and absolute source paths in eve
 - source paths under the project root become relative (``fixtures/programs.py:31``);
   installed packages become ``<site-packages>/torch/...``, the standard library
   ``<python>/...``, temp files ``<tmp>/name``, any other absolute path ``<path>/name``;
-- ``env`` keeps versions and the device only: no host name, pid or environment; the command
-  line is reduced to the program's name;
+- ``env`` keeps versions, the device and the settings only: no host name, pid or platform; the
+  command line is reduced to the program's name; an environment variable (``env.vars``) whose
+  value is a path, a host or an address, or whose name says it holds one, becomes ``<redacted>``;
 - the host name and this user's name are removed from every text field.
 
     >>> redact_dumps("dumps", out="dumps-shared")      # or `graphdbg redact dumps -o dumps-shared`
@@ -32,7 +33,26 @@ from graphdbg.store.gate import MAX_COPY_BYTES, Folder, check_name, files_under,
 from graphdbg.store.manifest import GRAPH, INPUTS, MANIFEST, MAX_GRAPH_BYTES, find_dumps, read_manifest, write_manifest
 
 # env keys that say which software and device made the dump, and nothing about who or where
-KEPT_ENV = ("graphdbg", "torch", "triton", "python", "platform", "cuda", "device_name", "cuda_devices")
+KEPT_ENV = ("graphdbg", "torch", "triton", "python", "platform", "cuda", "driver", "device_name", "cuda_devices", "device",
+            "backend_package", "backend_version", "settings", "vars")
+# An environment variable that names a place: by its name (..._DIR, MASTER_ADDR, ..._URL) or by
+# its value (a path, a URL, host:port, a dotted host name or address).
+_PLACE_NAME = re.compile(r"(^|_)(PATH|PATHS|DIR|DIRS|FILE|FILES|HOME|ROOT|HOST|HOSTS|HOSTNAME|ADDR|ADDRESS|URL|URI|ENDPOINT|"
+                         r"SOCKET|PREFIX|LOG|LOGS|CACHE|IFNAME|INTERFACE)($|_)", re.I)
+_PLACE_VALUE = re.compile(r"[/\\~]|://|^[\w.-]+:\d+$|^[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$")
+_NUMBER = re.compile(r"^[+-]?\d+(\.\d+)*([eE][+-]?\d+)?$")
+
+
+def redacted_vars(env_vars: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """(the environment variables with those naming a place ``<redacted>``, their names)."""
+    out, hidden = {}, []
+    for name, value in env_vars.items():
+        text = str(value)
+        place = text != "<redacted>" and (_PLACE_NAME.search(name) or (_PLACE_VALUE.search(text) and not _NUMBER.match(text)))
+        out[name] = "<redacted>" if place and text else value
+        if place and text:
+            hidden.append(f"vars.{name}")
+    return out, hidden
 PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 
 # An absolute POSIX path of two or more parts, not inside a URL or a relative path.
@@ -134,6 +154,9 @@ def redact_folder(folder: Path, *, root: Path | str | None = None, redactor: Red
     env = manifest.get("env") or {}
     removed = sorted(k for k in env if k not in (*KEPT_ENV, "argv"))
     kept_env = {k: v for k, v in env.items() if k in KEPT_ENV}
+    if isinstance(kept_env.get("vars"), dict):
+        kept_env["vars"], hidden = redacted_vars(kept_env["vars"])
+        removed += hidden
     argv = env.get("argv")
     if isinstance(argv, list) and argv:
         program = PurePosixPath(str(argv[0])).name  # the program, not its arguments or path

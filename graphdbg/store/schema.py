@@ -218,6 +218,12 @@ class Mismatch(_Open):
     elements: Optional[Count] = None  # of this many
 
 
+class Calls(_Open):
+    """Calls of the failing graph at capture that raised and that did not (``capture.seen``)."""
+    passed: Optional[Count] = None
+    failed: Optional[Count] = None
+
+
 class Failure(_Open):
     kind: Name
     exception: Optional[ExceptionInfo] = None
@@ -228,6 +234,7 @@ class Failure(_Open):
     node: Optional[Name] = None  # the graph node the failure happened in, when capture could tell
     seen: Optional[Count] = None  # times this failure was captured into this dump's folder (capture/dedupe.py)
     last_seen: Optional[Name] = None  # when it was last captured, ISO 8601
+    calls: Optional[Calls] = None  # a failure of the compiled code: the graph's calls that failed and that did not
 
 
 class NodeInfo(_Open):
@@ -258,13 +265,32 @@ class Dist(_Open):
         return self
 
 
+class DeviceInfo(_Open):
+    name: Optional[Name] = None
+    capability: Optional[Annotated[str, Field(strict=True, pattern=r"^[0-9]{1,3}\.[0-9]{1,3}$")]] = None
+    memory_bytes: Optional[Count] = None
+
+
+Scalar = Optional[Union[bool, Annotated[int, Field(strict=True, ge=-MAX_INT, le=MAX_INT)], Finite, Name]]
+
+
 class Env(_Open):
+    """What decides the outcome besides the graph (``store.environment``); ``judge.environment``
+    compares it with a replay's."""
     graphdbg: Optional[Name] = None
     torch: Optional[Name] = None
+    triton: Optional[Name] = None
+    backend_package: Optional[Name] = None
+    backend_version: Optional[Name] = None
     python: Optional[Name] = None
+    cuda: Optional[Name] = None
+    driver: Optional[Name] = None
     hostname: Optional[Name] = None
     argv: Optional[Annotated[list[Text], Field(max_length=4096)]] = None
     cuda_devices: Optional[Count] = None
+    device: Optional[DeviceInfo] = None
+    settings: Optional[Annotated[dict[Name, Scalar], Field(max_length=256)]] = None
+    vars: Optional[Annotated[dict[Annotated[str, Field(strict=True, max_length=256)], Name], Field(max_length=4096)]] = None
 
 
 _SETTING = r"^(inductor|dynamo|functorch)\.[A-Za-z_][A-Za-z0-9_.]{0,200}$"

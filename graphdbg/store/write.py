@@ -69,7 +69,7 @@ def write_dump(
             "schema_version": SCHEMA_VERSION,
             "id": dump_id,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "env": environment(),
+            "env": environment(backend),
             "dist": dist,
             "backend": backend,
             "mode": mode,

@@ -250,6 +250,7 @@ TrustOpt = Annotated[bool, typer.Option("--trust-backend", help="Import the modu
 ConfigOpt = Annotated[Optional[list[str]], typer.Option("--config", help="Override one recorded compiler setting: inductor.KEY=VALUE (dynamo.*, functorch.*); repeatable.", rich_help_panel="Backend")]
 NoConfigOpt = Annotated[bool, typer.Option("--no-config", help="Drop the compiler settings recorded in the dump (run with torch's defaults).", rich_help_panel="Backend")]
 SwapOpt = Annotated[Optional[list[str]], typer.Option("--swap", help="OP=REFERENCE: replace every call of custom op OP (ns::name) by a built-in reference (attention, rms_norm, ...) or your module:function (imported like --ops); repeatable.", rich_help_panel="Inputs")]
+AsCapturedOpt = Annotated[bool, typer.Option("--as-captured", help="Restore the captured torch.backends flags, matmul precision, environment variables and thread counts (not versions or the device).", rich_help_panel="Backend")]
 TrustConfigOpt = Annotated[bool, typer.Option("--trust-config", help="Restore every recorded compiler setting, strings included (they can reach a compiler's command line).", rich_help_panel="Backend")]
 
 
@@ -274,6 +275,34 @@ def _recorded_config(command: Callable[..., None]) -> Callable[..., None]:
                      inspect.Parameter("trust_config", kind, default=False, annotation=TrustConfigOpt)]
     run.__signature__ = inspect.signature(command).replace(parameters=params)  # what typer reads
     return run
+
+
+def _environment(dump: object, as_captured: bool, as_json: bool) -> tuple[list, list[str]]:
+    """What differs from the capture (after --as-captured restored what it can), printed before
+    the verdict unless --json, where the caller adds it as ``environment_differences``."""
+    from graphdbg.replay.as_captured import prepare
+
+    found, left = prepare(getattr(dump, "manifest", None), as_captured)
+    if not as_json:
+        from graphdbg.ui.render import environment_panel
+
+        panel = environment_panel(found, left)
+        if panel is not None:
+            console.print(panel, crop=False)
+    return found, left
+
+
+class _manifest_only:
+    """A dump's manifest alone (minify loads the rest itself); a graph file has none."""
+
+    def __init__(self, path: Path) -> None:
+        from graphdbg.store.manifest import MANIFEST, read_manifest
+
+        self.manifest = read_manifest(path) if (path / MANIFEST).is_file() else None
+
+
+def _environment_json(found: list, left: list[str]) -> dict:
+    return {"environment_differences": [d.to_dict() for d in found], "not_restored": left}
 
 
 def _own_backend(path: Path, trust: bool, command: str) -> str | None:
@@ -316,6 +345,8 @@ def replay(
     backward: Annotated[Optional[bool], typer.Option("--backward/--no-backward", help="Training: run the forward, then the backward with recorded (else seeded) tangents; compare gradients too (default: when the dump is the forward of a backward failure).", show_default=False)] = None,
     max_input_gb: Annotated[Optional[float], typer.Option("--max-input-gb", help="Refuse (exit 2) inputs bigger than this many GiB (default: the device's free memory).")] = None,
     trust_backend: TrustOpt = False,
+    as_captured: AsCapturedOpt = False,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Replay N times; report the failure rate with a 95% interval and each distinct failure (one process with --no-isolate, else a child each).")] = 1,
     as_json: JsonFlag = False,
 ) -> None:
     """Replay a dump under a backend; exit 0 on pass, 1 on the captured failure, 4 on another failure, 2 if it can't run."""
@@ -345,14 +376,22 @@ def replay(
         backend = dump_backend(d, trust_backend, "replay")
     from graphdbg.backends.recipe import backend_label
 
+    found, left = _environment(d, as_captured, as_json)
     with _progress(f"replay: {backend_label(backend)}: compile, run, compare with the reference", quiet=as_json):
-        outcome = replay_dump(d, backend, opts)
+        outcomes = [replay_dump(d, backend, opts) for _ in range(repeat)]
+    from graphdbg.judge.flaky import Repeated
+
+    outcome = Repeated.shown(outcomes, d)
+    repeated = Repeated.of(outcomes, d) if repeat > 1 else None
     if as_json:
-        _print_json({"dump": str(d.path), "reproduces": outcome.reproduces(d), **outcome.to_dict()}, "replay")
+        _print_json({"dump": str(d.path), "reproduces": outcome.reproduces(d), **outcome.to_dict(),
+                     **_environment_json(found, left), **({"repeat": repeated.to_dict()} if repeated else {})}, "replay")
     else:
         from graphdbg.ui.render import outcome_panel
 
-        console.print(outcome_panel(outcome, d), crop=False)
+        console.print(outcome_panel(outcome, d, found), crop=False)
+        if repeated:
+            console.print(repeated.line(), highlight=False, soft_wrap=True)
     raise typer.Exit(replay_exit_code(d, outcome))
 
 
@@ -381,6 +420,7 @@ def compare(
     seed: SeedOpt = None,
     trust_backend: TrustOpt = False,
     swap: SwapOpt = None,
+    as_captured: AsCapturedOpt = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Replay a dump under several backends; one row per backend. Exit 1 if any fails.
@@ -401,13 +441,14 @@ def compare(
     names, left_out = compared_backends(backends, lambda: _own_backend(dump, trust_backend, "compare"))
     if left_out is not None:
         _note(f"graphdbg: left out {left_out}")
+    found, left = _environment(d, as_captured, as_json)
     rows = []
     for i, name in enumerate(names, 1):  # one backend at a time, so a slow one shows progress
         with _progress(f"compare: {backend_label(name)} ({i}/{len(names)})", quiet=as_json):
             rows.append(compare_backends(d, [name], ReplayOptions(device=device, isolate=isolate, timeout=timeout)))
     df = pd.concat(rows, ignore_index=True)
     if as_json:
-        _print_json({"dump": str(dump), "rows": df.to_dict(orient="records")}, "compare")
+        _print_json({"dump": str(dump), "rows": df.to_dict(orient="records"), **_environment_json(found, left)}, "compare")
     else:
         from graphdbg.ui.render import PlainWhenPiped
 
@@ -443,6 +484,7 @@ def minify(
     time_budget: Annotated[float, typer.Option("--time-budget", help="Stop after this many seconds (0: no limit); the best graph so far is saved.", min=0)] = 240.0,
     ops: OpsOpt = None,
     trust_backend: TrustOpt = False,
+    as_captured: AsCapturedOpt = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Shrink a failing graph to the smallest one that fails the same way; writes a dump and repro.py."""
@@ -454,6 +496,7 @@ def minify(
     if out is None:
         out = Path(f"{dump.name.removesuffix('.py')}-min")
         _note(f"minify: writing to ./{out}/ (-o to choose)")
+    found, left = _environment(_manifest_only(dump), as_captured, as_json)
     progress = False if as_json else (True if _err_console().is_terminal else _line_progress("minify"))
     result = run_minify(dump, backend, passes, options=ReplayOptions(isolate=isolate, timeout=timeout, device=device),
                         accuracy=accuracy, jobs=jobs, out=out, progress=progress, any_failure=any_failure,
@@ -462,7 +505,7 @@ def minify(
         _self_checked(lambda c: c.check_repro(Path(out) / "repro.py", timeout=timeout or DEFAULT_TIMEOUT), Path(out) / "repro.py",
                       result.outcome.signature)
     if as_json:
-        _print_json(result.to_dict(), "minify")
+        _print_json({**result.to_dict(), **_environment_json(found, left)}, "minify")
     else:
         console.print(result, crop=False)
         if result.saved:

@@ -19,6 +19,7 @@ from rich.tree import Tree
 from graphdbg.backends.recipe import shown_backend
 from graphdbg.dump import is_failure  # not graphdbg.listing: its cache and readers are ls's alone
 from graphdbg.judge.difference import describe_difference
+from graphdbg.judge.environment import suspects
 from graphdbg.tables import failing_node_names
 
 if TYPE_CHECKING:
@@ -594,14 +595,18 @@ def stand_in_lines(stand_ins: list[str]) -> list[str]:
     return lines
 
 
-def outcome_verdict(outcome: Any, dump: Any) -> tuple[str, str]:
+def outcome_verdict(outcome: Any, dump: Any, differences: list[Any] | None = None) -> tuple[str, str]:
     """(verdict, style) of a replay against what ``dump`` recorded: the first line of its output.
-    A mismatch names its first output off and, where the replay found it, the node it starts at."""
+    A mismatch names its first output off and, where the replay found it, the node it starts at.
+    A pass where the capture failed names the environment's ``differences`` (``judge.environment``)
+    as suspects."""
     recorded = getattr(dump, "failure_kind", None) in ("compile_error", "runtime_error", "accuracy", "crash")
     captured = getattr(dump, "signature", None) or getattr(dump, "failure_kind", None)
     if outcome.status == "pass":
         if recorded:
-            return f"NOT REPRODUCED: the dump recorded {captured}; backend {outcome.backend} passes", "bold yellow"
+            why = (f"; suspects: {suspects(differences)}" if differences
+                   else "; nothing recorded about the environment differs" if _records_environment(dump) else "")
+            return f"NOT REPRODUCED: the dump recorded {captured}; backend {outcome.backend} passes{why}", "bold yellow"
         return "PASS", "bold green"
     if not recorded:
         return f"FAILS: {outcome.summary()}", "bold red"
@@ -628,10 +633,29 @@ def mismatch_text(outcome: Any, how: str = "") -> str:
     return text
 
 
-def outcome_panel(outcome: Any, dump: Any = None) -> Boxed:
+def _records_environment(dump: Any) -> bool:
+    env = (getattr(dump, "manifest", None) or {}).get("env")
+    return isinstance(env, dict) and "settings" in env
+
+
+def environment_panel(differences: list[Any], not_restored: list[str] | None = None) -> Boxed | None:
+    """What differs from the capture, most likely cause first (``judge.environment``), and what
+    ``--as-captured`` could not restore; None when there is nothing to say."""
+    if not differences and not not_restored:
+        return None
+    text = Text()
+    for d in differences:
+        text.append(f"{d.line()}\n", style="bold" if d.kind in ("backend", "compiler setting") else "")
+    for line in not_restored or []:
+        text.append(f"{line}\n", style="dim")
+    text.rstrip()
+    return Boxed(text, "differs from the capture", "yellow")
+
+
+def outcome_panel(outcome: Any, dump: Any = None, differences: list[Any] | None = None) -> Boxed:
     text = Text()
     if dump is not None:
-        verdict, style = outcome_verdict(outcome, dump)
+        verdict, style = outcome_verdict(outcome, dump, differences)
         text.append(verdict + "\n", style=style)
     text.append(outcome.status.upper(), style=f"bold {STATUS_STYLE.get(outcome.status, '')}")
     text.append(f"  backend {outcome.backend} on {outcome.device}")

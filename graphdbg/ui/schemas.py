@@ -19,6 +19,21 @@ _OBJ = {"type": "object"}
 _HEAD = {"graphdbg": {"type": "string"}, "schema": {"type": "string"}}
 
 _OUTCOME: dict[str, Any] = Outcome.model_json_schema()["properties"]  # the model is the one definition
+# judge.environment's differences, most likely cause of another outcome first; what --as-captured left
+_ENVIRONMENT = {
+    "environment_differences": {"type": "array", "items": {"type": "object", "properties": {
+        "kind": {"enum": ["backend", "compiler setting", "version", "device", "setting", "env var", "threads"]},
+        "name": {"type": "string"}, "captured": {}, "now": {}, "restorable": _BOOL},
+        "required": ["kind", "name", "captured", "now", "restorable"]}},
+    "not_restored": {"type": "array", "items": {"type": "string"}},
+}
+# --repeat N (judge.flaky)
+_REPEAT = {"repeat": {"type": "object", "properties": {
+    "runs": {"type": "integer"}, "failed": {"type": "integer"}, "reproduced": {"type": "integer"}, "rate": {"type": "number"},
+    "interval": {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2}, "confidence": {"type": "number"},
+    "signatures": {"type": "array", "items": {"type": "object", "properties": {
+        "signature": {"type": "string"}, "count": {"type": "integer"}, "reproduces": _BOOL}}}},
+    "required": ["runs", "failed", "rate", "interval", "signatures"]}}
 _ROW = {"path": {"type": "string"}, "id": _STR, "kind": _STR, "backend": _STR, "nodes": _INT, "signature": _STR,
         "error_type": _STR, "message": _STR, "graph_hash": _STR}
 
@@ -43,8 +58,8 @@ OUTPUT_SCHEMAS: dict[str, dict[str, Any]] = {
     }),
     "show": _object("show", {**_ROW, "nodes_table": _LIST, "inputs_table": _LIST},
                     ["path", "nodes_table", "inputs_table"]),
-    "replay": _object("replay", {"dump": {"type": "string"}, "reproduces": _BOOL, **_OUTCOME},
-                      ["dump", "reproduces", "status", "backend", "signature", "stand_ins", "total_s"]),
+    "replay": _object("replay", {"dump": {"type": "string"}, "reproduces": _BOOL, **_OUTCOME, **_ENVIRONMENT, **_REPEAT},
+                      ["dump", "reproduces", "status", "backend", "signature", "stand_ins", "total_s", "environment_differences"]),
     "replay-world": _object("replay --all-ranks", {
         "world_size": {"type": "integer"}, "graph": {"type": "string"}, "backend": {"type": "string"},
         "device": {"type": "string"}, "pg_backend": {"type": "string"}, "devices": _OBJ, "nnodes": {"type": "integer"},
@@ -57,6 +72,7 @@ OUTPUT_SCHEMAS: dict[str, dict[str, Any]] = {
             "backend": {"type": "string"}, "status": _OUTCOME["status"], "signature": _STR, "stage": _STR, "seconds": _NUM,
             "max_abs_error": _NUM, "max_rel_error": _NUM, "trusted": _BOOL, "reproduces": _BOOL},
             "required": ["backend", "status", "signature", "seconds", "reproduces"]}},
+        **_ENVIRONMENT,
     }),
     "compare-swap": _object("compare --swap", {
         "swaps": _LIST, "moved": _BOOL, "replaced": _LIST, "stand_ins": _LIST,
@@ -75,8 +91,9 @@ OUTPUT_SCHEMAS: dict[str, dict[str, Any]] = {
     "minify": _object("minify", {
         "start_nodes": {"type": "integer"}, "final_nodes": {"type": "integer"}, "oracle_queries": {"type": "integer"},
         "cache_hits": {"type": "integer"}, "seconds": {"type": "number"}, "status": _OUTCOME["status"], "signature": _STR,
-        "accuracy": {"type": ["boolean", "null"]}, "interrupted": _BOOL, "steps": _LIST, "out": _STR,
-    }),
+        "accuracy": {"type": ["boolean", "null"]}, "interrupted": _BOOL, "steps": _LIST, "out": _STR, **_ENVIRONMENT,
+    }, ["start_nodes", "final_nodes", "oracle_queries", "cache_hits", "seconds", "status", "signature", "accuracy",
+        "interrupted", "steps", "out"]),
     "bisect-passes": _object("bisect passes", {
         "culprit": _STR, "index": _INT, "outcome": {"type": ["object", "null"]}, "good_outcome": {"type": ["object", "null"]},
         "pattern": _STR, "pattern_index": _INT, "match_index": _INT, "runs": {"type": "integer"}, "note": {"type": "string"},

@@ -1,0 +1,115 @@
+"""What differs between the environment a dump was captured in and the replay's, most likely
+cause of a different outcome first.
+
+A replay that passes where the capture failed is rarely a fixed bug: another backend version, a
+compiler setting not restored, TF32 off, another thread count. ``differences(manifest)`` names
+each difference with the recorded and the current value:
+
+    >>> differences(dump.manifest, environment(backend), replay_settings(dump.manifest))
+    [Difference(kind='setting', name='float32_matmul_precision', captured='medium', now='highest', restorable=True), ...]
+
+Order (``RANK``): the backend's version and settings, then torch's and triton's versions,
+Python, CUDA and the driver, the device, ``torch.backends`` flags and precision, environment
+variables, thread counts. ``restorable`` says whether ``--as-captured`` can bring it back
+(``replay.as_captured``); a version or a device it cannot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# kind -> rank; within a kind, the order below
+RANK = {"backend": 0, "compiler setting": 1, "version": 2, "device": 3, "setting": 4, "env var": 5, "threads": 6}
+VERSIONS = ("torch", "triton", "python", "cuda", "driver")
+THREADS = ("num_threads", "num_interop_threads")
+# environment variables of the compiler itself before those of the libraries under it
+# Variables Inductor sets itself while it compiles (its cache folders, the ptxas it found): unset
+# before a replay compiles, they are no difference; set by the user, they are compared.
+SET_BY_TORCH = frozenset({"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_PTXAS_PATH", "TRITON_LIBDEVICE_PATH",
+                          "TORCH_WARM_POOL"})
+_VAR_ORDER = ("TORCHINDUCTOR", "TORCHDYNAMO", "TORCH", "PYTORCH", "TRITON", "CUDA", "CUBLAS", "CUDNN", "NVIDIA", "NCCL")
+
+
+@dataclass(frozen=True)
+class Difference:
+    kind: str
+    name: str
+    captured: Any
+    now: Any
+    restorable: bool
+
+    def line(self) -> str:
+        """``setting float32_matmul_precision: 'medium' at capture, 'highest' now``."""
+        return f"{self.kind} {self.name}: {_shown(self.captured)} at capture, {_shown(self.now)} now"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _shown(value: Any) -> str:
+    return "unset" if value is None else repr(value)
+
+
+def _var_rank(name: str) -> int:
+    return next((i for i, p in enumerate(_VAR_ORDER) if name.startswith(p)), len(_VAR_ORDER))
+
+
+def differences(manifest: dict[str, Any] | None, now: dict[str, Any], replayed: dict[str, Any]) -> list[Difference]:
+    """The differences between the manifest's ``env`` and ``now`` (``store.environment.environment()``
+    of the replaying process), and between its recorded compiler settings (``config``) and those
+    the replay runs under (``replayed``: ``backends.compiler_config.replay_settings``), most
+    likely cause first. What the dump did not record is not compared (a dump from before
+    graphdbg recorded it)."""
+    if not isinstance(manifest, dict):
+        return []
+    env = manifest.get("env") if isinstance(manifest.get("env"), dict) else {}
+    found: list[Difference] = []
+
+    if env.get("backend_package") is not None and (env.get("backend_package"), env.get("backend_version")) != (
+            now.get("backend_package"), now.get("backend_version")):
+        name = str(env.get("backend_package"))
+        found.append(Difference("backend", f"{name} version", env.get("backend_version"),
+                                now.get("backend_version") if now.get("backend_package") == name else None, False))
+    found += _compiler_settings(manifest, replayed)
+    for key in VERSIONS:
+        if key in env and env.get(key) != now.get(key):
+            found.append(Difference("version", key, env.get(key), now.get(key), False))
+    captured_device, device_now = env.get("device"), now.get("device") or {}
+    if isinstance(captured_device, dict):
+        for key, value in captured_device.items():
+            if value != device_now.get(key):
+                found.append(Difference("device", key, value, device_now.get(key), False))
+    captured_settings, settings_now = env.get("settings"), now.get("settings") or {}
+    if isinstance(captured_settings, dict):
+        for key, value in captured_settings.items():
+            if value != settings_now.get(key):
+                found.append(Difference("threads" if key in THREADS else "setting", key, value, settings_now.get(key), True))
+    captured_vars, vars_now = env.get("vars"), now.get("vars") or {}
+    if isinstance(captured_vars, dict):
+        for key in sorted(set(captured_vars) | set(vars_now), key=lambda k: (_var_rank(k), k)):
+            if key in SET_BY_TORCH and key not in vars_now:
+                continue  # the replay's compile sets it as the capture's did
+            if captured_vars.get(key) != vars_now.get(key) and captured_vars.get(key) != "<redacted>":
+                found.append(Difference("env var", key, captured_vars.get(key), vars_now.get(key), True))
+    return sorted(found, key=lambda d: RANK[d.kind])  # stable: each kind keeps its own order
+
+
+def _compiler_settings(manifest: dict[str, Any], replayed: dict[str, Any]) -> list[Difference]:
+    """Recorded compiler settings the replay will not run under (not restorable, ``--no-config``,
+    or overridden by ``--config``), and ``--config`` settings the capture did not have."""
+    config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
+    recorded = config.get("values") if isinstance(config.get("values"), dict) else {}
+    found = []
+    for key in sorted(set(recorded) | set(replayed)):
+        if recorded.get(key) != replayed.get(key):
+            found.append(Difference("compiler setting", str(key), recorded.get(key), replayed.get(key), False))
+    return found
+
+
+def suspects(found: list[Difference], limit: int = 3) -> str:
+    """The first differences, as the verdict names them: ``setting float32_matmul_precision
+    ('medium' at capture, 'highest' now)``."""
+    shown = [f"{d.kind} {d.name} ({_shown(d.captured)} at capture, {_shown(d.now)} now)" for d in found[:limit]]
+    more = f" and {len(found) - limit} more" if len(found) > limit else ""
+    return ", ".join(shown) + more

@@ -1,0 +1,228 @@
+"""``--as-captured``: run a replay under the captured settings, flags, environment variables and
+thread counts (the manifest's ``env.settings`` and ``env.vars``, ``store.environment``).
+
+The CLI calls ``restore(manifest)`` before anything compiles and puts the recorded settings in
+``GRAPHDBG_AS_CAPTURED``, so an isolated replay child (``replay.child``) restores the same in its
+own process; environment variables reach children by inheritance. What can't be restored (versions, the device) is what
+``judge.environment`` still lists afterwards.
+
+A dump is someone else's file, so only what cannot name a program, path, host or hook comes
+back: a flag of ``SETTINGS`` with a value of its type, and an environment variable of
+``ENV_PREFIXES`` whose name has no word of ``_STEERING_WORDS`` and whose value names no place. ``--trust-config`` restores
+every recorded variable but those naming a place of the capturing machine.
+
+    >>> restore(dump.manifest)
+    ['env var TORCHINDUCTOR_CACHE_DIR: names a place, not restored']
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from typing import Any
+
+import torch
+
+from graphdbg.backends.compiler_config import CONFIGS, ENV_TRUST_CONFIG, replay_settings
+from graphdbg.judge.environment import SET_BY_TORCH, differences
+from graphdbg.store.environment import ENV_PREFIXES, MAX_VAR, SETTINGS, environment
+from graphdbg.store.redact import redacted_vars
+
+ENV_AS_CAPTURED = "GRAPHDBG_AS_CAPTURED"
+# Words of a variable's name (split at "_") saying it can name a program, a path, a host, a hook,
+# a log or a cache (TRITON_PTXAS_PATH, TORCHINDUCTOR_CACHE_DIR, TORCH_LOGS): not restored from
+# someone else's dump without --trust-config.
+_STEERING_WORDS = frozenset(
+    "cxx cc compiler cmd command exe binary bin path paths dir root file files filename cache caches log logs logging hook "
+    "hooks script custom pass passes launcher plugin profile profiler profiling trace tracing debug nvcc ptxas ld link save "
+    "repro dump upload remote output package lib libs shim worker subprocess start method home url uri host addr redis "
+    "extensions".split())
+
+
+def may_name_a_place(name: str) -> bool:
+    return any(word.lower() in _STEERING_WORDS for word in name.split("_"))
+_COMPILER_VARS = ("TORCH", "PYTORCH", "TRITON")
+_PRECISIONS = ("highest", "high", "medium")
+_DTYPES = ("float32", "float64", "float16", "bfloat16")
+
+
+def _set_sdp(name: str, on: bool) -> None:
+    getattr(torch.backends.cuda, name)(on)
+
+
+# name -> (check of a recorded value, how to set it)
+_SETTERS: dict[str, tuple[Any, Any]] = {
+    "float32_matmul_precision": (lambda v: v in _PRECISIONS, torch.set_float32_matmul_precision),
+    "deterministic_algorithms": (lambda v: isinstance(v, bool), lambda v: torch.use_deterministic_algorithms(v, warn_only=True)),
+    "default_dtype": (lambda v: v in _DTYPES, lambda v: torch.set_default_dtype(getattr(torch, v))),
+    "cuda.matmul.allow_tf32": (None, lambda v: setattr(torch.backends.cuda.matmul, "allow_tf32", v)),
+    "cuda.matmul.allow_fp16_reduced_precision_reduction": (
+        None, lambda v: setattr(torch.backends.cuda.matmul, "allow_fp16_reduced_precision_reduction", v)),
+    "cuda.matmul.allow_bf16_reduced_precision_reduction": (
+        None, lambda v: setattr(torch.backends.cuda.matmul, "allow_bf16_reduced_precision_reduction", v)),
+    "cudnn.enabled": (None, lambda v: setattr(torch.backends.cudnn, "enabled", v)),
+    "cudnn.allow_tf32": (None, lambda v: setattr(torch.backends.cudnn, "allow_tf32", v)),
+    "cudnn.deterministic": (None, lambda v: setattr(torch.backends.cudnn, "deterministic", v)),
+    "cudnn.benchmark": (None, lambda v: setattr(torch.backends.cudnn, "benchmark", v)),
+    "sdp.flash": (None, lambda v: _set_sdp("enable_flash_sdp", v)),
+    "sdp.mem_efficient": (None, lambda v: _set_sdp("enable_mem_efficient_sdp", v)),
+    "sdp.math": (None, lambda v: _set_sdp("enable_math_sdp", v)),
+    "sdp.cudnn": (None, lambda v: _set_sdp("enable_cudnn_sdp", v)),
+    "mkldnn.enabled": (None, lambda v: setattr(torch.backends.mkldnn, "enabled", v)),
+    "num_threads": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 4096, torch.set_num_threads),
+    "num_interop_threads": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 4096,
+                            torch.set_num_interop_threads),
+}
+if set(_SETTERS) != set(SETTINGS):
+    raise ImportError("replay.as_captured: every setting store.environment records needs a way back here")
+
+
+def _env(manifest: Any) -> dict[str, Any]:
+    env = manifest.get("env") if isinstance(manifest, dict) else None
+    return env if isinstance(env, dict) else {}
+
+
+def restore(manifest: Any) -> list[str]:
+    """Restore in this process what the dump recorded and may be restored; returns a line for
+    each recorded item left as it is, and why. Versions and the device are never restored."""
+    env = _env(manifest)
+    left: list[str] = []
+    recorded = env.get("settings") if isinstance(env.get("settings"), dict) else {}
+    for name, value in recorded.items():
+        if name not in _SETTERS:
+            left.append(f"setting {name}: not known here, not restored")
+            continue
+        check, apply = _SETTERS[name]
+        if not (check(value) if check else isinstance(value, bool)):
+            left.append(f"setting {name}: {value!r} is not a value it takes, not restored")
+            continue
+        try:
+            if SETTINGS[name]() == value:  # as captured already: torch refuses a mix of its old and new precision flags
+                continue
+            apply(value)
+        except Exception as e:  # e.g. interop threads, settable only before parallel work started
+            left.append(f"setting {name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}, not restored")
+    left += restore_vars(env.get("vars"))
+    return left
+
+
+def restore_vars(recorded: Any) -> list[str]:
+    """Set the recorded environment variables that may be restored, unset those the capture
+    did not have; returns a line for each left as it is."""
+    if not isinstance(recorded, dict):
+        return []
+    trust = bool(os.environ.get(ENV_TRUST_CONFIG))
+    _, places = redacted_vars({k: v for k, v in recorded.items() if isinstance(v, str)})
+    left = []
+    for name, value in recorded.items():
+        if name in SET_BY_TORCH and name not in os.environ:
+            continue  # the replay's compile sets it for this machine
+        if not (isinstance(name, str) and name.startswith(ENV_PREFIXES) and isinstance(value, str) and len(value) <= MAX_VAR
+                and "\0" not in name + value and "=" not in name):
+            left.append(f"env var {str(name)[:120]}: not a variable it records, not restored")
+        elif f"vars.{name}" in places or value == "<redacted>":
+            left.append(f"env var {name}: names a place of the capturing machine, not restored")
+        elif may_name_a_place(name) and not trust:
+            left.append(f"env var {name}: it can name a program, path, hook, log or cache, not restored (--trust-config restores it)")
+        else:
+            os.environ[name] = value
+    # set now, unset at capture: the compiler's own go; the machine's (CUDA_VISIBLE_DEVICES, OMP_...) stay
+    for name in [k for k in os.environ if k.startswith(_COMPILER_VARS) and k not in recorded]:
+        if not may_name_a_place(name) or trust:
+            del os.environ[name]
+    return left
+
+
+def prepare(manifest: Any, as_captured: bool) -> tuple[list[Any], list[str]]:
+    """What the CLI does before a replay: with ``as_captured``, restore here and ask the replay
+    children to (``ENV_AS_CAPTURED``); then (the differences left, most likely cause first
+    (``judge.environment``), the lines of what was not restored)."""
+    left: list[str] = []
+    if as_captured:
+        left = restore(manifest)
+        recorded = _env(manifest).get("settings")
+        os.environ[ENV_AS_CAPTURED] = json.dumps(recorded if isinstance(recorded, dict) else {})
+    else:
+        os.environ.pop(ENV_AS_CAPTURED, None)
+    backend = manifest.get("backend") if isinstance(manifest, dict) else None
+    return differences(manifest, environment(backend if isinstance(backend, str) else None), _replayed_config(manifest)), left
+
+
+_UNSET = object()
+
+
+def _replayed_config(manifest: Any) -> dict[str, Any]:
+    """The compiler settings the replay runs under, for each one the dump recorded or the replay
+    sets: the one restored or overridden, else this torch's value now (a recorded setting not
+    restored differs only if torch's own value is another); a setting this torch lacks is left out."""
+    settings = dict(replay_settings(manifest))
+    config = manifest.get("config") if isinstance(manifest, dict) else None
+    recorded = config.get("values") if isinstance(config, dict) and isinstance(config.get("values"), dict) else {}
+    for key in recorded:
+        if key in settings or not isinstance(key, str):
+            continue
+        short, _, name = key.partition(".")
+        try:
+            value: Any = importlib.import_module(CONFIGS[short])
+            for part in name.split("."):
+                value = getattr(value, part, _UNSET)
+        except Exception:
+            continue
+        if value is not _UNSET:
+            settings[key] = list(value) if isinstance(value, tuple) else value
+    return settings
+
+
+def restore_if_asked() -> list[str]:
+    """In a replay child: the settings the CLI restored for ``--as-captured`` (``ENV_AS_CAPTURED``,
+    whichever graph the child runs: a minify candidate is a dump of its own); the variables it
+    set came with the child's environment."""
+    try:
+        recorded = json.loads(os.environ.get(ENV_AS_CAPTURED) or "null")
+    except ValueError:
+        return []
+    return restore({"env": {"settings": recorded}}) if isinstance(recorded, dict) else []
+
+
+# torch's defaults of the SETTINGS that a repro.py sets when they differ (thread counts are the
+# machine's, left to it)
+_DEFAULTS = {"float32_matmul_precision": "highest", "deterministic_algorithms": False, "default_dtype": "float32",
+             "cuda.matmul.allow_tf32": False, "cuda.matmul.allow_fp16_reduced_precision_reduction": True,
+             "cuda.matmul.allow_bf16_reduced_precision_reduction": True, "cudnn.enabled": True, "cudnn.allow_tf32": True,
+             "cudnn.deterministic": False, "cudnn.benchmark": False, "sdp.flash": True, "sdp.mem_efficient": True,
+             "sdp.math": True, "sdp.cudnn": True, "mkldnn.enabled": True}
+_STATEMENTS = {"float32_matmul_precision": "torch.set_float32_matmul_precision({!r})",
+               "deterministic_algorithms": "torch.use_deterministic_algorithms({!r}, warn_only=True)",
+               "default_dtype": "torch.set_default_dtype(getattr(torch, {!r}))",
+               "sdp.flash": "torch.backends.cuda.enable_flash_sdp({!r})",
+               "sdp.mem_efficient": "torch.backends.cuda.enable_mem_efficient_sdp({!r})",
+               "sdp.math": "torch.backends.cuda.enable_math_sdp({!r})", "sdp.cudnn": "torch.backends.cuda.enable_cudnn_sdp({!r})"}
+
+
+def python_lines(manifest: Any) -> list[str]:
+    """With ``--as-captured``: statements for a standalone repro.py that set what the replay
+    restored (settings off torch's defaults, environment variables that may be restored); else
+    none. Values go through repr, names are checked here."""
+    if not os.environ.get(ENV_AS_CAPTURED):
+        return []
+    env = _env(manifest)
+    settings = env.get("settings") if isinstance(env.get("settings"), dict) else {}
+    lines = []
+    for name, value in settings.items():
+        if name not in _DEFAULTS or value == _DEFAULTS[name]:
+            continue
+        if name == "cuda.matmul.allow_tf32" and value and settings.get("float32_matmul_precision") in ("high", "medium"):
+            continue  # that precision turns it on, and torch refuses its old and new flags mixed
+        check = _SETTERS[name][0]
+        if not (check(value) if check else isinstance(value, bool)):
+            continue
+        lines.append(_STATEMENTS[name].format(value) if name in _STATEMENTS else f"torch.backends.{name} = {value!r}")
+    recorded = env.get("vars") if isinstance(env.get("vars"), dict) else {}
+    for name in sorted(recorded):
+        if os.environ.get(name) == recorded[name] and name not in SET_BY_TORCH:  # restored by restore_vars
+            lines.append(f"os.environ[{name!r}] = {recorded[name]!r}")
+    if not lines:
+        return []
+    return ["# As captured (--as-captured): the settings and environment variables the failure needed", "import os",
+            *lines]

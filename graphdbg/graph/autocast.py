@@ -52,7 +52,7 @@ def enter_autocast(gm: fx.GraphModule, recorded: Mapping[str, str] | None, devic
     regions: list[tuple[str, torch.dtype]] = []
     for device_type, dtype_name in recorded.items():
         if device_type not in DEVICE_TYPES or dtype_name not in DTYPES:
-            raise DumpError(f"autocast {device_type}: {dtype_name} is not a device type and dtype autocast has")
+            raise DumpError(f"manifest autocast {device_type!r}: {dtype_name!r}: not a device type and dtype torch.autocast takes")
         target = device_type
         if device_type != "cpu" and device_type != device.type:
             target = device.type

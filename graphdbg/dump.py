@@ -279,6 +279,7 @@ class Dump(Displayed):
             arrange_synthesis,
             build_inputs,
             build_module,
+            enter_caller_autocast,
             install_for_one_rank,
             move_device_literals,
         )
@@ -286,6 +287,7 @@ class Dump(Displayed):
         rb = Rebuild.start(self.printed, self.manifest, self.contents.read, dev, default_seed(seed), sizes,
                            where=str(self.path))
         gm = build_module(rb, self.printed, self.manifest)
+        enter_caller_autocast(rb, gm, self.manifest)
         arrange_synthesis(rb, gm, self.manifest["inputs"])
         inputs = build_inputs(rb, gm, self.manifest)
         if not _distributed():

@@ -451,3 +451,37 @@ def test_the_node_a_graph_failed_in_is_recorded_and_shown(tmp_path, cli, kind):
     assert "programs.py:43  " + (ROOT / "fixtures" / "programs.py").read_text().splitlines()[42].strip() in shown.out
     data = json.loads(cli("show", dump.path, "--json").out)
     assert [r["name"] for r in data["nodes_table"] if r["failed"]] == [node]
+
+
+def _fails_when_run(gm, example_inputs):
+    """An AOTAutograd backend whose compiled forward raises when it runs."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    def compiled(gm, example_inputs):
+        def run(*args):
+            raise RuntimeError("attention kernel failed")
+
+        return make_boxed_func(run)
+
+    return aot_autograd(fw_compiler=compiled)(gm, example_inputs)
+
+
+def test_the_users_traceback_through_aot_autograd_is_the_plain_runs_frame_for_frame(tmp_path):
+    """aot_autograd returns its code under torch._dynamo.disable, which Dynamo unwraps when it
+    wraps it again: a capture's wrapper must not add a second ``eval_frame.py ... _fn`` frame.
+    nn.MultiheadAttention's fast path (eval, no_grad), as a served model runs it."""
+    torch.manual_seed(0)
+    mha, x = torch.nn.MultiheadAttention(16, 2, batch_first=True).eval(), torch.randn(2, 5, 16)
+
+    def call(backend):
+        torch._dynamo.reset()
+        with torch.no_grad(), pytest.raises(RuntimeError, match="attention kernel failed") as raised:
+            torch.compile(mha, backend=backend)(x, x, x, need_weights=False)
+        return raised.value
+
+    bare = call(_fails_when_run)
+    wrapped = call(graphdbg.capture(_fails_when_run, dump_dir=tmp_path))
+    assert len(find_dumps(tmp_path)) == 1
+    if sys.version_info >= (3, 11):
+        assert _frames(wrapped) == _frames(bare)

@@ -38,7 +38,13 @@ def as_dynamo_calls_it(compiled: Callable[..., Any]) -> Callable[..., Any]:
     ``forward`` instead, so an error in that code keeps the generated line in its traceback.
     Behind a wrapper Dynamo sees only the wrapper, so the wrapper has to do the same: calling
     the stub goes through ``GraphModule.__call__``, which cuts the generated frames from the
-    traceback and prints fx's own report on stderr."""
+    traceback and prints fx's own report on stderr.
+
+    A backend that returns its code under ``torch._dynamo.disable`` (``aot_autograd`` does) gets
+    one disable frame (``eval_frame.py ... in _fn``): Dynamo wraps the result in ``disable``
+    again, which unwraps the first. Behind a wrapper Dynamo can't unwrap it, and the user's
+    traceback would have two: the wrapper calls what is inside instead, under Dynamo's one."""
+    compiled = _inside_disable(compiled)
     owner = getattr(compiled, "__self__", None)
     if getattr(compiled, "__name__", None) != "_lazy_forward" or owner is None:
         return compiled
@@ -53,6 +59,14 @@ def as_dynamo_calls_it(compiled: Callable[..., Any]) -> Callable[..., Any]:
     except Exception:  # the stub raises the same when it is called, where Dynamo would have raised it
         return compiled
     return owner.forward
+
+
+def _inside_disable(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """What a ``torch._dynamo.disable`` wrapper holds (the recursive kind, which Dynamo wraps results in)."""
+    while (getattr(fn, "_torchdynamo_disable", False) and getattr(fn, "_torchdynamo_disable_recursive", True)
+           and callable(getattr(fn, "_torchdynamo_orig_callable", None))):
+        fn = fn._torchdynamo_orig_callable
+    return fn
 
 
 def call_inputs(args: tuple, boxed: bool) -> list[Any]:

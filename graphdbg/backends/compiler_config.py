@@ -86,6 +86,8 @@ def config_diff(extra: dict[str, Any] | None = None) -> dict[str, Any]:
                 if name.startswith("_") or mod._is_default(name):
                     continue
                 value = getattr(mod, name)
+                if _patched_to_default(entries[name], value):
+                    continue
             except Exception:
                 continue
             if name in ignore:  # custom passes and the like: torch itself never saves them
@@ -95,6 +97,18 @@ def config_diff(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     for name, value in (extra or {}).items():
         _record(name if name.split(".", 1)[0] in CONFIGS else f"inductor.{name}", value, values, skipped)
     return {"values": values, "skipped": skipped}
+
+
+def _patched_to_default(entry: Any, value: Any) -> bool:
+    """A setting torch itself patches to its default value while it compiles (Dynamo sets
+    ``capture_scalar_outputs=False`` under ``dynamic=True``): no difference to record. Restored,
+    it would pin a value the replay must be free to choose (``.item()`` kept in a re-trace)."""
+    nothing = object()
+    default = getattr(entry, "default", nothing)
+    env = (getattr(entry, "env_value_force", nothing), getattr(entry, "env_value_default", nothing))
+    # an environment variable may set another default; a sentinel (not a value) means none did
+    env_set = any(v is not nothing and type(v).__name__ != "object" for v in env)
+    return default is not nothing and not env_set and type(value) is type(default) and value == default
 
 
 def _record(key: str, value: Any, values: dict[str, Any], skipped: dict[str, str]) -> None:

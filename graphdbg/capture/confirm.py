@@ -94,14 +94,15 @@ def _float64_values(gm: fx.GraphModule, inputs: list[Any], indices: list[int], b
         with torch.no_grad(), same_draws(before):
             if not positional:
                 return float64_reference(gm, clone_values(inputs), outputs=indices).values
-            result = float64_reference(gm, clone_values(inputs)).values  # by leaf, None outputs dropped
+            result = float64_reference(gm, clone_values(inputs)).values  # by pytree leaf
     except (ReferenceUnavailable, torch.OutOfMemoryError):
         return None
     out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     flat = pytree.tree_flatten(out.args[0], is_leaf=lambda x: x is None)[0]
+    none_is_leaf = bool(pytree.tree_leaves([None]))  # torch 2.13's pytree keeps None gradients as leaves
     leaf_of, j = {}, 0
     for i, value in enumerate(flat):
-        if value is not None:
+        if value is not None or none_is_leaf:
             leaf_of[i], j = j, j + 1
     return {i: result[leaf_of[i]] for i in indices if i in leaf_of and leaf_of[i] in result}
 

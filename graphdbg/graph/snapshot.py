@@ -14,6 +14,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from graphdbg.graph.autocast import ambient_autocast
 from graphdbg.graph.hashing import module_hash, op_histogram, target_name
 from graphdbg.graph.kernels import custom_ops, triton_kernels
 from graphdbg.store.describe import describe_value
@@ -43,6 +44,7 @@ class GraphSnapshot:
     origin: dict[str, Any] = field(default_factory=dict)  # frame and compile id (capture/origin.py)
     custom_ops: list[dict[str, Any]] = field(default_factory=list)  # the model's own ops (graph/kernels.py)
     triton_kernels: list[dict[str, Any]] = field(default_factory=list)  # user Triton kernels, read from Dynamo's side table now
+    autocast: dict[str, str] = field(default_factory=dict)  # the caller's autocast around the graph (graph/autocast.py)
 
     @classmethod
     def take(cls, seq: int, gm: fx.GraphModule, keep_eager: bool) -> GraphSnapshot:
@@ -61,6 +63,7 @@ class GraphSnapshot:
             custom_ops=custom_ops(gm),
             triton_kernels=triton_kernels(gm),
             eager=copy.deepcopy(gm) if keep_eager else None,
+            autocast=ambient_autocast(),  # Dynamo compiles under the state every call of the graph has (it guards on it)
         )
 
 

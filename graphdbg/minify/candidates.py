@@ -194,7 +194,7 @@ def _size_symbols(nodes: list[fx.Node]) -> dict[str, str]:
 
 def _describe_placeholder(ph: fx.Node, original: fx.Node, value: Any) -> None:
     """The meta a dump's printer and the graph hash read: spec, example value, source line, and
-    the symbolic annotation where the original had one (``replay.run.as_captured`` then traces
+    the symbolic annotation where the original had one (``replay.retrace.as_captured`` then traces
     those dims dynamic, as they were captured)."""
 
     for key in ("graphdbg_source", "nn_module_stack", "stack_trace"):

@@ -231,9 +231,7 @@ class InputBuilder:
                 raise DumpError(f"input {name}: stored shape {list(data.shape)} does not match the manifest's {shape}")
             data = data.to(device)
             if stride is not None and list(data.stride()) != stride and data.numel() > 1:
-                out = torch.empty_strided(shape, stride, dtype=data.dtype, device=device)
-                out.copy_(data)
-                data = out
+                data = _restrided(data, shape, stride)
         else:
             data = self._regenerate(name, spec, shape, stride, d.get("stats") or {}, device, d.get("reason", "not stored"))
         if spec.requires_grad and (data.is_floating_point() or data.is_complex()):
@@ -394,6 +392,16 @@ def _random_bytes(nbytes: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
     if raw.numel() < nbytes:
         raw = torch.cat([raw, torch.zeros(nbytes - raw.numel(), dtype=torch.uint8)])
     return raw
+
+
+def _restrided(data: torch.Tensor, shape: list[int], stride: list[int]) -> torch.Tensor:
+    """``data`` laid out with ``stride``. A broadcast input (stride 0, as ``expand`` makes) can't be
+    written element by element: its first slice along each broadcast dim is copied, then expanded."""
+    broadcast = [st == 0 and n > 1 for n, st in zip(shape, stride)]
+    first = data[tuple(slice(0, 1) if b else slice(None) for b in broadcast)]
+    out = torch.empty_strided(list(first.shape), stride, dtype=data.dtype, device=data.device)
+    out.copy_(first)
+    return out.expand(shape) if any(broadcast) else out
 
 
 def contiguous_strides(shape: list[int]) -> list[int]:

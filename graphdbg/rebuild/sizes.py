@@ -60,7 +60,7 @@ def bind_sizes(gm: fx.GraphModule, env: Mapping[str, int]) -> None:
             bound = bound_spec(spec, env)
             if bound is not spec:
                 node.meta["graphdbg_spec"] = bound
-                node.meta["graphdbg_symbolic_spec"] = spec  # which dims were dynamic (replay/run.as_captured)
+                node.meta["graphdbg_symbolic_spec"] = spec  # which dims were dynamic (replay/retrace.as_captured)
 
 
 def bound_spec(spec: Any, env: Mapping[str, int]) -> Any:

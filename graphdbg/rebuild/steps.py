@@ -2,6 +2,7 @@
 
     >>> rb = Rebuild.start(dump.printed, dump.manifest, dump.contents.read, dev, seed, sizes, where=str(dump.path))
     >>> gm = build_module(rb, dump.printed, dump.manifest)      # attributes stored or built, the rest made up
+    >>> enter_caller_autocast(rb, gm, dump.manifest)            # the caller's autocast around the body
     >>> arrange_synthesis(rb, gm, dump.manifest["inputs"])      # what the file lacks, planned and checked to fit
     >>> inputs = build_inputs(rb, gm, dump.manifest)            # stored, views, statistics, else synthesized
     >>> install_for_one_rank(rb, gm)                            # missing ops and collectives stood in for
@@ -20,6 +21,7 @@ import torch
 import torch.fx as fx
 
 from graphdbg.errors import DumpError
+from graphdbg.graph.autocast import enter_autocast
 from graphdbg.rebuild.attributes import build_attribute, synthesized_attribute
 from graphdbg.rebuild.devices import retarget_devices
 from graphdbg.rebuild.external_objects import place_external_objects
@@ -81,6 +83,13 @@ def build_module(rb: Rebuild, printed: PrintedGraph, manifest: Mapping[str, Any]
     gm = printed.to_module(attrs, missing_attr=missing_attr)
     bind_sizes(gm, rb.env)
     return gm
+
+
+def enter_caller_autocast(rb: Rebuild, gm: fx.GraphModule, manifest: Mapping[str, Any]) -> None:
+    """Step 2b: the autocast the caller had around the graph, put back around its body
+    (``graph/autocast.py``), so the graph computes in the dtypes it was captured in."""
+    for moved in enter_autocast(gm, manifest.get("autocast"), rb.dev):
+        rb.stand_ins.append(StandIn("graph", "device", moved))
 
 
 def arrange_synthesis(rb: Rebuild, gm: fx.GraphModule, descs: list[dict]) -> None:

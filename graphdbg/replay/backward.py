@@ -36,7 +36,7 @@ from graphdbg.replay.crash import failed_pass, set_crash, set_pass_crash, unwrap
 from graphdbg.replay.options import ReplayOptions
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.passes import apply_passes
-from graphdbg.replay.retrace import whole_graph
+from graphdbg.replay.retrace import compile_as_captured, whole_graph
 from graphdbg.store.gate import backward_dump_folder, inside
 from graphdbg.store.manifest import ReplayFacts, read_manifest
 from graphdbg.store.tensor_file import read_tensors
@@ -148,7 +148,12 @@ def run_training_case(case: Case, backend: str | Callable[..., Any] = "eager", o
     started = time.perf_counter()
     base = differentiable_inputs(case.inputs)
     if not any(base[i].requires_grad for i in _tensor_indices(base)):
-        raise GraphdbgError("no input of this graph requires grad; nothing to differentiate (is it a backward dump?)")
+        if not fails_in_backward(case.dump):
+            raise GraphdbgError("no input of this graph requires grad; nothing to differentiate (is it a backward dump?)")
+        # a minify candidate of a backward failure that kept only integer inputs: it can't show it
+        outcome.stand_ins = [*outcome.stand_ins, "backward: no input requires grad, nothing to differentiate"]
+        outcome.total_s = time.perf_counter() - started
+        return outcome
 
     attrs_before = written_attrs_before(case.gm)
     ref_gm = copy.deepcopy(case.gm)
@@ -183,7 +188,7 @@ def run_training_case(case: Case, backend: str | Callable[..., Any] = "eager", o
     outcome.stand_ins += settings.shown()
     try:
         with compiler_settings(settings, post, reports, outcome):
-            gm, inputs, out = _compiled_forward(case, attrs_before, base, staged, bool(opts.direct), outcome, state, reports)
+            gm, inputs, out = _compiled_forward(case, attrs_before, base, staged, bool(opts.direct), outcome, state, reports, settings)
             state["stage"] = "backward"  # AOTAutograd compiles the backward now, lazily
             grads = _grads(grad_leaves(out), inputs, tangents)
     except GraphdbgError:
@@ -209,9 +214,10 @@ def run_training_case(case: Case, backend: str | Callable[..., Any] = "eager", o
 
 
 def _compiled_forward(case: Case, attrs_before: Any, base: list[Any], staged: Callable[..., Any], direct: bool,
-                      outcome: Outcome, state: dict[str, Any], reports: list[Any]) -> tuple[fx.GraphModule, list[Any], Any]:
+                      outcome: Outcome, state: dict[str, Any], reports: list[Any],
+                      settings: Any) -> tuple[fx.GraphModule, list[Any], Any]:
     """(graph, inputs, outputs) of the forward under the backend, through torch.compile unless
-    ``direct``. A re-trace that broke the graph hid parts of it (and their backward) from the
+    ``direct``, re-traced as captured (symbolic sizes, ``.item()`` kept) as a forward replay is. A re-trace that broke the graph hid parts of it (and their backward) from the
     backend: then again, calling the backend on the whole graph, and the Outcome says so."""
 
     def attempt(direct: bool) -> tuple[fx.GraphModule, list[Any], Any]:
@@ -221,7 +227,7 @@ def _compiled_forward(case: Case, attrs_before: Any, base: list[Any], staged: Ca
         gm = copy.deepcopy(case.gm)
         restore_attrs(gm, attrs_before)
         inputs = clone_values(base)
-        fn = (lambda *a: staged(gm, list(a))(*a)) if direct else torch.compile(gm, backend=staged, dynamic=False)
+        fn = (lambda *a: staged(gm, list(a))(*a)) if direct else compile_as_captured(gm, inputs, staged, settings)
         out, _ = _forward(fn, inputs, clone=False)
         return gm, inputs, out
 

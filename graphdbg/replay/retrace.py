@@ -18,9 +18,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 import torch
+import torch.fx as fx
+
+from graphdbg.store.specs import SymSpec, TensorSpec
 
 T = TypeVar("T")
 
@@ -68,4 +71,43 @@ def whole_graph(attempt: Callable[[bool], T], direct: bool, notes: list[str]) ->
     return attempt(True), True
 
 
-__all__ = ["Broke", "graph_breaks", "retrace_note", "whole_graph"]
+def as_captured(gm: fx.GraphModule, inputs: list[Any]) -> tuple[bool, dict[str, Any]]:
+    """(``dynamic`` for torch.compile, Dynamo settings) so that the re-trace gives the backend
+    the graph it was captured with: a graph whose annotations have symbolic sizes (``Sym(s77)``
+    inputs, ``f32[s77, 32]``) is traced with exactly those dims dynamic (the rest marked
+    static), and one that calls ``.item()`` in the graph keeps it there instead of breaking
+    (Dynamo turns float attributes into 0-d tensors read by ``.item()`` under dynamic shapes)."""
+
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    specs = [n.meta.get("graphdbg_symbolic_spec", n.meta.get("graphdbg_spec")) for n in placeholders]
+    dynamic = any(isinstance(sp, SymSpec) or (isinstance(sp, TensorSpec) and any(isinstance(d, str) for d in sp.shape))
+                  for sp in specs)
+    if dynamic:
+        for value, spec in zip(inputs, specs):
+            if isinstance(value, torch.Tensor) and isinstance(spec, TensorSpec) and len(spec.shape) == value.dim():
+                for dim, size in enumerate(spec.shape):
+                    if isinstance(size, int):
+                        torch._dynamo.mark_static(value, dim)
+    extra = {}
+    if any(n.op == "call_method" and n.target == "item" for n in gm.graph.nodes):
+        extra["capture_scalar_outputs"] = True
+    return dynamic, extra
+
+
+def compile_as_captured(gm: fx.GraphModule, inputs: list[Any], backend: Callable[..., Any],
+                        settings: Any) -> Callable[..., Any]:
+    """``torch.compile(gm, backend)`` re-tracing the graph as it was captured (``as_captured``),
+    called under the Dynamo settings that keeps it whole; a setting recorded in ``settings``
+    (the captured run's) wins over the one ``as_captured`` would pick."""
+    dynamic, extra = as_captured(gm, inputs)
+    extra = {k: v for k, v in extra.items() if f"dynamo.{k}" not in settings}
+    compiled = torch.compile(gm, backend=backend, dynamic=dynamic)
+
+    def run(*args: Any) -> Any:
+        with torch._dynamo.config.patch(**extra):
+            return compiled(*args)
+
+    return run
+
+
+__all__ = ["Broke", "as_captured", "compile_as_captured", "graph_breaks", "retrace_note", "whole_graph"]

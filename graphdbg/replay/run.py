@@ -61,11 +61,10 @@ from graphdbg.replay.mutation import mutated_inputs
 from graphdbg.replay.options import ReplayOptions, replay_options
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.passes import apply_passes
-from graphdbg.replay.retrace import whole_graph
+from graphdbg.replay.retrace import compile_as_captured, whole_graph
 from graphdbg.replay.stand_in_flow import stand_ins_behind_outputs
 from graphdbg.replay.uninitialised import set_aside_uninitialised
 from graphdbg.store.manifest import ReplayFacts
-from graphdbg.store.specs import SymSpec, TensorSpec
 
 if TYPE_CHECKING:
     from graphdbg.case import Case
@@ -253,11 +252,7 @@ def execute(gm: fx.GraphModule, inputs: list[Any], compiler: Compiler, resolved:
             result = compiled(*inputs)
         else:
             torch._dynamo.reset()
-            dynamic, extra = as_captured(gm, inputs)
-            extra = {k: v for k, v in extra.items() if f"dynamo.{k}" not in settings}  # recorded settings win
-            with torch._dynamo.config.patch(**extra):
-                compiled = torch.compile(gm, backend=compiler, dynamic=dynamic)
-                result = compiled(*inputs)
+            result = compile_as_captured(gm, inputs, compiler, settings)(*inputs)
         outcome.run_s = time.perf_counter() - t0 - compiler.compile_s
     return result
 
@@ -306,29 +301,6 @@ def record_crash(outcome: Outcome, e: BaseException, compiler: Compiler, case: C
     raised, text = compiler.traceback or (None, "")
     if raised is inner and text:
         outcome.traceback = text[-8000:]
-
-
-def as_captured(gm: fx.GraphModule, inputs: list[Any]) -> tuple[bool, dict[str, Any]]:
-    """(``dynamic`` for torch.compile, Dynamo settings) so that the re-trace gives the backend
-    the graph it was captured with: a graph whose annotations have symbolic sizes (``Sym(s77)``
-    inputs, ``f32[s77, 32]``) is traced with exactly those dims dynamic (the rest marked
-    static), and one that calls ``.item()`` in the graph keeps it there instead of breaking
-    (Dynamo turns float attributes into 0-d tensors read by ``.item()`` under dynamic shapes)."""
-
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    specs = [n.meta.get("graphdbg_symbolic_spec", n.meta.get("graphdbg_spec")) for n in placeholders]
-    dynamic = any(isinstance(sp, SymSpec) or (isinstance(sp, TensorSpec) and any(isinstance(d, str) for d in sp.shape))
-                  for sp in specs)
-    if dynamic:
-        for value, spec in zip(inputs, specs):
-            if isinstance(value, torch.Tensor) and isinstance(spec, TensorSpec) and len(spec.shape) == value.dim():
-                for dim, size in enumerate(spec.shape):
-                    if isinstance(size, int):
-                        torch._dynamo.mark_static(value, dim)
-    extra = {}
-    if any(n.op == "call_method" and n.target == "item" for n in gm.graph.nodes):
-        extra["capture_scalar_outputs"] = True
-    return dynamic, extra
 
 
 SMALL_INPUT_BYTES = 16 << 20

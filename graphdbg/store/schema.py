@@ -459,6 +459,7 @@ class Manifest(_Open):
     stage: Optional[Name] = None
     failed: Optional[Name] = None
     backend_recipe: Optional[BackendRecipe] = None
+    autocast: Optional[Annotated[dict[Name, Name], Field(max_length=8)]] = None  # device type -> dtype, the caller's
 
     model_config = ConfigDict(extra="allow", strict=True, populate_by_name=True)
 

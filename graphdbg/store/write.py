@@ -92,6 +92,7 @@ def write_dump(
             **({"custom_ops": snap.custom_ops} if snap.custom_ops else {}),
             **({"triton_kernels": snap.triton_kernels} if snap.triton_kernels else {}),
             **({"origin": snap.origin} if snap.origin else {}),  # frame and compile id
+            **({"autocast": snap.autocast} if getattr(snap, "autocast", None) else {}),  # the caller's, around the graph
         }
         if snap.config is not None:
             manifest["config"] = snap.config

@@ -355,8 +355,8 @@ def unchecked_memory(schema: Any) -> str | None:
     - a sparse tensor built from index tensors and a given size (``*indices`` and ``size``):
       torch checks its indices only when asked (``check_invariants``), so it is refused;
     - an op that writes by an ``indices`` tensor it is given (into one of its inputs, or into
-      an output whose size comes from elsewhere: ``output_size``, a ``*_backward``):
-      ``embedding_renorm_``, ``max_unpool2d``, the max-pool backwards;
+      an output whose size comes from elsewhere: ``output_size``): ``embedding_renorm_``,
+      ``max_unpool2d`` (not autograd's own ``*_backward`` ops: see below);
     - an op with an ``unsafe`` flag: refused when the call sets it (``call_refusal``).
     """
     base = schema.name.split("::", 1)[-1]
@@ -372,7 +372,11 @@ def unchecked_memory(schema: Any) -> str | None:
     index = next((a for a in schema.arguments if a.name == "indices" and str(a.type) == "Tensor"), None)
     if index is not None and not (index.alias_info is not None and index.alias_info.is_write):
         written = [a for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write and not a.kwarg_only]
-        if written or "output_size" in names or base.endswith("_backward"):
+        # Not the ``*_backward`` ops autograd itself emits (embedding_dense_backward, the max-pool
+        # backwards): every language model's and CNN's backward graph calls them, and refusing
+        # them refused training replays; their indices come from the forward's own outputs, and
+        # what an out-of-range one could reach is the sandboxed child's memory (docs/security.md).
+        if written or "output_size" in names:
             return "writes by an indices tensor it does not check"
     return None
 

@@ -73,7 +73,7 @@ def differences(manifest: dict[str, Any] | None, now: dict[str, Any], replayed: 
                                 now.get("backend_version") if now.get("backend_package") == name else None, False))
     found += _compiler_settings(manifest, replayed)
     for key in VERSIONS:
-        if key in env and env.get(key) != now.get(key):
+        if env.get(key) is not None and env.get(key) != now.get(key):  # None: not recorded (an older dump)
             found.append(Difference("version", key, env.get(key), now.get(key), False))
     captured_device, device_now = env.get("device"), now.get("device") or {}
     if isinstance(captured_device, dict):

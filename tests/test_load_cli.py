@@ -14,7 +14,7 @@ from fixtures import programs
 from graphdbg.store.manifest import find_dumps
 
 LS_KEYS = {"path", "rank", "world_size", "id", "nodes", "kind", "backend", "error_type", "message", "signature", "graph_hash",
-           "frame", "compile_id", "module", "parent", "piece", "children"}
+           "frame", "compile_id", "module", "parent", "piece", "children", "custom_ops", "triton_kernels"}
 GROUP_KEYS = {"id", "nodes", "kind", "backend", "error_type", "message", "signature", "graph_hash", "ranks", "paths", "differs",
               "frame", "compile_id", "modules", "frames"}
 

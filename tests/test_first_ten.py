@@ -7,6 +7,7 @@ import inspect
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,11 @@ jsonschema = pytest.importorskip("jsonschema")  # a dev dependency; the GPU imag
 ROOT = Path(__file__).resolve().parent.parent
 DUMP = ROOT / "fixtures" / "block_runtime_error"
 
+
+
+# what a README quickstart run leaves in examples/quickstart (git ignores it): a copy for a fresh
+# capture must not hold the last run's dumps (the same failure would count in them, no new dump)
+QUICKSTART_OUTPUTS = shutil.ignore_patterns("graphdbg_dumps", "min", "test_block*", "report.html", "__pycache__")
 
 def _env(**extra: str) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), **extra}
@@ -258,7 +264,7 @@ def test_report_names_the_node_the_generated_code_raised_in(tmp_path):
     import shutil
 
     work = tmp_path / "quickstart"
-    shutil.copytree(ROOT / "examples" / "quickstart", work)
+    shutil.copytree(ROOT / "examples" / "quickstart", work, ignore=QUICKSTART_OUTPUTS)
     r = _graphdbg("capture", "--", sys.executable, "model.py", cwd=work)
     assert r.returncode == 1 and "dump written to" in r.stderr, r
     r = _graphdbg("report", "graphdbg_dumps", "-o", "r.html", cwd=work)
@@ -311,7 +317,7 @@ def test_report_screenshot_shows_the_verdict_and_failing_node_without_scrolling(
     import shutil
 
     work = tmp_path / "quickstart"
-    shutil.copytree(ROOT / "examples" / "quickstart", work)
+    shutil.copytree(ROOT / "examples" / "quickstart", work, ignore=QUICKSTART_OUTPUTS)
     assert _graphdbg("capture", "--", sys.executable, "model.py", cwd=work).returncode == 1
     page = work / "report.html"
     assert _graphdbg("report", "graphdbg_dumps", "-o", page, cwd=work).returncode == 0

@@ -120,7 +120,20 @@ def device() -> dict[str, Any]:
             return {"name": props.name, "capability": f"{props.major}.{props.minor}", "memory_bytes": int(props.total_memory)}
     except Exception:
         pass
-    return {"name": platform.processor() or platform.machine() or "cpu", "capability": None, "memory_bytes": None}
+    return {"name": _cpu_name() or platform.machine() or "cpu", "capability": None, "memory_bytes": None}
+
+
+def _cpu_name() -> str | None:
+    """The CPU's model name from /proc/cpuinfo (not ``platform.processor()``: on Linux it runs
+    ``uname -p`` in a subprocess, which a replay must not start)."""
+    try:
+        with open("/proc/cpuinfo", "rb") as f:
+            for line in f.read(1 << 16).decode(errors="replace").splitlines():
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip() or None
+    except OSError:
+        pass
+    return None
 
 
 def environment(backend: str | None = None) -> dict[str, Any]:

@@ -16,11 +16,14 @@ import platform
 import socket
 import sys
 from importlib.metadata import packages_distributions, version
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from graphdbg._version import __version__
+from graphdbg.errors import GraphdbgError
+from graphdbg.store.gate import read_regular
 
 
 def package_version(name: str) -> str | None:
@@ -127,12 +130,12 @@ def _cpu_name() -> str | None:
     """The CPU's model name from /proc/cpuinfo (not ``platform.processor()``: on Linux it runs
     ``uname -p`` in a subprocess, which a replay must not start)."""
     try:
-        with open("/proc/cpuinfo", "rb") as f:
-            for line in f.read(1 << 16).decode(errors="replace").splitlines():
-                if line.startswith("model name"):
-                    return line.partition(":")[2].strip() or None
-    except OSError:
-        pass
+        text = read_regular(Path("/proc/cpuinfo"), max_bytes=1 << 20, text=True)
+    except (OSError, GraphdbgError, UnicodeDecodeError):
+        return None
+    for line in str(text).splitlines():
+        if line.startswith("model name"):
+            return line.partition(":")[2].strip() or None
     return None
 
 

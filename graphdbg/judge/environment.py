@@ -55,6 +55,13 @@ def _var_rank(name: str) -> int:
     return next((i for i, p in enumerate(_VAR_ORDER) if name.startswith(p)), len(_VAR_ORDER))
 
 
+def recorded(manifest: dict[str, Any] | None) -> bool:
+    """Whether the dump recorded an environment to compare (dumps from before graphdbg did not):
+    without one there is nothing to compare, and an isolated replay's parent needn't import torch."""
+    env = manifest.get("env") if isinstance(manifest, dict) else None
+    return isinstance(env, dict) and any(env.get(k) for k in ("settings", "vars", "device"))
+
+
 def differences(manifest: dict[str, Any] | None, now: dict[str, Any], replayed: dict[str, Any]) -> list[Difference]:
     """The differences between the manifest's ``env`` and ``now`` (``store.environment.environment()``
     of the replaying process), and between its recorded compiler settings (``config``) and those

@@ -280,12 +280,12 @@ def _recorded_config(command: Callable[..., None]) -> Callable[..., None]:
 def _environment(dump: object, as_captured: bool, as_json: bool) -> tuple[list, list[str]]:
     """What differs from the capture (after --as-captured restored what it can), printed before
     the verdict unless --json, where the caller adds it as ``environment_differences``."""
+    from graphdbg.judge.environment import recorded
+
     manifest = getattr(dump, "manifest", None)
-    env = manifest.get("env") if isinstance(manifest, dict) else None
-    recorded = isinstance(env, dict) and any(env.get(k) for k in ("settings", "vars", "device"))
-    if not recorded and not as_captured:  # a dump from before graphdbg recorded these: nothing to compare, and
-        return [], []  # an isolated replay's parent then needn't import torch (the comparison reads torch's flags)
-    from graphdbg.replay.as_captured import prepare
+    if not recorded(manifest) and not as_captured:
+        return [], []
+    from graphdbg.replay.as_captured import prepare  # torch: only for a dump that recorded an environment
 
     found, left = prepare(manifest, as_captured)
     if not as_json:

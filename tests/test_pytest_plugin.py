@@ -169,3 +169,99 @@ def test_ini_option_collects_the_folder(project: pytest.Pytester) -> None:
     project.makeini("[pytest]\ngraphdbg_dumps = dumps\n")
     r = project.runpytest(*PLUGIN, "--collect-only", "-q")
     r.stdout.fnmatch_lines(["dumps::model0/rank0/g0", "dumps::model1/rank0/g0", "dumps::model2/rank0/g0"])
+
+
+# --- a dumps folder is data: pytest imports nothing under it -------------------------------------
+
+def _planted(where: Path, sentinel: Path) -> str:
+    """Code that leaves ``sentinel`` behind if anything ever imports it."""
+    return f"import pathlib\npathlib.Path({str(sentinel)!r}).write_text(__file__)\n"
+
+
+def _hostile_dumps(project: Path, sentinel: Path) -> Path:
+    """A folder of dumps as an attacker would hand it over: a conftest.py, package __init__.py
+    files, a test module, and a dump whose manifest names its graph file ``conftest.py`` in a
+    subfolder, each of which would run if pytest imported it."""
+    src = next((ROOT / "fixtures" / "block_compile_error").glob("rank*/*"))
+    bugs = project / "bug-1234"
+    dump = bugs / "model" / "rank0" / src.name
+    shutil.copytree(src, dump)
+    (dump / "graph").mkdir()
+    (dump / "graph.py").rename(dump / "graph" / "conftest.py")
+    manifest = json.loads((dump / "manifest.json").read_text())
+    manifest["graph"]["file"] = "graph/conftest.py"
+    (dump / "manifest.json").write_text(json.dumps(manifest))
+    code = _planted(bugs, sentinel)
+    for name in ("conftest.py", "__init__.py", "model/__init__.py", "model/conftest.py", "model/test_model.py",
+                 f"model/rank0/{src.name}/test_graph.py", "testing/conftest.py"):
+        (bugs / name).parent.mkdir(parents=True, exist_ok=True)
+        (bugs / name).write_text(code)
+    return bugs
+
+
+def _pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """pytest as a user runs it: a fresh interpreter in ``cwd``, the plugin named with -p."""
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *PLUGIN, *args], cwd=cwd,
+                          env={**_env(), "PYTHONPATH": str(ROOT)}, capture_output=True, timeout=300)
+
+
+def test_nothing_under_the_dumps_folder_is_imported(tmp_path: Path) -> None:
+    sentinel = tmp_path / "IMPORTED"
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "test_own.py").write_text("def test_own():\n    pass\n")  # the user's own suite, collected as always
+    _hostile_dumps(project, sentinel)
+    for args in (["--graphdbg=bug-1234"], ["--graphdbg", "bug-1234"], ["--graphdbg", str(project / "bug-1234"), "."]):
+        done = _pytest(project, *args, "--collect-only", "-q")
+        out = done.stdout.decode()
+        assert done.returncode == 0, out + done.stderr.decode()
+        assert "test_own.py::test_own" in out and "bug-1234::model/rank0/g0" in out, out
+        assert not sentinel.exists(), f"{args}: {sentinel.read_text()} was imported"
+
+
+def test_pytest_settings_or_conftests_from_the_dumps_folder_are_refused(tmp_path: Path) -> None:
+    sentinel = tmp_path / "IMPORTED"
+    project = tmp_path / "project"
+    project.mkdir()
+    bugs = _hostile_dumps(project, sentinel)
+    (bugs / "hooks.py").write_text(_planted(bugs, sentinel))
+    (bugs / "tox.ini").write_text("[pytest]\naddopts = -p hooks\npythonpath = .\n")
+    # one argument: pytest takes its settings from the project, and the folder's tox.ini is data
+    done = _pytest(project, "--graphdbg=bug-1234", "--collect-only", "-q")
+    assert done.returncode == 0 and b"bug-1234::model/rank0/g0" in done.stdout, done.stdout + done.stderr
+    assert not sentinel.exists()
+    # pytest itself reads DIR's settings when it is a separate argument (before any plugin runs):
+    # the run is refused, with the spelling that avoids it (docs/security.md)
+    (bugs / "tox.ini").write_text("[pytest]\nmarkers =\n    planted: a marker from the dumps folder\n")
+    done = _pytest(project, "--graphdbg", "bug-1234", "--collect-only", "-q")
+    err = done.stderr.decode()
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR and "read its settings from" in err and "--graphdbg=" in err, err
+    # run from inside the folder, pytest would load its conftest.py first: refused before it does
+    (bugs / "tox.ini").unlink()
+    (project / "pytest.ini").write_text("[pytest]\n")
+    for cwd, args in ((bugs, ["--graphdbg=."]), (project, ["--graphdbg=bug-1234", "bug-1234/model"])):
+        done = _pytest(cwd, *args, "--collect-only", "-q")
+        err = done.stderr.decode()
+        assert done.returncode == pytest.ExitCode.USAGE_ERROR and "inside the dumps folder" in err, err
+    assert not sentinel.exists()
+
+
+def test_a_name_that_is_not_utf8_is_an_error_item_not_an_internal_error(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    src = next((ROOT / "fixtures" / "block_compile_error").glob("rank*/*"))
+    odd = os.fsdecode(b"dumps-\xff\xfe")
+    shutil.copytree(src, project / odd / "rank0" / "g0-compile_error-3b0e0256")
+    shutil.copytree(src, project / "dumps" / os.fsdecode(b"model-\xe9") / "rank0" / "g0-compile_error-3b0e0256")
+    shutil.copytree(src, project / "dumps" / "model" / "rank0" / "g0-compile_error-3b0e0256")
+    done = _pytest(project, "--graphdbg=dumps", "--collect-only", "-q")
+    out = done.stdout.decode()
+    assert done.returncode == 0 and "INTERNALERROR" not in out + done.stderr.decode(), out + done.stderr.decode()
+    assert "dumps::model/rank0/g0" in out and "model-\\xe9" in out, out
+    done = _pytest(project, "--graphdbg=dumps", "-q", "-k", "xe9")
+    out = done.stdout.decode()
+    assert done.returncode == 1 and "not UTF-8" in out and "1 error" in out and "INTERNALERROR" not in out, out
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *PLUGIN, b"--graphdbg=" + os.fsencode(odd),
+                           "-q"], cwd=project, env={**_env(), "PYTHONPATH": str(ROOT)}, capture_output=True, timeout=300)
+    out = done.stdout.decode()
+    assert done.returncode == 1 and "1 error" in out and "not UTF-8" in out and "INTERNALERROR" not in out, out

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -208,3 +209,117 @@ def test_minify_repro_with_backslashes_and_quotes_still_compiles_and_reproduces(
                           env=child_env(tests=True))
     assert done.returncode == 1 and "REPRODUCED" in done.stdout, (done.stdout, done.stderr[-3000:])
     assert not list(tmp_path.rglob("PWNED"))
+
+
+# --- names a dump chooses never become names of files graphdbg writes ------------------------
+
+def _renamed(dump: Path, graph: str, inputs: str) -> None:
+    """The dump's graph and tensor files moved to names of the attacker's choosing."""
+    for old, new in (("graph.py", graph), ("inputs.safetensors", inputs)):
+        (dump / new).parent.mkdir(parents=True, exist_ok=True)
+        (dump / old).rename(dump / new)
+    _set(dump, lambda m: (m["graph"].__setitem__("file", graph), m.__setitem__("inputs_file", inputs)))
+
+
+@pytest.mark.slow
+def test_export_test_and_share_name_the_files_they_write(fixture_copy, tmp_path, cli):
+    dump = fixture_copy("block_compile_error")
+    _renamed(dump, "checks/conftest.py", "__init__.py")
+    (dump / "sitecustomize.py").write_text("open('PWNED', 'w')\n")  # not the dump's: never copied
+    assert cli("show", dump).code == 0  # the dump itself is fine: its own names, read inside it
+    out = tmp_path / "suite" / "test_renamed.py"
+    r = cli("export-test", dump, "-o", out, "--trust-backend")
+    assert r.code == 0, r  # the exported test ran on its own (self-check) and fails as captured
+    written = sorted(p.relative_to(out.parent).as_posix() for p in out.parent.rglob("*") if p.is_file())
+    assert written == ["test_renamed.py", "test_renamed_data/graph.py", "test_renamed_data/inputs.safetensors",
+                       "test_renamed_data/manifest.json"], written
+    copied = _manifest(out.parent / "test_renamed_data")
+    assert copied["graph"]["file"] == "graph.py" and copied["inputs_file"] == "inputs.safetensors"
+    shared = tmp_path / "shared"
+    r = cli("share", dump, "-o", shared, "--trust-backend", "--no-isolate")
+    assert r.code == 0, r
+    assert sorted(p.name for p in shared.rglob("*")) == ["graph.py", "inputs.safetensors", "manifest.json"]
+    assert cli("show", shared).code == 0 and not list(tmp_path.rglob("PWNED"))
+
+
+# --- outputs through links -----------------------------------------------------------------------
+
+def _victim(tmp_path: Path) -> Path:
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("untouched\n")
+    (victim / "rank0").mkdir()
+    (victim / "rank0" / "old-dump").mkdir()
+    (victim / "rank0" / "old-dump" / "keep.txt").write_text("untouched\n")
+    return victim
+
+
+def _unchanged(victim: Path) -> None:
+    files = sorted(p.relative_to(victim).as_posix() for p in victim.rglob("*"))
+    assert files == ["keep.txt", "rank0", "rank0/old-dump", "rank0/old-dump/keep.txt"], files
+    assert (victim / "keep.txt").read_text() == "untouched\n"
+
+
+def test_default_outputs_are_never_written_through_a_link(fixture_copy, tmp_path, cli, monkeypatch):
+    dump = fixture_copy("block_compile_error")
+    victim = _victim(tmp_path)
+    work = tmp_path / "unpacked-bug-report"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    (work / f"{dump.name}-min").symlink_to(victim)  # where minify's default output goes
+    line = _one_error_line(cli("minify", dump, "--trust-backend"))
+    assert "symbolic link" in line and "-o" in line
+    log = tmp_path / "printed.log"
+    log.write_text('[rank3]: class GraphModule(torch.nn.Module):\n[rank3]:     def forward(self, L_y_: "f32[4]"):\n'
+                   "[rank3]:         neg = torch.neg(L_y_);  L_y_ = None\n[rank3]:         return (neg,)\n")
+    (work / "graphs").symlink_to(victim / "rank0")  # extract's default
+    assert "symbolic link" in _one_error_line(cli("extract", log))
+    _unchanged(victim)
+    # named with -o, a link is the user's choice: followed (--help and docs/security.md say so)
+    r = cli("extract", log, "-o", "graphs")
+    assert r.code == 0 and (victim / "rank0" / "rank3_0.py").is_file(), r
+    (victim / "rank0" / "rank3_0.py").unlink()
+    # report's default report.html planted as a link: replaced by the page, the target untouched
+    (work / "report.html").symlink_to(victim / "keep.txt")
+    assert cli("report", dump).code == 0
+    assert not (work / "report.html").is_symlink() and "<html" in (work / "report.html").read_text()
+    _unchanged(victim)
+
+
+@pytest.mark.slow
+def test_minify_writes_nothing_through_links_planted_in_its_output(fixture_copy, tmp_path, cli):
+    dump = fixture_copy("block_compile_error")
+    victim = _victim(tmp_path)
+    out = tmp_path / "min"
+    out.mkdir()
+    (out / "rank0").symlink_to(victim / "rank0")  # old dumps under it would be removed, the new one moved in
+    (out / "repro_inputs.pt").symlink_to(victim / "keep.txt")
+    (out / "repro.py").symlink_to(victim / "keep.txt")
+    r = cli("minify", dump, "--trust-backend", "-o", out, "--max-queries", "20")
+    assert r.code == 2 and "a link is never followed" in r.err, r
+    _unchanged(victim)
+    (out / "rank0").unlink()
+    r = cli("minify", dump, "--trust-backend", "-o", out, "--max-queries", "20")
+    assert r.code == 0, r
+    assert not any(p.is_symlink() for p in out.rglob("*")) and len(list((out / "rank0").iterdir())) == 1
+    _unchanged(victim)
+
+
+def test_report_never_shows_a_file_a_link_leads_to(fixture_copy, outside, tmp_path, cli):
+    corpus = tmp_path / "graphs"
+    corpus.mkdir()
+    shutil.copy(FIXTURES / "corpus" / "Qwen3-0.6B" / "rank0_0.py", corpus / "rank0_0.py")
+    printed = outside.parent / "printed.py"  # outside the folder: a printed graph of its own that carries the secret
+    other = (FIXTURES / "corpus" / "Mixtral-8x7B-Instruct-v0.1" / "rank0_10.py").read_text()
+    printed.write_text(other.replace("class GraphModule", f"# {SECRET}\nclass GraphModule", 1))
+    (corpus / "rank1_0.py").symlink_to(printed)
+    dump = fixture_copy("block_compile_error")
+    (dump / "inputs.safetensors").unlink()
+    (dump / "inputs.safetensors").symlink_to(outside)
+    shutil.copytree(dump.parent.parent, corpus / "model", symlinks=True)
+    page = tmp_path / "page.html"
+    r = cli("report", corpus, "-o", page)
+    assert r.code == 0, r
+    text = page.read_text()
+    assert SECRET not in text and "rank1_0.py" in text and "symbolic link" in text, text[-3000:]
+    assert "rank0_0" in text  # the real printed graph is there

@@ -97,10 +97,11 @@ def _safe(text: str) -> str:
     return re.sub(r"[^\w.\-]+", "_", text)[:60].strip("_")
 
 
-def extract_graphs(log: str | Path, out: str | Path) -> list[Path]:
+def extract_graphs(log: str | Path, out: str | Path, *, follow: bool = True) -> list[Path]:
     """Write each graph of ``log`` to ``out/rank{R}_{G}.py`` (G counts per rank, in log order,
     so ``graphdbg ls out`` groups them by rank); returns the files written. A file that exists
-    is not overwritten: GraphdbgError names it."""
+    is not overwritten: GraphdbgError names it. ``follow=False`` (an ``out`` graphdbg chose):
+    no part of ``out`` may be a symbolic link."""
     log, out = Path(log), Path(out)
     graphs = graphs_in_log(log)
     if not graphs:
@@ -117,7 +118,7 @@ def extract_graphs(log: str | Path, out: str | Path) -> list[Path]:
     if existing:
         raise GraphdbgError(f"{existing[0]} exists; extract into an empty folder (or remove it)")
     written = []
-    with Folder.open(out, create=True) as folder:
+    with Folder.open(out, create=True, follow=follow) as folder:
         for path, rank, number, g in plan:
             where = f"{log.name} line {g.line}" + (f", {g.title}" if g.title else "") + (f" [{g.artifact}]" if g.artifact else "")
             written.append(folder.create(path.name, f"# Rank: {rank}, Graph {number}\n# extracted by graphdbg from {where}\n{g.text}"))

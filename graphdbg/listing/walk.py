@@ -3,6 +3,7 @@ files' ranks in each folder (a printed graph's world size), in an order that dep
 names only. Hidden folders are skipped (dumps being written), and so are the ``.py`` files of a
 dump folder (its graph.py belongs to the dump). A name that is not UTF-8 can't be written in
 the listing's JSON: it is a problem of its own, shown escaped, and what is under it is not read.
+A ``.py`` file that is a symbolic link is a problem too, never read; linked folders are not entered.
 """
 
 from __future__ import annotations
@@ -35,6 +36,15 @@ def _odd_name(walk: Walk, path: str) -> bool:
     return True
 
 
+def _link(walk: Walk, path: str) -> bool:
+    """A file found by the walk that is a symbolic link: a problem, never read (it could lead out
+    of the folder, and ``report`` would put what it leads to in its page)."""
+    if not os.path.islink(path):
+        return False
+    walk.problems.append({"path": path, "error": f"{path}: refusing a symbolic link inside a folder of dumps (it could lead anywhere)"})
+    return True
+
+
 def walk(root: Path) -> Walk:
     """The walk of ``root`` (a file: itself)."""
     if not root.is_dir():
@@ -55,7 +65,7 @@ def walk(root: Path) -> Walk:
         prefix = "" if folder == "." else folder if folder.endswith("/") else folder + "/"
         here = ranks.setdefault(folder, set())
         for name in sorted(filenames):
-            if name.endswith(".py") and not _odd_name(out, prefix + name):
+            if name.endswith(".py") and not _odd_name(out, prefix + name) and not _link(out, prefix + name):
                 out.files.append(prefix + name)
                 if m := RANK_FILE.match(name):
                     here.add(int(m[1]))

@@ -4,7 +4,9 @@
     $ pytest tests/test_gelu_lowering.py      # fails while the bug is there, passes once fixed
 
 The dump's own files are copied beside the test (``test_<name>_data/``: graph.py,
-inputs.safetensors, manifest.json, no pickle; nothing else from the folder, no symbolic link), and the test replays it through graphdbg the same way minify did:
+inputs.safetensors, manifest.json, no pickle; named by graphdbg whatever the dump's manifest
+calls them; nothing else from the folder, no symbolic link), and the test replays it through
+graphdbg the same way minify did:
 it fails with the outcome's summary while the backend still fails, and passes once it runs
 and agrees with eager.
 """
@@ -21,8 +23,8 @@ from graphdbg.backends.resolve import backend_label, backend_spec, dump_backend,
 from graphdbg.dump import Dump
 from graphdbg.errors import GraphdbgError
 from graphdbg.formats import load as load_dump
-from graphdbg.store.gate import MAX_COPY_BYTES, Folder, check_name, read_inside, write_file
-from graphdbg.store.manifest import GRAPH, INPUTS, MANIFEST
+from graphdbg.store.gate import Folder, write_file
+from graphdbg.store.write import copy_dump
 
 
 def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any = None,
@@ -133,20 +135,15 @@ def _live_script(backend: str, carried: Any, data: Path) -> tuple[str, str] | No
 
 
 def copy_dump_files(d: Any, dest: Path) -> list[str]:
-    """Copy a dump's own files (manifest, graph, tensors) to ``dest``; returns their names.
+    """Copy a dump's own files (manifest, graph, tensors) to the folder ``dest`` (made here, not
+    through a link) under names graphdbg gives them; returns their names.
 
     Nothing else in the folder is copied (a ``conftest.py`` or a script placed in a dump would
-    run under pytest), no symbolic link is followed, and only regular files are read.
+    run under pytest), a graph file the manifest names ``conftest.py`` becomes ``graph.py``, no
+    symbolic link is followed, and only regular files are read.
     """
-    names = [MANIFEST, (d.manifest.get("graph") or {}).get("file", GRAPH), d.manifest.get("inputs_file", INPUTS)]
-    dest.mkdir(parents=True, exist_ok=True)
-    copied = []
-    for name in dict.fromkeys(names):
-        data = read_inside(d.path, name, max_bytes=MAX_COPY_BYTES)  # read once, through the gate
-        with Folder.open(dest) as top:
-            top.put(check_name(d.path, name), data, make_folders=True)
-        copied.append(name)
-    return copied
+    with Folder.open(dest.parent, create=True) as parent, parent.sub(dest.name, create=True) as folder:
+        return copy_dump(d.path, folder)
 
 
 _TEMPLATE = '''"""Regression test exported by graphdbg from a dump (the captured failure is CAPTURED below).

@@ -12,6 +12,7 @@ unpickles nothing but tensors and containers.
 
 from __future__ import annotations
 
+import io
 import math
 import re
 import types
@@ -137,7 +138,6 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
     if passes:
         raise GraphdbgError("repro.py runs the backend alone; minify without --passes, or bisect the passes")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     if outcome is None:
         outcome = case.run(backend, direct=direct)
     prelude_lines, classes, children = nested_sources(case.gm)
@@ -150,8 +150,10 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
     backward = fails_in_backward(case.dump)
     grad = [i for i, v in enumerate(differentiable_inputs(case.inputs)) if isinstance(v, torch.Tensor) and v.requires_grad] if backward else []
     tangents = recorded_tangents(case) if backward else None
+    saved = io.BytesIO()  # written by the gate's writer: a link planted at repro_inputs.pt is replaced, not followed
     torch.save({"inputs": inputs, "attrs": attrs, "device": str(case.device),
-                **({"tangents": [t.detach().cpu() for t in tangents]} if tangents else {})}, path.parent / INPUTS_FILE)
+                **({"tangents": [t.detach().cpu() for t in tangents]} if tangents else {})}, saved)
+    write_file(path.parent / INPUTS_FILE, saved.getbuffer())
 
     recorded = ((case.dump.manifest.get("backend_source") or {}) if case.dump is not None else {}).get("path")
     carried = carry_backend(backend_spec(backend, strict=False), path.parent, recorded)

@@ -3,10 +3,12 @@
     >>> share_dump("dumps/rank0/g0-compile_error-1a2b3c4d", "shared/")   # graphdbg share DUMP -o shared
     ShareResult(reproduces=True, kept=['l_input_ids_'], original_bytes=64, ...)
 
-The copy is redacted as ``graphdbg redact`` does. Parameters and large floating-point inputs
-(and tensor constants) lose their stored values: the manifest keeps each one's statistics (min,
-max, mean, std, NaN and Inf counts) and replay regenerates it from them, the way a stand-in for
-a value over the capture budget is made. The small inputs that decide control flow stay real:
+The copy holds the dump's own files under graphdbg's names (``graph.py``, ``inputs.safetensors``,
+``manifest.json``, ``fault.txt``), nothing else of its folder, and is redacted as ``graphdbg
+redact`` does. Parameters and large floating-point inputs (and tensor constants) lose their
+stored values: the manifest keeps each one's statistics (min, max, mean, std, NaN and Inf
+counts) and replay regenerates it from them, the way a stand-in for a value over the capture
+budget is made. The small inputs that decide control flow stay real:
 integer and boolean tensors (indices, masks, lengths), small non-parameter tensors, and every
 scalar, shape and dtype (they are in the manifest, not in the tensor file).
 
@@ -33,9 +35,11 @@ from graphdbg.formats import load as load_dump
 from graphdbg.replay.options import ReplayOptions
 from graphdbg.replay.start import replay_dump
 from graphdbg.store.describe import tensor_stats
+from graphdbg.store.gate import Folder
 from graphdbg.store.manifest import INPUTS, find_dumps, read_manifest, write_manifest
-from graphdbg.store.redact import redact_dumps
+from graphdbg.store.redact import redact_folder
 from graphdbg.store.tensor_file import read_tensors, write_tensors
+from graphdbg.store.write import copy_dump
 
 SMALL_NUMEL = 16  # a non-parameter float tensor of at most this many elements stays real (a scale, a length)
 SHARED_REASON = "dropped by graphdbg share (regenerated from statistics)"
@@ -114,6 +118,13 @@ def _fewest_real(restore: list[str], reproduces: Callable[[set[str]], tuple[bool
         chunk = max(chunk // 2, 1)
 
 
+def _own_files(folder: Path, copy: Path) -> Path:
+    """The dump's own files copied to ``copy`` under graphdbg's names: nothing else of the folder goes along."""
+    with Folder.open(copy, create=True) as made:
+        copy_dump(folder, made)
+    return copy
+
+
 def share_dump(dump: str | Path, out: str | Path, options: ReplayOptions | None = None, *, backend: str | None = None,
                trust_backend: bool = False, root: str | Path | None = None,
                announce: Callable[[str], None] | None = None) -> ShareResult:
@@ -127,8 +138,8 @@ def share_dump(dump: str | Path, out: str | Path, options: ReplayOptions | None 
 
     staging = Path(tempfile.mkdtemp(prefix=".share-", dir=out.parent if out.parent.exists() else None))
     try:
-        copy = staging / "copy"
-        redact_dumps(folder, out=copy, root=root)
+        copy = _own_files(folder, staging / "copy")
+        redact_folder(copy, root=root)
         manifest = read_manifest(copy)
         # copies in memory: the file is rewritten below, and a mapped tensor over a rewritten file is a SIGBUS
         values = {k: v.clone() for k, v in read_tensors(copy / INPUTS).items()} if (copy / INPUTS).exists() else {}

@@ -12,10 +12,12 @@ then fewer input elements) so that "smaller" is always well defined and the loop
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
-import tempfile
+import stat
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -37,7 +39,7 @@ from graphdbg.minify.shrink_passes import ShrinkPass, Step, default_passes
 from graphdbg.replay.options import ReplayOptions, replay_options
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.run import replay_case
-from graphdbg.store.gate import read_inside, write_file
+from graphdbg.store.gate import Folder, read_inside, write_file
 from graphdbg.store.manifest import GRAPH, MAX_GRAPH_BYTES, ReplayFacts, read_manifest, write_manifest
 from graphdbg.store.specs import SymSpec
 
@@ -250,43 +252,53 @@ def save_minified(case: Case, outcome: Outcome, out: str | Path, *, backend: Any
                   direct: bool = True, accuracy: bool = False, summary: dict[str, Any] | None = None) -> Path:
 
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     kind = "accuracy" if accuracy else (case.dump.failure_kind if case.dump is not None else None)
     if kind in (None, "captured", "accuracy") and not accuracy:
         kind = "runtime_error" if outcome.stage == "run" else "compile_error"
-    staging = Path(tempfile.mkdtemp(prefix=".minify-", dir=out))
-    try:
-        written = save_case(case, staging, kind=kind)
-        manifest = read_manifest(written)
-        failure = manifest.setdefault("failure", {})
-        failure["kind"] = kind
-        if outcome.status == "crash":
-            failure["exception"] = {"type": outcome.error_type, "message": outcome.message or ""}
-            failure["signature"] = outcome.signature
-        else:
-            failure["mismatches"] = outcome.mismatches
-            failure["signature"] = outcome.signature
-            failure["message"] = outcome.message
-        manifest["minified"] = {"from": str(case.dump.path) if case.dump is not None else None,
-                                "backend": _backend_ref(backend), "passes": _passes_ref(passes), "direct": direct,
-                                **(summary or {})}
-        ref = _backend_ref(backend)
-        if is_recipe_spec(ref):  # aot_autograd(...) / partial: the recipe says how to build it again
-            manifest["backend_recipe"] = recipe_of_spec(ref)
-        elif not isinstance(backend, str) or ":" in backend:
-            manifest["backend"] = ref
-        keep_symbolic_sizes(case, written, manifest)
-        write_manifest(written, manifest)  # checked, then through the gate's writer
-        rank_dir = out / written.parent.name
-        rank_dir.mkdir(exist_ok=True)
-        for old in rank_dir.iterdir():  # exactly one dump under out: the newest best
-            shutil.rmtree(old, ignore_errors=True)
-        final = rank_dir / written.name
-        written.rename(final)
-        write_repro(case, backend, out / "repro.py", outcome=outcome, direct=direct, passes=passes)
-        return final
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    with Folder.open(out, create=True) as top:  # below ``out`` no link is followed (a planted rank0/ -> elsewhere)
+        staged = f".minify-{uuid.uuid4().hex[:12]}"
+        top.sub(staged, create=True).close()
+        try:
+            return _save_staged(case, outcome, out, top, out / staged, kind=kind, backend=backend, passes=passes,
+                                direct=direct, summary=summary)
+        finally:
+            shutil.rmtree(staged, dir_fd=top.fd, ignore_errors=True)
+
+
+def _save_staged(case: Case, outcome: Outcome, out: Path, top: Folder, staging: Path, *, kind: str | None, backend: Any,
+                 passes: Any, direct: bool, summary: dict[str, Any] | None) -> Path:
+    """The minified dump written in ``staging`` (a fresh hidden folder of ``out``), then moved to
+    be the only dump in ``out``'s rank folder, and ``repro.py`` beside them."""
+    written = save_case(case, staging, kind=kind)
+    manifest = read_manifest(written)
+    failure = manifest.setdefault("failure", {})
+    failure["kind"] = kind
+    if outcome.status == "crash":
+        failure["exception"] = {"type": outcome.error_type, "message": outcome.message or ""}
+        failure["signature"] = outcome.signature
+    else:
+        failure["mismatches"] = outcome.mismatches
+        failure["signature"] = outcome.signature
+        failure["message"] = outcome.message
+    manifest["minified"] = {"from": str(case.dump.path) if case.dump is not None else None,
+                            "backend": _backend_ref(backend), "passes": _passes_ref(passes), "direct": direct,
+                            **(summary or {})}
+    ref = _backend_ref(backend)
+    if is_recipe_spec(ref):  # aot_autograd(...) / partial: the recipe says how to build it again
+        manifest["backend_recipe"] = recipe_of_spec(ref)
+    elif not isinstance(backend, str) or ":" in backend:
+        manifest["backend"] = ref
+    keep_symbolic_sizes(case, written, manifest)
+    write_manifest(written, manifest)  # checked, then through the gate's writer
+    with top.sub(written.parent.name, create=True) as rank:
+        for old in os.listdir(rank.fd):  # exactly one dump under out: the newest best
+            if stat.S_ISDIR(os.lstat(old, dir_fd=rank.fd).st_mode):
+                shutil.rmtree(old, dir_fd=rank.fd, ignore_errors=True)
+            else:  # a link or a file: removed, never followed
+                rank.remove(old)
+        os.rename(written, written.name, dst_dir_fd=rank.fd)
+    write_repro(case, backend, out / "repro.py", outcome=outcome, direct=direct, passes=passes)
+    return out / written.parent.name / written.name
 
 
 def keep_symbolic_sizes(case: Case, folder: Path, manifest: dict[str, Any]) -> None:

@@ -43,7 +43,8 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from graphdbg.errors import DumpError
 
 __all__ = ["inside", "read_inside", "read_regular", "read_child_file", "regular_file", "check_name", "inside_folder", "read_beside",
-           "read_json", "backward_dump_folder", "files_under", "inflate_member", "open_stream", "Folder", "write_file", "MAX_TEXT_BYTES", "MAX_JSON_BYTES"]
+           "read_json", "backward_dump_folder", "files_under", "inflate_member", "open_stream", "Folder", "write_file",
+           "refuse_link", "MAX_TEXT_BYTES", "MAX_JSON_BYTES"]
 
 MAX_TEXT_BYTES = 16 << 20  # fault.txt, repro.py, log.txt: text a person reads
 MAX_JSON_BYTES = 16 << 20  # bisect-*.json, outcome.json
@@ -303,8 +304,13 @@ class Folder:
         self.fd, self.path = fd, Path(path)
 
     @classmethod
-    def open(cls, path: Path | str, *, create: bool = False) -> Folder:
+    def open(cls, path: Path | str, *, create: bool = False, follow: bool = True) -> Folder:
+        """``follow=False``: an output graphdbg chose itself (minify's ``<dump>-min``, extract's
+        ``graphs``): no part of ``path`` may be a symbolic link, each opened with ``O_NOFOLLOW``
+        from where the path starts, so a link planted where it goes is refused, not followed."""
         path = Path(path)
+        if not follow:
+            return cls._open_unfollowed(path, create)
         if create:
             try:
                 path.mkdir(parents=True, exist_ok=True)
@@ -316,6 +322,22 @@ class Folder:
             return cls(os.open(path, _DIR_FLAGS), path)
         except OSError as e:
             raise DumpError(f"{path}: cannot open the folder ({e.strerror})") from None
+
+    @classmethod
+    def _open_unfollowed(cls, path: Path, create: bool) -> Folder:
+        here = cls(os.open("/" if path.is_absolute() else ".", _DIR_FLAGS), Path("/" if path.is_absolute() else "."))
+        try:
+            for part in path.parts[1:] if path.is_absolute() else path.parts:
+                refuse_link(here.path / part, dir_fd=here.fd, name=part)
+                there = here.sub(part, create=create) if part != ".." else \
+                    Folder(os.open(part, _DIR_FLAGS, dir_fd=here.fd), here.path / part)
+                here.close()
+                here = there
+        except BaseException:
+            here.close()
+            raise
+        here.path = path
+        return here
 
     def sub(self, name: str, *, create: bool = False) -> Folder:
         """A folder inside this one, opened without following a link."""
@@ -407,11 +429,24 @@ class Folder:
         self.close()
 
 
-def write_file(path: Path | str, data: bytes | str, *, create_parent: bool = True) -> Path:
-    """Write one file atomically through ``Folder`` (its folder opened once, no link followed at the file)."""
+def write_file(path: Path | str, data: bytes | str, *, create_parent: bool = True, follow: bool = True) -> Path:
+    """Write one file atomically through ``Folder`` (its folder opened once, no link followed at
+    the file; ``follow=False``: none on the way to it either, see ``Folder.open``)."""
     path = Path(path)
-    with Folder.open(path.parent, create=create_parent) as folder:
+    with Folder.open(path.parent, create=create_parent, follow=follow) as folder:
         return folder.replace(path.name, data)
+
+
+def refuse_link(path: Path | str, *, dir_fd: int | None = None, name: str | None = None) -> None:
+    """DumpError if ``path`` (or ``name`` in the folder ``dir_fd``) is a symbolic link: where
+    graphdbg chose the output, a link there was planted, and is never written through."""
+    try:
+        st = os.lstat(name if name is not None else path, dir_fd=dir_fd)
+    except OSError:
+        return  # missing: it will be made
+    if stat.S_ISLNK(st.st_mode):
+        raise DumpError(f"{path}: is a symbolic link; graphdbg never writes its default output through a link "
+                        "(name the output with -o to write there)")
 
 
 def _plain(where: Path, name: str) -> None:

@@ -17,11 +17,21 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from graphdbg.judge.fatal_signal import FAULT_FILE
 from graphdbg.judge.signature import format_exception, signature
 from graphdbg.store.describe import describe_value, tensor_stats
 from graphdbg.store.environment import distributed_info, environment
-from graphdbg.store.gate import write_file
-from graphdbg.store.manifest import GRAPH, INPUTS, MANIFEST, SCHEMA, SCHEMA_VERSION, read_manifest, write_manifest
+from graphdbg.store.gate import MAX_COPY_BYTES, Folder, read_inside, write_file
+from graphdbg.store.manifest import (
+    GRAPH,
+    INPUTS,
+    MANIFEST,
+    SCHEMA,
+    SCHEMA_VERSION,
+    check_manifest_bytes,
+    read_manifest,
+    write_manifest,
+)
 from graphdbg.store.redact import redact_folder
 from graphdbg.store.specs import TensorSpec
 from graphdbg.store.tensor_file import storable, write_tensors
@@ -104,6 +114,31 @@ def write_dump(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def copy_dump(src: Path, dest: Folder) -> list[str]:
+    """Copy the dump folder ``src`` into ``dest`` under the names graphdbg gives a dump's files
+    (``manifest.json``, ``graph.py``, ``inputs.safetensors``, and ``fault.txt`` when it has one),
+    whatever its manifest calls them, and nothing else of the folder; returns the names written.
+
+    A dump chooses nothing that is written: a graph file the manifest names ``conftest.py``,
+    ``sub/__init__.py`` or ``pytest.py`` is copied as ``graph.py`` (pytest and Python never
+    import a file of the dump's naming from the copy), and the copy's manifest names the copies.
+    Each file is read once through the gate (inside the dump, no link, a regular file)."""
+    manifest = read_manifest(src)
+    files: dict[str, bytes] = {
+        GRAPH: bytes(read_inside(src, (manifest.get("graph") or {}).get("file") or GRAPH, max_bytes=MAX_COPY_BYTES)),
+        INPUTS: bytes(read_inside(src, manifest.get("inputs_file") or INPUTS, max_bytes=MAX_COPY_BYTES)),
+    }
+    if os.path.lexists(src / FAULT_FILE):  # an armed dump's crash report: the copy must read as the same crash
+        files[FAULT_FILE] = bytes(read_inside(src, FAULT_FILE, max_bytes=MAX_COPY_BYTES))
+    copied = {**manifest, "graph": {**(manifest.get("graph") or {}), "file": GRAPH}, "inputs_file": INPUTS}
+    text = (json.dumps(copied, indent=1, default=str) + "\n").encode()
+    check_manifest_bytes(text, f"{dest.path / MANIFEST} (being written)")
+    for name, data in files.items():
+        dest.replace(name, data)
+    dest.replace(MANIFEST, text)  # last: a reader never sees a manifest whose files are not there yet
+    return [*files, MANIFEST]
 
 
 def _describe_attrs(snap: GraphSnapshot, tensors: dict[str, Any], stored_bytes: int,

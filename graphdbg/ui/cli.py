@@ -483,7 +483,8 @@ def minify(
     isolate: Annotated[Optional[bool], typer.Option("--isolate/--no-isolate", help="Try candidates in child processes (for backends that may crash).")] = None,
     timeout: Annotated[Optional[float], typer.Option("--timeout", help="Seconds before a candidate counts as a timeout (default 600; given: candidates run isolated, where it is enforced).")] = None,
     device: DeviceOpt = None,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where the smallest dump and repro.py go.")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where the smallest dump and repro.py go (default ./DUMP-min, "
+                                                "never through a link; a link named here is followed).")] = None,
     any_failure: Annotated[bool, typer.Option("--any-failure", help="Shrink whatever failure the backend shows, not only the captured one.")] = False,
     max_queries: Annotated[int, typer.Option("--max-queries", help="Stop after this many backend runs (0: no limit); the best graph so far is saved.", min=0)] = 300,
     time_budget: Annotated[float, typer.Option("--time-budget", help="Stop after this many seconds (0: no limit); the best graph so far is saved.", min=0)] = 240.0,
@@ -499,7 +500,7 @@ def minify(
     _inputs_setup(ops)
     backend = backend or _own_backend(dump, trust_backend, "minify")
     if out is None:
-        out = Path(f"{dump.name.removesuffix('.py')}-min")
+        out = _default_output(Path(f"{dump.name.removesuffix('.py')}-min"))
         _note(f"minify: writing to ./{out}/ (-o to choose)")
     found, left = _environment(_manifest_only(dump), as_captured, as_json)
     progress = False if as_json else (True if _err_console().is_terminal else _line_progress("minify"))
@@ -729,18 +730,35 @@ def share(
 @app.command(epilog=_example("graphdbg extract run.log -o graphs"))
 def extract(
     log: Annotated[Path, typer.Argument(help="A log with printed graphs (TORCH_LOGS=graph_code, aot_graphs, print_readable()).")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the graph files (must not hold files of the same names).")] = Path("graphs"),
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Folder for the graph files (must not hold files of the same "
+                                                "names; default ./graphs, never through a link; a link named here is followed).")] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Write the graphs printed in a log as graph files (rankR_G.py) that ls, replay and minify read."""
     from graphdbg.formats.log_graphs import extract_graphs
 
-    written = extract_graphs(log, out)
+    chosen = out is not None
+    out = out if out is not None else _default_output(Path("graphs"))
+    written = extract_graphs(log, out, follow=chosen)
     if as_json:
         _print_json({"log": str(log), "out": str(out), "files": [str(p) for p in written]}, "extract")
     else:
         console.print(f"wrote {len(written)} graph file(s) to {out}: {', '.join(p.name for p in written[:8])}"
                       + (" ..." if len(written) > 8 else "") + f"\nnext: graphdbg ls {out}", highlight=False, soft_wrap=True)
+
+
+def _default_output(path: Path) -> Path:
+    """``path``, an output graphdbg names for the user (minify's ``DUMP-min``, extract's
+    ``graphs``), after checking that no part of it is a symbolic link: one planted there (a
+    shared folder, an unpacked bug report) is refused, never written through. ``-o`` names one
+    the user chose, which may be a link."""
+    from graphdbg.store.gate import refuse_link
+
+    here = Path()
+    for part in path.parts:
+        here = here / part
+        refuse_link(here)
+    return path
 
 
 def _self_checked(run: Callable[..., object], path: Path, captured: str | None) -> None:

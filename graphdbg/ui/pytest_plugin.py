@@ -22,8 +22,15 @@ captured on CUDA, ``slow`` when the backend is Inductor, and the failure kind
 
 Code a dump names as its backend (``module:qualname``) is imported only with
 ``--graphdbg-trust-backend`` (or ``graphdbg_trust_backend = true``): the same rule as
-``graphdbg replay --trust-backend``. Nothing in the folder is imported by pytest itself (no
-``conftest.py`` under it is loaded); a dump's values are read as data, never executed.
+``graphdbg replay --trust-backend``. A dump's values are read as data, never executed, and
+pytest imports no Python file under the folder: pytest's own collection never enters it (no
+``conftest.py``, ``__init__.py`` or ``test_*.py`` under it is imported, whatever a dump names
+its graph file), and a run where pytest would take its settings (``pytest.ini``, ``tox.ini``,
+``setup.cfg``, ``pyproject.toml``) or its first conftests from inside the folder is refused
+with one line. ``conftest.py`` files above the folder, in the user's project, are the user's
+own and load as in any pytest run. pytest reads its settings before any plugin runs: spell the
+option ``--graphdbg=DIR`` (or use the ini option), because with ``--graphdbg DIR`` pytest looks
+for its settings in ``DIR`` first (docs/security.md).
 
 This module imports nothing heavy at import time: it is loaded in every pytest run where
 graphdbg is installed.
@@ -69,13 +76,67 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _folder(config: pytest.Config) -> Path | None:
-    value = config.getoption("graphdbg_dumps") or config.getini("graphdbg_dumps")
+    given = getattr(config.option, "graphdbg_dumps", None) or getattr(config.known_args_namespace, "graphdbg_dumps", None)
+    value = given or config.getini("graphdbg_dumps")
     if not value:
         return None
     path = Path(value)
-    if not path.is_absolute() and not config.getoption("graphdbg_dumps"):
+    if not path.is_absolute() and not given:
         path = (config.inipath.parent if config.inipath else config.rootpath) / path  # relative to the ini file, as testpaths are
     return path
+
+
+def _within(path: Path, folder: Path) -> bool:
+    """Whether ``path`` is ``folder`` or under it (both resolved: a link can't hide it)."""
+    try:
+        path, folder = Path(path).resolve(), Path(folder).resolve()
+    except (OSError, RuntimeError):
+        return False
+    return path == folder or folder in path.parents
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest loads its first conftest.py files (its own hook is trylast)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """Refuse a run where pytest would import from the dumps folder before collection: its
+    settings file found there (with ``--graphdbg DIR`` pytest looks in DIR first), its rootdir
+    there, or a first conftest there (the current folder or a path given to pytest inside it)."""
+    folder = _folder(early_config)
+    if folder is None or not folder.exists():
+        return
+    shown = _shown(str(folder))
+    if early_config.inipath is not None and _within(early_config.inipath, folder):
+        raise pytest.UsageError(f"graphdbg: pytest read its settings from {_shown(str(early_config.inipath))}, inside the dumps "
+                                f"folder {shown}; a dumps folder is data, never configuration: spell it --graphdbg={shown} "
+                                "(or pass -c with your own settings file)")
+    invocation = early_config.invocation_params.dir
+    given = [a for a in early_config.known_args_namespace.file_or_dir or [] if not str(a).startswith("-")]
+    testpaths = [early_config.rootpath / t for t in early_config.getini("testpaths")]
+    anchors = [invocation / str(a).split("::")[0] for a in given] or testpaths or [invocation, *invocation.glob("test*")]
+    for anchor in [early_config.rootpath, *anchors]:
+        if _within(anchor, folder):
+            raise pytest.UsageError(f"graphdbg: pytest would load conftest.py files from {_shown(str(anchor))}, inside the dumps "
+                                    f"folder {shown}; run pytest from your own project folder (nothing under the dumps folder "
+                                    "is imported)")
+
+
+_RESOLVED = pytest.StashKey[Any]()
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """pytest's own collection never enters the dumps folder: a ``conftest.py``, an ``__init__.py``
+    or a ``test_*.py`` there (a dump's graph file of that name) is never imported."""
+    if _RESOLVED not in config.stash:
+        folder = _folder(config)
+        config.stash[_RESOLVED] = folder.resolve() if folder is not None else None
+    folder = config.stash[_RESOLVED]
+    if folder is not None and _within(collection_path, folder):
+        return True
+    return None
+
+
+def _shown(text: str) -> str:
+    """``text`` as it can be printed: bytes of a name that are not UTF-8 as ``\\xNN``."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 @pytest.hookimpl(tryfirst=True)  # before -k/-m deselect and --lf's filter, which run later or wrap this
@@ -85,7 +146,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         return
     if not folder.exists():
         raise pytest.UsageError(f"graphdbg: {folder}: no such file or folder")
-    collector = DumpFolder.from_parent(session, name=folder.name, path=folder.resolve(), nodeid=_node_path(folder, config))
+    collector = DumpFolder.from_parent(session, name=_shown(folder.name), path=folder.resolve(), nodeid=_node_path(folder, config))
     collected = collector.collect()
     # pytest's count ("collected N items") and other plugins hear of these items as of any collected file's
     config.hook.pytest_collectreport(report=pytest.CollectReport(collector.nodeid, "passed", None, collected))
@@ -94,9 +155,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 def _node_path(folder: Path, config: pytest.Config) -> str:
     try:
-        return folder.resolve().relative_to(config.rootpath).as_posix()
+        return _shown(folder.resolve().relative_to(config.rootpath).as_posix())
     except ValueError:
-        return folder.resolve().as_posix()
+        return _shown(folder.resolve().as_posix())
 
 
 class DumpFolder(pytest.Collector):
@@ -106,9 +167,12 @@ class DumpFolder(pytest.Collector):
         # lazy: this plugin loads in every pytest run; graphdbg's heavy modules only once a dump is collected
         from graphdbg.listing import list_dumps
 
-        listing = list_dumps(self.path)
         items: list[pytest.Item] = []
         seen: set[str] = set()
+        if _shown(str(self.path)) != str(self.path):  # a name that is not UTF-8: one item that says so, never an internal error
+            return [DumpItem.from_parent(self, name=_shown(self.path.name), dump_path=Path(_shown(str(self.path))), dump=None,
+                                         problem=f"{_shown(str(self.path))}: the folder's name is not UTF-8 text; rename it")]
+        listing = list_dumps(self.path)
         for d in listing.dumps:
             name = _unique(_short_name(d.path, self.path), seen)
             items.append(DumpItem.from_parent(self, name=name, dump_path=Path(d.path), dump=d))
@@ -173,9 +237,11 @@ def expectation(dump_path: Path, manifest: dict[str, Any] | None) -> dict[str, A
         side = dump_path / "expect" if dump_path.is_dir() else dump_path.with_suffix(".expect")
         if side.is_file() and not side.is_symlink():
             # lazy: this plugin loads in every pytest run
-            from graphdbg.store.gate import read_regular
+            from graphdbg.store.gate import read_inside
 
-            text = (bytes(read_regular(side, max_bytes=1 << 16)).decode(errors="replace").strip().splitlines() or [""])[0][:500]
+            # read as a file of the folder (a link, a FIFO swapped in after the check: refused)
+            data = bytes(read_inside(side.parent, side.name, max_bytes=1 << 16))
+            text = (data.decode(errors="replace").strip().splitlines() or [""])[0][:500]
     if not text:
         return None
     head, _, reason = text.partition(":")

@@ -274,6 +274,9 @@ def test_default_outputs_are_never_written_through_a_link(fixture_copy, tmp_path
                    "[rank3]:         neg = torch.neg(L_y_);  L_y_ = None\n[rank3]:         return (neg,)\n")
     (work / "graphs").symlink_to(victim / "rank0")  # extract's default
     assert "symbolic link" in _one_error_line(cli("extract", log))
+    (work / "graphdbg_dumps").symlink_to(victim)  # capture's default, refused before the program starts
+    assert "symbolic link" in _one_error_line(cli("capture", "--", sys.executable, "-c", "open('ran', 'w')"))
+    assert not (work / "ran").exists()
     _unchanged(victim)
     # named with -o, a link is the user's choice: followed (--help and docs/security.md say so)
     r = cli("extract", log, "-o", "graphs")

@@ -62,7 +62,8 @@ def write_dump(
     dist = {**distributed_info(), "collectives": snap.collectives}
     dump_id = f"g{snap.seq}-{kind}-{snap.graph_hash[:8]}"
     rank_dir = Path(dump_dir) / f"rank{dist['rank']}"
-    rank_dir.mkdir(parents=True, exist_ok=True)
+    with Folder.open(dump_dir, create=True) as top:  # rank<R> made here, never a link planted there
+        top.sub(rank_dir.name, create=True).close()
     tmp = rank_dir / f".tmp-{dump_id}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:

@@ -170,7 +170,8 @@ with contextlib.suppress(ImportError, AttributeError):
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, epilog=_example("graphdbg capture --dump-dir dumps -- python train.py"))
 def capture(
     ctx: typer.Context,
-    dump_dir: Annotated[Path, typer.Option("--dump-dir", "-o", envvar="GRAPHDBG_DUMP_DIR", help="Where dumps go (rank<R>/<id>/ below it).")] = Path("graphdbg_dumps"),
+    dump_dir: Annotated[Optional[Path], typer.Option("--dump-dir", "-o", envvar="GRAPHDBG_DUMP_DIR", help="Where dumps go (rank<R>/<id>/ below it; "
+                                                     "default ./graphdbg_dumps, never through a link).")] = None,
     mode: Annotated[str, typer.Option(help="error | accuracy | always")] = "error",
     budget_gb: Annotated[float, typer.Option("--budget-gb", help="Input bytes stored per graph, in GiB.")] = 4.0,
     redact: Annotated[bool, typer.Option("--redact", help="Write dumps safe to share (relative paths, no host or user names).")] = False,
@@ -178,6 +179,7 @@ def capture(
     """Run a command with every torch.compile backend in it wrapped: graphdbg capture -- python train.py"""
     from graphdbg.capture.launch import die_like, run_captured
 
+    dump_dir = dump_dir if dump_dir is not None else _default_output(Path("graphdbg_dumps"))
     code = run_captured(list(ctx.args), dump_dir, mode, int(budget_gb * (1 << 30)), redact=redact)
     raise typer.Exit(die_like(code))  # a child killed by a signal: re-raised, so our parent sees the same death
 

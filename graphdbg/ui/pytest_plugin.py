@@ -2,8 +2,8 @@
 
 Off unless asked::
 
-    $ pytest --graphdbg dumps/                       # or, in the ini file: graphdbg_dumps = dumps
-    $ pytest --graphdbg dumps/ --graphdbg-backend inductor -k rank0 -n auto --junitxml=out.xml
+    $ pytest --graphdbg=dumps/                       # or, in the ini file: graphdbg_dumps = dumps
+    $ pytest --graphdbg=dumps/ --graphdbg-backend inductor -k rank0 -n auto --junitxml=out.xml
 
 Each item replays its dump in a child process under the dump's own backend (or
 ``--graphdbg-backend``). It **passes** when the failure is gone (the backend compiles and runs the
@@ -54,7 +54,8 @@ _FAILED_KINDS = set(KINDS)
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("graphdbg", "graphdbg: dumps as regression tests")
     group.addoption("--graphdbg", dest="graphdbg_dumps", metavar="DIR", default=None,
-                    help="Collect every graphdbg dump and printed graph under DIR as a test item.")
+                    help="Collect every graphdbg dump and printed graph under DIR as a test item (spell it "
+                         "--graphdbg=DIR: as two arguments pytest reads a settings file in DIR first).")
     group.addoption("--graphdbg-backend", dest="graphdbg_backend", metavar="BACKEND", default=None,
                     help="Replay every dump under this backend (default: each dump's own).")
     group.addoption("--graphdbg-trust-backend", dest="graphdbg_trust_backend", action="store_true", default=None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 import shutil
 import uuid
 from pathlib import Path
@@ -60,7 +61,9 @@ def write_dump(
     failure_node: str | None = None,
 ) -> Path:
     dist = {**distributed_info(), "collectives": snap.collectives}
-    dump_id = f"g{snap.seq}-{kind}-{snap.graph_hash[:8]}"
+    # the folder's name is graphdbg's: a kind a loaded dump recorded ("../x", "a/conftest.py") never goes into it
+    named = kind if re.fullmatch(r"[a-z_]{1,32}", kind) else "failure"
+    dump_id = f"g{int(snap.seq)}-{named}-{snap.graph_hash[:8]}"
     rank_dir = Path(dump_dir) / f"rank{dist['rank']}"
     with Folder.open(dump_dir, create=True) as top:  # rank<R> made here, never a link planted there
         top.sub(rank_dir.name, create=True).close()

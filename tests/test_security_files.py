@@ -328,3 +328,19 @@ def test_report_never_shows_a_file_a_link_leads_to(fixture_copy, outside, tmp_pa
     text = page.read_text()
     assert SECRET not in text and "rank1_0.py" in text and "symbolic link" in text, text[-3000:]
     assert "rank0_0" in text  # the real printed graph is there
+
+
+def test_a_backend_module_is_never_copied_under_a_name_python_or_pytest_runs(tmp_path, monkeypatch):
+    from graphdbg.backends.carry import carry_backend
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    monkeypatch.syspath_prepend(str(mine))  # a module of the user's, found before this suite's own conftest
+    monkeypatch.delitem(sys.modules, "conftest", raising=False)
+    for name in ("sitecustomize", "conftest", "strict"):
+        (mine / f"{name}.py").write_text("def backend(gm, example_inputs):\n    return gm.forward\n")
+        out = tmp_path / f"out-{name}"
+        carried = carry_backend(f"{name}:backend", out, recorded_path=str(mine))
+        assert carried.spec == f"{name}:backend"
+        written = sorted(p.name for p in out.iterdir()) if out.exists() else []
+        assert written == (["strict.py"] if name == "strict" else []), written

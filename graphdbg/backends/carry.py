@@ -120,8 +120,16 @@ def _user_file(module: str, recorded_path: str | None) -> Path | None:
     return file
 
 
+# a module copied under one of these names would be run by pytest or Python on its own (a
+# conftest.py collected beside an exported test, a sitecustomize.py at start): never written
+_RUN_BY_NAME = frozenset({"conftest", "sitecustomize", "usercustomize", "pytest", "__init__", "__main__", "setup", "noxfile"})
+
+
 def _module(module: str, file: Path | None, folder: Path, out: Carried, recorded_path: str | None) -> str:
-    if file is not None:
+    if file is not None and module in _RUN_BY_NAME:
+        out.notes.append(f"not copied the backend's module {module}: a file {module}.py in {folder} would run on its own; "
+                         "it is imported by name where the test or repro runs")
+    elif file is not None:
         name = f"{module}.py"
         write_file(folder / name, Script.read(file).source)
         out.files.append(name)

@@ -374,3 +374,24 @@ def test_nothing_else_opens_a_file():
             if _OPENS.search(code) and not re.search(r"open_stream\(|Folder\.open\(|\bos\.fdopen\(", code):
                 found.append(f"{rel}:{n}: {line.strip()}")
     assert not found, "files opened outside store/gate.py:\n" + "\n".join(found)
+
+
+def test_a_folder_graphdbg_chose_is_opened_through_no_link(tmp_path, monkeypatch):
+    from graphdbg.errors import DumpError
+    from graphdbg.store.gate import Folder, write_file
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "mid").symlink_to(tmp_path / "elsewhere")
+    for path in (Path("out/mid/deeper"), tmp_path / "out" / "mid"):
+        with pytest.raises(DumpError, match="is a symbolic link"):
+            Folder.open(path, create=True, follow=False)
+        with pytest.raises(DumpError, match="is a symbolic link"):
+            write_file(path / "repro.py", "x", follow=False)
+    assert os.listdir(tmp_path / "elsewhere") == []
+    with Folder.open(Path("out/made/here"), create=True, follow=False) as made:
+        made.create("a.txt", "ok")
+    assert (tmp_path / "out" / "made" / "here" / "a.txt").read_text() == "ok"
+    with Folder.open(tmp_path / "out" / "mid", create=True) as followed:  # follow=True: the user named it
+        assert followed.path == tmp_path / "out" / "mid"

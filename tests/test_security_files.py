@@ -282,6 +282,8 @@ def test_default_outputs_are_never_written_through_a_link(fixture_copy, tmp_path
     r = cli("extract", log, "-o", "graphs")
     assert r.code == 0 and (victim / "rank0" / "rank3_0.py").is_file(), r
     (victim / "rank0" / "rank3_0.py").unlink()
+    (work / "graphs").unlink()  # no link: the default is made and written
+    assert cli("extract", log).code == 0 and (work / "graphs" / "rank3_0.py").is_file()
     # report's default report.html planted as a link: replaced by the page, the target untouched
     (work / "report.html").symlink_to(victim / "keep.txt")
     assert cli("report", dump).code == 0

@@ -239,10 +239,14 @@ def test_pytest_settings_or_conftests_from_the_dumps_folder_are_refused(tmp_path
     # run from inside the folder, pytest would load its conftest.py first: refused before it does
     (bugs / "tox.ini").unlink()
     (project / "pytest.ini").write_text("[pytest]\n")
-    for cwd, args in ((bugs, ["--graphdbg=."]), (project, ["--graphdbg=bug-1234", "bug-1234/model"])):
+    # pytest loads the conftest.py of every test* folder where it starts: a dumps folder named so, too
+    (project / "testcases").mkdir()
+    shutil.copytree(bugs, project / "testcases" / "test-dumps")
+    for cwd, args in ((bugs, ["--graphdbg=."]), (project, ["--graphdbg=bug-1234", "bug-1234/model"]),
+                      (project / "testcases", ["--graphdbg=test-dumps"]), (project, ["--graphdbg=testcases/test-dumps", "testcases"])):
         done = _pytest(cwd, *args, "--collect-only", "-q")
         err = done.stderr.decode()
-        assert done.returncode == pytest.ExitCode.USAGE_ERROR and "inside the dumps folder" in err, err
+        assert done.returncode == pytest.ExitCode.USAGE_ERROR and "inside the dumps folder" in err, (args, err)
     assert not sentinel.exists()
 
 

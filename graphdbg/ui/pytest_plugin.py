@@ -109,15 +109,18 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
         raise pytest.UsageError(f"graphdbg: pytest read its settings from {_shown(str(early_config.inipath))}, inside the dumps "
                                 f"folder {shown}; a dumps folder is data, never configuration: spell it --graphdbg={shown} "
                                 "(or pass -c with your own settings file)")
-    invocation = early_config.invocation_params.dir
-    given = [a for a in early_config.known_args_namespace.file_or_dir or [] if not str(a).startswith("-")]
-    testpaths = [early_config.rootpath / t for t in early_config.getini("testpaths")]
-    anchors = [invocation / str(a).split("::")[0] for a in given] or testpaths or [invocation, *invocation.glob("test*")]
-    for anchor in [early_config.rootpath, *anchors]:
+    # where pytest loads its first conftest.py files: the paths it was given (else testpaths, else
+    # the current folder), each with its test* subfolders (_pytest.config: _set_initial_conftests)
+    invocation, root = early_config.invocation_params.dir, early_config.rootpath
+    given = [invocation / str(a).split("::")[0] for a in early_config.known_args_namespace.file_or_dir or []
+             if not str(a).startswith("-")]
+    bases = given or [p for t in early_config.getini("testpaths") for p in root.glob(t)] or [invocation]
+    anchors = [*bases, *(sub for b in bases if b.is_dir() for sub in b.glob("test*") if sub.is_dir())]
+    for anchor in [root, *anchors]:
         if _within(anchor, folder):
-            raise pytest.UsageError(f"graphdbg: pytest would load conftest.py files from {_shown(str(anchor))}, inside the dumps "
-                                    f"folder {shown}; run pytest from your own project folder (nothing under the dumps folder "
-                                    "is imported)")
+            raise pytest.UsageError(f"graphdbg: pytest would load the conftest.py files of {_shown(str(anchor))} first, inside "
+                                    f"the dumps folder {shown} (nothing under it may be imported); run pytest from your own "
+                                    "project folder and give it your test paths, or keep the dumps folder out of test* folders")
 
 
 _RESOLVED = pytest.StashKey[Any]()

@@ -219,6 +219,7 @@ def test_nothing_under_the_dumps_folder_is_imported(tmp_path: Path) -> None:
         assert not sentinel.exists(), f"{args}: {sentinel.read_text()} was imported"
 
 
+@pytest.mark.slow  # six pytest runs (~2.5 s of CPU each)
 def test_pytest_settings_or_conftests_from_the_dumps_folder_are_refused(tmp_path: Path) -> None:
     sentinel = tmp_path / "IMPORTED"
     project = tmp_path / "project"

@@ -19,6 +19,7 @@ from graphdbg.display import Displayed, run_quietly
 from graphdbg.graph.allow_list import check_graph_module
 from graphdbg.graph.snapshot import GraphSnapshot
 from graphdbg.rebuild.inputs import StandIn
+from graphdbg.rebuild.kernel_source import kernels_as_captured, kernels_ran, recorded_kernels
 from graphdbg.store.write import write_dump
 
 if TYPE_CHECKING:
@@ -75,7 +76,11 @@ class Case(Displayed):
 def save_case(case: Case, dump_dir: Path | str, *, kind: str | None = None) -> Path:
     """Write ``case`` as a dump folder under ``dump_dir`` (``rank<R>/<id>/``); returns its path."""
     loaded = case.dump.manifest if case.dump is not None else {}
-    snap = GraphSnapshot.take(0, case.gm, keep_eager=False)
+    with kernels_as_captured(case.gm) as called:  # a Triton kernel's call as captured, and what the dump recorded of it
+        snap = GraphSnapshot.take(0, case.gm, keep_eager=False)
+    kernels = recorded_kernels(loaded, called)
+    calls = {k["kernel"] for k in kernels_ran(case.gm, loaded)}  # the custom ops it still calls, as the dump recorded them
+    ops = [o for o in loaded.get("custom_ops") or [] if o.get("name") in calls]
     return write_dump(
         Path(dump_dir), snap=snap, inputs=list(case.inputs), kind=kind or loaded.get("failure", {}).get("kind", "captured"),
         exc=None, backend=str(loaded.get("backend", "replay")), mode="replay", budget_bytes=1 << 62,
@@ -83,5 +88,7 @@ def save_case(case: Case, dump_dir: Path | str, *, kind: str | None = None) -> P
                                                    # training: a backward graph stays one (replay/backward.py)
                                                    **{k: loaded[k] for k in ("stage", "backward", "failed") if k in loaded},
                                                    **({"backend_source": loaded["backend_source"]} if "backend_source" in loaded else {}),
+                                                   **({"triton_kernels": kernels} if kernels else {}),
+                                                   **({"custom_ops": ops} if ops else {}),
                                                    "config": {**(loaded.get("config") or {}), "values": replay_settings(loaded)}},
     )

@@ -261,7 +261,7 @@ class Dump(Displayed):
         return dev
 
     def case(self, device: str | torch.device | None = None, *, seed: int | None = None,
-             sizes: dict[str, int] | None = None):
+             sizes: dict[str, int] | None = None, trust_kernels: bool = False):
         """The graph and its inputs on ``device`` (default: the capture device if present, else CPU).
 
         The same steps for every source: give size symbols values (``sizes``, else recorded
@@ -269,7 +269,9 @@ class Dump(Displayed):
         the rest from annotations); build the inputs (stored values, storage views, statistics,
         else index-aware synthesis seeded by ``seed``, default ``$GRAPHDBG_SEED`` or 0);
         install stand-ins for what this machine lacks; move device literals. Every value or
-        call that is not the captured one is in ``case.stand_ins``.
+        call that is not the captured one is in ``case.stand_ins``. ``trust_kernels``: user Triton
+        kernels are defined from the source the dump recorded (code from the dump: only in a
+        sandboxed replay child, ``rebuild/kernel_source.py``), not stood in for.
         """
         # lazy: torch-free at import, so that ls reads manifests without torch (listing/)
         from graphdbg.case import Case
@@ -290,6 +292,10 @@ class Dump(Displayed):
         enter_caller_autocast(rb, gm, self.manifest)
         arrange_synthesis(rb, gm, self.manifest["inputs"])
         inputs = build_inputs(rb, gm, self.manifest)
+        if trust_kernels:
+            from graphdbg.rebuild.kernel_source import install_kernels  # lazy, as the steps above
+
+            install_kernels(gm, self.manifest)
         if not _distributed():
             install_for_one_rank(rb, gm)
         move_device_literals(rb, gm, self.captured_device)

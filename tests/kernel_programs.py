@@ -148,6 +148,11 @@ def relu_into(X: torch.Tensor, Y: torch.Tensor) -> None:
     Y.copy_(X.relu())
 
 
+def relu_kernel_reference(X: torch.Tensor, Y: torch.Tensor, n: int, **constexprs) -> None:
+    """A user's reference for a Triton kernel ``relu_kernel(X, Y, n, BLOCK)``: ``Y[:n] = relu(X[:n])``."""
+    Y[:n].copy_(X[:n].relu())
+
+
 try:  # a GPU machine's: the user Triton kernel of tests/test_kernels.py's gpu test
     import triton
     import triton.language as tl

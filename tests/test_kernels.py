@@ -400,3 +400,93 @@ def test_under_stock_inductor_accuracy_mode_agrees_and_bisect_ops_names_the_int8
     (path,) = find_dumps(tmp_path / "always")
     r = cli("bisect", "ops", path, "--ops", "kernel_programs", "--json")
     assert r.code == 1 and json.loads(r.out)["culprits"] == ["kt_attn::int8_attention"], r
+
+
+# --- --trust-kernels: a user Triton kernel from the dump's source, in the sandboxed child only -------
+RELU_SOURCE = ("def relu_kernel(X, Y, n, BLOCK: tl.constexpr):\n    i = tl.arange(0, BLOCK)\n"
+               "    tl.store(Y + i, tl.maximum(tl.load(X + i, mask=i < n), 0.0), mask=i < n)\n")
+
+
+@pytest.fixture(scope="module")
+def triton_kernel_dump(tmp_path_factory):
+    """A dump written by capture of a graph that calls a user Triton kernel through Dynamo's
+    wrapper, the kernel in the side table as Triton keeps one (its source in ``.src``): the
+    dump records its source and constants; Triton itself isn't needed to write it."""
+    import torch.fx as fx
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+
+    def relu_kernel(X, Y, n, BLOCK):
+        pass
+
+    g = fx.Graph()
+    x = g.placeholder("x")
+    y = g.call_function(torch.empty_like, (x,))
+    g.call_function(torch.ops.higher_order.triton_kernel_wrapper_mutation, (), {
+        "kernel_idx": kernel_side_table.add_kernel(_JITFunction(relu_kernel, RELU_SOURCE)),
+        "constant_args_idx": kernel_side_table.add_constant_args({"n": 32, "BLOCK": 32}),
+        "grid": [(1, 1, 1)], "tma_descriptor_metadata": {}, "kwargs": {"X": x, "Y": y}})
+    g.output((g.call_function(torch.mul, (y, 2)),))
+    root = tmp_path_factory.mktemp("triton_dump")
+    graphdbg.capture("eager", dump_dir=root, mode="always")(fx.GraphModule(torch.nn.Module(), g), [torch.randn(32)])
+    (path,) = find_dumps(root)
+    return path
+
+
+def test_without_trust_a_recorded_triton_kernel_is_a_stand_in_and_the_verdict_says_what_would_run_it(triton_kernel_dump, cli):
+    r = cli("replay", triton_kernel_dump, "--backend", "eager", "--json")
+    out = json.loads(r.out)
+    [kernel] = out["kernels"]
+    assert kernel["kernel"] == "relu_kernel" and kernel["ran"] == "stand-in" and "--trust-kernels runs it" in kernel["why"], out
+    assert any("kernel_idx=0" in s for s in out["stand_ins"])
+    _check_schema(cli, out, "replay")
+    r = cli("replay", triton_kernel_dump, "--backend", "eager")
+    assert "triton kernel relu_kernel: ran stand-in" in r.out, r.out
+
+
+def test_trust_kernels_never_runs_a_dumps_kernel_outside_the_sandboxed_child(triton_kernel_dump, cli, monkeypatch):
+    from graphdbg.rebuild import kernel_source
+    from graphdbg.replay import sandbox
+
+    assert kernel_source.SANDBOX_DIR_ENV == sandbox.FOLDER_ENV  # one name for "this is the sandboxed child"
+    r = cli("replay", triton_kernel_dump, "--backend", "eager", "--trust-kernels", "--no-isolate")
+    assert r.code == 2 and "only in the sandboxed replay child" in r.err and len(r.err.strip().splitlines()) == 1, r
+    monkeypatch.delenv(sandbox.FOLDER_ENV, raising=False)
+    with pytest.raises(graphdbg.GraphdbgError, match="only in the sandboxed replay child"):
+        graphdbg.load(triton_kernel_dump).case("cpu", trust_kernels=True)
+
+
+def test_trust_kernels_in_the_child_says_per_kernel_why_it_stayed_a_stand_in(triton_kernel_dump, cli, tmp_path):
+    """On a machine without Triton (this one) the kernel can't be defined: the child says so;
+    a kernel whose source names a module outside Triton's is refused whatever the machine."""
+    import shutil
+
+    r = cli("replay", triton_kernel_dump, "--backend", "eager", "--trust-kernels", "--json")
+    out = json.loads(r.out)
+    [kernel] = out["kernels"]
+    assert out["isolated"] and kernel["ran"] == "stand-in", out
+    expected = "Triton is not importable here" if kp.triton is None else None
+    if expected:
+        assert kernel["why"] == expected, kernel
+    copy = tmp_path / "hostile"
+    shutil.copytree(triton_kernel_dump, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["triton_kernels"][0]["globals"] = [{"name": "tl", "module": "os"}]
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    r = cli("replay", copy, "--backend", "eager", "--trust-kernels", "--json")
+    [kernel] = json.loads(r.out)["kernels"]
+    assert kernel["ran"] == "stand-in" and "refers to the module os" in kernel["why"], kernel
+
+
+def test_compare_swap_and_bisect_ops_with_trust_kernels_run_in_the_sandboxed_child(triton_kernel_dump, cli):
+    swap = "relu_kernel=kernel_programs:relu_kernel_reference"
+    r = cli("compare", triton_kernel_dump, "--swap", swap, "--trust-kernels", "--json")
+    assert r.code == 1, r
+    report = json.loads(r.out)
+    _check_schema(cli, report, "compare-swap")
+    assert not report["rows"][0]["close"] and report["replaced"] and report["kernels"][0]["kernel"] == "relu_kernel", report
+    r = cli("bisect", "ops", triton_kernel_dump, "--swap", swap, "--trust-kernels", "--json")
+    result = json.loads(r.out)
+    assert r.code == 1 and result["culprits"] == ["relu_kernel"] and result["kernels"][0]["ran"] in ("stand-in", "from the dump"), r
+    _check_schema(cli, result, "bisect-ops")
+    r = cli("compare", triton_kernel_dump, "--swap", "relu_kernel=kernel_programs:missing", "--trust-kernels")
+    assert r.code == 2 and "has no function missing" in r.err and "Traceback" not in r.err, r

@@ -175,6 +175,9 @@ def _side_table_entry(idx: int, node: fx.Node) -> dict[str, Any]:
             source = None
     if isinstance(source, str):
         entry["source"] = source[:MAX_SOURCE]
+    names = kernel_globals(py)
+    if names:
+        entry["globals"] = names
     configs = getattr(kernel, "configs", None)
     if configs:
         entry["autotune_configs"] = [_config(c) for c in configs]
@@ -188,6 +191,35 @@ def _side_table_entry(idx: int, node: fx.Node) -> dict[str, Any]:
     except ImportError:
         pass
     return entry
+
+
+def kernel_globals(py: Any, depth: int = 4) -> list[dict[str, Any]]:
+    """What a kernel's source refers to by a global name, so that a replay can define it again
+    from text alone: a module (``tl`` is ``triton.language``), a constant (``tl.constexpr`` or a
+    number), or another ``@triton.jit`` function (its source, and what it refers to, first)."""
+    out: dict[str, dict[str, Any]] = {}
+
+    def visit(fn: Any, left: int) -> None:
+        code, glb = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
+        if code is None or not isinstance(glb, dict):
+            return
+        for name in code.co_names:
+            if name in out or name not in glb:
+                continue
+            value = glb[name]
+            if inspect.ismodule(value):
+                out[name] = {"name": name, "module": value.__name__}
+            elif isinstance(getattr(value, "value", None), (bool, int, float)) and type(value).__name__ == "constexpr":
+                out[name] = {"name": name, "constexpr": value.value}
+            elif isinstance(value, (bool, int, float)):
+                out[name] = {"name": name, "value": value}
+            elif isinstance(getattr(value, "src", None), str) and left > 0:  # a helper @triton.jit function
+                inner = getattr(value, "fn", None)
+                visit(inner, left - 1)  # its own globals first: defined before it
+                out[name] = {"name": name, "source": value.src[:MAX_SOURCE]}
+
+    visit(py, depth)
+    return list(out.values())
 
 
 def _config(c: Any) -> dict[str, Any]:
@@ -207,4 +239,4 @@ def _plain(value: Any) -> Any:
     return repr(value)[:MAX_SOURCE]
 
 
-__all__ = ["TORCH_NAMESPACES", "custom_op_of", "custom_ops", "qualified_name", "triton_kernels"]
+__all__ = ["TORCH_NAMESPACES", "custom_op_of", "custom_ops", "kernel_globals", "qualified_name", "triton_kernels"]

@@ -19,8 +19,8 @@ from typing import Any
 
 from graphdbg.case import Case
 from graphdbg.judge.accuracy import compare_outputs
-from graphdbg.rebuild.swap import Swap
-from graphdbg.replay.swap import error, reference64, run_graph, swapped_graph
+from graphdbg.rebuild.swap import Swap, builtin_swaps, parse_swaps
+from graphdbg.replay.swap import case_kernel_names, case_kernels, error, in_child, reference64, run_graph, swapped_graph
 
 # An op is named when its swap alone removes at least this share of the error, and a second
 # one too when it removes at least this share of what the first does.
@@ -38,20 +38,21 @@ class BisectOpsResult:
     float64_note: str | None = None
     stand_ins: list[str] = field(default_factory=list)
     note: str = ""
+    kernels: list[dict[str, Any]] = field(default_factory=list)  # how each kernel ran as captured (rebuild/kernel_source.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {"culprits": self.culprits, "culprit": self.culprits[0] if self.culprits else None, "ops": self.ops,
                 "error": self.error, "error_vs_float64": self.error_vs_float64,
                 "all_reference_error_vs_float64": self.all_reference_error_vs_float64, "float64_note": self.float64_note,
-                "stand_ins": self.stand_ins, "note": self.note}
+                "stand_ins": self.stand_ins, "note": self.note, "kernels": self.kernels}
 
 
 def bisect_ops(case: Case, swaps: list[Swap]) -> BisectOpsResult:
     """Swap each op of ``swaps`` alone; name the op(s) whose swap moves the outputs most toward
     the graph with all of them swapped."""
-    stand_ins = [s.describe() for s in case.stand_ins]
+    stand_ins, kernels = [s.describe() for s in case.stand_ins], case_kernels(case)
     if not swaps:
-        return BisectOpsResult([], [], 0.0, None, None, stand_ins=stand_ins,
+        return BisectOpsResult([], [], 0.0, None, None, stand_ins=stand_ins, kernels=kernels,
                                note="no custom op of this graph has a reference: give one with --swap OP=module:function")
     captured = run_graph(case.gm, case.inputs)
     all_ref_gm, _ = swapped_graph(case, swaps)
@@ -78,7 +79,25 @@ def bisect_ops(case: Case, swaps: list[Swap]) -> BisectOpsResult:
             else "the captured graph agrees with the all-reference graph" if not differs
             else "no single op's swap accounts for most of the error")
     return BisectOpsResult(culprits, rows, total, total64, error(ref64, all_ref) if ref64 is not None else None,
-                           why, stand_ins, note)
+                           why, stand_ins, note, kernels)
 
 
-__all__ = ["BisectOpsResult", "bisect_ops"]
+def bisect_ops_dump(dump: Any, specs: list[str], *, device: Any = None, trust_kernels: bool = False,
+                    timeout: float | None = None) -> BisectOpsResult:
+    """``bisect ops`` on a Dump, with the ``--swap`` pairs ``specs``; with ``trust_kernels`` its
+    user Triton kernels run from the dump's source, and every run is in the sandboxed replay child."""
+    if trust_kernels:
+        result = in_child(dump, {"kind": "bisect-ops", "swaps": list(specs)}, device, timeout)
+        result.pop("culprit", None)
+        return BisectOpsResult(**result)
+    case = dump.case(device)
+    return bisect_ops(case, builtin_swaps(case.gm, parse_swaps(specs, case.gm, case_kernel_names(case))))
+
+
+def bisect_ops_job(case: Case, job: dict[str, Any]) -> dict[str, Any]:
+    """``bisect ops`` in the replay child (``replay/swap.py``'s ``CHILD_JOBS``)."""
+    swaps = builtin_swaps(case.gm, parse_swaps(job.get("swaps") or [], case.gm, case_kernel_names(case)))
+    return bisect_ops(case, swaps).to_dict()
+
+
+__all__ = ["BisectOpsResult", "bisect_ops", "bisect_ops_dump", "bisect_ops_job"]

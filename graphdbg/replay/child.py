@@ -49,9 +49,15 @@ def main(request_path: str, outcome_path: str) -> int:
         from graphdbg.replay.as_captured import restore_if_asked  # inside the try, as the lines above
 
         restore_if_asked()  # --as-captured: before anything compiles; the parent reported what it left
-        case = dump.case(device=request["device"])
-        outcome = run_case(case, request["backend"], request["passes"], isolate=False, **request["options"])
-        data = outcome.to_dict()
+        # --trust-kernels: the dump's kernel source is compiled here, in the sandboxed child, and only here
+        case = dump.case(device=request["device"], trust_kernels=bool(request["options"].get("trust_kernels")) and sandbox is not None)
+        if "job" in request:  # compare --swap / bisect ops under --trust-kernels: their runs of the graph, here
+            from graphdbg.replay.swap import child_job  # inside the try, as the lines above
+
+            data = {"result": child_job(case, request["job"])}
+        else:
+            outcome = run_case(case, request["backend"], request["passes"], isolate=False, **request["options"])
+            data = outcome.to_dict()
     except GraphdbgError as e:
         data = {"error": exception_text(e)}
     except Exception as e:  # the replay could not even start here (an import, a device): say what

@@ -104,6 +104,42 @@ def run_isolated(case: Case | Dump, backend: str | Callable[..., Any], opts: Rep
         return outcome
 
 
+def run_job_isolated(dump: Dump, job: dict[str, Any], opts: ReplayOptions, specs: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Run ``job`` (``{"kind": "swap" | "bisect-ops", ...}``: ``replay/swap.py``'s ``child_job``)
+    on ``dump`` in a sandboxed replay child, as ``run_isolated`` runs a replay; its JSON result.
+    ``specs``: the user's ``module:function`` references, importable there as a backend is.
+    A child that fails, dies or runs past the timeout is a GraphdbgError (one line)."""
+    device = "cpu" if dump.cpu_replay(opts.device) else dump.resolve_device(opts.device)
+    timeout = DEFAULT_TIMEOUT if opts.timeout is None else float(opts.timeout)
+    request: dict[str, Any] = {"backend": "eager", "passes": None, "device": str(device), "options": opts.for_child(),
+                               "job": job, "dump": str(dump.path)}
+    if dump.format == "dump":
+        request["manifest"] = dump.manifest
+    with tempfile.TemporaryDirectory(prefix="graphdbg-child-") as tmp:
+        tmpdir = Path(tmp)
+        request_path, result_path, err_path = tmpdir / "request.json", tmpdir / "outcome.json", tmpdir / "stderr.txt"
+        request_path.write_text(json.dumps(request))
+        own = tmpdir / "work"
+        own.mkdir()
+        env = {**child_env(own, request["device"], str(dump.path)), **child_path(list(specs))}
+        with ChildGroup(python_command("graphdbg.replay.child", str(request_path), str(result_path)), err_path, env=env) as child:
+            returncode = child.wait(timeout)
+            err = tail_of(err_path)
+        what = f"{job.get('kind')} in the replay child"
+        if returncode is None:
+            raise GraphdbgError(f"{what}: no result after {timeout:g}s (--timeout)")
+        if not os.path.lexists(result_path):
+            last = (err.strip().splitlines() or [f"exit code {returncode}"])[-1][:300]
+            raise GraphdbgError(f"{what} ended without a result: {last}")
+        data = read_json(tmpdir, result_path.name, what="the child's result")  # through the gate, as an outcome
+    if not isinstance(data, dict) or "error" in data or not isinstance(data.get("result"), dict):
+        error = data.get("error") if isinstance(data, dict) else None
+        if error is None and isinstance(data, dict) and data.get("status") == "crash":
+            error = data.get("message")
+        raise GraphdbgError(f"{what}: {str(error)[:500] if error is not None else 'garbage result'}")
+    return data["result"]
+
+
 class _Expired(BaseException):
     pass
 

@@ -36,6 +36,7 @@ class ReplayOptions:
     backward: bool | None = None  # run the backward too (None: when the dump is a backward failure's forward)
     device: Any = None  # where a dump's inputs are built (None: the captured device if here, else the CPU)
     max_input_gb: float | None = None  # refuse bigger inputs (None: the device's free memory)
+    trust_kernels: bool = False  # user Triton kernels from the dump's source, in the sandboxed child only (rebuild/kernel_source.py)
 
     def but(self, **changes: Any) -> ReplayOptions:
         """These options with ``changes``."""

@@ -50,6 +50,8 @@ class Outcome(Displayed, BaseModel):
     untrusted_because: str | None = None  # which stand-ins the mismatching outputs depend on
     passes: list[dict[str, Any]] = Field(default_factory=list)
     stand_ins: list[str] = Field(default_factory=list)
+    # per custom op and user Triton kernel: {"kernel", "kind", "calls", "ran": real | from the dump | stand-in, "why"}
+    kernels: list[dict[str, Any]] = Field(default_factory=list)
     device: str | None = None
     isolated: bool = False
     sandbox: str | None = None  # an isolated child's: "landlock (...)" or "none (why)" (replay/sandbox.py)

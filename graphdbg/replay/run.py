@@ -43,6 +43,7 @@ from graphdbg.judge.failing_node import code_file, failing_node, node_on_line
 from graphdbg.judge.randomness import random_outputs, rng_state, same_draws, same_generators, set_rng_state
 from graphdbg.judge.signature import exception_text, signature
 from graphdbg.rebuild.inputs import clone_value
+from graphdbg.rebuild.kernel_source import kernels_ran
 from graphdbg.replay.backend_setup import backend_and_passes, compiler_settings
 from graphdbg.replay.backward import (
     add_mismatches,
@@ -113,14 +114,15 @@ def replay_case(case: Case, backend: str | Callable[..., Any], opts: ReplayOptio
     started = time.perf_counter()
     resolved = resolve(case, backend, opts.passes, pass_stage=opts.pass_stage)
     outcome = Outcome(status="pass", backend=resolved.name, device=str(case.device),
-                      stand_ins=[s.describe() for s in case.stand_ins])
+                      stand_ins=[s.describe() for s in case.stand_ins],
+                      kernels=kernels_ran(case.gm, case.dump.manifest if case.dump is not None else None))
     outcome.stand_ins += resolved.settings.shown()  # recorded settings the allow-list skipped, and why
     start = rng_state()  # the reference, the compiled run and the float64 run draw from one random state
     ref, attrs_before = (reference(case, resolved) if opts.accuracy else (None, None))
     after_eager = rng_state()
     set_rng_state(start)
     if isinstance(ref, Outcome):  # the graph fails even eagerly
-        ref.backend, ref.device, ref.stand_ins = resolved.name, outcome.device, outcome.stand_ins
+        ref.backend, ref.device, ref.stand_ins, ref.kernels = resolved.name, outcome.device, outcome.stand_ins, outcome.kernels
         return ref
     gm, inputs, compiler, result, error, direct = execute_whole(case, resolved, outcome, direct, start)
     try:

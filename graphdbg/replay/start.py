@@ -36,6 +36,10 @@ def _check_backend(backend: str | Callable[..., Any], isolate: bool) -> None:
     resolve_backend(backend)
 
 
+NOT_ISOLATED = ("--trust-kernels runs a dump's kernel source only in the sandboxed replay child: "
+                "drop --no-isolate (isolate=False)")
+
+
 def replay_dump(dump: Any, backend: str | Callable[..., Any] = "eager", options: ReplayOptions | None = None,
                 **settings: Any) -> Outcome:
     """Replay a Dump (``settings``: fields of ``ReplayOptions``, over ``options``); isolated
@@ -47,6 +51,8 @@ def replay_dump(dump: Any, backend: str | Callable[..., Any] = "eager", options:
     """
     opts = replay_options(options, **settings)
     opts = opts.but(isolate=True) if opts.isolate is None else opts
+    if opts.trust_kernels and not opts.isolate:
+        raise GraphdbgError(NOT_ISOLATED)
     _check_backend(backend, opts.isolate)  # an unknown backend is an error here, not a crash in the child
     if ReplayFacts.of(dump.manifest).piece and not opts.direct:
         # A piece of a nested compile reached its compiler as a GraphModule, never through Dynamo:

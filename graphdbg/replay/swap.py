@@ -13,6 +13,7 @@ OP replaced (``rebuild/swap.py``), and says per output how far it moved.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,9 +27,11 @@ from graphdbg.errors import GraphdbgError
 from graphdbg.graph.allow_list import check_graph_module, register_ops
 from graphdbg.judge.accuracy import BY_DTYPE
 from graphdbg.rebuild.inputs import StandIn
+from graphdbg.rebuild.kernel_source import kernels_ran
 from graphdbg.rebuild.swap import Swap, kernel_constants, kernel_names, parse_swaps, swap_ops
 from graphdbg.replay.float64 import ReferenceUnavailable, float64_reference
 from graphdbg.replay.mutation import mutated_inputs
+from graphdbg.replay.options import ReplayOptions
 from graphdbg.replay.run import fresh_inputs
 
 
@@ -88,6 +91,11 @@ def error(expected: list[Any], actual: list[Any]) -> float:
     return max((r["rel_error"] for r in rows), default=0.0)
 
 
+def case_kernels(case: Case) -> list[dict[str, Any]]:
+    """How each of the case's kernels runs as captured: real, from the dump, or a stand-in."""
+    return kernels_ran(case.gm, case.dump.manifest if case.dump is not None else None)
+
+
 def case_kernel_names(case: Case) -> dict[int, str]:
     """The Triton kernels' names the case's dump recorded, by ``kernel_idx``."""
     return kernel_names(case.dump.manifest if case.dump is not None else None)
@@ -107,6 +115,7 @@ class SwapReport:
     rows: list[dict[str, Any]]
     replaced: list[str] = field(default_factory=list)  # the swapped nodes
     stand_ins: list[str] = field(default_factory=list)  # the case's own (ops this machine lacks)
+    kernels: list[dict[str, Any]] = field(default_factory=list)  # how each kernel ran as captured (rebuild/kernel_source.py)
 
     @property
     def moved(self) -> bool:
@@ -114,7 +123,7 @@ class SwapReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"swaps": self.swaps, "moved": self.moved, "rows": self.rows, "replaced": self.replaced,
-                "stand_ins": self.stand_ins}
+                "stand_ins": self.stand_ins, "kernels": self.kernels}
 
 
 def compare_swap(case: Case, swaps: list[Swap]) -> SwapReport:
@@ -123,16 +132,49 @@ def compare_swap(case: Case, swaps: list[Swap]) -> SwapReport:
     captured = run_graph(case.gm, case.inputs)
     with_refs = run_graph(swapped, case.inputs, swaps)
     return SwapReport([{"op": s.op, "reference": s.reference} for s in swaps], distances(captured, with_refs),
-                      [s.describe() for s in used], [s.describe() for s in case.stand_ins])
+                      [s.describe() for s in used], [s.describe() for s in case.stand_ins], case_kernels(case))
 
 
-def swap_dump(dump: Any, specs: list[str], *, ops: list[str] | None = None, device: Any = None) -> SwapReport:
+def swap_dump(dump: Any, specs: list[str], *, ops: list[str] | None = None, device: Any = None,
+              trust_kernels: bool = False, timeout: float | None = None) -> SwapReport:
     """``compare --swap`` on a Dump: ``ops`` (the user's modules defining the custom ops) are
-    imported first, so the graph "as captured" calls the real kernels."""
+    imported first, so the graph "as captured" calls the real kernels. ``trust_kernels``: its
+    user Triton kernels run from the dump's source, so both runs happen in the sandboxed
+    replay child (``rebuild/kernel_source.py``)."""
     if ops:
         register_ops(ops)
+    if trust_kernels:
+        result = in_child(dump, {"kind": "swap", "swaps": list(specs)}, device, timeout)
+        return SwapReport(**{k: result[k] for k in ("swaps", "rows", "replaced", "stand_ins", "kernels")})
     case = dump.case(device)
     return compare_swap(case, parse_swaps(specs, case.gm, case_kernel_names(case)))
 
 
-__all__ = ["SwapReport", "swap_dump", "swapped_graph", "case_kernel_names", "compare_swap", "distance", "distances", "error", "reference64", "run_graph"]
+def in_child(dump: Any, job: dict[str, Any], device: Any, timeout: float | None) -> dict[str, Any]:
+    """``job`` on ``dump`` in the sandboxed replay child, with ``--trust-kernels``: its result."""
+    from graphdbg.replay.isolation import run_job_isolated  # isolation -> case -> (lazily) replay.run
+
+    references = tuple(s.partition("=")[2] for s in job.get("swaps") or [] if ":" in s.partition("=")[2])
+    return run_job_isolated(dump, job, ReplayOptions(device=device, timeout=timeout, trust_kernels=True), references)
+
+
+# What a replay child runs besides a replay: a job's name, and the module:function that runs it
+# on the child's case (bisect ops is minify's, above this layer: named, imported in the child alone).
+CHILD_JOBS = {"swap": "graphdbg.replay.swap:swap_job", "bisect-ops": "graphdbg.minify.bisect_ops:bisect_ops_job"}
+
+
+def child_job(case: Case, job: dict[str, Any]) -> dict[str, Any]:
+    """In the replay child: run ``job`` (one of ``CHILD_JOBS``) on ``case``; its JSON result."""
+    spec = CHILD_JOBS.get(str(job.get("kind")))
+    if spec is None:
+        raise GraphdbgError(f"the replay child has no job {job.get('kind')!r}")
+    module, _, name = spec.partition(":")
+    result = getattr(importlib.import_module(module), name)(case, job)
+    return {**result, "kernels": case_kernels(case)}
+
+
+def swap_job(case: Case, job: dict[str, Any]) -> dict[str, Any]:
+    return compare_swap(case, parse_swaps(job.get("swaps") or [], case.gm, case_kernel_names(case))).to_dict()
+
+
+__all__ = ["CHILD_JOBS", "SwapReport", "case_kernels", "child_job", "in_child", "swap_dump", "swapped_graph", "case_kernel_names", "compare_swap", "distance", "distances", "error", "reference64", "run_graph"]

@@ -362,6 +362,15 @@ class TritonConfig(_Open):
     num_ctas: Optional[Count] = None
 
 
+class TritonGlobal(_Open):
+    """A global name a kernel's source refers to: a module's name, a constant, or a helper's source."""
+    name: Name
+    module: Optional[Name] = None
+    constexpr: Optional[Scalar] = None
+    value: Optional[Scalar] = None
+    source: Optional[Text] = None
+
+
 class TritonKernel(_Open):
     """A user Triton kernel the graph calls by ``kernel_idx``; its source is text, never run on load."""
     kernel_idx: Count
@@ -376,6 +385,7 @@ class TritonKernel(_Open):
     autotune_configs: Optional[Annotated[list[TritonConfig], Field(max_length=4096)]] = None
     chosen_config: Optional[TritonConfig] = None
     triton_version: Optional[Name] = None
+    globals: Optional[Annotated[list[TritonGlobal], Field(max_length=4096)]] = None
 
 
 class BackendSource(_Open):

@@ -253,6 +253,7 @@ ConfigOpt = Annotated[Optional[list[str]], typer.Option("--config", help="Overri
 NoConfigOpt = Annotated[bool, typer.Option("--no-config", help="Drop the compiler settings recorded in the dump (run with torch's defaults).", rich_help_panel="Backend")]
 SwapOpt = Annotated[Optional[list[str]], typer.Option("--swap", help="OP=REFERENCE: replace every call of custom op OP (ns::name) by a built-in reference (attention, rms_norm, ...) or your module:function (imported like --ops); repeatable.", rich_help_panel="Inputs")]
 AsCapturedOpt = Annotated[bool, typer.Option("--as-captured", help="Restore the captured torch.backends flags, matmul precision, environment variables and thread counts (not versions or the device).", rich_help_panel="Backend")]
+TrustKernelsOpt = Annotated[bool, typer.Option("--trust-kernels", help="Run user Triton kernels from the source the dump recorded (code from the dump's author), in the sandboxed replay child.", rich_help_panel="Backend")]
 TrustConfigOpt = Annotated[bool, typer.Option("--trust-config", help="Restore every recorded compiler setting, strings included (they can reach a compiler's command line).", rich_help_panel="Backend")]
 
 
@@ -352,6 +353,7 @@ def replay(
     backward: Annotated[Optional[bool], typer.Option("--backward/--no-backward", help="Training: run the forward, then the backward with recorded (else seeded) tangents; compare gradients too (default: when the dump is the forward of a backward failure).", show_default=False)] = None,
     max_input_gb: Annotated[Optional[float], typer.Option("--max-input-gb", help="Refuse (exit 2) inputs bigger than this many GiB (default: the device's free memory).")] = None,
     trust_backend: TrustOpt = False,
+    trust_kernels: TrustKernelsOpt = False,
     as_captured: AsCapturedOpt = False,
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Replay N times; report the failure rate with a 95% interval and each distinct failure (one process with --no-isolate, else a child each).")] = 1,
     as_json: JsonFlag = False,
@@ -362,7 +364,7 @@ def replay(
 
     _inputs_setup(ops, seed)
     opts = ReplayOptions(passes=passes, device=device, isolate=isolate, timeout=timeout, direct=direct, accuracy=accuracy,
-                         rtol=rtol, atol=atol, backward=backward, max_input_gb=max_input_gb)
+                         rtol=rtol, atol=atol, backward=backward, max_input_gb=max_input_gb, trust_kernels=trust_kernels)
     if all_ranks:
         backend = backend or _own_backend(dump, trust_backend, "replay --all-ranks")
         from graphdbg.replay.world import replay_world
@@ -427,6 +429,7 @@ def compare(
     seed: SeedOpt = None,
     trust_backend: TrustOpt = False,
     swap: SwapOpt = None,
+    trust_kernels: TrustKernelsOpt = False,
     as_captured: AsCapturedOpt = False,
     as_json: JsonFlag = False,
 ) -> None:
@@ -436,7 +439,7 @@ def compare(
     REFERENCE; one row per output, how far it moves. Exit 1 if any moves beyond tolerance."""
     _must_exist(dump)
     if swap:
-        raise typer.Exit(_compare_swap(dump, swap, device, ops, seed, as_json))
+        raise typer.Exit(_compare_swap(dump, swap, device, ops, seed, as_json, trust_kernels, timeout))
     import pandas as pd
 
     from graphdbg.backends.recipe import backend_label
@@ -463,13 +466,14 @@ def compare(
     raise typer.Exit(0 if (df.status == "pass").all() else 1)
 
 
-def _compare_swap(dump: Path, swap: list[str], device: str | None, ops: str | None, seed: int | None, as_json: bool) -> int:
+def _compare_swap(dump: Path, swap: list[str], device: str | None, ops: str | None, seed: int | None, as_json: bool,
+                  trust_kernels: bool, timeout: float | None) -> int:
     from graphdbg.replay.swap import swap_dump
 
     _inputs_setup(ops, seed)
     d = _load_with_progress(dump, "compare", quiet=as_json)
     with _progress("compare: the graph as captured, and with the swaps", quiet=as_json):
-        report = swap_dump(d, swap, device=device)
+        report = swap_dump(d, swap, device=device, trust_kernels=trust_kernels, timeout=timeout)
     _report(report, as_json, "compare-swap")
     return 1 if report.moved else 0
 
@@ -598,20 +602,19 @@ def bisect_ops(
     device: DeviceOpt = None,
     ops: OpsOpt = None,
     seed: SeedOpt = None,
+    trust_kernels: TrustKernelsOpt = False,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
     as_json: JsonFlag = False,
 ) -> None:
     """The custom op whose swap for its reference (built-in, or --swap) moves the outputs most
     toward the all-reference graph. Exit 1 when one is named."""
     _must_exist(dump)
-    from graphdbg.minify.bisect_ops import bisect_ops as run
-    from graphdbg.rebuild.swap import builtin_swaps, parse_swaps
-    from graphdbg.replay.swap import case_kernel_names
+    from graphdbg.minify.bisect_ops import bisect_ops_dump
 
     _inputs_setup(ops, seed)
-    case = _load_with_progress(dump, "bisect", quiet=as_json).case(device)
-    swaps = builtin_swaps(case.gm, parse_swaps(swap or [], case.gm, case_kernel_names(case)))
-    with _progress(f"bisect ops: {len(swaps)} ops with a reference", quiet=as_json):
-        result = run(case, swaps)
+    d = _load_with_progress(dump, "bisect", quiet=as_json)
+    with _progress("bisect ops: each op with a reference, swapped alone", quiet=as_json):
+        result = bisect_ops_dump(d, swap or [], device=device, trust_kernels=trust_kernels, timeout=timeout)
     _report(result, as_json, "bisect-ops")
     raise typer.Exit(1 if result.culprits else 0)
 

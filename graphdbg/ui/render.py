@@ -690,6 +690,7 @@ def outcome_panel(outcome: Any, dump: Any = None, differences: list[Any] | None 
         text.append(f"pass {p['name']} [{p['stage']}]: {p['nodes_before']} -> {p['nodes_after']} nodes{result}" + (f" ({delta})" if delta else "") + "\n")
     for line in stand_in_lines(list(outcome.stand_ins)):
         text.append(line + "\n", style="yellow")
+    append_kernel_lines(text, getattr(outcome, "kernels", None) or [])
     if outcome.exit_signal or outcome.exit_code_child is not None:
         tail = (outcome.stderr_tail or "").strip().splitlines()[-5:]
         text.append("child stderr:\n" + "\n".join(tail) + "\n", style="dim")
@@ -826,6 +827,14 @@ def minify_panel(result: Any) -> Boxed:
     return Boxed(lines, "minify" + title)
 
 
+def append_kernel_lines(text: Text, kernels: list[dict[str, Any]]) -> None:
+    """One line per custom op and user Triton kernel: how it ran (real, from the dump, stand-in)."""
+    for k in kernels:
+        why = f" ({k['why']})" if k.get("why") else ""
+        text.append(f"{k['kind'].replace('_', ' ')} {k['kernel']}: ran {k['ran']}{why}\n",
+                    style="yellow" if k["ran"] == "stand-in" else "dim")
+
+
 def swap_table(report: Any) -> Group:
     """``compare --swap``: per output, how far the swaps move it."""
     swaps = ", ".join(f"{s['op']} -> {s['reference']}" for s in report.swaps)
@@ -838,6 +847,7 @@ def swap_table(report: Any) -> Group:
     notes = Text(f"{len(report.replaced)} calls swapped\n", style="dim")
     for s in report.stand_ins:
         notes.append(f"stand-in {s}\n", style="yellow")
+    append_kernel_lines(notes, getattr(report, "kernels", None) or [])
     return Group(table, notes)
 
 
@@ -858,6 +868,7 @@ def bisect_ops_panel(result: Any) -> Panel:
                     f"(error left {r['error_after']:.3g})\n")
     for s in result.stand_ins:
         text.append(f"stand-in {s}\n", style="yellow")
+    append_kernel_lines(text, getattr(result, "kernels", None) or [])
     return Panel(text, title="bisect ops", expand=False)
 
 

@@ -37,6 +37,11 @@ _REPEAT = {"repeat": {"type": "object", "properties": {
 _ROW = {"path": {"type": "string"}, "id": _STR, "kind": _STR, "backend": _STR, "nodes": _INT, "signature": _STR,
         "error_type": _STR, "message": _STR, "graph_hash": _STR}
 
+# per custom op and user Triton kernel of the graph, how it ran (rebuild/kernel_source.py: kernels_ran)
+_KERNELS = {"type": "array", "items": {"type": "object", "properties": {
+    "kernel": {"type": "string"}, "kind": {"enum": ["custom_op", "triton_kernel"]}, "calls": {"type": "integer"},
+    "ran": {"enum": ["real", "from the dump", "stand-in"]}, "why": _STR}, "required": ["kernel", "kind", "ran"]}}
+
 
 def _object(title: str, properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
     props = {**_HEAD, **properties}
@@ -75,7 +80,7 @@ OUTPUT_SCHEMAS: dict[str, dict[str, Any]] = {
         **_ENVIRONMENT,
     }),
     "compare-swap": _object("compare --swap", {
-        "swaps": _LIST, "moved": _BOOL, "replaced": _LIST, "stand_ins": _LIST,
+        "swaps": _LIST, "moved": _BOOL, "replaced": _LIST, "stand_ins": _LIST, "kernels": _KERNELS,
         "rows": {"type": "array", "items": {"type": "object", "properties": {
             "output": {"type": "integer"}, "shape": _LIST, "dtype": {"type": "string"}, "max_abs_error": _NUM,
             "mean_abs_error": _NUM, "cosine": _NUM, "rel_error": _NUM, "close": _BOOL},
@@ -83,7 +88,7 @@ OUTPUT_SCHEMAS: dict[str, dict[str, Any]] = {
     }),
     "bisect-ops": _object("bisect ops", {
         "culprits": _LIST, "culprit": _STR, "error": _NUM, "error_vs_float64": _NUM, "all_reference_error_vs_float64": _NUM,
-        "float64_note": _STR, "stand_ins": _LIST, "note": {"type": "string"},
+        "float64_note": _STR, "stand_ins": _LIST, "note": {"type": "string"}, "kernels": _KERNELS,
         "ops": {"type": "array", "items": {"type": "object", "properties": {
             "op": {"type": "string"}, "reference": {"type": "string"}, "error_after": _NUM, "accounts_for": _NUM},
             "required": ["op", "reference", "error_after", "accounts_for"]}},

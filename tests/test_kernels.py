@@ -490,3 +490,37 @@ def test_compare_swap_and_bisect_ops_with_trust_kernels_run_in_the_sandboxed_chi
     _check_schema(cli, result, "bisect-ops")
     r = cli("compare", triton_kernel_dump, "--swap", "relu_kernel=kernel_programs:missing", "--trust-kernels")
     assert r.code == 2 and "has no function missing" in r.err and "Traceback" not in r.err, r
+
+
+def test_a_saved_case_keeps_its_triton_kernel_calls_and_their_recorded_source(triton_kernel_dump, tmp_path, cli):
+    """What minify writes (Case.save, after each shrink step) prints a kernel's call as captured
+    and carries what the dump recorded of it: the smaller dump replays it from the source too."""
+    case = graphdbg.load(triton_kernel_dump).case("cpu")
+    saved = case.save(tmp_path / "min")
+    assert "torch.ops.higher_order.triton_kernel_wrapper_mutation(kernel_idx = 0" in (saved / "graph.py").read_text()
+    [kernel] = graphdbg.load(saved).manifest["triton_kernels"]
+    assert kernel["source"] == RELU_SOURCE and kernel["constant_args_by_call"] == {"0": {"n": 32, "BLOCK": 32}}
+    r = cli("replay", saved, "--backend", "eager", "--json")
+    assert json.loads(r.out)["kernels"][0]["why"].startswith("the dump has its source"), r.out
+
+
+def test_repro_defines_the_graphs_own_kernels_so_it_runs_without_the_users_package(triton_kernel_dump, tmp_path):
+    import shutil
+
+    from graphdbg.minify.repro import write_repro
+    from graphdbg.minify.self_check import check_repro
+
+    # a Triton kernel: defined in repro_kernels.py from the recorded source, launched by the graph's call
+    out = write_repro(graphdbg.load(triton_kernel_dump).case("cpu"), "eager", tmp_path / "triton" / "repro.py")
+    kernels = (out.parent / "repro_kernels.py").read_text()
+    compile(kernels, "repro_kernels.py", "exec")
+    assert "@triton.jit\n" + RELU_SOURCE.rstrip() in kernels and "CONSTANTS = {0: {'n': 32, 'BLOCK': 32}}" in kernels
+    assert "repro_kernels.launch(kernel_idx, constant_args_idx, grid, kwargs)" in out.read_text()
+    # custom ops: the module that defines them comes along; the folder runs elsewhere, without graphdbg or tests/
+    _capture(kp.InPlaceNorms().eval(), torch.randn(4, 64), tmp_path / "dump", "always")
+    (path,) = find_dumps(tmp_path / "dump")
+    out = write_repro(graphdbg.load(path).case("cpu"), "aot_eager", tmp_path / "ops" / "repro.py")
+    assert (out.parent / "kernel_programs.py").is_file()
+    moved = shutil.copytree(out.parent, tmp_path / "elsewhere" / "deep" / "ops")
+    result = check_repro(moved / "repro.py", timeout=300)
+    assert result.exit_code == 0 and "FIXED" in result.line, result

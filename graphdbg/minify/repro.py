@@ -16,6 +16,7 @@ import io
 import math
 import re
 import types
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,11 @@ from graphdbg.backends.compiler_config import python_lines, replay_settings
 from graphdbg.backends.resolve import backend_label, backend_spec
 from graphdbg.case import Case
 from graphdbg.errors import GraphdbgError
+from graphdbg.graph.kernels import custom_ops
 from graphdbg.judge.accuracy import TOLERANCES
 from graphdbg.judge.signature import unwrapped_error
 from graphdbg.rebuild.inputs import NullEvent, NullStream
+from graphdbg.rebuild.kernel_source import kernels_as_captured, kernels_module, recorded_kernels
 from graphdbg.replay.as_captured import python_lines as as_captured_lines
 from graphdbg.replay.backward import differentiable_inputs, fails_in_backward, is_backward_dump, recorded_tangents
 from graphdbg.replay.outcome import Outcome
@@ -140,8 +143,10 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
     path = Path(path)
     if outcome is None:
         outcome = case.run(backend, direct=direct)
-    prelude_lines, classes, children = nested_sources(case.gm)
-    prelude = "\n".join(prelude_lines)
+    with kernels_as_captured(case.gm) as called:  # a Triton kernel's call printed as captured, by kernel_idx
+        prelude_lines, classes, children = nested_sources(case.gm)
+    kernels = own_kernels(case, called, path.parent)
+    prelude = "\n".join([*kernels.lines, *(ln for ln in prelude_lines if not ln.startswith(kernels.replaces))])
     attrs = _graph_tensors(case.gm)
     inputs = [_storable(v) for v in case.inputs]
     for v in inputs:
@@ -157,7 +162,7 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
 
     recorded = ((case.dump.manifest.get("backend_source") or {}) if case.dump is not None else {}).get("path")
     carried = carry_backend(backend_spec(backend, strict=False), path.parent, recorded)
-    backend_ref, paths = carried.spec, carried.paths  # the backend's source in the folder, or named relative to it
+    backend_ref, paths = carried.spec, [*carried.paths, *(p for p in kernels.paths if p not in carried.paths)]
     shown = backend_label(backend_ref)  # a recipe, as people read it, in a comment beside it
     backend_line = repr(str(backend_ref)) + (f"  # {' '.join(shown.split())}" if shown != backend_ref else "")
 
@@ -188,8 +193,76 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
                             "please report this") from None
 
     written = write_file(path, text)
-    say_once(carried.notes)  # minify saves after every step: each line once
+    say_once([*carried.notes, *kernels.notes])  # minify saves after every step: each line once
     return written
+
+
+@dataclass
+class OwnKernels:
+    """What a repro needs of the graph's own kernels: prelude lines, the prelude lines of the
+    graph they replace (``startswith``), sys.path folders relative to the repro, notes."""
+    lines: list[str] = field(default_factory=list)
+    replaces: tuple[str, ...] = ()
+    paths: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+KERNELS_FILE = "repro_kernels.py"
+
+
+def own_kernels(case: Case, called: list[int], folder: Path) -> OwnKernels:
+    """The repro's own kernels, so that it runs without the user's package: each user Triton
+    kernel the graph calls, defined from the source its dump recorded in ``repro_kernels.py``
+    beside the repro (``rebuild/kernel_source.py``'s text), and its calls launching it; each
+    custom op's defining module brought along as a backend's is (``backends/carry.py``) and
+    imported first."""
+    out = OwnKernels()
+    manifest = case.dump.manifest if case.dump is not None else None
+    text, why = kernels_module(recorded_kernels(manifest, called)) if called else ("", {})
+    for idx, reason in why.items():
+        out.notes.append(f"repro.py: Triton kernel kernel_idx={idx} can't be defined there ({reason}): it needs the user's package")
+    if text:
+        write_file(folder / KERNELS_FILE, text)
+        out.lines += [_KERNELS_PRELUDE]
+        out.replaces = ("_hop_triton_kernel_wrapper_mutation =", "_hop_triton_kernel_wrapper_functional =")
+        out.notes.append(f"wrote the graph's Triton kernels, from the source the dump recorded, to {folder / KERNELS_FILE}")
+    modules = {o.get("name"): o.get("module") for o in (manifest or {}).get("custom_ops") or []}
+    modules.update({o["name"]: o.get("module") for o in custom_ops(case.gm)})
+    for op, module in sorted((op, m) for op, m in modules.items() if m and m not in ("__main__", "__mp_main__")):
+        try:
+            carried = carry_backend(f"{module}:{op.split('::')[-1].split('.')[0]}", folder)
+        except GraphdbgError as e:
+            out.notes.append(f"repro.py: the module of {op} was not brought along ({e})")
+            continue
+        # the folder's copy last, after where the module was (a fix there shows): a repro run isolated (-I) has no script folder
+        out.paths = [*(p for p in out.paths if p != "."), *(p for p in carried.paths if p not in out.paths),
+                     *(["."] if carried.files or "." in out.paths else [])]
+        out.notes += [n.replace("the backend's", f"{op}'s") for n in carried.notes]
+        line = f"importlib.import_module({carried.spec.partition(':')[0]!r})  # defines torch.ops.{op.replace('::', '.')}"
+        if line not in out.lines:
+            out.lines.insert(0, line)
+    return out
+
+
+_KERNELS_PRELUDE = '''
+# The graph's user Triton kernels, defined in repro_kernels.py beside this file from the source
+# the dump recorded (edit it there to try a fix); each call launches one as Dynamo's wrapper did.
+import importlib.util
+_kspec = importlib.util.spec_from_file_location("repro_kernels", Path(__file__).parent / "repro_kernels.py")
+repro_kernels = sys.modules["repro_kernels"] = importlib.util.module_from_spec(_kspec)
+_kspec.loader.exec_module(repro_kernels)
+
+
+def _hop_triton_kernel_wrapper_mutation(*, kernel_idx, constant_args_idx, grid, tma_descriptor_metadata, kwargs):
+    repro_kernels.launch(kernel_idx, constant_args_idx, grid, kwargs)
+
+
+def _hop_triton_kernel_wrapper_functional(*, kernel_idx, constant_args_idx, grid, tma_descriptor_metadata, kwargs,
+                                          tensors_to_clone):
+    kwargs = {k: (v.clone() if k in tensors_to_clone else v) for k, v in kwargs.items()}
+    repro_kernels.launch(kernel_idx, constant_args_idx, grid, kwargs)
+    return {k: kwargs[k] for k in tensors_to_clone}
+'''
 
 
 def _boxed_caller(dump: Any) -> bool:

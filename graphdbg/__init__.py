@@ -57,14 +57,17 @@ def compare(
 
 
 def compare_swap(dump: Dump | str | os.PathLike[str], swaps: Sequence[str], *, ops: Sequence[str] = (),
-                 device: str | None = None) -> Any:
+                 device: str | None = None, trust_kernels: bool = False) -> Any:
     """``graphdbg compare DUMP --swap OP=REFERENCE``: the graph as captured against the graph
     with each ``OP=REFERENCE`` of ``swaps`` swapped in; a SwapReport (``rows``: per output,
-    ``max_abs_error``, ``mean_abs_error``, ``cosine``, ``close``; ``moved``). ``ops``: modules
-    defining the custom ops, imported first (``--ops``). docs/kernels.md."""
+    ``max_abs_error``, ``mean_abs_error``, ``cosine``, ``close``; ``moved``; ``kernels``: how
+    each kernel ran). ``ops``: modules defining the custom ops, imported first (``--ops``).
+    ``trust_kernels``: user Triton kernels run from the dump's source, in the sandboxed replay
+    child (``--trust-kernels``). docs/kernels.md."""
     from graphdbg.replay.swap import swap_dump  # torch: only when a swap is asked for
 
-    return swap_dump(dump if hasattr(dump, "manifest") else load(dump), list(swaps), ops=list(ops), device=device)
+    return swap_dump(dump if hasattr(dump, "manifest") else load(dump), list(swaps), ops=list(ops), device=device,
+                     trust_kernels=trust_kernels)
 
 
 __all__ = ["compare", "compare_swap", "capture", "load", "ReplayOptions", "GraphdbgError", "DumpError", "GraphSourceError", "__version__"]

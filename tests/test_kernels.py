@@ -21,6 +21,7 @@ from graphdbg.rebuild.swap import parse_swaps, swap_ops
 from graphdbg.store.manifest import find_dumps
 
 kp = pytest.importorskip("kernel_programs")
+pytest_plugins = ["pytester"]
 
 BF16 = {"rtol": 1.6e-2, "atol": 1e-2}  # graphdbg's bf16 tolerance (judge/accuracy.py)
 
@@ -524,3 +525,21 @@ def test_repro_defines_the_graphs_own_kernels_so_it_runs_without_the_users_packa
     moved = shutil.copytree(out.parent, tmp_path / "elsewhere" / "deep" / "ops")
     result = check_repro(moved / "repro.py", timeout=300)
     assert result.exit_code == 0 and "FIXED" in result.line, result
+
+
+def test_the_pytest_plugin_turns_a_swap_into_each_dumps_regression_test(int8_decoder_dump, triton_kernel_dump, pytester):
+    """``pytest --graphdbg DIR --graphdbg-swap OP=REFERENCE``: the graph with OP agrees with the
+    graph with REFERENCE, per dump; a dump whose graph calls none of the swapped ops is skipped."""
+    import shutil
+
+    path, _, _ = int8_decoder_dump
+    shutil.copytree(path, pytester.path / "dumps" / "decoder" / path.name)
+    shutil.copytree(triton_kernel_dump, pytester.path / "dumps" / "triton" / triton_kernel_dump.name)
+    plugin = ("-p", "graphdbg.ui.pytest_plugin", "--graphdbg", "dumps", "--graphdbg-ops", "kernel_programs")
+    r = pytester.runpytest(*plugin, "--graphdbg-swap", "kt_attn::int8_attention=attention", "-rs")
+    r.assert_outcomes(failed=1, skipped=1)
+    r.stdout.fnmatch_lines(["*with kt_attn::int8_attention=attention: output 0 moves by max 0.227*(reproduce: graphdbg compare "
+                            "dumps/decoder/* --swap=kt_attn::int8_attention=attention --ops=kernel_programs)*",
+                            "*its graph calls none of kt_attn::int8_attention*"])
+    r = pytester.runpytest(*plugin, "--graphdbg-swap", "kt_norm::rms_norm=rms_norm", "-k", "decoder")
+    r.assert_outcomes(passed=1)  # the right RMSNorm agrees with its reference

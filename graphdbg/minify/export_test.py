@@ -102,7 +102,8 @@ def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any
     return write_file(path, text)
 
 
-def export_swap_test(dump: Any, path: str | Path, swaps: list[str], *, ops: list[str] | None = None) -> Path:
+def export_swap_test(dump: Any, path: str | Path, swaps: list[str], *, ops: list[str] | None = None,
+                     trust_kernels: bool = False) -> Path:
     """Write a pytest file at ``path`` asserting that the dump's graph with its kernels agrees with
     the graph with ``swaps`` (``OP=REFERENCE``) within the outputs' tolerance: it fails while a
     kernel is wrong and passes once it is fixed (docs/kernels.md). ``ops`` and the references'
@@ -117,7 +118,7 @@ def export_swap_test(dump: Any, path: str | Path, swaps: list[str], *, ops: list
     if data.is_symlink() or data.exists() and not data.is_dir():
         raise GraphdbgError(f"{data}: exists and is not a folder graphdbg wrote")
     text = _SWAP_TEMPLATE.format(name=re.sub(r"\W", "_", path.stem[len("test_"):]) or "dump", data=repr(data.name),
-                                 swaps=repr(list(swaps)), ops=repr(list(ops or [])))
+                                 swaps=repr(list(swaps)), ops=repr(list(ops or [])), trust=repr(bool(trust_kernels)))
     compile(text, str(path), "exec")  # every value went in through repr
     if data.exists():
         shutil.rmtree(data)
@@ -195,10 +196,11 @@ import graphdbg
 DUMP = Path(__file__).with_name({data})
 SWAPS = {swaps}
 OPS = {ops}
+TRUST_KERNELS = {trust}  # True: its user Triton kernels run from the dump's source, in graphdbg's sandboxed replay child
 
 
 def test_{name}():
-    report = graphdbg.compare_swap(DUMP, SWAPS, ops=OPS)
+    report = graphdbg.compare_swap(DUMP, SWAPS, ops=OPS, trust_kernels=TRUST_KERNELS)
     moved = [r for r in report.rows if not r["close"]]
     assert not moved, "with " + ", ".join(SWAPS) + ": " + "; ".join(
         f"output {{r['output']}} moves by max {{r['max_abs_error']:.3g}}, cosine {{r['cosine']:.6f}}" for r in moved)

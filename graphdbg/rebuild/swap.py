@@ -153,9 +153,11 @@ def positional(reference: Callable[..., Any]) -> list[str]:
     return list(inspect.signature(reference).parameters)
 
 
-def parse_swaps(specs: Iterable[str], gm: fx.GraphModule, names: dict[int, str] | None = None) -> list[Swap]:
-    """``OP=REFERENCE`` strings to Swaps; an OP the graph doesn't call is an error. OP is a
-    custom op, or a Triton kernel by its name (``names``) or ``kernel_idx=N``."""
+def parse_swaps(specs: Iterable[str], gm: fx.GraphModule, names: dict[int, str] | None = None, *,
+                only_called: bool = False) -> list[Swap]:
+    """``OP=REFERENCE`` strings to Swaps; an OP the graph doesn't call is an error (left out
+    with ``only_called``: one list of swaps for many graphs). OP is a custom op, or a Triton
+    kernel by its name (``names``) or ``kernel_idx=N``."""
     ops = graph_ops(gm, names)
     swaps = []
     for spec in specs:
@@ -163,6 +165,8 @@ def parse_swaps(specs: Iterable[str], gm: fx.GraphModule, names: dict[int, str] 
         if not sep or not op.strip() or not ref.strip():
             raise GraphdbgError(f"--swap {spec!r}: expected OP=REFERENCE (kt::attention=attention, ns::op=mymod:fn)")
         key = op.strip() if op.strip() in ops else op_key(op)
+        if key not in ops and only_called:
+            continue
         if key not in ops:
             raise GraphdbgError(f"--swap {spec}: the graph calls no {key} (its custom ops: {', '.join(ops) or 'none'})")
         swaps.append(Swap(key, ref.strip(), resolve_reference(ref, key, ops[key])))

@@ -121,6 +121,15 @@ class SwapReport:
     def moved(self) -> bool:
         return not all(r["close"] for r in self.rows)
 
+    def moves(self) -> str:
+        """One line: the swaps and each output they move beyond tolerance ("" when none moves)."""
+        moved = [r for r in self.rows if not r["close"]]
+        if not moved:
+            return ""
+        swaps = ", ".join(f"{s['op']}={s['reference']}" for s in self.swaps)
+        return f"with {swaps}: " + "; ".join(f"output {r['output']} moves by max {r['max_abs_error']:.3g}, "
+                                             f"cosine {r['cosine']:.6f}" for r in moved)
+
     def to_dict(self) -> dict[str, Any]:
         return {"swaps": self.swaps, "moved": self.moved, "rows": self.rows, "replaced": self.replaced,
                 "stand_ins": self.stand_ins, "kernels": self.kernels}
@@ -128,6 +137,8 @@ class SwapReport:
 
 def compare_swap(case: Case, swaps: list[Swap]) -> SwapReport:
     """Run ``case`` as captured and with ``swaps``; per output, how far the swap moves it."""
+    if not swaps:
+        return SwapReport([], [], [], [s.describe() for s in case.stand_ins], case_kernels(case))
     swapped, used = swapped_graph(case, swaps)
     captured = run_graph(case.gm, case.inputs)
     with_refs = run_graph(swapped, case.inputs, swaps)
@@ -136,18 +147,19 @@ def compare_swap(case: Case, swaps: list[Swap]) -> SwapReport:
 
 
 def swap_dump(dump: Any, specs: list[str], *, ops: list[str] | None = None, device: Any = None,
-              trust_kernels: bool = False, timeout: float | None = None) -> SwapReport:
+              trust_kernels: bool = False, timeout: float | None = None, only_called: bool = False) -> SwapReport:
     """``compare --swap`` on a Dump: ``ops`` (the user's modules defining the custom ops) are
     imported first, so the graph "as captured" calls the real kernels. ``trust_kernels``: its
     user Triton kernels run from the dump's source, so both runs happen in the sandboxed
-    replay child (``rebuild/kernel_source.py``)."""
+    replay child (``rebuild/kernel_source.py``). ``only_called``: swaps of ops the graph doesn't
+    call are left out (none left: a report with no swaps and no rows), not an error."""
     if ops:
         register_ops(ops)
     if trust_kernels:
-        result = in_child(dump, {"kind": "swap", "swaps": list(specs)}, device, timeout)
+        result = in_child(dump, {"kind": "swap", "swaps": list(specs), "only_called": only_called}, device, timeout)
         return SwapReport(**{k: result[k] for k in ("swaps", "rows", "replaced", "stand_ins", "kernels")})
     case = dump.case(device)
-    return compare_swap(case, parse_swaps(specs, case.gm, case_kernel_names(case)))
+    return compare_swap(case, parse_swaps(specs, case.gm, case_kernel_names(case), only_called=only_called))
 
 
 def in_child(dump: Any, job: dict[str, Any], device: Any, timeout: float | None) -> dict[str, Any]:
@@ -174,7 +186,8 @@ def child_job(case: Case, job: dict[str, Any]) -> dict[str, Any]:
 
 
 def swap_job(case: Case, job: dict[str, Any]) -> dict[str, Any]:
-    return compare_swap(case, parse_swaps(job.get("swaps") or [], case.gm, case_kernel_names(case))).to_dict()
+    swaps = parse_swaps(job.get("swaps") or [], case.gm, case_kernel_names(case), only_called=bool(job.get("only_called")))
+    return compare_swap(case, swaps).to_dict()
 
 
 __all__ = ["CHILD_JOBS", "SwapReport", "case_kernels", "child_job", "in_child", "swap_dump", "swapped_graph", "case_kernel_names", "compare_swap", "distance", "distances", "error", "reference64", "run_graph"]

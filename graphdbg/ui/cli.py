@@ -642,6 +642,7 @@ def export_test(
     force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing test file and its data folder.")] = False,
     swap: SwapOpt = None,
     ops: OpsOpt = None,
+    trust_kernels: TrustKernelsOpt = False,
 ) -> None:
     """Write a pytest regression test from a dump, with its data next to it; it fails while the bug is there.
 
@@ -655,7 +656,7 @@ def export_test(
         raise GraphdbgError(f"{there[0]} exists; pass --force to overwrite it")
     d = _load_with_progress(dump, "export-test")
     if swap:
-        _export_swap_test(d, out, swap, ops)
+        _export_swap_test(d, out, swap, ops, trust_kernels)
         return
     with _progress(f"export-test: writing {out}"):
         path = run(d, out, backend=backend, passes=passes, trust=trust_backend)  # code the dump names: only with --trust-backend
@@ -664,13 +665,13 @@ def export_test(
     console.print(f"wrote {path}")
 
 
-def _export_swap_test(d: object, out: Path, swap: list[str], ops: str | None) -> None:
+def _export_swap_test(d: object, out: Path, swap: list[str], ops: str | None, trust_kernels: bool) -> None:
     from graphdbg.minify.export_test import export_swap_test
     from graphdbg.replay.swap import swap_dump
 
     modules = [m.strip() for m in (ops or "").split(",") if m.strip()]
-    swap_dump(d, swap, ops=modules)  # a bad --swap is an error now, not in the test
-    path = export_swap_test(d, out, swap, ops=modules)
+    swap_dump(d, swap, ops=modules, trust_kernels=trust_kernels)  # a bad --swap is an error now, not in the test
+    path = export_swap_test(d, out, swap, ops=modules, trust_kernels=trust_kernels)
     console.print(f"wrote {path}")
 
 

@@ -20,6 +20,13 @@ graphdbg's ``g0-compile_error-1a2b3c4d`` shortened to ``g0``. Markers: ``gpu`` w
 captured on CUDA, ``slow`` when the backend is Inductor, and the failure kind
 (``compile_error``, ``runtime_error``, ``accuracy``, ``crash``).
 
+``--graphdbg-swap OP=REFERENCE`` (repeatable, or ``graphdbg_swap`` lines in the ini file) turns
+each item into a kernel's regression test: the graph with OP agrees with the graph with
+REFERENCE within the outputs' tolerance (``graphdbg compare --swap``; ``--graphdbg-ops`` names
+the modules defining the custom ops, ``--graphdbg-trust-kernels`` runs user Triton kernels from
+a dump's source). It fails naming each output that moves; a dump whose graph calls none of the
+swapped ops is skipped.
+
 Code a dump names as its backend (``module:qualname``) is imported only with
 ``--graphdbg-trust-backend`` (or ``graphdbg_trust_backend = true``): the same rule as
 ``graphdbg replay --trust-backend``. A dump's values are read as data, never executed, and
@@ -64,6 +71,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="Seconds one replay may take before it counts as a timeout (default 600).")
     group.addoption("--graphdbg-device", dest="graphdbg_device", default=None,
                     help="cpu, cuda, cuda:N (default: the capture device if present, else cpu).")
+    # kernels (docs/kernels.md): a swap as each item's check instead of a replay
+    group.addoption("--graphdbg-swap", dest="graphdbg_swap", metavar="OP=REFERENCE", action="append", default=None,
+                    help="Judge each dump by the swap: the graph with OP agrees with the graph with REFERENCE (repeatable).")
+    group.addoption("--graphdbg-ops", dest="graphdbg_ops", metavar="MODULES", default=None,
+                    help="Comma-separated modules defining the dumps' custom ops (as graphdbg --ops).")
+    group.addoption("--graphdbg-trust-kernels", dest="graphdbg_trust_kernels", action="store_true", default=None,
+                    help="Run user Triton kernels from the source a dump recorded, in the sandboxed replay child.")
+    parser.addini("graphdbg_swap", "OP=REFERENCE swaps every dump is judged by (as --graphdbg-swap).", type="linelist", default=[])
+    parser.addini("graphdbg_ops", "Modules defining the dumps' custom ops (as --graphdbg-ops).", default="")
+    parser.addini("graphdbg_trust_kernels", "Run user Triton kernels from a dump's source.", type="bool", default=False)
     parser.addini("graphdbg_dumps", "Folder of graphdbg dumps to collect as test items (as --graphdbg).", default="")
     parser.addini("graphdbg_backend", "Backend every dump is replayed under (as --graphdbg-backend).", default="")
     parser.addini("graphdbg_trust_backend", "Import the module:qualname backends dumps name.", type="bool", default=False)
@@ -264,6 +281,7 @@ class DumpItem(pytest.Item):
         self.dump = dump
         self.problem = problem
         self.outcome: Any = None
+        self.swap_report: Any = None
         self.backend: str | None = None
         self.command: str = ""
         self._mark()
@@ -315,6 +333,9 @@ class DumpItem(pytest.Item):
 
         if self.problem is not None:
             raise FailsDifferently(f"graphdbg could not read this dump: {self.problem}")
+        if _swaps(self.config):
+            self._swap_setup(self.config.getoption("graphdbg_timeout") or 600.0, self.config.getoption("graphdbg_device"))
+            return
         try:
             self.backend = self._backend()
         except GraphdbgError as e:
@@ -333,9 +354,35 @@ class DumpItem(pytest.Item):
             raise FailsDifferently(f"fails differently: {o.summary()} (captured: {captured}; reproduce: {self.command})")
 
     def runtest(self) -> None:
+        if self.swap_report is not None:
+            if self.swap_report.moved:
+                raise StillFails(f"{self.swap_report.moves()} (reproduce: {self.command})")
+            return
         o = self.outcome
         if o is not None and o.failed:
             raise StillFails(f"{o.summary()} (reproduce: {self.command})")
+
+    # kernels (docs/kernels.md): with --graphdbg-swap, the item is "the graph with OP agrees with the graph with REFERENCE"
+    def _swap_setup(self, timeout: float, device: str | None) -> None:
+        # lazy: this plugin loads in every pytest run; graphdbg's heavy modules only once a dump is collected
+        from graphdbg.errors import GraphdbgError
+
+        # lazy: as the line above
+        from graphdbg.replay.swap import swap_dump
+
+        swaps, config = _swaps(self.config), self.config
+        ops = [m.strip() for m in (config.getoption("graphdbg_ops") or config.getini("graphdbg_ops") or "").split(",") if m.strip()]
+        trust = bool(config.getoption("graphdbg_trust_kernels") or config.getini("graphdbg_trust_kernels"))
+        self.command = shlex.join(["graphdbg", "compare", _shown(self.dump_path), *(f"--swap={s}" for s in swaps),
+                                   *([f"--ops={','.join(ops)}"] if ops else []), *(["--trust-kernels"] if trust else [])])
+        with _importable(config):  # the --ops modules and module:function references next to the tests
+            try:
+                self.swap_report = swap_dump(self.dump, swaps, ops=ops, device=device, trust_kernels=trust, timeout=timeout,
+                                             only_called=True)
+            except GraphdbgError as e:
+                raise FailsDifferently(f"{e} (reproduce: {self.command})") from None
+        if not self.swap_report.swaps:
+            pytest.skip(f"its graph calls none of {', '.join(s.partition('=')[0] for s in swaps)}")
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, (StillFails, FailsDifferently)):
@@ -349,12 +396,19 @@ class DumpItem(pytest.Item):
         return super()._repr_failure_py(excinfo, style)
 
 
-def _command(path: Path, backend: str, config: pytest.Config) -> str:
+def _swaps(config: pytest.Config) -> list[str]:
+    return list(config.getoption("graphdbg_swap") or config.getini("graphdbg_swap") or [])
+
+
+def _shown(path: Path) -> str:
     try:
-        shown = Path(path).resolve().relative_to(Path.cwd())
+        return str(Path(path).resolve().relative_to(Path.cwd()))
     except ValueError:
-        shown = Path(path)
-    parts = ["graphdbg", "replay", str(shown), "--backend", backend]
+        return str(path)
+
+
+def _command(path: Path, backend: str, config: pytest.Config) -> str:
+    parts = ["graphdbg", "replay", _shown(path), "--backend", backend]
     device = config.getoption("graphdbg_device")
     if device:
         parts += ["--device", device]

@@ -186,6 +186,68 @@ class TritonNorm(torch.nn.Module):
         return y
 
 
+if triton is not None:
+    SOFTMAX_EPS = tl.constexpr(0.05)  # the seeded bug: added to the denominator (a global the kernel's source names)
+
+    @triton.jit
+    def _row_max(x):  # a helper @triton.jit function the kernel calls
+        return tl.max(x, axis=0)
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": 128}, num_warps=2), triton.Config({"BLOCK": 256}, num_warps=4)],
+                     key=["n_cols"])
+    @triton.jit
+    def softmax_kernel(X, Y, n_cols, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        x = tl.load(X + row * n_cols + cols, mask=mask, other=-float("inf")).to(tl.float32)
+        e = tl.exp(x - _row_max(x))
+        tl.store(Y + row * n_cols + cols, e / (tl.sum(e, axis=0) + SOFTMAX_EPS), mask=mask)
+
+
+class TritonSoftmax(torch.nn.Module):
+    """A linear layer and a row softmax by an autotuned user Triton kernel that calls a helper and
+    names a global constexpr, with a seeded bug (needs CUDA and Triton)."""
+
+    def __init__(self, dim: int = 96):
+        super().__init__()
+        self.proj = torch.nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.proj(x)
+        y = torch.empty_like(h)
+        softmax_kernel[(h.shape[0],)](h, y, h.shape[1])
+        return y
+
+
+def softmax_into(X: torch.Tensor, Y: torch.Tensor, n_cols: int, **constexprs) -> None:
+    """The user's reference for ``softmax_kernel``: writes softmax(X) into Y."""
+    Y.copy_(X.float().softmax(-1))
+
+
+@torch.library.custom_op("kt_fi::rmsnorm", mutates_args=())
+def flashinfer_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """flashinfer's RMSNorm wrapped in a custom op, as serving engines wrap it (needs CUDA and flashinfer)."""
+    import flashinfer  # the GPU machine's, carried there as a wheel: only a run of this op needs it
+
+    return flashinfer.norm.rmsnorm(x, weight, eps)
+
+
+@flashinfer_rmsnorm.register_fake
+def _(x, weight, eps):
+    return torch.empty_like(x)
+
+
+class FlashinferNorm(torch.nn.Module):
+    def __init__(self, dim: int = 256):
+        super().__init__()
+        self.proj = torch.nn.Linear(dim, dim)
+        self.weight = torch.nn.Parameter(torch.rand(dim) + 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.kt_fi.rmsnorm(self.proj(x), self.weight, 1e-6) * 2
+
+
 def rms_norm_into(X: torch.Tensor, W: torch.Tensor, Y: torch.Tensor, n_cols: int, eps: float, **constexprs) -> None:
     """The user's reference for ``rms_norm_kernel``: writes RMSNorm(X) * W into Y."""
     Y.copy_(X * torch.rsqrt(X.pow(2).mean(-1, keepdim=True) + eps) * W)

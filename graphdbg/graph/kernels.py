@@ -164,15 +164,12 @@ def _side_table_entry(idx: int, node: fx.Node) -> dict[str, Any]:
         if hasattr(fn, "src") or not hasattr(fn, "fn"):
             break
         fn = fn.fn
-    py = getattr(fn, "fn", None)
+    py = getattr(fn, "fn", None) or (fn if inspect.isfunction(fn) else None)  # Triton's interpreter keeps the function bare
     entry["name"] = getattr(py, "__name__", None) or getattr(fn, "__name__", None)
     entry["module"] = getattr(py, "__module__", None) or getattr(fn, "__module__", None)
     source = getattr(fn, "src", None)
     if not isinstance(source, str) and py is not None:
-        try:
-            source = inspect.getsource(py)
-        except (OSError, TypeError):
-            source = None
+        source = _source(py)
     if isinstance(source, str):
         entry["source"] = source[:MAX_SOURCE]
     names = kernel_globals(py)
@@ -213,13 +210,26 @@ def kernel_globals(py: Any, depth: int = 4) -> list[dict[str, Any]]:
                 out[name] = {"name": name, "constexpr": value.value}
             elif isinstance(value, (bool, int, float)):
                 out[name] = {"name": name, "value": value}
-            elif isinstance(getattr(value, "src", None), str) and left > 0:  # a helper @triton.jit function
-                inner = getattr(value, "fn", None)
-                visit(inner, left - 1)  # its own globals first: defined before it
-                out[name] = {"name": name, "source": value.src[:MAX_SOURCE]}
+            elif _is_jit(value) and left > 0:  # a helper @triton.jit function
+                visit(value.fn, left - 1)  # its own globals first: defined before it
+                source = value.src if isinstance(getattr(value, "src", None), str) else _source(value.fn)
+                if source is not None:
+                    out[name] = {"name": name, "source": source[:MAX_SOURCE]}
 
     visit(py, depth)
     return list(out.values())
+
+
+def _is_jit(value: Any) -> bool:
+    """A ``@triton.jit`` function (Triton's JITFunction, or its interpreter's stand-in)."""
+    return inspect.isfunction(getattr(value, "fn", None)) and type(value).__module__.startswith("triton")
+
+
+def _source(fn: Any) -> str | None:
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        return None
 
 
 def _config(c: Any) -> dict[str, Any]:

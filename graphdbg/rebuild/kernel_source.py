@@ -133,17 +133,28 @@ _MODULE_HEAD = '''"""User Triton kernels of a graph, defined from the source a g
 import triton
 import triton.language as tl
 
-KERNELS = {}  # kernel_idx: (the kernel, which of a call's grids is its config's)
+KERNELS = {}  # kernel_idx: (the kernel, None or its autotune configs: [(config kwargs, index of its grid)])
 '''
 
 _LAUNCH = '''
 
 def launch(kernel_idx, constant_args_idx, grid, kwargs):
-    """Launch a kernel as Dynamo's wrapper called it: its tensors, the call's recorded constants, its grid."""
-    kernel, pick = KERNELS[kernel_idx]
-    if isinstance(grid, (list, tuple)) and grid and isinstance(grid[0], (list, tuple)):
-        grid = tuple(grid[min(pick, len(grid) - 1)])
-    kernel[grid](**kwargs, **CONSTANTS[constant_args_idx])
+    """Launch a kernel as Dynamo's wrapper called it: its tensors, the call's recorded constants, its grid
+    (an autotuned kernel's: the grid Dynamo recorded for the config that runs)."""
+    kernel, configs = KERNELS[kernel_idx]
+    nested = isinstance(grid, (list, tuple)) and grid and isinstance(grid[0], (list, tuple))
+    grids = [tuple(g) for g in grid] if nested else [grid]
+
+    def pick(meta):
+        for config, at in configs:
+            if [meta.get(k) for k in config] == list(config.values()):
+                return grids[min(at, len(grids) - 1)]
+        return grids[0]
+
+    if configs and len(configs) > 1:  # tuned again here: each config launches on its own grid
+        kernel[pick](**kwargs, **CONSTANTS[constant_args_idx])
+    else:  # plain, or the one config the captured run chose
+        kernel[grids[min(configs[0][1], len(grids) - 1)] if configs else grids[0]](**kwargs, **CONSTANTS[constant_args_idx])
 '''
 
 
@@ -171,13 +182,14 @@ def _kernel_text(entry: Mapping[str, Any]) -> str:
     fn = _DEF.search(lines[-1])
     defined = lines[-1][fn.start() + 4:].split("(", 1)[0].strip() if fn else name
     configs, chosen = entry.get("autotune_configs") or [], entry.get("chosen_config")
-    if chosen:  # the config the captured run chose, alone
-        config = f"triton.Config({dict(chosen.get('kwargs') or {})!r}, num_warps={chosen.get('num_warps') or 4!r}, " \
-                 f"num_stages={chosen.get('num_stages') or 3!r})"
-        pick = configs.index(chosen) if chosen in configs else 0
-        lines.append(f"KERNELS[{int(entry['kernel_idx'])}] = (triton.autotune(configs=[{config}], key=[])({defined}), {pick})")
+    tuned = [chosen] if chosen else configs  # the config the captured run chose, alone; else all, tuned again
+    if tuned:
+        made = ", ".join(f"triton.Config({dict(c.get('kwargs') or {})!r}, num_warps={c.get('num_warps') or 4!r}, "
+                         f"num_stages={c.get('num_stages') or 3!r})" for c in tuned)
+        picks = [(dict(c.get("kwargs") or {}), configs.index(c) if c in configs else 0) for c in tuned]
+        lines.append(f"KERNELS[{int(entry['kernel_idx'])}] = (triton.autotune(configs=[{made}], key=[])({defined}), {picks!r})")
     else:
-        lines.append(f"KERNELS[{int(entry['kernel_idx'])}] = ({defined}, 0)")
+        lines.append(f"KERNELS[{int(entry['kernel_idx'])}] = ({defined}, None)")
     return "\n".join(lines) + "\n"
 
 

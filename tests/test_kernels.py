@@ -477,6 +477,12 @@ def test_under_stock_inductor_accuracy_mode_agrees_and_bisect_ops_names_the_int8
     (path,) = find_dumps(tmp_path / "always")
     r = cli("bisect", "ops", path, "--ops", "kernel_programs", "--json")
     assert r.code == 1 and json.loads(r.out)["culprits"] == ["kt_attn::int8_attention"], r
+    case = graphdbg.load(path).case("cpu")  # with the swap, the Inductor graph is the SDPA model within bf16 tolerance
+    swapped, _ = swap_ops(case.gm, parse_swaps(["kt_attn::int8_attention=attention"], case.gm))
+    with torch.no_grad():
+        (logits,) = swapped(*case.inputs)
+        sdpa = kp.same_weights(model, kp.Decoder(attention="sdpa", outlier=100.0, layers=1)).eval()(tokens)
+    torch.testing.assert_close(logits, sdpa, **BF16)
 
 
 # --- --trust-kernels: a user Triton kernel from the dump's source, in the sandboxed child only -------

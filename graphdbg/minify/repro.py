@@ -221,6 +221,11 @@ def own_kernels(case: Case, called: list[int], folder: Path) -> OwnKernels:
     text, why = kernels_module(recorded_kernels(manifest, called)) if called else ("", {})
     for idx, reason in why.items():
         out.notes.append(f"repro.py: Triton kernel kernel_idx={idx} can't be defined there ({reason}): it needs the user's package")
+    try:
+        compile(text, KERNELS_FILE, "exec")
+    except SyntaxError as e:  # a recorded source that is no Python: the repro can't define the kernels
+        out.notes.append(f"repro.py: the graph's Triton kernels' recorded source does not compile ({e.msg}): they need the user's package")
+        text = ""
     if text:
         write_file(folder / KERNELS_FILE, text)
         out.lines += [_KERNELS_PRELUDE]

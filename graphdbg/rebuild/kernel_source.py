@@ -21,6 +21,7 @@ there): never in the graphdbg process, never in another.
 from __future__ import annotations
 
 import contextlib
+import keyword
 import linecache
 import os
 import re
@@ -164,7 +165,7 @@ def _kernel_text(entry: Mapping[str, Any]) -> str:
     lines = []
     for g in entry.get("globals") or []:
         name = str(g["name"])
-        if not name.isidentifier():
+        if not name.isidentifier() or keyword.iskeyword(name):
             raise KernelUnavailable(f"its source refers to a global {name!r} that is no Python name")
         if g.get("module"):
             if not _KERNEL_MODULES.fullmatch(str(g["module"])) or not all(p.isidentifier() for p in str(g["module"]).split(".")):

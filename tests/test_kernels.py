@@ -328,11 +328,17 @@ def test_an_autotuned_triton_kernel_with_a_helper_and_a_global_replays_from_its_
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_a_flashinfer_kernel_replays_for_real_and_agrees_with_its_reference(tmp_path, cli):
+def test_a_flashinfer_kernel_replays_for_real_and_agrees_with_its_reference(tmp_path, cli, monkeypatch):
     import importlib.util
 
     if importlib.util.find_spec("flashinfer") is None:
         pytest.skip("flashinfer is not installed here (its wheel: scripts/fetch-gpu-wheels.sh --flashinfer, .whl/fi)")
+    # flashinfer compiles each kernel family into its own cache on first use: one folder of the test's, which the
+    # sandboxed replay child may write too (GRAPHDBG_SANDBOX_WRITABLE: the user's folders their kernels write to)
+    monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path / "flashinfer"))
+    monkeypatch.setenv("TVM_FFI_CACHE_DIR", str(tmp_path / "flashinfer" / "tvm-ffi"))
+    monkeypatch.setenv("GRAPHDBG_SANDBOX_WRITABLE", str(tmp_path / "flashinfer"))
+    (tmp_path / "flashinfer").mkdir()
     model, x = kp.FlashinferNorm().cuda().half(), torch.randn(8, 256, device="cuda", dtype=torch.half)
     _capture(model, x, tmp_path, "always")
     (path,) = find_dumps(tmp_path)

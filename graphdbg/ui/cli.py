@@ -455,7 +455,8 @@ def compare(
     rows = []
     for i, name in enumerate(names, 1):  # one backend at a time, so a slow one shows progress
         with _progress(f"compare: {backend_label(name)} ({i}/{len(names)})", quiet=as_json):
-            rows.append(compare_backends(d, [name], ReplayOptions(device=device, isolate=isolate, timeout=timeout)))
+            rows.append(compare_backends(d, [name], ReplayOptions(device=device, isolate=isolate, timeout=timeout,
+                                                                  trust_kernels=trust_kernels)))
     df = pd.concat(rows, ignore_index=True)
     if as_json:
         _print_json({"dump": str(dump), "rows": df.to_dict(orient="records"), **_environment_json(found, left)}, "compare")

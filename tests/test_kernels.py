@@ -528,8 +528,6 @@ def test_without_trust_a_recorded_triton_kernel_is_a_stand_in_and_the_verdict_sa
     assert kernel["kernel"] == "relu_kernel" and kernel["ran"] == "stand-in" and "--trust-kernels runs it" in kernel["why"], out
     assert any("kernel_idx=0" in s for s in out["stand_ins"])
     _check_schema(cli, out, "replay")
-    r = cli("replay", triton_kernel_dump, "--backend", "eager")
-    assert "triton kernel relu_kernel: ran stand-in" in r.out, r.out
 
 
 def test_trust_kernels_never_runs_a_dumps_kernel_outside_the_sandboxed_child(triton_kernel_dump, cli, monkeypatch):
@@ -544,6 +542,7 @@ def test_trust_kernels_never_runs_a_dumps_kernel_outside_the_sandboxed_child(tri
         graphdbg.load(triton_kernel_dump).case("cpu", trust_kernels=True)
 
 
+@pytest.mark.slow
 def test_trust_kernels_in_the_child_runs_the_kernel_or_says_why_it_stayed_a_stand_in(triton_kernel_dump, cli, tmp_path,
                                                                                        monkeypatch):
     """In the child the kernel is defined from the dump's source: where Triton is importable it
@@ -566,11 +565,11 @@ def test_trust_kernels_in_the_child_runs_the_kernel_or_says_why_it_stayed_a_stan
     manifest = json.loads((copy / "manifest.json").read_text())
     manifest["triton_kernels"][0]["globals"] = [{"name": "tl", "module": "os"}]
     (copy / "manifest.json").write_text(json.dumps(manifest))
-    r = cli("replay", copy, "--backend", "eager", "--trust-kernels", "--json")
-    [kernel] = json.loads(r.out)["kernels"]
-    assert kernel["ran"] == "stand-in" and "refers to the module os" in kernel["why"], kernel
+    r = cli("replay", copy, "--backend", "eager", "--trust-kernels")
+    assert "triton kernel relu_kernel: ran stand-in (its source refers to the module os" in " ".join(r.out.split()), r.out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(kp.triton is None, reason="needs Triton (its interpreter runs the kernel on the CPU)")
 def test_with_triton_the_kernel_from_the_dump_computes_what_it_computed_when_captured(triton_kernel_dump, cli, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
@@ -580,6 +579,7 @@ def test_with_triton_the_kernel_from_the_dump_computes_what_it_computed_when_cap
     assert r.code == 0 and report["rows"][0]["close"] and report["kernels"][0]["ran"] == "from the dump", report  # a right kernel
 
 
+@pytest.mark.slow
 def test_compare_swap_and_bisect_ops_with_trust_kernels_run_in_the_sandboxed_child(triton_kernel_dump, cli):
     """Without Triton here the captured run's kernel is the stand-in (its output stays zeros): the swap moves it."""
     if kp.triton is not None:
@@ -610,6 +610,7 @@ def test_a_saved_case_keeps_its_triton_kernel_calls_and_their_recorded_source(tr
     assert json.loads(r.out)["kernels"][0]["why"].startswith("the dump has its source"), r.out
 
 
+@pytest.mark.slow
 def test_repro_defines_the_graphs_own_kernels_so_it_runs_without_the_users_package(triton_kernel_dump, tmp_path):
     import shutil
 

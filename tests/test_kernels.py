@@ -537,6 +537,8 @@ def test_trust_kernels_never_runs_a_dumps_kernel_outside_the_sandboxed_child(tri
     assert kernel_source.SANDBOX_DIR_ENV == sandbox.FOLDER_ENV  # one name for "this is the sandboxed child"
     r = cli("replay", triton_kernel_dump, "--backend", "eager", "--trust-kernels", "--no-isolate")
     assert r.code == 2 and "only in the sandboxed replay child" in r.err and len(r.err.strip().splitlines()) == 1, r
+    r = cli("replay", triton_kernel_dump.parent, "--all-ranks", "--trust-kernels")
+    assert r.code == 2 and "not in the rank processes of --all-ranks" in r.err and "Traceback" not in r.err, r
     monkeypatch.delenv(sandbox.FOLDER_ENV, raising=False)
     with pytest.raises(graphdbg.GraphdbgError, match="only in the sandboxed replay child"):
         graphdbg.load(triton_kernel_dump).case("cpu", trust_kernels=True)

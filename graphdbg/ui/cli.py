@@ -366,6 +366,9 @@ def replay(
     opts = ReplayOptions(passes=passes, device=device, isolate=isolate, timeout=timeout, direct=direct, accuracy=accuracy,
                          rtol=rtol, atol=atol, backward=backward, max_input_gb=max_input_gb, trust_kernels=trust_kernels)
     if all_ranks:
+        if trust_kernels:  # a rank process talks to its peers: it is not the sandboxed child a dump's kernel runs in
+            raise GraphdbgError("--trust-kernels runs a dump's kernel source only in the sandboxed replay child, "
+                                "not in the rank processes of --all-ranks; replay one rank's dump with it")
         backend = backend or _own_backend(dump, trust_backend, "replay --all-ranks")
         from graphdbg.replay.world import replay_world
 

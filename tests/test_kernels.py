@@ -528,6 +528,8 @@ def test_without_trust_a_recorded_triton_kernel_is_a_stand_in_and_the_verdict_sa
     assert kernel["kernel"] == "relu_kernel" and kernel["ran"] == "stand-in" and "--trust-kernels runs it" in kernel["why"], out
     assert any("kernel_idx=0" in s for s in out["stand_ins"])
     _check_schema(cli, out, "replay")
+    r = cli("show", triton_kernel_dump)
+    assert "triton kernel relu_kernel" in r.out and "3 lines of source in the dump (replay --trust-kernels runs it)" in r.out, r.out
 
 
 def test_trust_kernels_never_runs_a_dumps_kernel_outside_the_sandboxed_child(triton_kernel_dump, cli, monkeypatch):

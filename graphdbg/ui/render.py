@@ -382,7 +382,9 @@ def kernels_panel(manifest: dict[str, Any]) -> Panel | None:
         name = k.get("name") or f"kernel_idx={k.get('kernel_idx')} (not in Dynamo's side table at capture)"
         text.append(f"triton kernel {name}\n", style="bold")
         facts = [f"from {k['module']}" if k.get("module") else None, f"grid {k.get('grid')}",
-                 f"{len(k['source'].splitlines())} lines of source in the dump" if k.get("source") else "no source",
+                 f"{len(k['source'].splitlines())} lines of source in the dump (replay --trust-kernels runs it)" if k.get("source")
+                 else "no source (it replays as a stand-in)",
+                 f"{len(k['globals'])} globals its source names" if k.get("globals") else None,
                  f"{len(k['autotune_configs'])} autotune configs" if k.get("autotune_configs") else None,
                  f"triton {k['triton_version']}" if k.get("triton_version") else None, f"called {k.get('calls')} times"]
         text.append("    " + "; ".join(f for f in facts if f) + "\n")

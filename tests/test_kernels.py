@@ -638,14 +638,14 @@ def test_repro_defines_the_graphs_own_kernels_so_it_runs_without_the_users_packa
 
 
 def test_the_pytest_plugin_turns_a_swap_into_each_dumps_regression_test(int8_decoder_dump, triton_kernel_dump, pytester):
-    """``pytest --graphdbg DIR --graphdbg-swap OP=REFERENCE``: the graph with OP agrees with the
+    """``pytest --graphdbg=DIR --graphdbg-swap OP=REFERENCE``: the graph with OP agrees with the
     graph with REFERENCE, per dump; a dump whose graph calls none of the swapped ops is skipped."""
     import shutil
 
     path, _, _ = int8_decoder_dump
     shutil.copytree(path, pytester.path / "dumps" / "decoder" / path.name)
     shutil.copytree(triton_kernel_dump, pytester.path / "dumps" / "triton" / triton_kernel_dump.name)
-    plugin = ("-p", "graphdbg.ui.pytest_plugin", "--graphdbg", "dumps", "--graphdbg-ops", "kernel_programs")
+    plugin = ("-p", "graphdbg.ui.pytest_plugin", "--graphdbg=dumps", "--graphdbg-ops", "kernel_programs")
     r = pytester.runpytest(*plugin, "--graphdbg-swap", "kt_attn::int8_attention=attention", "-rs")
     r.assert_outcomes(failed=1, skipped=1)
     r.stdout.fnmatch_lines(["*with kt_attn::int8_attention=attention: output 0 moves by max 0.227*(reproduce: graphdbg compare "

@@ -373,7 +373,7 @@ class DumpItem(pytest.Item):
         swaps, config = _swaps(self.config), self.config
         ops = [m.strip() for m in (config.getoption("graphdbg_ops") or config.getini("graphdbg_ops") or "").split(",") if m.strip()]
         trust = bool(config.getoption("graphdbg_trust_kernels") or config.getini("graphdbg_trust_kernels"))
-        self.command = shlex.join(["graphdbg", "compare", _shown(self.dump_path), *(f"--swap={s}" for s in swaps),
+        self.command = shlex.join(["graphdbg", "compare", _from_here(self.dump_path), *(f"--swap={s}" for s in swaps),
                                    *([f"--ops={','.join(ops)}"] if ops else []), *(["--trust-kernels"] if trust else [])])
         with _importable(config):  # the --ops modules and module:function references next to the tests
             try:
@@ -400,7 +400,8 @@ def _swaps(config: pytest.Config) -> list[str]:
     return list(config.getoption("graphdbg_swap") or config.getini("graphdbg_swap") or [])
 
 
-def _shown(path: Path) -> str:
+def _from_here(path: Path) -> str:
+    """``path`` relative to the current folder where it is under it, for a command to run from here."""
     try:
         return str(Path(path).resolve().relative_to(Path.cwd()))
     except ValueError:
@@ -408,7 +409,7 @@ def _shown(path: Path) -> str:
 
 
 def _command(path: Path, backend: str, config: pytest.Config) -> str:
-    parts = ["graphdbg", "replay", _shown(path), "--backend", backend]
+    parts = ["graphdbg", "replay", _from_here(path), "--backend", backend]
     device = config.getoption("graphdbg_device")
     if device:
         parts += ["--device", device]

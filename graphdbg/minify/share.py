@@ -35,9 +35,9 @@ from graphdbg.formats import load as load_dump
 from graphdbg.replay.options import ReplayOptions
 from graphdbg.replay.start import replay_dump
 from graphdbg.store.describe import tensor_stats
-from graphdbg.store.gate import Folder
 from graphdbg.store.manifest import INPUTS, find_dumps, read_manifest, write_manifest
 from graphdbg.store.redact import redact_folder
+from graphdbg.store.safe_files import Folder
 from graphdbg.store.tensor_file import read_tensors, write_tensors
 from graphdbg.store.write import copy_dump
 

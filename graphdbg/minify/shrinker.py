@@ -39,8 +39,8 @@ from graphdbg.minify.shrink_passes import ShrinkPass, Step, default_passes
 from graphdbg.replay.options import ReplayOptions, replay_options
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.run import replay_case
-from graphdbg.store.gate import Folder, read_inside, write_file
 from graphdbg.store.manifest import GRAPH, MAX_GRAPH_BYTES, ReplayFacts, read_manifest, write_manifest
+from graphdbg.store.safe_files import Folder, read_inside, write_file
 from graphdbg.store.specs import SymSpec
 
 # Budget defaults: on a 2-core machine a candidate costs 0.1 s (eager) to 10 s (Inductor's C++),

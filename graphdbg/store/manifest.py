@@ -19,7 +19,7 @@ from typing import Any
 
 from graphdbg.errors import DumpError
 from graphdbg.store.checked import remember, remembered
-from graphdbg.store.gate import read_inside, write_file
+from graphdbg.store.safe_files import read_inside, write_file
 
 SCHEMA = "graphdbg.dump"
 SCHEMA_VERSION = 1

@@ -754,7 +754,7 @@ def _default_output(path: Path) -> Path:
     ``graphs``), after checking that no part of it is a symbolic link: one planted there (a
     shared folder, an unpacked bug report) is refused, never written through. ``-o`` names one
     the user chose, which may be a link."""
-    from graphdbg.store.gate import refuse_link
+    from graphdbg.store.safe_files import refuse_link
 
     here = Path()
     for part in path.parts:

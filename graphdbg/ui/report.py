@@ -21,7 +21,7 @@ from graphdbg._version import __version__
 from graphdbg.backends.recipe import backend_label, shown_backend
 from graphdbg.errors import GraphdbgError
 from graphdbg.judge.failing_node import node_of_traceback
-from graphdbg.store.gate import MAX_TEXT_BYTES, files_under, read_inside, read_json, write_file
+from graphdbg.store.safe_files import MAX_TEXT_BYTES, files_under, read_inside, read_json, write_file
 from graphdbg.tables import failing_node_names
 from graphdbg.ui.render import cell_text, escape_text, rank_ranges, stand_ins_text
 

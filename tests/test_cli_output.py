@@ -313,16 +313,16 @@ def test_the_json_writer_changes_only_what_strict_json_needs():
     """strict_json (every --json output): the text is json.dumps(indent=1) and a newline,
     joined in pieces; a dict or list that needs no change is not copied (ls --json of 10,000
     files), one that does is a new one and the original is left as it was."""
-    from graphdbg.strict_json import json_ready, text_of
+    from graphdbg.strict_json import encode_jsonable, jsonable
 
     plain = {"rows": [{"path": "a", "rank": 0, "ok": True, "x": None, "f": 1.5}] * 3, "n": 3}
-    assert json_ready(plain) is plain
+    assert jsonable(plain) is plain
     odd = {"rows": [{"err": float("nan"), "shape": (2, 3)}, {"p": 1}], 7: "seven"}
-    ready = json_ready(odd)
+    ready = jsonable(odd)
     assert ready == {"rows": [{"err": None, "shape": [2, 3]}, {"p": 1}], "7": "seven"}
     assert ready["rows"][1] is odd["rows"][1] and math.isnan(odd["rows"][0]["err"])
     big = {"dumps": [{"i": i, "s": "é\u2028"} for i in range(20000)]}
-    assert text_of(big) == json.dumps(big, indent=1) + "\n"
+    assert encode_jsonable(big) == json.dumps(big, indent=1) + "\n"
 
 
 def test_display_dispatches_on_the_class_not_its_name():

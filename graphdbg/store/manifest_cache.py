@@ -62,7 +62,7 @@ def files_stamp(parts: Iterable[str], files: Iterable[Path]) -> str:
 def _stamp() -> str:
     """What a check's verdict depends on besides the bytes: the checking code, by file."""
     here = Path(__file__).resolve().parent
-    files = [here / name for name in ("schema.py", "manifest.py", "sizes.py", "checked.py")]
+    files = [here / name for name in ("schema.py", "manifest.py", "sizes.py", "manifest_cache.py")]
     spec = importlib.util.find_spec("pydantic")  # found, not imported
     if spec is not None and spec.origin:
         files.append(Path(spec.origin).parent / "version.py")

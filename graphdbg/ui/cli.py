@@ -358,7 +358,7 @@ def replay(
 ) -> None:
     """Replay a dump under a backend; exit 0 on pass, 1 on the captured failure, 4 on another failure, 2 if it can't run."""
     _must_exist(dump)
-    from graphdbg.replay.start import replay_dump
+    from graphdbg.replay.entry import replay_dump
 
     _inputs_setup(ops, seed)
     opts = ReplayOptions(passes=passes, device=device, isolate=isolate, timeout=timeout, direct=direct, accuracy=accuracy,
@@ -440,7 +440,7 @@ def compare(
     import pandas as pd
 
     from graphdbg.backends.recipe import backend_label
-    from graphdbg.replay.start import compare_backends, compared_backends
+    from graphdbg.replay.entry import compare_backends, compared_backends
     from graphdbg.ui.render import compare_table
 
     _inputs_setup(ops, seed)

@@ -7,12 +7,14 @@ object output says which graphdbg wrote it and its ``schema`` (``graphdbg schema
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import itertools
 import json
 import math
+from typing import Iterator
 
 from graphdbg._version import __version__
-from graphdbg.display import gc_paused
 
 
 def json_text(data: object, schema: str | None = None) -> str:
@@ -97,3 +99,17 @@ def _jsonable_other(value: object) -> object:
     if type(value).__name__ in ("NAType", "NaTType"):  # pandas.NA, pandas.NaT
         return None
     return str(value)
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a big result is built (a listing of 10,000 files, its
+    JSON): everything made lives until it is done, and the collector would scan it again and
+    again (a fifth of a cached ``ls``). What is left (a caught exception's frames) is collected after."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

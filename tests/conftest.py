@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -34,6 +35,16 @@ def child_env(*paths: Path | str, graphdbg: bool = True, tests: bool = False, in
         env["PYTHONPATH"] = os.pathsep.join(parts)
     env.update(extra)
     return env
+
+
+def run_graphdbg(*args: object, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python -m graphdbg ARGS`` as a user runs it, in its own process (this checkout's graphdbg,
+    ``env`` over the caller's environment, no ``GRAPHDBG_DUMP_DIR`` unless given), output kept."""
+    full = child_env(inherit=True, **env)
+    if "GRAPHDBG_DUMP_DIR" not in env:
+        full.pop("GRAPHDBG_DUMP_DIR", None)
+    return subprocess.run([sys.executable, "-m", "graphdbg", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd or ROOT, env=full, timeout=600)
 
 
 @pytest.fixture

@@ -141,7 +141,7 @@ def test_argmax_off_by_one_is_dumped_replayed_and_minified(tmp_path, cli, monkey
 # --- crash-safe capture ---------------------------------------------------------------------------
 _DIES = textwrap.dedent("""
     import sys, torch, graphdbg
-    sys.path.insert(0, {tests!r})
+    sys.path[:0] = [{helpers!r}, {tests!r}]
     import model_backends
     from test_real_models import ResidualBlock
     torch.manual_seed(0)
@@ -172,7 +172,7 @@ class ResidualBlock(nn.Module):
 @pytest.mark.parametrize("backend, sig", [("aborts_when_called", "SIGABRT"), ("segfaults_when_called", "SIGSEGV")])
 def test_a_process_killed_by_a_signal_leaves_a_crash_dump(tmp_path, cli, backend, sig):
     program = tmp_path / "dies.py"
-    program.write_text(_DIES.format(tests=str(ROOT / "tests" / "helpers")))
+    program.write_text(_DIES.format(helpers=str(ROOT / "tests" / "helpers"), tests=str(ROOT / "tests")))
     r = subprocess.run([sys.executable, str(program), backend, str(tmp_path / "dumps")], capture_output=True, text=True,
                        timeout=300, env=child_env())
     assert r.returncode < 0 and "survived" not in r.stdout, (r.returncode, r.stderr[-2000:])
@@ -289,7 +289,7 @@ def test_inductor_compile_error_has_one_signature_in_capture_replay_and_repro(tm
 @pytest.mark.slow
 def test_repro_of_a_segfault_exits_1_naming_the_signal(tmp_path, cli):
     program = tmp_path / "dies.py"
-    program.write_text(_DIES.format(tests=str(ROOT / "tests" / "helpers")))
+    program.write_text(_DIES.format(helpers=str(ROOT / "tests" / "helpers"), tests=str(ROOT / "tests")))
     subprocess.run([sys.executable, str(program), "segfaults_when_called", str(tmp_path / "dumps")], capture_output=True,
                    timeout=300, env=child_env())
     [dump] = _dumps(tmp_path / "dumps")

@@ -174,7 +174,7 @@ def _wait_for(predicate, timeout: float) -> None:
 def test_ctrl_c_during_an_isolated_replay_ends_the_child(tmp_path):
     import signal
 
-    # the backend module is found in the current folder (tests/), as a user's would be
+    # the backend module is found in the current folder (tests/helpers/), as a user's would be
     proc = _graphdbg("replay", FIXTURES / "block_compile_error", "--backend", "backends_for_tests:hang", cwd=ROOT / "tests" / "helpers")
     _wait_for(lambda: _children(proc.pid), 120)
     (child,) = _children(proc.pid)

@@ -7,7 +7,7 @@ no graphdbg on the path) and exported as a pytest test (which must fail).
     python benchmarks/fidelity.py --only bert_refuses_gelu --only segfault
     python benchmarks/fidelity.py --json > fidelity.json
 
-Programs: tests/real_programs.py (OPT, Qwen2, ViT, GPT-NeoX; the scenarios tests/test_same_failure.py
+Programs: tests/helpers/real_programs.py (OPT, Qwen2, ViT, GPT-NeoX; the scenarios tests/test_same_failure.py
 runs) and benchmarks/fidelity_programs.py (BERT, T5, Whisper's encoder). Per dump:
 
 - captured: the signature ``graphdbg ls --json`` reads from the dump, and whether the user saw it
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-REAL = ROOT / "tests" / "real_programs.py"
+REAL = ROOT / "tests" / "helpers" / "real_programs.py"
 NEW = ROOT / "benchmarks" / "fidelity_programs.py"
 TIMEOUT = 400.0
 
@@ -184,7 +184,7 @@ def _mark(ok: bool) -> str:
 def _saw(result: dict[str, Any], dump: dict[str, Any]) -> str:
     if dump["user_saw_it"]:
         return "yes"
-    # tests/real_programs.py's OPT scenarios catch the error and print its frames: nothing to compare
+    # tests/helpers/real_programs.py's OPT scenarios catch the error and print its frames: nothing to compare
     return "n/a (program caught it)" if result["capture_exit"] == 0 else "NO"
 
 

@@ -1,4 +1,4 @@
-"""User programs for benchmarks/fidelity.py, on model families tests/real_programs.py does not use:
+"""User programs for benchmarks/fidelity.py, on model families tests/helpers/real_programs.py does not use:
 each builds a tiny model from a transformers config (random weights, nothing downloaded), compiles
 it with a backend defined here (in the user's script, as users do) that fails one way, and lets the
 error reach the top (the program exits 1, or dies by a signal).

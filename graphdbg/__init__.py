@@ -47,7 +47,7 @@ def compare(
     """Replay ``dump`` (a Dump or a path) under each backend; a pandas DataFrame, one row each
     (``backend``, ``status``, ``signature``, ``stage``, ``seconds``, ``max_abs_error``,
     ``max_rel_error``, ``trusted``, ``reproduces``), with the Outcomes in ``.attrs["outcomes"]``."""
-    from graphdbg.replay.start import compare_backends  # this module loads without torch (fast CLI start); this brings torch in
+    from graphdbg.replay.entry import compare_backends  # this module loads without torch (fast CLI start); this brings torch in
 
     if not hasattr(dump, "manifest"):
         dump = load(dump)

@@ -9,9 +9,8 @@ and ``render`` can import them freely. ``render.RENDERERS`` maps a class name to
 from __future__ import annotations
 
 import contextlib
-import gc
 import io
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 
 class Displayed:
@@ -58,17 +57,3 @@ def run_quietly(run: Callable[[], Any]) -> Any:
     if text and not getattr(outcome, "stderr_tail", None):
         outcome.stderr_tail = text[-STDERR_KEPT:]
     return outcome
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while a big result is built (a listing of 10,000 files, its
-    JSON): everything made lives until it is done, and the collector would scan it again and
-    again (a fifth of a cached ``ls``). What is left (a caught exception's frames) is collected after."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()

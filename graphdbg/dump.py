@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from graphdbg.display import Displayed
 from graphdbg.errors import DumpError, GraphdbgError
-from graphdbg.store.gate import read_regular
 from graphdbg.store.manifest import MAX_GRAPH_BYTES
+from graphdbg.store.safe_files import read_regular
 
 if TYPE_CHECKING:
     import torch

@@ -15,7 +15,7 @@ from typing import Any
 
 from graphdbg.errors import GraphdbgError
 from graphdbg.judge.failing_node import node_of_traceback
-from graphdbg.store.gate import inside
+from graphdbg.store.safe_files import inside
 
 NUMBER_COLUMNS = ("min", "max", "mean", "std")
 

@@ -22,7 +22,7 @@ done
 if ((${#wheels[@]})); then
   python3 -m pip install -q --no-index --no-deps --no-compile --target .site "${wheels[@]}"
 fi
-export PYTHONPATH="$PWD/.site:$PWD:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PWD/.site:$PWD:$PWD/tests/helpers:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 workers=()
 if python3 -c "import xdist" 2>/dev/null; then

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,6 +12,11 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 TESTS = ROOT / "tests"
+HELPERS = TESTS / "helpers"  # backends, passes and programs the tests name as ``module:callable``
+
+# The helpers are plain top-level modules (``backends_for_tests:refuses_gelu``), found the way a
+# user's own backend module is: on sys.path here, on PYTHONPATH in child processes (child_env).
+sys.path.insert(0, str(HELPERS))
 
 # The whole printed-graph corpus of real SGLang + ThunderFX runs, bundled (fixtures/sglang-thunderfx/README.md:
 # its source and licence); fixtures/corpus holds 16 of its files, for tests that want a quick folder.
@@ -19,10 +25,10 @@ SGLANG_CORPUS = FIXTURES / "sglang-thunderfx"
 
 def child_env(*paths: Path | str, graphdbg: bool = True, tests: bool = False, inherit: bool = False, **extra: str) -> dict:
     """The environment for a child process: this checkout's graphdbg on PYTHONPATH (``graphdbg``),
-    tests/ for its backends and passes (``tests``), ``paths`` first; ``inherit`` keeps the
-    caller's PYTHONPATH after them. ``graphdbg=False`` checks a file runs without graphdbg."""
+    tests/helpers/ and tests/ for the backends and passes they name (``tests``), ``paths`` first;
+    ``inherit`` keeps the caller's PYTHONPATH after them. ``graphdbg=False`` checks a file runs without graphdbg."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    parts = [*map(str, paths), *([str(TESTS)] if tests else []), *([str(ROOT)] if graphdbg else [])]
+    parts = [*map(str, paths), *([str(HELPERS), str(TESTS)] if tests else []), *([str(ROOT)] if graphdbg else [])]
     if inherit and os.environ.get("PYTHONPATH"):
         parts.append(os.environ["PYTHONPATH"])
     if parts:
@@ -31,9 +37,19 @@ def child_env(*paths: Path | str, graphdbg: bool = True, tests: bool = False, in
     return env
 
 
+def run_graphdbg(*args: object, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python -m graphdbg ARGS`` as a user runs it, in its own process (this checkout's graphdbg,
+    ``env`` over the caller's environment, no ``GRAPHDBG_DUMP_DIR`` unless given), output kept."""
+    full = child_env(inherit=True, **env)
+    if "GRAPHDBG_DUMP_DIR" not in env:
+        full.pop("GRAPHDBG_DUMP_DIR", None)
+    return subprocess.run([sys.executable, "-m", "graphdbg", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd or ROOT, env=full, timeout=600)
+
+
 @pytest.fixture
 def child_pythonpath(monkeypatch):
-    """Child processes (isolated replays, torchrun ranks) import this graphdbg and tests/' backends and passes."""
+    """Child processes (isolated replays, torchrun ranks) import this graphdbg and the tests' backends and passes."""
     monkeypatch.setenv("PYTHONPATH", child_env(tests=True, inherit=True)["PYTHONPATH"])
 # ls's cache (listing/cache.py) in a folder of this run's, never the user's ~/.cache
 os.environ.setdefault("GRAPHDBG_CACHE_DIR", os.path.join(__import__("tempfile").mkdtemp(prefix="graphdbg-test-cache-")))

@@ -54,7 +54,7 @@ def test_wrong_forward_and_gradient_on_the_same_model_are_still_dumped_and_repla
     from model_backends import bw_scales_a_gradient, fw_adds_a_hundredth
     from torch._dynamo.backends.common import aot_autograd
 
-    monkeypatch.syspath_prepend(str(ROOT / "tests"))
+    monkeypatch.syspath_prepend(str(ROOT / "tests" / "helpers"))
     model = _encoder()
     wrapped = graphdbg.capture(aot_autograd(fw_compiler=fw_adds_a_hundredth, bw_compiler=bw_scales_a_gradient),
                                tmp_path / "dumps", mode="accuracy")

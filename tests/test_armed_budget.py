@@ -38,7 +38,7 @@ _PROGRAM = textwrap.dedent("""
 
 def _run(tmp_path, backend, budget_mb):
     program = tmp_path / "prog.py"
-    program.write_text(_PROGRAM.format(tests=str(ROOT / "tests")))
+    program.write_text(_PROGRAM.format(tests=str(ROOT / "tests" / "helpers")))
     dumps = tmp_path / backend
     r = subprocess.run([sys.executable, str(program), backend, str(dumps)], capture_output=True, text=True, timeout=300,
                        env={**os.environ, "PYTHONPATH": str(ROOT), "GRAPHDBG_ARMED_BUDGET_MB": budget_mb})

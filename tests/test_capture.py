@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, child_env
+from conftest import ROOT, child_env, run_graphdbg
 
 import graphdbg
 from fixtures import programs
@@ -485,3 +485,19 @@ def test_the_users_traceback_through_aot_autograd_is_the_plain_runs_frame_for_fr
     assert len(find_dumps(tmp_path)) == 1
     if sys.version_info >= (3, 11):
         assert _frames(wrapped) == _frames(bare)
+
+
+@pytest.mark.slow
+def test_capture_command_honours_graphdbg_dump_dir(tmp_path):
+    program = tmp_path / "prog.py"
+    program.write_text(
+        "import torch\n"
+        "def bad(gm, inputs):\n    raise NotImplementedError('no lowering for this graph')\n"
+        "f = torch.compile(lambda x: torch.relu(x) + 1, backend=bad)\n"
+        "try:\n    f(torch.randn(4))\nexcept Exception as e:\n    print('failed as expected:', type(e).__name__)\n")
+    where = tmp_path / "from_env"
+    r = run_graphdbg("capture", "--", sys.executable, str(program), cwd=tmp_path, GRAPHDBG_DUMP_DIR=str(where))
+    assert r.returncode == 0 and "failed as expected" in r.stdout, r
+    manifests = list(where.glob("rank*/*/manifest.json"))
+    assert len(manifests) == 1 and not (tmp_path / "graphdbg_dumps").exists()
+    assert json.loads(manifests[0].read_text())["failure"]["kind"] == "compile_error"

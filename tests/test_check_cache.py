@@ -1,6 +1,6 @@
 """A dump's manifest is checked against the schema once per distinct bytes: later reads
 (``replay`` after ``ls``, a second backend, the first replay after capture wrote it) take the
-checked manifest from ``store/checked`` without importing pydantic. Bytes that differ are checked
+checked manifest from ``store/manifest_cache`` without importing pydantic. Bytes that differ are checked
 again, so a manifest edited after it passed is refused as any other. Issue 26: start-up."""
 
 from __future__ import annotations

@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
 import pytest
-from conftest import FIXTURES, ROOT, child_env
+from conftest import FIXTURES, ROOT, child_env, run_graphdbg
 
 import graphdbg
 
 BAD_REWRITE = "fixtures.programs:bad_rewrite_backend"
 CORPUS = FIXTURES / "corpus"
+DUMP = FIXTURES / "block_runtime_error"
 
 
 def _strict(text: str) -> object:
@@ -172,8 +174,8 @@ def _wait_for(predicate, timeout: float) -> None:
 def test_ctrl_c_during_an_isolated_replay_ends_the_child(tmp_path):
     import signal
 
-    # the backend module is found in the current folder (tests/), as a user's would be
-    proc = _graphdbg("replay", FIXTURES / "block_compile_error", "--backend", "backends_for_tests:hang", cwd=ROOT / "tests")
+    # the backend module is found in the current folder (tests/helpers/), as a user's would be
+    proc = _graphdbg("replay", FIXTURES / "block_compile_error", "--backend", "backends_for_tests:hang", cwd=ROOT / "tests" / "helpers")
     _wait_for(lambda: _children(proc.pid), 120)
     (child,) = _children(proc.pid)
     os.kill(proc.pid, signal.SIGINT)
@@ -313,16 +315,16 @@ def test_the_json_writer_changes_only_what_strict_json_needs():
     """strict_json (every --json output): the text is json.dumps(indent=1) and a newline,
     joined in pieces; a dict or list that needs no change is not copied (ls --json of 10,000
     files), one that does is a new one and the original is left as it was."""
-    from graphdbg.strict_json import json_ready, text_of
+    from graphdbg.strict_json import encode_jsonable, jsonable
 
     plain = {"rows": [{"path": "a", "rank": 0, "ok": True, "x": None, "f": 1.5}] * 3, "n": 3}
-    assert json_ready(plain) is plain
+    assert jsonable(plain) is plain
     odd = {"rows": [{"err": float("nan"), "shape": (2, 3)}, {"p": 1}], 7: "seven"}
-    ready = json_ready(odd)
+    ready = jsonable(odd)
     assert ready == {"rows": [{"err": None, "shape": [2, 3]}, {"p": 1}], "7": "seven"}
     assert ready["rows"][1] is odd["rows"][1] and math.isnan(odd["rows"][0]["err"])
     big = {"dumps": [{"i": i, "s": "é\u2028"} for i in range(20000)]}
-    assert text_of(big) == json.dumps(big, indent=1) + "\n"
+    assert encode_jsonable(big) == json.dumps(big, indent=1) + "\n"
 
 
 def test_display_dispatches_on_the_class_not_its_name():
@@ -342,3 +344,154 @@ def test_display_dispatches_on_the_class_not_its_name():
     console = Console(record=True, width=100, file=io.StringIO())
     console.print(renderable(Outcome(status="crash", backend="eager", signature="E: x")))
     assert "E: x" in console.export_text()
+
+
+def test_python_dash_m_and_short_version():
+    from graphdbg import __version__
+
+    r = run_graphdbg("-V")
+    assert r.returncode == 0 and r.stdout.strip() == f"graphdbg {__version__}"
+    assert run_graphdbg("--version").stdout == r.stdout
+
+
+def test_missing_path_answers_before_torch_is_imported():
+    code = ("import sys\nsys.argv = ['graphdbg', 'replay', '/no/such/path']\nfrom graphdbg.ui.cli import main\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    print(e.code, 'torch' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env(inherit=True), timeout=300)
+    assert r.stdout.split() == ["2", "False"], r
+    assert r.stderr.strip() == "graphdbg: error: /no/such/path: no such file or folder"
+
+
+@pytest.mark.parametrize("command", ["replay", "show", "ls", "compare", "minify", "export-test"])
+def test_json_errors_are_json(cli, command):
+    jsonschema = pytest.importorskip("jsonschema")  # a dev dependency; the GPU image lacks it
+    args = [command, "/no/such/path", "--json"] if command != "export-test" else [command, "/no/such/path", "-o", "t.py"]
+    r = cli(*args)
+    assert r.code == 2 and "graphdbg: error: /no/such/path: no such file or folder" in r.err
+    if command != "export-test":  # export-test has no --json
+        out = json.loads(r.out)
+        assert out["schema"] == "error" and out["exit_code"] == 2 and "no such file" in out["error"]
+        jsonschema.validate(out, _schema(cli, "error"))
+
+
+def _schema(cli, name: str) -> dict:
+    jsonschema = pytest.importorskip("jsonschema")  # a dev dependency; the GPU image lacks it
+    r = cli("schema", name)
+    assert r.code == 0, r
+    schema = json.loads(r.out)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return schema
+
+
+def test_every_json_output_names_its_version_and_schema(cli):
+    jsonschema = pytest.importorskip("jsonschema")  # a dev dependency; the GPU image lacks it
+    from graphdbg import __version__
+
+    listed = cli("schema", "--list").out.split()
+    assert {"manifest", "ls", "show", "replay", "compare", "minify", "bisect-passes", "bisect-nodes", "bisect-ranks",
+            "extract", "error"} <= set(listed)
+    runs = {"ls": cli("ls", ROOT / "fixtures" / "block_dynamic", "--json"),
+            "show": cli("show", DUMP, "--json"),
+            "replay": cli("replay", DUMP, "--backend", "eager", "--no-isolate", "--json"),
+            "bisect-ranks": cli("bisect", "ranks", ROOT / "fixtures" / "world_printed", "--json")}
+    for name, r in runs.items():
+        out = json.loads(r.out)
+        assert out["graphdbg"] == __version__ and out["schema"] == name, (name, r)
+        jsonschema.validate(out, _schema(cli, name))
+    assert cli("schema", "nonsense").code == 2
+
+
+def test_help_has_panels_examples_and_no_bool_metavars(cli):
+    r = cli("replay", "--help")
+    assert r.code == 0
+    assert "Example: graphdbg replay fixtures/block_runtime_error --trust-backend" in r.out
+    assert "Backend" in r.out and "Inputs" in r.out and "Output" in r.out
+    assert "<bool>" not in r.out and "--trust-backend" in r.out
+    for command in ("ls", "show", "compare", "minify", "report", "export-test", "schema", "redact", "extract"):
+        assert "Example: graphdbg " + command in cli(command, "--help").out, command
+
+
+def test_shell_completion_installs(tmp_path):
+    # typer's switch for naming the shell instead of detecting it from the parent processes
+    fixed = {"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1", "SHELL": "/bin/bash"}
+    shown = run_graphdbg("--show-completion", "bash", **fixed)
+    assert shown.returncode == 0 and "_GRAPHDBG_COMPLETE" in shown.stdout
+    r = run_graphdbg("--install-completion", "bash", HOME=str(tmp_path), **fixed)
+    assert r.returncode == 0, r
+    installed = list(tmp_path.rglob("graphdbg*"))
+    assert installed and "_GRAPHDBG_COMPLETE" in installed[0].read_text()
+    assert str(installed[0].name) in (tmp_path / ".bashrc").read_text()
+
+
+def _plain_lines(out: str) -> list[str]:
+    lines = out.splitlines()
+    assert not any(ch in out for ch in "╭╮╰╯│─"), out  # no box drawing
+    assert all(line == line.rstrip() for line in lines), out  # no trailing padding
+    return lines
+
+
+@pytest.mark.slow
+def test_piped_replay_leads_with_the_verdict_unboxed_and_unfolded():
+    r = run_graphdbg("replay", DUMP, "--trust-backend", COLUMNS="40")
+    assert r.returncode == 1, r
+    lines = _plain_lines(r.stdout)
+    assert lines[0] == "REPRODUCED: the same failure as captured"
+    # the signature is one line, whole, though far wider than 40 columns: grep finds it
+    assert "RuntimeError: mat1 and mat2 shapes cannot be multiplied (?x? and ?x?) @ torch._C._nn.linear" in lines
+
+
+def test_replay_says_when_the_recorded_failure_is_not_reproduced(cli):
+    r = cli("replay", DUMP, "--backend", "eager", "--no-isolate")
+    assert r.code == 0
+    first = _plain_lines(r.out)[0]
+    assert first.startswith("NOT REPRODUCED: the dump recorded RuntimeError: mat1 and mat2 shapes cannot be multiplied")
+    assert first.endswith("backend eager passes")
+
+
+def test_stand_ins_collapse_to_one_line_per_kind(cli):
+    r = cli("replay", ROOT / "fixtures" / "cuda_streams_thunder", "--backend", "eager", "--no-isolate", "--json")
+    stand_ins = json.loads(r.out)["stand_ins"]
+    kinds = {s.partition(": ")[2].split(" (")[0] for s in stand_ins}
+    assert len(stand_ins) > len(kinds)  # several of one kind, here streams on a machine without CUDA
+    r = cli("replay", ROOT / "fixtures" / "cuda_streams_thunder", "--backend", "eager", "--no-isolate")
+    shown = [line for line in _plain_lines(r.out) if line.startswith("stand-in")]
+    assert len(shown) == len(kinds), r.out
+    assert any(line.startswith(f"stand-ins: {sum('stream (' in s for s in stand_ins)} stream (") for line in shown), shown
+
+
+def test_outcome_is_a_panel_on_a_terminal():
+    import io
+
+    from rich.console import Console
+
+    import graphdbg
+    from graphdbg.ui.render import outcome_panel
+
+    dump = graphdbg.load(DUMP)
+    outcome = dump.case().run("eager", accuracy=False)
+    term = Console(file=io.StringIO(), force_terminal=True, width=100)
+    term.print(outcome_panel(outcome, dump))
+    shown = term.file.getvalue()
+    assert "╭" in shown and "Outcome" in shown and "NOT REPRODUCED" in shown
+    assert shown.index("NOT REPRODUCED") < shown.index("PASS")
+
+
+@pytest.mark.slow
+def test_long_steps_print_plain_progress_lines_when_piped(tmp_path):
+    """Off a terminal each long step says when it is done, on stderr; stdout stays the result."""
+    r = run_graphdbg("replay", DUMP, "--backend", "eager", "--no-isolate", "--no-accuracy")
+    assert r.returncode == 0, r
+    assert "replay: eager: compile, run, compare with the reference: done in " in r.stderr, r.stderr
+    assert "done in" not in r.stdout
+    r = run_graphdbg("report", DUMP, "-o", tmp_path / "r.html")
+    assert r.returncode == 0 and f"report: reading {DUMP}: done in " in r.stderr, r
+    r = run_graphdbg("bisect", "ranks", ROOT / "fixtures" / "world_printed", "--json")
+    assert "done in" not in r.stderr  # --json: nothing but the JSON and errors
+
+
+def test_piped_compare_is_plain_rows(cli):
+    r = cli("compare", DUMP, "--backends", "eager", "--no-isolate")
+    assert r.code == 0, r
+    lines = _plain_lines(r.out)
+    assert lines[:2] == ["backends", "backend  outcome  signature  seconds  max abs error"]
+    assert re.fullmatch(r"eager  pass  -  \d+\.\d\d  -", lines[2]), lines

@@ -154,9 +154,9 @@ def test_capture_counts_the_calls_that_failed_and_those_that_did_not(tmp_path):
     import subprocess
     import sys
 
-    from conftest import TESTS, child_env
+    from conftest import HELPERS, child_env
 
-    run = subprocess.run([sys.executable, str(TESTS / "environment_backends.py"), str(tmp_path / "dumps")],
+    run = subprocess.run([sys.executable, str(HELPERS / "environment_backends.py"), str(tmp_path / "dumps")],
                          capture_output=True, text=True, timeout=300, env=child_env(tests=True))
     assert run.returncode == 0, run.stderr[-3000:]
     seen = json.loads(run.stdout.strip().splitlines()[-1])

@@ -1,5 +1,5 @@
 """The gate (issue 23, the store side): every file a dump or a folder names is read through
-``graphdbg.store.gate``, every field through the schema, every write through its ``Folder``.
+``graphdbg.store.safe_files``, every field through the schema, every write through its ``Folder``.
 
 Each class of the second red-team round, rebuilt by hand on a copy of a committed fixture and
 driven through the CLI: a symlinked, FIFO or device ``fault.txt``, a symlinked or FIFO
@@ -135,7 +135,7 @@ def test_backward_dump_must_be_the_enclosing_dump(fixture_copy, cli):
 
 def test_a_zip_member_inflates_no_further_than_it_declares(tmp_path):
     from graphdbg.errors import DumpError
-    from graphdbg.store.gate import inflate_member
+    from graphdbg.store.safe_files import inflate_member
 
     archive = tmp_path / "bomb.zip"
     with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as z:
@@ -226,7 +226,7 @@ def test_extract_never_writes_through_a_dangling_link(tmp_path, cli):
 
 def test_writer_replaces_links_and_refuses_odd_names(tmp_path):
     from graphdbg.errors import DumpError
-    from graphdbg.store.gate import Folder
+    from graphdbg.store.safe_files import Folder
 
     (tmp_path / "target").write_text("kept\n")
     (tmp_path / "d").mkdir()
@@ -340,7 +340,7 @@ def test_a_graph_fx_cannot_build_exits_2(tmp_path, cli):
 
 # Files graphdbg makes for itself, never named by a dump: each entry says why it may open files.
 OWN_FILES = {
-    "store/gate.py": "the gate itself",
+    "store/safe_files.py": "the gate itself",
     "store/tensor_file.py": "safetensors' own reader after check_tensor_file, via the gate's Folder for writes",
     "graph/parser.py": "doc examples only",
     "replay/world.py": "its own temporary folder: request.json, rank pids and stderr",
@@ -373,12 +373,12 @@ def test_nothing_else_opens_a_file():
             code = line.split("#", 1)[0]
             if _OPENS.search(code) and not re.search(r"open_stream\(|Folder\.open\(|\bos\.fdopen\(", code):
                 found.append(f"{rel}:{n}: {line.strip()}")
-    assert not found, "files opened outside store/gate.py:\n" + "\n".join(found)
+    assert not found, "files opened outside store/safe_files.py:\n" + "\n".join(found)
 
 
 def test_a_folder_graphdbg_chose_is_opened_through_no_link(tmp_path, monkeypatch):
     from graphdbg.errors import DumpError
-    from graphdbg.store.gate import Folder, write_file
+    from graphdbg.store.safe_files import Folder, write_file
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "elsewhere").mkdir()

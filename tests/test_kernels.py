@@ -1,7 +1,7 @@
 """A graph's own kernels: recorded at capture, swapped for references, and the wrong one found
 (graph/kernels.py, judge/references.py, rebuild/swap.py, replay/swap.py, minify/bisect_ops.py).
 
-The programs (tests/kernel_programs.py) call custom ops with seeded bugs that eager shares, so
+The programs (tests/helpers/kernel_programs.py) call custom ops with seeded bugs that eager shares, so
 accuracy mode can't see them: an int8 attention without smoothing, an RMSNorm with its epsilon
 outside the square root.
 """

@@ -85,13 +85,13 @@ def test_cache_hits_and_no_candidate_twice():
 
 
 def test_oracle_never_runs_a_key_twice():
-    from graphdbg.minify.candidates import Candidate, Origin
+    from graphdbg.minify.candidates import Candidate, OriginalGraph
     from graphdbg.minify.oracle import Oracle
 
     case = graphdbg.load(FIXTURES / "block_compile_error").case()
     target = case.run(P.refuses_gelu, direct=True)
     oracle = Oracle(target, P.refuses_gelu)
-    origin = Origin.of(case)
+    origin = OriginalGraph.of(case)
     gelu = origin.build(Candidate(keep=frozenset({"gelu"})))
     again = origin.build(Candidate(keep=frozenset({"gelu"}), outputs=("gelu",)))
     assert case_key(gelu) == case_key(again)

@@ -1,5 +1,5 @@
 """A failure that depends on a symbolic size: a compiled kernel with a fixed bound on the
-sequence length (tests/symbolic_backends.py), compiled for a dynamic-shape graph and called
+sequence length (tests/helpers/symbolic_backends.py), compiled for a dynamic-shape graph and called
 with a longer sequence. Shrinking keeps the sizes symbolic (and the Sym inputs that carry them),
 so the failure survives every cut; the saved dump keeps them too, and replays the failure."""
 

@@ -111,7 +111,7 @@ class NextToken(nn.Module):
 def test_argmax_off_by_one_is_dumped_replayed_and_minified(tmp_path, cli, monkeypatch):
     from model_backends import argmax_off_by_one
 
-    monkeypatch.syspath_prepend(str(ROOT / "tests"))
+    monkeypatch.syspath_prepend(str(ROOT / "tests" / "helpers"))
     model = NextToken(_tiny_gpt2())
     ids = torch.randint(0, 64, (3, 8))
     wrapped = graphdbg.capture(argmax_off_by_one, dump_dir=tmp_path / "dumps", mode="accuracy")
@@ -141,7 +141,7 @@ def test_argmax_off_by_one_is_dumped_replayed_and_minified(tmp_path, cli, monkey
 # --- crash-safe capture ---------------------------------------------------------------------------
 _DIES = textwrap.dedent("""
     import sys, torch, graphdbg
-    sys.path.insert(0, {tests!r})
+    sys.path[:0] = [{helpers!r}, {tests!r}]
     import model_backends
     from test_real_models import ResidualBlock
     torch.manual_seed(0)
@@ -172,7 +172,7 @@ class ResidualBlock(nn.Module):
 @pytest.mark.parametrize("backend, sig", [("aborts_when_called", "SIGABRT"), ("segfaults_when_called", "SIGSEGV")])
 def test_a_process_killed_by_a_signal_leaves_a_crash_dump(tmp_path, cli, backend, sig):
     program = tmp_path / "dies.py"
-    program.write_text(_DIES.format(tests=str(ROOT / "tests")))
+    program.write_text(_DIES.format(helpers=str(ROOT / "tests" / "helpers"), tests=str(ROOT / "tests")))
     r = subprocess.run([sys.executable, str(program), backend, str(tmp_path / "dumps")], capture_output=True, text=True,
                        timeout=300, env=child_env())
     assert r.returncode < 0 and "survived" not in r.stdout, (r.returncode, r.stderr[-2000:])
@@ -270,7 +270,7 @@ def _run_repro(folder: Path) -> subprocess.CompletedProcess:
 def test_inductor_compile_error_has_one_signature_in_capture_replay_and_repro(tmp_path, cli, monkeypatch):
     from model_backends import inductor_with_relu_compile_error
 
-    monkeypatch.syspath_prepend(str(ROOT / "tests"))
+    monkeypatch.syspath_prepend(str(ROOT / "tests" / "helpers"))
     block = ResidualBlock()
     with pytest.raises(Exception), torch.no_grad():
         torch.compile(block, backend=graphdbg.capture(inductor_with_relu_compile_error, dump_dir=tmp_path / "d"))(torch.randn(2, 8, 6, 6))
@@ -289,7 +289,7 @@ def test_inductor_compile_error_has_one_signature_in_capture_replay_and_repro(tm
 @pytest.mark.slow
 def test_repro_of_a_segfault_exits_1_naming_the_signal(tmp_path, cli):
     program = tmp_path / "dies.py"
-    program.write_text(_DIES.format(tests=str(ROOT / "tests")))
+    program.write_text(_DIES.format(helpers=str(ROOT / "tests" / "helpers"), tests=str(ROOT / "tests")))
     subprocess.run([sys.executable, str(program), "segfaults_when_called", str(tmp_path / "dumps")], capture_output=True,
                    timeout=300, env=child_env())
     [dump] = _dumps(tmp_path / "dumps")
@@ -358,7 +358,7 @@ def test_aot_autograd_and_partial_backends_are_recorded_and_rebuilt(tmp_path, mo
 
     from graphdbg.backends.recipe import rebuild_backend
 
-    monkeypatch.syspath_prepend(str(ROOT / "tests"))
+    monkeypatch.syspath_prepend(str(ROOT / "tests" / "helpers"))
     model = _tiny_llama().model.layers[0].mlp.eval()
     x = torch.randn(1, 4, 32)
     for name, backend in [("aot", aot_autograd(fw_compiler=fw_refusing_silu)),

@@ -19,7 +19,7 @@ BAD_REWRITE = "fixtures.programs:bad_rewrite_backend"
 
 @pytest.fixture(autouse=True)
 def _tests_importable_in_children(monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests" / "helpers"), str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
 
 
 def test_eager_and_aot_eager_pass_on_a_real_graph():

@@ -8,7 +8,7 @@ from conftest import FIXTURES
 
 import graphdbg
 from graphdbg.dump import Dump
-from graphdbg.replay.start import replay_dump
+from graphdbg.replay.entry import replay_dump
 from graphdbg.store import tensor_file
 
 

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import struct
 import subprocess
+import sys
 import tempfile
 import zlib
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, child_env
+from conftest import FIXTURES, ROOT, child_env, run_graphdbg
+
+DUMP = FIXTURES / "block_runtime_error"
+# what a README quickstart run leaves in examples/quickstart (git ignores it): a copy for a fresh
+# capture must not hold the last run's dumps (the same failure would count in them, no new dump)
+QUICKSTART_OUTPUTS = shutil.ignore_patterns("graphdbg_dumps", "min", "test_block*", "report.html", "__pycache__")
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
 HIGHLIGHT = (0xFF, 0xD7, 0xD5)  # report.STYLE: the failing node's background
@@ -21,9 +28,6 @@ HIGHLIGHT = (0xFF, 0xD7, 0xD5)  # report.STYLE: the failing node's background
 @pytest.fixture(scope="module")
 def minified(tmp_path_factory):
     """A minify output (the smallest graph, its repro.py) with a bisect result saved beside it."""
-    import json
-    import sys
-
     out = tmp_path_factory.mktemp("report") / "min"
     env = child_env(tests=True)
     done = subprocess.run([sys.executable, "-m", "graphdbg.ui.cli", "minify", str(FIXTURES / "block_runtime_error"),
@@ -137,3 +141,90 @@ def test_show_marks_the_failing_node(cli, minified):
     assert r.code == 0, r
     (marked,) = [line for line in r.out.splitlines() if "<- failed here" in line]
     assert "linear = torch._C._nn.linear(" in marked
+
+
+def _answer(page: str) -> str:
+    start = page.index("<div class=answer")
+    return page[start:page.index("</div>", start)]
+
+
+def test_report_leads_with_the_answer(cli, tmp_path):
+    page = tmp_path / "r.html"
+    assert cli("report", DUMP, "-o", page).code == 0
+    text = page.read_text()
+    answer = _answer(text)
+    assert text.index("<div class=answer") < text.index("<h2")  # above every section
+    assert "runtime_error: RuntimeError: mat1 and mat2 shapes cannot be multiplied" in answer
+    assert "the dump does not say which node failed" in answer  # its traceback lost the generated code's frame
+    assert f"graphdbg replay {DUMP}/rank0/g0-runtime_error-3b0e0256 --trust-backend" in answer
+
+
+@pytest.mark.slow
+def test_report_names_the_node_the_generated_code_raised_in(tmp_path):
+    """A fresh capture of the README's quickstart program: the traceback's generated-code frame
+    names the node, and the graph source marks it."""
+    work = tmp_path / "quickstart"
+    shutil.copytree(ROOT / "examples" / "quickstart", work, ignore=QUICKSTART_OUTPUTS)
+    r = run_graphdbg("capture", "--", sys.executable, "model.py", cwd=work)
+    assert r.returncode == 1 and "dump written to" in r.stderr, r
+    r = run_graphdbg("report", "graphdbg_dumps", "-o", "r.html", cwd=work)
+    assert r.returncode == 0, r
+    text = (work / "r.html").read_text()
+    answer = _answer(text)
+    assert "failing node (where the generated code raised): <code class=failing-node>linear</code>" in answer
+    assert "model.py:16" in answer  # the user's source line of that node
+    assert len(re.findall(r"<span class='failing' id='L\d+'>\s*linear", text)) == 1
+
+
+def test_report_puts_the_users_frames_first(cli, tmp_path):
+    page = tmp_path / "r.html"
+    assert cli("report", ROOT / "fixtures" / "block_compile_error", "-o", page).code == 0
+    text = page.read_text()
+    yours = text.index("traceback: your frames")
+    assert "fixtures/programs.py:111 in unsupported_op" in text[yours:text.index("</pre>", yours)]
+    assert "hook.py" not in text[yours:text.index("</pre>", yours)]
+    assert "<details><summary>the whole traceback" in text
+
+
+def test_report_takes_the_failing_node_from_bisect_when_the_dump_does_not_say(cli, tmp_path):
+    folder = tmp_path / "acc"
+    shutil.copytree(ROOT / "fixtures" / "block_accuracy", folder)
+    r = cli("bisect", "nodes", folder, "--backend", "fixtures.programs:bad_rewrite_backend", "--json")
+    assert r.code == 1, r
+    node = json.loads(r.out)["node"]
+    (folder / "bisect-nodes.json").write_text(r.out)
+    page = tmp_path / "r.html"
+    assert cli("report", folder, "-o", page).code == 0
+    text = page.read_text()
+    answer = _answer(text)
+    assert f"<code class=failing-node>{node}</code>" in answer and "first diverging node" in answer
+    assert re.search(r"max abs error \d\.\d\d|max abs error \d\.\d{1,2}e", answer)  # 3 significant digits
+    assert re.findall(rf"<span class='failing' id='L\d+'>\s*{node}\b", text)
+
+
+@pytest.mark.slow
+def test_report_screenshot_shows_the_verdict_and_failing_node_without_scrolling(cli, tmp_path):
+    """Headless Chromium at 1280x800, no scrolling: the answer box with the verdict and the failing
+    node (highlighted as in the graph) is on the first screen."""
+    if CHROMIUM is None:
+        pytest.skip("needs Debian's chromium (apt-get install -y chromium)")
+    work = tmp_path / "quickstart"
+    shutil.copytree(ROOT / "examples" / "quickstart", work, ignore=QUICKSTART_OUTPUTS)
+    assert run_graphdbg("capture", "--", sys.executable, "model.py", cwd=work).returncode == 1
+    page = work / "report.html"
+    assert run_graphdbg("report", "graphdbg_dumps", "-o", page, cwd=work).returncode == 0
+    shot = Path(tempfile.gettempdir()) / "graphdbg-report-screenshots" / "first-screen.png"
+    shot.parent.mkdir(exist_ok=True)
+    shot.unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory() as profile:
+        flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
+                 "--hide-scrollbars", "--window-size=1280,800"]
+        dom = subprocess.run([*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+        subprocess.run([*flags, f"--screenshot={shot}", page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0 and 'class="verdict"' in dom.stdout and 'class="failing-node"' in dom.stdout
+    assert shot.exists(), "chromium wrote no screenshot"
+    print(f"\nscreenshot of the report's first screen: {shot}")
+    width, bpp, rows = _png_pixels(shot.read_bytes())
+    highlighted = sum(1 for row in rows for x in range(0, width * bpp, bpp) if tuple(row[x:x + 3]) == HIGHLIGHT)
+    assert highlighted > 100, "the failing node is not highlighted on the first screen"

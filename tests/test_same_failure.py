@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PROGRAMS = ROOT / "tests" / "real_programs.py"
+PROGRAMS = ROOT / "tests" / "helpers" / "real_programs.py"
 
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:

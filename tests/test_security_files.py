@@ -183,7 +183,7 @@ def test_export_test_embeds_data_and_copies_only_the_dump(fixture_copy, tmp_path
     # the test runs (and fails: the bug is there) without running anything from the dump
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(out)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), str(ROOT / "fixtures")])})
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests" / "helpers"), str(ROOT / "tests"), str(ROOT / "fixtures")])})
     assert done.returncode == 1 and "1 failed" in done.stdout, done.stdout[-3000:]
     assert not list(tmp_path.rglob("PWNED"))
 

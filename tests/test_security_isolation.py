@@ -140,7 +140,7 @@ def test_an_exception_whose_str_raises_is_an_outcome(direct, backward):
 def _signal_the_replay(backend: str, sig: int, notes: Path) -> tuple[int, str, list[int]]:
     """Replay DUMP with ``backend`` in a CLI process, signal it once the child has noted itself:
     the CLI's exit status and stderr, and the processes the child noted (child, grandchild)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)]), NOTES: str(notes)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "helpers"), str(ROOT / "tests"), str(ROOT)]), NOTES: str(notes)}
     parent = subprocess.Popen([sys.executable, "-m", "graphdbg.ui.cli", "replay", str(DUMP), "--backend",
                                f"test_security_isolation:{backend}", "--timeout", "600"],
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

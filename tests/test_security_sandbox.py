@@ -1,4 +1,4 @@
-"""The replay child's sandbox holds (issue 42): a probe (tests/sandbox_probe.py) applies it in
+"""The replay child's sandbox holds (issue 42): a probe (tests/helpers/sandbox_probe.py) applies it in
 a fresh process and tries every way out; each is blocked, and what a replay needs still works.
 
 The same probe without the sandbox shows each attack works where nothing stops it, so a
@@ -19,7 +19,7 @@ from conftest import ROOT, child_env
 
 from graphdbg.replay.sandbox import landlock_abi
 
-PROBE = Path(__file__).with_name("sandbox_probe.py")
+PROBE = Path(__file__).parent / "helpers" / "sandbox_probe.py"
 ATTACKS = ("socket AF_INET", "socket AF_INET6", "socket AF_NETLINK", "socket AF_PACKET", "socket AF_UNIX",
            "i386 int 0x80 socket", "kill outside", "ptrace attach outside", "read /proc/pid/mem outside",
            "process_vm_readv outside", "io_uring_setup", "userfaultfd", "memfd_create", "execveat",

@@ -9,10 +9,12 @@ with exit 2 and one line giving the exact command to run, and the marker never a
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import FIXTURES, ROOT, run_graphdbg
 
 import graphdbg
 
@@ -398,3 +400,23 @@ def test_bisect_nodes_has_a_timeout(fixture_copy, cli):
             "--timeout", "5")
     assert r.code == 2, r
     assert "bisect nodes: no result after 5s" in r.err and "Traceback" not in r.err, r
+
+
+@pytest.mark.slow
+def test_replay_with_trusted_backend_works_from_any_folder(tmp_path):
+    """A dump inside the project that made it names a backend module of that project: replay
+    finds the module from any folder (here a module importable from nowhere else)."""
+    project = tmp_path / "project"
+    (project / "dumps").mkdir(parents=True)
+    shutil.copy(ROOT / "fixtures" / "programs.py", project / "mybackends_for_ten.py")
+    dump = project / "dumps" / "block_runtime_error"
+    shutil.copytree(FIXTURES / "block_runtime_error", dump)
+    manifest = next(dump.glob("rank*/*/manifest.json"))
+    m = json.loads(manifest.read_text())
+    m["backend"] = "mybackends_for_ten:broken_transpose_backend"
+    manifest.write_text(json.dumps(m))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    r = run_graphdbg("replay", dump, "--trust-backend", cwd=elsewhere)
+    assert r.returncode == 1, r
+    assert "mat1 and mat2 shapes cannot be multiplied" in r.stdout and "the same failure as captured" in r.stdout

@@ -16,7 +16,7 @@ from graphdbg.store.manifest import find_dumps
 
 @pytest.fixture(autouse=True)
 def _children_find_test_modules(monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests" / "helpers"), str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
 
 
 @pytest.fixture(scope="module")

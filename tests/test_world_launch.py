@@ -20,7 +20,7 @@ TP4 = FIXTURES / "world_printed" / "Qwen3-0.6B"  # SGLang TP=4 files of Qwen3-0.
 
 @pytest.fixture(autouse=True)
 def _children_find_test_modules(monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests" / "helpers"), str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
 
 
 @pytest.mark.slow

@@ -32,7 +32,7 @@ from typing import Any
 from graphdbg.backends.recipe import RECIPE_PREFIX, is_recipe_spec, recipe_spec
 from graphdbg.backends.resolve import module_folder, user_module_file
 from graphdbg.backends.script_definitions import Script
-from graphdbg.store.gate import write_file
+from graphdbg.store.safe_files import write_file
 
 
 @dataclass

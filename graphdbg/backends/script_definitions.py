@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from graphdbg.errors import GraphdbgError
-from graphdbg.store.gate import MAX_TEXT_BYTES, read_regular
+from graphdbg.store.safe_files import MAX_TEXT_BYTES, read_regular
 
 # builtins whose call is the program doing something, not a definition
 _EFFECT_BUILTINS = frozenset({"open", "print", "input", "exec", "eval", "compile", "breakpoint", "__import__", "exit",

@@ -99,7 +99,7 @@ def reader_for(path: str | Path) -> Reader:
 
 def load(path: str | Path) -> "Dump":
     """Read ``path`` with the reader that recognises it; its manifest checked by graphdbg.store.schema
-    (a dump folder's by ``read_manifest``, which remembers the bytes that passed: ``store/checked``)."""
+    (a dump folder's by ``read_manifest``, which remembers the bytes that passed: ``store/manifest_cache``)."""
     reader = None
     try:
         reader = reader_for(path)

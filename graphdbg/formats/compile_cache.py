@@ -32,7 +32,7 @@ from graphdbg.dump import Contents, Dump
 from graphdbg.errors import GraphdbgError
 from graphdbg.formats import manifest_for, register
 from graphdbg.rebuild.stand_ins import MissingOp
-from graphdbg.store.gate import open_stream, read_regular
+from graphdbg.store.safe_files import open_stream, read_regular
 from graphdbg.store.specs import SymSpec, TensorSpec
 
 __all__ = ["detect_format", "load_computation_graph", "cache_location"]

@@ -15,8 +15,8 @@ from graphdbg.dump import Contents, Dump
 from graphdbg.errors import DumpError
 from graphdbg.formats import register
 from graphdbg.judge.fatal_signal import FAULT_FILE, resolve_crash
-from graphdbg.store.gate import MAX_TEXT_BYTES, inside, read_inside
 from graphdbg.store.manifest import GRAPH, INPUTS, MANIFEST, MAX_GRAPH_BYTES, find_dumps, read_manifest
+from graphdbg.store.safe_files import MAX_TEXT_BYTES, inside, read_inside
 
 if TYPE_CHECKING:
     import torch

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from graphdbg.errors import GraphdbgError
 from graphdbg.formats.run_log import log_lines, split_prefix
-from graphdbg.store.gate import Folder, open_stream
+from graphdbg.store.safe_files import Folder, open_stream
 
 __all__ = ["LoggedGraph", "graphs_in_log", "extract_graphs"]
 

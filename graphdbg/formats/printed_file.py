@@ -22,7 +22,7 @@ from graphdbg.formats import manifest_for
 from graphdbg.formats.scan import HEADER, Scan, Undecided, cuda_indices, header_lines, scan_facts, scan_source, shard_rank
 from graphdbg.formats.scan import constructs as scanned_constructs
 from graphdbg.graph.source_text import readable_source
-from graphdbg.store.gate import read_regular
+from graphdbg.store.safe_files import read_regular
 from graphdbg.store.specs import SymSpec, TensorSpec
 
 RANK_FILE = re.compile(r"rank(\d+)_\d+\.py$")  # match() a file name

@@ -33,7 +33,7 @@ from typing import Any, Iterable, Iterator
 
 from graphdbg.errors import GraphdbgError
 from graphdbg.judge.signature import signature
-from graphdbg.store.gate import open_stream
+from graphdbg.store.safe_files import open_stream
 
 __all__ = ["RunLog", "LogFailure", "read_log", "find_logs", "attach_log", "MAX_LINE", "MAX_SCAN"]
 

@@ -113,7 +113,7 @@ class Device:
 
 
 @dataclass(frozen=True)
-class Path_:
+class DottedName:
     """A dotted name used as a value (``torch.float32``, a function handed to a higher-order op)."""
     path: str
 
@@ -355,7 +355,7 @@ class _Forward(Forward):
         return f"operator.{name}"
 
     def constant(self, name: str) -> Any:
-        return {"inf": float("inf"), "nan": float("nan"), "Ellipsis": ..., "NoneType": Path_("NoneType")}[name]
+        return {"inf": float("inf"), "nan": float("nan"), "Ellipsis": ..., "NoneType": DottedName("NoneType")}[name]
 
     def rename(self, ref: Ref, candidate: str) -> None:
         node = self.graph.nodes[ref.index]
@@ -418,17 +418,17 @@ class _Forward(Forward):
             self.graph.devices = True
         return super().value(expr)
 
-    def path_value(self, path: str, at: ast.Attribute) -> Path_:
+    def path_value(self, path: str, at: ast.Attribute) -> DottedName:
         entry = self.w.table.get(path) if self.w.table is not None else None
         if entry is None or "r" in entry[0] or "v" not in entry[0]:
             self.w.doubt(f"the name {path}")
-        return Path_(path)
+        return DottedName(path)
 
-    def name_value(self, name: str, at: ast.Name) -> Path_:
+    def name_value(self, name: str, at: ast.Name) -> DottedName:
         entry = self.w.table.get(name) if self.w.table is not None else None
         if entry is None or "r" in entry[0] or "m" in entry[0] or "v" not in entry[0]:  # bare names never reach the hook
             self.w.doubt(f"the name {name}")
-        return Path_(name)
+        return DottedName(name)
 
     def literal_call(self, func: str, args: list[Any], kwargs: dict[str, Any], at: ast.Call) -> Any:
         if func == "slice":
@@ -508,7 +508,7 @@ def _canon(value: Any) -> Any:
         return repr(value)
     if isinstance(value, Device):
         return f"device:{value}"
-    if isinstance(value, Path_):
+    if isinstance(value, DottedName):
         return f"@{value.path}"
     if value is None or isinstance(value, (bool, int, str)):
         return value
@@ -601,7 +601,7 @@ def _masked(value: Any, literals: list[Any]) -> Any:
         return ["slice", _masked(value.start, literals), _masked(value.stop, literals), _masked(value.step, literals)]
     if isinstance(value, (float, complex)):
         return repr(value)
-    return value.path if isinstance(value, Path_) else type(value).__name__
+    return value.path if isinstance(value, DottedName) else type(value).__name__
 
 
 def cuda_indices(graph: ScannedGraph) -> set[int]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from graphdbg.errors import GraphdbgError
-from graphdbg.store.gate import open_stream
+from graphdbg.store.safe_files import open_stream
 
 
 def looks_like_printed_graph(path: Path) -> bool:

@@ -40,7 +40,7 @@ from graphdbg.errors import GraphdbgError, GraphSourceError
 from graphdbg.formats import manifest_for, register
 from graphdbg.graph.parser import PrintedGraph, dotted_or, parse_module_class, resolve_target
 from graphdbg.rebuild.inputs import contiguous_strides
-from graphdbg.store.gate import inflate_member, inside, read_regular
+from graphdbg.store.safe_files import inflate_member, inside, read_regular
 from graphdbg.store.specs import TensorSpec, dtype_name, eval_dim
 
 __all__ = ["MinifierStore", "detect_format", "load_torch_repro", "read_storage_bytes"]
@@ -240,7 +240,7 @@ def read_storage_bytes(path: str | Path, nbytes: int | None = None) -> bytes:
                 # checked before decompressing: a zip bomb never gets to inflate
                 raise GraphdbgError(f"{path}: the storage holds {declared} bytes, load_args says {nbytes}")
         # bounded by the declared size and an absolute cap: a member that inflates past what it
-        # declares stops there (store.gate.inflate_member)
+        # declares stops there (store.safe_files.inflate_member)
         return inflate_member(path, entries[0], declared=declared)
     except zipfile.BadZipFile:
         raise GraphdbgError(f"{path}: not a torch.save zip archive (truncated?)") from None

@@ -256,7 +256,7 @@ def judge_outputs(expected: Any, actual: Any, *, ref64: Any = None, tol: Toleran
     r64_leaves = pytree.tree_leaves(ref64)
     if len(r64_leaves) != len(exp_leaves):
         return bad
-    return forgive(bad, expected, actual, dict(enumerate(r64_leaves)), tol=tol, multiplier=multiplier)
+    return mismatches_beyond_float64(bad, expected, actual, dict(enumerate(r64_leaves)), tol=tol, multiplier=multiplier)
 
 
 def needs_float64(bad: list[OutputMismatch], expected: Any) -> list[int]:
@@ -266,8 +266,8 @@ def needs_float64(bad: list[OutputMismatch], expected: Any) -> list[int]:
             and leaves[m.index].is_floating_point()]
 
 
-def forgive(bad: list[OutputMismatch], expected: Any, actual: Any, ref64: dict[int, Any], *, tol: Tolerance = BY_DTYPE,
-            multiplier: float = 2.0) -> list[OutputMismatch]:
+def mismatches_beyond_float64(bad: list[OutputMismatch], expected: Any, actual: Any, ref64: dict[int, Any], *,
+                              tol: Tolerance = BY_DTYPE, multiplier: float = 2.0) -> list[OutputMismatch]:
     """The mismatches of ``bad`` that the float64 values ``ref64`` (by output index) don't forgive."""
     exp_leaves = pytree.tree_leaves(expected)
     act_leaves = pytree.tree_leaves(actual)

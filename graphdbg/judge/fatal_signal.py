@@ -35,7 +35,7 @@ def resolve_crash(folder: Path, manifest: dict[str, Any], fault_text: str = "") 
     a message and the stack. A dump whose process died with no report (SIGKILL, ``os._exit``)
     says so; a parent that saw the exit status may have written ``signal`` already.
 
-    ``fault_text`` is ``fault.txt`` as the caller read it through the gate (``store.gate``): this
+    ``fault_text`` is ``fault.txt`` as the caller read it through the gate (``store.safe_files``): this
     layer opens no file a dump names."""
     failure = manifest.get("failure") or {}
     if failure.get("kind") != "crash" or failure.get("signature"):

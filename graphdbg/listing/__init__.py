@@ -87,7 +87,7 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
 
 def ls_output(path: str | Path, log: str | Path | None = None, *, failed: bool = False, kind: str | None = None,
               cache: bool = True, progress: Progress | None = None) -> dict[str, Any]:
-    """What ``graphdbg ls --json`` prints, before it is written (``strict_json.text_of``)."""
+    """What ``graphdbg ls --json`` prints, before it is written (``strict_json.encode_jsonable``)."""
     listing = list_dumps(path, log=log, progress=progress, cache=cache, slim=True).select(failed, kind)
     return output_ready(listing.to_json(), "ls")  # type: ignore[return-value]
 

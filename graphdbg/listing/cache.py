@@ -26,7 +26,7 @@ from typing import Any, Iterable
 
 from graphdbg._version import __version__
 from graphdbg.formats.names_table import torch_version
-from graphdbg.store.checked import CACHE_ENV, cache_dir, files_stamp  # noqa: F401 - CACHE_ENV: the name tests and docs use here
+from graphdbg.store.cache_folder import CACHE_ENV, cache_dir, files_stamp  # noqa: F401 - CACHE_ENV: the name tests and docs use here
 
 RACY_NS = 2_000_000_000  # files modified this recently are not kept (git's "racy" rule)
 _SCHEMA = "create table if not exists files_v1 (path text, size integer, mtime integer, stamp text, manifest text, error text, primary key (path))"

@@ -27,8 +27,8 @@ from graphdbg.minify.shrinker import as_case
 from graphdbg.rebuild.inputs import clone_values
 from graphdbg.replay.backward import TANGENT_SEED, as_graph_backend, differentiable_inputs, grad_leaves, is_backward_dump
 from graphdbg.replay.options import ReplayOptions
-from graphdbg.store.gate import backward_dump_folder
 from graphdbg.store.manifest import ReplayFacts
+from graphdbg.store.safe_files import backward_dump_folder
 
 
 def bisect_training_nodes(case_or_dump: Any, backend: Any = "eager", passes: Any = None,

@@ -35,7 +35,7 @@ from graphdbg.errors import GraphdbgError
 from graphdbg.formats import load as load_dump
 from graphdbg.graph.hashing import target_name
 from graphdbg.judge.accuracy import Tolerance, judge_outputs
-from graphdbg.minify.candidates import Candidate, Origin
+from graphdbg.minify.candidates import Candidate, OriginalGraph
 from graphdbg.minify.shrinker import as_case
 from graphdbg.rebuild.inputs import clone_values
 from graphdbg.replay.backend_setup import backend_callable, inductor_patch
@@ -46,8 +46,8 @@ from graphdbg.replay.passes import PassSpec, apply_passes, inductor_post_grad_pa
 from graphdbg.replay.run import replay_case
 from graphdbg.replay.values import ValueRecorder
 from graphdbg.replay.world import printed_worlds
-from graphdbg.store.gate import inside
 from graphdbg.store.manifest import INPUTS, ReplayFacts, find_dumps
+from graphdbg.store.safe_files import inside
 from graphdbg.store.tensor_file import read_tensors
 
 
@@ -213,13 +213,13 @@ def _bisect_opaque(case: Case, backend: Any, gm: fx.GraphModule, ref: ValueRecor
     patch = inductor_post_grad_patch(list(inductor_passes), []) if inductor_passes else {}
 
     pass_case = Case(gm=gm, inputs=case.inputs, device=case.device, stand_ins=case.stand_ins, dump=case.dump, modified=True)
-    origin = Origin.of(pass_case)
-    names = [n for n in origin.compute if isinstance(origin.values.get(n), torch.Tensor) and n in ref.values]
+    original = OriginalGraph.of(pass_case)
+    names = [n for n in original.compute if isinstance(original.values.get(n), torch.Tensor) and n in ref.values]
     backend_fn = backend_callable(resolve_backend(backend)[1])
     errors: dict[int, list[Any]] = {}
 
     def bad(i: int) -> bool:
-        sub = origin.build(Candidate(keep=frozenset(origin.compute[: origin.compute.index(names[i]) + 1]), outputs=(names[i],)))
+        sub = original.build(Candidate(keep=frozenset(original.compute[: original.compute.index(names[i]) + 1]), outputs=(names[i],)))
         if sub is None:
             return False
         try:

@@ -1,4 +1,4 @@
-"""A candidate is a subset of the original graph; ``Origin.build`` turns one into a runnable Case.
+"""A candidate is a subset of the original graph; ``OriginalGraph.build`` turns one into a runnable Case.
 
 Every candidate the shrinker tries is described relative to the graph it started from: which
 compute nodes it keeps, which of them it returns, which scalar inputs it inlines and how it
@@ -6,9 +6,9 @@ narrows its tensor inputs. A kept node whose argument was dropped reads that arg
 value (recorded once by ``ValueRecorder``) as a new graph input, so cutting the graph anywhere
 gives a graph that computes exactly what the original computed there.
 
-    >>> origin = Origin.of(case)
+    >>> original = OriginalGraph.of(case)
     >>> cand = Candidate(keep=frozenset({"gelu"}))
-    >>> small = origin.build(cand)          # placeholder up_1 -> gelu -> output
+    >>> small = original.build(cand)          # placeholder up_1 -> gelu -> output
     >>> [n.op for n in small.gm.graph.nodes]
     ['placeholder', 'call_function', 'output']
 """
@@ -43,7 +43,7 @@ class Candidate:
 
 
 @dataclass
-class Origin:
+class OriginalGraph:
     """The graph minification started from, with every node's value on its inputs."""
 
     case: Case
@@ -54,7 +54,7 @@ class Origin:
     size_symbols: dict[str, str] = field(default_factory=dict)  # size symbol (s77) -> the placeholder holding it
 
     @classmethod
-    def of(cls, case: Case) -> Origin:
+    def of(cls, case: Case) -> OriginalGraph:
         grad = bool(case.dump.manifest.get("grad_enabled", False)) if case.dump is not None else False
         values = record_values(case.gm, list(case.inputs), grad=grad)
         nodes = list(case.gm.graph.nodes)

@@ -23,7 +23,7 @@ from graphdbg.backends.resolve import backend_label, backend_spec, dump_backend,
 from graphdbg.dump import Dump
 from graphdbg.errors import GraphdbgError
 from graphdbg.formats import load as load_dump
-from graphdbg.store.gate import Folder, write_file
+from graphdbg.store.safe_files import Folder, write_file
 from graphdbg.store.write import copy_dump
 
 

@@ -36,7 +36,7 @@ from graphdbg.rebuild.kernel_source import kernels_as_captured, kernels_module, 
 from graphdbg.replay.as_captured import python_lines as as_captured_lines
 from graphdbg.replay.backward import differentiable_inputs, fails_in_backward, is_backward_dump, recorded_tangents
 from graphdbg.replay.outcome import Outcome
-from graphdbg.store.gate import write_file
+from graphdbg.store.safe_files import write_file
 from graphdbg.store.specs import SymSpec, TensorSpec
 
 INPUTS_FILE = "repro_inputs.pt"

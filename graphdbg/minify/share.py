@@ -32,12 +32,12 @@ from typing import Any, Callable, Iterator
 from graphdbg.backends.resolve import dump_backend
 from graphdbg.errors import GraphdbgError
 from graphdbg.formats import load as load_dump
+from graphdbg.replay.entry import replay_dump
 from graphdbg.replay.options import ReplayOptions
-from graphdbg.replay.start import replay_dump
 from graphdbg.store.describe import tensor_stats
-from graphdbg.store.gate import Folder
 from graphdbg.store.manifest import INPUTS, find_dumps, read_manifest, write_manifest
 from graphdbg.store.redact import redact_folder
+from graphdbg.store.safe_files import Folder
 from graphdbg.store.tensor_file import read_tensors, write_tensors
 from graphdbg.store.write import copy_dump
 

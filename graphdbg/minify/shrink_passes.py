@@ -106,10 +106,10 @@ def focus_failing_node(s: Shrinker) -> None:
 
     if target is None:
         return
-    if target.node is not None and target.node in s.origin.by_name:
+    if target.node is not None and target.node in s.original.by_name:
         names = [target.node]
     elif target.node_target:
-        names = [n.name for n in s.origin.nodes if n.op != "placeholder" and target_name(n) == target.node_target][:3]
+        names = [n.name for n in s.original.nodes if n.op != "placeholder" and target_name(n) == target.node_target][:3]
     else:
         return
     s.test_many([s.best.with_(keep=frozenset({n}), outputs=None) for n in names], stop_at_first=True)
@@ -206,18 +206,18 @@ def drop_outputs(s: Shrinker) -> None:
 
 def inline_scalars(s: Shrinker) -> None:
     """Write scalar inputs (ints, floats, bools) into the graph as literals."""
-    scalars = [n for n in s.inputs() if isinstance(s.origin.values.get(n), (bool, int, float)) and n not in s.best.inline]
+    scalars = [n for n in s.inputs() if isinstance(s.original.values.get(n), (bool, int, float)) and n not in s.best.inline]
     if scalars:
         s.test(s.best.with_(inline=s.best.inline | frozenset(scalars)))
 
 
 def shrink_inputs(s: Shrinker) -> None:
     """Cut every tensor input down (to one element per dimension, else once to half) where the failure allows."""
-    names = [n for n in s.inputs() if isinstance(s.origin.values.get(n), torch.Tensor) and s.origin.values[n].dim() > 0]
+    names = [n for n in s.inputs() if isinstance(s.original.values.get(n), torch.Tensor) and s.original.values[n].dim() > 0]
     if not names:
         return
     current = dict(s.best.narrow)
-    shapes = {n: tuple(current.get(n, tuple(s.origin.values[n].shape))) for n in names}
+    shapes = {n: tuple(current.get(n, tuple(s.original.values[n].shape))) for n in names}
     ones = {n: tuple(1 if d > 0 else 0 for d in shape) for n, shape in shapes.items()}
     if ones != shapes and s.test(s.best.with_(narrow=tuple(sorted({**current, **ones}.items())))):
         return

@@ -32,15 +32,15 @@ from graphdbg.display import Displayed
 from graphdbg.dump import Dump
 from graphdbg.errors import GraphdbgError
 from graphdbg.formats import load as load_dump
-from graphdbg.minify.candidates import Candidate, Origin, has_symbolic_sizes
+from graphdbg.minify.candidates import Candidate, OriginalGraph, has_symbolic_sizes
 from graphdbg.minify.oracle import Oracle, case_key
 from graphdbg.minify.repro import write_repro
 from graphdbg.minify.shrink_passes import ShrinkPass, Step, default_passes
 from graphdbg.replay.options import ReplayOptions, replay_options
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.run import replay_case
-from graphdbg.store.gate import Folder, read_inside, write_file
 from graphdbg.store.manifest import GRAPH, MAX_GRAPH_BYTES, ReplayFacts, read_manifest, write_manifest
+from graphdbg.store.safe_files import Folder, read_inside, write_file
 from graphdbg.store.specs import SymSpec
 
 # Budget defaults: on a 2-core machine a candidate costs 0.1 s (eager) to 10 s (Inductor's C++),
@@ -119,11 +119,11 @@ class Shrinker:
     """Holds the best candidate so far; passes ask it to test candidates with its predicate
     (an Oracle, or any object with ``test_many`` and ``queries``, such as ``Predicate``)."""
 
-    def __init__(self, origin: Origin, oracle: Any, *, on_improve: Callable[[Shrinker], None] | None = None,
+    def __init__(self, original: OriginalGraph, oracle: Any, *, on_improve: Callable[[Shrinker], None] | None = None,
                  log: Callable[[str], None] | None = None, budget: Budget | None = None):
-        self.origin, self.oracle = origin, oracle
-        self.best = origin.initial()
-        case = origin.build(self.best)
+        self.original, self.oracle = original, oracle
+        self.best = original.initial()
+        case = original.build(self.best)
         if case is None:
             raise GraphdbgError("the graph returns nothing a test can check")
         self.best_case = case
@@ -141,15 +141,15 @@ class Shrinker:
 
     # What passes read ------------------------------------------------------------------
     def live(self) -> list[str]:
-        resolved = self.origin.resolve(self.best)
+        resolved = self.original.resolve(self.best)
         return resolved[1] if resolved else []
 
     def inputs(self) -> list[str]:
-        resolved = self.origin.resolve(self.best)
+        resolved = self.original.resolve(self.best)
         return resolved[0] if resolved else []
 
     def outputs(self) -> list[str]:
-        resolved = self.origin.resolve(self.best)
+        resolved = self.original.resolve(self.best)
         return resolved[2] if resolved else []
 
     # What passes ask ------------------------------------------------------------------
@@ -157,7 +157,7 @@ class Shrinker:
         return bool(self.test_many([cand])[0])
 
     def test_many(self, cands: list[Candidate], *, stop_at_first: bool = False) -> list[bool | None]:
-        built = [(c, self.origin.build(c)) for c in cands]
+        built = [(c, self.original.build(c)) for c in cands]
         runnable = [(i, c, case) for i, (c, case) in enumerate(built) if case is not None]
         answers: list[bool | None] = [False if case is None else None for _, case in built]
         cases = [case for _, _, case in runnable]
@@ -385,7 +385,7 @@ def shrink(case: Case, predicate: Any, *, passes: list[Any] | None = None, budge
     """
     if not hasattr(predicate, "test_many"):
         predicate = Predicate(predicate)
-    shrinker = Shrinker(Origin.of(case), predicate, on_improve=on_improve, log=log, budget=budget)
+    shrinker = Shrinker(OriginalGraph.of(case), predicate, on_improve=on_improve, log=log, budget=budget)
     shrinker.run(passes if passes is not None else default_passes())
     return shrinker
 
@@ -513,7 +513,7 @@ class Minifier:
 
     def result(self, interrupted: bool = False) -> MinifyResult:
         t, s = self.target, self.shrinker
-        best = s.best_case if s else self.origin.build(self.origin.initial())
+        best = s.best_case if s else self.original.build(self.original.initial())
         return MinifyResult(case=best, outcome=self.oracle.outcomes.get(case_key(best), t.outcome), backend=t.backend,
                             passes=self.opts.passes, accuracy=bool(self.accuracy), direct=bool(t.direct),
                             start_nodes=len(t.case.gm.graph.nodes), final_nodes=len(best.gm.graph.nodes),
@@ -534,9 +534,9 @@ class Minifier:
         nothing smaller failed and the original does not fail directly (``self.retry`` is the
         target to try again with)."""
         self.retry: Target | None = None
-        self.origin = Origin.of(self.target.case)
+        self.original = OriginalGraph.of(self.target.case)
         try:
-            self.shrinker = Shrinker(self.origin, self.oracle, on_improve=self.on_improve, log=self.say,
+            self.shrinker = Shrinker(self.original, self.oracle, on_improve=self.on_improve, log=self.say,
                                      budget=self.budget)
             self.shrinker.run(default_passes())
             if self.target.lazy and not self.shrinker.steps and not self.shrinker.stopped:

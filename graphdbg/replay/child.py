@@ -38,8 +38,8 @@ def main(request_path: str, outcome_path: str) -> int:
     try:
         from graphdbg.formats import load as load_dump  # inside the try: a failed import is reported as the child's outcome
         from graphdbg.formats.dump_folder import checked_dump  # inside the try, as the line above
+        from graphdbg.replay.entry import check_dump_fits  # inside the try: a failed import is reported as the child's outcome
         from graphdbg.replay.run import run_case  # inside the try: a failed import is reported as the child's outcome
-        from graphdbg.replay.start import check_dump_fits  # inside the try: a failed import is reported as the child's outcome
 
         if "manifest" in request:  # a dump folder whose manifest the parent read and checked
             dump = checked_dump(Path(request["dump"]), request["manifest"])

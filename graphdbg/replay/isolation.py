@@ -38,7 +38,7 @@ from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.replay.options import DEFAULT_TIMEOUT, ReplayOptions
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.sandbox import SANDBOX_NOTE, child_env, child_path, python_command
-from graphdbg.store.gate import read_child_file, read_json
+from graphdbg.store.safe_files import read_child_file, read_json
 
 if TYPE_CHECKING:
     from graphdbg.case import Case

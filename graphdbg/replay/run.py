@@ -38,7 +38,7 @@ from graphdbg.backends.compiler_config import Settings, replay_settings
 from graphdbg.errors import GraphdbgError
 from graphdbg.graph.allow_list import check_graph_module
 from graphdbg.graph.hashing import target_name
-from graphdbg.judge.accuracy import BY_DTYPE, Tolerance, compare_outputs, forgive, needs_float64
+from graphdbg.judge.accuracy import BY_DTYPE, Tolerance, compare_outputs, mismatches_beyond_float64, needs_float64
 from graphdbg.judge.failing_node import code_file, failing_node, node_on_line
 from graphdbg.judge.randomness import random_outputs, rng_state, same_draws, same_generators, set_rng_state
 from graphdbg.judge.signature import exception_text, signature
@@ -352,7 +352,7 @@ def judge(outcome: Outcome, case: Case, ref: Any, result: Any, tol: Tolerance = 
         with same_draws(draws[0] if draws is not None else None):
             ref64, outcome.reference, outcome.reference_error = _float64_outputs(case, suspects)
         if ref64 is not None:
-            bad = forgive(bad, ref, result, ref64, tol=tol)
+            bad = mismatches_beyond_float64(bad, ref, result, ref64, tol=tol)
             del ref64
     if not bad:
         return

@@ -46,7 +46,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable
 
-from graphdbg.store.checked import cache_dir
+from graphdbg.store.cache_folder import cache_dir
 
 ENV = "GRAPHDBG_SANDBOX"
 

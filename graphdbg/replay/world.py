@@ -47,8 +47,8 @@ from graphdbg.replay.isolation import child_outcome
 from graphdbg.replay.options import ReplayOptions
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.sandbox import child_path, python_command
-from graphdbg.store.gate import read_child_file
 from graphdbg.store.manifest import find_dumps
+from graphdbg.store.safe_files import read_child_file
 from graphdbg.store.specs import TensorSpec
 
 DEFAULT_MASTER_PORT = 29500  # torchrun's own default

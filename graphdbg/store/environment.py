@@ -23,7 +23,7 @@ import torch
 
 from graphdbg._version import __version__
 from graphdbg.errors import GraphdbgError
-from graphdbg.store.gate import read_regular
+from graphdbg.store.safe_files import read_regular
 
 
 def package_version(name: str) -> str | None:

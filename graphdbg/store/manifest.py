@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from graphdbg.errors import DumpError
-from graphdbg.store.checked import remember, remembered
-from graphdbg.store.gate import read_inside, write_file
+from graphdbg.store.manifest_cache import remember, remembered
+from graphdbg.store.safe_files import read_inside, write_file
 
 SCHEMA = "graphdbg.dump"
 SCHEMA_VERSION = 1
@@ -37,7 +37,7 @@ def read_manifest(folder: Path) -> dict[str, Any]:
 
     The file is untrusted: its size and nesting are bounded before it is parsed, and every
     field graphdbg reads is type- and range-checked; a violation is a DumpError naming it.
-    Bytes that passed before come back from ``store/checked`` without pydantic.
+    Bytes that passed before come back from ``store/manifest_cache`` without pydantic.
     """
     path = folder / MANIFEST
     if not folder.is_dir():

@@ -29,8 +29,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from graphdbg.errors import DumpError, GraphdbgError
-from graphdbg.store.gate import MAX_COPY_BYTES, Folder, check_name, files_under, inside, read_inside
 from graphdbg.store.manifest import GRAPH, INPUTS, MANIFEST, MAX_GRAPH_BYTES, find_dumps, read_manifest, write_manifest
+from graphdbg.store.safe_files import MAX_COPY_BYTES, Folder, check_name, files_under, inside, read_inside
 
 # env keys that say which software and device made the dump, and nothing about who or where
 KEPT_ENV = ("graphdbg", "torch", "triton", "python", "platform", "cuda", "driver", "device_name", "cuda_devices", "device",

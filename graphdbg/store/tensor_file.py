@@ -21,7 +21,7 @@ import torch
 from safetensors import safe_open
 
 from graphdbg.errors import DumpError
-from graphdbg.store.gate import Folder
+from graphdbg.store.safe_files import Folder
 from graphdbg.store.tensor_header import ITEMSIZE, MAX_HEADER_BYTES, MAX_TENSOR_ENTRIES, check_tensor_file, one_line
 
 __all__ = ["MAX_HEADER_BYTES", "MAX_TENSOR_ENTRIES", "SAFETENSORS_DTYPES", "check_tensor_file", "read_tensors",

@@ -16,7 +16,7 @@ import struct
 from pathlib import Path
 
 from graphdbg.errors import DumpError
-from graphdbg.store.gate import open_stream
+from graphdbg.store.safe_files import open_stream
 
 MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
 MAX_TENSOR_ENTRIES = 200_000  # tensors in one file: a dump stores one per input and attribute

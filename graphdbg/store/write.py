@@ -22,7 +22,6 @@ from graphdbg.judge.fatal_signal import FAULT_FILE
 from graphdbg.judge.signature import format_exception, signature
 from graphdbg.store.describe import describe_value, tensor_stats
 from graphdbg.store.environment import distributed_info, environment
-from graphdbg.store.gate import MAX_COPY_BYTES, Folder, read_inside, write_file
 from graphdbg.store.manifest import (
     GRAPH,
     INPUTS,
@@ -34,6 +33,7 @@ from graphdbg.store.manifest import (
     write_manifest,
 )
 from graphdbg.store.redact import redact_folder
+from graphdbg.store.safe_files import MAX_COPY_BYTES, Folder, read_inside, write_file
 from graphdbg.store.specs import TensorSpec
 from graphdbg.store.tensor_file import storable, write_tensors
 

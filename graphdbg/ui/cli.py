@@ -360,7 +360,7 @@ def replay(
 ) -> None:
     """Replay a dump under a backend; exit 0 on pass, 1 on the captured failure, 4 on another failure, 2 if it can't run."""
     _must_exist(dump)
-    from graphdbg.replay.start import replay_dump
+    from graphdbg.replay.entry import replay_dump
 
     _inputs_setup(ops, seed)
     opts = ReplayOptions(passes=passes, device=device, isolate=isolate, timeout=timeout, direct=direct, accuracy=accuracy,
@@ -446,7 +446,7 @@ def compare(
     import pandas as pd
 
     from graphdbg.backends.recipe import backend_label
-    from graphdbg.replay.start import compare_backends, compared_backends
+    from graphdbg.replay.entry import compare_backends, compared_backends
     from graphdbg.ui.render import compare_table
 
     _inputs_setup(ops, seed)
@@ -762,7 +762,7 @@ def _default_output(path: Path) -> Path:
     ``graphs``), after checking that no part of it is a symbolic link: one planted there (a
     shared folder, an unpacked bug report) is refused, never written through. ``-o`` names one
     the user chose, which may be a link."""
-    from graphdbg.store.gate import refuse_link
+    from graphdbg.store.safe_files import refuse_link
 
     here = Path()
     for part in path.parts:

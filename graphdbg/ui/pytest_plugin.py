@@ -258,7 +258,7 @@ def expectation(dump_path: Path, manifest: dict[str, Any] | None) -> dict[str, A
         side = dump_path / "expect" if dump_path.is_dir() else dump_path.with_suffix(".expect")
         if side.is_file() and not side.is_symlink():
             # lazy: this plugin loads in every pytest run
-            from graphdbg.store.gate import read_inside
+            from graphdbg.store.safe_files import read_inside
 
             # read as a file of the folder (a link, a FIFO swapped in after the check: refused)
             data = bytes(read_inside(side.parent, side.name, max_bytes=1 << 16))
@@ -329,7 +329,7 @@ class DumpItem(pytest.Item):
         from graphdbg.errors import GraphdbgError
 
         # lazy: this plugin loads in every pytest run; graphdbg's heavy modules only once a dump is collected
-        from graphdbg.replay.start import replay_dump
+        from graphdbg.replay.entry import replay_dump
 
         if self.problem is not None:
             raise FailsDifferently(f"graphdbg could not read this dump: {self.problem}")

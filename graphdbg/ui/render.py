@@ -20,6 +20,7 @@ from graphdbg.backends.recipe import shown_backend
 from graphdbg.dump import is_failure  # not graphdbg.listing: its cache and readers are ls's alone
 from graphdbg.judge.difference import describe_difference
 from graphdbg.judge.environment import suspects
+from graphdbg.store.display_facts import DisplayFacts
 from graphdbg.tables import failing_node_names
 
 if TYPE_CHECKING:
@@ -345,23 +346,21 @@ def _as_tree(groups: list[dict[str, Any]]) -> list[tuple[dict[str, Any], int]]:
 def nested_panel(dump: Dump) -> Panel | None:
     """Where a piece dump comes from, the pieces of a graph, the backend's origin, and the
     compiler settings the replay restores."""
-    m = dump.manifest
+    facts = DisplayFacts.of(dump.manifest)
     text = Text()
-    parent = m.get("parent")
+    parent = facts.parent
     if parent:
-        text.append(f"piece {parent.get('piece')} (position {parent.get('position')}, compile #{parent.get('call')}) "
-                    f"of {parent.get('dir') or 'graph g' + str(parent.get('seq'))}, split by {parent.get('backend')}\n")
-    for c in m.get("children") or []:
-        text.append(f"piece {c.get('piece')} failed in {c.get('backend')}: {c.get('signature') or c.get('kind')} -> {c.get('dir')}\n",
-                    style="yellow")
-    source = m.get("backend_source") or {}
-    if source.get("script"):
-        text.append(f"backend {m.get('backend')} defined in {source['script']} (replay loads it from there with --trust-backend)\n")
-    config = m.get("config") or {}
-    for key, value in sorted((config.get("values") or {}).items()):
+        text.append(f"piece {parent.piece} (position {parent.position}, compile #{parent.call}) "
+                    f"of {parent.dir or 'graph g' + str(parent.seq)}, split by {parent.backend}\n")
+    for c in facts.children:
+        text.append(f"piece {c.piece} failed in {c.backend}: {c.signature or c.kind} -> {c.dir}\n", style="yellow")
+    if facts.backend_script:
+        text.append(f"backend {facts.backend} defined in {facts.backend_script} (replay loads it from there with --trust-backend)\n")
+    for key, value in sorted(facts.settings.items()):
         text.append(f"setting {key} = {value!r}\n", style="cyan")
-    if config.get("skipped"):
-        text.append("not recorded: " + ", ".join(f"{k} ({why})" for k, why in sorted(config["skipped"].items())) + "\n", style="dim")
+    if facts.settings_skipped:
+        text.append("not recorded: " + ", ".join(f"{k} ({why})" for k, why in sorted(facts.settings_skipped.items())) + "\n",
+                    style="dim")
     if not text.plain:
         return None
     return Panel(text, title="pieces, backend and compiler settings", expand=False)
@@ -404,11 +403,9 @@ def _shown_backend(dump: Dump) -> str:
 
 def dump_panel(dump: Dump) -> Panel:
     lines = Text()
-    failure = dump.manifest.get("failure") or {}
-    log = failure.get("log") if failure.get("source") == "log" else None
-    env = dump.manifest.get("env") or {}
-    captured = bool(env.get("torch"))  # a graphdbg capture records its environment; another tool's file doesn't
-    backend = (failure.get("backend") if log else None) or (_shown_backend(dump) if captured else None)
+    facts = DisplayFacts.of(dump.manifest)
+    log, captured = facts.log, facts.captured
+    backend = (facts.failure_backend if log else None) or (_shown_backend(dump) if captured else None)
     if dump.failure_kind == "printed_graph" and not log:
         lines.append("printed graph, no failure recorded", style="bold")
     else:
@@ -417,13 +414,13 @@ def dump_panel(dump: Dump) -> Panel:
     lines.append(f", rank {dump.rank} of {dump.world_size}\n")
     if dump.signature:
         lines.append(f"{dump.signature}\n", style="bold")
-    if int(failure.get("seen") or 1) > 1:  # the same failure captured again (capture/seen.py)
-        lines.append(f"captured {failure['seen']} times, last at {failure.get('last_seen')}\n")
+    if facts.seen > 1:  # the same failure captured again (capture/seen.py)
+        lines.append(f"captured {facts.seen} times, last at {facts.last_seen}\n")
     if log:
-        lines.append(f"from the run's log {log['path']}:{log['line']} ({log['occurrences']} traceback{'s' if log['occurrences'] != 1 else ''}); {log['how']}\n", style="yellow")
-        if log.get("rank_how"):
-            lines.append(f"ranks {rank_ranges(log['ranks'] or [])}: {log['rank_how']}\n", style="yellow")
-    where = (f"torch {env.get('torch')}, python {env.get('python')}, {env.get('device_name')}; " if captured
+        lines.append(f"from the run's log {log.path}:{log.line} ({log.occurrences} traceback{'s' if log.occurrences != 1 else ''}); {log.how}\n", style="yellow")
+        if log.rank_how:
+            lines.append(f"ranks {rank_ranges(log.ranks)}: {log.rank_how}\n", style="yellow")
+    where = (f"torch {facts.torch}, python {facts.python}, {facts.device_name}; " if captured
              else "environment not recorded (not a graphdbg capture); ")
     lines.append(f"{where}{dump.node_count} nodes, graph {dump.graph_hash[:12]}", style="dim")
     return Panel(lines, title=Text(str(dump.id), style="bold"), expand=False)
@@ -446,7 +443,7 @@ def graph_tree(dump: Dump) -> Tree:
     """The graph grouped under the user source line each node came from."""
     from graphdbg.graph.hashing import target_name  # this module loads without torch (fast CLI start); this brings torch in
 
-    info = dump.manifest["graph"].get("node_info", {})
+    modules = DisplayFacts.of(dump.manifest).node_modules
     failing = failing_node_names(dump)
     tree = Tree(Text(f"graph: {dump.node_count} nodes", style="bold"))
     branch = tree.add(Text("inputs", style="cyan"))
@@ -454,7 +451,7 @@ def graph_tree(dump: Dump) -> Tree:
     for node in dump.printed.graph.nodes:
         spec = node.meta.get("graphdbg_spec")
         ann = spec.annotation() if spec is not None else ""
-        module = info.get(node.name, {}).get("module")
+        module = modules.get(node.name)
         if node.op == "placeholder":
             line = Text(node.name)
             line.append(f"  {ann}", style="green")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,8 @@ from graphdbg._version import __version__
 from graphdbg.backends.recipe import backend_label, shown_backend
 from graphdbg.errors import GraphdbgError
 from graphdbg.judge.failing_node import node_of_traceback
-from graphdbg.store.gate import MAX_TEXT_BYTES, files_under, read_inside, read_json, write_file
+from graphdbg.store.display_facts import DisplayFacts, MinifyRecord, MinifyStep
+from graphdbg.store.safe_files import MAX_TEXT_BYTES, files_under, read_inside, read_json, write_file
 from graphdbg.tables import failing_node_names
 from graphdbg.ui.render import cell_text, escape_text, rank_ranges, stand_ins_text
 
@@ -120,8 +122,7 @@ def _traceback_node(dump: Any) -> str | None:
 
 
 def _replay_command(path: str, dump: Any) -> str:
-    backend = str(dump.manifest.get("backend") or "")
-    trust = " --trust-backend" if ":" in backend or dump.manifest.get("backend_recipe") else ""
+    trust = " --trust-backend" if DisplayFacts.of(dump.manifest).needs_trust else ""
     return f"graphdbg replay {path}{trust}"
 
 
@@ -150,10 +151,10 @@ def _answer_section(groups: list[dict[str, Any]], listing: Any, found: list[tupl
                      + (f", max abs error {_num(n['max_abs_error'])}" if n.get("max_abs_error") is not None else "") + "</p>")
     if not failing and not _found_nodes(found):
         parts.append("<p class=muted>the dump does not say which node failed; the replay's Outcome names it</p>")
-    minified = dump.manifest.get("minified")
+    minified = DisplayFacts.of(dump.manifest).minified
     if minified:
-        parts.append(f"<p>minified: {_num(minified.get('start_nodes'))} &rarr; {_num(dump.node_count)} nodes in "
-                     f"{_num(minified.get('oracle_queries'))} queries</p>")
+        parts.append(f"<p>minified: {_num(minified.start_nodes)} &rarr; {_num(dump.node_count)} nodes in "
+                     f"{_num(minified.oracle_queries)} queries</p>")
     parts.extend(f"<p>{b}</p>" for b in _bisect_lines(found))
     parts.append(f"<p>replay it:</p><pre class=tb>{_e(_replay_command(g['paths'][0], dump))}</pre>")
     return "<div class=answer>" + "".join(parts) + "</div>"
@@ -250,7 +251,7 @@ def _group_section(i: int, g: dict[str, Any], listing: Any, found: list[tuple[Pa
         failing = named & set(_node_names(dump))
     parts.append(_nodes_section(dump, failing))
     parts.append(_source_section(dump, failing))
-    minified = dump.manifest.get("minified")
+    minified = DisplayFacts.of(dump.manifest).minified
     if minified:
         parts.append(_minify_section(minified, dump))
     return "\n".join(parts)
@@ -310,13 +311,13 @@ def _source_section(dump: Any, failing: set[str]) -> str:
     return "<h3>graph source</h3><pre class=source>" + "".join(spans) + "</pre>" + cut
 
 
-def steps_svg(steps: list[dict[str, Any]], start_nodes: int, width: int = 420, height: int = 180) -> str:
+def steps_svg(steps: Sequence[MinifyStep], start_nodes: int, width: int = 420, height: int = 180) -> str:
     """Nodes (y) against oracle queries (x) after each winning minify step, as inline SVG."""
     points = [(0, start_nodes)]
     queries = 0
     for s in steps:
-        queries += int(s.get("queries") or 0)
-        points.append((queries, int(s.get("nodes_after") or 0)))
+        queries += int(s.queries or 0)
+        points.append((queries, int(s.nodes_after or 0)))
     max_q = max(q for q, _ in points) or 1
     max_n = max(n for _, n in points) or 1
     left, bottom, top, right = 44, 28, 10, 12
@@ -339,14 +340,14 @@ def steps_svg(steps: list[dict[str, Any]], start_nodes: int, width: int = 420, h
             f"<polyline fill='none' stroke='#0366d6' stroke-width='2' points='{line}'/>{dots}</svg>")
 
 
-def _minify_section(minified: dict[str, Any], dump: Any) -> str:
-    steps = minified.get("steps") or []
-    start = minified.get("start_nodes") or (steps[0]["nodes_before"] if steps else dump.node_count)
-    rows = "".join(f"<tr><td>{_e(s.get('pass_name'))}</td><td>{_e(s.get('nodes_before'))} &rarr; {_e(s.get('nodes_after'))}</td>"
-                   f"<td>{_e(s.get('queries'))}</td><td>{float(s.get('seconds') or 0):.1f}s</td></tr>" for s in steps)
-    parts = [f"<h3>minify</h3><p>{_e(start)} &rarr; {_e(dump.node_count)} nodes in {_e(minified.get('oracle_queries'))} queries"
-             f"{' (interrupted)' if minified.get('interrupted') else ''}; backend <code>{_e(backend_label(minified.get('backend')))}</code>"
-             + (f"; from <span class=path>{_e(minified.get('from'))}</span>" if minified.get("from") else "") + "</p>",
+def _minify_section(minified: MinifyRecord, dump: Any) -> str:
+    steps = minified.steps
+    start = minified.start_nodes or (steps[0].nodes_before if steps else dump.node_count)
+    rows = "".join(f"<tr><td>{_e(s.pass_name)}</td><td>{_e(s.nodes_before)} &rarr; {_e(s.nodes_after)}</td>"
+                   f"<td>{_e(s.queries)}</td><td>{float(s.seconds or 0):.1f}s</td></tr>" for s in steps)
+    parts = [f"<h3>minify</h3><p>{_e(start)} &rarr; {_e(dump.node_count)} nodes in {_e(minified.oracle_queries)} queries"
+             f"{' (interrupted)' if minified.interrupted else ''}; backend <code>{_e(backend_label(minified.backend))}</code>"
+             + (f"; from <span class=path>{_e(minified.source)}</span>" if minified.source else "") + "</p>",
              steps_svg(steps, int(start)),
              "<table><tr><th>pass</th><th>nodes</th><th>queries</th><th>time</th></tr>" + rows + "</table>"]
     repro = dump.path.parent.parent / "repro.py"

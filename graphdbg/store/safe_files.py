@@ -1,4 +1,5 @@
-"""The gate: every file a dump or a folder names is read, and every file graphdbg writes is made, here.
+"""Safe file access (the files side of the gate, docs/security.md): every file a dump or a folder
+names is read, and every file graphdbg writes is made, here.
 
 A dump is untrusted: its manifest names its own files (``graph.file``, ``inputs_file``,
 ``backward_dump``), a minifier script names its storages, a dump folder holds ``fault.txt``, a

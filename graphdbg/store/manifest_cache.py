@@ -25,44 +25,21 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, Iterable
-
-import platformdirs
+from typing import Any
 
 from graphdbg._version import __version__
+from graphdbg.store.cache_folder import cache_dir, files_stamp
 
-CACHE_ENV = "GRAPHDBG_CACHE_DIR"
 MAX_REMEMBERED_BYTES = 4 << 20  # a larger manifest (node_info of a huge graph) is checked every time
 MAX_ENTRIES = 20_000
 _SCHEMA = "create table if not exists checked_v1 (sha text primary key, stamp text, manifest text)"
-
-
-def cache_dir() -> Path:
-    """``$GRAPHDBG_CACHE_DIR``, else the platform's user cache folder (platformdirs: on Linux
-    ``$XDG_CACHE_HOME/graphdbg``, else ``~/.cache/graphdbg``; on macOS ``~/Library/Caches/graphdbg``)."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    return Path(platformdirs.user_cache_dir("graphdbg", appauthor=False))
-
-
-def files_stamp(parts: Iterable[str], files: Iterable[Path]) -> str:
-    """What a cached result depends on besides its input, as 16 hex digits: ``parts`` (versions,
-    options) and each of ``files`` (the code that made it) by name, size and mtime."""
-    lines = list(parts)
-    for f in files:
-        try:
-            st = f.stat()
-            lines.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
-        except OSError:
-            lines.append(f"{f.name}:?")
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
 @functools.lru_cache(maxsize=1)
 def _stamp() -> str:
     """What a check's verdict depends on besides the bytes: the checking code, by file."""
     here = Path(__file__).resolve().parent
-    files = [here / name for name in ("schema.py", "manifest.py", "sizes.py", "checked.py")]
+    files = [here / name for name in ("schema.py", "manifest.py", "sizes.py", "manifest_cache.py")]
     spec = importlib.util.find_spec("pydantic")  # found, not imported
     if spec is not None and spec.origin:
         files.append(Path(spec.origin).parent / "version.py")

@@ -1,6 +1,6 @@
 """Backends with seeded bugs: accuracy bugs of different sizes in the same place (each rewrites
 the graph after its GELU and runs it, so a replay can see every node's value), and one that
-fails its own check at compile time. Importable by child processes (tests/ is on their PYTHONPATH)."""
+fails its own check at compile time. Importable by child processes (tests/helpers/ is on their PYTHONPATH)."""
 
 import operator
 

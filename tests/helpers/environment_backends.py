@@ -1,6 +1,6 @@
 """Backends whose failure depends on the environment, not on the graph: one fails only under a
 matmul precision, one only under an environment variable, one on a seeded share of its calls.
-Importable by replay children (tests/ is on their PYTHONPATH)."""
+Importable by replay children (tests/helpers/ is on their PYTHONPATH)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,38 @@
+"""graphdbg's cache folder, and the stamp that tells a cached result made by other code.
+
+The folder is the user's own (``$GRAPHDBG_CACHE_DIR``, else the platform's user cache folder):
+the schema check's manifests (``store/manifest_cache``), ``ls``'s per-file cache
+(``listing/cache``) and the compiler caches of a dump's isolated replays (``replay/sandbox``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Iterable
+
+import platformdirs
+
+CACHE_ENV = "GRAPHDBG_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    """``$GRAPHDBG_CACHE_DIR``, else the platform's user cache folder (platformdirs: on Linux
+    ``$XDG_CACHE_HOME/graphdbg``, else ``~/.cache/graphdbg``; on macOS ``~/Library/Caches/graphdbg``)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    return Path(platformdirs.user_cache_dir("graphdbg", appauthor=False))
+
+
+def files_stamp(parts: Iterable[str], files: Iterable[Path]) -> str:
+    """What a cached result depends on besides its input, as 16 hex digits: ``parts`` (versions,
+    options) and each of ``files`` (the code that made it) by name, size and mtime."""
+    lines = list(parts)
+    for f in files:
+        try:
+            st = f.stat()
+            lines.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
+        except OSError:
+            lines.append(f"{f.name}:?")
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]

@@ -1,0 +1,106 @@
+"""The worker side of ``graphdbg.replay.worker``: ``python -m graphdbg.minify.worker_main FOLDER``.
+
+Sandboxed once (``replay.sandbox``), before any job is read; then it answers jobs one at a time,
+each named by its number on stdin (``FOLDER/jobs/N/request.json``, plain JSON), with
+``answer.json`` in that folder and the number back on stdout. Its stdin and stdout are kept
+for that alone: what the graph or a backend prints goes to the job's ``stderr.txt``. The jobs:
+
+- ``replay``: one replay of a dump folder, as a replay child runs it (``replay.child.answer``);
+- ``values``: every node's value in one eager run of a dump's graph (``replay.values``), for
+  minify's candidates: tensors in ``values.safetensors``, numbers and the kind of anything
+  else in the answer (``recorded_values`` reads them back);
+- ``bisect_nodes``: ``graphdbg bisect nodes`` over a dump, its ``NodeDivergence`` as a dict.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from graphdbg.errors import GraphdbgError
+from graphdbg.formats import load as load_dump
+from graphdbg.judge.signature import exception_text
+from graphdbg.minify.backward import bisect_training_nodes
+from graphdbg.minify.bisect import bisect_nodes
+from graphdbg.minify.sandboxed import VALUES_FILE
+from graphdbg.replay.child import answer, die_with_parent
+from graphdbg.replay.options import ReplayOptions
+from graphdbg.replay.sandbox import sandbox_child
+from graphdbg.replay.values import record_values
+from graphdbg.store.tensor_file import storable, write_tensors
+
+
+def main(folder: str) -> int:
+    die_with_parent()
+    sandbox_child()  # before any job is read
+    jobs_in, answers_out = os.dup(0), os.dup(1)
+    quiet = os.open(os.devnull, os.O_RDWR)
+    os.dup2(quiet, 0)  # nothing a job runs reads the job numbers
+    with os.fdopen(jobs_in, "rb", buffering=0) as jobs:
+        for line in iter(jobs.readline, b""):
+            name = line.strip().decode("ascii", errors="replace")
+            if name.isdigit():
+                run_job(Path(folder) / "jobs" / name)
+                os.write(answers_out, f"{name}\n".encode())
+    return 0
+
+
+def run_job(job: Path) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    out = os.open(job / "stderr.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(out)
+    try:
+        request = json.loads((job / "request.json").read_text())
+        data = JOBS[request.get("job", "replay")](request, job)
+    except GraphdbgError as e:
+        data = {"error": exception_text(e)}
+    except Exception as e:  # anything else: the job's answer says what, the worker lives on
+        data = {"error": f"{type(e).__name__}: {exception_text(e)}"}
+    (job / "answer.json").write_text(json.dumps(data, default=str))
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
+def values_job(request: dict[str, Any], job: Path) -> dict[str, Any]:
+    case = load_dump(request["dump"]).case(device=request["device"])
+    values = record_values(case.gm, list(case.inputs), grad=bool(request.get("grad")))
+    inputs = {n.name for n in case.gm.graph.nodes if n.op == "placeholder"}
+    kinds: dict[str, Any] = {}
+    tensors: dict[str, Any] = {}
+    for name, v in values.items():
+        if name in inputs:
+            kinds[name] = {"kind": "input"}
+        elif isinstance(v, torch.Tensor) and storable(v.detach()):
+            tensors[name] = v.detach().contiguous()
+            kinds[name] = {"kind": "tensor", "stride": list(v.stride())}
+        elif isinstance(v, (bool, int, float)):
+            kinds[name] = {"kind": type(v).__name__, "value": v}
+        else:
+            kinds[name] = {"kind": "other", "type": type(v).__name__}
+    write_tensors(job / VALUES_FILE, tensors)
+    return {"values": kinds}
+
+
+def bisect_nodes_job(request: dict[str, Any], job: Path) -> dict[str, Any]:
+    case = load_dump(request["dump"]).case(device=request["device"])
+    opts = ReplayOptions(rtol=request.get("rtol"), atol=request.get("atol"))
+    if request.get("backward"):
+        found = bisect_training_nodes(case, request["backend"], request["passes"], opts, trust=bool(request.get("trust")))
+    else:
+        found = bisect_nodes(case, request["backend"], request["passes"], opts)
+    return {"divergence": found.to_dict()}
+
+
+JOBS = {"replay": lambda request, job: answer(request), "values": values_job, "bisect_nodes": bisect_nodes_job}
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

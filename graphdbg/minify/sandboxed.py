@@ -48,10 +48,13 @@ _CURRENT: list[tuple[WorkerPool, float]] = []
 
 
 @contextlib.contextmanager
-def candidate_pool(dump: str | Path | None, *, jobs: int = 1, timeout: float) -> Iterator[WorkerPool]:
+def candidate_pool(dump: str | Path | None, *, jobs: int = 1, timeout: float,
+                   specs: list[str | None] = ()) -> Iterator[WorkerPool]:
     """A pool of ``jobs`` sandboxed workers for one minify: every isolated replay inside goes
-    to it (``use_pool``), and ``recorded_values`` uses it too."""
-    with WorkerPool(WORKER_MODULE, dump=str(dump) if dump is not None else None, size=jobs) as pool, use_pool(pool):
+    to it (``use_pool``), and ``recorded_values`` uses it too. ``specs``: the backend and
+    passes the candidates' replays name (their modules are found in the worker)."""
+    with WorkerPool(WORKER_MODULE, dump=str(dump) if dump is not None else None, size=jobs, specs=specs) as pool, \
+            use_pool(pool):
         _CURRENT.append((pool, timeout))
         try:
             yield pool
@@ -79,8 +82,9 @@ def _answer(folder: Path, what: str) -> dict[str, Any]:
         raise GraphdbgError(f"{what}: {e}") from None
     if not isinstance(data, dict):
         raise GraphdbgError(f"{what}: garbage answer from the sandboxed worker")
-    if "error" in data:
-        raise GraphdbgError(f"{what}: {data['error']}")
+    if "error" in data:  # its first line: fx adds the node and a traceback below
+        first = next((ln.strip() for ln in str(data["error"]).splitlines() if ln.strip()), "an error")
+        raise GraphdbgError(f"{what}: {first[:500]}")
     return data
 
 

@@ -38,7 +38,7 @@ from graphdbg.minify.oracle import Oracle, case_key
 from graphdbg.minify.repro import write_repro
 from graphdbg.minify.sandboxed import candidate_pool, in_worker, recorded_values
 from graphdbg.minify.shrink_passes import ShrinkPass, Step, default_passes
-from graphdbg.replay.isolation import spec_of
+from graphdbg.replay.isolation import child_specs
 from graphdbg.replay.options import DEFAULT_TIMEOUT, ReplayOptions, replay_options
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.run import replay_case
@@ -607,7 +607,7 @@ def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, option
     run_opts = RunOptions(opts.but(isolate=isolate), jobs=jobs)
     budget = Budget(max_queries, time_budget)
     # isolated: every run of the graph (the first ones, the values, each candidate) in sandboxed workers
-    pool = candidate_pool(dump.path if dump is not None else None, jobs=jobs,
+    pool = candidate_pool(dump.path if dump is not None else None, jobs=jobs, specs=child_specs(backend, opts),
                           timeout=DEFAULT_TIMEOUT if opts.timeout is None else float(opts.timeout)) \
         if isolate else contextlib.nullcontext()
     with pool:
@@ -631,9 +631,7 @@ def _isolated(opts: ReplayOptions, dump: Any, backend: Any, jobs: int) -> bool:
     if dump is None:
         return jobs > 1
     try:
-        backend_spec(backend)
-        if opts.passes is not None and not isinstance(opts.passes, str):
-            [spec_of(p) for p in opts.passes]
+        child_specs(backend, opts)
     except GraphdbgError:
         return jobs > 1
     return True

@@ -85,14 +85,21 @@ def run_isolated(case: Case | Dump, backend: str | Callable[..., Any], opts: Rep
 
 def replay_request(case: Case | Dump, backend: str | Callable[..., Any], opts: ReplayOptions) -> dict[str, Any]:
     """What a replay child is asked (all but the dump, which ``put_case`` adds)."""
-    passes = opts.passes
-    if passes is not None and not isinstance(passes, str):
-        passes = ",".join(spec_of(p) for p in passes)
+    backend, passes = child_specs(backend, opts)
     if _is_dump(case):  # a CPU replay is known without torch: its parent needn't import it
         device = "cpu" if case.cpu_replay(opts.device) else case.resolve_device(opts.device)
     else:
         device = case.device
-    return {"backend": backend_spec(backend), "passes": passes, "device": str(device), "options": opts.for_child()}
+    return {"backend": backend, "passes": passes, "device": str(device), "options": opts.for_child()}
+
+
+def child_specs(backend: str | Callable[..., Any], opts: ReplayOptions) -> list[str | None]:
+    """The backend and passes as a child names them (``module:callable``: ``child_path``);
+    GraphdbgError for one no other process can import."""
+    passes = opts.passes
+    if passes is not None and not isinstance(passes, str):
+        passes = ",".join(spec_of(p) for p in passes)
+    return [backend_spec(backend), passes]
 
 
 def put_case(case: Case | Dump, request: dict[str, Any], folder: Path) -> str | None:

@@ -127,8 +127,9 @@ class WorkerPool:
     """Up to ``size`` workers (one per candidate run at once), started when first asked,
     each replaced when it dies, runs past a timeout or has run ``MAX_JOBS`` jobs."""
 
-    def __init__(self, module: str, *, dump: str | None = None, size: int = 1):
-        self.module, self.dump, self.size = module, dump, max(1, size)
+    def __init__(self, module: str, *, dump: str | None = None, size: int = 1, specs: list[str | None] = ()):
+        """``specs``: the backend and passes (``module:callable``) the jobs import, by default."""
+        self.module, self.dump, self.size, self.specs = module, dump, max(1, size), list(specs)
         self.idle: list[Worker] = []
         self.busy: set[Worker] = set()
         self._lock = threading.Lock()
@@ -166,11 +167,11 @@ class WorkerPool:
         worker.close()
 
     def ask(self, request: dict[str, Any], timeout: float, *, case: Case | None = None,
-            specs: list[str | None] = ()) -> tuple[Path, Reply, Worker]:
+            specs: list[str | None] | None = None) -> tuple[Path, Reply, Worker]:
         """Run one job: ``request`` (with the dump ``case`` saved into the job's folder, when
         given) on a worker; (the job's folder, how it ended, the worker). The caller reads the
         answer, then calls ``done``."""
-        worker = self.take(request["device"], list(specs))
+        worker = self.take(request["device"], self.specs if specs is None else list(specs))
         folder = worker.job_folder()
         if case is not None:
             put_case(case, request, folder)

@@ -133,6 +133,9 @@ def test_minify_records_values_and_runs_candidates_in_a_sandboxed_worker(monkeyp
     assert result.final_nodes < result.start_nodes and result.queries > 1
     assert len(started) == 1
     assert result.outcome.isolated and result.outcome.sandbox, result.outcome
+    if result.outcome.sandbox.startswith("landlock"):  # it writes under its own work/ (and the dump's compile cache) alone
+        writable = result.outcome.sandbox.split("writes: ")[1].split(", character devices")[0].split(", ")
+        assert writable[0].endswith("/work") and all(w.endswith("/work") or "/compile/" in w for w in writable), writable
 
 
 def test_what_a_worker_left_is_read_through_the_gate(tmp_path):

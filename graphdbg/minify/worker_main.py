@@ -1,8 +1,9 @@
 """The worker side of ``graphdbg.replay.worker``: ``python -m graphdbg.minify.worker_main FOLDER``.
 
-Sandboxed once (``replay.sandbox``), before any job is read; then it answers jobs one at a time,
-each named by its number on stdin (``FOLDER/jobs/N/request.json``, plain JSON), with
-``answer.json`` in that folder and the number back on stdout. Its stdin and stdout are kept
+Sandboxed once (``replay.sandbox``: it may write under ``FOLDER/work`` alone), before any job
+is read; then it answers jobs one at a time, each named by its number on stdin
+(``FOLDER/jobs/N/request.json``, plain JSON, the parent's), with ``FOLDER/work/N/answer.json``
+and the number back on stdout. Its stdin and stdout are kept
 for that alone: what the graph or a backend prints goes to the job's ``stderr.txt``. The jobs:
 
 - ``replay``: one replay of a dump folder, as a replay child runs it (``replay.child.answer``);
@@ -37,7 +38,7 @@ from graphdbg.store.tensor_file import storable, write_tensors
 
 def main(folder: str) -> int:
     die_with_parent()
-    sandbox_child()  # before any job is read
+    sandbox_child(own_parent=False)  # before any job is read; it writes under work/ alone
     jobs_in, answers_out = os.dup(0), os.dup(1)
     quiet = os.open(os.devnull, os.O_RDWR)
     os.dup2(quiet, 0)  # nothing a job runs reads the job numbers
@@ -45,26 +46,28 @@ def main(folder: str) -> int:
         for line in iter(jobs.readline, b""):
             name = line.strip().decode("ascii", errors="replace")
             if name.isdigit():
-                run_job(Path(folder) / "jobs" / name)
+                run_job(Path(folder) / "jobs" / name, Path(folder) / "work" / name)
                 os.write(answers_out, f"{name}\n".encode())
     return 0
 
 
-def run_job(job: Path) -> None:
+def run_job(job: Path, answers: Path) -> None:
+    """The job in ``job`` (the parent's, read-only here), answered in ``answers``."""
     sys.stdout.flush()
     sys.stderr.flush()
-    out = os.open(job / "stderr.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    answers.mkdir(exist_ok=True)
+    out = os.open(answers / "stderr.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(out, 1)
     os.dup2(out, 2)
     os.close(out)
     try:
         request = json.loads((job / "request.json").read_text())
-        data = JOBS[request.get("job", "replay")](request, job)
+        data = JOBS[request.get("job", "replay")](request, answers)
     except GraphdbgError as e:
         data = {"error": exception_text(e)}
     except Exception as e:  # anything else: the job's answer says what, the worker lives on
         data = {"error": f"{type(e).__name__}: {exception_text(e)}"}
-    (job / "answer.json").write_text(json.dumps(data, default=str))
+    (answers / "answer.json").write_text(json.dumps(data, default=str))
     sys.stdout.flush()
     sys.stderr.flush()
 

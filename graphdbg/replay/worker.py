@@ -6,11 +6,12 @@ and its recording of every node's value, without a fresh interpreter and torch i
     >>> folder, reply = pool.ask({"job": "values", ...}, timeout=60)    # any job the worker knows
 
 The worker is started as a replay child is (``python -I``, the sandbox, the memory cap of a CPU
-replay: ``replay.sandbox``) and is sent jobs as data, never code: the parent writes a job's
-request (and the candidate, saved as a dump folder: a printed graph the worker parses and
-safetensors) into a folder of its own, then writes the job's number on the worker's stdin. The
-worker answers in that folder (``answer.json``, its output in ``stderr.txt``) and writes the
-number back on its stdout. The parent waits for that line at most the job's timeout (a select
+replay: ``replay.sandbox``), but may write only under its own ``work/`` folder. It is sent jobs
+as data, never code: the parent writes a job's request (and the candidate, saved as a dump
+folder: a printed graph the worker parses and safetensors) into ``jobs/N``, which the worker
+can read and not write, then writes the job's number on the worker's stdin. The worker answers
+in ``work/N`` (``answer.json``, its output in ``stderr.txt``) and writes the number back on
+its stdout. The parent waits for that line at most the job's timeout (a select
 on the pipe, a bounded read: ``gate.read_pipe``) and reads the answer through the gate, as it
 reads a replay child's. A job past its timeout, or a worker that died (a segfault, the memory
 cap), ends that worker with everything it started (``ChildGroup``); the next job starts a new
@@ -69,15 +70,22 @@ class Worker:
         self._heard = b""
 
     def job_folder(self) -> Path:
+        """A new job's folder, ``jobs/N``: written by this process alone (the worker may read it,
+        never write there: nothing it plants can lead this process's writes elsewhere)."""
         self.jobs += 1
         folder = self.folder / "jobs" / str(self.jobs)
         folder.mkdir(parents=True)
         return folder
 
+    def answers(self, folder: Path) -> Path:
+        """Where the worker answers the job of ``folder``: ``work/N``, in its own folder."""
+        return self.folder / "work" / folder.name
+
     def ask(self, folder: Path, request: dict[str, Any], timeout: float) -> Reply:
         """Run the job whose folder is ``folder``; at most ``timeout`` seconds."""
         write_file(folder / REQUEST, _dumps(request), create_parent=False)
         token = f"{folder.name}\n".encode()
+        folder = self.answers(folder)
         try:
             os.write(self.group.proc.stdin.fileno(), token)  # a line: the pipe always has room for it
         except OSError:  # it died between jobs
@@ -110,7 +118,7 @@ class Worker:
 
     @property
     def sandbox_note(self) -> Path:
-        return self.folder / SANDBOX_NOTE
+        return self.folder / "work" / SANDBOX_NOTE
 
     def close(self) -> None:
         self.alive = False
@@ -175,10 +183,17 @@ class WorkerPool:
         folder = worker.job_folder()
         if case is not None:
             put_case(case, request, folder)
-        return folder, worker.ask(folder, request, timeout), worker
+        return worker.answers(folder), worker.ask(folder, request, timeout), worker
 
-    def done(self, folder: Path, worker: Worker, keep: bool = True) -> None:
-        shutil.rmtree(folder, ignore_errors=True)
+    def done(self, answers: Path, worker: Worker, keep: bool = True) -> None:
+        """The job whose answers are in ``answers`` is read: remove its folders (each a path the
+        worker can't redirect: ``work`` and ``jobs`` lie in a folder it can't write; a link it
+        put as ``work/N`` is removed, never followed)."""
+        shutil.rmtree(worker.folder / "jobs" / answers.name, ignore_errors=True)
+        if answers.is_symlink():
+            answers.unlink()
+        else:
+            shutil.rmtree(answers, ignore_errors=True)
         self.give(worker, keep)
 
     def replay(self, case: Case, request: dict[str, Any], timeout: float) -> Outcome:

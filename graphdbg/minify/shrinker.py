@@ -576,9 +576,11 @@ def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, option
     ``backend`` defaults to the dump's own. ``accuracy`` (default: the dump's failure kind, or
     the first replay's outcome) shrinks "still disagrees with the reference" instead of "same
     crash signature". ``settings`` are fields of ``ReplayOptions`` (over ``options``):
-    ``isolate`` runs every candidate in a child process (a segfault, abort or hang then costs
-    one candidate); by default candidates run in-process unless the failure itself killed the
-    replay or a ``timeout`` is given (it is enforced only on a child). ``jobs`` > 1 runs that many isolated candidates at once. ``direct``
+    ``isolate`` (the default for a dump) runs the graph, each candidate and the recording of
+    every node's value, in a sandboxed worker (a segfault, abort, hang or memory blow-up then
+    costs one candidate; ``timeout`` bounds each run); ``isolate=False``, or a backend or pass
+    no other process can import, runs it in this process: for a graph you trust. ``jobs`` > 1
+    runs that many workers at once. ``direct``
     (default: whichever reproduces, trying the fast direct call first) calls ``backend(gm,
     inputs)`` instead of going through ``torch.compile``. With ``out``, the best graph so far is
     saved after every winning step, so Ctrl-C (``MinifyInterrupted``) loses nothing.

@@ -151,3 +151,18 @@ def test_what_a_worker_left_is_read_through_the_gate(tmp_path):
     with pytest.raises(GraphdbgError, match="not a regular file"):
         _answer(tmp_path, "recording every node's value")
     assert time.monotonic() - started < 5
+
+
+@pytest.mark.gpu
+def test_gpu_bisect_nodes_and_minify_run_a_cuda_graph_in_the_sandboxed_worker(tmp_path, cli, monkeypatch):
+    """On the GPU machine: the worker starts CUDA under the sandbox (its UNIX socket allowed),
+    bisect nodes answers from it, and a CUDA graph stuck in a C loop still ends at --timeout."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "rank0_0.py"
+    path.write_text(PRINTED.format(lines=" " * 8 + 'add: "f32[][]cpu" = sum_1 + 1').replace("cpu", "cuda:0"))
+    r = cli("bisect", "nodes", path, "--backend", "eager", "--timeout", "300", "--json")
+    assert r.code == 0 and '"node": null' in r.out, r
+    path.write_text(PRINTED.format(lines="\n".join(" " * 8 + ln for ln in HANG)).replace("cpu", "cuda:0"))
+    started = time.monotonic()
+    r = cli("bisect", "nodes", path, "--backend", "eager", "--timeout", "20")
+    assert r.code == 2 and "no result after 20s (--timeout)" in r.err and time.monotonic() - started < 200, r

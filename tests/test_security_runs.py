@@ -154,7 +154,7 @@ def test_what_a_worker_left_is_read_through_the_gate(tmp_path):
 
 
 @pytest.mark.gpu
-def test_gpu_bisect_nodes_and_minify_run_a_cuda_graph_in_the_sandboxed_worker(tmp_path, cli, monkeypatch):
+def test_gpu_bisect_nodes_runs_a_cuda_graph_in_the_sandboxed_worker(tmp_path, cli, monkeypatch):
     """On the GPU machine: the worker starts CUDA under the sandbox (its UNIX socket allowed),
     bisect nodes answers from it, and a CUDA graph stuck in a C loop still ends at --timeout."""
     monkeypatch.chdir(tmp_path)

@@ -93,7 +93,7 @@ def recorded_values(case: Case, grad: bool, timeout: float) -> dict[str, Any]:
     (``candidate_pool``): the graph input values are this process's own, the rest come back."""
     pool = _CURRENT[-1][0]
     what = "recording every node's value"
-    request = {"job": "values", "device": str(case.device), "grad": grad}
+    request = {"task": "values", "device": str(case.device), "grad": grad}
     folder, reply, worker = pool.ask(request, timeout, case=_as_saved(case))
     try:
         if not reply.answered:
@@ -161,7 +161,7 @@ def sandboxed_bisect_nodes(dump: Any, backend: Any, passes: Any, opts: Any, *, t
         device = str(case.device)
     else:
         device = "cpu" if dump.cpu_replay(opts.device) else str(dump.resolve_device(opts.device))
-    request = {"job": "bisect_nodes", "device": device, "backend": backend, "passes": passes, "rtol": opts.rtol,
+    request = {"task": "bisect_nodes", "device": device, "backend": backend, "passes": passes, "rtol": opts.rtol,
                "atol": opts.atol, "backward": backward, "trust": trust}
     if case is None:
         request["dump"] = str(dump.path)

@@ -3,8 +3,8 @@
 Sandboxed once (``replay.sandbox``: it may write under ``FOLDER/work`` alone), before any job
 is read; then it answers jobs one at a time, each named by its number on stdin
 (``FOLDER/jobs/N/request.json``, plain JSON, the parent's), with ``FOLDER/work/N/answer.json``
-and the number back on stdout. Its stdin and stdout are kept
-for that alone: what the graph or a backend prints goes to the job's ``stderr.txt``. The jobs:
+and the number back on stdout. Its stdin and stdout are kept for that alone: what the graph
+or a backend prints goes to the job's ``stderr.txt``. The tasks (a request's ``task``):
 
 - ``replay``: one replay of a dump folder, as a replay child runs it (``replay.child.answer``);
 - ``values``: every node's value in one eager run of a dump's graph (``replay.values``), for
@@ -38,7 +38,7 @@ from graphdbg.store.tensor_file import storable, write_tensors
 
 def main(folder: str) -> int:
     die_with_parent()
-    sandbox_child(own_parent=False)  # before any job is read; it writes under work/ alone
+    SANDBOX[0] = sandbox_child(own_parent=False)  # before any job is read; it writes under work/ alone
     jobs_in, answers_out = os.dup(0), os.dup(1)
     quiet = os.open(os.devnull, os.O_RDWR)
     os.dup2(quiet, 0)  # nothing a job runs reads the job numbers
@@ -62,7 +62,7 @@ def run_job(job: Path, answers: Path) -> None:
     os.close(out)
     try:
         request = json.loads((job / "request.json").read_text())
-        data = JOBS[request.get("job", "replay")](request, answers)
+        data = TASKS[request.get("task", "replay")](request, answers)
     except GraphdbgError as e:
         data = {"error": exception_text(e)}
     except Exception as e:  # anything else: the job's answer says what, the worker lives on
@@ -102,7 +102,11 @@ def bisect_nodes_job(request: dict[str, Any], job: Path) -> dict[str, Any]:
     return {"divergence": found.to_dict()}
 
 
-JOBS = {"replay": lambda request, job: answer(request), "values": values_job, "bisect_nodes": bisect_nodes_job}
+# what the worker is asked, by the request's ``task`` (a replay request's own ``job`` is
+# ``replay.swap.child_job``'s: compare --swap and bisect ops under --trust-kernels)
+TASKS = {"replay": lambda request, answers: answer(request, sandboxed=SANDBOX[0] is not None), "values": values_job,
+         "bisect_nodes": bisect_nodes_job}
+SANDBOX: list[str | None] = [None]  # what sandbox_child applied in this worker
 
 
 if __name__ == "__main__":

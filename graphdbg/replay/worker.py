@@ -3,7 +3,7 @@ and its recording of every node's value, without a fresh interpreter and torch i
 
     >>> with WorkerPool("graphdbg.minify.worker_main", device="cpu", dump="dumps/g0", size=1) as pool, use_pool(pool):
     ...     replay_case(candidate, "inductor", opts.but(isolate=True))   # run_isolated asks the pool
-    >>> folder, reply = pool.ask({"job": "values", ...}, timeout=60)    # any job the worker knows
+    >>> folder, reply = pool.ask({"task": "values", ...}, timeout=60)    # any job the worker knows
 
 The worker is started as a replay child is (``python -I``, the sandbox, the memory cap of a CPU
 replay: ``replay.sandbox``), but may write only under its own ``work/`` folder. It is sent jobs
@@ -198,7 +198,7 @@ class WorkerPool:
 
     def replay(self, case: Case, request: dict[str, Any], timeout: float) -> Outcome:
         """``run_isolated``'s replay, on a worker."""
-        folder, reply, worker = self.ask({**request, "job": "replay"}, timeout, case=case,
+        folder, reply, worker = self.ask({**request, "task": "replay"}, timeout, case=case,
                                          specs=[request["backend"], request["passes"]])
         keep = False
         try:

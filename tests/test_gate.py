@@ -347,6 +347,7 @@ OWN_FILES = {
     "replay/rank_main.py": "its own temporary folder (a torchrun rank)",
     "replay/child.py": "its own temporary folder (request.json, outcome.json)",
     "replay/isolation.py": "its own temporary folder (request.json, stderr)",
+    "minify/worker_main.py": "the sandboxed worker's own job folders (request.json, answer.json, its stderr.txt)",
     "replay/passes.py": "a --passes file the user named",
     "capture/armed.py": "fault.txt of a dump it is writing",
     "rebuild/ops_hint.py": "installed packages' sources (which library defines an op)",

@@ -261,8 +261,8 @@ def test_bisect_backward_of_a_forward_dump_traces_its_backward(tmp_path, cli, re
     model, x = gated_mlp()
     train_steps(model, x, backend=graphdbg.capture("inductor", tmp_path / "dumps", mode="always"), steps=1)
     forward = _only_dump(tmp_path / "dumps")
-    relu_bug("accuracy")
-    r = cli("bisect", "nodes", forward, "--backward", "--backend", "inductor", "--json")
+    relu_bug("accuracy")  # in this process's Inductor only: the graph runs here (--no-isolate), not in a sandboxed child
+    r = cli("bisect", "nodes", forward, "--backward", "--backend", "inductor", "--no-isolate", "--json")
     assert r.code == 1, r
     found = json.loads(r.out)
     assert found["node"] == "relu" and found["note"].startswith("backward graph traced by AOTAutograd")

@@ -45,6 +45,7 @@ import torch
 import torch.fx as fx
 
 from graphdbg.errors import GraphdbgError, GraphSourceError
+from graphdbg.graph.index_bounds import index_bound, index_refusal, is_index_backward
 
 # Isolated replays run in a child process; it reads the registrations from here.
 OPS_ENV = "GRAPHDBG_OPS"
@@ -356,7 +357,8 @@ def unchecked_memory(schema: Any) -> str | None:
       torch checks its indices only when asked (``check_invariants``), so it is refused;
     - an op that writes by an ``indices`` tensor it is given (into one of its inputs, or into
       an output whose size comes from elsewhere: ``output_size``): ``embedding_renorm_``,
-      ``max_unpool2d`` (not autograd's own ``*_backward`` ops: see below);
+      ``max_unpool2d``; autograd's own index backwards only where their bound can't be derived
+      (``graph.index_bounds``: the others are checked per call, on the values they are given);
     - an op with an ``unsafe`` flag: refused when the call sets it (``call_refusal``).
     """
     base = schema.name.split("::", 1)[-1]
@@ -369,13 +371,15 @@ def unchecked_memory(schema: Any) -> str | None:
     if (any(a.name.endswith("indices") and str(a.type) == "Tensor" for a in schema.arguments) and "size" in names
             and schema.returns and not any(r.alias_info is not None for r in schema.returns)):
         return "builds a sparse tensor from indices it does not check against its size"
+    if is_index_backward(schema):
+        # autograd's own index backwards (embedding_dense_backward, the max-pool backwards): every
+        # language model's and CNN's backward graph calls them, so each call's indices are checked
+        # against the bound the schema implies before the graph runs (``graph.index_bounds``);
+        # one with no bound graphdbg can derive is refused
+        return None if index_bound(schema) is not None else "writes by index tensors graphdbg can't check"
     index = next((a for a in schema.arguments if a.name == "indices" and str(a.type) == "Tensor"), None)
     if index is not None and not (index.alias_info is not None and index.alias_info.is_write):
         written = [a for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write and not a.kwarg_only]
-        # Not the ``*_backward`` ops autograd itself emits (embedding_dense_backward, the max-pool
-        # backwards): every language model's and CNN's backward graph calls them, and refusing
-        # them refused training replays; their indices come from the forward's own outputs, and
-        # what an out-of-range one could reach is the sandboxed child's memory (docs/security.md).
         if written or "output_size" in names:
             return "writes by an indices tensor it does not check"
     return None
@@ -580,9 +584,13 @@ def check_graph_module(gm: fx.GraphModule, inputs: Iterable[Any] | None = None) 
     """Refuse (GraphSourceError naming the node) a GraphModule that does anything outside the
     allow-list, or inputs that are code, modules or frames. Run right before a replay runs."""
     where = getattr(gm, "_graphdbg_file", None)
+    inputs = list(inputs) if inputs is not None else None
+    given = dict(zip((n for n in gm.graph.nodes if n.op == "placeholder"), inputs or ()))
     for prefix, mod in [(n, m) for n, m in gm.named_modules() if isinstance(m, fx.GraphModule)]:
         for node in mod.graph.nodes:
             why = _node_refusal(mod, node)
+            if not why and inputs is not None:  # an index backward's indices, on the values given (none in a subgraph)
+                why = index_refusal(node, given if mod is gm else {})
             if why:
                 name = f"{prefix}.{node.name}" if prefix else node.name
                 line = node.meta.get("graphdbg_lineno")

@@ -8,6 +8,7 @@ compile time, because some of it (weak references in Dynamo's side table) is gon
 from __future__ import annotations
 
 import copy
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,10 +118,6 @@ def _external_objects(gm: fx.GraphModule) -> list[dict[str, Any]]:
     The side table holds weak references that may be dead by the time a failure is dumped,
     so it is read now, while the graph is being compiled.
     """
-    try:
-        from torch._dynamo import graph_bytecode_inputs as side_table  # torch._dynamo costs about 2 s: imported only when needed
-    except ImportError:
-        return []
     used: dict[int, list[str]] = {}
     for mod in gm.modules():
         if isinstance(mod, fx.GraphModule):
@@ -129,6 +126,12 @@ def _external_objects(gm: fx.GraphModule) -> list[dict[str, Any]]:
                     idx = node.args[0] if node.args else node.kwargs.get("index")
                     if isinstance(idx, int):
                         used.setdefault(idx, []).append(node.name)
+    if not used and "torch._dynamo" not in sys.modules:  # nothing fetched, and no Dynamo run filled the table
+        return []
+    try:
+        from torch._dynamo import graph_bytecode_inputs as side_table  # torch._dynamo costs about 2 s: imported only when needed
+    except ImportError:
+        return []
     table = getattr(side_table, "index_to_external_object_weakref", {})
     out = []
     for idx in sorted(set(table) | set(used)):

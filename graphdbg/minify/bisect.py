@@ -33,6 +33,7 @@ from graphdbg.case import Case
 from graphdbg.display import Displayed
 from graphdbg.errors import GraphdbgError
 from graphdbg.formats import load as load_dump
+from graphdbg.graph.allow_list import check_graph_module
 from graphdbg.graph.hashing import target_name
 from graphdbg.judge.accuracy import Tolerance, judge_outputs
 from graphdbg.minify.candidates import Candidate, OriginalGraph
@@ -182,6 +183,7 @@ def bisect_nodes(case_or_dump: Any, backend: Any = "eager", passes: Any = None,
                  options: ReplayOptions | None = None) -> NodeDivergence:
     """The first node whose value diverges from the reference beyond ``options``' tolerance."""
     case = as_case(case_or_dump)
+    check_graph_module(case.gm, case.inputs)  # what a replay checks before it runs (an index backward's indices)
     # the backend runs under the compiler settings of the captured run, as in a replay
     with applied_config(replay_settings(case.dump.manifest if case.dump is not None else None)):
         return _bisect_nodes(case, backend, passes, (options or ReplayOptions()).tolerance)

@@ -54,9 +54,12 @@ class OriginalGraph:
     size_symbols: dict[str, str] = field(default_factory=dict)  # size symbol (s77) -> the placeholder holding it
 
     @classmethod
-    def of(cls, case: Case) -> OriginalGraph:
+    def of(cls, case: Case, values: dict[str, Any] | None = None) -> OriginalGraph:
+        """``values``: every node's value, recorded elsewhere (minify's sandboxed worker);
+        None: recorded here, in one eager run of the graph."""
         grad = bool(case.dump.manifest.get("grad_enabled", False)) if case.dump is not None else False
-        values = record_values(case.gm, list(case.inputs), grad=grad)
+        if values is None:
+            values = record_values(case.gm, list(case.inputs), grad=grad)
         nodes = list(case.gm.graph.nodes)
         return cls(case=case, values=values, nodes=nodes, by_name={n.name: n for n in nodes},
                    index={n.name: i for i, n in enumerate(nodes)}, size_symbols=_size_symbols(nodes))

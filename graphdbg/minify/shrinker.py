@@ -12,6 +12,7 @@ then fewer input elements) so that "smaller" is always well defined and the loop
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -35,8 +36,10 @@ from graphdbg.formats import load as load_dump
 from graphdbg.minify.candidates import Candidate, OriginalGraph, has_symbolic_sizes
 from graphdbg.minify.oracle import Oracle, case_key
 from graphdbg.minify.repro import write_repro
+from graphdbg.minify.sandboxed import candidate_pool, in_worker, recorded_values
 from graphdbg.minify.shrink_passes import ShrinkPass, Step, default_passes
-from graphdbg.replay.options import ReplayOptions, replay_options
+from graphdbg.replay.isolation import child_specs
+from graphdbg.replay.options import DEFAULT_TIMEOUT, ReplayOptions, replay_options
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.run import replay_case
 from graphdbg.store.manifest import GRAPH, MAX_GRAPH_BYTES, ReplayFacts, read_manifest, write_manifest
@@ -534,7 +537,11 @@ class Minifier:
         nothing smaller failed and the original does not fail directly (``self.retry`` is the
         target to try again with)."""
         self.retry: Target | None = None
-        self.original = OriginalGraph.of(self.target.case)
+        case = self.target.case
+        grad = bool(case.dump.manifest.get("grad_enabled", False)) if case.dump is not None else False
+        timeout = DEFAULT_TIMEOUT if self.opts.replay.timeout is None else float(self.opts.replay.timeout)
+        # in a sandboxed worker when minify runs isolated: recording runs the whole graph
+        self.original = OriginalGraph.of(case, values=recorded_values(case, grad, timeout) if in_worker() else None)
         try:
             self.shrinker = Shrinker(self.original, self.oracle, on_improve=self.on_improve, log=self.say,
                                      budget=self.budget)
@@ -569,9 +576,11 @@ def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, option
     ``backend`` defaults to the dump's own. ``accuracy`` (default: the dump's failure kind, or
     the first replay's outcome) shrinks "still disagrees with the reference" instead of "same
     crash signature". ``settings`` are fields of ``ReplayOptions`` (over ``options``):
-    ``isolate`` runs every candidate in a child process (a segfault, abort or hang then costs
-    one candidate); by default candidates run in-process unless the failure itself killed the
-    replay or a ``timeout`` is given (it is enforced only on a child). ``jobs`` > 1 runs that many isolated candidates at once. ``direct``
+    ``isolate`` (the default for a dump) runs the graph, each candidate and the recording of
+    every node's value, in a sandboxed worker (a segfault, abort, hang or memory blow-up then
+    costs one candidate; ``timeout`` bounds each run); ``isolate=False``, or a backend or pass
+    no other process can import, runs it in this process: for a graph you trust. ``jobs`` > 1
+    runs that many workers at once. ``direct``
     (default: whichever reproduces, trying the fast direct call first) calls ``backend(gm,
     inputs)`` instead of going through ``torch.compile``. With ``out``, the best graph so far is
     saved after every winning step, so Ctrl-C (``MinifyInterrupted``) loses nothing.
@@ -596,18 +605,38 @@ def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, option
         if dump is None:
             raise GraphdbgError("minify needs a backend for a Case that did not come from a dump")
         backend = recorded_backend(dump)
-    crashy = bool(dump is not None and str(dump.signature or "").startswith(("Signal ", "Timeout")))
-    isolate = (crashy or opts.timeout is not None if opts.isolate is None else opts.isolate) or jobs > 1
+    isolate = _isolated(opts, dump, backend, jobs)
     run_opts = RunOptions(opts.but(isolate=isolate), jobs=jobs)
-    target = find_target(case, dump, backend, run_opts, direct=opts.direct, any_failure=any_failure)
     budget = Budget(max_queries, time_budget)
-    while True:
-        minifier = Minifier(target, run_opts, accuracy=accuracy, budget=budget, out=out, progress=progress, log=log,
-                            on_query=on_query, started=started)
-        result = minifier.run()
-        if result is not None:
-            return result
-        target = minifier.retry  # the original fails only through torch.compile: shrink again that way
+    # isolated: every run of the graph (the first ones, the values, each candidate) in sandboxed workers
+    pool = candidate_pool(dump.path if dump is not None else None, jobs=jobs, specs=child_specs(backend, opts),
+                          timeout=DEFAULT_TIMEOUT if opts.timeout is None else float(opts.timeout)) \
+        if isolate else contextlib.nullcontext()
+    with pool:
+        target = find_target(case, dump, backend, run_opts, direct=opts.direct, any_failure=any_failure)
+        while True:
+            minifier = Minifier(target, run_opts, accuracy=accuracy, budget=budget, out=out, progress=progress, log=log,
+                                on_query=on_query, started=started)
+            result = minifier.run()
+            if result is not None:
+                return result
+            target = minifier.retry  # the original fails only through torch.compile: shrink again that way
+
+
+def _isolated(opts: ReplayOptions, dump: Any, backend: Any, jobs: int) -> bool:
+    """Whether minify runs the graph in sandboxed workers: a graph from a dump always, unless
+    the caller said ``isolate=False`` (``--no-isolate``: a graph they trust) or hands over a
+    backend or pass no other process can import (Python code of theirs, run in this process);
+    a Case of the caller's own only when asked, or for ``jobs`` > 1."""
+    if opts.isolate is not None:
+        return bool(opts.isolate) or jobs > 1
+    if dump is None:
+        return jobs > 1
+    try:
+        child_specs(backend, opts)
+    except GraphdbgError:
+        return jobs > 1
+    return True
 
 
 def _case_and_dump(case_or_dump: Any, device: Any) -> tuple[Case, Any]:

@@ -34,7 +34,19 @@ def main(request_path: str, outcome_path: str) -> int:
     die_with_parent()
     sandbox = sandbox_child()  # before anything from the dump is read
 
-    request = json.loads(Path(request_path).read_text())
+    data = answer(json.loads(Path(request_path).read_text()), sandboxed=sandbox is not None)
+    if sandbox is not None:
+        data["sandbox"] = sandbox
+    Path(outcome_path).write_text(json.dumps(data, default=str))
+    return 0
+
+
+def answer(request: dict, sandboxed: bool = False) -> dict:
+    """One replay of the request's dump (or its ``job``: ``replay.swap.child_job``), as the JSON
+    the parent reads: the Outcome's dict, or ``{"error": ...}`` for a replay that could not
+    start. ``sandboxed``: this process runs in the sandbox (a dump's kernels compile only then).
+    Shared with the long-lived worker (``graphdbg.minify.worker_main``), which answers many such
+    requests in one sandbox."""
     try:
         from graphdbg.formats import load as load_dump  # inside the try: a failed import is reported as the child's outcome
         from graphdbg.formats.dump_folder import checked_dump  # inside the try, as the line above
@@ -50,16 +62,15 @@ def main(request_path: str, outcome_path: str) -> int:
 
         restore_if_asked()  # --as-captured: before anything compiles; the parent reported what it left
         # --trust-kernels: the dump's kernel source is compiled here, in the sandboxed child, and only here
-        case = dump.case(device=request["device"], trust_kernels=bool(request["options"].get("trust_kernels")) and sandbox is not None)
+        case = dump.case(device=request["device"], trust_kernels=bool(request["options"].get("trust_kernels")) and sandboxed)
         if "job" in request:  # compare --swap / bisect ops under --trust-kernels: their runs of the graph, here
             from graphdbg.replay.swap import child_job  # inside the try, as the lines above
 
-            data = {"result": child_job(case, request["job"])}
-        else:
-            outcome = run_case(case, request["backend"], request["passes"], isolate=False, **request["options"])
-            data = outcome.to_dict()
+            return {"result": child_job(case, request["job"])}
+        outcome = run_case(case, request["backend"], request["passes"], isolate=False, **request["options"])
+        return outcome.to_dict()
     except GraphdbgError as e:
-        data = {"error": exception_text(e)}
+        return {"error": exception_text(e)}
     except Exception as e:  # the replay could not even start here (an import, a device): say what
         import traceback  # inside the try: a failed import is reported as the child's outcome
 
@@ -68,13 +79,9 @@ def main(request_path: str, outcome_path: str) -> int:
         from graphdbg.replay.outcome import Outcome  # inside the try: a failed import is reported as the child's outcome
 
         text = exception_text(e)
-        data = Outcome(status="crash", backend=backend_label(request["backend"]), stage="child", error_type=type(e).__name__,
+        return Outcome(status="crash", backend=backend_label(request["backend"]), stage="child", error_type=type(e).__name__,
                        message=text, signature=signature(type(e).__name__, text), device=request["device"],
                        traceback="".join(traceback.format_exception(type(e), e, e.__traceback__))[-8000:]).to_dict()
-    if sandbox is not None:
-        data["sandbox"] = sandbox
-    Path(outcome_path).write_text(json.dumps(data, default=str))
-    return 0
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 STDERR_TAIL = 3000
 
 
-def _spec_of(obj: Any) -> str:
+def spec_of(obj: Any) -> str:
     """A callable the child can import again, as module:qualname."""
     if isinstance(obj, str):
         return obj
@@ -61,47 +61,92 @@ def run_isolated(case: Case | Dump, backend: str | Callable[..., Any], opts: Rep
     """Replay a Case, or a Dump on ``opts.device`` (its inputs then load only in the child).
 
     ``opts.timeout`` defaults to ``DEFAULT_TIMEOUT`` (600 s): an isolated replay always ends.
+    Inside ``use_pool`` (minify's candidates) the replay goes to a long-lived sandboxed worker
+    instead of a fresh child (``graphdbg.replay.worker``).
     """
-    passes = opts.passes
-    if passes is not None and not isinstance(passes, str):
-        passes = ",".join(_spec_of(p) for p in passes)
-    if _is_dump(case):  # a CPU replay is known without torch: its parent needn't import it
-        device = "cpu" if case.cpu_replay(opts.device) else case.resolve_device(opts.device)
-    else:
-        device = case.device
+    request = replay_request(case, backend, opts)
     timeout = DEFAULT_TIMEOUT if opts.timeout is None else float(opts.timeout)
-    request: dict[str, Any] = {"backend": backend_spec(backend), "passes": passes, "device": str(device),
-                               "options": opts.for_child()}
+    if _POOL:
+        return _POOL[-1].replay(case, request, timeout)
     with tempfile.TemporaryDirectory(prefix="graphdbg-child-") as tmp:
         tmpdir = Path(tmp)
-        if _is_dump(case) or (case.dump is not None and not case.modified):
-            dump = case if _is_dump(case) else case.dump
-            request["dump"] = str(dump.path)
-            if dump.format == "dump":  # checked by this process's load: the child needn't check it again
-                request["manifest"] = dump.manifest
-        else:
-            from graphdbg.case import save_case  # a Case: torch is here already
-
-            request["dump"] = str(save_case(case, tmpdir / "case"))
+        on_disk = put_case(case, request, tmpdir)
         request_path, outcome_path, err_path = tmpdir / "request.json", tmpdir / "outcome.json", tmpdir / "stderr.txt"
         request_path.write_text(json.dumps(request))
         cmd = python_command("graphdbg.replay.child", str(request_path), str(outcome_path))
         own = tmpdir / "work"  # the child's own folder: the only place the sandbox lets it write (with the caches)
         own.mkdir()
-        on_disk = request["dump"] if not str(request["dump"]).startswith(str(tmpdir)) else None  # not a Case saved here
-        env = {**child_env(own, request["device"], on_disk), **child_path([request["backend"], passes])}
+        env = {**child_env(own, request["device"], on_disk), **child_path([request["backend"], request["passes"]])}
         with ChildGroup(cmd, err_path, env=env) as child:
             returncode = child.wait(timeout)
             err = tail_of(err_path)
-        if returncode is None:
-            return Outcome(status="timeout", backend=backend_label(request["backend"]), signature=f"Timeout after {timeout:g}s",
-                           stage="child", device=request["device"], isolated=True, stderr_tail=err)
-        outcome = child_outcome(returncode, outcome_path, err, backend_label(request["backend"]), request["device"])
-        if outcome.sandbox is None:  # killed before it wrote an outcome: what the child said it applied
-            outcome.sandbox = _read_small(own.parent / SANDBOX_NOTE)
-        if outcome.stage == "child" and outcome.error_type == "GraphdbgError":
-            raise GraphdbgError(outcome.message)  # the replay could not start: an error, not an outcome
-        return outcome
+        return replay_outcome(request, returncode, outcome_path, err, timeout, own.parent / SANDBOX_NOTE)
+
+
+def replay_request(case: Case | Dump, backend: str | Callable[..., Any], opts: ReplayOptions) -> dict[str, Any]:
+    """What a replay child is asked (all but the dump, which ``put_case`` adds)."""
+    backend, passes = child_specs(backend, opts)
+    if _is_dump(case):  # a CPU replay is known without torch: its parent needn't import it
+        device = "cpu" if case.cpu_replay(opts.device) else case.resolve_device(opts.device)
+    else:
+        device = case.device
+    return {"backend": backend, "passes": passes, "device": str(device), "options": opts.for_child()}
+
+
+def child_specs(backend: str | Callable[..., Any], opts: ReplayOptions) -> list[str | None]:
+    """The backend and passes as a child names them (``module:callable``: ``child_path``);
+    GraphdbgError for one no other process can import."""
+    passes = opts.passes
+    if passes is not None and not isinstance(passes, str):
+        passes = ",".join(spec_of(p) for p in passes)
+    return [backend_spec(backend), passes]
+
+
+def put_case(case: Case | Dump, request: dict[str, Any], folder: Path) -> str | None:
+    """Name in ``request`` the dump the child loads: the dump itself when the Case came
+    unchanged from one, else the Case saved as a dump under ``folder``. Returns the dump's
+    path when it is one on disk (its replays share a compile cache), else None."""
+    if _is_dump(case) or (case.dump is not None and not case.modified):
+        dump = case if _is_dump(case) else case.dump
+        request["dump"] = str(dump.path)
+        if dump.format == "dump":  # checked by this process's load: the child needn't check it again
+            request["manifest"] = dump.manifest
+        return str(dump.path)
+    from graphdbg.case import save_case  # a Case: torch is here already
+
+    request["dump"] = str(save_case(case, folder / "case"))
+    return None
+
+
+def replay_outcome(request: dict[str, Any], returncode: int | None, outcome_path: Path, err: str, timeout: float,
+                   note: Path) -> Outcome:
+    """The Outcome of one replay in a child: ``timeout`` when ``returncode`` is None (it ran
+    past ``timeout``), else what it wrote or what its exit says; GraphdbgError for a replay that
+    could not start. ``note``: the sandbox note the child left, for an outcome it never wrote."""
+    label = backend_label(request["backend"])
+    if returncode is None:
+        return Outcome(status="timeout", backend=label, signature=f"Timeout after {timeout:g}s",
+                       stage="child", device=request["device"], isolated=True, stderr_tail=err)
+    outcome = child_outcome(returncode, outcome_path, err, label, request["device"])
+    if outcome.sandbox is None:  # killed before it wrote an outcome: what the child said it applied
+        outcome.sandbox = _read_small(note)
+    if outcome.stage == "child" and outcome.error_type == "GraphdbgError":
+        raise GraphdbgError(outcome.message)  # the replay could not start: an error, not an outcome
+    return outcome
+
+
+_POOL: list[Any] = []  # the worker pools in use, innermost last (``use_pool``)
+
+
+@contextlib.contextmanager
+def use_pool(pool: Any) -> Iterator[Any]:
+    """Send every isolated replay inside to ``pool`` (an object with ``replay(case, request,
+    timeout) -> Outcome``: ``graphdbg.replay.worker.WorkerPool``) rather than a fresh child."""
+    _POOL.append(pool)
+    try:
+        yield pool
+    finally:
+        _POOL.remove(pool)
 
 
 def run_job_isolated(dump: Dump, job: dict[str, Any], opts: ReplayOptions, specs: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -208,13 +253,16 @@ class ChildGroup:
         0
     """
 
-    def __init__(self, cmd: list[str], err_path: Path, env: dict[str, str] | None = None):
+    def __init__(self, cmd: list[str], err_path: Path, env: dict[str, str] | None = None, pipes: bool = False):
+        """``pipes``: the child's stdin and stdout are pipes (``proc.stdin``, ``proc.stdout``),
+        for a worker that is sent jobs and answers each with a line (``graphdbg.replay.worker``)."""
         self.token = uuid.uuid4().hex
         env = {**os.environ, **(env or {}), "PYTHONFAULTHANDLER": "1", TOKEN_ENV: self.token,
                PARENT_ENV: str(os.getpid())}
         _install_signal_handlers()
+        channel = subprocess.PIPE if pipes else subprocess.DEVNULL
         with open(err_path, "wb") as err:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+            self.proc = subprocess.Popen(cmd, stdin=channel, stdout=channel, stderr=err,
                                          start_new_session=True, env=env)
         _LIVE[self.proc.pid] = self
 

@@ -281,19 +281,20 @@ WRITABLE_ENV = "GRAPHDBG_SANDBOX_WRITABLE"  # the user's own folders a backend o
 SANDBOX_NOTE = "sandbox.txt"  # beside the child's folder: what it applied, for an outcome it never wrote
 
 
-def sandbox_child() -> str | None:
+def sandbox_child(own_parent: bool = True) -> str | None:
     """In an isolated child: apply the sandbox around ``$GRAPHDBG_SANDBOX_DIR`` (its folder, and
-    the folder that holds its request and outcome files), note what was applied there; None
-    when this process is not such a child."""
+    with ``own_parent`` the folder that holds its request and outcome files: a long-lived
+    worker's parent writes its jobs there, so a worker gets its own folder alone), note what was
+    applied beside them; None when this process is not such a child."""
     folder = os.environ.get(FOLDER_ENV)
     if not folder:
         return None
     own = Path(folder)
     extra = [Path(p) for p in os.environ.get(WRITABLE_ENV, "").split(os.pathsep) if p.strip()]
-    status = apply_sandbox([own, own.parent, *extra], unix=os.environ.get(UNIX_ENV) == "1")
+    status = apply_sandbox([own, *([own.parent] if own_parent else []), *extra], unix=os.environ.get(UNIX_ENV) == "1")
     status = f"{status[:-1]}; {limit_memory()})" if status.endswith(")") else f"{status}; {limit_memory()}"
     try:
-        (own.parent / SANDBOX_NOTE).write_text(status)
+        ((own.parent if own_parent else own) / SANDBOX_NOTE).write_text(status)
     except OSError:
         pass
     return status

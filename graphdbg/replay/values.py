@@ -18,6 +18,8 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
+from graphdbg.graph.allow_list import check_graph_module
+
 COMPUTE_OPS = ("call_function", "call_method", "call_module", "get_attr")  # the nodes that compute a value
 
 
@@ -43,7 +45,9 @@ class ValueRecorder(fx.Interpreter):
 
 
 def record_values(gm: fx.GraphModule, inputs: list[Any], *, grad: bool = False) -> dict[str, Any]:
-    """``{node name: value}`` for one eager run of ``gm`` on ``inputs``."""
+    """``{node name: value}`` for one eager run of ``gm`` on ``inputs``, after the allow-list's
+    check of what is about to run (an index backward's indices among them)."""
+    check_graph_module(gm, inputs)
     rec = ValueRecorder(gm)
     with torch.set_grad_enabled(grad):
         rec.run(*inputs)

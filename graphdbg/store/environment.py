@@ -11,6 +11,7 @@ a recorded ``env`` with ``environment()`` now.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import socket
@@ -91,7 +92,7 @@ def backend_package(backend: str | None) -> tuple[str | None, str | None]:
     if not top or top == "torch":
         return "torch", torch.__version__
     try:
-        dists = packages_distributions().get(top) or []
+        dists = _distributions().get(top) or []
     except Exception:
         dists = []
     for dist in dists:
@@ -99,6 +100,13 @@ def backend_package(backend: str | None) -> tuple[str | None, str | None]:
         if found:
             return dist, found
     return top, None  # a module of the user's own, no distribution: its name is still worth comparing
+
+
+@functools.lru_cache(maxsize=1)
+def _distributions() -> dict[str, list[str]]:
+    """Which distributions provide each top-level module: a walk of every installed package's
+    file list (a second here), the same for the life of this process: asked once."""
+    return dict(packages_distributions())
 
 
 def _driver_version() -> str | None:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import select
 import stat
 import uuid
 import zipfile
@@ -125,6 +126,21 @@ def read_child_file(path: Path, *, max_bytes: int, tail: bool = False) -> bytes:
     error. DumpError when it is missing or not such a file."""
     path = Path(path)
     return _read(inside(path.parent, path.name), max_bytes, False, tail=tail)  # type: ignore[return-value]
+
+
+def read_pipe(fd: int, *, max_bytes: int, timeout: float) -> bytes | None:
+    """What a child wrote on a pipe to this process (a worker's answer line): at most
+    ``max_bytes``, waiting at most ``timeout`` seconds (None when nothing came in time; ``b""``
+    when the child closed it), never blocking past that whatever the child does."""
+    ready, _, _ = select.select([fd], [], [], max(0.0, timeout))
+    if not ready:
+        return None
+    try:
+        return os.read(fd, max_bytes)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""
 
 
 def _read(path: Path, max_bytes: int, text: bool, follow: bool = False, tail: bool = False) -> bytes | str:

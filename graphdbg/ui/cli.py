@@ -490,8 +490,8 @@ def minify(
     passes: PassesOpt = None,
     accuracy: Annotated[Optional[bool], typer.Option("--accuracy/--no-accuracy", help="Keep a numeric mismatch (default: what the dump recorded).")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Candidates tried at once (isolated).")] = 1,
-    isolate: Annotated[Optional[bool], typer.Option("--isolate/--no-isolate", help="Try candidates in child processes (for backends that may crash).")] = None,
-    timeout: Annotated[Optional[float], typer.Option("--timeout", help="Seconds before a candidate counts as a timeout (default 600; given: candidates run isolated, where it is enforced).")] = None,
+    isolate: Annotated[Optional[bool], typer.Option("--isolate/--no-isolate", help="Run the graph (each candidate, the recording of its values) in sandboxed child processes (the default); --no-isolate: in this process, for a graph you trust.")] = None,
+    timeout: Annotated[Optional[float], typer.Option("--timeout", help="Seconds before a candidate counts as a timeout (default 600; enforced on the sandboxed children).")] = None,
     device: DeviceOpt = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where the smallest dump and repro.py go (default ./DUMP-min, "
                                                 "never through a link; a link named here is followed).")] = None,
@@ -581,6 +581,7 @@ def bisect_nodes(
     atol: AtolOpt = None,
     backward: Annotated[bool, typer.Option("--backward", help="Training: if no forward node diverges, bisect the backward graph.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds before bisect gives up (exit 2).")] = 3 * DEFAULT_TIMEOUT,
+    isolate: Annotated[bool, typer.Option("--isolate/--no-isolate", help="Run the graph in a sandboxed child (--no-isolate: in this process, for a graph you trust).")] = True,
     trust_backend: TrustOpt = False,
     as_json: JsonFlag = False,
 ) -> None:
@@ -592,9 +593,18 @@ def bisect_nodes(
         from graphdbg.minify.backward import bisect_training_nodes as run  # noqa: F811
     from graphdbg.replay.isolation import deadline
 
-    case = _load_with_progress(dump, "bisect", quiet=as_json).case(device)
+    d = _load_with_progress(dump, "bisect", quiet=as_json)
+    opts = ReplayOptions(rtol=rtol, atol=atol, device=device)
+    if isolate:  # the graph runs in a sandboxed child, ended (exit 2) past the timeout
+        from graphdbg.minify.sandboxed import sandboxed_bisect_nodes
+
+        with _progress(f"bisect nodes: {d.manifest.get('graph', {}).get('nodes', '?')} nodes", quiet=as_json):
+            result = sandboxed_bisect_nodes(d, backend, passes, opts, timeout=timeout, backward=backward, trust=trust_backend)
+        _report(result, as_json, "bisect-nodes")
+        raise typer.Exit(0 if result.node is None else 1)
+    case = d.case(device)
     with deadline(timeout, "bisect nodes"), _progress(f"bisect nodes: {len(case.gm.graph.nodes)} nodes", quiet=as_json):
-        result = run(case, backend, passes, ReplayOptions(rtol=rtol, atol=atol), **({"trust": trust_backend} if backward else {}))
+        result = run(case, backend, passes, opts, **({"trust": trust_backend} if backward else {}))
     _report(result, as_json, "bisect-nodes")
     raise typer.Exit(0 if result.node is None else 1)
 

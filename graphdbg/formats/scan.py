@@ -149,8 +149,9 @@ class Scan:
     ``undecided``: why only the full reader can say what the listing shows, or None."""
 
     def __init__(self, source: str) -> None:
-        self.table = names()
-        self.undecided: str | None = None if self.table is not None else "no names table for this torch"
+        table = names()  # none for this torch: every name doubted, the facts the full reader takes still made
+        self.table = table if table is not None else _NO_TABLE
+        self.undecided: str | None = None if table is not None else "no names table for this torch"
         self.bad_annotations: list[tuple[str, int]] = []
         self.doubts = 0
         # the file's lines, where they are the lines the parser numbered (no other line break)
@@ -286,6 +287,7 @@ class _KeptForwards:
 
 
 _KEPT = _KeptForwards()
+_NO_TABLE = NameTable({"names": {}, "methods": [], "op_namespaces": [], "attributes": []})
 
 
 def forget_forwards() -> None:
@@ -371,25 +373,25 @@ class _Forward(Forward):
     def call_function(self, qualname: str, args: tuple, kwargs: dict, name: str | None, at: ast.Call) -> Ref:
         """The target's ``(flags, construct, __name__)`` from the table; doubt where the table can't
         say or the allow-list refuses it (the full reader then gives the error)."""
-        entry = self.w.table.get(qualname) if self.w.table is not None else None
+        entry = self.w.table.get(qualname)
         if entry is None or "c" not in entry[0]:
             self.w.doubt(f"the name {qualname}")
             entry = ("", None, qualname.rsplit(".", 1)[-1])
         flags, construct, pyname = entry
         if "g" in flags and not (len(args) >= 2 and isinstance(args[0], Ref) and isinstance(args[1], str)
-                                 and self.w.table is not None and args[1] in self.w.table.attributes):
+                                 and args[1] in self.w.table.attributes):
             self.w.doubt("a getattr the parser checks")
         if qualname.endswith("higher_order.print"):
             self.w.doubt("higher_order.print's format string")
         return self.add("call_function", qualname, args, kwargs, construct, pyname, name)
 
     def call_method(self, attr: str, receiver: ast.expr, args: tuple, kwargs: dict, name: str | None, at: ast.Call) -> Ref:
-        if self.w.table is None or attr not in self.w.table.methods or _checked_call(attr, args, kwargs):
+        if attr not in self.w.table.methods or _checked_call(attr, args, kwargs):
             self.w.doubt(f"the method .{attr}()")
         return self.add("call_method", attr, (self.node(receiver), *args), kwargs, name=name)
 
     def attribute(self, receiver: ast.expr, attr: str, name: str | None, at: ast.Attribute) -> Ref:
-        if attr.startswith("__") or self.w.table is None or attr not in self.w.table.attributes:
+        if attr.startswith("__") or attr not in self.w.table.attributes:
             self.w.doubt(f"the attribute .{attr}")
         return self.add("call_function", "builtins.getattr", (self.node(receiver), attr), {}, None, "getattr", name)
 
@@ -398,17 +400,14 @@ class _Forward(Forward):
             self.graph.devices = True
         return super().value(expr)
 
-    def path_value(self, path: str, at: ast.Attribute) -> DottedName:
-        entry = self.w.table.get(path) if self.w.table is not None else None
-        if entry is None or "r" in entry[0] or "v" not in entry[0]:
+    def path_value(self, path: str, at: ast.AST, refused: str = "r") -> DottedName:
+        entry = self.w.table.get(path)
+        if entry is None or "v" not in entry[0] or any(f in entry[0] for f in refused):
             self.w.doubt(f"the name {path}")
         return DottedName(path)
 
     def name_value(self, name: str, at: ast.Name) -> DottedName:
-        entry = self.w.table.get(name) if self.w.table is not None else None
-        if entry is None or "r" in entry[0] or "m" in entry[0] or "v" not in entry[0]:  # bare names never reach the hook
-            self.w.doubt(f"the name {name}")
-        return DottedName(name)
+        return self.path_value(name, at, "rm")  # bare names never reach the hook (no stand-in for a missing op)
 
     def literal_call(self, func: str, args: list[Any], kwargs: dict[str, Any], at: ast.Call) -> Any:
         if func == "slice":
@@ -419,19 +418,12 @@ class _Forward(Forward):
         return _device(args, kwargs)
 
 
-_ANNOTATIONS: dict[str, tuple[Any, str | None]] = {}
-
-
+@functools.lru_cache(maxsize=1 << 16)
 def _annotation(text: str) -> tuple[Any, str | None]:
-    """parse_annotation and the spec's own spelling, once per distinct text (specs are read,
-    never changed, by the scan's users)."""
-    found = _ANNOTATIONS.get(text)
-    if found is None:
-        if len(_ANNOTATIONS) > 100_000:
-            _ANNOTATIONS.clear()
-        spec = parse_annotation(text)
-        found = _ANNOTATIONS[text] = (spec, spec.annotation() if spec is not None else None)
-    return found
+    """parse_annotation and the spec's own spelling, once per distinct text (the scan's users
+    read specs, never change them)."""
+    spec = parse_annotation(text)
+    return spec, spec.annotation() if spec is not None else None
 
 
 def _checked_call(method: str, args: tuple, kwargs: dict) -> bool:
@@ -516,18 +508,14 @@ def masked_structure(graph: ScannedGraph) -> tuple[str, list[Any]]:
     ranks of one tensor-parallel model print the same graph but for the literals that place them."""
     literals: list[Any] = []
     parts: list[Any] = []
-    _masked_walk(graph, "", parts, literals)
+    todo = [("", graph)]
+    while todo:  # each graph's rows, then its nested classes' by name, depth first
+        prefix, g = todo.pop()
+        rows, found = _masked_nodes(g)
+        parts.extend([prefix, *row] for row in rows)
+        literals.extend(found)
+        todo.extend((f"{prefix}{name}.", g.submodules[name]) for name in sorted(g.submodules, reverse=True))
     return json.dumps(parts), literals
-
-
-def _masked_walk(g: ScannedGraph, prefix: str, parts: list[Any], literals: list[Any]) -> None:
-    # a function of its own, not a closure: a closure that calls itself is a cycle, and would
-    # hold every row until the collector came (which a listing pauses)
-    rows, found = _masked_nodes(g)
-    parts.extend([prefix, *row] for row in rows)
-    literals.extend(found)
-    for name in sorted(g.submodules):
-        _masked_walk(g.submodules[name], f"{prefix}{name}.", parts, literals)
 
 
 def _masked_nodes(graph: ScannedGraph) -> tuple[list[list[Any]], list[Any]]:

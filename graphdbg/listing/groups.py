@@ -185,15 +185,7 @@ def _odd_ranks(dumps: list[Dump]) -> dict[Path, list[str]]:
 def module_prefix(node_info: dict[str, dict[str, Any]]) -> str | None:
     """The module path every node of a graph shares (``transformer.h.2``), or None."""
     paths = [info["module"].split(".") for info in node_info.values() if info.get("module")]
-    if not paths:
-        return None
-    common = paths[0]
-    for p in paths[1:]:
-        n = 0
-        while n < min(len(common), len(p)) and common[n] == p[n]:
-            n += 1
-        common = common[:n]
-    return ".".join(common) or None
+    return ".".join(os.path.commonprefix(paths)) or None  # commonprefix compares lists item by item
 
 
 def natural_key(text: str) -> list[Any]:

@@ -204,13 +204,15 @@ class Scan:
         (no triple-quoted string, no backslash continuation), hashed: the same text is the same walk."""
         if self.lines is None or fn.end_lineno is None:
             return None
+        block = self.lines[fn.lineno - 1: fn.end_lineno]
+        text = "\n" + "\n".join(block) + "\n"
+        if '"""' in text or "'''" in text or "\\\n" in text:
+            return None
+        indent = "\n" + " " * fn.col_offset
+        if text.count(indent) == len(block):  # every line indented (as a rule): one replace
+            return hashlib.blake2b(text.replace(indent, "\n")[1:-1].encode("utf-8", "surrogatepass"), digest_size=16).digest()
         pad = fn.col_offset
-        indent = " " * pad
-        out = []
-        for line in self.lines[fn.lineno - 1: fn.end_lineno]:
-            if line.endswith("\\") or '"""' in line or "'''" in line:
-                return None
-            out.append(line[pad:] if line.startswith(indent) else "\0" + line)  # a line less indented: as it is
+        out = [line[pad:] if line.startswith(indent[1:]) else "\0" + line for line in block]  # a line less indented: as it is
         return hashlib.blake2b("\n".join(out).encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
@@ -492,14 +494,9 @@ def _nodes_digest(graph: ScannedGraph) -> Any:
     """graph_hash's sha256 over the graph's own nodes (kept with a forward read before: ``memo``)."""
     if "digest" in graph.memo:
         return graph.memo["digest"]
-    h = hashlib.sha256()
-    for n in graph.nodes:
-        parts: list[Any] = [n.op, n.target]
-        if n.op == "placeholder":
-            parts.append(n.annotation or "")
-        parts += [_canon(n.args), _canon(n.kwargs)]
-        h.update(repr(parts).encode())
-    graph.memo["digest"] = h
+    rows = ([n.op, n.target, n.annotation or "", _canon(n.args), _canon(n.kwargs)] if n.op == "placeholder" else
+            [n.op, n.target, _canon(n.args), _canon(n.kwargs)] for n in graph.nodes)
+    h = graph.memo["digest"] = hashlib.sha256("".join(map(repr, rows)).encode())  # as one update per node
     return h
 
 

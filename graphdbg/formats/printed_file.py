@@ -37,17 +37,14 @@ class PrintedFile(Contents):
 
     def text(self) -> str:
         if self._text is None:
-            try:
-                self._text = readable_source(read_regular(self.graph_file, max_bytes=MAX_BYTES).decode())
-            except (UnicodeDecodeError, OSError) as e:
-                raise GraphSourceError(f"cannot read ({type(e).__name__})", file=str(self.graph_file)) from None
+            self._text = read_printed_source(self.graph_file)
         return self._text
 
 
 def printed_dump(path: Path, manifest: dict[str, Any], ranks: frozenset[int] | None = None) -> Dump:
-    """The Dump of a printed graph whose manifest was made before (``ls``'s cache, a worker);
-    the rank files beside it are counted again, since they may have changed (``ranks``: theirs,
-    as a walk of the folder just found them)."""
+    """The Dump of a printed graph whose manifest was made before (a scan, ``ls``'s cache); the
+    rank files beside it are counted again, since they may have changed (``ranks``: theirs, as
+    a walk of the folder just found them)."""
     dist = manifest.get("dist") or {}
     if isinstance(dist.get("rank"), int):
         dist["world_size"] = _world_size(path, dist["rank"], ranks)

@@ -49,11 +49,8 @@ class Listing(Displayed):
         """``files``, ``groups``, ``failed`` (groups whose dumps record a failure), ``by_kind``
         (groups per failure kind) and ``unreadable`` (files that could not be read)."""
         groups = self.groups if groups is None else groups
-        by_kind: dict[str, int] = {}
-        for g in groups:
-            by_kind[g["kind"]] = by_kind.get(g["kind"], 0) + 1
         return {"files": len(self.dumps), "groups": len(groups), "failed": sum(is_failure(g["kind"]) for g in groups),
-                "by_kind": by_kind, "unreadable": len(self.problems)}
+                "by_kind": dict(Counter(g["kind"] for g in groups)), "unreadable": len(self.problems)}
 
     def to_json(self) -> dict[str, Any]:
         rows = [summary_row(d) for d in self.dumps]

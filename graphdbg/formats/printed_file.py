@@ -19,8 +19,7 @@ from typing import Any
 from graphdbg.dump import Contents, Dump
 from graphdbg.errors import GraphSourceError
 from graphdbg.formats import manifest_for
-from graphdbg.formats.scan import HEADER, Undecided, cuda_indices, header_lines, scan_facts, scan_source, shard_rank
-from graphdbg.formats.scan import constructs as scanned_constructs
+from graphdbg.formats.scan import HEADER, Undecided, devices_and_constructs, header_lines, scan_facts, scan_source, shard_rank
 from graphdbg.graph.source_text import readable_source
 from graphdbg.store.safe_files import read_regular
 from graphdbg.store.specs import SymSpec, TensorSpec
@@ -172,12 +171,11 @@ def scan_body(source: str, filename: str) -> BodyScan:
         return BodyScan(undecided=str(e))
     if scan.undecided or scan.bad_annotations:
         return BodyScan(undecided=scan.undecided, bad_annotations=[] if scan.undecided else scan.bad_annotations)
-    nodes = [n for g in scan.graph.graphs() for n in g.nodes]
-    body = BodyScan(class_line=scan.class_line, facts=scan_facts(scan), indices=cuda_indices(scan.graph),
-                    uses_cuda=any(n.op == "call_function" and n.construct and ("cuda" in n.construct or "triton" in n.construct)
-                                  for n in nodes),
-                    inputs=[(n.name, n.spec) for n in scan.graph.nodes if n.op == "placeholder"],
-                    constructs=scanned_constructs(scan.graph))
+    indices, constructs = devices_and_constructs(scan.graph)
+    uses_cuda = any(n.op == "call_function" and n.construct and ("cuda" in n.construct or "triton" in n.construct)
+                    for g in scan.graph.graphs() for n in g.nodes)
+    body = BodyScan(class_line=scan.class_line, facts=scan_facts(scan), indices=indices, uses_cuda=uses_cuda,
+                    inputs=[(n.name, n.spec) for n in scan.graph.nodes if n.op == "placeholder"], constructs=constructs)
     try:
         body.shard = shard_rank(scan.graph)
     except Undecided as e:

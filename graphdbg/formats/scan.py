@@ -10,9 +10,9 @@ The hashes are this module's whoever reads the file (``load_printed_graph`` take
 ``scan_facts`` too), so ``ls`` and ``show`` agree by construction: the targets as the file spells
 them, argument structure, constants and annotations; not node names, comments or source lines.
 
-    >>> scan = scan_source(text, "rank0_0.py")
-    >>> scan.undecided, scan.nodes, constructs(scan.graph)
-    (None, 41, ['torch.ops.sglang.inplace_all_reduce'])
+    >>> scan = scan_source(text, "rank0_0.py")      # Llama-4-Maverick's, in fixtures/sglang-thunderfx
+    >>> scan.undecided, scan.nodes, devices_and_constructs(scan.graph)
+    (None, 53, (set(), ['torch.ops.sglang.inplace_all_reduce']))
 
 Where the scan can't say what the full reader would (a name the table doesn't hold, a statement
 shape it doesn't know, no table for this torch), ``undecided`` says why (``Undecided`` where it
@@ -132,7 +132,7 @@ class ScannedGraph:
     nodes: list[Node] = field(default_factory=list)
     submodules: dict[str, ScannedGraph] = field(default_factory=dict)
     devices: bool = False  # whether any argument is a device literal or a "cuda:N" string
-    # facts of its own nodes, made once (cuda_indices and constructs both read them), and shared
+    # facts of its own nodes, made once, and shared
     # with the graphs of the same forward text (Scan.read_forward)
     memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -552,25 +552,20 @@ def _masked(value: Any, literals: list[Any]) -> Any:
     return value.path if t is DottedName else t.__name__
 
 
-def cuda_indices(graph: ScannedGraph) -> set[int]:
-    """Device indices the graph bakes in: device literals, streams, device switches."""
-    found: set[int] = set()
-    for g in graph.graphs():
-        found |= _own_facts(g)[0]
-    return found
-
-
-def constructs(graph: ScannedGraph) -> list[str]:
-    """rebuild/stand_ins.constructs, by the table's verdicts."""
+def devices_and_constructs(graph: ScannedGraph) -> tuple[set[int], list[str]]:
+    """The cuda device indices the graph bakes in (device literals, streams, device switches) and
+    what replay stands in for (``rebuild/stand_ins.constructs``, by the table's verdicts)."""
+    indices: set[int] = set()
     found: dict[str, None] = {}
     for g in graph.graphs():
-        for c in _own_facts(g)[1]:
-            found.setdefault(c)
-    return list(found)
+        own = _own_facts(g)
+        indices |= own[0]
+        found.update(dict.fromkeys(own[1]))
+    return indices, list(found)
 
 
 def _own_facts(g: ScannedGraph) -> tuple[set[int], list[str]]:
-    """cuda_indices and constructs of the graph's own nodes."""
+    """devices_and_constructs of the graph's own nodes."""
     if "own" in g.memo:
         return g.memo["own"]
     indices: set[int] = set()

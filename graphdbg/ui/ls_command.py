@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from graphdbg.errors import GraphdbgError
-from graphdbg.strict_json import text_of
+from graphdbg.strict_json import encode_jsonable
 
 # The ls command's options (ui/cli.py:ls declares them, with their help) as its parameters;
 # tests/test_ls.py checks that the two agree. A command line with anything else (--ops, --help,
@@ -58,7 +58,7 @@ def run_ls(path: Path, as_json: bool = False, log: Path | None = None, failed: b
         raise GraphdbgError(f"{path}: no such file or folder")
     if as_json:
         data = ls_output(path, log=log, failed=failed, kind=kind, cache=not no_cache)
-        sys.stdout.write(text_of(data))
+        sys.stdout.write(encode_jsonable(data))
     else:
         data = _print_table(path, log, failed, kind, no_cache)
     if data["problems"]:

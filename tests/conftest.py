@@ -95,7 +95,7 @@ class CliResult:
 @pytest.fixture
 def cli(capsys, monkeypatch, child_pythonpath):
     """Run the graphdbg CLI in-process, exactly as the console script does."""
-    from graphdbg.ui.cli import main  # here, so that conftest itself imports no graphdbg module
+    from graphdbg.__main__ import main  # here, so that conftest itself imports no graphdbg module
 
     def run(*args: str) -> CliResult:
         monkeypatch.setattr(sys, "argv", ["graphdbg", *map(str, args)])

@@ -1,6 +1,6 @@
 """graphdbg ls at scale and as an answer: failures first, a summary line, filters, problems that
-don't fail the run unless asked, a cache that makes a second listing read no graph, and worker
-processes that give the same listing as one process."""
+don't fail the run unless asked, a cache that makes a second listing read no graph, and the
+plain `graphdbg ls` answered without the CLI's framework as the CLI answers it."""
 
 from __future__ import annotations
 
@@ -87,14 +87,6 @@ def test_a_second_ls_reads_from_the_cache_and_sees_changed_files(tmp_path, cli, 
     assert [Path(p["path"]).name for p in broken["problems"]] == [target.name]
     fresh = json.loads(cli("ls", root, "--json", "--no-cache").out)
     assert fresh["problems"] == broken["problems"] and fresh["summary"] == broken["summary"]
-
-
-def test_worker_processes_list_the_same_as_one_process():
-    from graphdbg.listing import list_dumps
-
-    one = list_dumps(SGLANG_CORPUS, cache=False, workers=1).to_json()
-    many = list_dumps(SGLANG_CORPUS, cache=False, workers=2).to_json()
-    assert len(one["dumps"]) == 152 and one == many
 
 
 def test_ls_of_a_folder_listed_before_does_not_import_torch(tmp_path):
@@ -204,3 +196,59 @@ def test_a_name_that_is_not_utf8_is_a_problem_shown_escaped(tmp_path, cli):
     r = cli("ls", root)
     assert r.code == 0 and "2 unreadable" in r.out.splitlines()[0] and "run\\xff" in r.err, r
     assert cli("ls", root, "--strict").code == 2
+
+
+def test_the_plain_ls_command_line_is_the_typer_commands(tmp_path, capsys, monkeypatch):
+    """`graphdbg ls` is answered without typer (graphdbg/__main__.py, ui/ls_command.py): the
+    options it knows are the typer command's, and every command line, answered either way, prints
+    the same bytes with the same exit code (errors, --strict, filters, bad options included)."""
+    import sys
+
+    from graphdbg.__main__ import main as fast
+    from graphdbg.ui import ls_command
+    from graphdbg.ui.cli import app
+    from graphdbg.ui.cli import main as full
+
+    click_ls = next(c for c in typer_commands(app) if c.name == "ls")
+    declared = {o: p.name for p in click_ls.params for o in p.opts if o.startswith("--")}
+    known = {**ls_command.FLAGS, **ls_command.VALUES}
+    assert {o: declared[o] for o in known} == known and set(declared) - set(known) == {"--ops"}
+    root = _folder(tmp_path)
+    (root / "broken").mkdir()
+    (root / "broken" / "rank0_0.py").write_text("class GraphModule(torch.nn.Module):\n    def forward(self, x):\n        return (x,\n")
+    monkeypatch.setenv("COLUMNS", "200")
+    lines = [["ls", str(root)], ["ls", "--json", str(root)], ["ls", str(root), "--strict", "--kind=accuracy"],
+             ["ls", str(root), "--json", "--failed", "--no-cache"], ["ls", str(root / "nothing"), "--json"],
+             ["ls", str(root), "--kind"], ["ls", str(root), "--bogus"], ["ls"], ["ls", str(root), "--log", str(root / "no.log")],
+             ["ls", str(root / "corpus"), "--log", str(root / "corpus" / "Qwen3-0.6B" / "log.txt"), "--json"]]
+    for line in lines:
+        answers = []
+        for entry in (fast, full):
+            monkeypatch.setattr(sys, "argv", ["graphdbg", *line])
+            try:
+                entry()
+                code = 0
+            except SystemExit as e:
+                code = e.code
+            answers.append((code, *capsys.readouterr()))
+        assert answers[0] == answers[1], line
+        assert (ls_command.plain_ls(line) is None) == (line[-1] in ("--kind", "--bogus", "ls")), line  # those: typer's usage errors
+
+
+def typer_commands(app):
+    import typer
+
+    return typer.main.get_command(app).commands.values()
+
+
+def test_a_plain_ls_imports_neither_typer_nor_torch(tmp_path):
+    import subprocess
+    import sys
+
+    probe = ("import sys\nfrom graphdbg.__main__ import main\nsys.argv = ['graphdbg', 'ls', '--json', sys.argv[1]]\n"
+             "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\n"
+             "print(sorted({m.split('.')[0] for m in sys.modules} & {'typer', 'click', 'rich', 'torch', 'pydantic'}), code, file=sys.stderr)\n")
+    env = {**os.environ, "GRAPHDBG_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    r = subprocess.run([sys.executable, "-c", probe, str(SGLANG_CORPUS)], env=env, capture_output=True, text=True, timeout=300)
+    assert r.stderr.strip().endswith("[] 0"), r.stderr[-2000:]
+    assert json.loads(r.stdout)["summary"]["files"] == 152

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from conftest import FIXTURES, SGLANG_CORPUS, child_env
 
-from graphdbg.formats.printed_file import scan_printed
+from graphdbg.formats.printed_file import printed_from_body, read_printed_source, scan_body
 from graphdbg.formats.scan import SHARE_ENV
 from graphdbg.listing import list_dumps, printed_graph_files
 
@@ -58,7 +58,7 @@ def test_files_that_differ_only_above_their_class_are_scanned_once_each_listed_a
     """ls scans each distinct body once (printed_file.head_and_key): files whose texts differ only in
     the comments above the class (another rank's header, none at all, more comments) are each
     listed with their own rank, graph number and world size, as the full reader lists them one
-    by one, in worker processes or not; bodies the scan can't decide, or whose annotations are
+    by one; bodies the scan can't decide, or whose annotations are
     bad, are each still read and reported as themselves."""
     from graphdbg.listing import read
 
@@ -70,28 +70,27 @@ def test_files_that_differ_only_above_their_class_are_scanned_once_each_listed_a
             folder = root / f"model{i % 3}"
             folder.mkdir(parents=True, exist_ok=True)
             (folder / f"rank{v}_{i}.py").write_text(head + body)
-    assert len(list(root.rglob("*.py"))) >= 48  # enough for the worker processes
 
     scans, fulls = [], []
     real, real_full = read.scan_body, read._full_manifest
     monkeypatch.setattr(read, "scan_body", lambda source, name: scans.append(name) or real(source, name))
     monkeypatch.setattr(read, "_full_manifest", lambda f: fulls.append(f) or real_full(f))
-    one = list_dumps(root, cache=False, workers=1).to_json()
+    one = list_dumps(root, cache=False).to_json()
     # only files the scan of each on its own can't decide go to the full reader (torch)
-    assert sorted(fulls) == sorted(f for f in root.rglob("*.py") if scan_printed(f)[2] is not None)
-    # once a body, again where a file's own header needs the shard offsets; the last header's files on their own
-    assert len(scans) <= 3 * len(bodies) < len(list(root.rglob("*.py"))), len(scans)
-    two = list_dumps(root, cache=False, workers=2).to_json()
+    alone_undecided = [f for f in root.rglob("*.py") if printed_from_body(f, (t := read_printed_source(f)), scan_body(t, str(f)))[2]]
+    assert sorted(fulls) == sorted(alone_undecided)
+    # once a body: the last header's files (their class a line lower) are bodies of their own
+    assert len(scans) <= 2 * len(bodies) < len(list(root.rglob("*.py"))), len(scans)
     monkeypatch.setattr(read, "_BODIES_KEPT", 1)  # scans let go before their body's last file: scanned again
     scans.clear()
-    forgetful = list_dumps(root, cache=False, workers=1).to_json()
+    forgetful = list_dumps(root, cache=False).to_json()
     assert 3 * len(bodies) < len(scans), len(scans)
     full = list_dumps(root, cache=False, full=True).to_json()
     monkeypatch.setenv(SHARE_ENV, "0")  # every file and forward on its own
     scans.clear()
-    alone = list_dumps(root, cache=False, workers=1).to_json()
+    alone = list_dumps(root, cache=False).to_json()
     assert len(scans) == len(list(root.rglob("*.py")))
-    for listing in (one, two, forgetful, alone):
+    for listing in (one, forgetful, alone):
         assert listing["dumps"] == full["dumps"]
         assert listing["groups"] == full["groups"]
         assert listing["problems"] == full["problems"]
@@ -152,9 +151,9 @@ def test_forwards_share_a_scan_only_where_their_text_is_the_same_program(tmp_pat
     continued = '    def forward(self, x: "f32[2]"):\n        y = torch.ops.aten.add(x, x, alpha = "a\\\n        b")\n        return (y,)\n'
     for name, forward in {"same": same, "strings": strings, "continued": continued}.items():
         (tmp_path / f"{name}.py").write_text(_twice(forward))
-    shared = {Path(d["path"]).stem: (d["graph_hash"], d["group_hash"]) for d in list_dumps(tmp_path, cache=False, workers=1).to_json()["dumps"]}
+    shared = {Path(d["path"]).stem: (d["graph_hash"], d["group_hash"]) for d in list_dumps(tmp_path, cache=False).to_json()["dumps"]}
     monkeypatch.setenv(SHARE_ENV, "0")
-    alone = {Path(d["path"]).stem: (d["graph_hash"], d["group_hash"]) for d in list_dumps(tmp_path, cache=False, workers=1).to_json()["dumps"]}
+    alone = {Path(d["path"]).stem: (d["graph_hash"], d["group_hash"]) for d in list_dumps(tmp_path, cache=False).to_json()["dumps"]}
     assert shared == alone and len(shared) == 3
 
     from graphdbg.formats.scan import graph_hash, scan_source
@@ -168,7 +167,6 @@ def test_forwards_share_a_scan_only_where_their_text_is_the_same_program(tmp_pat
 def test_kept_forwards_are_bounded_by_their_nodes(monkeypatch):
     """The forwards kept for later files hold at most ``_NODES_KEPT`` nodes (a kept node is ~1 KiB)."""
     from graphdbg.formats import scan
-    from graphdbg.formats.printed_file import read_printed_source, scan_body
 
     monkeypatch.setattr(scan, "_NODES_KEPT", 200)
     scan.forget_forwards()

@@ -52,7 +52,7 @@ def test_the_wheel_has_the_typed_package_the_entry_point_and_the_extras(tmp_path
     names = wheel.namelist()
     assert {"graphdbg/py.typed", "graphdbg/__main__.py", "graphdbg/ui/schemas.py"} <= set(names)
     entry = wheel.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
-    assert "graphdbg = graphdbg.ui.cli:main" in entry
+    assert "graphdbg = graphdbg.__main__:main" in entry
     meta = wheel.read(next(n for n in names if n.endswith("METADATA"))).decode().splitlines()
     assert {f"Provides-Extra: {e}" for e in ("thunder", "flashinfer", "gpu", "dev")} <= set(meta)
     assert "Classifier: Typing :: Typed" in meta

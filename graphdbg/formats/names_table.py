@@ -1,22 +1,16 @@
 """What each name a printed graph may call resolves to, known without torch: the table
 ``formats/scan.py`` judges a file's names by, so that ``graphdbg ls`` reads printed graphs
-without importing torch.
-
-The table is made with torch, by the same code the full reader runs (``parse_printed_graph``'s
+without importing torch. It is made with torch by the code the full reader runs (the parser's
 resolution, the allow-list's ``refusal`` and ``check_value``, ``stand_ins.resolver`` and
-``construct_of``), and kept beside this module as ``names_table.json``:
+``construct_of``) and kept beside this module (``python -m graphdbg.formats.names_table``
+rewrites it), and used only for the torch and sources it was made from (its ``stamp``). A name it
+doesn't hold, or no table at all, sends the file to the full reader.
 
-    python -m graphdbg.formats.names_table      # rewrite it for the installed torch
-
-It is used only when the installed torch's version and the sources that judge names are the
-ones it was made from (its ``stamp``); otherwise every file goes to the full reader, as it
-did before. A name the table doesn't hold is not judged: the file goes to the full reader.
-
-Each entry is a string of flags, then after ``|`` the construct it stands for (if any) and its
-``__name__`` where that is not the name's last part (fx names nodes by it):
-``c`` a call target the allow-list accepts, ``v`` a value a graph argument may hold,
-``g`` the builtin ``getattr`` (its arguments are checked by the parser), ``k`` a value that is a
-constant (dtype, layout, ...), ``m`` a stand-in for an op this machine lacks (``MissingOp``), ``r`` refused; ``-`` none of these.
+An entry is flags, then after ``|`` the construct it stands for (if any) and its ``__name__``
+where that is not the name's last part (fx names nodes by it): ``c`` a call target the
+allow-list accepts, ``v`` a value a graph argument may hold, ``g`` the builtin ``getattr`` (the
+parser checks its arguments), ``k`` a constant (dtype, layout, ...), ``m`` a stand-in for an op
+this machine lacks (``MissingOp``), ``r`` refused; ``-`` none of these.
 """
 
 from __future__ import annotations

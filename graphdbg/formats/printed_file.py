@@ -3,7 +3,7 @@ scanned (``formats/scan.py``) or whose manifest it read before (``listing/cache.
 and parsed into fx again only when its graph is asked for (``show``, ``replay``).
 
 ``printed_manifest`` is the one maker of a printed graph's manifest: the full reader
-(``printed_graph.py``) hands it what fx found, ``scan_printed`` what the scan found.
+(``printed_graph.py``) hands it what fx found, ``printed_from_body`` what the scan found.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from typing import Any
 from graphdbg.dump import Contents, Dump
 from graphdbg.errors import GraphSourceError
 from graphdbg.formats import manifest_for
-from graphdbg.formats.scan import HEADER, Scan, Undecided, cuda_indices, header_lines, scan_facts, scan_source, shard_rank
-from graphdbg.formats.scan import constructs as scanned_constructs
+from graphdbg.formats.scan import HEADER, Undecided, devices_and_constructs, header_lines, scan_facts, scan_source, shard_rank
 from graphdbg.graph.source_text import readable_source
 from graphdbg.store.safe_files import read_regular
 from graphdbg.store.specs import SymSpec, TensorSpec
@@ -37,17 +36,14 @@ class PrintedFile(Contents):
 
     def text(self) -> str:
         if self._text is None:
-            try:
-                self._text = readable_source(read_regular(self.graph_file, max_bytes=MAX_BYTES).decode())
-            except (UnicodeDecodeError, OSError) as e:
-                raise GraphSourceError(f"cannot read ({type(e).__name__})", file=str(self.graph_file)) from None
+            self._text = read_printed_source(self.graph_file)
         return self._text
 
 
 def printed_dump(path: Path, manifest: dict[str, Any], ranks: frozenset[int] | None = None) -> Dump:
-    """The Dump of a printed graph whose manifest was made before (``ls``'s cache, a worker);
-    the rank files beside it are counted again, since they may have changed (``ranks``: theirs,
-    as a walk of the folder just found them)."""
+    """The Dump of a printed graph whose manifest was made before (a scan, ``ls``'s cache); the
+    rank files beside it are counted again, since they may have changed (``ranks``: theirs, as
+    a walk of the folder just found them)."""
     dist = manifest.get("dist") or {}
     if isinstance(dist.get("rank"), int):
         dist["world_size"] = _world_size(path, dist["rank"], ranks)
@@ -134,17 +130,6 @@ def printed_manifest(path: Path, facts: dict[str, Any], *, rank: tuple[int, str,
                                  "rank_literals": facts["rank_literals"], "constructs": constructs, "captured_device": device}})
 
 
-def scan_printed(path: Path) -> tuple[dict[str, Any] | None, str | None, str | None]:
-    """``(manifest, error, undecided)`` of one printed graph file from a scan alone, without
-    torch: the manifest, or the one-line error the full reader would give, or (``undecided``)
-    why only the full reader can say."""
-    try:
-        source = read_printed_source(path)
-    except GraphSourceError as e:
-        return None, str(e), None
-    return printed_from_body(path, source, scan_body(source, str(path)))
-
-
 @dataclass
 class BodyScan:
     """What a scan finds in a printed graph apart from the comments above its class: the same
@@ -159,10 +144,7 @@ class BodyScan:
     uses_cuda: bool = False
     inputs: list[tuple[str, Any]] = field(default_factory=list)
     constructs: list[str] = field(default_factory=list)
-    # shard_rank's answer (an int, None, or Undecided's message), looked for only where the
-    # scanned file's header and device indices gave no rank (shard_sought)
-    shard: int | str | None = None
-    shard_sought: bool = False
+    shard: int | str | None = None  # shard_rank's answer (Undecided's message as a str), for a file with no header
 
 
 # Above the class, a comment line that is a line to Python as well (no other line break, no NUL
@@ -182,57 +164,40 @@ def head_and_key(source: str) -> tuple[str, str]:
 
 
 def scan_body(source: str, filename: str) -> BodyScan:
-    """The header-free part of ``scan_printed``'s work on ``source`` (its own header decides
-    whether the shard offsets are looked at)."""
+    """What ``printed_from_body`` makes each manifest of ``source``'s body from."""
     try:
         scan = scan_source(source, filename)
     except Undecided as e:
         return BodyScan(undecided=str(e))
-    if scan.undecided:
-        return BodyScan(undecided=scan.undecided)
-    if scan.bad_annotations:
-        return BodyScan(bad_annotations=scan.bad_annotations)
-    body = BodyScan(class_line=scan.class_line, facts=scan_facts(scan), indices=cuda_indices(scan.graph),
-                    uses_cuda=_uses_cuda(scan), inputs=_inputs(scan), constructs=scanned_constructs(scan.graph))
-    if header_rank(scan.header, body.indices) is None:
-        body.shard_sought = True
-        try:
-            body.shard = shard_rank(scan.graph)
-        except Undecided as e:
-            body.shard = str(e)
+    if scan.undecided or scan.bad_annotations:
+        return BodyScan(undecided=scan.undecided, bad_annotations=[] if scan.undecided else scan.bad_annotations)
+    indices, constructs = devices_and_constructs(scan.graph)
+    uses_cuda = any(n.op == "call_function" and n.construct and ("cuda" in n.construct or "triton" in n.construct)
+                    for g in scan.graph.graphs() for n in g.nodes)
+    body = BodyScan(class_line=scan.class_line, facts=scan_facts(scan), indices=indices, uses_cuda=uses_cuda,
+                    inputs=[(n.name, n.spec) for n in scan.graph.nodes if n.op == "placeholder"], constructs=constructs)
+    try:
+        body.shard = shard_rank(scan.graph)
+    except Undecided as e:
+        body.shard = str(e)
     return body
 
 
-def printed_from_body(path: Path, source: str, body: BodyScan, whole: bool = True, ranks: frozenset[int] | None = None
+def printed_from_body(path: Path, source: str, body: BodyScan, ranks: frozenset[int] | None = None
                       ) -> tuple[dict[str, Any] | None, str | None, str | None]:
-    """``scan_printed``'s answer for the file at ``path`` with text ``source`` (``whole=False``:
-    its first ``body.class_line - 1`` lines at least), whose body was scanned (from this file or
-    one with the same key, ``head_and_key``); ``ranks``: the rank files' ranks in its folder, where
-    the caller's walk found them (else the folder is looked at)."""
+    """``(manifest, error, undecided)`` of the file at ``path`` with text ``source``, whose body was
+    scanned (from this file or one with the same key, ``head_and_key``): the manifest, or the
+    one-line error the full reader would give, or (``undecided``) why only the full reader can
+    say. ``ranks``: the rank files' ranks in its folder, where the caller's walk found them."""
     if body.undecided is not None:
         return None, None, body.undecided
     if body.bad_annotations:
         return None, str(bad_annotation(body.bad_annotations, str(path))), None
     rank = header_rank(header_lines(source, body.class_line), body.indices)
     if rank is None:
-        if not body.shard_sought:  # the body's first file had a header; this one needs the shard offsets
-            try:
-                text = source if whole else read_printed_source(path)
-            except GraphSourceError as e:
-                return None, str(e), None
-            return printed_from_body(path, text, scan_body(text, str(path)), ranks=ranks)
         if isinstance(body.shard, str):
             return None, None, f"a rank only the input plans find ({body.shard})"
         rank = (body.shard, "shard_offset", None) if body.shard is not None else (0, "default", None)
     facts = {**body.facts, "ops": dict(body.facts["ops"]), "rank_literals": list(body.facts["rank_literals"])}
     return printed_manifest(path, facts, rank=rank, indices=body.indices, uses_cuda=body.uses_cuda,
                             inputs=body.inputs, constructs=list(body.constructs), ranks=ranks), None, None
-
-
-def _uses_cuda(scan: Scan) -> bool:
-    return any(n.op == "call_function" and n.construct and ("cuda" in n.construct or "triton" in n.construct)
-               for g in scan.graph.graphs() for n in g.nodes)
-
-
-def _inputs(scan: Scan) -> list[tuple[str, Any]]:
-    return [(n.name, n.spec) for n in scan.graph.nodes if n.op == "placeholder"]

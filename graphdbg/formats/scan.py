@@ -1,26 +1,22 @@
-"""A printed graph file read for what ``graphdbg ls`` shows, without torch: one ``ast.parse``
-and one walk.
+"""A printed graph file read without torch: one ``ast.parse`` and one walk that follows the
+statements ``graph/parser.py`` turns into fx nodes, node for node (the front end both share:
+``graph/printed_front.py``), keeping what ``graphdbg ls`` lists: the nodes, the graph's hash and
+its hash with integer literals masked (the group hash; the masked literals in order are
+``rank_literals``), the device indices it bakes in, the constructs replay stands in for, the
+placeholders' annotations and the header above the class. Names are judged by ``names_table``
+(made with torch, by the full reader's own rules). Nothing is executed.
 
-The walk follows the statements ``graph/parser.py`` turns into fx nodes, node for node, and
-keeps what a listing needs: the node count, the graph's hash and its hash with integer literals
-masked (the group hash; ``rank_literals`` are the masked literals in order), the device indices
-it bakes in, the constructs replay stands in for, the placeholders' annotations, and the header's
-rank and graph number. Names are judged by ``names_table`` (made with torch, by the full
-reader's own rules).
+The hashes are this module's whoever reads the file (``load_printed_graph`` takes them from
+``scan_facts`` too), so ``ls`` and ``show`` agree by construction: the targets as the file spells
+them, argument structure, constants and annotations; not node names, comments or source lines.
 
-The graph hash and group hash of a printed graph are this module's, whoever reads the file:
-``load_printed_graph`` takes them from ``scan_facts`` too, so ``ls`` and ``show`` agree by
-construction. They see the targets as the file spells them, argument structure, constants and
-the annotations, not node names, comments or source lines.
+    >>> scan = scan_source(text, "rank0_0.py")      # Llama-4-Maverick's, in fixtures/sglang-thunderfx
+    >>> scan.undecided, scan.nodes, devices_and_constructs(scan.graph)
+    (None, 53, (set(), ['torch.ops.sglang.inplace_all_reduce']))
 
-    >>> s = scan_source(text, "rank0_0.py")
-    >>> s.undecided            # None: the listing can be made from this scan alone
-    >>> s.nodes, s.rank, s.graph_number, s.constructs
-    (41, 0, 0, ['torch.ops.sglang.inplace_all_reduce'])
-
-Where the scan can't decide what the full reader would say (a name the table doesn't hold, a
-statement shape it doesn't know, a rank only the input plans find, no table for this torch),
-``undecided`` says why and the caller reads the file in full. Nothing is executed.
+Where the scan can't say what the full reader would (a name the table doesn't hold, a statement
+shape it doesn't know, no table for this torch), ``undecided`` says why (``Undecided`` where it
+can't follow the file at all) and the caller reads the file in full.
 """
 
 from __future__ import annotations
@@ -136,8 +132,8 @@ class ScannedGraph:
     nodes: list[Node] = field(default_factory=list)
     submodules: dict[str, ScannedGraph] = field(default_factory=dict)
     devices: bool = False  # whether any argument is a device literal or a "cuda:N" string
-    # facts of its own nodes, made once (cuda_indices and constructs both read them), and shared
-    # with the graphs of the same forward text (_Walker.read_forward)
+    # facts of its own nodes, made once, and shared
+    # with the graphs of the same forward text (Scan.read_forward)
     memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def graphs(self) -> list[ScannedGraph]:
@@ -147,64 +143,24 @@ class ScannedGraph:
         return out
 
 
-@dataclass
 class Scan:
-    """What ``ls`` needs of one printed graph file."""
-    graph: ScannedGraph
-    header: list[str]
-    bad_annotations: list[tuple[str, int]]
-    undecided: str | None = None
-    class_line: int = 0  # the graph class's first line: the header is the comment lines above it
+    """One printed graph file, scanned (``scan_source``): its ``graph``, the comment lines above its
+    class (``header``), the annotations that don't read as specs (``(text, line)`` each), and
+    ``undecided``: why only the full reader can say what the listing shows, or None."""
 
-    @property
-    def nodes(self) -> int:
-        return sum(len(g.nodes) for g in self.graph.graphs())
-
-
-def scan_source(source: str, filename: str, table: NameTable | None = None, tree: ast.Module | None = None) -> Scan:
-    """Scan ``source`` (already through ``readable_source``). Raises Undecided where the walk
-    can't follow the file at all (then its hash can't be made here either); a Scan whose
-    ``undecided`` is set where only the listing's facts need the full reader."""
-    table = table if table is not None else names()
-    if tree is None:
-        try:
-            tree = ast.parse(source, filename=filename)
-        except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
-            raise Undecided(f"not parsed ({type(e).__name__})") from None
-    classes = []
-    for stmt in tree.body:
-        if isinstance(stmt, ast.ClassDef):
-            classes.append(stmt)
-        elif isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__" and not stmt.level:
-            continue
-        elif isinstance(stmt, ast.Import) and all(a.name.split(".")[0] in _ROOTS for a in stmt.names):
-            continue
-        elif isinstance(stmt, ast.ImportFrom) and not stmt.level and (stmt.module or "").split(".")[0] in _ROOTS:
-            continue
-        elif not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)):
-            raise Undecided("a statement outside the graph class")
-    if len(classes) != 1:
-        raise Undecided("not exactly one class")
-    walker = _Walker(table, source)
-    graph = walker.read_class(classes[0])
-    return Scan(graph, header_lines(source, classes[0].lineno), walker.bad_annotations, walker.undecided, classes[0].lineno)
-
-
-def header_lines(source: str, class_line: int) -> list[str]:
-    """The comment lines above the graph class (``# Rank: R, Graph G``), stripped."""
-    return [ln.strip() for ln in source.splitlines()[: class_line - 1] if ln.strip().startswith("#")]
-
-
-class _Walker:
-    """Follows ``parser._Reader`` / ``_ForwardReader`` over one class and its nested classes."""
-
-    def __init__(self, table: NameTable | None, source: str | None = None):
-        self.table = table
+    def __init__(self, source: str) -> None:
+        table = names()  # none for this torch: every name doubted, the facts the full reader takes still made
+        self.table = table if table is not None else _NO_TABLE
         self.undecided: str | None = None if table is not None else "no names table for this torch"
         self.bad_annotations: list[tuple[str, int]] = []
         self.doubts = 0
         # the file's lines, where they are the lines the parser numbered (no other line break)
-        self.lines = source.split("\n") if source is not None and sharing() and not _OTHER_BREAKS.search(source) else None
+        self.lines = source.split("\n") if sharing() and not _OTHER_BREAKS.search(source) else None
+        self.graph, self.header, self.class_line = ScannedGraph(), [], 0  # class_line: the graph class's first line
+
+    @property
+    def nodes(self) -> int:
+        return sum(len(g.nodes) for g in self.graph.graphs())
 
     def doubt(self, why: str) -> None:
         self.doubts += 1
@@ -235,13 +191,12 @@ class _Walker:
         Thunder prints each part twice, as ``thunder_N`` and its ``_model``, and the ranks and
         graphs of a model share parts) are that reading's, where it raised no doubt."""
         key = self._forward_key(fn)
-        kept = _KEPT.read_with(self.table)
-        if key is not None and (hit := kept.get(key)) is not None:
+        if key is not None and (hit := _KEPT.get(self.table, key)) is not None:
             return ScannedGraph(nodes=list(hit[0]), devices=hit[1], memo=hit[2])
         doubts, bad = self.doubts, len(self.bad_annotations)
         graph = _Forward(self, fn, nested).read()
         if key is not None and self.doubts == doubts and len(self.bad_annotations) == bad:
-            kept.keep(key, graph)
+            _KEPT.keep(key, graph)
         return graph
 
     def _forward_key(self, fn: ast.FunctionDef) -> bytes | None:
@@ -249,14 +204,48 @@ class _Walker:
         (no triple-quoted string, no backslash continuation), hashed: the same text is the same walk."""
         if self.lines is None or fn.end_lineno is None:
             return None
+        block = self.lines[fn.lineno - 1: fn.end_lineno]
+        text = "\n" + "\n".join(block) + "\n"
+        if '"""' in text or "'''" in text or "\\\n" in text:
+            return None
+        indent = "\n" + " " * fn.col_offset
+        if text.count(indent) == len(block):  # every line indented (as a rule): one replace
+            return hashlib.blake2b(text.replace(indent, "\n")[1:-1].encode("utf-8", "surrogatepass"), digest_size=16).digest()
         pad = fn.col_offset
-        indent = " " * pad
-        out = []
-        for line in self.lines[fn.lineno - 1: fn.end_lineno]:
-            if line.endswith("\\") or '"""' in line or "'''" in line:
-                return None
-            out.append(line[pad:] if line.startswith(indent) else "\0" + line)  # a line less indented: as it is
+        out = [line[pad:] if line.startswith(indent[1:]) else "\0" + line for line in block]  # a line less indented: as it is
         return hashlib.blake2b("\n".join(out).encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def scan_source(source: str, filename: str) -> Scan:
+    """Scan ``source`` (already through ``readable_source``). Raises Undecided where the walk
+    can't follow the file at all (then its hash can't be made here either); a Scan whose
+    ``undecided`` is set where only the listing's facts need the full reader."""
+    try:
+        tree = ast.parse(source, filename=filename)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        raise Undecided(f"not parsed ({type(e).__name__})") from None
+    classes = []
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ClassDef):
+            classes.append(stmt)
+        elif isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__" and not stmt.level:
+            continue
+        elif isinstance(stmt, ast.Import) and all(a.name.split(".")[0] in _ROOTS for a in stmt.names):
+            continue
+        elif isinstance(stmt, ast.ImportFrom) and not stmt.level and (stmt.module or "").split(".")[0] in _ROOTS:
+            continue
+        elif not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)):
+            raise Undecided("a statement outside the graph class")
+    if len(classes) != 1:
+        raise Undecided("not exactly one class")
+    scan = Scan(source)
+    scan.graph, scan.header, scan.class_line = scan.read_class(classes[0]), header_lines(source, classes[0].lineno), classes[0].lineno
+    return scan
+
+
+def header_lines(source: str, class_line: int) -> list[str]:
+    """The comment lines above the graph class (``# Rank: R, Graph G``), stripped."""
+    return [ln.strip() for ln in source.splitlines()[: class_line - 1] if ln.strip().startswith("#")]
 
 
 SHARE_ENV = "GRAPHDBG_LS_SHARE"  # "0": every file and forward scanned on its own (to compare, to measure)
@@ -275,21 +264,18 @@ _NODES_KEPT = 4096
 
 
 class _KeptForwards:
-    """The forwards read so far, by their text's hash: ``(nodes, devices, memo)`` each, the oldest
-    let go past ``_FORWARDS_KEPT`` of them or ``_NODES_KEPT`` nodes (``nodes``: theirs, counted)."""
+    """The forwards read so far, by their text's hash: ``(nodes, devices, memo)`` each, read with
+    ``table``; the oldest let go past ``_FORWARDS_KEPT`` of them or ``_NODES_KEPT`` nodes."""
 
     def __init__(self) -> None:
-        self.table: NameTable | None = None  # the names table they were read with (one per process, as a rule)
-        self.by_key: OrderedDict[bytes, tuple[tuple[Node, ...], bool, dict[str, Any]]] = OrderedDict()
-        self.nodes = 0
+        self.forget()
 
-    def read_with(self, table: NameTable | None) -> _KeptForwards:
-        if self.table is not table:
-            self.forget()
-            self.table = table
-        return self
+    def forget(self, table: NameTable | None = None) -> None:
+        self.table, self.by_key, self.nodes = table, OrderedDict(), 0
 
-    def get(self, key: bytes) -> tuple[tuple[Node, ...], bool, dict[str, Any]] | None:
+    def get(self, table: NameTable | None, key: bytes) -> tuple[tuple[Node, ...], bool, dict[str, Any]] | None:
+        if self.table is not table:  # another table (a test's): what was read with the old one goes
+            self.forget(table)
         hit = self.by_key.get(key)
         if hit is not None:
             self.by_key.move_to_end(key)
@@ -301,11 +287,9 @@ class _KeptForwards:
         while len(self.by_key) > _FORWARDS_KEPT or (self.nodes > _NODES_KEPT and len(self.by_key) > 1):
             self.nodes -= len(self.by_key.popitem(last=False)[1][0]) + 1
 
-    def forget(self) -> None:
-        self.table, self.by_key, self.nodes = None, OrderedDict(), 0
-
 
 _KEPT = _KeptForwards()
+_NO_TABLE = NameTable({"names": {}, "methods": [], "op_namespaces": [], "attributes": []})
 
 
 def forget_forwards() -> None:
@@ -319,7 +303,7 @@ class _Forward(Forward):
     ``printed_front``, recognises each statement; this names the nodes as fx would and judges
     names by the table, doubting where it can't say)."""
 
-    def __init__(self, walker: _Walker, fn: ast.FunctionDef, nested: set[str]):
+    def __init__(self, walker: Scan, fn: ast.FunctionDef, nested: set[str]):
         super().__init__(fn)
         self.w, self.nested = walker, nested
         self.graph = ScannedGraph()
@@ -391,25 +375,25 @@ class _Forward(Forward):
     def call_function(self, qualname: str, args: tuple, kwargs: dict, name: str | None, at: ast.Call) -> Ref:
         """The target's ``(flags, construct, __name__)`` from the table; doubt where the table can't
         say or the allow-list refuses it (the full reader then gives the error)."""
-        entry = self.w.table.get(qualname) if self.w.table is not None else None
+        entry = self.w.table.get(qualname)
         if entry is None or "c" not in entry[0]:
             self.w.doubt(f"the name {qualname}")
             entry = ("", None, qualname.rsplit(".", 1)[-1])
         flags, construct, pyname = entry
         if "g" in flags and not (len(args) >= 2 and isinstance(args[0], Ref) and isinstance(args[1], str)
-                                 and self.w.table is not None and args[1] in self.w.table.attributes):
+                                 and args[1] in self.w.table.attributes):
             self.w.doubt("a getattr the parser checks")
         if qualname.endswith("higher_order.print"):
             self.w.doubt("higher_order.print's format string")
         return self.add("call_function", qualname, args, kwargs, construct, pyname, name)
 
     def call_method(self, attr: str, receiver: ast.expr, args: tuple, kwargs: dict, name: str | None, at: ast.Call) -> Ref:
-        if self.w.table is None or attr not in self.w.table.methods or _checked_call(attr, args, kwargs):
+        if attr not in self.w.table.methods or _checked_call(attr, args, kwargs):
             self.w.doubt(f"the method .{attr}()")
         return self.add("call_method", attr, (self.node(receiver), *args), kwargs, name=name)
 
     def attribute(self, receiver: ast.expr, attr: str, name: str | None, at: ast.Attribute) -> Ref:
-        if attr.startswith("__") or self.w.table is None or attr not in self.w.table.attributes:
+        if attr.startswith("__") or attr not in self.w.table.attributes:
             self.w.doubt(f"the attribute .{attr}")
         return self.add("call_function", "builtins.getattr", (self.node(receiver), attr), {}, None, "getattr", name)
 
@@ -418,17 +402,14 @@ class _Forward(Forward):
             self.graph.devices = True
         return super().value(expr)
 
-    def path_value(self, path: str, at: ast.Attribute) -> DottedName:
-        entry = self.w.table.get(path) if self.w.table is not None else None
-        if entry is None or "r" in entry[0] or "v" not in entry[0]:
+    def path_value(self, path: str, at: ast.AST, refused: str = "r") -> DottedName:
+        entry = self.w.table.get(path)
+        if entry is None or "v" not in entry[0] or any(f in entry[0] for f in refused):
             self.w.doubt(f"the name {path}")
         return DottedName(path)
 
     def name_value(self, name: str, at: ast.Name) -> DottedName:
-        entry = self.w.table.get(name) if self.w.table is not None else None
-        if entry is None or "r" in entry[0] or "m" in entry[0] or "v" not in entry[0]:  # bare names never reach the hook
-            self.w.doubt(f"the name {name}")
-        return DottedName(name)
+        return self.path_value(name, at, "rm")  # bare names never reach the hook (no stand-in for a missing op)
 
     def literal_call(self, func: str, args: list[Any], kwargs: dict[str, Any], at: ast.Call) -> Any:
         if func == "slice":
@@ -439,19 +420,12 @@ class _Forward(Forward):
         return _device(args, kwargs)
 
 
-_ANNOTATIONS: dict[str, tuple[Any, str | None]] = {}
-
-
+@functools.lru_cache(maxsize=1 << 16)
 def _annotation(text: str) -> tuple[Any, str | None]:
-    """parse_annotation and the spec's own spelling, once per distinct text (specs are read,
-    never changed, by the scan's users)."""
-    found = _ANNOTATIONS.get(text)
-    if found is None:
-        if len(_ANNOTATIONS) > 100_000:
-            _ANNOTATIONS.clear()
-        spec = parse_annotation(text)
-        found = _ANNOTATIONS[text] = (spec, spec.annotation() if spec is not None else None)
-    return found
+    """parse_annotation and the spec's own spelling, once per distinct text (the scan's users
+    read specs, never change them)."""
+    spec = parse_annotation(text)
+    return spec, spec.annotation() if spec is not None else None
 
 
 def _checked_call(method: str, args: tuple, kwargs: dict) -> bool:
@@ -489,30 +463,22 @@ def _flat(value: Any) -> list[Any]:
 # Facts ------------------------------------------------------------------------------------
 
 def _canon(value: Any) -> Any:
-    t = type(value)  # the common kinds by exact type first (the chain below decides the rest)
+    t = type(value)  # exact types: the values are the AST's constants, containers and the classes above
     if t is Ref:
         return f"%{value.index}"
     if t is str or t is int or t is bool or value is None:
         return value
     if t is tuple or t is list:
         return [t.__name__, [_canon(v) for v in value]]
-    if isinstance(value, Ref):
-        return f"%{value.index}"
-    if isinstance(value, (list, tuple)):
-        return [type(value).__name__, [_canon(v) for v in value]]
-    if isinstance(value, dict):
+    if t is dict:
         return ["dict", [[str(k), _canon(v)] for k, v in value.items()]]
-    if isinstance(value, slice):
+    if t is slice:
         return ["slice", _canon(value.start), _canon(value.stop), _canon(value.step)]
-    if isinstance(value, (float, complex)):
+    if t is float or t is complex:
         return repr(value)
-    if isinstance(value, Device):
+    if t is Device:
         return f"device:{value}"
-    if isinstance(value, DottedName):
-        return f"@{value.path}"
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    return type(value).__name__
+    return f"@{value.path}" if t is DottedName else t.__name__
 
 
 def graph_hash(graph: ScannedGraph) -> str:
@@ -528,14 +494,9 @@ def _nodes_digest(graph: ScannedGraph) -> Any:
     """graph_hash's sha256 over the graph's own nodes (kept with a forward read before: ``memo``)."""
     if "digest" in graph.memo:
         return graph.memo["digest"]
-    h = hashlib.sha256()
-    for n in graph.nodes:
-        parts: list[Any] = [n.op, n.target]
-        if n.op == "placeholder":
-            parts.append(n.annotation or "")
-        parts += [_canon(n.args), _canon(n.kwargs)]
-        h.update(repr(parts).encode())
-    graph.memo["digest"] = h
+    rows = ([n.op, n.target, n.annotation or "", _canon(n.args), _canon(n.kwargs)] if n.op == "placeholder" else
+            [n.op, n.target, _canon(n.args), _canon(n.kwargs)] for n in graph.nodes)
+    h = graph.memo["digest"] = hashlib.sha256("".join(map(repr, rows)).encode())  # as one update per node
     return h
 
 
@@ -544,18 +505,14 @@ def masked_structure(graph: ScannedGraph) -> tuple[str, list[Any]]:
     ranks of one tensor-parallel model print the same graph but for the literals that place them."""
     literals: list[Any] = []
     parts: list[Any] = []
-    _masked_walk(graph, "", parts, literals)
+    todo = [("", graph)]
+    while todo:  # each graph's rows, then its nested classes' by name, depth first
+        prefix, g = todo.pop()
+        rows, found = _masked_nodes(g)
+        parts.extend([prefix, *row] for row in rows)
+        literals.extend(found)
+        todo.extend((f"{prefix}{name}.", g.submodules[name]) for name in sorted(g.submodules, reverse=True))
     return json.dumps(parts), literals
-
-
-def _masked_walk(g: ScannedGraph, prefix: str, parts: list[Any], literals: list[Any]) -> None:
-    # a function of its own, not a closure: a closure that calls itself is a cycle, and would
-    # hold every row until the collector came (which a listing pauses)
-    rows, found = _masked_nodes(g)
-    parts.extend([prefix, *row] for row in rows)
-    literals.extend(found)
-    for name in sorted(g.submodules):
-        _masked_walk(g.submodules[name], f"{prefix}{name}.", parts, literals)
 
 
 def _masked_nodes(graph: ScannedGraph) -> tuple[list[list[Any]], list[Any]]:
@@ -572,7 +529,7 @@ def _masked_nodes(graph: ScannedGraph) -> tuple[list[list[Any]], list[Any]]:
 
 
 def _masked(value: Any, literals: list[Any]) -> Any:
-    t = type(value)  # the common kinds by exact type first (the chain below decides the rest)
+    t = type(value)  # exact types, as in _canon
     if t is Ref:
         return f"%{value.index}"
     if t is str or t is bool or value is None:
@@ -582,47 +539,33 @@ def _masked(value: Any, literals: list[Any]) -> Any:
         return "#"
     if t is tuple or t is list:
         return [_masked(v, literals) for v in value]
-    if isinstance(value, Ref):
-        return f"%{value.index}"
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return value
-    if isinstance(value, int):
-        literals.append(value)
-        return "#"
-    if isinstance(value, Device):
+    if t is Device:
         if value.index is not None:
             literals.append(value.index)
         return f"device:{value.type}"
-    if isinstance(value, (list, tuple)):
-        return [_masked(v, literals) for v in value]
-    if isinstance(value, dict):
+    if t is dict:
         return [[str(k), _masked(v, literals)] for k, v in value.items()]
-    if isinstance(value, slice):
+    if t is slice:
         return ["slice", _masked(value.start, literals), _masked(value.stop, literals), _masked(value.step, literals)]
-    if isinstance(value, (float, complex)):
+    if t is float or t is complex:
         return repr(value)
-    return value.path if isinstance(value, DottedName) else type(value).__name__
+    return value.path if t is DottedName else t.__name__
 
 
-def cuda_indices(graph: ScannedGraph) -> set[int]:
-    """Device indices the graph bakes in: device literals, streams, device switches."""
-    found: set[int] = set()
-    for g in graph.graphs():
-        found |= _own_facts(g)[0]
-    return found
-
-
-def constructs(graph: ScannedGraph) -> list[str]:
-    """rebuild/stand_ins.constructs, by the table's verdicts."""
+def devices_and_constructs(graph: ScannedGraph) -> tuple[set[int], list[str]]:
+    """The cuda device indices the graph bakes in (device literals, streams, device switches) and
+    what replay stands in for (``rebuild/stand_ins.constructs``, by the table's verdicts)."""
+    indices: set[int] = set()
     found: dict[str, None] = {}
     for g in graph.graphs():
-        for c in _own_facts(g)[1]:
-            found.setdefault(c)
-    return list(found)
+        own = _own_facts(g)
+        indices |= own[0]
+        found.update(dict.fromkeys(own[1]))
+    return indices, list(found)
 
 
 def _own_facts(g: ScannedGraph) -> tuple[set[int], list[str]]:
-    """cuda_indices and constructs of the graph's own nodes."""
+    """devices_and_constructs of the graph's own nodes."""
     if "own" in g.memo:
         return g.memo["own"]
     indices: set[int] = set()

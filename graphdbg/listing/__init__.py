@@ -38,22 +38,17 @@ _NOT_SHOWN_GRAPH = ("ops", "node_info")
 
 
 def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Progress | None = None,
-               cache: bool = True, workers: int | None = None, full: bool = False, slim: bool = False) -> Listing:
+               cache: bool = True, full: bool = False, slim: bool = False) -> Listing:
     """Every dump and printed graph file under ``path`` (or ``path`` itself), read and grouped.
 
-    A file that can't be read is a ``problems`` entry (one line, with file and line), not an
-    exception; a folder with neither dumps nor printed graphs is an empty listing (a CI step
-    after a green run has nothing to list), a file that is neither a DumpError. Graph files
-    with no recorded failure take it from ``log``, or from the logs found beside them; a
-    ``log`` that can't be read is a GraphdbgError, a found one a ``logs`` entry with its error.
-
-    Printed graphs are scanned for their manifest (``formats/scan.py``: one ``ast.parse``, no
-    torch; ``show`` and ``replay`` read them in full); a file the scan can't decide is read with
-    the full reader (``full=True``: every file, for tests that compare the two); 48 files or more
-    are read in worker processes, one per usable core (``workers=N`` to choose). ``cache=False``:
-    nothing is taken from the cache or kept in it. ``progress(done, total)`` is called as files
-    are read. ``slim``: printed graphs' manifests keep only what the listing shows (not their
-    inputs, ops or environment).
+    A file that can't be read is a ``problems`` entry (one line, with file and line); a folder
+    with nothing to list is an empty listing, a file that is neither dump nor graph a DumpError.
+    Graph files that record no failure take it from ``log``, else from the logs beside them (a
+    ``log`` that can't be read is a GraphdbgError, a found one a ``logs`` entry with its error).
+    Printed graphs are scanned without torch (``formats/scan.py``), a file the scan can't decide
+    is read in full (``full=True``: every file, for tests that compare the two). ``cache=False``:
+    nothing from the cache or into it. ``progress(done, total)`` as files are read. ``slim``:
+    printed graphs' manifests without what only ``show`` and ``replay`` read.
     """
     root = Path(path)
     if not root.exists():
@@ -65,7 +60,7 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
         total = len(found.dumps) + len(graphs) + len(repros)
         dumps, printed, seen = [], [], 0
         for seen, (where, dump, error) in enumerate(itertools.chain(
-                read_dump_folders(found.dumps, store), read_printed_graphs(graphs, found.ranks, store, workers=workers, full=full),
+                read_dump_folders(found.dumps, store), read_printed_graphs(graphs, found.ranks, store, full=full),
                 read_repros(repros)), 1):
             if progress is not None:
                 progress(seen, total)

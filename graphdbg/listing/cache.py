@@ -46,7 +46,7 @@ def code_stamp(ops: str = "") -> str:
 
 class FileCache:
     def __init__(self, db: sqlite3.Connection | None):
-        self.db, self.stamp = db, code_stamp(os.environ.get("GRAPHDBG_OPS", ""))
+        self.db, self.stamp = db, code_stamp(os.environ.get("GRAPHDBG_OPS", "")) if db is not None else ""
         self.pending: list[tuple] = []
 
     @classmethod

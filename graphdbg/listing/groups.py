@@ -49,11 +49,8 @@ class Listing(Displayed):
         """``files``, ``groups``, ``failed`` (groups whose dumps record a failure), ``by_kind``
         (groups per failure kind) and ``unreadable`` (files that could not be read)."""
         groups = self.groups if groups is None else groups
-        by_kind: dict[str, int] = {}
-        for g in groups:
-            by_kind[g["kind"]] = by_kind.get(g["kind"], 0) + 1
         return {"files": len(self.dumps), "groups": len(groups), "failed": sum(is_failure(g["kind"]) for g in groups),
-                "by_kind": by_kind, "unreadable": len(self.problems)}
+                "by_kind": dict(Counter(g["kind"] for g in groups)), "unreadable": len(self.problems)}
 
     def to_json(self) -> dict[str, Any]:
         rows = [summary_row(d) for d in self.dumps]
@@ -185,15 +182,7 @@ def _odd_ranks(dumps: list[Dump]) -> dict[Path, list[str]]:
 def module_prefix(node_info: dict[str, dict[str, Any]]) -> str | None:
     """The module path every node of a graph shares (``transformer.h.2``), or None."""
     paths = [info["module"].split(".") for info in node_info.values() if info.get("module")]
-    if not paths:
-        return None
-    common = paths[0]
-    for p in paths[1:]:
-        n = 0
-        while n < min(len(common), len(p)) and common[n] == p[n]:
-            n += 1
-        common = common[:n]
-    return ".".join(common) or None
+    return ".".join(os.path.commonprefix(paths)) or None  # commonprefix compares lists item by item
 
 
 def natural_key(text: str) -> list[Any]:

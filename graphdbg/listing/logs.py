@@ -3,6 +3,7 @@ record none (``formats/run_log.py`` reads a log and decides which graph a failur
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,8 @@ def apply_logs(dumps: list[Dump], root: Path, log: str | Path | None = None, *, 
             for p in logs:
                 by_log.setdefault(p, []).append(d)
     entries = []
-    read: dict[tuple, dict[str, Any]] | None = {} if sharing() else None  # logs read, by log_key: a copied run's logs are read once
+    read: dict[tuple, dict[str, Any]] = {}  # logs read, by log_key: a copied run's logs are read once
+    cache = cache if cache is not None else FileCache(None)
     for path, members in by_log.items():
         if shown(str(path)) != str(path):  # its name can't be written in the listing's JSON
             entries.append({"path": shown(str(path)), "error": f"{shown(str(path))}: the name is not UTF-8 text"})
@@ -69,25 +71,22 @@ def apply_logs(dumps: list[Dump], root: Path, log: str | Path | None = None, *, 
     return entries
 
 
-def _read_log(path: Path, names: set[str], cache: FileCache | None, read: dict[tuple, dict[str, Any]] | None) -> RunLog:
+def _read_log(path: Path, names: set[str], cache: FileCache, read: dict[tuple, dict[str, Any]]) -> RunLog:
     """``read_log(path, names)``, from ``cache`` where it kept this log, else from ``read`` where
     a log of the same ``log_key`` was read before (then kept in both)."""
-    key = FileCache.log_key(path, names) if cache is not None else None
-    kept = cache.get(key) if cache is not None else None
+    key = FileCache.log_key(path, names)
+    kept = cache.get(key)
     if kept is not None and kept[0] is not None:
-        try:
+        with contextlib.suppress(KeyError, TypeError, ValueError, AttributeError):  # else not one this code made
             return RunLog.from_cache(path, kept[0])
-        except (KeyError, TypeError, ValueError, AttributeError):
-            pass  # not one this code made: read the log again
-    same = log_key(path, names) if read is not None else None
-    if read is not None and same is not None and same in read:
+    same = log_key(path, names) if sharing() else None
+    if same is not None and same in read:
         run_log = RunLog.from_cache(path, read[same])
     else:
         run_log = read_log(path, names)
-        if read is not None and same is not None:
+        if same is not None:
             read[same] = run_log.to_cache()
-    if cache is not None:
-        cache.put(key, run_log.to_cache(), None)
+    cache.put(key, run_log.to_cache(), None)
     return run_log
 
 

@@ -24,10 +24,7 @@ from graphdbg.listing.cache import FileCache
 
 Answer = tuple[Any, Dump | None, str | None]  # (path, dump, None) or (path, None, error)
 Printed = tuple[str, Path, Any, Any]  # (file, its Path, its cache key, what the cache holds of it (FileCache.find) or None)
-PARALLEL_FROM = 48  # files to read before worker processes pay for their start
-_MAX_WORKERS = 16
 _BODIES_KEPT = 1024  # bodies' scans held for files to come with the same body (~5 KiB each)
-_bodies: OrderedDict[str, BodyScan] = OrderedDict()
 
 
 def read_dump_folders(folders: list[Path], cache: FileCache) -> Iterator[Answer]:
@@ -65,23 +62,23 @@ def sort_python_files(files: list[str], cache: FileCache, full: bool = False) ->
     return printed, repros
 
 
-def read_printed_graphs(printed: list[Printed], ranks: dict[str, frozenset[int]] | None, cache: FileCache, *,
-                        workers: int | None = None, full: bool = False) -> Iterator[Answer]:
-    """Each printed graph, in order, as it comes; ``ranks``: the walk's, else each folder is listed.
-    ``full``: through the full reader (tests compare the two)."""
-    fresh = _read_all([f for f, _, _, hit in printed if hit is None], ranks, workers, full)
+def read_printed_graphs(printed: list[Printed], ranks: dict[str, frozenset[int]] | None, cache: FileCache,
+                        full: bool = False) -> Iterator[Answer]:
+    """Each printed graph, in order; ``ranks``: the walk's, else each folder is listed. ``full``:
+    through the full reader (tests compare the two). One process: worker processes each scanned
+    the bodies and forwards they shared again (15-25% more CPU at 8x renamed copies, no wall time
+    gained on the 2-core machine; docs/benchmarks.md)."""
+    bodies: OrderedDict[str, BodyScan] = OrderedDict()
     try:
         for f, path, key, kept in printed:
+            here = ranks.get(os.path.dirname(f) or ".") if ranks is not None else None
             hit = FileCache.parsed(kept)
             if hit is None:  # not kept, or not as JSON now (a damaged cache: read here)
-                hit = next(fresh) if kept is None else _read_one(f, ranks, full)
+                hit = _full_manifest(path) if full else _scanned(f, path, here, bodies)
                 cache.put(key, *hit)
             manifest, error = hit
-            yield f, printed_dump(path, manifest, ranks.get(os.path.dirname(f) or ".") if ranks is not None else None) \
-                if manifest is not None else None, error
+            yield f, printed_dump(path, manifest, here) if manifest is not None else None, error
     finally:
-        fresh.close()
-        _bodies.clear()
         forget_forwards()
 
 
@@ -102,50 +99,25 @@ def _is_torch_repro(path: Path) -> bool:
     return detect_format(path) is not None
 
 
-def _read_all(files: list[str], ranks: dict[str, frozenset[int]] | None, workers: int | None,
-              full: bool) -> Iterator[tuple[dict[str, Any] | None, str | None]]:
-    """``(manifest, error)`` of each file, in order. Many files: one worker per usable core
-    (forked, so a worker starts in milliseconds), each reading a run of files in order."""
-    n = workers if workers is not None else min(_usable_cores(), _MAX_WORKERS)
-    if n <= 1 or len(files) < PARALLEL_FROM:
-        yield from (_read_one(f, ranks, full) for f in files)
-        return
-    # lazy: a listing of a few files (and a cached one) starts no workers and needs neither module
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    size = max(1, min(16, len(files) // (4 * n)))
-    runs = [(files[i: i + size], ranks, full) for i in range(0, len(files), size)]
-    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork")) as pool:
-        for answers in pool.map(_read_run, runs):
-            yield from answers
-
-
-def _read_run(run: tuple[list[str], dict[str, frozenset[int]] | None, bool]) -> list[tuple[dict[str, Any] | None, str | None]]:
-    files, ranks, full = run
-    return [_read_one(f, ranks, full) for f in files]
-
-
-def _read_one(f: str, ranks: dict[str, frozenset[int]] | None, full: bool) -> tuple[dict[str, Any] | None, str | None]:
-    path = Path(f)
-    if full:
-        return _full_manifest(path)
+def _scanned(f: str, path: Path, ranks: frozenset[int] | None, bodies: OrderedDict[str, BodyScan]
+             ) -> tuple[dict[str, Any] | None, str | None]:
+    """``(manifest, error)`` of a printed graph from its body's scan (``bodies``: those made so far)."""
     try:
         source = read_printed_source(path)
     except GraphdbgError as e:
         return None, str(e)
-    head, key = head_and_key(source)
-    body = _bodies.get(key)
+    key = head_and_key(source)[1]
+    body = bodies.get(key)
     if body is None:
         try:
             body = scan_body(source, f)
         except Exception as e:  # e.g. RecursionError on an absurdly nested expression
             body = BodyScan(undecided=f"the scan failed ({type(e).__name__})")
         if sharing():
-            _bodies[key] = body
-            if len(_bodies) > _BODIES_KEPT:
-                _bodies.popitem(last=False)
-    manifest, error, undecided = printed_from_body(path, source, body, ranks=ranks.get(os.path.dirname(f) or ".") if ranks is not None else None)
+            bodies[key] = body
+            if len(bodies) > _BODIES_KEPT:
+                bodies.popitem(last=False)
+    manifest, error, undecided = printed_from_body(path, source, body, ranks=ranks)
     return _full_manifest(path) if undecided is not None else (manifest, error)
 
 
@@ -157,10 +129,3 @@ def _full_manifest(path: Path) -> tuple[dict[str, Any] | None, str | None]:
         return load_printed_graph(path).manifest, None
     except GraphdbgError as e:
         return None, str(e)
-
-
-def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))  # the cores this process may run on (a container's, a taskset's)
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1

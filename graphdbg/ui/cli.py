@@ -13,7 +13,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any, Callable, Iterator, Optional
+from typing import Annotated, Any, Callable, Iterator, NoReturn, Optional
 
 import typer
 
@@ -194,32 +194,11 @@ def ls(path: Annotated[Path, typer.Argument(help="A dump, or a folder of dumps o
     """List dumps under PATH, failures first; identical failures on several ranks are one row.
 
     Files that can't be read are listed as problems (exit 0; --strict: exit 2)."""
-    from graphdbg.listing import ls_output
-    from graphdbg.ui.render import ListingProgress, ListingView
+    from graphdbg.ui.ls_command import run_ls
 
     _must_exist(path)
     _inputs_setup(ops)
-    progress = ListingProgress(_err_console())
-    try:
-        data = ls_output(path, log=log, failed=failed, kind=kind, cache=not no_cache, progress=None if as_json else progress)
-    finally:
-        progress.close()
-    if as_json:
-        _print_json(data)
-    elif not data["summary"]["files"] and not data["problems"]:
-        console.print(f"no dumps under {data['root']}" + (" (none match the filter)" if failed or kind else ""),
-                      highlight=False, soft_wrap=True)
-    else:
-        console.print(ListingView(data["groups"], data["root"], len(data["problems"])), crop=False,
-                      soft_wrap=not console.is_terminal)  # piped: whole lines, for grep
-        if data.get("logs"):
-            from graphdbg.ui.render import log_notes
-
-            console.print(log_notes(data["logs"], data["root"]), soft_wrap=not console.is_terminal)
-    for p in data["problems"]:
-        _note(f"graphdbg: unreadable: {p['error']}")
-    if data["problems"] and strict:
-        raise typer.Exit(2)
+    raise typer.Exit(run_ls(path, as_json=as_json, log=log, failed=failed, kind=kind, strict=strict, no_cache=no_cache))
 
 
 @app.command(epilog=_example("graphdbg show dumps/rank0/g0-runtime_error-3b0e0256"))
@@ -814,21 +793,27 @@ def main() -> None:
         interrupt = _interrupt_of(e)  # typer turns Ctrl-C into a silent exit 130
         if interrupt is None:
             raise
+        exit_for(interrupt)
+    except Exception as e:
+        exit_for(e)
+
+
+def exit_for(e: BaseException) -> NoReturn:
+    """The one line and exit code of a command that raised ``e`` (``graphdbg.__main__`` answers
+    ``ls`` without typer, and its errors here)."""
+    if isinstance(e, KeyboardInterrupt):
         _end_children()
-        _note(_interrupted_line(interrupt))
+        _note(_interrupted_line(e))
         sys.exit(130)
-    except GraphdbgError as e:
+    if isinstance(e, GraphdbgError):
         _fail(str(e), e.exit_code)
-    except (RecursionError, MemoryError) as e:  # gate: a hostile input too deep or too large is bad input
-        if os.environ.get("GRAPHDBG_DEBUG"):
-            raise
+    if os.environ.get("GRAPHDBG_DEBUG") or not isinstance(e, Exception):
+        raise e
+    if isinstance(e, (RecursionError, MemoryError)):  # gate: a hostile input too deep or too large is bad input
         _fail(f"the input is {'nested too deep' if isinstance(e, RecursionError) else 'too large'} to process "
               f"({type(e).__name__})", 2)
-    except Exception as e:
-        if os.environ.get("GRAPHDBG_DEBUG"):
-            raise
-        first = (str(e).strip().splitlines() or [""])[0]
-        _fail(f"internal error: {type(e).__name__}: {first} (set GRAPHDBG_DEBUG=1 for the traceback)", 3)
+    first = (str(e).strip().splitlines() or [""])[0]
+    _fail(f"internal error: {type(e).__name__}: {first} (set GRAPHDBG_DEBUG=1 for the traceback)", 3)
 
 
 # --trust-backend: the module the dump names is imported as the user would import it, from here too
@@ -897,7 +882,7 @@ def _end_children() -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
-def _fail(message: str, code: int) -> None:
+def _fail(message: str, code: int) -> NoReturn:
     Console(stderr=True).print(f"graphdbg: error: {message}", highlight=False, soft_wrap=True, markup=False)
     if "--json" in sys.argv[1:]:  # a program reading stdout gets JSON for an error too
         _print_json({"error": message, "exit_code": code}, "error")

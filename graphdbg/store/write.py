@@ -63,7 +63,9 @@ def write_dump(
     dist = {**distributed_info(), "collectives": snap.collectives}
     # the folder's name is graphdbg's: a kind a loaded dump recorded ("../x", "a/conftest.py") never goes into it
     named = kind if re.fullmatch(r"[a-z_]{1,32}", kind) else "failure"
-    dump_id = f"g{int(snap.seq)}-{named}-{snap.graph_hash[:8]}"
+    # seq is capture's count ("3"), a nested piece's ("0.1") or a stage's ("0-backward"); anything else is a number
+    seq = str(snap.seq) if re.fullmatch(r"[0-9]+([.-][0-9a-z]+)*", str(snap.seq)) else str(int(snap.seq))
+    dump_id = f"g{seq}-{named}-{snap.graph_hash[:8]}"
     rank_dir = Path(dump_dir) / f"rank{dist['rank']}"
     with Folder.open(dump_dir, create=True) as top:  # rank<R> made here, never a link planted there
         top.sub(rank_dir.name, create=True).close()

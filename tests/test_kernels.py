@@ -280,7 +280,7 @@ def test_a_user_triton_kernel_is_recorded_replayed_from_its_source_and_found_by_
     for backend in ("eager", "aot_eager"):
         r = cli("replay", path, "--backend", backend, "--trust-kernels", "--json")
         out = json.loads(r.out)
-        assert out["status"] == "pass" and not [s for s in out["stand_ins"] if "triton_kernel" in s], out
+        assert out["status"] == "pass" and not [s for s in out["stand_ins"] if "triton_kernel" in s], r.out
         assert out["kernels"] == [{"kernel": "rms_norm_kernel", "kind": "triton_kernel", "ran": "from the dump", "why": None,
                                    "calls": 1}], out
     # the captured numerics: the swap moves the output by exactly what the seeded bug does
@@ -320,7 +320,7 @@ def test_an_autotuned_triton_kernel_with_a_helper_and_a_global_replays_from_its_
     assert {g["name"] for g in kernel["globals"]} >= {"_row_max", "SOFTMAX_EPS", "tl"} and kernel["autotune_configs"], kernel
     r = cli("replay", path, "--backend", "aot_eager", "--trust-kernels", "--json")
     out = json.loads(r.out)
-    assert out["status"] == "pass" and out["kernels"][0]["ran"] == "from the dump", out
+    assert out["status"] == "pass" and out["kernels"][0]["ran"] == "from the dump", r.out
     r = cli("bisect", "ops", path, "--swap", "softmax_kernel=kernel_programs:softmax_into", "--trust-kernels", "--json")
     result = json.loads(r.out)
     assert r.code == 1 and result["culprits"] == ["softmax_kernel"], result

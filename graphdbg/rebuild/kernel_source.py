@@ -25,6 +25,8 @@ import keyword
 import linecache
 import os
 import re
+import sys
+import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -92,14 +94,16 @@ def _exec_module(text: str, why: dict[int, str], entries: list[Mapping[str, Any]
     ``linecache`` under a file name no file has."""
     filename = "graphdbg-dump-kernels.py"
     linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
-    namespace: dict[str, Any] = {"__name__": "graphdbg_dump_kernels"}
+    # a module in sys.modules: Dynamo, tracing through the launcher, imports its globals' module by name
+    module = types.ModuleType("graphdbg_dump_kernels")
     try:
-        exec(compile(text, filename, "exec"), namespace)
+        exec(compile(text, filename, "exec"), module.__dict__)
     except Exception as e:
         shown = f"its source does not define a kernel here ({type(e).__name__}: {str(e).strip()[:200]})"
         why.update({k["kernel_idx"]: shown for k in entries if k["kernel_idx"] not in why})
         return {}
-    return namespace
+    sys.modules[module.__name__] = module
+    return module.__dict__
 
 
 class KernelUnavailable(Exception):

@@ -50,3 +50,96 @@ def capture_world(world: int, tmp: str, backend: str, differ_rank: int = -1, dev
     dump_dir = f"{tmp}/dumps"
     mp.spawn(capture_rank, args=(world, f"{tmp}/store", dump_dir, backend, differ_rank, device), nprocs=world, join=True)
     return dump_dir
+
+
+# Data parallel: DDP's bucket split, and FSDP-style sharded parameters --------------------------
+def _backend(name: str):
+    module, _, attr = name.partition(":")
+    return getattr(__import__(module, fromlist=[attr]), attr) if attr else name
+
+
+def _join(rank: int, world: int, store: str, device: str) -> None:
+    import datetime
+
+    if device == "cuda":
+        torch.cuda.set_device(rank)
+    # a peer that failed ends this rank's collective in a minute at most, not gloo's 30
+    dist.init_process_group("nccl" if device == "cuda" else "gloo", init_method=f"file://{store}", rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=60))
+
+
+def _rows(rank: int, short_rank: int) -> int:
+    return 6 if rank == short_rank else 8  # the short rank got the epoch's last, smaller batch
+
+
+def ddp_rank(rank: int, world: int, store: str, dump_dir: str, backend: str, short_rank: int, mode: str) -> None:
+    """An MLP of four 512-wide blocks (the third with a GELU) under DDP with 1 MB buckets, compiled
+    inside DDP (``DDP(torch.compile(model))``): Dynamo's DDP optimizer splits the graph into one
+    piece per bucket and hands each to the backend. One training step."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    _join(rank, world, store, "cpu")
+    try:
+        torch.manual_seed(0)
+        blocks = [torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.GELU() if i == 2 else torch.nn.ReLU())
+                  for i in range(4)]
+        model = torch.nn.Sequential(*blocks)
+        compiled = torch.compile(model, backend=graphdbg.capture(_backend(backend), dump_dir=dump_dir, mode=mode))
+        ddp = DDP(compiled, bucket_cap_mb=1)
+        torch.manual_seed(100 + rank)
+        x = torch.randn(_rows(rank, short_rank), 512)
+        try:
+            ddp(x).square().mean().backward()
+        except Exception as e:  # noqa: BLE001 - the failure is the point; the dump holds it
+            print(f"rank {rank}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
+    finally:
+        dist.destroy_process_group()
+
+
+class ShardedLinear(torch.nn.Module):
+    """FSDP's layout written with functional collectives, as SimpleFSDP does: each rank keeps a
+    dim-0 shard of the weight and bias, all-gathers them in the forward, and the all-gather's
+    autograd reduce-scatters their gradients in the backward. Compiled, both collectives are in
+    the graphs (forward: all_gather_into_tensor, wait_tensor; backward: reduce_scatter_tensor)."""
+
+    def __init__(self, fin: int, fout: int, world: int, rank: int):
+        super().__init__()
+        full = torch.nn.Linear(fin, fout)
+        self.weight = torch.nn.Parameter(full.weight.detach().chunk(world)[rank].clone())
+        self.bias = torch.nn.Parameter(full.bias.detach().chunk(world)[rank].clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = fc.all_gather_tensor_autograd(self.weight, 0, dist.group.WORLD)
+        b = fc.all_gather_tensor_autograd(self.bias, 0, dist.group.WORLD)
+        return torch.nn.functional.linear(x, w, b)
+
+
+def sharded_rank(rank: int, world: int, store: str, dump_dir: str, fw: str, bw: str, short_rank: int,
+                 device: str = "cpu") -> None:
+    """A two-layer MLP with sharded parameters, compiled with ``aot_autograd(fw, bw)`` under
+    capture; one training step, the batch of ``short_rank`` shorter."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    _join(rank, world, store, device)
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(ShardedLinear(16, 32, world, rank), torch.nn.SiLU(),
+                                    ShardedLinear(32, 8, world, rank)).to(device)
+        backend = graphdbg.capture(aot_autograd(fw_compiler=_backend(fw), bw_compiler=_backend(bw)), dump_dir=dump_dir)
+        torch.manual_seed(100 + rank)
+        x = torch.randn(_rows(rank, short_rank), 16, device=device)
+        try:
+            torch.compile(model, backend=backend)(x).square().mean().backward()
+        except Exception as e:  # noqa: BLE001 - the failure is the point; the dump holds it
+            print(f"rank {rank}: {type(e).__name__}", file=sys.stderr)
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn_world(fn, world: int, tmp: str, *args) -> str:
+    """Run ``fn(rank, world, store, dump_dir, *args)`` on ``world`` spawned processes; the dumps' folder."""
+    import torch.multiprocessing as mp
+
+    dump_dir = f"{tmp}/dumps"
+    mp.spawn(fn, args=(world, f"{tmp}/store", dump_dir, *args), nprocs=world, join=True)
+    return dump_dir

@@ -113,3 +113,32 @@ def test_sharded_world_replays_with_the_captured_verdict(sharded_dumps, cli):
     assert rows[1]["status"] == "crash" and rows[1]["signature"] == REDUCE_SCATTER
     # rank 0 compiles and waits in its real reduce-scatter until rank 1 is gone, as at capture
     assert rows[0]["status"] == "crash" and "Connection closed by peer" in rows[0]["signature"], rows[0]
+
+
+def test_ddp_piece_failing_when_it_runs_links_the_whole_graph_with_that_call(tmp_path, cli):
+    """A world of one rank (DDP needs a process group, not several): the split is the same, and a
+    piece whose code raises is dumped with that call's inputs, the whole graph with its own."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from world_backends import gelu_piece_fails_when_run
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
+                                    torch.nn.GELU(), torch.nn.Linear(512, 512))
+        backend = graphdbg.capture(gelu_piece_fails_when_run, dump_dir=tmp_path)
+        with pytest.raises(RuntimeError, match="illegal memory access in the GELU kernel"):
+            DDP(torch.compile(model, backend=backend), bucket_cap_mb=1)(torch.randn(4, 512))
+    finally:
+        dist.destroy_process_group()
+    dumps = {p.name.split("-")[1]: graphdbg.load(p) for p in find_dumps(tmp_path)}
+    piece, whole = dumps["runtime_error"], dumps["captured"]
+    assert piece.manifest["ddp"]["piece"] == "submod_1" and piece.manifest["ddp"]["bucket_count"] == 3
+    assert piece.manifest["inputs_state"] == whole.manifest["inputs_state"] == "after_failed_call"
+    assert [c["dir"] for c in whole.manifest["children"]] == [piece.path.name]
+    assert len(whole.manifest["ddp"]["buckets"]) == 3 and whole.manifest["inputs"][0]["stored"]
+    for d in (piece, whole):  # the piece alone, and the graph before the split, both reproduce
+        r = cli("replay", d.path, "--trust-backend", "--json")
+        assert r.code == 1 and json.loads(r.out)["signature"] == "RuntimeError: illegal memory access in the GELU kernel", r

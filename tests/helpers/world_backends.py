@@ -39,3 +39,15 @@ def reduce_scatter_needs_tiled_rows(gm, example_inputs):
     if rows is not None and any("reduce_scatter" in str(n.target) for n in gm.graph.nodes):
         raise NotImplementedError(f"no reduce-scatter lowering for {rows} rows (tiles of 4)")
     return gm.forward
+
+
+def gelu_piece_fails_when_run(gm, example_inputs):
+    """Compiles every graph; the code of one holding a GELU raises when it runs (a kernel that
+    compiled and then faults): on a DDP bucket split, the GELU bucket's piece."""
+    if not any("gelu" in str(n.target) for n in gm.graph.nodes):
+        return gm.forward
+
+    def run(*args):
+        raise RuntimeError("illegal memory access in the GELU kernel")
+
+    return run

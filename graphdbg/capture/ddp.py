@@ -21,6 +21,7 @@ A single bucket is not split: Dynamo hands the whole graph to the backend, a pla
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 import threading
@@ -89,6 +90,7 @@ def _watched(original: Callable[..., Any]) -> Callable[..., Any]:
     if getattr(original, "_graphdbg_ddp", False):
         return original
 
+    @functools.wraps(original)
     def compile_fn(self: Any, gm: fx.GraphModule, example_inputs: list[Any], **configs: Any) -> Any:
         __tracebackhide__ = True  # noqa: F841 - pytest hides this frame where Python keeps it (3.10)
         split = Split(self, gm, list(example_inputs))

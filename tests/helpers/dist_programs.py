@@ -68,26 +68,31 @@ def _join(rank: int, world: int, store: str, device: str) -> None:
                             world_size=world, timeout=datetime.timedelta(seconds=60))
 
 
-def _rows(rank: int, short_rank: int) -> int:
-    return 6 if rank == short_rank else 8  # the short rank got the epoch's last, smaller batch
+def _rows(rank: int, short_rank: int | str) -> int:
+    return 6 if short_rank in (rank, "all") else 8  # the short rank got the epoch's last, smaller batch
 
 
-def ddp_rank(rank: int, world: int, store: str, dump_dir: str, backend: str, short_rank: int, mode: str) -> None:
+def ddp_rank(rank: int, world: int, store: str, dump_dir: str, backend: str, short_rank: int | str, mode: str,
+             device: str = "cpu", outside: bool = False) -> None:
     """An MLP of four 512-wide blocks (the third with a GELU) under DDP with 1 MB buckets, compiled
     inside DDP (``DDP(torch.compile(model))``): Dynamo's DDP optimizer splits the graph into one
-    piece per bucket and hands each to the backend. One training step."""
+    piece per bucket and hands each to the backend. One training step. ``outside``: compiled as
+    ``torch.compile(DDP(model))`` instead."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    _join(rank, world, store, "cpu")
+    _join(rank, world, store, device)
     try:
         torch.manual_seed(0)
         blocks = [torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.GELU() if i == 2 else torch.nn.ReLU())
                   for i in range(4)]
-        model = torch.nn.Sequential(*blocks)
-        compiled = torch.compile(model, backend=graphdbg.capture(_backend(backend), dump_dir=dump_dir, mode=mode))
-        ddp = DDP(compiled, bucket_cap_mb=1)
+        model = torch.nn.Sequential(*blocks).to(device)
+        backend_ = graphdbg.capture(_backend(backend), dump_dir=dump_dir, mode=mode)
+        if outside:
+            ddp = torch.compile(DDP(model, bucket_cap_mb=1), backend=backend_)
+        else:
+            ddp = DDP(torch.compile(model, backend=backend_), bucket_cap_mb=1)
         torch.manual_seed(100 + rank)
-        x = torch.randn(_rows(rank, short_rank), 512)
+        x = torch.randn(_rows(rank, short_rank), 512, device=device)
         try:
             ddp(x).square().mean().backward()
         except Exception as e:  # noqa: BLE001 - the failure is the point; the dump holds it

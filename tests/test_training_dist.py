@@ -1,8 +1,8 @@
 """Training on several ranks as people run it, on the CPU with gloo (2 spawned ranks each):
 
-- DDP: ``DDP(torch.compile(model))``, where Dynamo's DDP optimizer splits the graph at bucket
-  boundaries and hands each piece to the backend; the backend fails on one bucket's piece, on
-  the rank whose batch is short.
+- DDP: ``torch.compile(DDP(model))`` (and ``DDP(torch.compile(model))`` in a world of one),
+  where Dynamo's DDP optimizer splits the graph at bucket boundaries and hands each piece to the
+  backend; the backend fails on one bucket's piece, on the rank whose batch is short.
 - FSDP-style sharded parameters (all-gathered in the forward, their gradients reduce-scattered
   in the backward: functional collectives in both graphs); the backward compiler fails on the
   rank whose batch is short, and the other rank's reduce-scatter is cut off.
@@ -58,7 +58,7 @@ def test_ddp_pieces_are_dumped_with_their_bucket_and_the_whole_graph(ddp_dumps):
     ddp = piece.manifest["ddp"]
     assert (ddp["piece"], ddp["bucket"], ddp["bucket_count"]) == ("submod_2", 2, 4)
     assert ddp["bucket_bytes_cap"] == 1 << 20 and ddp["bytes"] == (512 * 512 + 512) * 4
-    assert ddp["param_count"] == 2 and all("modules_2" in p for p in ddp["params"])  # the third block's weight and bias
+    assert ddp["param_count"] == 2 and all("_layers_modules_2_" in p for p in ddp["params"]), ddp  # the third block's weight and bias
     parent = piece.manifest["parent"]
     assert parent["piece"] == "submod_2" and parent["position"] == 2
     whole = dumps[f"rank1/{parent['dir']}"]  # the graph before the split, its pieces linked

@@ -72,20 +72,33 @@ def _rows(rank: int, short_rank: int | str) -> int:
     return 6 if short_rank in (rank, "all") else 8  # the short rank got the epoch's last, smaller batch
 
 
+class Blocks(torch.nn.Module):
+    """Four 512-wide blocks, the third with a GELU (the others ReLU): 1 MB of weight each, so one
+    DDP bucket each at ``bucket_cap_mb=1``. A module of the user's own: after the graph break in
+    DDP's forward, Dynamo compiles its ``forward`` as a frame of its own (a torch module such as
+    ``nn.Sequential`` would be skipped there, being torch's code)."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(512, 512) for _ in range(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for i, layer in enumerate(self.layers):
+            x = torch.nn.functional.gelu(layer(x)) if i == 2 else torch.relu(layer(x))
+        return x
+
+
 def ddp_rank(rank: int, world: int, store: str, dump_dir: str, backend: str, short_rank: int | str, mode: str,
-             device: str = "cpu", outside: bool = False) -> None:
-    """An MLP of four 512-wide blocks (the third with a GELU) under DDP with 1 MB buckets, compiled
-    inside DDP (``DDP(torch.compile(model))``): Dynamo's DDP optimizer splits the graph into one
-    piece per bucket and hands each to the backend. One training step. ``outside``: compiled as
-    ``torch.compile(DDP(model))`` instead."""
+             device: str = "cpu", outside: bool = True) -> None:
+    """``Blocks`` under DDP with 1 MB buckets, compiled as ``torch.compile(DDP(model))`` (``outside``)
+    or ``DDP(torch.compile(model))``: either way Dynamo's DDP optimizer splits the graph into one
+    piece per bucket and hands each to the backend. One training step."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     _join(rank, world, store, device)
     try:
         torch.manual_seed(0)
-        blocks = [torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.GELU() if i == 2 else torch.nn.ReLU())
-                  for i in range(4)]
-        model = torch.nn.Sequential(*blocks).to(device)
+        model = Blocks().to(device)
         backend_ = graphdbg.capture(_backend(backend), dump_dir=dump_dir, mode=mode)
         if outside:
             ddp = torch.compile(DDP(model, bucket_cap_mb=1), backend=backend_)

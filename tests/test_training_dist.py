@@ -3,6 +3,8 @@
 - DDP: ``torch.compile(DDP(model))`` (and ``DDP(torch.compile(model))`` in a world of one),
   where Dynamo's DDP optimizer splits the graph at bucket boundaries and hands each piece to the
   backend; the backend fails on one bucket's piece, on the rank whose batch is short.
+- FSDP2 (``fully_shard``), compiled: on torch 2.13 its hooks run eagerly, so the graphs hold
+  the compute only; the backward compiler fails on the rank whose batch is short.
 - FSDP-style sharded parameters (all-gathered in the forward, their gradients reduce-scattered
   in the backward: functional collectives in both graphs); the backward compiler fails on the
   rank whose batch is short, and the other rank's reduce-scatter is cut off.
@@ -18,12 +20,11 @@ from typing import Any
 
 import pytest
 from conftest import ROOT
-from dist_programs import ddp_rank, sharded_rank, spawn_world
+from dist_programs import ddp_rank, fsdp2_rank, sharded_rank, spawn_world
 
 import graphdbg
 from graphdbg.store.manifest import find_dumps
 
-pytestmark = pytest.mark.slow
 GELU = "NotImplementedError: no GELU kernel for 6 rows (tiles of 4)"
 REDUCE_SCATTER = "NotImplementedError: no reduce-scatter lowering for 6 rows (tiles of 4)"
 
@@ -40,6 +41,12 @@ def ddp_dumps(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def fsdp2_dumps(tmp_path_factory):
+    return spawn_world(fsdp2_rank, 2, str(tmp_path_factory.mktemp("fsdp2")), "world_backends:forward_as_is",
+                       "world_backends:backward_needs_tiled_rows", 1)
+
+
+@pytest.fixture(scope="module")
 def sharded_dumps(tmp_path_factory):
     return spawn_world(sharded_rank, 2, str(tmp_path_factory.mktemp("sharded")), "world_backends:forward_as_is",
                        "world_backends:reduce_scatter_needs_tiled_rows", 1)
@@ -50,6 +57,7 @@ def _by_name(root: str) -> dict[str, Any]:
             graphdbg.load(p) for p in find_dumps(root)}
 
 
+@pytest.mark.slow
 def test_ddp_pieces_are_dumped_with_their_bucket_and_the_whole_graph(ddp_dumps):
     dumps = _by_name(ddp_dumps)
     failed = {k: d for k, d in dumps.items() if d.failure_kind != "captured"}
@@ -69,6 +77,7 @@ def test_ddp_pieces_are_dumped_with_their_bucket_and_the_whole_graph(ddp_dumps):
     assert [dumps[k].manifest["ddp"]["piece"] for k in pieces] == [f"submod_{i}" for i in range(4)]
 
 
+@pytest.mark.slow
 def test_ddp_failing_piece_replays_alone_and_as_a_world(ddp_dumps, cli):
     (piece,) = [p for p in find_dumps(ddp_dumps) if "compile_error" in p.name]
     r = cli("replay", piece, "--trust-backend", "--json")
@@ -85,6 +94,7 @@ def test_ddp_failing_piece_replays_alone_and_as_a_world(ddp_dumps, cli):
     assert "captured" in rows[0]["dump"] and "compile_error" in rows[1]["dump"]
 
 
+@pytest.mark.slow
 def test_sharded_backward_failure_is_dumped_on_every_rank(sharded_dumps, cli):
     dumps = _by_name(sharded_dumps)
     (own,) = [d for k, d in dumps.items() if k.startswith("rank1/") and d.manifest.get("stage") == "backward"]
@@ -104,6 +114,7 @@ def test_sharded_backward_failure_is_dumped_on_every_rank(sharded_dumps, cli):
     assert r.code == 1 and json.loads(r.out)["signature"] == REDUCE_SCATTER, r
 
 
+@pytest.mark.slow
 def test_sharded_world_replays_with_the_captured_verdict(sharded_dumps, cli):
     r = cli("replay", sharded_dumps, "--all-ranks", "--graph", "g0-backward", "--trust-backend", "--timeout", "120", "--json")
     assert r.code == 1, r
@@ -115,6 +126,7 @@ def test_sharded_world_replays_with_the_captured_verdict(sharded_dumps, cli):
     assert rows[0]["status"] == "crash" and "Connection closed by peer" in rows[0]["signature"], rows[0]
 
 
+@pytest.mark.slow
 def test_ddp_piece_failing_when_it_runs_links_the_whole_graph_with_that_call(tmp_path, cli):
     """A world of one rank (DDP needs a process group, not several): the split is the same, and a
     piece whose code raises is dumped with that call's inputs, the whole graph with its own."""
@@ -142,3 +154,35 @@ def test_ddp_piece_failing_when_it_runs_links_the_whole_graph_with_that_call(tmp
     for d in (piece, whole):  # the piece alone, and the graph before the split, both reproduce
         r = cli("replay", d.path, "--trust-backend", "--json")
         assert r.code == 1 and json.loads(r.out)["signature"] == "RuntimeError: illegal memory access in the GELU kernel", r
+
+
+@pytest.mark.slow
+def test_fsdp2_backward_failure_on_one_rank(fsdp2_dumps, cli):
+    dumps = _by_name(fsdp2_dumps)
+    backward = {k.split("/")[0]: d for k, d in dumps.items() if k.count("/") == 1 and d.manifest.get("stage") == "backward"}
+    assert backward["rank1"].failure_kind == "compile_error"
+    assert backward["rank1"].signature == "NotImplementedError: no backward kernel for 6 rows (tiles of 4)"
+    assert backward["rank0"].failure_kind == "captured"  # mode="always": rank 0's backward graph, as its first call got it
+    for d in backward.values():  # FSDP2's all-gather and reduce-scatter ran in its hooks, outside the graphs
+        assert not any("c10d" in op for op in d.manifest["graph"]["ops"]) and not d.manifest["dist"]["collectives"]
+    r = cli("bisect", "ranks", fsdp2_dumps, "--json")
+    assert r.code == 1 and json.loads(r.out)["odd"] == [1], r
+    r = cli("replay", fsdp2_dumps, "--all-ranks", "--graph", "g0-backward", "--trust-backend", "--timeout", "120", "--json")
+    rows = [(row["rank"], row["status"], row["signature"]) for row in json.loads(r.out)["ranks"]]
+    assert r.code == 1 and rows == [(0, "pass", None), (1, "crash", backward["rank1"].signature)], r
+
+
+def test_capture_leaves_the_programs_storage_resizable(tmp_path):
+    """Writing a tensor into a dump never views its storage through numpy, which would pin it:
+    FSDP2 frees and regrows its unsharded parameters with ``resize_`` after capture saw them."""
+    import torch
+
+    from backends_for_tests import crash_on_call
+
+    x = torch.randn(64, 64)
+    with pytest.raises(ValueError, match="compiled code failed"):
+        torch.compile(lambda t: t.sin() + 1, backend=graphdbg.capture(crash_on_call, dump_dir=tmp_path))(x)
+    (dump,) = [graphdbg.load(p) for p in find_dumps(tmp_path)]
+    assert dump.manifest["inputs"][0]["stored"]  # x's values, written from x itself
+    x.untyped_storage().resize_(0)  # RuntimeError "Trying to resize storage that is not resizable" before
+    assert x.untyped_storage().nbytes() == 0

@@ -154,6 +154,41 @@ def sharded_rank(rank: int, world: int, store: str, dump_dir: str, fw: str, bw: 
         dist.destroy_process_group()
 
 
+class Tower(torch.nn.Module):
+    """Two SiLU blocks of the user's, for FSDP2."""
+
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(16, 32), torch.nn.Linear(32, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.nn.functional.silu(self.up(x))) + x
+
+
+def fsdp2_rank(rank: int, world: int, store: str, dump_dir: str, fw: str, bw: str, short_rank: int) -> None:
+    """FSDP2 as torch ships it: ``fully_shard(model)``, then ``torch.compile(model)`` with
+    ``aot_autograd(fw, bw)`` under capture (``mode="always"``: every graph of every rank dumped);
+    one training step, the batch of ``short_rank`` shorter. On torch 2.13 FSDP2's hooks run
+    eagerly: the graphs hold the compute, the all-gather and reduce-scatter stay outside."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch.distributed.fsdp import fully_shard
+
+    _join(rank, world, store, "cpu")
+    try:
+        torch.manual_seed(0)
+        model = fully_shard(Tower())
+        backend = graphdbg.capture(aot_autograd(fw_compiler=_backend(fw), bw_compiler=_backend(bw)), dump_dir=dump_dir,
+                                   mode="always")
+        torch.manual_seed(100 + rank)
+        x = torch.randn(_rows(rank, short_rank), 16)
+        try:
+            torch.compile(model, backend=backend)(x).square().mean().backward()
+        except Exception as e:  # noqa: BLE001 - the failure is the point; the dump holds it
+            print(f"rank {rank}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
+    finally:
+        dist.destroy_process_group()
+
+
 def spawn_world(fn, world: int, tmp: str, *args) -> str:
     """Run ``fn(rank, world, store, dump_dir, *args)`` on ``world`` spawned processes; the dumps' folder."""
     import torch.multiprocessing as mp

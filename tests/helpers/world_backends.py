@@ -51,3 +51,11 @@ def gelu_piece_fails_when_run(gm, example_inputs):
         raise RuntimeError("illegal memory access in the GELU kernel")
 
     return run
+
+
+def backward_needs_tiled_rows(gm, example_inputs):
+    """A backward compiler that refuses a graph whose activations' rows don't fill tiles of 4."""
+    rows = _rows_not_tiled(example_inputs)
+    if rows is not None:
+        raise NotImplementedError(f"no backward kernel for {rows} rows (tiles of 4)")
+    return gm.forward

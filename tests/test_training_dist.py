@@ -19,8 +19,13 @@ import os
 from typing import Any
 
 import pytest
+import torch
+import torch.distributed as dist
+from backends_for_tests import crash_on_call
 from conftest import ROOT
 from dist_programs import ddp_rank, fsdp2_rank, sharded_rank, spawn_world
+from torch.nn.parallel import DistributedDataParallel as DDP
+from world_backends import gelu_piece_fails_when_run
 
 import graphdbg
 from graphdbg.store.manifest import find_dumps
@@ -130,11 +135,6 @@ def test_sharded_world_replays_with_the_captured_verdict(sharded_dumps, cli):
 def test_ddp_piece_failing_when_it_runs_links_the_whole_graph_with_that_call(tmp_path, cli):
     """A world of one rank (DDP needs a process group, not several): the split is the same, and a
     piece whose code raises is dumped with that call's inputs, the whole graph with its own."""
-    import torch
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    from world_backends import gelu_piece_fails_when_run
-
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         torch.manual_seed(0)
@@ -175,10 +175,6 @@ def test_fsdp2_backward_failure_on_one_rank(fsdp2_dumps, cli):
 def test_capture_leaves_the_programs_storage_resizable(tmp_path):
     """Writing a tensor into a dump never views its storage through numpy, which would pin it:
     FSDP2 frees and regrows its unsharded parameters with ``resize_`` after capture saw them."""
-    import torch
-
-    from backends_for_tests import crash_on_call
-
     x = torch.randn(64, 64)
     with pytest.raises(ValueError, match="compiled code failed"):
         torch.compile(lambda t: t.sin() + 1, backend=graphdbg.capture(crash_on_call, dump_dir=tmp_path))(x)

@@ -142,9 +142,6 @@ class BackwardWatch:
             before = owner._guarded(lambda: clone_values(values), "copy the backward's inputs") \
                 if accuracy and "accuracy" not in bsnap.dumped else None
             rng = rng_state() if before is not None else None  # eager's backward replays the same draws
-            if owner.mode == "always" and "captured" not in bsnap.dumped:  # every graph, the backward too: its first call
-                bsnap.dumped.add("captured")
-                self.dump(bsnap, values, "captured", None, inputs_state="backward_before_call")
             try:
                 grads = compiled(*args)
             except Exception as e:
@@ -176,7 +173,7 @@ class BackwardWatch:
         path = owner._guarded(lambda: self._write(bsnap, inputs, kind, exc, **extra), "write a backward dump")
         if path is not None:
             owner.dumps.append(path)
-            what = type(exc).__name__ if exc is not None else "as compiled" if kind == "captured" else "gradients differ"
+            what = type(exc).__name__ if exc is not None else "gradients differ"
             say(f"graphdbg: backward {kind} in backend {owner.backend_ref!r} ({what}); dump written to {path}")
 
     def _write(self, bsnap: GraphSnapshot, inputs: list[Any], kind: str, exc: BaseException | None, **extra: Any) -> Path:

@@ -167,8 +167,7 @@ class Tower(torch.nn.Module):
 
 def fsdp2_rank(rank: int, world: int, store: str, dump_dir: str, fw: str, bw: str, short_rank: int) -> None:
     """FSDP2 as torch ships it: ``fully_shard(model)``, then ``torch.compile(model)`` with
-    ``aot_autograd(fw, bw)`` under capture (``mode="always"``: every graph of every rank dumped);
-    one training step, the batch of ``short_rank`` shorter. On torch 2.13 FSDP2's hooks run
+    ``aot_autograd(fw, bw)`` under capture; one training step, the batch of ``short_rank`` shorter. On torch 2.13 FSDP2's hooks run
     eagerly: the graphs hold the compute, the all-gather and reduce-scatter stay outside."""
     from torch._dynamo.backends.common import aot_autograd
     from torch.distributed.fsdp import fully_shard
@@ -177,8 +176,7 @@ def fsdp2_rank(rank: int, world: int, store: str, dump_dir: str, fw: str, bw: st
     try:
         torch.manual_seed(0)
         model = fully_shard(Tower())
-        backend = graphdbg.capture(aot_autograd(fw_compiler=_backend(fw), bw_compiler=_backend(bw)), dump_dir=dump_dir,
-                                   mode="always")
+        backend = graphdbg.capture(aot_autograd(fw_compiler=_backend(fw), bw_compiler=_backend(bw)), dump_dir=dump_dir)
         torch.manual_seed(100 + rank)
         x = torch.randn(_rows(rank, short_rank), 16)
         try:

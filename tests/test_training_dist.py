@@ -24,8 +24,9 @@ import torch.distributed as dist
 from backends_for_tests import crash_on_call
 from conftest import ROOT
 from dist_programs import ddp_rank, fsdp2_rank, sharded_rank, spawn_world
+from torch._dynamo.backends.common import aot_autograd
 from torch.nn.parallel import DistributedDataParallel as DDP
-from world_backends import gelu_piece_fails_when_run
+from world_backends import backward_needs_tiled_rows, forward_as_is, gelu_piece_fails_when_run
 
 import graphdbg
 from graphdbg.store.manifest import find_dumps
@@ -183,3 +184,24 @@ def test_capture_leaves_the_programs_storage_resizable(tmp_path):
     assert dump.manifest["inputs"][0]["stored"]  # x's values, written from x itself
     x.untyped_storage().resize_(0)  # RuntimeError "Trying to resize storage that is not resizable" before
     assert x.untyped_storage().nbytes() == 0
+
+
+@pytest.mark.slow
+def test_ddp_piece_failing_in_its_backward_keeps_its_bucket(tmp_path, cli):
+    """The backward of a piece is compiled when DDP's backward runs: its dump names the bucket too."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512))
+        backend = graphdbg.capture(aot_autograd(fw_compiler=forward_as_is, bw_compiler=backward_needs_tiled_rows),
+                                   dump_dir=tmp_path)
+        with pytest.raises(NotImplementedError, match="no backward kernel for 6 rows"):
+            DDP(torch.compile(model, backend=backend), bucket_cap_mb=1)(torch.randn(6, 512)).sum().backward()
+    finally:
+        dist.destroy_process_group()
+    (path,) = [p for p in find_dumps(tmp_path) if p.name != "forward"]
+    dump = graphdbg.load(path)
+    assert dump.manifest["stage"] == "backward" and dump.manifest["ddp"]["piece"] == "submod_1"  # the last bucket's runs first
+    assert graphdbg.load(path / "forward").manifest["ddp"]["bucket"] == 1
+    r = cli("replay", path, "--trust-backend", "--json")
+    assert r.code == 1 and json.loads(r.out)["signature"] == dump.signature, r

@@ -37,7 +37,7 @@ REDUCE_SCATTER = "NotImplementedError: no reduce-scatter lowering for 6 rows (ti
 
 @pytest.fixture(autouse=True)
 def _children_find_test_modules(monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests" / "helpers"), str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
 
 
 @pytest.fixture(scope="module")

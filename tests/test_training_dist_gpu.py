@@ -30,7 +30,7 @@ OWN = "world_backends:reduce_scatter_needs_tiled_rows"
 
 @pytest.fixture(autouse=True)
 def _children_find_test_modules(monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests" / "helpers"), str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
 
 
 @pytest.fixture(scope="module")

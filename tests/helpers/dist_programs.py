@@ -1,7 +1,9 @@
-"""A tensor-parallel block (column- then row-parallel linear, all-reduce) compiled on every rank."""
+"""Programs compiled on every rank: a tensor-parallel block (column- then row-parallel linear,
+all-reduce), and data parallel ones (DDP's bucket split, FSDP2, FSDP-style sharded parameters)."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -68,6 +70,15 @@ def _join(rank: int, world: int, store: str, device: str) -> None:
                             world_size=world, timeout=datetime.timedelta(seconds=60))
 
 
+def _failed(rank: int, e: Exception) -> None:
+    """A rank whose step failed ends here, its dumps written: its peers see it gone. Nothing is
+    torn down: DDP's reducer, its all-reduce cut off by a gone peer, may abort the process in
+    its destructors (``terminate called without an active exception``), which mp.spawn reports
+    as a failed world."""
+    print(f"rank {rank}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr, flush=True)
+    os._exit(0)
+
+
 def _rows(rank: int, short_rank: int | str) -> int:
     return 6 if short_rank in (rank, "all") else 8  # the short rank got the epoch's last, smaller batch
 
@@ -109,7 +120,7 @@ def ddp_rank(rank: int, world: int, store: str, dump_dir: str, backend: str, sho
         try:
             ddp(x).square().mean().backward()
         except Exception as e:  # noqa: BLE001 - the failure is the point; the dump holds it
-            print(f"rank {rank}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
+            _failed(rank, e)
     finally:
         dist.destroy_process_group()
 
@@ -149,7 +160,7 @@ def sharded_rank(rank: int, world: int, store: str, dump_dir: str, fw: str, bw: 
         try:
             torch.compile(model, backend=backend)(x).square().mean().backward()
         except Exception as e:  # noqa: BLE001 - the failure is the point; the dump holds it
-            print(f"rank {rank}: {type(e).__name__}", file=sys.stderr)
+            _failed(rank, e)
     finally:
         dist.destroy_process_group()
 
@@ -182,7 +193,7 @@ def fsdp2_rank(rank: int, world: int, store: str, dump_dir: str, fw: str, bw: st
         try:
             torch.compile(model, backend=backend)(x).square().mean().backward()
         except Exception as e:  # noqa: BLE001 - the failure is the point; the dump holds it
-            print(f"rank {rank}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
+            _failed(rank, e)
     finally:
         dist.destroy_process_group()
 

@@ -25,7 +25,7 @@ import torch.fx as fx
 from graphdbg.backends.calls import as_dynamo_calls_it, call_inputs, drop_own_frame
 from graphdbg.backends.compiler_config import config_diff
 from graphdbg.backends.recipe import backend_recipe, describe_recipe
-from graphdbg.capture import nested
+from graphdbg.capture import ddp, nested
 from graphdbg.capture.armed import ArmedCalls
 from graphdbg.capture.confirm import Draws, confirm
 from graphdbg.capture.dynamo_exceptions import is_control_flow
@@ -160,6 +160,7 @@ class CapturingBackend:
         options = getattr(backend, "config", None) if type(backend).__name__ == "_TorchCompileInductorWrapper" else None
         self.config_extra = dict(options) if isinstance(options, dict) else None
         nested.install()
+        ddp.install()
         self.backend_recipe = backend_recipe(user_backend(backend))  # aot_autograd(...) / partial: its parts (backends/recipe.py)
         self._user_object = None if isinstance(backend, str) else backend
         if isinstance(backend, str):
@@ -197,7 +198,8 @@ class CapturingBackend:
         __tracebackhide__ = True  # noqa: F841 - pytest hides this frame where Python keeps it (3.10)
         with self._lock:
             seq = next(self._seq)
-        parent = nested.parent_of(gm)  # this capture runs inside another captured backend
+        # this capture runs inside another captured backend, or on a piece of DDP's bucket split
+        parent = nested.parent_of(gm) or ddp.piece_frame(self, gm, seq)
         snap = self._guarded(lambda: GraphSnapshot.take(seq, gm, keep_eager=self.mode == "accuracy"), "snapshot the graph")
         if snap is not None:
             snap.config = self._guarded(lambda: config_diff(self.config_extra), "record the compiler settings")
@@ -205,6 +207,9 @@ class CapturingBackend:
             if parent is not None:
                 call = parent.next_call()
                 name, position = self._guarded(lambda: nested.piece_place(gm), "name the piece") or (None, None)
+                snap.ddp = ddp.piece_record(parent, name)
+                if snap.ddp is not None:  # split_module's children move as they compile: the bucket is the place
+                    position = snap.ddp["bucket"]
                 snap.parent = {"frame": parent, "call": call, "piece": name or f"piece_{call}", "position": position}
                 snap.seq = f"{parent.snap.seq}.{call}"
         if snap is not None and self.mode == "always":

@@ -226,7 +226,7 @@ def _backward_snapshot(fw_snap: GraphSnapshot | None, gm: fx.GraphModule, keep_e
     bsnap = GraphSnapshot.take(seq, gm, keep_eager=keep_eager)
     bsnap.seq = f"{seq}-backward"  # type: ignore[assignment]  # the dump id: g3-backward-compile_error-<hash>
     if fw_snap is not None:  # the settings the backward was compiled under are the forward's
-        bsnap.config, bsnap.origin = fw_snap.config, fw_snap.origin
+        bsnap.config, bsnap.origin, bsnap.ddp = fw_snap.config, fw_snap.origin, fw_snap.ddp
     bsnap.autocast = {}  # AOT's backward graph casts explicitly: it runs outside any autocast
     return bsnap
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.passes import PassSpec, apply_passes, inductor_post_grad_patch, resolve_passes
 from graphdbg.replay.run import replay_case
 from graphdbg.replay.values import ValueRecorder
-from graphdbg.replay.world import printed_worlds
+from graphdbg.replay.world import graph_key, is_captured, printed_worlds, rank_dumps
 from graphdbg.store.manifest import INPUTS, ReplayFacts, find_dumps
 from graphdbg.store.safe_files import inside
 from graphdbg.store.tensor_file import read_tensors
@@ -283,28 +284,69 @@ def bisect_ranks(paths: Any, graph: str | None = None) -> RankReport:
             return _printed_rank_report(Path(paths), graph)
     else:
         folders = [load_dump(p).path for p in paths]
-    dumps = [load_dump(f) for f in folders]
-    by_rank: dict[int, Any] = {}
-    for d in sorted(dumps, key=lambda d: (d.rank, d.id)):
-        by_rank.setdefault(d.rank, d)  # the first graph of each rank
+    by_rank = _one_graph_per_rank(folders, graph)
     if len(by_rank) < 2:
         raise GraphdbgError(f"bisect ranks needs dumps of at least two ranks (found {sorted(by_rank)})")
     facts = {r: _rank_facts(d) for r, d in by_rank.items()}
+    # A rank whose error is a peer gone away (its collective was cut off) failed because of
+    # another rank: with two ranks, the one that failed on its own is the odd one.
+    own = {r for r, f in facts.items() if f["signature"] is not None and not waits_on_peer(f["signature"])}
+    normal = next((r for r in facts if r not in own), None) if own and len(own) < len(facts) else None
     diffs: dict[int, list[str]] = {r: [] for r in by_rank}
     notes: list[str] = []
     for key in ("graph", "specs", "values", "signature"):
         values = [facts[r][key] for r in by_rank]
+        if key == "signature" and normal is not None:
+            for r in own:
+                diffs[r].append(_explain(key, facts[r], facts[normal], by_rank[r], f"rank {normal}"))
+            continue
         if len(by_rank) > 2 and len({repr(v) for v in values}) == len(values):
             # No two ranks agree: that is the design (tensor-parallel shards hold different
             # weights), not one rank gone wrong; flagging all but one would point nowhere.
             notes.append(f"{key}: different on every rank")
             continue
-        majority = _majority(values)
+        if len(by_rank) == 2 and values[0] != values[1]:
+            # two ranks, two answers: only a rank that failed on its own tells which is odd
+            if normal is None:
+                notes.append(f"{key}: differs between ranks {' and '.join(map(str, by_rank))}")
+                continue
+            majority, label = facts[normal][key], f"rank {normal}"
+        else:
+            majority, label = _majority(values), "majority"
         for r in by_rank:
             if facts[r][key] != majority:
-                diffs[r].append(_explain(key, facts[r], _majority_facts(facts, key, majority), by_rank[r]))
+                diffs[r].append(_explain(key, facts[r], _majority_facts(facts, key, majority), by_rank[r], label))
     return RankReport(ranks=sorted(by_rank), graphs={r: d.graph_hash for r, d in by_rank.items()},
                       signatures={r: d.signature for r, d in by_rank.items()}, differences=diffs, notes=notes)
+
+
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "TorchrunEnded", "Broken pipe",
+              "NCCL communicator was aborted", "remote process exited", "Timed out", "Timeout after")
+
+
+def waits_on_peer(signature: str) -> bool:
+    """Does this error say a peer went away or never answered (gloo's closed connection, NCCL's
+    abort, a timeout in a collective), rather than this rank failing on its own?"""
+    return any(p in signature for p in _PEER_GONE)
+
+
+def _one_graph_per_rank(folders: list[Path], graph: str | None) -> dict[int, Any]:
+    """Each rank's dump of one graph: ``graph`` when given; else the first graph that failed
+    somewhere, each rank's failure of it or what ``mode="always"`` captured of it there (so a
+    rank on which it did not fail is compared too); else each rank's first graph."""
+    if graph is None:
+        failed = sorted({graph_key(f) for f in folders if not is_captured(f)}, key=_natural_key)
+        graph = failed[0] if failed else None
+    if graph is not None:
+        return {r: load_dump(p) for r, p in rank_dumps(folders, graph).items()}
+    by_rank: dict[int, Any] = {}
+    for d in sorted((load_dump(f) for f in folders), key=lambda d: (d.rank, d.id)):
+        by_rank.setdefault(d.rank, d)  # the first graph of each rank
+    return by_rank
+
+
+def _natural_key(key: str) -> list[Any]:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", key)]
 
 
 def _rank_facts(d: Any) -> dict[str, Any]:
@@ -331,11 +373,11 @@ def _majority_facts(facts: dict[int, dict[str, Any]], key: str, value: Any) -> d
     return next(f for f in facts.values() if f[key] == value)
 
 
-def _explain(key: str, mine: dict[str, Any], major: dict[str, Any], dump: Any) -> str:
+def _explain(key: str, mine: dict[str, Any], major: dict[str, Any], dump: Any, label: str = "majority") -> str:
     if key == "graph":
         ops = {k: mine["ops"].get(k, 0) - major["ops"].get(k, 0) for k in set(mine["ops"]) | set(major["ops"])}
         delta = ", ".join(f"{k} {v:+d}" for k, v in sorted(ops.items()) if v)
-        return f"graph: hash {mine['graph'][:8]} vs {major['graph'][:8]} (majority)" + (f"; ops {delta}" if delta else "")
+        return f"graph: hash {mine['graph'][:8]} vs {major['graph'][:8]} ({label})" + (f"; ops {delta}" if delta else "")
     if key == "specs":
         changed = [f"{a[0]} {a[2]}{a[3]} vs {b[2]}{b[3]}" if a[1] == "tensor" else f"{a[0]} {a[4]} vs {b[4]}"
                    for a, b in zip(mine["specs"], major["specs"]) if a != b]
@@ -346,7 +388,7 @@ def _explain(key: str, mine: dict[str, Any], major: dict[str, Any], dump: Any) -
         theirs = dict(major["values"])
         changed = [name for name, h in mine["values"] if theirs.get(name) != h]
         return "input values: " + ", ".join(changed[:10]) + (" ..." if len(changed) > 10 else "")
-    return f"error: {mine['signature']} vs {major['signature']} (majority)"
+    return f"error: {mine['signature']} vs {major['signature']} ({label})"
 
 
 # Ranks of a printed graph ------------------------------------------------------------------

@@ -98,10 +98,42 @@ class WorldReplay:
 
 # Which files make the world ----------------------------------------------------------------
 
-def _graph_key(path: Path) -> str:
-    """'g0-compile_error' from 'g0-compile_error-1a2b3c4d[-1]': the same graph of each rank."""
-    m = re.match(r"^(g\d+-[a-z_]+)-", path.name)
+_DUMP_NAME = re.compile(r"^(g\d+(?:\.\d+)*(?:-backward)?)-([a-z_]+)-")
+
+
+def graph_key(path: Path) -> str:
+    """The same graph of every rank, whatever each rank's failure: 'g0' from
+    'g0-compile_error-1a2b3c4d[-1]', 'g0.2' from a piece's 'g0.2-captured-...', 'g0-backward'
+    from a backward dump, 'g0-backward/forward' from the forward kept inside it."""
+    if path.name == "forward" and _DUMP_NAME.match(path.parent.name):
+        return graph_key(path.parent) + "/forward"
+    m = _DUMP_NAME.match(path.name)
     return m.group(1) if m else path.name
+
+
+def is_captured(path: Path) -> bool:
+    """A dump that ``mode="always"`` wrote of a graph that did not fail there (its folder says so)."""
+    name = path.parent.name if path.name == "forward" else path.name
+    m = _DUMP_NAME.match(name)
+    return bool(m) and m.group(2) == "captured"
+
+
+def rank_dumps(found: list[Path], graph: str) -> dict[int, Path]:
+    """Each rank's dump of ``graph`` (a key, or the start of a dump's name): the failure where
+    a rank has one, else what ``mode="always"`` captured of that graph there, so that ranks on
+    which it did not fail take part too."""
+    chosen: dict[int, list[Path]] = {}
+    for p in found:
+        if graph_key(p) == graph or p.name.startswith(graph) and p.name != "forward":
+            chosen.setdefault(load_dump(p).rank, []).append(p)
+    by_rank: dict[int, Path] = {}
+    for rank, paths in sorted(chosen.items()):
+        failures = [p for p in paths if not is_captured(p)] or paths
+        if len(failures) > 1:
+            raise GraphdbgError(f"rank {rank} has two dumps of {graph}: {failures[0]} and {failures[1]}; "
+                                f"choose one with --graph {failures[1].name}")
+        by_rank[rank] = failures[0]
+    return by_rank
 
 
 def world_dumps(root: str | Path, graph: str | None = None) -> tuple[str, dict[int, Path]]:
@@ -109,26 +141,21 @@ def world_dumps(root: str | Path, graph: str | None = None) -> tuple[str, dict[i
 
         >>> world_dumps("corpus/Qwen3-0.6B", graph="9")
         ('Qwen3-0.6B/9', {0: PosixPath('.../rank0_9.py'), 1: ..., 2: ..., 3: ...})
+        >>> world_dumps("dumps/", graph="g0-backward")   # rank 1 failed; rank 0 met the failure in a collective
+        ('g0-backward', {0: PosixPath('dumps/rank0/g0-backward-runtime_error-570cad3b'), 1: ...})
     """
     found = find_dumps(Path(root)) if Path(root).is_dir() else []
     if not found:
         return _printed_world(Path(root), graph)
-    keys = sorted({_graph_key(p) for p in found})
+    keys = sorted({graph_key(p) for p in found}, key=_natural)
     if graph is None:
         if len(keys) > 1:
             raise GraphdbgError(f"{root} holds several graphs ({', '.join(keys)}); choose one with --graph")
         graph = keys[0]
-    by_rank: dict[int, Path] = {}
-    for p in found:
-        if _graph_key(p) != graph and not p.name.startswith(graph):
-            continue
-        rank = load_dump(p).rank
-        if rank in by_rank:
-            raise GraphdbgError(f"rank {rank} has two dumps of {graph}: {by_rank[rank]} and {p}")
-        by_rank[rank] = p
+    by_rank = rank_dumps(found, graph)
     if not by_rank:
         raise GraphdbgError(f"{root}: no dumps of graph {graph!r} (graphs here: {', '.join(keys)})")
-    return graph, dict(sorted(by_rank.items()))
+    return graph, by_rank
 
 
 def printed_worlds(root: Path) -> dict[str, dict[int, Any]]:

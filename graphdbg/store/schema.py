@@ -432,6 +432,25 @@ class Backward(_Open):
     forward_backend: Optional[Text] = None
 
 
+class DDPBucket(_Open):
+    """One gradient bucket of DDP's split (``capture.ddp``): its parameters' bytes and names."""
+    bytes: Optional[Count] = None
+    params: Optional[Annotated[list[Name], Field(max_length=MAX_ITEMS)]] = None
+    param_count: Optional[Count] = None
+    nodes: Optional[Count] = None
+
+
+class DDPSplit(DDPBucket):
+    """Dynamo's DDP optimizer split the graph at bucket boundaries (``capture.ddp``): the whole
+    graph's dump lists every bucket; a piece's names its own (``submod_<bucket>``)."""
+    bucket_bytes_cap: Optional[Count] = None
+    first_bucket_cap: Optional[Count] = None
+    buckets: Optional[Annotated[list[DDPBucket], Field(max_length=MAX_ITEMS)]] = None
+    piece: Optional[Name] = None
+    bucket: Optional[Count] = None
+    bucket_count: Optional[Count] = None
+
+
 class Manifest(_Open):
     """manifest.json of a graphdbg dump (``graphdbg.dump``), or one a reader built (``graphdbg.foreign``)."""
 
@@ -470,6 +489,7 @@ class Manifest(_Open):
     failed: Optional[Name] = None
     backend_recipe: Optional[BackendRecipe] = None
     autocast: Optional[Annotated[dict[Name, Name], Field(max_length=8)]] = None  # device type -> dtype, the caller's
+    ddp: Optional[DDPSplit] = None
 
     model_config = ConfigDict(extra="allow", strict=True, populate_by_name=True)
 

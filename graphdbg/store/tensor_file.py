@@ -93,12 +93,13 @@ def _write_tensor_bytes(f, t: torch.Tensor) -> None:
     flat = t.detach().reshape(-1) if t.is_contiguous() else t.detach().contiguous().reshape(-1)
     if flat.numel() == 1 and flat.stride(-1) != 1:  # one element keeps any stride, "contiguous" or not
         flat = flat.as_strided((1,), (1,))
-    if flat.device.type != "cpu":
-        per = max(1, _WRITE_CHUNK // flat.element_size())
-        for start in range(0, flat.numel(), per):
-            f.write(_as_bytes(flat[start : start + per].cpu()))
-        return
-    f.write(_as_bytes(flat))
+    # Copied a chunk at a time, never viewed in place: numpy marks a storage it views as not
+    # resizable, and the program goes on using the tensor (FSDP2 frees and regrows its
+    # parameters' storage with resize_, which would then fail).
+    per = max(1, _WRITE_CHUNK // flat.element_size())
+    for start in range(0, flat.numel(), per):
+        chunk = flat[start : start + per]
+        f.write(_as_bytes(chunk.cpu() if chunk.device.type != "cpu" else chunk.clone()))
 
 
 def _as_bytes(flat: torch.Tensor) -> memoryview:

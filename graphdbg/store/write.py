@@ -109,6 +109,7 @@ def write_dump(
             **({"triton_kernels": snap.triton_kernels} if snap.triton_kernels else {}),
             **({"origin": snap.origin} if snap.origin else {}),  # frame and compile id
             **({"autocast": snap.autocast} if getattr(snap, "autocast", None) else {}),  # the caller's, around the graph
+            **({"ddp": snap.ddp} if getattr(snap, "ddp", None) else {}),  # DDP's bucket split (capture/ddp.py)
         }
         if snap.config is not None:
             manifest["config"] = snap.config

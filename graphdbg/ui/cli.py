@@ -292,15 +292,20 @@ def _environment_json(found: list, left: list[str]) -> dict:
     return {"environment_differences": [d.to_dict() for d in found], "not_restored": left}
 
 
-def _own_backend(path: Path, trust: bool, command: str) -> str | None:
-    """The dump's own backend; code it names is imported only with --trust-backend."""
+def _own_backend(path: Path, trust: bool, command: str, world_graph: str | None = None) -> str | None:
+    """The dump's own backend; code it names is imported only with --trust-backend. For a world
+    (``world_graph``: the --graph of --all-ranks), the backend of the graph the world replays."""
     from graphdbg.backends.resolve import dump_backend
     from graphdbg.formats import load as load_dump
+    from graphdbg.replay.world import world_dumps
     from graphdbg.store.manifest import find_dumps
 
     folders = find_dumps(path) if path.is_dir() else []
     if path.is_dir() and not folders:
         return None  # a folder of printed graphs: they record no backend, and replay them as printed (eager)
+    if folders and command.endswith("--all-ranks"):
+        paths = world_dumps(path, world_graph)[1]
+        folders = [paths[min(paths)]]
     return dump_backend(load_dump(folders[0] if folders else path), trust, command, shown_path=path)
 
 
@@ -348,7 +353,7 @@ def replay(
         if trust_kernels:  # a rank process talks to its peers: it is not the sandboxed child a dump's kernel runs in
             raise GraphdbgError("--trust-kernels runs a dump's kernel source only in the sandboxed replay child, "
                                 "not in the rank processes of --all-ranks; replay one rank's dump with it")
-        backend = backend or _own_backend(dump, trust_backend, "replay --all-ranks")
+        backend = backend or _own_backend(dump, trust_backend, "replay --all-ranks", graph)
         from graphdbg.replay.world import replay_world
 
         world = replay_world(dump, backend, opts, graph=graph, nproc=nproc,

@@ -71,6 +71,12 @@ def check_name(root: Path, name: object) -> tuple[str, ...]:
 def inside(root: Path, name: object) -> Path:
     """``root / name`` after checking that it is a regular file inside ``root`` reached through no
     symbolic link; DumpError otherwise (including when it is missing)."""
+    return _walk_inside(root, name, folder=False)
+
+
+def _walk_inside(root: Path, name: object, *, folder: bool) -> Path:
+    """``root / name`` reached part by part through no symbolic link, every part but the last a
+    folder and the last a folder (``folder``) or a regular file."""
     root = Path(root)
     parts = check_name(root, name)
     path = root
@@ -85,9 +91,9 @@ def inside(root: Path, name: object) -> Path:
         if stat.S_ISLNK(st.st_mode):
             raise DumpError(f"{path}: refusing a symbolic link inside a dump (it could lead anywhere)")
         last = i == len(parts) - 1
-        if not last and not stat.S_ISDIR(st.st_mode):
+        if (not last or folder) and not stat.S_ISDIR(st.st_mode):
             raise DumpError(f"{path}: not a folder")
-        if last and not stat.S_ISREG(st.st_mode):
+        if last and not folder and not stat.S_ISREG(st.st_mode):
             raise DumpError(f"{path}: not a regular file ({_kind(st.st_mode)})")
     return path
 
@@ -192,21 +198,7 @@ def _kind(mode: int) -> str:
 def inside_folder(root: Path, name: object) -> Path:
     """``root / name`` if it is a folder inside ``root`` reached through no symbolic link (a
     ``backward_dump`` must stay inside the dump that names it); DumpError otherwise."""
-    root = Path(root)
-    path = root
-    for part in check_name(root, name):
-        path = path / part
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            raise DumpError(f"{path}: missing") from None
-        except OSError as e:
-            raise DumpError(f"{path}: cannot read ({e.strerror})") from None
-        if stat.S_ISLNK(st.st_mode):
-            raise DumpError(f"{path}: refusing a symbolic link inside a dump (it could lead anywhere)")
-        if not stat.S_ISDIR(st.st_mode):
-            raise DumpError(f"{path}: not a folder")
-    return path
+    return _walk_inside(root, name, folder=True)
 
 
 def backward_dump_folder(path: Path, name: object) -> Path:

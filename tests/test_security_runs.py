@@ -110,7 +110,7 @@ def test_minify_records_values_and_runs_candidates_in_a_sandboxed_worker(monkeyp
     from conftest import FIXTURES
 
     from graphdbg.minify import minify
-    from graphdbg.minify.candidates import Origin
+    from graphdbg.minify.candidates import OriginalGraph
     from graphdbg.replay import worker
 
     started = []
@@ -121,13 +121,13 @@ def test_minify_records_values_and_runs_candidates_in_a_sandboxed_worker(monkeyp
         real_init(self, *args, **kwargs)
 
     monkeypatch.setattr(worker.Worker, "__init__", counting)
-    real_of = Origin.of.__func__
+    real_of = OriginalGraph.of.__func__
 
     def no_local_recording(cls, case, values=None):
         assert values is not None, "every node's value was recorded in this process"
         return real_of(cls, case, values)
 
-    monkeypatch.setattr(Origin, "of", classmethod(no_local_recording))
+    monkeypatch.setattr(OriginalGraph, "of", classmethod(no_local_recording))
     worker.close_spares()
     result = minify(FIXTURES / "block_runtime_error")
     assert result.final_nodes < result.start_nodes and result.queries > 1

@@ -17,8 +17,9 @@ Each is warmed up past its compile and its first 4 calls (which all accuracy mod
 then rounds of ``--steps`` steps alternate between the four, so all see the same machine load.
 Figures: CPU time per step (one torch thread), the mean over all rounds (the sampled mode's cost
 is an average: a round compares a varying number of calls) and the least round's (other
-processes only add time), and each one's ratio to ``plain`` in the same run. The first calls,
-compared in every accuracy mode, are timed too.
+processes only add time), and each one's ratio to ``plain`` in the same run. The first calls
+are timed too: calls 2 to ``--first`` + 1 (call 1 compiles), so with ``--first 4`` the sampled
+mode compares calls 2-4 of them and draws the 5th.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from graphdbg.dump import Dump
 
-from graphdbg.capture import capture  # noqa: E402
+from graphdbg.capture import AccuracyChecks, capture  # noqa: E402
 from graphdbg.errors import DumpError, GraphdbgError, GraphSourceError  # noqa: E402
 from graphdbg.formats import load as _load
 from graphdbg.replay.options import ReplayOptions  # noqa: E402
@@ -70,4 +70,4 @@ def compare_swap(dump: Dump | str | os.PathLike[str], swaps: Sequence[str], *, o
                      trust_kernels=trust_kernels)
 
 
-__all__ = ["compare", "compare_swap", "capture", "load", "ReplayOptions", "GraphdbgError", "DumpError", "GraphSourceError", "__version__"]
+__all__ = ["compare", "compare_swap", "capture", "AccuracyChecks", "load", "ReplayOptions", "GraphdbgError", "DumpError", "GraphSourceError", "__version__"]

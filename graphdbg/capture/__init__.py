@@ -9,10 +9,12 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
+from graphdbg.capture.accuracy_checks import AccuracyChecks
+
 if TYPE_CHECKING:
     from graphdbg.capture.hook import CapturingBackend
 
-__all__ = ["capture", "CapturingBackend", "DEFAULT_BUDGET"]
+__all__ = ["capture", "AccuracyChecks", "CapturingBackend", "DEFAULT_BUDGET"]
 _FROM_HOOK = ("CapturingBackend", "DEFAULT_BUDGET")
 
 
@@ -25,6 +27,7 @@ def capture(
     rtol: float | None = None,
     atol: float | None = None,
     redact: bool | None = None,
+    checks: AccuracyChecks | None = None,
 ) -> CapturingBackend:
     """A backend for ``torch.compile`` that runs ``backend`` and dumps the graphs it fails on.
 
@@ -35,11 +38,14 @@ def capture(
     dtype); ``"always"`` dumps every graph. ``dump_dir`` defaults to ``$GRAPHDBG_DUMP_DIR``, else
     ``./graphdbg_dumps``; ``budget_bytes`` of input values are stored per graph (past it, specs and
     statistics); ``redact`` (default ``$GRAPHDBG_REDACT``) writes dumps safe to share.
+    ``checks`` (``mode="accuracy"``): the calls of each graph compared with eager, by default the
+    first 4, then 1 in 16 drawn at random (``AccuracyChecks``; ``$GRAPHDBG_ACCURACY_CHECKS``).
     """
     from graphdbg.capture import hook  # this module loads without torch (fast CLI start); this brings torch in
     from graphdbg.judge.accuracy import Tolerance  # torch, as the line above
 
-    return hook.capture(backend, dump_dir, mode=mode, budget_bytes=budget_bytes, tol=Tolerance(rtol, atol), redact=redact)
+    return hook.capture(backend, dump_dir, mode=mode, budget_bytes=budget_bytes, tol=Tolerance(rtol, atol), redact=redact,
+                        checks=checks)
 
 
 def __getattr__(name: str) -> Any:

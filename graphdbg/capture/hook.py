@@ -26,6 +26,7 @@ from graphdbg.backends.calls import as_dynamo_calls_it, call_inputs, drop_own_fr
 from graphdbg.backends.compiler_config import config_diff
 from graphdbg.backends.recipe import backend_recipe, describe_recipe
 from graphdbg.capture import ddp, nested
+from graphdbg.capture.accuracy_checks import AccuracyChecks, CheckCounter
 from graphdbg.capture.armed import ArmedCalls
 from graphdbg.capture.confirm import Draws, confirm
 from graphdbg.capture.dynamo_exceptions import is_control_flow
@@ -56,12 +57,15 @@ def capture(
     budget_bytes: int = DEFAULT_BUDGET,
     tol: Tolerance = BY_DTYPE,
     redact: bool | None = None,
+    checks: AccuracyChecks | None = None,
 ) -> CapturingBackend:
     """A backend for ``torch.compile`` that runs ``backend`` and dumps the graphs it fails on.
 
     ``mode``: ``"error"`` dumps on a compile error or a run-time error of the compiled code;
     ``"accuracy"`` also runs each graph eagerly on copies of the inputs and dumps when the
-    outputs disagree; ``"always"`` also dumps every graph when it is compiled.
+    outputs disagree, on the calls ``checks`` names (default ``AccuracyChecks.from_env()``: the
+    first 4 of each graph, then 1 in 16 at random; ``capture/accuracy_checks.py``);
+    ``"always"`` also dumps every graph when it is compiled.
     ``dump_dir`` defaults to ``$GRAPHDBG_DUMP_DIR``, else ``./graphdbg_dumps``. ``redact``
     (default ``$GRAPHDBG_REDACT``) writes dumps safe to share (see ``graphdbg.store.redact``).
     """
@@ -71,7 +75,8 @@ def capture(
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     if redact is None:
         redact = os.environ.get(ENV_REDACT, "") not in ("", "0")
-    return CapturingBackend(backend, dump_dir, mode=mode, budget_bytes=budget_bytes, tol=tol, redact=redact)
+    return CapturingBackend(backend, dump_dir, mode=mode, budget_bytes=budget_bytes, tol=tol, redact=redact,
+                            checks=checks if checks is not None else AccuracyChecks.from_env())
 
 
 def user_backend(backend: Any) -> Any:
@@ -153,7 +158,7 @@ class CapturingBackend:
     callback, where running Python code for a missing attribute crashes the interpreter.
     """
 
-    def __init__(self, backend, dump_dir, *, mode, budget_bytes, tol, redact=False):
+    def __init__(self, backend, dump_dir, *, mode, budget_bytes, tol, redact=False, checks=AccuracyChecks()):
         self.backend_ref = backend_reference(backend)
         self.backend_source = backend_source(backend)
         # torch.compile(mode=..., options=...) are Inductor settings the dump must carry too
@@ -184,6 +189,7 @@ class CapturingBackend:
         self.budget_bytes = budget_bytes
         self.tol = tol
         self.redact = redact
+        self.checks: AccuracyChecks = checks
         self.dumps: list[Path] = []
         self._seq = itertools.count()
         self._lock = threading.Lock()
@@ -250,13 +256,14 @@ class CapturingBackend:
         accuracy = self.mode == "accuracy" and snap.eager is not None
         arming = ArmedCalls(self, snap)  # the first calls leave a crash dump if a signal kills them
         counts = CallCounts()  # a failure seen on some calls only: how many failed and how many did not
+        checker = self.checks.counter(f"g{snap.seq}")  # the calls compared with eager (capture/accuracy_checks.py)
 
         def run(*args: Any) -> Any:
             __tracebackhide__ = True  # noqa: F841 - pytest hides this frame where Python keeps it (3.10)
             inputs = call_inputs(args, boxed)  # our own references: a boxed callee may empty its list
             if watch.bw_count:  # training: a backward may follow, whose dump writes this forward too
                 watch.remember(inputs)
-            checking = accuracy and "accuracy" not in snap.dumped
+            checking = accuracy and "accuracy" not in snap.dumped and checker.due()
             before = self._guarded(lambda: clone_values(inputs), "copy inputs") if checking else None
             # training: attributes the graph writes (an optimizer's parameters and states)
             attrs = self._guarded(lambda: attrs_before_call(snap.eager, snap.attrs), "copy attributes") if before is not None else None
@@ -291,7 +298,7 @@ class CapturingBackend:
             if snap.children:
                 self._link_pieces(snap, None, inputs, "at_call")
             if before is not None:
-                self._check_accuracy(snap, before, out, inputs, attrs or {}, rng)
+                self._check_accuracy(snap, before, out, inputs, attrs or {}, rng, checker)
             return out
 
         if boxed:
@@ -312,7 +319,7 @@ class CapturingBackend:
             self._guarded(lambda: link_children(target, unlinked), "link the piece dumps to their graph's dump")
 
     def _check_accuracy(self, snap: GraphSnapshot, before: list[Any], out: Any, inputs: list[Any],
-                        attrs: dict[str, torch.Tensor], rng: dict[str, Any] | None = None) -> None:
+                        attrs: dict[str, torch.Tensor], rng: dict[str, Any] | None, checker: CheckCounter) -> None:
         def check() -> list[OutputMismatch]:
             after_compiled = rng_state() if rng is not None else None
             with torch.no_grad(), same_draws(rng):
@@ -334,7 +341,8 @@ class CapturingBackend:
         if bad:
             snap.dumped.add("accuracy")
             dumped = dataclasses.replace(snap, attrs={**snap.attrs, **attrs}) if attrs else snap  # values before the call
-            self._dump(dumped, before, "accuracy", None, inputs_state="before_call", mismatches=bad)
+            self._dump(dumped, before, "accuracy", None, inputs_state="before_call", mismatches=bad,
+                       overrides={"accuracy_checks": checker.record()})
 
     def source_overrides(self) -> dict[str, Any]:
         """Where the backend came from (the script's path for one defined in ``__main__``), for
@@ -342,8 +350,8 @@ class CapturingBackend:
         return {"backend_source": self.backend_source, **({"backend_recipe": self.backend_recipe} if self.backend_recipe else {})}
 
     def _dump(self, snap: GraphSnapshot, inputs: list[Any], kind: str, exc: BaseException | None, *,
-              node: str | None = None, **extra: Any) -> Path | None:
-        overrides: dict[str, Any] = {"backend_source": self.backend_source}
+              node: str | None = None, overrides: dict[str, Any] | None = None, **extra: Any) -> Path | None:
+        overrides = {"backend_source": self.backend_source, **(overrides or {})}
         parent_frame = snap.parent["frame"] if snap.parent is not None else None
         what = f"{type(exc).__name__}" if exc is not None else kind
         shown = describe_recipe(self.backend_recipe) if self.backend_recipe else self.backend_ref

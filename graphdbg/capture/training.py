@@ -135,12 +135,13 @@ class BackwardWatch:
         boxed = bool(getattr(compiled, "_boxed_call", False))
         owner = self.owner
         accuracy = owner.mode == "accuracy" and bsnap.eager is not None
+        checker = owner.checks.counter(f"g{bsnap.seq}")  # the calls compared with eager (capture/accuracy_checks.py)
 
         def run(*args: Any) -> Any:
             __tracebackhide__ = True  # noqa: F841
             values = list(args[0]) if boxed and len(args) == 1 and isinstance(args[0], list) else list(args)
             before = owner._guarded(lambda: clone_values(values), "copy the backward's inputs") \
-                if accuracy and "accuracy" not in bsnap.dumped else None
+                if accuracy and "accuracy" not in bsnap.dumped and checker.due() else None
             rng = rng_state() if before is not None else None  # eager's backward replays the same draws
             try:
                 grads = compiled(*args)
@@ -158,25 +159,28 @@ class BackwardWatch:
                                      "run the eager backward")
                 if bad:
                     bsnap.dumped.add("accuracy")
-                    self.dump(bsnap, before, "accuracy", None, inputs_state="backward_before_call", mismatches=bad)
+                    self.dump(bsnap, before, "accuracy", None, inputs_state="backward_before_call", mismatches=bad,
+                              checks=checker.record())
             return grads
 
         if boxed:
             run._boxed_call = True  # type: ignore[attr-defined]
         return run
 
-    def dump(self, bsnap: GraphSnapshot, inputs: list[Any], kind: str, exc: BaseException | None, **extra: Any) -> None:
+    def dump(self, bsnap: GraphSnapshot, inputs: list[Any], kind: str, exc: BaseException | None, *,
+             checks: dict[str, Any] | None = None, **extra: Any) -> None:
         owner = self.owner
         if (kind, bsnap.graph_hash) in self.dumped:
             return
         self.dumped.add((kind, bsnap.graph_hash))
-        path = owner._guarded(lambda: self._write(bsnap, inputs, kind, exc, **extra), "write a backward dump")
+        path = owner._guarded(lambda: self._write(bsnap, inputs, kind, exc, checks=checks, **extra), "write a backward dump")
         if path is not None:
             owner.dumps.append(path)
             what = type(exc).__name__ if exc is not None else "gradients differ"
             say(f"graphdbg: backward {kind} in backend {owner.backend_ref!r} ({what}); dump written to {path}")
 
-    def _write(self, bsnap: GraphSnapshot, inputs: list[Any], kind: str, exc: BaseException | None, **extra: Any) -> Path:
+    def _write(self, bsnap: GraphSnapshot, inputs: list[Any], kind: str, exc: BaseException | None, *,
+               checks: dict[str, Any] | None = None, **extra: Any) -> Path:
         owner = self.owner
         roles = [_input_role(n, inputs[i] if i < len(inputs) else None) for i, n in enumerate(bsnap.placeholders)]
         backend = self.bw_reference or owner.backend_ref
@@ -186,6 +190,7 @@ class BackwardWatch:
             "grad_enabled": False,
             "forward": FORWARD_FOLDER if self.last_inputs is not None else None,
             "backward": {"roles": roles, "compiler": self.bw_reference, "forward_backend": owner.backend_ref},
+            **({"accuracy_checks": checks} if checks else {}),
         }
         if backend.startswith("__main__:"):  # a bw_compiler of the user's script: replay loads it from there
             module, _, qualname = backend.partition(":")

@@ -29,7 +29,7 @@ from graphdbg.backends.resolve import backend_label, backend_spec
 from graphdbg.case import Case
 from graphdbg.errors import GraphdbgError
 from graphdbg.graph.kernels import custom_ops
-from graphdbg.judge.accuracy import TOLERANCES
+from graphdbg.judge.accuracy import SCALE_FLOOR, TOLERANCES
 from graphdbg.judge.signature import unwrapped_error
 from graphdbg.rebuild.inputs import NullEvent, NullStream
 from graphdbg.rebuild.kernel_source import kernels_as_captured, kernels_module, recorded_kernels
@@ -181,7 +181,7 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
     # string), and the script must compile before it is written: a repro that is a SyntaxError
     # would exit 1 forever, which reads as "the bug is still there".
     text = _TEMPLATE.format(config=config, prelude=prelude, classes=classes, children=repr(children), backend=backend_line,
-                            direct=repr(bool(direct)), expect=repr(expect), tol=repr(tol), inputs=repr(INPUTS_FILE),
+                            direct=repr(bool(direct)), expect=repr(expect), tol=repr(tol), floor=repr(SCALE_FLOOR), inputs=repr(INPUTS_FILE),
                             nodes=int(len(case.gm.graph.nodes)), captured=repr(str(case.device)),
                             summary=repr(outcome.summary()), node_names=repr([(n.op, n.name) for n in case.gm.graph.nodes]),
                             paths=repr(paths), copied=repr(carried.scripts), dynamic=repr(_dynamic_dims(case.gm)),
@@ -361,7 +361,8 @@ BACKEND = {backend}
 DYNAMIC = {dynamic}  # per input: the dims captured symbolic ("sym": a SymInt), traced dynamic as captured
 DIRECT = {direct}  # True: backend(GraphModule, inputs), as graphdbg minify ran it; False: torch.compile
 EXPECT = {expect}
-TOLERANCES = {tol}
+TOLERANCES = {tol}  # (rtol, atol); atol for magnitude 1, scaled for smaller values down to SCALE_FLOOR
+SCALE_FLOOR = {floor}
 NODE_NAMES = {node_names}
 BACKWARD = {backward}  # True: the failure was in the backward; run forward, then backward (inputs GRAD require grad)
 GRAD = {grad}
@@ -572,17 +573,33 @@ def leaves(out):
     return [o for o in (out if isinstance(out, (tuple, list)) else [out])]
 
 
-def mismatched(ref, ref64, got):
+def written(out, inputs):
+    """The outputs, then the tensor inputs as the call left them: a graph that writes its
+    inputs in place (an optimizer step) is judged by what it wrote."""
+    return leaves(out) + [x for x in inputs if isinstance(x, torch.Tensor)]
+
+
+def copies(inputs, dtype=None):
+    """Copies of the tensor inputs (floating ones as ``dtype``), so a call may write them."""
+    return [(x.to(dtype, copy=True) if dtype is not None and x.is_floating_point() else x.clone())
+            if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def mismatched(ref, ref64, got, outputs=None):
+    """The first value of ``got`` off ``ref``; those from index ``outputs`` on are inputs after the call."""
     for i, (r, g) in enumerate(zip(leaves(ref), leaves(got))):
+        what = f"output {{i}}" if outputs is None or i < outputs else f"input {{i - outputs}} after the call"
         if not isinstance(r, torch.Tensor):
             if r != g:
-                return f"output {{i}}: {{g!r}} != {{r!r}}"
+                return f"{{what}}: {{g!r}} != {{r!r}}"
             continue
         if not isinstance(g, torch.Tensor) or g.shape != r.shape or g.dtype != r.dtype:
-            return f"output {{i}}: shape/dtype differ"
+            return f"{{what}}: shape/dtype differ"
         rtol, atol = TOLERANCES.get(str(r.dtype).replace("torch.", ""), (0.0, 0.0))
+        if r.is_floating_point() and r.numel():  # the dtype's atol is for magnitude 1 (judge.accuracy.Tolerance.for_value)
+            atol *= min(1.0, max(SCALE_FLOOR, r.detach().abs().nan_to_num(0.0, 0.0, 0.0).max().item()))
         if torch.isnan(r).ne(torch.isnan(g)).any():
-            return f"output {{i}}: NaNs differ"
+            return f"{{what}}: NaNs differ"
         if torch.allclose(g, r, rtol=rtol, atol=atol, equal_nan=True):
             continue
         if ref64 is not None:
@@ -590,7 +607,7 @@ def mismatched(ref, ref64, got):
             own = (r.to(torch.float64) - r64).abs().max()
             if (g.to(torch.float64) - r64).abs().max() <= 2 * own + atol:
                 continue  # as close to float64 as eager itself
-        return f"output {{i}}: max abs error {{(g.double() - r.double()).abs().max().item():.3g}}"
+        return f"{{what}}: max abs error {{(g.double() - r.double()).abs().max().item():.3g}}"
     return None
 
 
@@ -611,18 +628,22 @@ def main():
         return 1 if same else 2
     device = args.device or ("cuda" if torch.cuda.is_available() and "cuda" in {captured} else "cpu")
     gm, inputs = build(device)
+    outputs = None
     with torch.set_grad_enabled(BACKWARD):
         if not BACKWARD:
-            ref = gm(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+            eager = copies(inputs)
+            ref = gm(*eager)
+            outputs, ref = len(leaves(ref)), written(ref, eager)
             try:
-                ref64 = gm(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs])
+                wide = copies(inputs, torch.float64)
+                ref64 = written(gm(*wide), wide)
             except Exception:
                 ref64 = None
         try:
             if BACKWARD:
                 ref, ref64, got = run_training(gm, inputs, args.backend)
             else:
-                got = run_backend(gm, inputs, args.backend)
+                got = written(run_backend(gm, inputs, args.backend), inputs)
         except Exception as e:
             inner = e
             while type(inner).__name__ in ("BackendCompilerFailed", "InductorError") and getattr(inner, "inner_exception", None):
@@ -630,7 +651,7 @@ def main():
             same = EXPECT["status"] == "crash" and type(inner).__name__ == EXPECT["error_type"] and masked(str(inner)) == masked(EXPECT["message"])
             print(("REPRODUCED: " if same else "FAILED DIFFERENTLY: ") + f"{{type(inner).__name__}}: {{str(inner).strip().splitlines()[0] if str(inner).strip() else ''}}")
             return 1 if same else 2
-    bad = mismatched(ref, ref64, got)
+    bad = mismatched(ref, ref64, got, outputs)
     if bad:
         print(("REPRODUCED: " if EXPECT["status"] == "mismatch" else "FAILED DIFFERENTLY: ") + bad)
         return 1 if EXPECT["status"] == "mismatch" else 2

@@ -176,3 +176,110 @@ def test_minify_as_captured_shrinks_a_failure_that_needs_a_flag_and_its_repro_se
     assert result["signature"] == "RuntimeError: reduced-precision matmul lowering is broken"
     assert result["final_nodes"] < result["start_nodes"] and result["environment_differences"] == []
     assert "torch.set_float32_matmul_precision('medium')" in (tmp_path / "min" / "repro.py").read_text()
+
+
+def test_bisect_envs_names_the_recorded_variable_that_brings_the_failure(cli, tmp_path, monkeypatch, own_process_state):
+    monkeypatch.setenv(backends.FAIL_VAR, "1")
+    monkeypatch.setenv("TORCHINDUCTOR_GRAPHDBG_PROBE", "1")
+    monkeypatch.setenv("TORCH_GRAPHDBG_OTHER", "yes")
+    torch.set_float32_matmul_precision("medium")
+    dump = _capture(tmp_path / "dumps", backends.fails_under_env_var)
+    torch.set_float32_matmul_precision("highest")
+    for name in (backends.FAIL_VAR, "TORCHINDUCTOR_GRAPHDBG_PROBE", "TORCH_GRAPHDBG_OTHER"):
+        monkeypatch.delenv(name)
+
+    r = cli("bisect", "envs", dump, "--trust-backend", "--json")
+    assert r.code == 1, r
+    result = json.loads(r.out)
+    assert result["mode"] == "settings" and result["culprit"] == f"env var {backends.FAIL_VAR}" and result["alone"], result
+    verdicts = [(run["label"], run["verdict"]) for run in result["runs"]]
+    assert verdicts[0] == ("now", "passes") and verdicts[1][1] == "reproduces", verdicts
+    assert len(result["runs"]) <= 5  # now, all, log2 of the 5 differences, alone
+    assert result["differences"] == [{"kind": "env var", "name": backends.FAIL_VAR, "captured": "1", "now": None,
+                                      "restorable": True}]
+    assert os.environ.get(backends.FAIL_VAR) is None  # what the bisection set for its children is gone again
+
+    monkeypatch.setenv(backends.FAIL_VAR, "1")  # as captured: nothing that differs changes the outcome
+    r = cli("bisect", "envs", dump, "--trust-backend")
+    assert r.code == 0 and "no environment changes the outcome" in r.out, r
+
+
+def _venv(where: Path, version: str, broken: bool) -> Path:
+    """A venv of this interpreter's packages plus its own graphdbg_envtest_pkg ``version``."""
+    import site
+    import subprocess
+    import sys
+    import sysconfig
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(where)], check=True)
+    python = where / "bin" / "python"
+    own = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              capture_output=True, text=True, check=True).stdout.strip())
+    ours = [p for p in dict.fromkeys([*site.getsitepackages(), sysconfig.get_paths()["purelib"]]) if Path(p).is_dir()]
+    (own / "this_pythons_packages.pth").write_text("\n".join(ours) + "\n")
+    _package(own, version, broken)
+    return python
+
+
+def _package(folder: Path, version: str, broken: bool) -> None:
+    pkg = folder / "graphdbg_envtest_pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        f"BROKEN = {broken}\n\n"
+        "def backend(gm, example_inputs):\n"
+        "    if BROKEN:\n"
+        f"        raise RuntimeError('release {version} broke the lowering')\n"
+        "    return gm.forward\n")
+    info = folder / f"graphdbg_envtest_pkg-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: graphdbg_envtest_pkg\nVersion: {version}\n")
+    (info / "top_level.txt").write_text("graphdbg_envtest_pkg\n")
+
+
+@pytest.mark.slow
+def test_bisect_envs_names_the_interpreter_whose_backend_release_brings_the_failure(cli, tmp_path, monkeypatch):
+    _package(tmp_path / "capturing", "2.0", broken=True)
+    monkeypatch.syspath_prepend(str(tmp_path / "capturing"))
+    import graphdbg_envtest_pkg
+
+    dump = _capture(tmp_path / "dumps", graphdbg_envtest_pkg.backend)
+    env = json.loads((dump / "manifest.json").read_text())["env"]
+    assert (env["backend_package"], env["backend_version"]) == ("graphdbg_envtest_pkg", "2.0")
+    old, new = _venv(tmp_path / "v1", "1.0", broken=False), _venv(tmp_path / "v2", "2.0", broken=True)
+
+    r = cli("bisect", "envs", dump, "--trust-backend", "--python", old, "--python", new, "--json")
+    assert r.code == 1, r
+    result = json.loads(r.out)
+    assert result["mode"] == "pythons" and result["culprit"] == str(new)
+    assert [run["verdict"] for run in result["runs"]] == ["passes", "reproduces"]
+    assert result["differences"][0] == {"kind": "backend", "name": "graphdbg_envtest_pkg version", "captured": "1.0",
+                                        "now": "2.0", "restorable": False}
+
+    r = cli("bisect", "envs", dump, "--trust-backend", "--python", tmp_path / "nothing-here")
+    assert r.code == 2 and "not an interpreter" in r.err, r
+
+
+@pytest.mark.slow
+def test_inductor_records_the_hash_of_its_code_and_a_replay_that_generates_other_code_says_so(cli, tmp_path):
+    torch.manual_seed(0)
+    model, x = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()), torch.randn(4, 8)
+    with torch._inductor.config.patch({"cpp.inject_relu_bug_TESTING_ONLY": "accuracy"}):  # Inductor's own bug: relu + 1
+        torch.compile(model, backend=graphdbg.capture("inductor", dump_dir=tmp_path / "dumps", mode="accuracy"))(x)
+    (dump,) = find_dumps(tmp_path / "dumps")
+    code = json.loads((dump / "manifest.json").read_text())["generated_code"]
+    assert code["compiler"] == "inductor" and len(code["hash"]) == 16 and code["graphs"] == [code["hash"]]
+
+    r = cli("replay", dump, "--json")  # the recorded setting restored: the same code, in a child with its own caches
+    out = json.loads(r.out)
+    assert r.code == 1 and out["reproduces"] and out["generated_code"]["hash"] == code["hash"], r
+    assert not any(d["kind"] == "generated code" for d in out["environment_differences"])
+
+    r = cli("replay", dump, "--no-config", "--json")
+    out = json.loads(r.out)
+    assert r.code == 0 and not out["reproduces"], r
+    first = out["environment_differences"][0]
+    assert (first["kind"], first["name"], first["captured"]) == ("generated code", "inductor output code hash", code["hash"])
+    assert first["now"] == out["generated_code"]["hash"] != code["hash"]
+    r = cli("replay", dump, "--no-config")
+    verdict = next(ln for ln in r.out.splitlines() if "NOT REPRODUCED" in ln)
+    assert "suspects: generated code inductor output code hash" in verdict and "inject_relu_bug_TESTING_ONLY" in verdict, r.out

@@ -24,6 +24,7 @@ import torch.fx as fx
 
 from graphdbg.backends.calls import as_dynamo_calls_it, call_inputs, drop_own_frame
 from graphdbg.backends.compiler_config import config_diff
+from graphdbg.backends.generated_code import watch_generated_code
 from graphdbg.backends.recipe import backend_recipe, describe_recipe
 from graphdbg.capture import ddp, nested
 from graphdbg.capture.accuracy_checks import AccuracyChecks, CheckCounter
@@ -230,9 +231,10 @@ class CapturingBackend:
         names = frozenset(n.name for n in gm.graph.nodes)  # the dump's nodes: a backend may add its own to gm
         with nested.outer_frame(self, snap, gm, "compile"):
             try:
-                with watch:
+                with watch, watch_generated_code(self.backend_ref == "inductor" or None) as code:
                     compiled = self.backend(gm, example_inputs, **kwargs)
             except Exception as e:
+                snap.generated_code = code.to_dict()  # the compile may have generated code before it failed
                 # a restart or graph break is Dynamo's control flow, not a failure (capture/dynamo_exceptions.py)
                 written = None if is_control_flow(e) else self._dump(snap, list(example_inputs), "compile_error", e,
                                                                        inputs_state="at_compile", node=self._node(e, gm, names))
@@ -242,6 +244,7 @@ class CapturingBackend:
             except BaseException as e:
                 drop_own_frame(e)
                 raise
+        snap.generated_code = code.to_dict()
         self._link_pieces(snap, None, list(example_inputs), "at_compile")
         return self._wrap(as_dynamo_calls_it(compiled), snap, gm, watch, names)
 

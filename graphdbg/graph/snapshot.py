@@ -47,6 +47,7 @@ class GraphSnapshot:
     triton_kernels: list[dict[str, Any]] = field(default_factory=list)  # user Triton kernels, read from Dynamo's side table now
     autocast: dict[str, str] = field(default_factory=dict)  # the caller's autocast around the graph (graph/autocast.py)
     ddp: dict[str, Any] | None = None  # DDP's bucket split: the whole graph's, or one piece's place in it (capture/ddp.py)
+    generated_code: dict[str, Any] | None = None  # what Inductor generated for it, hashed (backends/generated_code.py)
 
     @classmethod
     def take(cls, seq: int, gm: fx.GraphModule, keep_eager: bool) -> GraphSnapshot:

@@ -8,7 +8,9 @@ each difference with the recorded and the current value:
     >>> differences(dump.manifest, environment(backend), replay_settings(dump.manifest))
     [Difference(kind='setting', name='float32_matmul_precision', captured='medium', now='highest', restorable=True), ...]
 
-Order (``RANK``): the backend's version and settings, then torch's and triton's versions,
+Order (``RANK``): the code Inductor generated (known after the replay: ``code_differences``, a
+consequence of what follows but the plainest sign that the compiler did something else), the
+backend's version and settings, then torch's and triton's versions,
 Python, CUDA and the driver, the device, ``torch.backends`` flags and precision, environment
 variables, thread counts. ``restorable`` says whether ``--as-captured`` can bring it back
 (``replay.as_captured``); a version or a device it cannot.
@@ -20,7 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 # kind -> rank; within a kind, the order below
-RANK = {"backend": 0, "compiler setting": 1, "version": 2, "device": 3, "setting": 4, "env var": 5, "threads": 6}
+RANK = {"generated code": -1, "backend": 0, "compiler setting": 1, "version": 2, "device": 3, "setting": 4, "env var": 5, "threads": 6}
 VERSIONS = ("torch", "triton", "python", "cuda", "driver")
 THREADS = ("num_threads", "num_interop_threads")
 # environment variables of the compiler itself before those of the libraries under it
@@ -111,6 +113,24 @@ def _compiler_settings(manifest: dict[str, Any], replayed: dict[str, Any]) -> li
     for key in sorted(set(recorded) | set(replayed)):
         if recorded.get(key) != replayed.get(key):
             found.append(Difference("compiler setting", str(key), recorded.get(key), replayed.get(key), False))
+    return found
+
+
+def code_differences(manifest: dict[str, Any] | None, generated: dict[str, Any] | None) -> list[Difference]:
+    """Where what Inductor generated in the replay (the Outcome's ``generated_code``) differs from
+    what it generated at capture (the manifest's): the output code's hash, then each autotune
+    choice both made. Nothing when either side has none (another backend, an older dump, a
+    compile that failed before it generated code)."""
+    captured = manifest.get("generated_code") if isinstance(manifest, dict) else None
+    if not isinstance(captured, dict) or not isinstance(generated, dict) or not captured.get("hash") or not generated.get("hash"):
+        return []
+    found = []
+    if captured["hash"] != generated["hash"]:
+        found.append(Difference("generated code", "inductor output code hash", captured["hash"], generated["hash"], False))
+    before, now = captured.get("autotune") or {}, generated.get("autotune") or {}
+    for name in sorted(set(before) & set(now)):
+        if before[name] != now[name]:
+            found.append(Difference("generated code", f"autotune choice of {name}", before[name], now[name], False))
     return found
 
 

@@ -36,14 +36,15 @@ class Repeated:
     failed: int
     reproduced: int  # runs that showed the captured failure
     signatures: list[dict[str, Any]] = field(default_factory=list)  # {"signature", "count", "reproduces"}, most seen first
+    how: str = ""  # where the runs ran: "in one child", or which run ended it and how the rest ran (replay.entry)
 
     @classmethod
-    def of(cls, outcomes: list[Any], dump: Any) -> Repeated:
+    def of(cls, outcomes: list[Any], dump: Any, how: str = "") -> Repeated:
         failing = [o for o in outcomes if o.status != "pass"]
         counts = Counter(o.signature or o.status for o in failing)
         shows = {o.signature or o.status: bool(o.reproduces(dump)) for o in failing}
         return cls(runs=len(outcomes), failed=len(failing), reproduced=sum(o.reproduces(dump) for o in failing),
-                   signatures=[{"signature": s, "count": n, "reproduces": shows[s]} for s, n in counts.most_common()])
+                   signatures=[{"signature": s, "count": n, "reproduces": shows[s]} for s, n in counts.most_common()], how=how)
 
     @staticmethod
     def shown(outcomes: list[Any], dump: Any) -> Any:
@@ -64,9 +65,9 @@ class Repeated:
         text = f"failed {self.failed} of {self.runs} runs: {self.rate:.0%} (95% interval {lo:.0%} to {hi:.0%})"
         seen = "; ".join(f"{s['count']}x {s['signature']}" + (" (the captured failure)" if s["reproduces"] else "")
                          for s in self.signatures)
-        return text + (f"; {seen}" if seen else "")
+        return text + (f"; {seen}" if seen else "") + (f" (ran {self.how})" if self.how else "")
 
     def to_dict(self) -> dict[str, Any]:
         lo, hi = self.interval
         return {"runs": self.runs, "failed": self.failed, "reproduced": self.reproduced, "rate": self.rate,
-                "interval": [lo, hi], "confidence": 0.95, "signatures": self.signatures}
+                "interval": [lo, hi], "confidence": 0.95, "signatures": self.signatures, "ran": self.how}

@@ -37,6 +37,7 @@ from graphdbg.formats import load as load_dump
 from graphdbg.graph.allow_list import check_graph_module
 from graphdbg.graph.hashing import target_name
 from graphdbg.judge.accuracy import Tolerance, judge_outputs
+from graphdbg.judge.rate import RateTest
 from graphdbg.minify.candidates import Candidate, OriginalGraph
 from graphdbg.minify.shrinker import as_case
 from graphdbg.rebuild.inputs import clone_values
@@ -77,7 +78,7 @@ class PassBisection(Displayed):
 
 
 def bisect_passes(case_or_dump: Any, backend: Any = "eager", passes: Any = None,
-                  options: ReplayOptions | None = None) -> PassBisection:
+                  options: ReplayOptions | None = None, failure_rate: float | None = None) -> PassBisection:
     """Binary search over pipeline prefixes for the first pass that makes the outcome go bad.
 
         >>> r = bisect_passes(dump, "eager", "passes:gelu_to_relu,passes:broken")
@@ -87,6 +88,8 @@ def bisect_passes(case_or_dump: Any, backend: Any = "eager", passes: Any = None,
     ``PatternMatcherPass`` culprit, its patterns are then tried one at a time (in-process), and
     the bad pattern's matches are bisected by letting only the first k of them apply.
     ``options``: how each replay runs (by default in this process, calling the backend directly).
+    ``failure_rate`` (default: the dump's counted calls, else 1): each prefix runs until the
+    sequential test of ``judge.rate`` decides whether it fails, as minify's candidates do.
     """
     opts = options or ReplayOptions()
     opts = opts.but(direct=True) if opts.direct is None else opts
@@ -96,8 +99,12 @@ def bisect_passes(case_or_dump: Any, backend: Any = "eager", passes: Any = None,
     if not specs:
         raise GraphdbgError("bisect passes needs a pipeline (--passes a:f,b:g)")
     runs = 0
+    rate = RateTest.of(case.dump.manifest if case.dump is not None else None, failure_rate)
 
-    def run(fns: list[Any]) -> Outcome:
+    def run(fns: list[Any]) -> Outcome:  # judge.rate decides whether it fails: a failing run's Outcome if so
+        return rate.decide(lambda: run_once(fns), lambda o: o.failed).outcome
+
+    def run_once(fns: list[Any]) -> Outcome:
         nonlocal runs
         runs += 1
         # PassSpecs, not bare functions: a pass's stage (pre, post_grad_pre, post_grad) must survive
@@ -181,16 +188,18 @@ def _describe_entry(entry: Any) -> str:
 
 # Nodes --------------------------------------------------------------------------------
 def bisect_nodes(case_or_dump: Any, backend: Any = "eager", passes: Any = None,
-                 options: ReplayOptions | None = None) -> NodeDivergence:
-    """The first node whose value diverges from the reference beyond ``options``' tolerance."""
+                 options: ReplayOptions | None = None, failure_rate: float | None = None) -> NodeDivergence:
+    """The first node whose value diverges from the reference beyond ``options``' tolerance;
+    a prefix compiled by an opaque backend is run until ``judge.rate``'s test decides (``failure_rate``)."""
     case = as_case(case_or_dump)
     check_graph_module(case.gm, case.inputs)  # what a replay checks before it runs (an index backward's indices)
+    rate = RateTest.of(case.dump.manifest if case.dump is not None else None, failure_rate)
     # the backend runs under the compiler settings of the captured run, as in a replay
     with applied_config(replay_settings(case.dump.manifest if case.dump is not None else None)):
-        return _bisect_nodes(case, backend, passes, (options or ReplayOptions()).tolerance)
+        return _bisect_nodes(case, backend, passes, (options or ReplayOptions()).tolerance, rate)
 
 
-def _bisect_nodes(case: Case, backend: Any, passes: Any, tol: Tolerance) -> NodeDivergence:
+def _bisect_nodes(case: Case, backend: Any, passes: Any, tol: Tolerance, rate: RateTest = RateTest()) -> NodeDivergence:
     grad = ReplayFacts.of(case.dump.manifest if case.dump is not None else None).grad_enabled
     ref, ref64 = references(case, grad)
     specs = resolve_passes(passes)
@@ -204,12 +213,12 @@ def _bisect_nodes(case: Case, backend: Any, passes: Any, tol: Tolerance) -> Node
             found.method = "interpreter, graph after passes"
             return found
     if runs_gm is None:
-        return _bisect_opaque(case, backend, gm, ref, ref64, tol, [p for p in specs if p.stage != "pre"])
+        return _bisect_opaque(case, backend, gm, ref, ref64, tol, [p for p in specs if p.stage != "pre"], rate)
     return graph_divergence(case, runs_gm, ref, ref64, grad, tol)
 
 
 def _bisect_opaque(case: Case, backend: Any, gm: fx.GraphModule, ref: ValueRecorder, ref64: ValueRecorder,
-                   tol: Tolerance, inductor_passes: list[Any] = ()) -> NodeDivergence:
+                   tol: Tolerance, inductor_passes: list[Any] = (), rate: RateTest = RateTest()) -> NodeDivergence:
     """Compile prefixes that return one node with the backend (with the passes that run inside
     Inductor hooked in); bisect for the first whose value is off from the reference's value of
     that node (about log2(n) compiles)."""
@@ -221,7 +230,10 @@ def _bisect_opaque(case: Case, backend: Any, gm: fx.GraphModule, ref: ValueRecor
     backend_fn = backend_callable(resolve_backend(backend)[1])
     errors: dict[int, list[Any]] = {}
 
-    def bad(i: int) -> bool:
+    def bad(i: int) -> bool:  # judge.rate decides: once for a divergence seen every time
+        return rate.decide(lambda: bad_once(i), bool).keep
+
+    def bad_once(i: int) -> bool:
         sub = original.build(Candidate(keep=frozenset(original.compute[: original.compute.index(names[i]) + 1]), outputs=(names[i],)))
         if sub is None:
             return False

@@ -21,6 +21,7 @@ import torch
 
 from graphdbg.case import Case
 from graphdbg.graph.hashing import module_hash
+from graphdbg.judge.rate import RateTest
 from graphdbg.judge.signature import same_signature
 from graphdbg.minify.functorch_layers import balanced_functorch_layers, escaped_vmap
 from graphdbg.replay.options import ReplayOptions
@@ -55,9 +56,11 @@ class Oracle:
     """A cached predicate over Cases, with the run options minify and bisect share."""
 
     def __init__(self, target: Outcome, backend: Any, opts: ReplayOptions = ReplayOptions(), *, accuracy: bool = False,
-                 jobs: int = 1, on_query: Callable[[Oracle, Outcome], None] | None = None):
+                 jobs: int = 1, on_query: Callable[[Oracle, Outcome], None] | None = None, rate: RateTest = RateTest()):
         """``opts``: how each candidate replays (by default in this process, called directly);
-        its outputs are always judged, ``accuracy`` says whether a mismatch is the failure."""
+        its outputs are always judged, ``accuracy`` says whether a mismatch is the failure.
+        ``rate``: how often the failure shows (``judge.rate``): a candidate runs until its test
+        decides, once when the failure showed on every call."""
         self.target = target
         self.backend = backend
         self.accuracy = accuracy
@@ -66,6 +69,7 @@ class Oracle:
         self.opts = opts.but(accuracy=True, isolate=bool(opts.isolate) or self.jobs > 1,
                              direct=True if opts.direct is None else opts.direct)
         self.on_query = on_query
+        self.rate = rate
         self.cache: dict[str, bool] = {}
         self.outcomes: dict[str, Outcome] = {}
         self.queries = 0
@@ -136,9 +140,10 @@ class Oracle:
 
     def _run_chunk(self, cases: list[Case]) -> list[Outcome]:
         def one(case: Case) -> Outcome:
-            outcome = self.run(case)
+            verdict = self.rate.decide(lambda: self.run(case), self.interesting)  # judge.rate: how many runs decide
+            outcome = verdict.outcome
             with self._lock:
-                self.queries += 1
+                self.queries += verdict.runs
                 self.tested.append(case_key(case))
             if self.on_query is not None:
                 self.on_query(self, outcome)

@@ -33,6 +33,7 @@ from graphdbg.display import Displayed
 from graphdbg.dump import Dump
 from graphdbg.errors import GraphdbgError
 from graphdbg.formats import load as load_dump
+from graphdbg.judge.rate import RateTest
 from graphdbg.minify.candidates import Candidate, OriginalGraph, has_symbolic_sizes
 from graphdbg.minify.oracle import Oracle, case_key
 from graphdbg.minify.repro import write_repro
@@ -231,6 +232,7 @@ class MinifyResult(Displayed):
     saved: Path | None = None
     stopped: str | None = None  # why the budget ended the search (the graph is the best so far), or None
     pass_stats: list[dict[str, Any]] = field(default_factory=list)  # ShrinkPass.stats() of each pass
+    failure_rate: float = 1.0  # the share of runs the failure was taken to show on (judge.rate)
 
     @property
     def log(self) -> list[str]:
@@ -241,7 +243,8 @@ class MinifyResult(Displayed):
                 "cache_hits": self.cache_hits, "seconds": round(self.seconds, 3), "status": self.outcome.status,
                 "signature": self.outcome.signature, "accuracy": self.accuracy, "interrupted": self.interrupted,
                 "steps": [s.__dict__ for s in self.steps], "out": str(self.saved) if self.saved else None,
-                "budget_ended": self.stopped is not None, "stopped": self.stopped, "pass_stats": self.pass_stats}
+                "budget_ended": self.stopped is not None, "stopped": self.stopped, "pass_stats": self.pass_stats,
+                "failure_rate": self.failure_rate}
 
     def save(self, out: str | Path) -> Path:
         """Write the minified graph as the only dump under ``out``, with ``repro.py`` beside it;
@@ -399,6 +402,7 @@ class RunOptions:
 
     replay: ReplayOptions
     jobs: int = 1
+    rate: RateTest = RateTest()  # how often the failure shows: how many runs decide each candidate (judge.rate)
 
     @property
     def passes(self) -> Any:
@@ -409,7 +413,7 @@ class RunOptions:
 
     def oracle(self, target: Target, accuracy: bool, on_query: Any) -> Oracle:
         return Oracle(target.outcome, target.backend, self.replay.but(direct=target.direct), accuracy=accuracy,
-                      jobs=self.jobs, on_query=on_query)
+                      jobs=self.jobs, on_query=on_query, rate=self.rate)
 
 
 @dataclass
@@ -450,9 +454,10 @@ def find_target(case: Case, dump: Any, backend: Any, opts: RunOptions, *, direct
         return Target(case, dump, backend, _recorded_failure(dump, backend), lazy_direct, recorded, lazy=True)
     target = Target(case, dump, backend, None, bool(direct), recorded, lazy=False)
     for d in [direct] if direct is not None else [True, False]:
-        target.queries += 1
-        o = opts.run(case, backend, d)
-        if target.fails(o):
+        verdict = opts.rate.decide(lambda: opts.run(case, backend, d), target.fails)  # a flaky failure: until it shows
+        target.queries += verdict.runs
+        o = verdict.outcome
+        if verdict.keep:
             target.outcome, target.direct = o, d
             break
     if target.outcome is None:
@@ -470,8 +475,9 @@ def find_target(case: Case, dump: Any, backend: Any, opts: RunOptions, *, direct
 def confirm_lazy_target(target: Target, oracle: Oracle, opts: RunOptions) -> Target | None:
     """Nothing smaller failed under a ``lazy`` target: run the original directly (None: it fails,
     the target stands), else through torch.compile (a target to shrink again with, not direct)."""
-    oracle.queries += 1
-    if target.fails(oracle.run(target.case)):
+    verdict = opts.rate.decide(lambda: oracle.run(target.case), target.fails)
+    oracle.queries += verdict.runs
+    if verdict.keep:
         return None
     try:
         return find_target(target.case, target.dump, target.backend, opts, direct=False, any_failure=not target.recorded)
@@ -523,7 +529,7 @@ class Minifier:
                             queries=self.oracle.queries, cache_hits=self.oracle.cache_hits,
                             seconds=time.perf_counter() - self.started, steps=list(s.steps) if s else [],
                             interrupted=interrupted, saved=self.saved, stopped=s.stopped if s else None,
-                            pass_stats=[p.stats() for p in s.passes] if s else [])
+                            pass_stats=[p.stats() for p in s.passes] if s else [], failure_rate=self.opts.rate.rate)
 
     def save_best(self, result: MinifyResult) -> MinifyResult:
         """Save ``result`` unless the best is already on disk (each win was saved when it won)."""
@@ -566,7 +572,8 @@ def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, option
            accuracy: bool | None = None, jobs: int = 1, out: str | Path | None = None, progress: Any = None,
            log: Callable[[str], None] | None = None, on_query: Callable[[Oracle, Outcome], None] | None = None,
            any_failure: bool = False, max_queries: int | None = DEFAULT_MAX_QUERIES,
-           time_budget: float | None = DEFAULT_TIME_BUDGET_S, **settings: Any) -> MinifyResult:
+           time_budget: float | None = DEFAULT_TIME_BUDGET_S, failure_rate: float | None = None,
+           **settings: Any) -> MinifyResult:
     """Shrink a failing graph to the smallest one that still fails the same way.
 
         >>> result = minify("dumps/rank0/g0-compile_error-1a2b3c4d", out="minified")
@@ -586,7 +593,10 @@ def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, option
     saved after every winning step, so Ctrl-C (``MinifyInterrupted``) loses nothing.
     ``progress``: a callable ``(queries, best_nodes, line)``, or True for a rich progress line.
     ``max_queries`` and ``time_budget`` (seconds; None: no limit) end the search with the best
-    graph so far, saved, and ``result.stopped`` saying which budget ended it.
+    graph so far, saved, and ``result.stopped`` saying which budget ended it. ``failure_rate``
+    (default: the share of calls that failed at capture, ``failure.calls``, else 1): a failure
+    that shows on some runs only is asked of each candidate until a sequential test decides
+    (``judge.rate``), so it is neither lost on an unlucky run nor swapped for another.
 
     A dump that recorded a failure keeps it: whatever ``backend`` is, a candidate counts only
     when it fails with the captured signature (for an accuracy dump: still mismatches), so
@@ -606,7 +616,8 @@ def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, option
             raise GraphdbgError("minify needs a backend for a Case that did not come from a dump")
         backend = recorded_backend(dump)
     isolate = _isolated(opts, dump, backend, jobs)
-    run_opts = RunOptions(opts.but(isolate=isolate), jobs=jobs)
+    run_opts = RunOptions(opts.but(isolate=isolate), jobs=jobs,
+                          rate=RateTest.of(dump.manifest if dump is not None else None, failure_rate))
     budget = Budget(max_queries, time_budget)
     # isolated: every run of the graph (the first ones, the values, each candidate) in sandboxed workers
     pool = candidate_pool(dump.path if dump is not None else None, jobs=jobs, specs=child_specs(backend, opts),

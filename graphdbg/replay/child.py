@@ -34,10 +34,16 @@ def main(request_path: str, outcome_path: str) -> int:
     die_with_parent()
     sandbox = sandbox_child()  # before anything from the dump is read
 
-    data = answer(json.loads(Path(request_path).read_text()), sandboxed=sandbox is not None)
-    if sandbox is not None:
-        data["sandbox"] = sandbox
-    Path(outcome_path).write_text(json.dumps(data, default=str))
+    request = json.loads(Path(request_path).read_text())
+    # replay --repeat: the runs one after another here, each Outcome written to its own file when done
+    for path in request.get("outcomes") or [outcome_path]:
+        data = answer(request, sandboxed=sandbox is not None)
+        if sandbox is not None:
+            data["sandbox"] = sandbox
+        Path(path + ".part").write_text(json.dumps(data, default=str))
+        os.replace(path + ".part", path)  # whole or absent: the parent may read it while this child still runs
+        if "error" in data or data.get("stage") == "child":
+            break  # the replay could not start: no run will
     return 0
 
 
@@ -68,7 +74,12 @@ def answer(request: dict, sandboxed: bool = False) -> dict:
 
             return {"result": child_job(case, request["job"])}
         outcome = run_case(case, request["backend"], request["passes"], isolate=False, **request["options"])
-        return outcome.to_dict()
+        data = outcome.to_dict()
+        if request.get("environment"):  # bisect envs: what this interpreter is, to compare with another's
+            from graphdbg.store.environment import environment  # inside the try, as the lines above
+
+            data["environment"] = environment(request["backend"] if isinstance(request["backend"], str) else None)
+        return data
     except GraphdbgError as e:
         return {"error": exception_text(e)}
     except Exception as e:  # the replay could not even start here (an import, a device): say what

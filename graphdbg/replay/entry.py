@@ -18,7 +18,7 @@ from graphdbg.backends.recipe import is_recipe_spec
 from graphdbg.backends.resolve import resolve_backend
 from graphdbg.errors import GraphdbgError
 from graphdbg.rebuild.memory_budget import MAX_INPUT_GB_ENV, check_fits, descriptor_bytes
-from graphdbg.replay.isolation import run_isolated
+from graphdbg.replay.isolation import run_isolated, run_isolated_many
 from graphdbg.replay.options import ReplayOptions, replay_options
 from graphdbg.store.manifest import ReplayFacts
 
@@ -65,6 +65,36 @@ def replay_dump(dump: Any, backend: str | Callable[..., Any] = "eager", options:
         from graphdbg.replay.run import replay_case  # lazy: Dynamo (~2 s) only for a replay in this process
 
         return replay_case(dump.case(opts.device), backend, opts)
+
+
+def replay_dump_runs(dump: Any, backend: str | Callable[..., Any], options: ReplayOptions | None, runs: int) -> tuple[list[Outcome], str]:
+    """``runs`` replays of a Dump (``replay --repeat``) and how they ran: one after another in this
+    process with ``isolate=False``; else in one isolated child, and when a run kills it (a signal,
+    its timeout) the runs left in one child each, so a failure that kills the process is counted
+    on every run."""
+    opts = replay_options(options)
+    if opts.isolate is False or runs == 1:
+        outcomes = [replay_dump(dump, backend, opts) for _ in range(runs)]
+        return outcomes, "in this process" if opts.isolate is False else "in one child"
+    opts = opts.but(isolate=True)
+    _check_backend(backend, True)
+    if ReplayFacts.of(dump.manifest).piece and not opts.direct:
+        opts = opts.but(direct=True)
+    with _input_limit(opts.max_input_gb):
+        outcomes = run_isolated_many(dump, backend, opts, runs)
+    if len(outcomes) == runs and not ended_child(outcomes[-1]):
+        return outcomes, "in one child"
+    killed = len(outcomes)
+    outcomes += [replay_dump(dump, backend, opts) for _ in range(runs - killed)]
+    why = outcomes[killed - 1].signature or outcomes[killed - 1].status
+    rest = f"the other {runs - killed} in a child each" if runs > killed else "no run left"
+    return outcomes, f"runs 1 to {killed} in one child, run {killed} ended it ({why}): {rest}"
+
+
+def ended_child(outcome: Outcome) -> bool:
+    """Whether a run ended its child: killed by a signal, past its timeout, or exited without an Outcome."""
+    return bool(outcome.isolated and outcome.stage == "child"
+                and (outcome.exit_signal or outcome.status == "timeout" or outcome.exit_code_child is not None))
 
 
 def check_dump_fits(dump: Any, device: Any = None) -> None:

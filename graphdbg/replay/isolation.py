@@ -27,6 +27,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -37,7 +38,7 @@ from graphdbg.backends.resolve import backend_label, backend_spec
 from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.replay.options import DEFAULT_TIMEOUT, ReplayOptions
 from graphdbg.replay.outcome import Outcome
-from graphdbg.replay.sandbox import SANDBOX_NOTE, child_env, child_path, python_command
+from graphdbg.replay.sandbox import CHILD_PATH_ENV, SANDBOX_NOTE, child_env, child_path, python_command, with_module
 from graphdbg.store.safe_files import read_child_file, read_json
 
 if TYPE_CHECKING:
@@ -64,23 +65,65 @@ def run_isolated(case: Case | Dump, backend: str | Callable[..., Any], opts: Rep
     Inside ``use_pool`` (minify's candidates) the replay goes to a long-lived sandboxed worker
     instead of a fresh child (``graphdbg.replay.worker``).
     """
+    if _POOL and not opts.python:
+        return _POOL[-1].replay(case, replay_request(case, backend, opts), DEFAULT_TIMEOUT if opts.timeout is None
+                                else float(opts.timeout))
+    return run_isolated_many(case, backend, opts, 1)[0]
+
+
+def run_isolated_many(case: Case | Dump, backend: str | Callable[..., Any], opts: ReplayOptions, runs: int) -> list[Outcome]:
+    """``runs`` replays one after another in one fresh child (``replay --repeat``), each with
+    its own ``opts.timeout``. A run that kills the child (a signal, its timeout) ends the list:
+    its Outcome is the last one, and fewer than ``runs`` come back. ``opts.python``: the child
+    runs that interpreter (``bisect envs``), and says what its environment is."""
     request = replay_request(case, backend, opts)
     timeout = DEFAULT_TIMEOUT if opts.timeout is None else float(opts.timeout)
-    if _POOL:
-        return _POOL[-1].replay(case, request, timeout)
+    if opts.python:
+        request["environment"] = True
     with tempfile.TemporaryDirectory(prefix="graphdbg-child-") as tmp:
         tmpdir = Path(tmp)
         on_disk = put_case(case, request, tmpdir)
         request_path, outcome_path, err_path = tmpdir / "request.json", tmpdir / "outcome.json", tmpdir / "stderr.txt"
+        paths = [outcome_path] if runs == 1 else [tmpdir / f"outcome-{i}.json" for i in range(runs)]
+        if runs > 1:
+            request["outcomes"] = [str(p) for p in paths]
         request_path.write_text(json.dumps(request))
-        cmd = python_command("graphdbg.replay.child", str(request_path), str(outcome_path))
+        cmd = python_command("graphdbg.replay.child", str(request_path), str(outcome_path), python=opts.python)
         own = tmpdir / "work"  # the child's own folder: the only place the sandbox lets it write (with the caches)
         own.mkdir()
         env = {**child_env(own, request["device"], on_disk), **child_path([request["backend"], request["passes"]])}
+        if opts.python:  # another environment: this graphdbg, found after all of its own packages
+            env[CHILD_PATH_ENV] = with_module(env[CHILD_PATH_ENV], "graphdbg", Path(__file__).resolve().parents[2])
         with ChildGroup(cmd, err_path, env=env) as child:
-            returncode = child.wait(timeout)
+            returncode = _wait_runs(child, paths, timeout)
             err = tail_of(err_path)
-        return replay_outcome(request, returncode, outcome_path, err, timeout, own.parent / SANDBOX_NOTE)
+        note = own.parent / SANDBOX_NOTE
+        written = [p for p in paths if os.path.lexists(p)]
+        outcomes = [replay_outcome(request, 0 if returncode is None else returncode, p, err, timeout, note) for p in written]
+        if len(written) < len(paths) and (returncode != 0 or not written):  # the run after the last written one ended the child
+            outcomes.append(replay_outcome(request, returncode, tmpdir / "none", err, timeout, note))
+        return outcomes
+
+
+def _wait_runs(child: ChildGroup, paths: list[Path], timeout: float) -> int | None:
+    """The child's exit status, or None when one run took longer than ``timeout``: each
+    Outcome file written (``paths``, in order) starts the next run's clock."""
+    if len(paths) == 1:
+        return child.wait(timeout)
+    done, started = 0, time.monotonic()
+    try:
+        while True:
+            try:
+                return child.proc.wait(timeout=min(1.0, timeout))
+            except subprocess.TimeoutExpired:
+                pass
+            written = sum(1 for p in paths if os.path.lexists(p))
+            if written > done:
+                done, started = written, time.monotonic()
+            elif time.monotonic() - started > timeout:
+                return None
+    finally:
+        child.kill()
 
 
 def replay_request(case: Case | Dump, backend: str | Callable[..., Any], opts: ReplayOptions) -> dict[str, Any]:

@@ -37,6 +37,7 @@ class ReplayOptions:
     device: Any = None  # where a dump's inputs are built (None: the captured device if here, else the CPU)
     max_input_gb: float | None = None  # refuse bigger inputs (None: the device's free memory)
     trust_kernels: bool = False  # user Triton kernels from the dump's source, in the sandboxed child only (rebuild/kernel_source.py)
+    python: str | None = None  # the interpreter an isolated replay's child runs (bisect envs; None: graphdbg's own)
 
     def but(self, **changes: Any) -> ReplayOptions:
         """These options with ``changes``."""
@@ -54,7 +55,7 @@ class ReplayOptions:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in PARENT_ONLY}
 
 
-PARENT_ONLY = ("passes", "device", "isolate", "timeout", "max_input_gb")  # the child gets passes and device apart
+PARENT_ONLY = ("passes", "device", "isolate", "timeout", "max_input_gb", "python")  # the child gets passes and device apart
 
 
 def replay_options(options: ReplayOptions | None = None, **settings: Any) -> ReplayOptions:

@@ -58,6 +58,8 @@ class Outcome(Displayed, BaseModel):
     exit_signal: str | None = None
     exit_code_child: int | None = None
     stderr_tail: str | None = None
+    generated_code: dict[str, Any] | None = None  # what Inductor generated, hashed (backends/generated_code.py)
+    environment: dict[str, Any] | None = None  # the child's versions and settings, when asked (bisect envs; store.environment)
     compile_s: float | None = None
     run_s: float | None = None
     total_s: float | None = None

@@ -35,6 +35,7 @@ import torch.fx as fx
 
 from graphdbg.backends.calls import as_dynamo_calls_it, call_inputs
 from graphdbg.backends.compiler_config import Settings, replay_settings
+from graphdbg.backends.generated_code import watch_generated_code
 from graphdbg.errors import GraphdbgError
 from graphdbg.graph.allow_list import check_graph_module
 from graphdbg.graph.hashing import target_name
@@ -124,7 +125,9 @@ def replay_case(case: Case, backend: str | Callable[..., Any], opts: ReplayOptio
     if isinstance(ref, Outcome):  # the graph fails even eagerly
         ref.backend, ref.device, ref.stand_ins, ref.kernels = resolved.name, outcome.device, outcome.stand_ins, outcome.kernels
         return ref
-    gm, inputs, compiler, result, error, direct = execute_whole(case, resolved, outcome, direct, start)
+    with watch_generated_code(resolved.name == "inductor" or None) as code:  # compared with the capture's (judge.environment)
+        gm, inputs, compiler, result, error, direct = execute_whole(case, resolved, outcome, direct, start)
+    outcome.generated_code = code.to_dict()
     try:
         if error is not None:
             record_crash(outcome, error, compiler, case, gm)

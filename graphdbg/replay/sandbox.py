@@ -94,15 +94,17 @@ _BOOT = (
 )
 
 
-def python_command(module: str | None = None, *args: str, script: str | None = None) -> list[str]:
+def python_command(module: str | None = None, *args: str, script: str | None = None, python: str | None = None) -> list[str]:
     """The command line of an isolated child interpreter that runs ``module`` (as ``python -m``)
     or the file ``script`` (as ``python FILE``) with ``args``; what it may import besides the
     interpreter's own comes from ``child_path`` in its environment.
 
         >>> python_command("graphdbg.replay.child", "req.json", "out.json")[:3]
         ['/usr/bin/python3', '-I', '-X']
+
+    ``python``: another interpreter than this one (``bisect envs``: another environment).
     """
-    start = [sys.executable, "-I", "-X", "faulthandler", "-c", _BOOT]
+    start = [python or sys.executable, "-I", "-X", "faulthandler", "-c", _BOOT]
     if script is not None:
         return [*start, "--script", script, *args]
     assert module is not None
@@ -139,6 +141,14 @@ def child_path(specs: Iterable[str | None] = (), first: Iterable[str | Path] = (
         if root is not None and os.path.realpath(root) in roots and root not in head:
             modules[name] = root
     return {CHILD_PATH_ENV: json.dumps({"head": list(dict.fromkeys(head)), "modules": modules})}
+
+
+def with_module(value: str, name: str, root: str | Path) -> str:
+    """``$GRAPHDBG_CHILD_PATH``'s ``value`` with top-level module ``name`` found in ``root``, last
+    (another interpreter's own copy of it, when it has one, comes first)."""
+    data = json.loads(value)
+    data.setdefault("modules", {})[name] = str(root)
+    return json.dumps(data)
 
 
 def _module_root(name: str) -> str | None:

@@ -293,6 +293,14 @@ class Env(_Open):
     vars: Optional[Annotated[dict[Annotated[str, Field(strict=True, max_length=256)], Name], Field(max_length=4096)]] = None
 
 
+class GeneratedCode(_Open):
+    """What Inductor generated for the graph at capture, hashed (``backends.generated_code``)."""
+    compiler: Optional[Name] = None
+    hash: Optional[Name] = None
+    graphs: Optional[Annotated[list[Name], Field(max_length=64)]] = None
+    autotune: Optional[Annotated[dict[Name, Name], Field(max_length=1024)]] = None
+
+
 _SETTING = r"^(inductor|dynamo|functorch)\.[A-Za-z_][A-Za-z0-9_.]{0,200}$"
 
 
@@ -490,6 +498,7 @@ class Manifest(_Open):
     backend_recipe: Optional[BackendRecipe] = None
     autocast: Optional[Annotated[dict[Name, Name], Field(max_length=8)]] = None  # device type -> dtype, the caller's
     ddp: Optional[DDPSplit] = None
+    generated_code: Optional[GeneratedCode] = None  # Inductor's output code, hashed, and its autotune choices
 
     model_config = ConfigDict(extra="allow", strict=True, populate_by_name=True)
 

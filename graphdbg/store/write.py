@@ -110,6 +110,7 @@ def write_dump(
             **({"origin": snap.origin} if snap.origin else {}),  # frame and compile id
             **({"autocast": snap.autocast} if getattr(snap, "autocast", None) else {}),  # the caller's, around the graph
             **({"ddp": snap.ddp} if getattr(snap, "ddp", None) else {}),  # DDP's bucket split (capture/ddp.py)
+            **({"generated_code": snap.generated_code} if getattr(snap, "generated_code", None) else {}),  # Inductor's, hashed
         }
         if snap.config is not None:
             manifest["config"] = snap.config

@@ -230,6 +230,7 @@ AtolOpt = Annotated[Optional[float], typer.Option("--atol", help="Absolute toler
 TrustOpt = Annotated[bool, typer.Option("--trust-backend", help="Import the module:qualname backend the dump names (code from the dump's author).", rich_help_panel="Backend")]
 ConfigOpt = Annotated[Optional[list[str]], typer.Option("--config", help="Override one recorded compiler setting: inductor.KEY=VALUE (dynamo.*, functorch.*); repeatable.", rich_help_panel="Backend")]
 NoConfigOpt = Annotated[bool, typer.Option("--no-config", help="Drop the compiler settings recorded in the dump (run with torch's defaults).", rich_help_panel="Backend")]
+FailureRateOpt = Annotated[Optional[float], typer.Option("--failure-rate", min=0.001, max=1.0, help="The share of runs the failure shows on (e.g. from replay --repeat; default: the share of calls that failed at capture, else 1): each candidate runs until a sequential test decides whether it keeps the failure.")]
 SwapOpt = Annotated[Optional[list[str]], typer.Option("--swap", help="OP=REFERENCE: replace every call of custom op OP (ns::name) by a built-in reference (attention, rms_norm, ...) or your module:function (imported like --ops); repeatable.", rich_help_panel="Inputs")]
 AsCapturedOpt = Annotated[bool, typer.Option("--as-captured", help="Restore the captured torch.backends flags, matmul precision, environment variables and thread counts (not versions or the device).", rich_help_panel="Backend")]
 TrustKernelsOpt = Annotated[bool, typer.Option("--trust-kernels", help="Run user Triton kernels from the source the dump recorded (code from the dump's author), in the sandboxed replay child.", rich_help_panel="Backend")]
@@ -288,6 +289,13 @@ class _manifest_only:
         self.manifest = read_manifest(path) if (path / MANIFEST).is_file() else None
 
 
+def _with_code_differences(found: list, dump: object, outcome: object) -> list:
+    """``found`` and where the replay's generated code differs from the capture's, first."""
+    from graphdbg.judge.environment import code_differences
+
+    return code_differences(getattr(dump, "manifest", None), getattr(outcome, "generated_code", None)) + found
+
+
 def _environment_json(found: list, left: list[str]) -> dict:
     return {"environment_differences": [d.to_dict() for d in found], "not_restored": left}
 
@@ -339,12 +347,12 @@ def replay(
     trust_backend: TrustOpt = False,
     trust_kernels: TrustKernelsOpt = False,
     as_captured: AsCapturedOpt = False,
-    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Replay N times; report the failure rate with a 95% interval and each distinct failure (one process with --no-isolate, else a child each).")] = 1,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Replay N times; report the failure rate with a 95% interval and each distinct failure (one after another in one child; a child each after a run that kills it; this process with --no-isolate).")] = 1,
     as_json: JsonFlag = False,
 ) -> None:
     """Replay a dump under a backend; exit 0 on pass, 1 on the captured failure, 4 on another failure, 2 if it can't run."""
     _must_exist(dump)
-    from graphdbg.replay.entry import replay_dump
+    from graphdbg.replay.entry import replay_dump_runs
 
     _inputs_setup(ops, seed)
     opts = ReplayOptions(passes=passes, device=device, isolate=isolate, timeout=timeout, direct=direct, accuracy=accuracy,
@@ -374,11 +382,12 @@ def replay(
 
     found, left = _environment(d, as_captured, as_json)
     with _progress(f"replay: {backend_label(backend)}: compile, run, compare with the reference", quiet=as_json):
-        outcomes = [replay_dump(d, backend, opts) for _ in range(repeat)]
+        outcomes, how = replay_dump_runs(d, backend, opts, repeat)
     from graphdbg.judge.flaky import Repeated
 
     outcome = Repeated.shown(outcomes, d)
-    repeated = Repeated.of(outcomes, d) if repeat > 1 else None
+    repeated = Repeated.of(outcomes, d, how) if repeat > 1 else None
+    found = _with_code_differences(found, d, outcome)
     if as_json:
         _print_json({"dump": str(d.path), "reproduces": outcome.reproduces(d), **outcome.to_dict(),
                      **_environment_json(found, left), **({"repeat": repeated.to_dict()} if repeated else {})}, "replay")
@@ -485,6 +494,7 @@ def minify(
     ops: OpsOpt = None,
     trust_backend: TrustOpt = False,
     as_captured: AsCapturedOpt = False,
+    failure_rate: FailureRateOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Shrink a failing graph to the smallest one that fails the same way; writes a dump and repro.py."""
@@ -500,10 +510,15 @@ def minify(
     progress = False if as_json else (True if _err_console().is_terminal else _line_progress("minify"))
     result = run_minify(dump, backend, passes, options=ReplayOptions(isolate=isolate, timeout=timeout, device=device),
                         accuracy=accuracy, jobs=jobs, out=out, progress=progress, any_failure=any_failure,
-                        max_queries=max_queries or None, time_budget=time_budget or None)
-    if result.saved and not result.interrupted:  # repro.py run once in a fresh interpreter: exit 4 if it fails otherwise
-        _self_checked(lambda c: c.check_repro(Path(out) / "repro.py", timeout=timeout or DEFAULT_TIMEOUT), Path(out) / "repro.py",
-                      result.outcome.signature)
+                        max_queries=max_queries or None, time_budget=time_budget or None, failure_rate=failure_rate)
+    if result.saved and not result.interrupted:  # repro.py run in a fresh interpreter (a flaky failure: until it shows): exit 4 if it fails otherwise
+        from graphdbg.judge.rate import RateTest
+
+        def check(c: object) -> object:
+            return RateTest(result.failure_rate).decide(
+                lambda: c.check_repro(Path(out) / "repro.py", timeout=timeout or DEFAULT_TIMEOUT), lambda ch: ch.same).outcome
+
+        _self_checked(check, Path(out) / "repro.py", result.outcome.signature)
     if as_json:
         _print_json({**result.to_dict(), **_environment_json(found, left)}, "minify")
     else:
@@ -541,6 +556,7 @@ def bisect_passes(
     backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="Backend the passes feed (default: the dump's own).")] = None,
     device: DeviceOpt = None,
     trust_backend: TrustOpt = False,
+    failure_rate: FailureRateOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
     """The first pass after which the outcome goes bad (and, for a pattern pass, which replacement)."""
@@ -549,7 +565,7 @@ def bisect_passes(
     backend = backend or _own_backend(dump, trust_backend, "bisect passes")
     case = _load_with_progress(dump, "bisect", quiet=as_json).case(device)
     with _progress(f"bisect passes: {len(passes.split(','))} passes", quiet=as_json):
-        result = run(case, backend, passes)
+        result = run(case, backend, passes, failure_rate=failure_rate)
     _report(result, as_json, "bisect-passes")
     raise typer.Exit(0 if result.culprit is None else 1)
 
@@ -591,6 +607,31 @@ def bisect_nodes(
         result = run(case, backend, passes, opts, **({"trust": trust_backend} if backward else {}))
     _report(result, as_json, "bisect-nodes")
     raise typer.Exit(0 if result.node is None else 1)
+
+
+@bisect_app.command("envs", epilog=_example("graphdbg bisect envs DUMP --python /venvs/torch-2.11/bin/python --python /venvs/torch-2.13/bin/python"))
+@_recorded_config
+def bisect_envs(
+    dump: Annotated[Path, typer.Argument(help="A dump folder.")],
+    python: Annotated[Optional[list[str]], typer.Option("--python", help="An interpreter of another environment (another torch, another backend version); repeatable, in order (one: this interpreter first). Without: bisect the recorded settings, flags and environment variables that differ from now.")] = None,
+    backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="The backend (default: the dump's own).")] = None,
+    device: DeviceOpt = None,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
+    trust_backend: TrustOpt = False,
+    failure_rate: FailureRateOpt = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """The environment whose outcome first differs from the first's, and what differs (exit 1 when one is named)."""
+    _must_exist(dump)
+    from graphdbg.minify.bisect_envs import bisect_envs as run
+
+    d = _load_with_progress(dump, "bisect", quiet=as_json)
+    backend = backend or _own_backend(dump, trust_backend, "bisect envs")
+    what = f"{len(python)} interpreters" if python else "the settings that differ from the capture"
+    with _progress(f"bisect envs: {what}", quiet=as_json):
+        result = run(d, backend, python, ReplayOptions(device=device, timeout=timeout), failure_rate=failure_rate)
+    _report(result, as_json, "bisect-envs")
+    raise typer.Exit(0 if result.culprit is None else 1)
 
 
 @bisect_app.command("ops", epilog=_example("graphdbg bisect ops DUMP --ops mymodel.kernels"))

@@ -850,6 +850,16 @@ def swap_table(report: Any) -> Group:
     return Group(table, notes)
 
 
+def env_bisection_panel(result: Any) -> Boxed:
+    """``bisect envs``: each environment's verdict, then the one that flips it and what differs."""
+    text = Text()
+    for line in result.lines():
+        style = "bold red" if line.startswith("first to differ") else "dim" if line.startswith("not bisected") else ""
+        text.append(line + "\n", style=style)
+    text.rstrip()
+    return Boxed(text, f"bisect envs ({result.mode})", "red" if result.culprit else "green")
+
+
 def bisect_ops_panel(result: Any) -> Panel:
     text = Text()
     for name in result.culprits:
@@ -879,10 +889,11 @@ DUMP, CASE, OUTCOME = ("graphdbg.dump", "Dump"), ("graphdbg.case", "Case"), ("gr
 PASS_BISECTION, NODE_DIVERGENCE = ("graphdbg.minify.bisect", "PassBisection"), ("graphdbg.replay.divergence", "NodeDivergence")
 RANK_REPORT, MINIFY_RESULT = ("graphdbg.minify.bisect", "RankReport"), ("graphdbg.minify.shrinker", "MinifyResult")
 LISTING = ("graphdbg.listing.groups", "Listing")
+ENV_BISECTION = ("graphdbg.minify.bisect_envs", "EnvBisection")
 SWAP_REPORT, BISECT_OPS = ("graphdbg.replay.swap", "SwapReport"), ("graphdbg.minify.bisect_ops", "BisectOpsResult")
 
 RENDERERS = {DUMP: lambda d: Group(_path_text(str(d.path), style="dim"), dump_panel(d)), CASE: lambda c: case_panel(c),
-             OUTCOME: lambda o: outcome_panel(o), PASS_BISECTION: pass_bisection_panel,
+             OUTCOME: lambda o: outcome_panel(o), PASS_BISECTION: pass_bisection_panel, ENV_BISECTION: env_bisection_panel,
              NODE_DIVERGENCE: node_divergence_panel, RANK_REPORT: rank_report_table, MINIFY_RESULT: minify_panel,
              SWAP_REPORT: swap_table, BISECT_OPS: bisect_ops_panel,
              LISTING: lambda listing: ListingView(listing.groups, str(listing.root))}

@@ -22,7 +22,7 @@ _OUTCOME: dict[str, Any] = Outcome.model_json_schema()["properties"]  # the mode
 # judge.environment's differences, most likely cause of another outcome first; what --as-captured left
 _ENVIRONMENT = {
     "environment_differences": {"type": "array", "items": {"type": "object", "properties": {
-        "kind": {"enum": ["backend", "compiler setting", "version", "device", "setting", "env var", "threads"]},
+        "kind": {"enum": ["generated code", "backend", "compiler setting", "version", "device", "setting", "env var", "threads"]},
         "name": {"type": "string"}, "captured": {}, "now": {}, "restorable": _BOOL},
         "required": ["kind", "name", "captured", "now", "restorable"]}},
     "not_restored": {"type": "array", "items": {"type": "string"}},
@@ -32,7 +32,7 @@ _REPEAT = {"repeat": {"type": "object", "properties": {
     "runs": {"type": "integer"}, "failed": {"type": "integer"}, "reproduced": {"type": "integer"}, "rate": {"type": "number"},
     "interval": {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2}, "confidence": {"type": "number"},
     "signatures": {"type": "array", "items": {"type": "object", "properties": {
-        "signature": {"type": "string"}, "count": {"type": "integer"}, "reproduces": _BOOL}}}},
+        "signature": {"type": "string"}, "count": {"type": "integer"}, "reproduces": _BOOL}}}, "ran": {"type": "string"}},
     "required": ["runs", "failed", "rate", "interval", "signatures"]}}
 _ROW = {"path": {"type": "string"}, "id": _STR, "kind": _STR, "backend": _STR, "nodes": _INT, "signature": _STR,
         "error_type": _STR, "message": _STR, "graph_hash": _STR}
@@ -96,7 +96,8 @@ OUTPUT_SCHEMAS: dict[str, dict[str, Any]] = {
     "minify": _object("minify", {
         "start_nodes": {"type": "integer"}, "final_nodes": {"type": "integer"}, "oracle_queries": {"type": "integer"},
         "cache_hits": {"type": "integer"}, "seconds": {"type": "number"}, "status": _OUTCOME["status"], "signature": _STR,
-        "accuracy": {"type": ["boolean", "null"]}, "interrupted": _BOOL, "steps": _LIST, "out": _STR, **_ENVIRONMENT,
+        "accuracy": {"type": ["boolean", "null"]}, "interrupted": _BOOL, "steps": _LIST, "out": _STR,
+        "failure_rate": {"type": "number"}, **_ENVIRONMENT,
     }, ["start_nodes", "final_nodes", "oracle_queries", "cache_hits", "seconds", "status", "signature", "accuracy",
         "interrupted", "steps", "out"]),
     "bisect-passes": _object("bisect passes", {
@@ -108,6 +109,10 @@ OUTPUT_SCHEMAS: dict[str, dict[str, Any]] = {
         "max_rel_error": _NUM, "replaced": _STR, "new_nodes": _LIST, "method": {"type": "string"},
         "compared": {"type": "integer"}, "note": {"type": "string"},
     }, ["node", "method"]),
+    "bisect-envs": _object("bisect envs", {
+        "mode": {"enum": ["pythons", "settings"]}, "culprit": _STR, "alone": {"type": ["boolean", "null"]},
+        "note": {"type": "string"}, "runs": _LIST, **{"differences": _ENVIRONMENT["environment_differences"]},
+    }, ["mode", "culprit", "runs", "differences"]),
     "bisect-ranks": _object("bisect ranks", {"ranks": _LIST, "odd": _LIST, "graphs": {}, "signatures": {},
                                              "differences": _OBJ, "notes": {}}, ["ranks", "odd"]),
     "extract": _object("extract", {"log": {"type": "string"}, "out": {"type": "string"},

@@ -30,7 +30,10 @@ def always_fails(gm: fx.GraphModule, example_inputs):
     raise NotImplementedError("no lowering for this graph")
 
 
-_draws = random.Random(0)
+# Seeded by the test (``reseed``), else from $ENVTEST_DRAWS_SEED, so that a replay child or a
+# repro.py run in a fresh interpreter draws a known stream; else the system's entropy.
+DRAWS_SEED = "ENVTEST_DRAWS_SEED"
+_draws = random.Random(os.environ.get(DRAWS_SEED))
 
 
 def reseed(seed: int) -> None:
@@ -41,6 +44,13 @@ def fails_on_30_percent(gm: fx.GraphModule, example_inputs):
     """A race's stand-in: each compile fails with probability 0.3, from a seeded stream."""
     if _draws.random() < 0.3:
         raise RuntimeError("lost a race in the scheduler")
+    return gm.forward
+
+
+def aborts_on_30_percent(gm: fx.GraphModule, example_inputs):
+    """Kills its process (SIGABRT) on a seeded 30% of compiles: a race that crashes."""
+    if _draws.random() < 0.3:
+        os.abort()
     return gm.forward
 
 
@@ -55,19 +65,26 @@ def runs_fail_on_30_percent(gm: fx.GraphModule, example_inputs):
     return run
 
 
-if __name__ == "__main__":  # a user's program: 20 calls of one compiled graph, a failure on some
-    import json
-    import sys
-
+def program(dump_dir: str, calls: int = 20) -> dict:
+    """A user's program: ``calls`` calls of one compiled graph, a failure on some."""
     import graphdbg
 
     reseed(7)
     model, x = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()), torch.randn(4, 8)
-    compiled = torch.compile(model, backend=graphdbg.capture(runs_fail_on_30_percent, dump_dir=sys.argv[1]))
+    compiled = torch.compile(model, backend=graphdbg.capture(runs_fail_on_30_percent, dump_dir=dump_dir))
     failed = 0
-    for _ in range(20):
+    for _ in range(calls):
         try:
             compiled(x)
         except RuntimeError:
             failed += 1
-    print(json.dumps({"failed": failed, "passed": 20 - failed}))
+    return {"failed": failed, "passed": calls - failed}
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    import environment_backends  # by its name: the dump records the backend as environment_backends:..., not __main__
+
+    print(json.dumps(environment_backends.program(sys.argv[1])))

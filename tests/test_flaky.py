@@ -1,0 +1,97 @@
+"""A failure seen on some runs only (issue 41): `replay --repeat` in one child, minify and bisect
+deciding each candidate at the captured rate (judge.rate)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import environment_backends as backends
+import pytest
+import torch
+
+import graphdbg
+from graphdbg.judge.rate import RateTest
+from graphdbg.store.manifest import find_dumps
+
+
+def _flaky_compile_dump(tmp_path):
+    backends.reseed(41)
+    model, x = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()), torch.randn(4, 8)
+    for _ in range(20):  # compile until the 30% bug fires, as a user's program would meet it
+        torch._dynamo.reset()
+        try:
+            torch.compile(model, backend=graphdbg.capture(backends.fails_on_30_percent, dump_dir=tmp_path / "dumps"))(x)
+        except RuntimeError:
+            break
+    (dump,) = find_dumps(tmp_path / "dumps")
+    return dump
+
+
+def test_the_rate_test_asks_a_failure_seen_every_time_once_and_a_flaky_one_until_it_is_sure():
+    calls = []
+
+    def run(result):
+        def once():
+            calls.append(result)
+            return result
+        return once
+
+    every = RateTest(1.0)
+    assert every.decide(run(True), bool).runs == 1 and every.decide(run(False), bool).runs == 1
+    flaky = RateTest(0.3)
+    kept = flaky.decide(run(True), bool)
+    dropped = flaky.decide(run(False), bool)
+    assert (kept.keep, kept.runs) == (True, 1)  # one showing of the captured failure is evidence enough
+    assert (dropped.keep, dropped.runs) == (False, flaky.runs_to_drop()) and dropped.runs == 9  # 0.7**9 = 4%
+    assert RateTest.of({"failure": {"calls": {"failed": 3, "passed": 7}}}).rate == 0.3
+    assert RateTest.of({"failure": {"kind": "compile_error"}}).rate == 1.0  # not counted: every time
+
+
+def test_repeat_runs_every_run_in_one_isolated_child(cli, tmp_path, monkeypatch):
+    dump = _flaky_compile_dump(tmp_path)
+    monkeypatch.setenv(backends.DRAWS_SEED, "1")  # the child's draws: one stream, known (.xx.xxxx....)
+
+    r = cli("replay", dump, "--trust-backend", "--repeat", "12", "--json")
+    rep = json.loads(r.out)["repeat"]
+    assert r.code == 1 and rep["ran"] == "in one child", r
+    # one child draws on: a child per run would have drawn the stream's first value each time
+    assert 0 < rep["failed"] < 12 and rep["signatures"][0]["signature"] == "RuntimeError: lost a race in the scheduler"
+
+
+def test_repeat_goes_on_in_a_child_per_run_after_a_run_kills_the_child(cli, tmp_path, monkeypatch):
+    dump = _flaky_compile_dump(tmp_path)
+    monkeypatch.setenv(backends.DRAWS_SEED, "2")  # ....x.......: the fifth draw aborts, every child's first passes
+
+    r = cli("replay", dump, "--backend", "environment_backends:aborts_on_30_percent", "--repeat", "8", "--json")
+    rep = json.loads(r.out)["repeat"]
+    assert re.fullmatch(r"runs 1 to (\d) in one child, run \1 ended it \(Signal SIGABRT\): the other \d in a child each",
+                        rep["ran"]), rep
+    assert rep["failed"] == 1 and rep["signatures"] == [{"signature": "Signal SIGABRT", "count": 1, "reproduces": False}]
+
+    r = cli("replay", dump, "--backend", "environment_backends:aborts_on_30_percent", "--repeat", "8")
+    assert "in a child each" in r.out and "failed 1 of 8 runs" in r.out, r
+
+
+@pytest.mark.slow
+def test_minify_keeps_a_failure_seen_on_30_percent_of_calls(cli, tmp_path, monkeypatch):
+    from conftest import TESTS, child_env
+
+    run = subprocess.run([sys.executable, str(TESTS / "environment_backends.py"), str(tmp_path / "dumps")],
+                         capture_output=True, text=True, timeout=300, env=child_env(tests=True))
+    assert run.returncode == 0, run.stderr[-3000:]
+    seen = json.loads(run.stdout.strip().splitlines()[-1])
+    (dump,) = find_dumps(tmp_path / "dumps")
+    backends.reseed(5)  # the candidates' draws, in this process
+    monkeypatch.setenv(backends.DRAWS_SEED, "21")  # repro.py's, in a fresh interpreter: xx..., it shows the failure
+
+    r = cli("minify", dump, "--trust-backend", "-o", tmp_path / "min", "--json")
+    assert r.code == 0, r  # repro.py, run on its own, showed the captured failure
+    result = json.loads(r.out)
+    assert result["failure_rate"] == pytest.approx(seen["failed"] / 20)
+    assert result["signature"] == "RuntimeError: lost a race in the compiled code"
+    assert result["final_nodes"] < result["start_nodes"]
+    # each candidate that lost the failure took runs_to_drop() runs, each that kept it at least one
+    assert result["oracle_queries"] >= len(result["steps"]) + RateTest(result["failure_rate"]).runs_to_drop()

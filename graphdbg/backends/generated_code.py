@@ -13,15 +13,18 @@ wrapper code when it generates it and when it loads a graph from its FX graph ca
 2.1 to 2.13. The autotune choices come from ``select_algorithm.add_feedback_saver``, which is
 called when a template is benchmarked (max-autotune), not when the choice came from a cache.
 
-The hash leaves out comment lines and Inductor's cache folder: Inductor names the files its
-kernels live in there (``# kernel path: /tmp/torchinductor_user/...``), which differ between a
-capture and an isolated replay with its own caches while the code is the same.
+The hash leaves out what differs between a capture and its replay while the code is the same:
+comment lines and Inductor's cache folder (``# kernel path: /tmp/torchinductor_user/...``: an
+isolated replay has caches of its own), the names of the graph's inputs (``primals_1``: a
+retraced graph may list its inputs in another order) and the benchmark harness at the end of
+the file (random inputs in that order).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -31,8 +34,16 @@ _LOCAL = threading.local()
 _SAVER_ADDED = False
 
 
+# The graph's inputs as the wrapper names them (AOTAutograd's primals and tangents, Inductor's
+# argN_M): a retraced graph may list the same inputs in another order, and only the names move.
+_INPUT_NAMES = re.compile(r"\b(?:primals|tangents|arg\d+)_\d+\b")
+# Where the wrapper's benchmark harness starts (random inputs, in the graph's input order).
+_HARNESS = re.compile(r"^def (?:get_args|benchmark_compiled_module)\(")
+
+
 def code_hash(code: str) -> str:
-    """The hash of Inductor's output code, comments and cache paths left out."""
+    """The hash of Inductor's output code, its kernels and the calls between them: comments,
+    cache paths, the inputs' names and the benchmark harness at its end left out."""
     try:
         from torch._inductor.runtime.cache_dir_utils import cache_dir  # torch >= 2.5; older torch: the comment filter alone
 
@@ -41,9 +52,12 @@ def code_hash(code: str) -> str:
         folder = None
     lines = []
     for line in code.splitlines():
+        if _HARNESS.match(line):
+            break
         text = line.strip()
         if not text or text.startswith("#"):
             continue
+        line = _INPUT_NAMES.sub("<input>", line)
         lines.append(line.replace(folder, "<cache>") if folder else line)
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 

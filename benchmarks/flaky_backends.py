@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 RATE = 0.3
-RACE_LOOPS = 2000
+RACE_LOOPS = 4000
 _draws = random.Random(0)
 
 
@@ -50,6 +50,10 @@ def seeded_gelu(gm: torch.fx.GraphModule, example_inputs: list[Any]):
     return run
 
 
+def _pause() -> None:
+    pass
+
+
 def lost_update(loops: int = RACE_LOOPS) -> bool:
     """Two threads add 1 ``loops`` times each to one unlocked counter: whether an update was lost."""
     box = [0]
@@ -57,6 +61,7 @@ def lost_update(loops: int = RACE_LOOPS) -> bool:
     def work() -> None:
         for _ in range(loops):
             v = box[0]
+            _pause()  # a call: where the interpreter may switch threads between the read and the write
             box[0] = v + 1
 
     threads = [threading.Thread(target=work) for _ in range(2)]

@@ -41,7 +41,7 @@ from graphdbg.errors import GraphdbgError  # noqa: E402
 from graphdbg.minify import minify  # noqa: E402
 from graphdbg.store.manifest import find_dumps  # noqa: E402
 
-SWITCH = 1e-6  # the interpreter's thread switch interval for the race (the default 5 ms rarely interrupts it)
+SWITCH = 1e-4  # the interpreter's thread switch interval for the race (at the default 5 ms it rarely happens)
 
 
 def capture(kind: str, folder: Path) -> tuple[Path, dict]:

@@ -81,10 +81,19 @@ class EnvBisection(Displayed):
             return out
         out.append(f"first to differ: {self.culprit}" + ("" if self.alone is None else
                                                          " (alone)" if self.alone else " (only with the ones before it)"))
-        out += [f"  {d.line()}" for d in self.differences]
+        if self.mode == "pythons":
+            first = self.runs[0].label if self.runs else "the first"
+            out += [f"  {d.kind} {d.name}: {_shown(d.captured)} under {first}, {_shown(d.now)} under this one"
+                    for d in self.differences]
+        else:
+            out += [f"  {d.line()}" for d in self.differences]
         if self.note:
             out.append(self.note)
         return out
+
+
+def _shown(value: Any) -> str:
+    return "unset" if value is None else repr(value)
 
 
 def verdict_of(outcome: Outcome, dump: Any) -> str:

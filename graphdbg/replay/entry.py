@@ -87,7 +87,8 @@ def replay_dump_runs(dump: Any, backend: str | Callable[..., Any], options: Repl
     killed = len(outcomes)
     outcomes += [replay_dump(dump, backend, opts) for _ in range(runs - killed)]
     why = outcomes[killed - 1].signature or outcomes[killed - 1].status
-    rest = f"the other {runs - killed} in a child each" if runs > killed else "no run left"
+    rest = ({0: "no run left", 1: "the last in a child of its own"}.get(runs - killed)
+            or f"the other {runs - killed} in a child each")
     return outcomes, f"runs 1 to {killed} in one child, run {killed} ended it ({why}): {rest}"
 
 

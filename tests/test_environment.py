@@ -284,3 +284,24 @@ def test_inductor_records_the_hash_of_its_code_and_a_replay_that_generates_other
     r = cli("replay", dump, "--no-config")
     verdict = next(ln for ln in r.out.splitlines() if "NOT REPRODUCED" in ln)
     assert "suspects: generated code inductor output code hash" in verdict and "inject_relu_bug_TESTING_ONLY" in verdict, r.out
+
+
+@pytest.mark.gpu
+def test_inductor_records_its_autotune_choices_and_a_replay_compares_them(cli, tmp_path):
+    torch._dynamo.reset()
+    model, x = torch.nn.Linear(256, 256).cuda(), torch.randn(64, 256, device="cuda")
+    with torch._inductor.config.patch(max_autotune=True, max_autotune_gemm_backends="TRITON,ATEN"):
+        torch.compile(model, backend=graphdbg.capture("inductor", dump_dir=tmp_path / "dumps", mode="always"))(x)
+    torch._dynamo.reset()
+    (dump,) = find_dumps(tmp_path / "dumps")
+    code = json.loads((dump / "manifest.json").read_text())["generated_code"]
+    assert code["hash"] and code["autotune"] and all(isinstance(v, str) and v for v in code["autotune"].values()), code
+
+    r = cli("replay", dump, "--json")  # max_autotune restored: the replay benchmarks the choices again
+    out = json.loads(r.out)
+    assert r.code == 0 and out["generated_code"]["hash"], r
+    named = {d["name"] for d in out["environment_differences"] if d["kind"] == "generated code"}
+    for op, choice in code["autotune"].items():
+        if out["generated_code"]["autotune"].get(op, choice) != choice:
+            assert f"autotune choice of {op}" in named, out["environment_differences"]
+    assert ("inductor output code hash" in named) == (out["generated_code"]["hash"] != code["hash"])

@@ -75,6 +75,24 @@ def test_repeat_goes_on_in_a_child_per_run_after_a_run_kills_the_child(cli, tmp_
 
 
 @pytest.mark.slow
+def test_bisect_passes_decides_each_prefix_at_the_failure_rate(cli):
+    from conftest import FIXTURES
+
+    pipeline = "passes_for_tests:count_nodes,passes_for_tests:clone_output,passes_for_tests:count_nodes"
+    args = ("bisect", "passes", FIXTURES / "block_compile_error", "--backend", "environment_backends:clone_fails_on_30_percent",
+            "--passes", pipeline, "--json")
+    backends.reseed(5)  # ......x....x: the whole pipeline passes its first run
+    r = cli(*args, "--failure-rate", "1")
+    assert r.code == 0 and json.loads(r.out)["note"] == "the whole pipeline passes", r  # asked once: the failure is lost
+
+    backends.reseed(5)
+    r = cli(*args, "--failure-rate", "0.3")
+    result = json.loads(r.out)
+    assert r.code == 1 and result["culprit"] == "passes_for_tests:clone_output", r
+    assert result["outcome"]["signature"] == "RuntimeError: clone lowering raced its allocator" and result["runs"] > 3
+
+
+@pytest.mark.slow
 def test_minify_keeps_a_failure_seen_on_30_percent_of_calls(cli, tmp_path, monkeypatch):
     from conftest import TESTS, child_env
 

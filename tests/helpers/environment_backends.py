@@ -54,6 +54,14 @@ def aborts_on_30_percent(gm: fx.GraphModule, example_inputs):
     return gm.forward
 
 
+def clone_fails_on_30_percent(gm: fx.GraphModule, example_inputs):
+    """Fails a seeded 30% of compiles of a graph that clones a value (a pass put it there)."""
+    if any(n.target == "clone" or "clone" in str(n.target) for n in gm.graph.nodes if n.op.startswith("call")):
+        if _draws.random() < 0.3:
+            raise RuntimeError("clone lowering raced its allocator")
+    return gm.forward
+
+
 def runs_fail_on_30_percent(gm: fx.GraphModule, example_inputs):
     """Compiles, then each call of the compiled code fails with probability 0.3 (seeded)."""
 

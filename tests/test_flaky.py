@@ -94,9 +94,9 @@ def test_bisect_passes_decides_each_prefix_at_the_failure_rate(cli):
 
 @pytest.mark.slow
 def test_minify_keeps_a_failure_seen_on_30_percent_of_calls(cli, tmp_path, monkeypatch):
-    from conftest import TESTS, child_env
+    from conftest import HELPERS, child_env
 
-    run = subprocess.run([sys.executable, str(TESTS / "environment_backends.py"), str(tmp_path / "dumps")],
+    run = subprocess.run([sys.executable, str(HELPERS / "environment_backends.py"), str(tmp_path / "dumps")],
                          capture_output=True, text=True, timeout=300, env=child_env(tests=True))
     assert run.returncode == 0, run.stderr[-3000:]
     seen = json.loads(run.stdout.strip().splitlines()[-1])

@@ -383,10 +383,16 @@ def replay(
     found, left = _environment(d, as_captured, as_json)
     with _progress(f"replay: {backend_label(backend)}: compile, run, compare with the reference", quiet=as_json):
         outcomes, how = replay_dump_runs(d, backend, opts, repeat)
+    raise typer.Exit(_replay_shown(d, outcomes, how, found, left, as_json))
+
+
+def _replay_shown(d: object, outcomes: list, how: str, found: list, left: list[str], as_json: bool) -> int:
+    """Print a replay's verdict (of the run that shows the failure, with the rate of several);
+    its exit code."""
     from graphdbg.judge.flaky import Repeated
 
     outcome = Repeated.shown(outcomes, d)
-    repeated = Repeated.of(outcomes, d, how) if repeat > 1 else None
+    repeated = Repeated.of(outcomes, d, how) if len(outcomes) > 1 else None
     found = _with_code_differences(found, d, outcome)
     if as_json:
         _print_json({"dump": str(d.path), "reproduces": outcome.reproduces(d), **outcome.to_dict(),
@@ -397,7 +403,7 @@ def replay(
         console.print(outcome_panel(outcome, d, found), crop=False)
         if repeated:
             console.print(repeated.line(), highlight=False, soft_wrap=True)
-    raise typer.Exit(replay_exit_code(d, outcome))
+    return replay_exit_code(d, outcome)
 
 
 DIFFERENT_FAILURE = 4  # it failed, but not the way the dump recorded: not "the bug is still there"

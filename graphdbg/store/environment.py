@@ -95,7 +95,7 @@ def backend_package(backend: str | None) -> tuple[str | None, str | None]:
         dists = _distributions().get(top) or []
     except Exception:
         dists = []
-    for dist in dists:
+    for dist in dists or [top]:  # not in the table made once (installed since): a distribution of the module's name
         found = package_version(dist)
         if found:
             return dist, found

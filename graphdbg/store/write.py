@@ -108,9 +108,8 @@ def write_dump(
             **({"custom_ops": snap.custom_ops} if snap.custom_ops else {}),
             **({"triton_kernels": snap.triton_kernels} if snap.triton_kernels else {}),
             **({"origin": snap.origin} if snap.origin else {}),  # frame and compile id
-            **({"autocast": snap.autocast} if getattr(snap, "autocast", None) else {}),  # the caller's, around the graph
-            **({"ddp": snap.ddp} if getattr(snap, "ddp", None) else {}),  # DDP's bucket split (capture/ddp.py)
-            **({"generated_code": snap.generated_code} if getattr(snap, "generated_code", None) else {}),  # Inductor's, hashed
+            # where it has them: the caller's autocast, DDP's bucket split (capture/ddp.py), Inductor's code hashed
+            **{key: getattr(snap, key) for key in ("autocast", "ddp", "generated_code") if getattr(snap, key, None)},
         }
         if snap.config is not None:
             manifest["config"] = snap.config

@@ -142,3 +142,25 @@ def test_one_rank_alone_gets_world_of_one_collectives(world2, cli):
     collectives = [s for s in data["stand_ins"] if "collective" in s]
     assert len(collectives) == 2 and all("world of one" in s for s in collectives)
     assert any("_c10d_functional.all_reduce" in s for s in collectives)
+
+
+def test_each_ranks_graph_on_its_own_gpu_hashes_as_one_graph():
+    """Rank r of a world runs its graph on cuda:r: the graph's identity (what `ls` groups ranks
+    by, what `bisect ranks` compares) leaves the device index out, not the device type."""
+    from graphdbg.graph.hashing import graph_hash
+    from graphdbg.graph.parser import parse_printed_graph
+
+    def printed(device: str) -> str:
+        kind, _, index = device.partition(":")
+        literal = f"device(type='{kind}', index={index})" if index else f"device(type='{kind}')"
+        return (
+            "class GraphModule(torch.nn.Module):\n"
+            f"    def forward(self, L_x_: \"f32[4, 8][8, 1]{device}\"):\n"
+            "        l_x_ = L_x_\n"
+            f"        ones = torch.ones(4, 8, device={literal})\n"
+            "        add = l_x_ + ones;  l_x_ = ones = None\n"
+            "        return (add,)\n"
+        )
+
+    hashes = {d: graph_hash(parse_printed_graph(printed(d)).graph) for d in ("cuda:0", "cuda:1", "cuda:7", "cpu")}
+    assert hashes["cuda:0"] == hashes["cuda:1"] == hashes["cuda:7"] != hashes["cpu"]

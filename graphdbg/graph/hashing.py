@@ -1,7 +1,8 @@
 """A graph's identity: a structural hash and an op histogram.
 
 The hash sees ops, targets, argument structure, constants and placeholder specs, not node
-names, comments or source lines, so the same graph printed twice (or parsed back from its
+names, comments, source lines or device indices (each rank of a world runs its graph on its own
+GPU), so the same graph printed twice (or parsed back from its
 printed form) hashes the same.
 
     >>> gm = torch.fx.symbolic_trace(torch.nn.ReLU())
@@ -12,6 +13,7 @@ printed form) hashes the same.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import Counter
 from typing import Any
 
@@ -45,6 +47,9 @@ def target_name(node: fx.Node) -> str:
     return f"{module}.{name}" if module else name
 
 
+_DEVICE_INDEX = re.compile(r"(?<=[a-z]):\d+$")  # "f32[4, 8][8, 1]cuda:1": the device's type only
+
+
 def _canon(value: Any, index: dict[fx.Node, int]) -> Any:
     if isinstance(value, fx.Node):
         return f"%{index[value]}"
@@ -56,7 +61,9 @@ def _canon(value: Any, index: dict[fx.Node, int]) -> Any:
         return ["slice", _canon(value.start, index), _canon(value.stop, index), _canon(value.step, index)]
     if isinstance(value, float):
         return repr(value)
-    if isinstance(value, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+    if isinstance(value, torch.device):  # rank r's graph on cuda:r is the same graph as rank 0's
+        return value.type
+    if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
         return str(value)
     if value is None or isinstance(value, (bool, int, str)):
         return value
@@ -64,6 +71,10 @@ def _canon(value: Any, index: dict[fx.Node, int]) -> Any:
 
 
 def _placeholder_spec(node: fx.Node) -> str:
+    return _DEVICE_INDEX.sub("", _annotation(node))
+
+
+def _annotation(node: fx.Node) -> str:
     spec = node.meta.get("graphdbg_spec")
     if spec is not None:
         return spec.annotation()

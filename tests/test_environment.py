@@ -305,3 +305,16 @@ def test_inductor_records_its_autotune_choices_and_a_replay_compares_them(cli, t
         if out["generated_code"]["autotune"].get(op, choice) != choice:
             assert f"autotune choice of {op}" in named, out["environment_differences"]
     assert ("inductor output code hash" in named) == (out["generated_code"]["hash"] != code["hash"])
+
+
+@pytest.mark.slow
+def test_a_dump_of_every_graph_records_the_code_its_compile_generated_after_it(tmp_path):
+    """mode="always" writes its dump before the compile (a compile that kills the process leaves
+    it); the code Inductor generated is added to it once the compile is done."""
+    torch._dynamo.reset()
+    model, x = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU()), torch.randn(4, 8)
+    torch.compile(model, backend=graphdbg.capture("inductor", dump_dir=tmp_path / "dumps", mode="always"))(x)
+    torch._dynamo.reset()
+    (dump,) = find_dumps(tmp_path / "dumps")
+    code = graphdbg.load(dump).manifest["generated_code"]
+    assert code["compiler"] == "inductor" and len(code["hash"]) == 16 and code["graphs"] == [code["hash"]], code

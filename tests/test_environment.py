@@ -38,6 +38,7 @@ def _capture(dump_dir: Path, backend) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_differences_are_listed_most_likely_cause_first(cli, tmp_path, monkeypatch, own_process_state):
     monkeypatch.setenv("TORCHINDUCTOR_GRAPHDBG_PROBE", "1")
     torch.set_float32_matmul_precision("medium")
@@ -74,6 +75,7 @@ def test_differences_are_listed_most_likely_cause_first(cli, tmp_path, monkeypat
         "float32_matmul_precision", "cuda.matmul.allow_tf32", "TORCHINDUCTOR_GRAPHDBG_PROBE"]
 
 
+@pytest.mark.slow
 def test_a_failure_only_under_a_flag_is_not_reproduced_naming_it_and_reproduces_as_captured(cli, tmp_path, own_process_state):
     torch.set_float32_matmul_precision("medium")
     dump = _capture(tmp_path / "dumps", backends.fails_under_medium_precision)
@@ -89,6 +91,7 @@ def test_a_failure_only_under_a_flag_is_not_reproduced_naming_it_and_reproduces_
     assert json.loads(r.out)["environment_differences"] == []
 
 
+@pytest.mark.slow
 def test_a_failure_only_under_an_env_var_reproduces_as_captured(cli, tmp_path, monkeypatch, own_process_state):
     monkeypatch.setenv(backends.FAIL_VAR, "1")
     dump = _capture(tmp_path / "dumps", backends.fails_under_env_var)
@@ -124,6 +127,7 @@ def test_redact_hides_variables_that_name_a_path_or_a_host(cli, tmp_path, monkey
     assert {"vars.TORCHINDUCTOR_CACHE_DIR", "vars.NCCL_GRAPHDBG_PROBE"} <= set(json.loads(r.out)[0]["removed"])
 
 
+@pytest.mark.slow
 def test_repeat_reports_a_flaky_failures_rate_with_an_interval(cli, tmp_path):
     from graphdbg.judge.flaky import wilson
 
@@ -165,6 +169,7 @@ def test_capture_counts_the_calls_that_failed_and_those_that_did_not(tmp_path):
     assert json.loads((dump / "manifest.json").read_text())["failure"]["calls"] == seen
 
 
+@pytest.mark.slow
 def test_minify_as_captured_shrinks_a_failure_that_needs_a_flag_and_its_repro_sets_it(cli, tmp_path, own_process_state):
     torch.set_float32_matmul_precision("medium")
     dump = _capture(tmp_path / "dumps", backends.fails_under_medium_precision)

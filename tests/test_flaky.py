@@ -50,6 +50,7 @@ def test_the_rate_test_asks_a_failure_seen_every_time_once_and_a_flaky_one_until
     assert RateTest.of({"failure": {"kind": "compile_error"}}).rate == 1.0  # not counted: every time
 
 
+@pytest.mark.slow
 def test_repeat_runs_every_run_in_one_isolated_child(cli, tmp_path, monkeypatch):
     dump = _flaky_compile_dump(tmp_path)
     monkeypatch.setenv(backends.DRAWS_SEED, "1")  # the child's draws: one stream, known (.xx.xxxx....)

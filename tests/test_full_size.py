@@ -103,6 +103,7 @@ def test_float64_reference_follows_the_graphs_casts_and_forgives_rounding(tmp_pa
     assert data["trusted"] and data["mismatches"][0]["stand_ins"] == []
 
 
+@pytest.mark.slow
 def test_a_graph_with_fp8_inputs_is_synthesised_and_replays(tmp_path, cli):
     def dequant(x, w8, scale):
         return torch.nn.functional.linear(x.to(torch.float16), (w8.to(torch.float32) * scale).to(torch.float16))

@@ -367,6 +367,7 @@ def test_a_kernel_field_of_the_wrong_type_is_refused_by_the_gate_in_one_line(int
         assert r.code == 2 and says in r.err and len(r.err.strip().splitlines()) == 1, r
 
 
+@pytest.mark.slow
 def test_export_test_turns_a_swap_into_a_regression_test_that_fails_while_the_kernel_is_wrong(int8_decoder_dump, cli, tmp_path):
     import subprocess
     import sys

@@ -69,6 +69,7 @@ def graphdbg_in(folder: Path, *args: object, tmp: Path) -> subprocess.CompletedP
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["compare", "share"])
 def test_compare_and_share_children_run_no_module_of_the_folder(command, fixture_copy, markers, tmp_path):
     dump = fixture_copy("block_compile_error")

@@ -43,6 +43,7 @@ def _refuses(gm, example_inputs):
     raise RuntimeError("refuses every graph, so that it is dumped")
 
 
+@pytest.mark.slow
 def test_outputs_of_uninitialised_memory_are_named_and_not_compared(tmp_path, cli):
     path = _dump(tmp_path, _scratch, torch.randn(4, 8))
     r = cli("replay", path, "--backend", "uninitialised_backends:poisons_empty", "--json")

@@ -166,3 +166,29 @@ def test_gpu_bisect_nodes_runs_a_cuda_graph_in_the_sandboxed_worker(tmp_path, cl
     started = time.monotonic()
     r = cli("bisect", "nodes", path, "--backend", "eager", "--timeout", "20")
     assert r.code == 2 and "no result after 20s (--timeout)" in r.err and time.monotonic() - started < 200, r
+
+
+SWAPPABLE_HANG = '''class GraphModule(torch.nn.Module):
+    def forward(self, L_x_: "f32[4, 8][8, 1]cpu", L_w_: "f32[8][1]cpu"):
+        l_x_ = L_x_
+        l_w_ = L_w_
+        norm: "f32[4, 8][8, 1]cpu" = torch.ops.kt_norm.rms_norm.default(l_x_, l_w_, 1e-06)
+        n = min(range(100000000000000000, 200000000000000000))
+        add: "f32[4, 8][8, 1]cpu" = norm + n
+        return (add,)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command, options", [(["compare"], ["--swap", "kt_norm::rms_norm=rms_norm"]), (["bisect", "ops"], [])])
+def test_swaps_and_bisect_ops_run_the_graph_in_the_sandboxed_child_within_its_timeout(tmp_path, command, options):
+    """compare --swap and bisect ops run a dump's graph as a replay does: in the sandboxed child,
+    ended past --timeout (a C loop after a custom op with a reference), one line, exit 2."""
+    path = tmp_path / "rank0_0.py"
+    path.write_text(SWAPPABLE_HANG)
+    helpers = Path(__file__).parent / "helpers"
+    code, err, took = graphdbg(*command, str(path), *options, "--ops", "kernel_programs", "--timeout", "5", cwd=tmp_path, limit=200,
+                               env={"PYTHONPATH": str(helpers)})
+    line = one_error_line(err)
+    assert code == 2 and "in the replay child: no result after 5s (--timeout)" in line, err
+    assert took < 150

@@ -20,7 +20,16 @@ from typing import Any
 from graphdbg.case import Case
 from graphdbg.judge.accuracy import compare_outputs
 from graphdbg.rebuild.swap import Swap, builtin_swaps, parse_swaps
-from graphdbg.replay.swap import case_kernel_names, case_kernels, error, in_child, reference64, run_graph, swapped_graph
+from graphdbg.replay.swap import (
+    case_kernel_names,
+    case_kernels,
+    error,
+    in_child,
+    in_child_unless,
+    reference64,
+    run_graph,
+    swapped_graph,
+)
 
 # An op is named when its swap alone removes at least this share of the error, and a second
 # one too when it removes at least this share of what the first does.
@@ -83,11 +92,12 @@ def bisect_ops(case: Case, swaps: list[Swap]) -> BisectOpsResult:
 
 
 def bisect_ops_dump(dump: Any, specs: list[str], *, device: Any = None, trust_kernels: bool = False,
-                    timeout: float | None = None) -> BisectOpsResult:
-    """``bisect ops`` on a Dump, with the ``--swap`` pairs ``specs``; with ``trust_kernels`` its
-    user Triton kernels run from the dump's source, and every run is in the sandboxed replay child."""
-    if trust_kernels:
-        result = in_child(dump, {"kind": "bisect-ops", "swaps": list(specs)}, device, timeout)
+                    timeout: float | None = None, isolate: bool | None = None) -> BisectOpsResult:
+    """``bisect ops`` on a Dump, with the ``--swap`` pairs ``specs``; every run is in the
+    sandboxed replay child, bounded by ``timeout`` (``isolate=False``: in this process, for a
+    graph you trust); with ``trust_kernels`` its user Triton kernels run from the dump's source."""
+    if in_child_unless(isolate, trust_kernels):
+        result = in_child(dump, {"kind": "bisect-ops", "swaps": list(specs)}, device, timeout, trust_kernels)
         result.pop("culprit", None)
         return BisectOpsResult(**result)
     case = dump.case(device)

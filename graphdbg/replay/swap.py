@@ -147,27 +147,39 @@ def compare_swap(case: Case, swaps: list[Swap]) -> SwapReport:
 
 
 def swap_dump(dump: Any, specs: list[str], *, ops: list[str] | None = None, device: Any = None,
-              trust_kernels: bool = False, timeout: float | None = None, only_called: bool = False) -> SwapReport:
+              trust_kernels: bool = False, timeout: float | None = None, only_called: bool = False,
+              isolate: bool | None = None) -> SwapReport:
     """``compare --swap`` on a Dump: ``ops`` (the user's modules defining the custom ops) are
-    imported first, so the graph "as captured" calls the real kernels. ``trust_kernels``: its
-    user Triton kernels run from the dump's source, so both runs happen in the sandboxed
-    replay child (``rebuild/kernel_source.py``). ``only_called``: swaps of ops the graph doesn't
-    call are left out (none left: a report with no swaps and no rows), not an error."""
+    imported first, so the graph "as captured" calls the real kernels. Both runs happen in the
+    sandboxed replay child, bounded by ``timeout``, as every run of a dump's graph does;
+    ``isolate=False``: in this process, for a graph you trust (not with ``trust_kernels``: its
+    user Triton kernels run from the dump's source, ``rebuild/kernel_source.py``). ``only_called``:
+    swaps of ops the graph doesn't call are left out (none left: a report with no swaps and no
+    rows), not an error."""
     if ops:
         register_ops(ops)
-    if trust_kernels:
-        result = in_child(dump, {"kind": "swap", "swaps": list(specs), "only_called": only_called}, device, timeout)
+    if in_child_unless(isolate, trust_kernels):
+        result = in_child(dump, {"kind": "swap", "swaps": list(specs), "only_called": only_called}, device, timeout,
+                          trust_kernels)
         return SwapReport(**{k: result[k] for k in ("swaps", "rows", "replaced", "stand_ins", "kernels")})
     case = dump.case(device)
     return compare_swap(case, parse_swaps(specs, case.gm, case_kernel_names(case), only_called=only_called))
 
 
-def in_child(dump: Any, job: dict[str, Any], device: Any, timeout: float | None) -> dict[str, Any]:
-    """``job`` on ``dump`` in the sandboxed replay child, with ``--trust-kernels``: its result."""
+def in_child_unless(isolate: bool | None, trust_kernels: bool) -> bool:
+    """Whether a swap's or bisect ops' runs go to the sandboxed replay child: unless the user
+    asked for this process (``--no-isolate``), which kernels from the dump never run in."""
+    if isolate is False and trust_kernels:
+        raise GraphdbgError("--trust-kernels runs the dump's kernels in the sandboxed child only: drop --no-isolate")
+    return isolate is not False
+
+
+def in_child(dump: Any, job: dict[str, Any], device: Any, timeout: float | None, trust_kernels: bool = False) -> dict[str, Any]:
+    """``job`` on ``dump`` in the sandboxed replay child: its result."""
     from graphdbg.replay.isolation import run_job_isolated  # isolation -> case -> (lazily) replay.run
 
     references = tuple(s.partition("=")[2] for s in job.get("swaps") or [] if ":" in s.partition("=")[2])
-    return run_job_isolated(dump, job, ReplayOptions(device=device, timeout=timeout, trust_kernels=True), references)
+    return run_job_isolated(dump, job, ReplayOptions(device=device, timeout=timeout, trust_kernels=trust_kernels), references)
 
 
 # What a replay child runs besides a replay: a job's name, and the module:function that runs it
@@ -190,4 +202,4 @@ def swap_job(case: Case, job: dict[str, Any]) -> dict[str, Any]:
     return compare_swap(case, swaps).to_dict()
 
 
-__all__ = ["CHILD_JOBS", "SwapReport", "case_kernels", "child_job", "in_child", "swap_dump", "swapped_graph", "case_kernel_names", "compare_swap", "distance", "distances", "error", "reference64", "run_graph"]
+__all__ = ["CHILD_JOBS", "SwapReport", "case_kernels", "child_job", "in_child", "in_child_unless", "swap_dump", "swapped_graph", "case_kernel_names", "compare_swap", "distance", "distances", "error", "reference64", "run_graph"]

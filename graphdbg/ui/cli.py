@@ -441,7 +441,7 @@ def compare(
     REFERENCE; one row per output, how far it moves. Exit 1 if any moves beyond tolerance."""
     _must_exist(dump)
     if swap:
-        raise typer.Exit(_compare_swap(dump, swap, device, ops, seed, as_json, trust_kernels, timeout))
+        raise typer.Exit(_compare_swap(dump, swap, device, ops, seed, as_json, trust_kernels, timeout, isolate))
     import pandas as pd
 
     from graphdbg.backends.recipe import backend_label
@@ -470,13 +470,13 @@ def compare(
 
 
 def _compare_swap(dump: Path, swap: list[str], device: str | None, ops: str | None, seed: int | None, as_json: bool,
-                  trust_kernels: bool, timeout: float | None) -> int:
+                  trust_kernels: bool, timeout: float | None, isolate: bool) -> int:
     from graphdbg.replay.swap import swap_dump
 
     _inputs_setup(ops, seed)
     d = _load_with_progress(dump, "compare", quiet=as_json)
     with _progress("compare: the graph as captured, and with the swaps", quiet=as_json):
-        report = swap_dump(d, swap, device=device, trust_kernels=trust_kernels, timeout=timeout)
+        report = swap_dump(d, swap, device=device, trust_kernels=trust_kernels, timeout=timeout, isolate=isolate)
     _report(report, as_json, "compare-swap")
     return 1 if report.moved else 0
 
@@ -648,6 +648,7 @@ def bisect_ops(
     ops: OpsOpt = None,
     seed: SeedOpt = None,
     trust_kernels: TrustKernelsOpt = False,
+    isolate: IsolateOpt = True,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT,
     as_json: JsonFlag = False,
 ) -> None:
@@ -659,7 +660,7 @@ def bisect_ops(
     _inputs_setup(ops, seed)
     d = _load_with_progress(dump, "bisect", quiet=as_json)
     with _progress("bisect ops: each op with a reference, swapped alone", quiet=as_json):
-        result = bisect_ops_dump(d, swap or [], device=device, trust_kernels=trust_kernels, timeout=timeout)
+        result = bisect_ops_dump(d, swap or [], device=device, trust_kernels=trust_kernels, timeout=timeout, isolate=isolate)
     _report(result, as_json, "bisect-ops")
     raise typer.Exit(1 if result.culprits else 0)
 

@@ -63,6 +63,7 @@ def test_a_crash_dump_keeps_small_inputs_and_says_which_values_are_stand_ins(tmp
     assert shown.code == 0 and json.loads(shown.out)["kind"] == "crash", shown
 
 
+@pytest.mark.slow
 def test_a_failure_python_sees_keeps_the_full_values(tmp_path):
     r, dumps = _run(tmp_path, "crash_on_call", "4")
     assert r.returncode == 0 and "raised" in r.stdout, (r.stdout, r.stderr[-2000:])
@@ -71,6 +72,7 @@ def test_a_failure_python_sees_keeps_the_full_values(tmp_path):
     assert all(d["stored"] for d in manifest["inputs"] if d["kind"] == "tensor"), manifest["inputs"]
 
 
+@pytest.mark.slow
 def test_the_armed_dump_of_a_call_that_passes_costs_no_schema_import(tmp_path):
     """The crash dump armed before a graph's first call is written unchecked (whoever loads it
     after a crash checks it, as the segfault test's `show` above does): the 0.1 s of pydantic

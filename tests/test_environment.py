@@ -154,6 +154,7 @@ def test_repeat_reports_a_flaky_failures_rate_with_an_interval(cli, tmp_path):
     assert "runs: " in r.out and "95% interval" in r.out and "(the captured failure)" in r.out, r
 
 
+@pytest.mark.slow
 def test_capture_counts_the_calls_that_failed_and_those_that_did_not(tmp_path):
     import subprocess
     import sys

@@ -168,6 +168,7 @@ def _check_schema(cli, out: dict, name: str) -> None:
     jsonschema.validate(out, json.loads(cli("schema", name).out))
 
 
+@pytest.mark.slow
 def test_bisect_ops_names_the_int8_attention_and_its_swap_matches_sdpa(int8_decoder_dump, cli):
     path, model, tokens = int8_decoder_dump
     r = cli("bisect", "ops", path, "--ops", "kernel_programs", "--json")
@@ -205,6 +206,7 @@ def test_int8_attention_moves_the_outputs_only_where_keys_have_an_outlier_channe
     assert without["cosine"] > 0.9999 and without["max_abs_error"] < 0.05, without  # 0.23 with the outlier channel
 
 
+@pytest.mark.slow
 def test_bisect_ops_names_an_rms_norm_with_its_epsilon_misplaced(tmp_path, cli):
     model = kp.Decoder(attention="sdpa", norm="rms_norm_eps_bug", layers=3, seed=5).eval()
     _capture(model, kp.tokens(batch=1, seq=8, seed=9), tmp_path, "always")
@@ -217,6 +219,7 @@ def test_bisect_ops_names_an_rms_norm_with_its_epsilon_misplaced(tmp_path, cli):
     assert result["all_reference_error_vs_float64"] < 1e-5 < result["error_vs_float64"]
 
 
+@pytest.mark.slow
 def test_swap_of_an_op_the_graph_lacks_or_a_reference_that_isnt_is_one_line(int8_decoder_dump, cli):
     path, _, _ = int8_decoder_dump
     for swap, says in [("kt_attn::nope=attention", "the graph calls no kt_attn::nope"),
@@ -456,6 +459,7 @@ def test_triton_kernels_are_read_from_dynamos_side_table_under_an_autotuner(tmp_
     assert validate_manifest(manifest, "m")["triton_kernels"][1]["chosen_config"]["num_warps"] == 4
 
 
+@pytest.mark.slow
 def test_in_place_kernels_are_swapped_with_their_results_written_where_the_kernel_writes_them(tmp_path, cli):
     model, x = kp.InPlaceNorms().eval(), torch.randn(4, 64, generator=torch.Generator().manual_seed(3))
     _capture(model, x, tmp_path, "always")
@@ -638,6 +642,7 @@ def test_repro_defines_the_graphs_own_kernels_so_it_runs_without_the_users_packa
     assert result.exit_code == 0 and "FIXED" in result.line, result
 
 
+@pytest.mark.slow
 def test_the_pytest_plugin_turns_a_swap_into_each_dumps_regression_test(int8_decoder_dump, triton_kernel_dump, pytester):
     """``pytest --graphdbg=DIR --graphdbg-swap OP=REFERENCE``: the graph with OP agrees with the
     graph with REFERENCE, per dump; a dump whose graph calls none of the swapped ops is skipped."""

@@ -197,6 +197,7 @@ def test_aot_autograd_and_captured_callables_inside_a_backend_dump_their_piece(t
     assert piece.case().run_eager() is not None
 
 
+@pytest.mark.slow
 def test_capture_inductor_itself_writes_no_piece(tmp_path, monkeypatch):
     """capture("inductor") reaches compile_fx with the graph it was given: one dump, not two."""
     import torch._inductor.config as ic

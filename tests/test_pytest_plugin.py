@@ -205,6 +205,7 @@ def _pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess:
                           env={**_env(), "PYTHONPATH": str(ROOT)}, capture_output=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_nothing_under_the_dumps_folder_is_imported(tmp_path: Path) -> None:
     sentinel = tmp_path / "IMPORTED"
     project = tmp_path / "project"
@@ -251,6 +252,7 @@ def test_pytest_settings_or_conftests_from_the_dumps_folder_are_refused(tmp_path
     assert not sentinel.exists()
 
 
+@pytest.mark.slow
 def test_a_name_that_is_not_utf8_is_an_error_item_not_an_internal_error(tmp_path: Path) -> None:
     project = tmp_path / "project"
     project.mkdir()

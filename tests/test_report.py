@@ -27,15 +27,16 @@ HIGHLIGHT = (0xFF, 0xD7, 0xD5)  # report.STYLE: the failing node's background
 
 @pytest.fixture(scope="module")
 def minified(tmp_path_factory):
-    """A minify output (the smallest graph, its repro.py) with a bisect result saved beside it."""
+    """A minify output (the smallest graph, its repro.py) with a bisect result saved beside it
+    (in this process: a fixture of ours; tests/test_security_runs.py tests the sandboxed runs)."""
     out = tmp_path_factory.mktemp("report") / "min"
     env = child_env(tests=True)
     done = subprocess.run([sys.executable, "-m", "graphdbg.ui.cli", "minify", str(FIXTURES / "block_runtime_error"),
-                           "--backend", "fixtures.programs:broken_transpose_backend", "-o", str(out), "--json"],
+                           "--backend", "fixtures.programs:broken_transpose_backend", "-o", str(out), "--json", "--no-isolate"],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     done = subprocess.run([sys.executable, "-m", "graphdbg.ui.cli", "bisect", "nodes", str(FIXTURES / "block_accuracy"),
-                           "--backend", "fixtures.programs:bad_rewrite_backend", "--json"],
+                           "--backend", "fixtures.programs:bad_rewrite_backend", "--json", "--no-isolate"],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stderr[-3000:]
     (out / "bisect-nodes.json").write_text(done.stdout)

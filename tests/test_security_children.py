@@ -82,6 +82,7 @@ def test_compare_and_share_children_run_no_module_of_the_folder(command, fixture
     assert "shadow" not in r.stdout + r.stderr, r.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_a_trusted_backend_in_the_current_folder_still_imports_in_the_child(tmp_path, fixture_copy, markers):
     """The folder a trusted backend came from is put on the child's path explicitly, after
     the interpreter's own: the backend imports, the shadows beside it still don't."""

@@ -90,6 +90,7 @@ def test_views_left_to_torch_do_check_their_bounds(op):
         fn(*args)
 
 
+@pytest.mark.slow
 def test_a_method_read_with_getattr_is_not_handed_to_a_higher_order_op(tmp_path, cli):
     path = tmp_path / "rank0_0.py"
     path.write_text(PRINTED.format(lines="\n".join(" " * 8 + ln for ln in [

@@ -112,6 +112,7 @@ def swaps_its_files_for_fifos(gm, example_inputs):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_a_child_that_leaves_fifos_for_its_parent_does_not_hang_it(fixture_copy, tmp_path):
     dump = fixture_copy("block_compile_error")
     env = child_env(Path(__file__).parent, inherit=True, GRAPHDBG_CACHE_DIR=str(tmp_path / "cache"))

@@ -97,6 +97,8 @@ def cli(capsys, monkeypatch, child_pythonpath):
     """Run the graphdbg CLI in-process, exactly as the console script does."""
     from graphdbg.__main__ import main  # here, so that conftest itself imports no graphdbg module
 
+    environ = dict(os.environ)  # a command sets variables for its children (--ops, --trust-config, ...): undone after the test
+
     def run(*args: str) -> CliResult:
         monkeypatch.setattr(sys, "argv", ["graphdbg", *map(str, args)])
         monkeypatch.setenv("COLUMNS", "200")
@@ -108,4 +110,6 @@ def cli(capsys, monkeypatch, child_pythonpath):
         captured = capsys.readouterr()
         return CliResult(code, captured.out, captured.err)
 
-    return run
+    yield run
+    os.environ.clear()
+    os.environ.update(environ)

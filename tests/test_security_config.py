@@ -41,7 +41,7 @@ def test_settings_that_stop_compiling_hide_errors_or_write_are_not_restored(no_o
     assert dict(replay_settings({"config": {"values": {"dynamo.recompile_limit": 4}}})) == {"dynamo.recompile_limit": 4}
 
 
-def test_the_allow_list_is_explicit_typed_and_reasoned():
+def test_the_allow_list_is_explicit_typed_and_reasoned(no_overrides):
     """Every allowed setting exists in this torch, is typed (no free string), has a reason,
     and none of them is one that is never restored; every other setting of torch's three
     configs, whatever its type, is not restored."""

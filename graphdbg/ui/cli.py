@@ -514,6 +514,8 @@ def minify(
         _note(f"minify: writing to ./{out}/ (-o to choose)")
     found, left = _environment(_manifest_only(dump), as_captured, as_json)
     progress = False if as_json else (True if _err_console().is_terminal else _line_progress("minify"))
+    if isolate is None and trust_backend:  # the user vouches for the dump (its backend runs): this process, as --no-isolate
+        isolate = False
     result = run_minify(dump, backend, passes, options=ReplayOptions(isolate=isolate, timeout=timeout, device=device),
                         accuracy=accuracy, jobs=jobs, out=out, progress=progress, any_failure=any_failure,
                         max_queries=max_queries or None, time_budget=time_budget or None, failure_rate=failure_rate)

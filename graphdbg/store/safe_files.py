@@ -82,12 +82,7 @@ def _walk_inside(root: Path, name: object, *, folder: bool) -> Path:
     path = root
     for i, part in enumerate(parts):
         path = path / part
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            raise DumpError(f"{path}: missing") from None
-        except OSError as e:
-            raise DumpError(f"{path}: cannot read ({e.strerror})") from None
+        st = _stat(path, follow=False)
         if stat.S_ISLNK(st.st_mode):
             raise DumpError(f"{path}: refusing a symbolic link inside a dump (it could lead anywhere)")
         last = i == len(parts) - 1
@@ -107,15 +102,20 @@ def regular_file(path: Path) -> Path:
     """``path`` if it is a regular file (a symbolic link to one is followed: the user named it),
     else DumpError: a FIFO or device would block or never end."""
     path = Path(path)
+    st = _stat(path, follow=True)
+    if not stat.S_ISREG(st.st_mode):
+        raise DumpError(f"{path}: not a regular file ({_kind(st.st_mode)})")
+    return path
+
+
+def _stat(path: Path, *, follow: bool) -> os.stat_result:
+    """``os.stat`` (``os.lstat`` without ``follow``); DumpError in one line when it can't."""
     try:
-        st = os.stat(path)
+        return os.stat(path) if follow else os.lstat(path)
     except FileNotFoundError:
         raise DumpError(f"{path}: missing") from None
     except OSError as e:
         raise DumpError(f"{path}: cannot read ({e.strerror})") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise DumpError(f"{path}: not a regular file ({_kind(st.st_mode)})")
-    return path
 
 
 def read_regular(path: Path, *, max_bytes: int, text: bool = False) -> bytes | str:

@@ -131,15 +131,7 @@ def test_redact_hides_variables_that_name_a_path_or_a_host(cli, tmp_path, monkey
 def test_repeat_reports_a_flaky_failures_rate_with_an_interval(cli, tmp_path):
     from graphdbg.judge.flaky import wilson
 
-    backends.reseed(41)
-    model, x = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()), torch.randn(4, 8)
-    for _ in range(20):  # compile until the 30% bug fires, as a user's program would meet it
-        torch._dynamo.reset()
-        try:
-            torch.compile(model, backend=graphdbg.capture(backends.fails_on_30_percent, dump_dir=tmp_path / "dumps"))(x)
-        except RuntimeError:
-            break
-    (dump,) = find_dumps(tmp_path / "dumps")
+    dump = backends.captured_flaky_dump(tmp_path / "dumps")
 
     r = cli("replay", dump, "--trust-backend", "--no-isolate", "--repeat", "40", "--json")  # one process: the draws go on
     assert r.code == 1, r  # the captured failure, on some runs

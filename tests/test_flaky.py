@@ -10,24 +10,13 @@ import sys
 
 import environment_backends as backends
 import pytest
-import torch
 
-import graphdbg
 from graphdbg.judge.rate import RateTest
 from graphdbg.store.manifest import find_dumps
 
 
 def _flaky_compile_dump(tmp_path):
-    backends.reseed(41)
-    model, x = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()), torch.randn(4, 8)
-    for _ in range(20):  # compile until the 30% bug fires, as a user's program would meet it
-        torch._dynamo.reset()
-        try:
-            torch.compile(model, backend=graphdbg.capture(backends.fails_on_30_percent, dump_dir=tmp_path / "dumps"))(x)
-        except RuntimeError:
-            break
-    (dump,) = find_dumps(tmp_path / "dumps")
-    return dump
+    return backends.captured_flaky_dump(tmp_path / "dumps")
 
 
 def test_the_rate_test_asks_a_failure_seen_every_time_once_and_a_flaky_one_until_it_is_sure():

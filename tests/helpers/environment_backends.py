@@ -96,3 +96,20 @@ if __name__ == "__main__":
     import environment_backends  # by its name: the dump records the backend as environment_backends:..., not __main__
 
     print(json.dumps(environment_backends.program(sys.argv[1])))
+
+
+def captured_flaky_dump(dump_dir):
+    """The dump of a graph compiled until ``fails_on_30_percent`` fires (seeded), as a user's program would meet it."""
+    import graphdbg  # here: the replay child imports this module as a backend, without graphdbg's capture
+    from graphdbg.store.manifest import find_dumps
+
+    reseed(41)
+    model, x = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()), torch.randn(4, 8)
+    for _ in range(20):
+        torch._dynamo.reset()
+        try:
+            torch.compile(model, backend=graphdbg.capture(fails_on_30_percent, dump_dir=dump_dir))(x)
+        except RuntimeError:
+            break
+    (dump,) = find_dumps(dump_dir)
+    return dump

@@ -79,7 +79,7 @@ def check_repro(path: str | Path, *, captured: str | None = None, timeout: float
     ``REPRODUCED:``/``FAILED DIFFERENTLY:``/``FIXED:`` line is the verdict shown.
     """
     path = Path(path).resolve()
-    with tempfile.TemporaryDirectory(prefix="graphdbg-selfcheck-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="graphdbg-selfcheck-", ignore_cleanup_errors=True) as tmp:
         shadow = Path(tmp)
         (shadow / "graphdbg").mkdir()
         (shadow / "graphdbg" / "__init__.py").write_text(SHADOW)
@@ -103,7 +103,7 @@ def check_exported_test(path: str | Path, *, kind: str, captured: str | None, ti
     """
 
     path = Path(path).resolve()
-    with tempfile.TemporaryDirectory(prefix="graphdbg-selfcheck-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="graphdbg-selfcheck-", ignore_cleanup_errors=True) as tmp:
         # The test file alone, in a fresh folder that is pytest's rootdir, conftest boundary and
         # settings: no pytest.ini, conftest.py or package __init__.py beside the test (or above
         # it) is read or imported. Its data (``<stem>_data`` beside it) is linked, not copied.

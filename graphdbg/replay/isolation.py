@@ -80,7 +80,7 @@ def run_isolated_many(case: Case | Dump, backend: str | Callable[..., Any], opts
     timeout = DEFAULT_TIMEOUT if opts.timeout is None else float(opts.timeout)
     if opts.python:
         request["environment"] = True
-    with tempfile.TemporaryDirectory(prefix="graphdbg-child-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="graphdbg-child-", ignore_cleanup_errors=True) as tmp:
         tmpdir = Path(tmp)
         on_disk = put_case(case, request, tmpdir)
         request_path, outcome_path, err_path = tmpdir / "request.json", tmpdir / "outcome.json", tmpdir / "stderr.txt"
@@ -203,7 +203,7 @@ def run_job_isolated(dump: Dump, job: dict[str, Any], opts: ReplayOptions, specs
                                "job": job, "dump": str(dump.path)}
     if dump.format == "dump":
         request["manifest"] = dump.manifest
-    with tempfile.TemporaryDirectory(prefix="graphdbg-child-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="graphdbg-child-", ignore_cleanup_errors=True) as tmp:
         tmpdir = Path(tmp)
         request_path, result_path, err_path = tmpdir / "request.json", tmpdir / "outcome.json", tmpdir / "stderr.txt"
         request_path.write_text(json.dumps(request))
@@ -338,13 +338,17 @@ class ChildGroup:
             if self.proc.poll() is None:
                 self.proc.kill()
         # by token after the kills above: what the dying tree started meanwhile carries it too
-        for p in [*started, *_with_token(self.token)]:
+        victims = [*started, *_with_token(self.token)]
+        for p in victims:
             with contextlib.suppress(psutil.Error):
                 p.kill()  # psutil's kill checks that the pid is not one reused since by another process
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+        # SIGKILL lands asynchronously: until they are gone, a grandchild may still write in the
+        # child's folder, and removing that folder would fail (Ctrl-C then ended in an OSError)
+        psutil.wait_procs(victims, timeout=5)
 
 
 TOKEN_ENV = "GRAPHDBG_REPLAY_TOKEN"

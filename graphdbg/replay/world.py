@@ -346,7 +346,7 @@ def replay_world(root: str | Path, backend: str | None = None, opts: ReplayOptio
                          pg_backend=placement.pg_backend, devices=placement.devices, nnodes=nnodes, node_rank=node_rank)
     groups = [g for d in dumps.values() for g in d.manifest.get("dist", {}).get("collectives", [])]
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="graphdbg-world-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="graphdbg-world-", ignore_cleanup_errors=True) as tmp:
         out = Path(tmp)
         request = {"dumps": {str(r): str(p) for r, p in paths.items()}, "backend": backend, "passes": opts.passes,
                    "options": opts.for_child(), "devices": {str(i): placement.devices[r] for i, r in enumerate(mine)},

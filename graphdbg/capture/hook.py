@@ -287,7 +287,7 @@ class CapturingBackend:
                     out = compiled(*args)
             except Exception as e:
                 written = None
-                counts.failed += 1
+                counts.call(inputs, raised=True)
                 if "runtime_error" not in snap.dumped:
                     snap.dumped.add("runtime_error")
                     written = self._dump(snap, inputs, "runtime_error", e, inputs_state="after_failed_call",
@@ -302,7 +302,7 @@ class CapturingBackend:
                 raise
             finally:
                 nested.leave_frame()
-            counts.passed += 1
+            counts.call(inputs, raised=False)
             if snap.children:
                 self._link_pieces(snap, None, inputs, "at_call")
             if before is not None:

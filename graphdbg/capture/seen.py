@@ -15,8 +15,8 @@ and the same signature; for an accuracy failure, also the same kind of differenc
     (PosixPath('graphdbg_dumps/rank0/g0-runtime_error-72323080'), 2)
 
 A failure of the compiled code may happen on some calls only. ``CallCounts`` counts a graph's
-calls that raised and those that did not (``failure.calls``), so a dump says whether its
-failure was seen every time: counted in memory, added to the manifest when the dump is written
+calls with the failing call's sizes that raised and those that did not (``failure.calls``), so
+a dump says whether its failure was seen every time: counted in memory, added to the manifest when the dump is written
 and when the process exits (a process killed by a signal loses the calls since).
 """
 
@@ -76,13 +76,31 @@ def _same_failure(folder: Path, graph_hash: str, kind: str, signature: str | Non
 
 
 class CallCounts:
-    """Calls of one compiled graph: ``passed`` and ``failed`` (raised), from its first call."""
+    """Calls of one compiled graph that raised and that did not, from its first call, counted
+    apart for each set of sizes the graph was called with (its int inputs: a dynamic-shape
+    graph gets its symbolic sizes as ints). Only the failing call's sizes go to the manifest:
+    a call with other sizes that passed (a shorter sequence) says nothing about whether the
+    failure shows on every call with these.
+
+        >>> counts.call(args, raised=False); counts.call(args, raised=True); counts.attach(dump_path)
+    """
 
     def __init__(self) -> None:
-        self.passed = self.failed = 0
+        self.by_sizes: dict[tuple[int, ...], list[int]] = {}  # sizes -> [passed, failed]
         self.path: Path | None = None
+        self.failing: tuple[int, ...] | None = None  # the sizes of the first call that raised
         self._written = (0, 0)  # what the manifest has from this process already
         self._lock = threading.Lock()
+
+    def call(self, args: Any, raised: bool) -> None:
+        """Count one call (``args``: the compiled graph's inputs; a few us on every call)."""
+        sizes = tuple(a for a in args if type(a) is int)
+        counted = self.by_sizes.get(sizes)
+        if counted is None:
+            counted = self.by_sizes[sizes] = [0, 0]
+        counted[raised] += 1
+        if raised and self.failing is None:
+            self.failing = sizes
 
     def attach(self, path: Path) -> None:
         """Count into ``path``'s manifest (the runtime failure's dump) now and at exit."""
@@ -93,9 +111,10 @@ class CallCounts:
 
     def write(self) -> None:
         with self._lock:
-            if self.path is None or (self.passed, self.failed) == self._written:
+            now = tuple(self.by_sizes.get(self.failing, (0, 0))) if self.failing is not None else (0, 0)
+            if self.path is None or now == self._written:
                 return
-            passed, failed = self.passed - self._written[0], self.failed - self._written[1]
+            passed, failed = now[0] - self._written[0], now[1] - self._written[1]
             try:
                 manifest = copy.deepcopy(read_manifest(self.path))
                 calls = manifest["failure"].get("calls") or {}
@@ -104,4 +123,4 @@ class CallCounts:
                 write_manifest(self.path, manifest)
             except (DumpError, OSError):
                 return  # removed or damaged since: nothing to count into
-            self._written = (self.passed, self.failed)
+            self._written = now

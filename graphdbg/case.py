@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import copy
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -20,6 +22,9 @@ from graphdbg.graph.allow_list import check_graph_module
 from graphdbg.graph.snapshot import GraphSnapshot
 from graphdbg.rebuild.inputs import StandIn
 from graphdbg.rebuild.kernel_source import kernels_as_captured, kernels_ran, recorded_kernels
+from graphdbg.store.manifest import GRAPH, MAX_GRAPH_BYTES, read_manifest, write_manifest
+from graphdbg.store.safe_files import read_inside, write_file
+from graphdbg.store.specs import SymSpec
 from graphdbg.store.write import write_dump
 
 if TYPE_CHECKING:
@@ -81,7 +86,7 @@ def save_case(case: Case, dump_dir: Path | str, *, kind: str | None = None) -> P
     kernels = recorded_kernels(loaded, called)
     calls = {k["kernel"] for k in kernels_ran(case.gm, loaded)}  # the custom ops it still calls, as the dump recorded them
     ops = [o for o in loaded.get("custom_ops") or [] if o.get("name") in calls]
-    return write_dump(
+    path = write_dump(
         Path(dump_dir), snap=snap, inputs=list(case.inputs), kind=kind or loaded.get("failure", {}).get("kind", "captured"),
         exc=None, backend=str(loaded.get("backend", "replay")), mode="replay", budget_bytes=1 << 62,
         inputs_state="replay", manifest_overrides={"grad_enabled": loaded.get("grad_enabled", False),
@@ -92,3 +97,41 @@ def save_case(case: Case, dump_dir: Path | str, *, kind: str | None = None) -> P
                                                    **({"custom_ops": ops} if ops else {}),
                                                    "config": {**(loaded.get("config") or {}), "values": replay_settings(loaded)}},
     )
+    _keep_symbolic_sizes(case, path)  # in every save: a minify candidate sent to its worker is traced dynamic too
+    return path
+
+
+def _keep_symbolic_sizes(case: Case, folder: Path) -> None:
+    """A Case of a dynamic-shape graph (a dump's, a minify candidate), saved: the inputs whose capture
+    had symbolic sizes (``candidates`` keeps them in ``graphdbg_symbolic_spec``) get those
+    annotations back in ``graph.py`` and their descriptors (``Sym(s77)`` a symint, a tensor its
+    ``symbolic_shape``), so the dump replays traced with the same dynamic dims."""
+
+    placeholders = [n for n in case.gm.graph.nodes if n.op == "placeholder" and "graphdbg_symbolic_spec" in n.meta]
+    symbolic = {n.name: n.meta["graphdbg_symbolic_spec"] for n in placeholders}
+    if not symbolic:
+        return
+    manifest = copy.deepcopy(read_manifest(folder))
+    for d in manifest.get("inputs", []):
+        spec = symbolic.get(d.get("node"))
+        if isinstance(spec, SymSpec) and d.get("kind") == "int":
+            d.update(kind="symint", expr=spec.expr, hint=d.pop("value"))
+        elif spec is not None and d.get("kind") == "tensor":
+            d["symbolic_shape"], d["symbolic_stride"] = list(spec.shape), (list(spec.stride) if spec.stride else None)
+    lines = str(read_inside(folder, GRAPH, max_bytes=MAX_GRAPH_BYTES, text=True)).splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("def forward(self"):
+            lines[i] = _annotated_signature(line, {str(n.target): n.meta["graphdbg_symbolic_spec"] for n in placeholders})
+            break
+    write_file(folder / GRAPH, "".join(lines), create_parent=False)
+    write_manifest(folder, manifest)
+
+
+def _annotated_signature(line: str, specs: dict[str, Any]) -> str:
+    """``def forward(self, s77, x: "f32[2, 24]..."):`` with the annotations of ``specs``."""
+    head, _, rest = line.partition("def forward(")
+    params, sep, tail = rest.rpartition("):")
+    out = []
+    for name, annotation in re.findall(r'(\w+)(\s*:\s*"[^"]*")?', params):
+        out.append(f'{name}: "{specs[name].annotation()}"' if name in specs else name + annotation)
+    return f"{head}def forward({', '.join(out)}{sep}{tail}"

@@ -48,3 +48,17 @@ def test_a_symbolic_size_failure_shrinks_to_a_few_nodes_and_stays_symbolic(tmp_p
     replay = cli("replay", data["out"], "--trust-backend", "--json")
     assert replay.code == 1, replay
     assert json.loads(replay.out)["reproduces"] is True
+
+
+@pytest.mark.slow
+def test_a_repro_of_a_graph_that_passes_a_symbolic_size_to_a_factory_runs(tmp_path, cli):
+    """The budget ends before any cut: repro.py holds the whole graph, whose ``torch.ones(s27, s27)``
+    takes two size inputs; traced in the repro, that call becomes a node (fx alone raised a TypeError)."""
+    dump = _captured_dynamic(tmp_path)
+    r = cli("minify", dump, "-o", tmp_path / "min", "--trust-backend", "--max-queries", "1", "--json")
+    assert r.code == 0, r
+    data = json.loads(r.out)
+    assert data["final_nodes"] == data["start_nodes"]
+    repro = (tmp_path / "min" / "repro.py").read_text()
+    assert "torch.ones(s27, s27" in repro
+    assert "checked:" in r.err and "REPRODUCED" in r.err, r.err

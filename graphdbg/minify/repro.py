@@ -330,6 +330,7 @@ import torch
 import torch._dynamo
 import torch.fx
 
+_TORCH = torch  # torch itself, while a graph is traced (``_Traced``)
 
 # Where the backend's modules were, relative to this file's folder: searched before the copies
 # beside this file, so that a fix there shows here. COPIED: a script's definitions copied here
@@ -442,10 +443,37 @@ def _traced(cls, prefix, attrs, device):
                 owner.add_module(part, torch.nn.Module())
             owner = getattr(owner, part)
         owner.register_buffer(last, value.to(device))
-    graph = torch.fx.Tracer().trace(mod)
+    tracer, real = torch.fx.Tracer(), torch
+    globals()["torch"] = _Traced(real)  # the graphs' code calls torch.<fn>: through _Traced while traced
+    try:
+        graph = tracer.trace(mod)
+    finally:
+        globals()["torch"] = real
     for node in graph.nodes:  # a wrapped higher-order op is the op itself from here on
         node.meta.pop("is_wrapped", None)
     return torch.fx.GraphModule(mod, graph, cls)
+
+
+class _Traced:
+    """``torch`` (or a part of it) while a graph is traced: a call given a traced value becomes the
+    graph's node. fx alone cannot pass a traced size to torch's C functions: ``torch.ones(s0, s0)``
+    raises a TypeError before fx sees it."""
+
+    _PLAIN = (type, _TORCH.dtype, _TORCH.device, int, float, str, bool, type(None))
+
+    def __init__(self, obj):
+        self._obj = obj
+
+    def __getattr__(self, name):
+        value = getattr(self._obj, name)
+        return value if isinstance(value, self._PLAIN) else _Traced(value)
+
+    def __call__(self, *args, **kwargs):
+        leaves = _TORCH.utils._pytree.tree_leaves((args, kwargs))
+        proxy = next((a for a in leaves if isinstance(a, _TORCH.fx.Proxy)), None)
+        if proxy is None:
+            return self._obj(*args, **kwargs)
+        return proxy.tracer.create_proxy("call_function", self._obj, args, kwargs)
 
 
 def _named(gm):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import stat
 import time
@@ -43,9 +42,8 @@ from graphdbg.replay.isolation import child_specs
 from graphdbg.replay.options import DEFAULT_TIMEOUT, ReplayOptions, replay_options
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.run import replay_case
-from graphdbg.store.manifest import GRAPH, MAX_GRAPH_BYTES, ReplayFacts, read_manifest, write_manifest
-from graphdbg.store.safe_files import Folder, read_inside, write_file
-from graphdbg.store.specs import SymSpec
+from graphdbg.store.manifest import ReplayFacts, read_manifest, write_manifest
+from graphdbg.store.safe_files import Folder
 
 # Budget defaults: on a 2-core machine a candidate costs 0.1 s (eager) to 10 s (Inductor's C++),
 # so either ends a minify within a few minutes.
@@ -294,7 +292,6 @@ def _save_staged(case: Case, outcome: Outcome, out: Path, top: Folder, staging: 
         manifest["backend_recipe"] = recipe_of_spec(ref)
     elif not isinstance(backend, str) or ":" in backend:
         manifest["backend"] = ref
-    keep_symbolic_sizes(case, written, manifest)
     write_manifest(written, manifest)  # checked, then through the gate's writer
     with top.sub(written.parent.name, create=True) as rank:
         for old in os.listdir(rank.fd):  # exactly one dump under out: the newest best
@@ -305,40 +302,6 @@ def _save_staged(case: Case, outcome: Outcome, out: Path, top: Folder, staging: 
         os.rename(written, written.name, dst_dir_fd=rank.fd)
     write_repro(case, backend, out / "repro.py", outcome=outcome, direct=direct, passes=passes)
     return out / written.parent.name / written.name
-
-
-def keep_symbolic_sizes(case: Case, folder: Path, manifest: dict[str, Any]) -> None:
-    """A candidate of a dynamic-shape graph, saved as it was shrunk: the inputs whose capture
-    had symbolic sizes (``candidates`` keeps them in ``graphdbg_symbolic_spec``) get those
-    annotations back in ``graph.py`` and their descriptors (``Sym(s77)`` a symint, a tensor its
-    ``symbolic_shape``), so the dump replays traced with the same dynamic dims."""
-
-    symbolic = {n.name: n.meta["graphdbg_symbolic_spec"] for n in case.gm.graph.nodes
-                if n.op == "placeholder" and "graphdbg_symbolic_spec" in n.meta}
-    if not symbolic:
-        return
-    for d in manifest.get("inputs", []):
-        spec = symbolic.get(d.get("node"))
-        if isinstance(spec, SymSpec) and d.get("kind") == "int":
-            d.update(kind="symint", expr=spec.expr, hint=d.pop("value"))
-        elif spec is not None and d.get("kind") == "tensor":
-            d["symbolic_shape"], d["symbolic_stride"] = list(spec.shape), (list(spec.stride) if spec.stride else None)
-    lines = str(read_inside(folder, GRAPH, max_bytes=MAX_GRAPH_BYTES, text=True)).splitlines(keepends=True)
-    for i, line in enumerate(lines):
-        if line.lstrip().startswith("def forward(self"):
-            lines[i] = _annotated_signature(line, symbolic)
-            break
-    write_file(folder / GRAPH, "".join(lines), create_parent=False)
-
-
-def _annotated_signature(line: str, specs: dict[str, Any]) -> str:
-    """``def forward(self, s77, x: "f32[2, 24]..."):`` with the annotations of ``specs``."""
-    head, _, rest = line.partition("def forward(")
-    params, sep, tail = rest.rpartition("):")
-    out = []
-    for name, annotation in re.findall(r'(\w+)(\s*:\s*"[^"]*")?', params):
-        out.append(f'{name}: "{specs[name].annotation()}"' if name in specs else name + annotation)
-    return f"{head}def forward({', '.join(out)}{sep}{tail}"
 
 
 def _backend_ref(backend: Any) -> str:

@@ -54,6 +54,7 @@ class NullStream:
 
     def __init__(self, desc: Mapping[str, Any]):
         self.desc = dict(desc)
+        self.stands_in_for = {**self.desc, "kind": "stream"}  # what a dump of it records (store.describe)
 
     def wait_stream(self, other: Any) -> None:
         return None
@@ -77,6 +78,7 @@ class NullStream:
 class NullEvent:
     def __init__(self, desc: Mapping[str, Any]):
         self.desc = dict(desc)
+        self.stands_in_for = {**self.desc, "kind": "event"}
 
     def record(self, stream: Any = None) -> None:
         return None

@@ -65,6 +65,9 @@ def describe_value(value: Any, *, symbolic: Any = None, depth: int = 0) -> dict[
         return {"kind": "dtype", "value": dtype_name(value)}
     if isinstance(value, torch.Stream):
         return _describe_stream(value)
+    stands_in_for = getattr(value, "stands_in_for", None)  # a replay's no-op stream or event (rebuild.inputs)
+    if isinstance(stands_in_for, dict) and stands_in_for.get("kind") in ("stream", "event"):
+        return dict(stands_in_for)  # saved again (a minify candidate), it is the captured one's
     if isinstance(value, _EVENT_TYPES):
         return _describe_event(value)
     if _is_process_group(value):

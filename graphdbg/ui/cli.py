@@ -469,16 +469,6 @@ def compare(
     raise typer.Exit(0 if (df.status == "pass").all() else 1)
 
 
-def _kills_its_process(dump: Path) -> bool:
-    """Whether the dump's failure was a fatal signal or a timeout (its graph runs in a child even when trusted)."""
-    from graphdbg.formats import load as load_dump
-
-    try:
-        return str(load_dump(dump).signature or "").startswith(("Signal ", "Timeout"))
-    except Exception:
-        return True
-
-
 def _compare_swap(dump: Path, swap: list[str], device: str | None, ops: str | None, seed: int | None, as_json: bool,
                   trust_kernels: bool, timeout: float | None, isolate: bool) -> int:
     from graphdbg.replay.swap import swap_dump
@@ -524,8 +514,6 @@ def minify(
         _note(f"minify: writing to ./{out}/ (-o to choose)")
     found, left = _environment(_manifest_only(dump), as_captured, as_json)
     progress = False if as_json else (True if _err_console().is_terminal else _line_progress("minify"))
-    if isolate is None and trust_backend and not _kills_its_process(dump):
-        isolate = False  # the user vouches for the dump (its backend runs): this process, as --no-isolate
     result = run_minify(dump, backend, passes, options=ReplayOptions(isolate=isolate, timeout=timeout, device=device),
                         accuracy=accuracy, jobs=jobs, out=out, progress=progress, any_failure=any_failure,
                         max_queries=max_queries or None, time_budget=time_budget or None, failure_rate=failure_rate)

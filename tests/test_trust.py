@@ -376,6 +376,25 @@ def test_an_isolated_cpu_replay_has_a_memory_limit(tmp_path, cli, monkeypatch):
     assert "memory" in (out["signature"] or "").lower() or "alloc" in (out["signature"] or "").lower(), out
 
 
+def raises_its_memory_limit(gm, example_inputs):
+    """A backend that lifts the replay child's memory limit before it allocates."""
+    import resource
+
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    except (ValueError, OSError) as e:
+        raise RuntimeError(f"the limit held: {type(e).__name__}") from None
+    raise RuntimeError("the limit was lifted")
+
+
+def test_code_in_the_replay_child_cannot_lift_its_memory_limit(fixture_copy, cli, monkeypatch):
+    monkeypatch.setenv("GRAPHDBG_MEMORY_LIMIT_GB", "3")
+    r = cli("replay", fixture_copy("block_compile_error"), "--backend", "test_trust:raises_its_memory_limit", "--json")
+    out = json.loads(r.out)
+    assert "memory limit 3.0 GiB" in out["sandbox"], out
+    assert "the limit held" in (out["signature"] or ""), out
+
+
 def sleeps_forever(gm, example_inputs):
     """A backend that never returns (a compiler stuck in a loop)."""
     import time

@@ -81,8 +81,8 @@ def values_job(request: dict[str, Any], job: Path) -> dict[str, Any]:
     for name, v in values.items():
         if name in inputs:
             kinds[name] = {"kind": "input"}
-        elif isinstance(v, torch.Tensor) and storable(v.detach()):
-            tensors[name] = v.detach().contiguous()
+        elif isinstance(v, torch.Tensor) and (readable := _read_out(v)) is not None:
+            tensors[name] = readable
             kinds[name] = {"kind": "tensor", "stride": list(v.stride())}
         elif isinstance(v, (bool, int, float)):
             kinds[name] = {"kind": type(v).__name__, "value": v}
@@ -90,6 +90,17 @@ def values_job(request: dict[str, Any], job: Path) -> dict[str, Any]:
             kinds[name] = {"kind": "other", "type": type(v).__name__}
     write_tensors(job / VALUES_FILE, tensors)
     return {"values": kinds}
+
+
+def _read_out(t: torch.Tensor) -> torch.Tensor | None:
+    """``t`` as a plain tensor to send back, or None: a type safetensors can't hold, or a value
+    that can't be read outside the region that made it (a vmap's batched tensor once its level
+    is closed: "Either your tensor may have escaped..."); its producer then stays in candidates."""
+    try:
+        plain = t.detach()
+        return plain.contiguous() if storable(plain) else None
+    except RuntimeError:
+        return None
 
 
 def bisect_nodes_job(request: dict[str, Any], job: Path) -> dict[str, Any]:

@@ -279,8 +279,9 @@ def limit_memory() -> str:
     try:
         import resource  # POSIX only: a failed import lands in the except below
 
-        limit = int(raw)
-        resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        limit = int(raw) if hard == resource.RLIM_INFINITY else min(int(raw), hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))  # the hard limit too: code in the child can't raise it
     except (ValueError, OSError, ImportError) as e:
         return f"no memory limit ({e})"
     return f"memory limit {limit / (1 << 30):.1f} GiB"

@@ -10,6 +10,8 @@ import psutil
 import pytest
 from conftest import FIXTURES
 
+from graphdbg.replay.sandbox import landlock_abi
+
 GRAPHDBG_BACKEND = '''
 import graphdbg  # a team's backend that wraps itself for capture: its repro would need graphdbg
 
@@ -28,6 +30,8 @@ def test_minify_checks_its_repro_in_a_fresh_interpreter(tmp_path, cli):
     r = cli("minify", FIXTURES / "block_compile_error", "-o", out, "--trust-backend")
     assert r.code == 0, r
     assert f"checked: {out / 'repro.py'} run on its own: REPRODUCED: NotImplementedError: no lowering for gelu" in r.err
+    if landlock_abi():  # the sandbox held whole: nothing to add to the line
+        assert "its sandbox on this machine" not in r.err, r.err
 
 
 @pytest.mark.slow
@@ -43,6 +47,18 @@ def test_a_repro_that_fails_differently_on_its_own_exits_4_and_is_kept(tmp_path,
     assert line.endswith("the file is kept")
     assert (tmp_path / "min" / "repro.py").is_file() and (tmp_path / "min" / "repro_inputs.pt").is_file()
     assert "Traceback" not in r.err
+
+
+@pytest.mark.slow
+def test_a_self_check_without_the_sandbox_says_so_on_its_line(tmp_path, cli, monkeypatch):
+    """As a replay's ``sandbox`` says what a kernel without Landlock leaves open, the check's
+    line does (here the sandbox is turned off, which no kernel needs)."""
+    monkeypatch.setenv("GRAPHDBG_SANDBOX", "0")
+    test_file = tmp_path / "test_gelu_unsandboxed.py"
+    r = cli("export-test", FIXTURES / "block_compile_error", "-o", test_file, "--trust-backend")
+    assert r.code == 0, r
+    assert (f"checked: {test_file} run on its own: crash: NotImplementedError: no lowering for gelu "
+            "(its sandbox on this machine: none (GRAPHDBG_SANDBOX=0") in r.err, r.err
 
 
 @pytest.mark.slow
@@ -118,7 +134,6 @@ def _connections(listener) -> int:
 @pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "GRAPHDBG_SANDBOX=0"])
 def test_a_hostile_repro_is_contained_by_the_self_check(tmp_path, listener, monkeypatch, sandboxed):
     from graphdbg.minify.self_check import check_repro
-    from graphdbg.replay.sandbox import landlock_abi
 
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -143,9 +158,34 @@ def test_a_hostile_repro_is_contained_by_the_self_check(tmp_path, listener, monk
     assert sorted(p.name for p in repro.parent.iterdir()) == ["repro.py"]  # its own folder: read, not written
 
 
+def test_minify_s_check_compiles_in_the_dump_s_compile_cache_and_nowhere_else(tmp_path, fixture_copy):
+    """Given the dump a repro was minified from, the check's compiler caches are that dump's
+    (where minify's candidates compiled: warm), writable as for its replays; the rest stays shut."""
+    from graphdbg.minify.self_check import check_repro
+    from graphdbg.replay.sandbox import dump_compile_cache
+
+    dump = fixture_copy("block_compile_error")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    repro = tmp_path / "min" / "repro.py"
+    repro.parent.mkdir()
+    repro.write_text("import os, pathlib\n"
+                     "kept = pathlib.Path(os.environ['TORCHINDUCTOR_CACHE_DIR'], 'kernel.txt')\n"
+                     "kept.parent.mkdir(parents=True, exist_ok=True)\n"
+                     "kept.write_text('compiled')\n"
+                     "try:\n"
+                     f"    open({str(outside / 'pwned.txt')!r}, 'w')\n"
+                     "except OSError as e:\n"
+                     "    print('REPRODUCED: ' + type(e).__name__)\n"
+                     "    raise SystemExit(1)\n")
+    check = check_repro(repro, timeout=120, device="cpu", dump=dump)
+    assert (dump_compile_cache(str(dump)) / "inductor" / "kernel.txt").read_text() == "compiled", check
+    if landlock_abi():
+        assert check.same and check.line == "REPRODUCED: PermissionError" and list(outside.iterdir()) == [], check
+
+
 def test_a_hostile_exported_test_is_contained_by_the_self_check(tmp_path, listener):
     from graphdbg.minify.self_check import check_exported_test
-    from graphdbg.replay.sandbox import landlock_abi
 
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -197,7 +237,6 @@ def test_a_gpu_self_check_runs_cuda_in_the_sandbox_of_a_gpu_replay(tmp_path, lis
     replay's sandbox: CUDA initialises (its driver's UNIX socket, no address-space cap), and the
     file still can't write outside or reach the network."""
     from graphdbg.minify.self_check import check_repro
-    from graphdbg.replay.sandbox import landlock_abi
 
     outside = tmp_path / "outside"
     outside.mkdir()

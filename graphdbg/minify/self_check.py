@@ -70,17 +70,19 @@ class SelfCheck:
 OUTPUT_TAIL = 64_000  # characters of the child's output read back: its verdict and pytest's summary are at the end
 
 
-def _run(tmp: Path, launch: list[str], env: dict[str, str], device: str | None,
-         timeout: float | None) -> tuple[int | None, str, str | None]:
+def _run(tmp: Path, launch: list[str], env: dict[str, str], device: str | None, timeout: float | None,
+         dump: str | Path | None = None) -> tuple[int | None, str, str | None]:
     """Run ``graphdbg.replay.sandboxed_file`` with ``launch`` in a sandboxed child whose own
     folder is ``tmp/work`` and whose whole environment is ``env`` (and what the sandbox needs);
-    its exit status (None: timed out), its output, what its sandbox applied."""
+    its exit status (None: timed out), its output, what its sandbox applied. Its compiler caches:
+    in its own folder, or ``dump``'s compile cache (``replay.sandbox.child_env``)."""
     own = tmp / "work"
     own.mkdir()
-    # the user's say on the sandbox itself (off, or more folders their backend writes)
+    # the user's say on the sandbox itself (off, or more folders their backend writes); child_env
+    # adds a dump's compile cache to the latter
     asked = {k: os.environ[k] for k in (ENV, WRITABLE_ENV) if os.environ.get(k)}
     # caches that follow XDG (graphdbg's own, when the exported test replays) land in the scratch folder too
-    env = {**env, "XDG_CACHE_HOME": str(own / "cache"), **child_env(own, _device(device)), **asked}
+    env = {**env, "XDG_CACHE_HOME": str(own / "cache"), **asked, **child_env(own, _device(device), str(dump) if dump else None)}
     out = tmp / "output.txt"
     with ChildGroup(python_command("graphdbg.replay.sandboxed_file", *launch), out, env=env, inherit=False) as child:
         code = child.wait(timeout)
@@ -117,9 +119,15 @@ def _clean_env(shadow: Path | None) -> dict[str, str]:
 
 
 def check_repro(path: str | Path, *, captured: str | None = None, timeout: float | None = 600.0,
-                device: str | None = None) -> SelfCheck:
+                device: str | None = None, dump: str | Path | None = None) -> SelfCheck:
     """Run a ``repro.py`` minify wrote (``python repro.py``) with graphdbg unimportable, in the
     sandbox of a replay child on ``device``.
+
+    ``dump``: the dump the repro was minified from. The check then compiles in that dump's
+    compile cache, where minify's candidates compiled (warm: an Inductor repro of
+    ``fixtures/block_runtime_error`` checks in 18-22 s against 29-38 s cold, 18 s before the
+    sandbox), and may write there as that dump's replays may: the graph is that dump's.
+    Without it, the caches are the check's own, cold.
 
     The repro judges itself (exit 1: the failure it was written for, 2: another, 0: none); its
     ``REPRODUCED:``/``FAILED DIFFERENTLY:``/``FIXED:`` line is the verdict shown.
@@ -132,7 +140,7 @@ def check_repro(path: str | Path, *, captured: str | None = None, timeout: float
         # the launcher hides graphdbg once the sandbox is on; the shadow on PYTHONPATH too, for
         # the interpreter the repro starts (its backend, ``--in-process``)
         code, text, sandbox = _run(Path(tmp), ["--hide-graphdbg", str(shadow), "--script", str(path)],
-                                   {**_clean_env(shadow), **child_path()}, device, timeout)
+                                   {**_clean_env(shadow), **child_path()}, device, timeout, dump)
     verdict = next((ln.strip() for ln in text.splitlines() if ln.startswith(("REPRODUCED:", "FAILED DIFFERENTLY:", "FIXED:"))), None)
     if verdict is None:
         verdict = _last_error(text) or (f"exit code {code}" if code is not None else text.strip())

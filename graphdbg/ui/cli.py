@@ -523,7 +523,8 @@ def minify(
         def check(c: object) -> object:
             return RateTest(result.failure_rate).decide(
                 lambda: c.check_repro(Path(out) / "repro.py", timeout=timeout or DEFAULT_TIMEOUT,
-                                      device=result.outcome.device), lambda ch: ch.same).outcome
+                                      device=result.outcome.device, dump=getattr(result.case.dump, "path", None)),
+                lambda ch: ch.same).outcome
 
         _self_checked(check, Path(out) / "repro.py", result.outcome.signature)
     if as_json:

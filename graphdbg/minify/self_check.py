@@ -9,6 +9,13 @@ repro.py``, ``python -m pytest test_x.py``), from the current folder and with th
 is made unimportable (a package of that name that refuses to load comes first on the path), so a
 repro that needs graphdbg shows up here, not in the upstream bug report.
 
+What it runs is a dump's graph, so it runs as a replay child does: ``python -I``, sandboxed
+(``replay.sandbox``: writes only under its own scratch folder, which holds its temporary files
+and compiler caches; no sockets; ...) with a replay's memory cap on the CPU, by a small launcher
+(``replay/sandboxed_file.py``) that applies the sandbox before the file runs; it and everything
+it starts are ended past ``timeout`` (``replay.isolation.ChildGroup``). ``SelfCheck.sandbox``
+says what was applied (``none (...)`` on a kernel without Landlock, as a replay's Outcome says).
+
 When the child's verdict is not the captured failure, the file is kept and the command exits 4
 (``SelfCheckFailed``), saying what the child saw.
 """
@@ -17,16 +24,17 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from graphdbg.backends.resolve import USER_PYTHONPATH
-from graphdbg.errors import GraphdbgError
+from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.judge.signature import same_signature
-from graphdbg.replay.sandbox import child_path, python_command
+from graphdbg.replay.isolation import ChildGroup, tail_of
+from graphdbg.replay.sandbox import ENV, SANDBOX_NOTE, WRITABLE_ENV, child_env, child_path, python_command
+from graphdbg.store.safe_files import read_child_file
 
 SHADOW = ('raise ModuleNotFoundError("No module named \'graphdbg\' (a repro graphdbg writes must run without it)", '
           'name="graphdbg")\n')
@@ -44,6 +52,14 @@ class SelfCheck:
     line: str  # the child's verdict, one line
     exit_code: int | None  # the child's exit status (None: it timed out)
     missing: str | None = None  # what the check needs and this machine lacks (pytest): the file is not checked
+    sandbox: str | None = None  # what the child's sandbox applied: "landlock (...)" or "none (why)" (replay/sandbox.py)
+
+    @property
+    def weaker(self) -> str | None:
+        """What the sandbox could not hold on this kernel (no Landlock, ``weaker: ...``), else None."""
+        if self.sandbox is None or (self.sandbox.startswith("landlock (") and "weaker:" not in self.sandbox):
+            return None
+        return self.sandbox
 
     def raise_unless_same(self, path: Path, captured: str | None) -> None:
         if not self.same and self.missing is None:
@@ -51,12 +67,42 @@ class SelfCheck:
                                   f"failure ({captured or 'a failure'}): {self.line}; the file is kept")
 
 
-def _run(cmd: list[str], env: dict[str, str], timeout: float | None) -> tuple[int | None, str]:
-    try:
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return None, f"timed out after {timeout:.0f}s"
-    return done.returncode, (done.stdout or "") + "\n" + (done.stderr or "")
+OUTPUT_TAIL = 64_000  # characters of the child's output read back: its verdict and pytest's summary are at the end
+
+
+def _run(tmp: Path, launch: list[str], env: dict[str, str], device: str | None, timeout: float | None,
+         dump: str | Path | None = None) -> tuple[int | None, str, str | None]:
+    """Run ``graphdbg.replay.sandboxed_file`` with ``launch`` in a sandboxed child whose own
+    folder is ``tmp/work`` and whose whole environment is ``env`` (and what the sandbox needs);
+    its exit status (None: timed out), its output, what its sandbox applied. Its compiler caches:
+    in its own folder, or ``dump``'s compile cache (``replay.sandbox.child_env``)."""
+    own = tmp / "work"
+    own.mkdir()
+    # the user's say on the sandbox itself (off, or more folders their backend writes); child_env
+    # adds a dump's compile cache to the latter
+    asked = {k: os.environ[k] for k in (ENV, WRITABLE_ENV) if os.environ.get(k)}
+    # caches that follow XDG (graphdbg's own, when the exported test replays) land in the scratch folder too
+    env = {**env, "XDG_CACHE_HOME": str(own / "cache"), **asked, **child_env(own, _device(device), str(dump) if dump else None)}
+    out = tmp / "output.txt"
+    with ChildGroup(python_command("graphdbg.replay.sandboxed_file", *launch), out, env=env, inherit=False) as child:
+        code = child.wait(timeout)
+    text = tail_of(out, OUTPUT_TAIL)
+    try:  # through the gate, as everything a child leaves: it may have swapped its note for a FIFO
+        sandbox = read_child_file(own / SANDBOX_NOTE, max_bytes=2000, tail=True).decode("utf-8", "replace").strip() or None
+    except DumpError:
+        sandbox = None
+    if code is None:
+        text = f"timed out after {timeout:.0f}s"
+    return code, text, sandbox
+
+
+def _device(device: str | None) -> str:
+    """The device the file runs on, for the sandbox (a GPU run: CUDA's socket, no address-space
+    cap); not given: a GPU when this process's torch has one."""
+    if device is not None:
+        return str(device)
+    torch = sys.modules.get("torch")
+    return "cuda" if torch is not None and torch.cuda.is_available() else "cpu"
 
 
 def _clean_env(shadow: Path | None) -> dict[str, str]:
@@ -72,31 +118,43 @@ def _clean_env(shadow: Path | None) -> dict[str, str]:
     return env
 
 
-def check_repro(path: str | Path, *, captured: str | None = None, timeout: float | None = 600.0) -> SelfCheck:
-    """Run a ``repro.py`` minify wrote (``python repro.py``) with graphdbg unimportable.
+def check_repro(path: str | Path, *, captured: str | None = None, timeout: float | None = 600.0,
+                device: str | None = None, dump: str | Path | None = None) -> SelfCheck:
+    """Run a ``repro.py`` minify wrote (``python repro.py``) with graphdbg unimportable, in the
+    sandbox of a replay child on ``device``.
+
+    ``dump``: the dump the repro was minified from. The check then compiles in that dump's
+    compile cache, where minify's candidates compiled (warm: an Inductor repro of
+    ``fixtures/block_runtime_error`` checks in 18-22 s against 29-38 s cold, 18 s before the
+    sandbox), and may write there as that dump's replays may: the graph is that dump's.
+    Without it, the caches are the check's own, cold.
 
     The repro judges itself (exit 1: the failure it was written for, 2: another, 0: none); its
     ``REPRODUCED:``/``FAILED DIFFERENTLY:``/``FIXED:`` line is the verdict shown.
     """
     path = Path(path).resolve()
     with tempfile.TemporaryDirectory(prefix="graphdbg-selfcheck-", ignore_cleanup_errors=True) as tmp:
-        shadow = Path(tmp)
-        (shadow / "graphdbg").mkdir()
+        shadow = Path(tmp) / "shadow"  # outside the child's own folder: it can't change it
+        (shadow / "graphdbg").mkdir(parents=True)
         (shadow / "graphdbg" / "__init__.py").write_text(SHADOW)
-        # the shadow on PYTHONPATH too: the repro starts itself again (``--in-process``)
-        code, text = _run(python_command(script=str(path)), {**_clean_env(shadow), **child_path(first=[shadow])}, timeout)
+        # the launcher hides graphdbg once the sandbox is on; the shadow on PYTHONPATH too, for
+        # the interpreter the repro starts (its backend, ``--in-process``)
+        code, text, sandbox = _run(Path(tmp), ["--hide-graphdbg", str(shadow), "--script", str(path)],
+                                   {**_clean_env(shadow), **child_path()}, device, timeout, dump)
     verdict = next((ln.strip() for ln in text.splitlines() if ln.startswith(("REPRODUCED:", "FAILED DIFFERENTLY:", "FIXED:"))), None)
     if verdict is None:
         verdict = _last_error(text) or (f"exit code {code}" if code is not None else text.strip())
-    return SelfCheck(code == 1 and verdict.startswith("REPRODUCED:"), verdict, code)
+    return SelfCheck(code == 1 and verdict.startswith("REPRODUCED:"), verdict, code, sandbox=sandbox)
 
 
 # the exported test's assertion message: "<outcome.summary()> (the captured failure: ...)"
 _SUMMARY = re.compile(r"(?:AssertionError: )?\b(crash|timeout|mismatch)\b(?:(?:: | at )(.*?))? \(the captured failure:")
 
 
-def check_exported_test(path: str | Path, *, kind: str, captured: str | None, timeout: float | None = 600.0) -> SelfCheck:
-    """Run a test export-test wrote with pytest in a fresh interpreter; it must fail, the way captured.
+def check_exported_test(path: str | Path, *, kind: str, captured: str | None, timeout: float | None = 600.0,
+                        device: str | None = None) -> SelfCheck:
+    """Run a test export-test wrote with pytest in a fresh interpreter, in the sandbox of a
+    replay child on ``device``; it must fail, the way captured.
 
     The same failure: a crash whose signature matches ``captured``, or any mismatch for an
     accuracy dump. A pass, an error while collecting, or another failure is not.
@@ -107,33 +165,36 @@ def check_exported_test(path: str | Path, *, kind: str, captured: str | None, ti
         # The test file alone, in a fresh folder that is pytest's rootdir, conftest boundary and
         # settings: no pytest.ini, conftest.py or package __init__.py beside the test (or above
         # it) is read or imported. Its data (``<stem>_data`` beside it) is linked, not copied.
-        fresh = Path(tmp)
+        # The folder is outside the child's own: readable, never writable there.
+        fresh = Path(tmp) / "test"
+        fresh.mkdir()
         (fresh / "pytest.ini").write_text("[pytest]\n")
         source = path.read_bytes()
         (fresh / path.name).write_bytes(source)
         data = path.with_name(path.stem + "_data")
         if data.is_dir():
             (fresh / data.name).symlink_to(data, target_is_directory=True)
-        cmd = python_command("pytest", "-q", "--tb=short", "-p", "no:cacheprovider", "-o", "addopts=",
-                             "-c", str(fresh / "pytest.ini"), "--rootdir", tmp, "--confcutdir", tmp,
-                             "--import-mode=importlib", str(fresh / path.name))
+        launch = ["--module", "pytest", "-q", "--tb=short", "-p", "no:cacheprovider", "-o", "addopts=",
+                  "-c", str(fresh / "pytest.ini"), "--rootdir", str(fresh), "--confcutdir", str(fresh),
+                  "--import-mode=importlib", str(fresh / path.name)]
         # the modules the test names (its backend, as module:callable), from where this process finds them
-        code, text = _run(cmd, {**_clean_env(None), **child_path([source.decode("utf-8", "replace")])}, timeout)
+        code, text, sandbox = _run(Path(tmp), launch, {**_clean_env(None), **child_path([source.decode("utf-8", "replace")])},
+                                   device, timeout)
     if code is None:
-        return SelfCheck(False, text, None)
+        return SelfCheck(False, text, None, sandbox=sandbox)
     if re.search(r"No module named '?pytest'?\s*$", text.strip()):
         return SelfCheck(False, f"not run: pytest is not installed for {sys.executable} (pip install pytest)", code,
-                         missing="pytest")
+                         missing="pytest", sandbox=sandbox)
     if code == 0:
-        return SelfCheck(False, "the exported test passes (the failure is not there)", 0)
+        return SelfCheck(False, "the exported test passes (the failure is not there)", 0, sandbox=sandbox)
     found = _SUMMARY.search(text)
     if code != 1 or found is None:
-        return SelfCheck(False, _last_error(text) or f"pytest exit code {code}", code)
+        return SelfCheck(False, _last_error(text) or f"pytest exit code {code}", code, sandbox=sandbox)
     status, signature = found.group(1), (found.group(2) or "").strip()
     line = f"{status}: {signature}" if signature else status
     if kind == "accuracy":
-        return SelfCheck(status == "mismatch", line, code)
-    return SelfCheck(status == "crash" and same_signature(signature, captured), line, code)
+        return SelfCheck(status == "mismatch", line, code, sandbox=sandbox)
+    return SelfCheck(status == "crash" and same_signature(signature, captured), line, code, sandbox=sandbox)
 
 
 def _last_error(text: str) -> str | None:

@@ -296,11 +296,14 @@ class ChildGroup:
         0
     """
 
-    def __init__(self, cmd: list[str], err_path: Path, env: dict[str, str] | None = None, pipes: bool = False):
+    def __init__(self, cmd: list[str], err_path: Path, env: dict[str, str] | None = None, pipes: bool = False,
+                 inherit: bool = True):
         """``pipes``: the child's stdin and stdout are pipes (``proc.stdin``, ``proc.stdout``),
-        for a worker that is sent jobs and answers each with a line (``graphdbg.replay.worker``)."""
+        for a worker that is sent jobs and answers each with a line (``graphdbg.replay.worker``).
+        ``env`` is added to this process's environment, or with ``inherit=False`` is the whole of it
+        (a self-check: the user's environment, not the one graphdbg runs in)."""
         self.token = uuid.uuid4().hex
-        env = {**os.environ, **(env or {}), "PYTHONFAULTHANDLER": "1", TOKEN_ENV: self.token,
+        env = {**(os.environ if inherit else {}), **(env or {}), "PYTHONFAULTHANDLER": "1", TOKEN_ENV: self.token,
                PARENT_ENV: str(os.getpid())}
         _install_signal_handlers()
         channel = subprocess.PIPE if pipes else subprocess.DEVNULL

@@ -522,7 +522,9 @@ def minify(
 
         def check(c: object) -> object:
             return RateTest(result.failure_rate).decide(
-                lambda: c.check_repro(Path(out) / "repro.py", timeout=timeout or DEFAULT_TIMEOUT), lambda ch: ch.same).outcome
+                lambda: c.check_repro(Path(out) / "repro.py", timeout=timeout or DEFAULT_TIMEOUT,
+                                      device=result.outcome.device, dump=getattr(result.case.dump, "path", None)),
+                lambda ch: ch.same).outcome
 
         _self_checked(check, Path(out) / "repro.py", result.outcome.signature)
     if as_json:
@@ -707,7 +709,9 @@ def export_test(
     with _progress(f"export-test: writing {out}"):
         path = run(d, out, backend=backend, passes=passes, trust=trust_backend)  # code the dump names: only with --trust-backend
     if d.failure_kind in ("compile_error", "runtime_error", "crash", "accuracy"):  # run once on its own: exit 4 if it fails otherwise
-        _self_checked(lambda c: c.check_exported_test(path, kind=d.failure_kind, captured=d.signature), path, d.signature)
+        device = "cpu" if d.cpu_replay(None) else d.captured_device_name
+        _self_checked(lambda c: c.check_exported_test(path, kind=d.failure_kind, captured=d.signature, device=device), path,
+                      d.signature)
     console.print(f"wrote {path}")
 
 
@@ -814,14 +818,16 @@ def _default_output(path: Path) -> Path:
 
 
 def _self_checked(run: Callable[..., object], path: Path, captured: str | None) -> None:
-    """Run what was written once, in a fresh interpreter (graphdbg.minify.self_check); a note on
-    stderr with its verdict, or SelfCheckFailed (exit 4) when it is not the captured failure."""
+    """Run what was written once, in a fresh sandboxed interpreter (graphdbg.minify.self_check); a
+    note on stderr with its verdict (and what its sandbox could not hold on this kernel), or
+    SelfCheckFailed (exit 4) when it is not the captured failure."""
     from graphdbg.minify import self_check
 
     with _progress(f"checking {path} in a fresh interpreter"):
         check = run(self_check)
     check.raise_unless_same(path, captured)
-    _note(f"not checked: {path}: {check.line}" if check.missing else f"checked: {path} run on its own: {check.line}")
+    weaker = f" (its sandbox on this machine: {check.weaker})" if check.weaker else ""  # a kernel without Landlock, as a replay says
+    _note(f"not checked: {path}: {check.line}" if check.missing else f"checked: {path} run on its own: {check.line}{weaker}")
 
 
 def _report(result: object, as_json: bool, schema: str | None = None) -> None:

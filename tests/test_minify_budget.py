@@ -46,7 +46,7 @@ def test_a_pass_object_keeps_its_statistics_and_a_budget_stops_mid_pass():
 @pytest.mark.slow
 def test_cli_max_queries_saves_the_best_graph_so_far_and_says_so(tmp_path, cli):
     out = tmp_path / "min"
-    r = cli("minify", FIXTURES / "block_runtime_error", "-o", out, "--trust-backend", "--max-queries", "3", "--json")
+    r = cli("minify", "--no-self-check", FIXTURES / "block_runtime_error", "-o", out, "--trust-backend", "--max-queries", "3", "--json")
     assert r.code == 0, r
     data = json.loads(r.out)
     assert data["budget_ended"] is True and data["stopped"].startswith("3 queries")
@@ -57,13 +57,13 @@ def test_cli_max_queries_saves_the_best_graph_so_far_and_says_so(tmp_path, cli):
     assert saved.case().run(P.broken_transpose_backend, direct=True).reproduces(saved)
     assert {s["name"] for s in data["pass_stats"]} >= {"truncate_suffix"}
 
-    text = cli("minify", FIXTURES / "block_runtime_error", "-o", tmp_path / "min2", "--trust-backend", "--max-queries", "3")
+    text = cli("minify", "--no-self-check", FIXTURES / "block_runtime_error", "-o", tmp_path / "min2", "--trust-backend", "--max-queries", "3")
     assert text.code == 0 and "budget ended after 3 queries" in text.out and "best graph so far" in text.out
 
 
 @pytest.mark.slow
 def test_cli_time_budget_spent_before_any_candidate_keeps_the_original(tmp_path, cli):
-    r = cli("minify", FIXTURES / "block_compile_error", "-o", tmp_path / "min", "--trust-backend",
+    r = cli("minify", "--no-self-check", FIXTURES / "block_compile_error", "-o", tmp_path / "min", "--trust-backend",
             "--time-budget", "0.001", "--json")
     assert r.code == 0, r
     data = json.loads(r.out)

@@ -128,7 +128,7 @@ def test_argmax_off_by_one_is_dumped_replayed_and_minified(tmp_path, cli, monkey
     assert r.code == 1, r
     assert json.loads(r.out)["mismatches"][0]["differing"] == m["differing"]
 
-    r = cli("minify", dump, "--trust-backend", "--out", tmp_path / "min", "--json")
+    r = cli("minify", "--no-self-check", dump, "--trust-backend", "--out", tmp_path / "min", "--json")
     assert r.code == 0, r
     result = json.loads(r.out)
     before, after = result["start_nodes"], result["final_nodes"]
@@ -280,7 +280,7 @@ def test_inductor_compile_error_has_one_signature_in_capture_replay_and_repro(tm
     r = cli("replay", dump, "--trust-backend", "--json")
     assert r.code == 1 and json.loads(r.out)["reproduces"], r
     assert json.loads(r.out)["signature"].startswith("CppCompileError: ")
-    r = cli("minify", dump, "--trust-backend", "--out", tmp_path / "min", "--json")
+    r = cli("minify", "--no-self-check", dump, "--trust-backend", "--out", tmp_path / "min", "--json")
     assert r.code == 0 and json.loads(r.out)["final_nodes"] < d.manifest["graph"]["nodes"], r
     r = _run_repro(tmp_path / "min")
     assert r.returncode == 1 and r.stdout.startswith("REPRODUCED: CppCompileError"), (r.stdout, r.stderr[-2000:])
@@ -293,7 +293,7 @@ def test_repro_of_a_segfault_exits_1_naming_the_signal(tmp_path, cli):
     subprocess.run([sys.executable, str(program), "segfaults_when_called", str(tmp_path / "dumps")], capture_output=True,
                    timeout=300, env=child_env())
     [dump] = _dumps(tmp_path / "dumps")
-    r = cli("minify", dump, "--trust-backend", "--out", tmp_path / "min", "--json")
+    r = cli("minify", "--no-self-check", dump, "--trust-backend", "--out", tmp_path / "min", "--json")
     assert r.code == 0 and json.loads(r.out)["signature"] == "Signal SIGSEGV", r
     r = _run_repro(tmp_path / "min")
     assert r.returncode == 1 and r.stdout.splitlines()[0] == "REPRODUCED: Signal SIGSEGV", (r.returncode, r.stdout, r.stderr[-2000:])
@@ -420,9 +420,9 @@ def test_recipe_backends_replay_minify_and_refuse_through_the_cli(tmp_path, cli,
         assert [g["backend"] for g in json.loads(r.out)["groups"]] == [shown[name]], r.out
 
     # minify under the recorded recipe keeps the captured signature; the repro rebuilds the backend alone
-    r = cli("minify", _dumps(tmp_path / "aot")[0], "--out", tmp_path / "min")
+    r = cli("minify", "--no-self-check", _dumps(tmp_path / "aot")[0], "--out", tmp_path / "min")
     assert r.code == 2 and "--trust-backend" in r.err, r
-    r = cli("minify", _dumps(tmp_path / "aot")[0], "--trust-backend", "--out", tmp_path / "min", "--json")
+    r = cli("minify", "--no-self-check", _dumps(tmp_path / "aot")[0], "--trust-backend", "--out", tmp_path / "min", "--json")
     assert r.code == 0, r
     [small] = _dumps(tmp_path / "min")
     m = graphdbg.load(small)
@@ -437,9 +437,9 @@ def test_recipe_backends_replay_minify_and_refuse_through_the_cli(tmp_path, cli,
     assert r.code == 1 and json.loads(r.out)["reproduces"], r
 
     # export-test of the captured dump: the test rebuilds the recipe too, and fails while the bug is there
-    r = cli("export-test", _dumps(tmp_path / "aot")[0], "--out", tmp_path / "et" / "test_aot.py")
+    r = cli("export-test", "--no-self-check", _dumps(tmp_path / "aot")[0], "--out", tmp_path / "et" / "test_aot.py")
     assert r.code == 2 and "graphdbg export-test" in r.err and "--trust-backend" in r.err, r
-    r = cli("export-test", _dumps(tmp_path / "aot")[0], "--out", tmp_path / "et" / "test_aot.py", "--trust-backend")
+    r = cli("export-test", "--no-self-check", _dumps(tmp_path / "aot")[0], "--out", tmp_path / "et" / "test_aot.py", "--trust-backend")
     assert r.code == 0, r
     import importlib.util
 

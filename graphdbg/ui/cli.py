@@ -232,6 +232,7 @@ ConfigOpt = Annotated[Optional[list[str]], typer.Option("--config", help="Overri
 NoConfigOpt = Annotated[bool, typer.Option("--no-config", help="Drop the compiler settings recorded in the dump (run with torch's defaults).", rich_help_panel="Backend")]
 FailureRateOpt = Annotated[Optional[float], typer.Option("--failure-rate", min=0.001, max=1.0, help="The share of runs the failure shows on (e.g. from replay --repeat; default: the share of calls that failed at capture, else 1): each candidate runs until a sequential test decides whether it keeps the failure.")]
 SwapOpt = Annotated[Optional[list[str]], typer.Option("--swap", help="OP=REFERENCE: replace every call of custom op OP (ns::name) by a built-in reference (attention, rms_norm, ...) or your module:function (imported like --ops); repeatable.", rich_help_panel="Inputs")]
+SelfCheckOpt = Annotated[bool, typer.Option("--self-check/--no-self-check", help="Run what was written once, in a fresh sandboxed interpreter, to check that it shows the captured failure (exit 4 if not); --no-self-check skips that run.")]
 AsCapturedOpt = Annotated[bool, typer.Option("--as-captured", help="Restore the captured torch.backends flags, matmul precision, environment variables and thread counts (not versions or the device).", rich_help_panel="Backend")]
 TrustKernelsOpt = Annotated[bool, typer.Option("--trust-kernels", help="Run user Triton kernels from the source the dump recorded (code from the dump's author), in the sandboxed replay child.", rich_help_panel="Backend")]
 TrustConfigOpt = Annotated[bool, typer.Option("--trust-config", help="Restore every recorded compiler setting, strings included (they can reach a compiler's command line).", rich_help_panel="Backend")]
@@ -501,6 +502,7 @@ def minify(
     trust_backend: TrustOpt = False,
     as_captured: AsCapturedOpt = False,
     failure_rate: FailureRateOpt = None,
+    self_check: SelfCheckOpt = True,
     as_json: JsonFlag = False,
 ) -> None:
     """Shrink a failing graph to the smallest one that fails the same way; writes a dump and repro.py."""
@@ -517,7 +519,7 @@ def minify(
     result = run_minify(dump, backend, passes, options=ReplayOptions(isolate=isolate, timeout=timeout, device=device),
                         accuracy=accuracy, jobs=jobs, out=out, progress=progress, any_failure=any_failure,
                         max_queries=max_queries or None, time_budget=time_budget or None, failure_rate=failure_rate)
-    if result.saved and not result.interrupted:  # repro.py run in a fresh interpreter (a flaky failure: until it shows): exit 4 if it fails otherwise
+    if self_check and result.saved and not result.interrupted:  # repro.py run in a fresh interpreter (a flaky failure: until it shows): exit 4 if it fails otherwise
         from graphdbg.judge.rate import RateTest
 
         def check(c: object) -> object:
@@ -691,6 +693,7 @@ def export_test(
     swap: SwapOpt = None,
     ops: OpsOpt = None,
     trust_kernels: TrustKernelsOpt = False,
+    self_check: SelfCheckOpt = True,
 ) -> None:
     """Write a pytest regression test from a dump, with its data next to it; it fails while the bug is there.
 
@@ -708,7 +711,7 @@ def export_test(
         return
     with _progress(f"export-test: writing {out}"):
         path = run(d, out, backend=backend, passes=passes, trust=trust_backend)  # code the dump names: only with --trust-backend
-    if d.failure_kind in ("compile_error", "runtime_error", "crash", "accuracy"):  # run once on its own: exit 4 if it fails otherwise
+    if self_check and d.failure_kind in ("compile_error", "runtime_error", "crash", "accuracy"):  # run once on its own: exit 4 if it fails otherwise
         device = "cpu" if d.cpu_replay(None) else d.captured_device_name
         _self_checked(lambda c: c.check_exported_test(path, kind=d.failure_kind, captured=d.signature, device=device), path,
                       d.signature)

@@ -251,3 +251,22 @@ def test_a_gpu_self_check_runs_cuda_in_the_sandbox_of_a_gpu_replay(tmp_path, lis
     assert _connections(listener) == 0, check
     if landlock_abi():
         assert list(outside.iterdir()) == [], check
+
+
+RECORDS_HOW_IT_RAN = '''
+import sys
+print("REPRODUCED: started " + ("in-process" if "--in-process" in sys.argv else "as the user starts it"))
+sys.exit(1)
+'''
+
+
+def test_on_a_gpu_the_repro_runs_its_backend_in_the_sandboxed_process_unless_a_signal_was_captured(tmp_path):
+    """CUDA's driver may write only the launcher's own /proc entries under the sandbox: a child the
+    repro started would see no GPU. A captured signal keeps the child, whose death is the answer."""
+    from graphdbg.minify.self_check import check_repro
+
+    repro = tmp_path / "repro.py"
+    repro.write_text(RECORDS_HOW_IT_RAN)
+    assert check_repro(repro, device="cuda:0", captured="RuntimeError: x").line == "REPRODUCED: started in-process"
+    assert check_repro(repro, device="cuda:0", captured="Signal SIGSEGV").line == "REPRODUCED: started as the user starts it"
+    assert check_repro(repro, device="cpu", captured="RuntimeError: x").line == "REPRODUCED: started as the user starts it"

@@ -12,8 +12,6 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-import platformdirs
-
 CACHE_ENV = "GRAPHDBG_CACHE_DIR"
 
 
@@ -22,6 +20,10 @@ def cache_dir() -> Path:
     ``$XDG_CACHE_HOME/graphdbg``, else ``~/.cache/graphdbg``; on macOS ``~/Library/Caches/graphdbg``)."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
+    # imported here: the self-check's launcher (replay/sandboxed_file) imports graphdbg in the
+    # user's interpreter and must start there with the standard library alone
+    import platformdirs
+
     return Path(platformdirs.user_cache_dir("graphdbg", appauthor=False))
 
 

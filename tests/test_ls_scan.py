@@ -173,9 +173,9 @@ def test_kept_forwards_are_bounded_by_their_nodes(monkeypatch):
     try:
         for f in sorted((FIXTURES / "corpus").rglob("*.py")):
             scan_body(read_printed_source(f), str(f))
-            kept = scan._KEPT.by_key
-            nodes = sum(len(v[0]) + 1 for v in kept.values())
-            assert nodes == scan._KEPT.nodes and (nodes <= 200 or len(kept) == 1)
+            kept = scan._KEPT
+            nodes = sum(len(g.nodes) + 1 for g in kept.values())
+            assert nodes == kept.nodes and (nodes <= 200 or len(kept) == 1)
         assert len(kept) >= 2
     finally:
         scan.forget_forwards()

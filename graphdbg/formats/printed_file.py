@@ -19,7 +19,8 @@ from typing import Any
 from graphdbg.dump import Contents, Dump
 from graphdbg.errors import GraphSourceError
 from graphdbg.formats import manifest_for
-from graphdbg.formats.scan import HEADER, Undecided, devices_and_constructs, header_lines, scan_facts, scan_source, shard_rank
+from graphdbg.formats.scan import HEADER, Undecided, devices_and_constructs, scan_facts, scan_source, shard_rank
+from graphdbg.graph.printed_front import header_lines
 from graphdbg.graph.source_text import readable_source
 from graphdbg.store.safe_files import read_regular
 from graphdbg.store.specs import SymSpec, TensorSpec
@@ -193,7 +194,7 @@ def printed_from_body(path: Path, source: str, body: BodyScan, ranks: frozenset[
         return None, None, body.undecided
     if body.bad_annotations:
         return None, str(bad_annotation(body.bad_annotations, str(path))), None
-    rank = header_rank(header_lines(source, body.class_line), body.indices)
+    rank = header_rank(header_lines(source.splitlines(), body.class_line), body.indices)
     if rank is None:
         if isinstance(body.shard, str):
             return None, None, f"a rank only the input plans find ({body.shard})"

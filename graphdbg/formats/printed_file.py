@@ -8,7 +8,6 @@ and parsed into fx again only when its graph is asked for (``show``, ``replay``)
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import re
@@ -53,22 +52,13 @@ def printed_dump(path: Path, manifest: dict[str, Any], ranks: frozenset[int] | N
 
 def _world_size(path: Path, rank: int, ranks: frozenset[int] | None = None) -> int:
     # Printed files don't say; the rank files next to this one do (rank0_*.py ... rank7_*.py):
-    # ``ranks`` where the caller's walk found them, else the folder is listed once per change,
-    # not once per file (ls of 3,200 files was quadratic).
+    # ``ranks`` where the caller's walk found them (ls), else the folder is listed.
     if ranks is None:
         try:
-            ranks = _folder_ranks(str(path.parent), path.parent.stat().st_mtime_ns)
+            ranks = frozenset(int(m[1]) for name in os.listdir(path.parent) if (m := RANK_FILE.match(name)))
         except OSError:
             ranks = frozenset()
     return max([rank, *ranks]) + 1
-
-
-@functools.lru_cache(maxsize=64)
-def _folder_ranks(folder: str, mtime_ns: int) -> frozenset[int]:
-    try:
-        return frozenset(int(m[1]) for name in os.listdir(folder) if (m := RANK_FILE.match(name)))
-    except OSError:
-        return frozenset()
 
 
 def read_printed_source(path: Path) -> str:

@@ -29,7 +29,7 @@ import json
 import keyword
 import os
 import re
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -183,7 +183,9 @@ class Scan:
         graphs of a model share parts) are that reading's, where it raised no doubt."""
         key = self._forward_key(fn)
         read = _KEPT.get(key) if key is not None else None
-        if read is None:
+        if read is not None:
+            _KEPT.move_to_end(key)  # type: ignore[arg-type]
+        else:
             doubts, bad = self.doubts, len(self.bad_annotations)
             read = _Forward(self, fn, nested).read()
             if key is not None and self.doubts == doubts and len(self.bad_annotations) == bad:
@@ -230,20 +232,21 @@ def sharing() -> bool:
 
 
 _OTHER_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
-# Forwards kept for later files (the ranks of one graph are a few hundred forwards apart), all
-# let go past this many nodes (a kept node is ~1 KiB: the corpus's 137 distinct forwards hold 2,736)
+# Forwards kept for later files (the ranks of one graph are a few hundred forwards apart), the
+# least recently read let go past this many nodes (a kept node is ~1 KiB: the corpus's 137 distinct forwards hold 2,736)
 _NODES_KEPT = 4096
 
 
-class _KeptForwards(dict):
-    """The forwards read so far (``ScannedGraph`` each, without submodules), by ``_forward_key``."""
+class _KeptForwards(OrderedDict):
+    """The forwards read so far (``ScannedGraph`` each, without submodules), by ``_forward_key``,
+    the least recently read first."""
     nodes = 0
 
     def keep(self, key: tuple[NameTable, bytes], graph: ScannedGraph) -> None:
-        if self.nodes + len(graph.nodes) + 1 > _NODES_KEPT:
-            self.forget()
         self[key] = graph
         self.nodes += len(graph.nodes) + 1
+        while self.nodes > _NODES_KEPT and len(self) > 1:
+            self.nodes -= len(self.popitem(last=False)[1].nodes) + 1
 
     def forget(self) -> None:
         self.clear()
@@ -423,41 +426,60 @@ def _flat(value: Any) -> list[Any]:
 
 # Facts ------------------------------------------------------------------------------------
 
-def _forms(value: Any, literals: list[Any]) -> tuple[Any, Any]:
-    """``value`` as graph_hash spells it, and as the group hash does (integer literals and device
-    indices masked, and appended to ``literals`` in order)."""
+def _canon(value: Any) -> Any:
+    """``value`` as graph_hash spells it."""
     t = type(value)  # exact types: the values are the AST's constants, containers and the classes above
     if t is Ref:
-        return f"%{value.index}", f"%{value.index}"
+        return f"%{value.index}"
+    if t is str or t is int or t is bool or value is None:
+        return value
+    if t is tuple or t is list:
+        return [t.__name__, [_canon(v) for v in value]]
+    if t is dict:
+        return ["dict", [[str(k), _canon(v)] for k, v in value.items()]]
+    if t is slice:
+        return ["slice", _canon(value.start), _canon(value.stop), _canon(value.step)]
+    if t is float or t is complex:
+        return repr(value)
+    if t is Device:
+        return f"device:{value}"
+    return f"@{value.path}" if t is DottedName else t.__name__
+
+
+def _masked(value: Any, literals: list[Any]) -> Any:
+    """``value`` as the group hash spells it: integer literals and device indices masked, and
+    appended to ``literals`` in order."""
+    t = type(value)  # exact types, as in _canon
+    if t is Ref:
+        return f"%{value.index}"
     if t is str or t is bool or value is None:
-        return value, value
+        return value
     if t is int:
         literals.append(value)
-        return value, "#"
+        return "#"
     if t is tuple or t is list:
-        pairs = [_forms(v, literals) for v in value]
-        return [t.__name__, [c for c, _ in pairs]], [m for _, m in pairs]
-    if t is dict:
-        items = [(str(k), *_forms(v, literals)) for k, v in value.items()]
-        return ["dict", [[k, c] for k, c, _ in items]], [[k, m] for k, _, m in items]
-    if t is slice:
-        (a, ma), (b, mb), (c, mc) = (_forms(v, literals) for v in (value.start, value.stop, value.step))
-        return ["slice", a, b, c], ["slice", ma, mb, mc]
-    if t is float or t is complex:
-        return repr(value), repr(value)
+        return [_masked(v, literals) for v in value]
     if t is Device:
-        literals += [value.index] if value.index is not None else []
-        return f"device:{value}", f"device:{value.type}"
-    return (f"@{value.path}", value.path) if t is DottedName else (t.__name__, t.__name__)
+        if value.index is not None:
+            literals.append(value.index)
+        return f"device:{value.type}"
+    if t is dict:
+        return [[str(k), _masked(v, literals)] for k, v in value.items()]
+    if t is slice:
+        return ["slice", _masked(value.start, literals), _masked(value.stop, literals), _masked(value.step, literals)]
+    if t is float or t is complex:
+        return repr(value)
+    return value.path if t is DottedName else t.__name__
 
 
 def _own_facts(nodes: list[Node], devices: bool) -> Own:
     """A forward's own facts (``devices``: whether any argument is a device, else none is looked for)."""
     rows, masked, literals, indices, found = [], [], [], set(), {}
     for n in nodes:
-        (args, masked_args), (kwargs, masked_kwargs) = _forms(n.args, literals), _forms(n.kwargs, literals)
-        rows.append([n.op, n.target, n.annotation or "", args, kwargs] if n.op == "placeholder" else [n.op, n.target, args, kwargs])
-        masked.append([n.op, n.target if n.op not in ("placeholder", "output") else n.op, masked_args, masked_kwargs, n.annotation])
+        rows.append([n.op, n.target, n.annotation or "", _canon(n.args), _canon(n.kwargs)] if n.op == "placeholder" else
+                    [n.op, n.target, _canon(n.args), _canon(n.kwargs)])
+        masked.append([n.op, n.target if n.op not in ("placeholder", "output") else n.op, _masked(n.args, literals),
+                       _masked(n.kwargs, literals), n.annotation])
         if n.op not in ("call_function", "call_method"):
             continue
         values = _flat((n.args, n.kwargs)) if devices else ()

@@ -55,7 +55,7 @@ _HEADS = ["# Rank: 3, Graph 7\n\n", "\n\n", "# Rank: 1, Graph 2\n# class Old(tor
 
 
 def test_files_that_differ_only_above_their_class_are_scanned_once_each_listed_as_itself(tmp_path, monkeypatch):
-    """ls scans each distinct body once (printed_file.head_and_key): files whose texts differ only in
+    """ls scans each distinct body once (printed_file.body_key): files whose texts differ only in
     the comments above the class (another rank's header, none at all, more comments) are each
     listed with their own rank, graph number and world size, as the full reader lists them one
     by one; bodies the scan can't decide, or whose annotations are

@@ -124,7 +124,7 @@ def printed_manifest(path: Path, facts: dict[str, Any], *, rank: tuple[int, str,
 @dataclass
 class BodyScan:
     """What a scan finds in a printed graph apart from the comments above its class: the same
-    for every file whose text differs only there (``head_and_key``), as the ranks of one
+    for every file whose text differs only there (``body_key``), as the ranks of one
     tensor-parallel model print one graph under their own ``# Rank: R, Graph G``. ``ls`` scans
     each distinct body once and makes each file's manifest from it (``printed_from_body``)."""
     undecided: str | None = None
@@ -144,14 +144,13 @@ _CLASS_LINE = re.compile(r"^class[ \t(:]", re.M)
 _COMMENT_LINE = re.compile(r"^[ \t]*#[^\n\r\x00\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]*$", re.M)
 
 
-def head_and_key(source: str) -> tuple[str, str]:
-    """The text above the first top-level ``class`` line (where a header is, mostly), and the
-    body's key: the same for two texts (through ``readable_source``) whose scans differ at most
-    in their headers, the text with the comment lines above that line blanked (line numbers
-    kept), hashed."""
+def body_key(source: str) -> str:
+    """The same for two texts (through ``readable_source``) whose scans differ at most in their
+    headers: the text with the comment lines above its first top-level ``class`` line blanked
+    (line numbers kept), hashed."""
     m = _CLASS_LINE.search(source)
     head = source[: m.start()] if m else ""
-    return head, hashlib.sha256(_COMMENT_LINE.sub("", head).encode() + source[len(head):].encode()).hexdigest()
+    return hashlib.sha256(_COMMENT_LINE.sub("", head).encode() + source[len(head):].encode()).hexdigest()
 
 
 def scan_body(source: str, filename: str) -> BodyScan:
@@ -177,7 +176,7 @@ def scan_body(source: str, filename: str) -> BodyScan:
 def printed_from_body(path: Path, source: str, body: BodyScan, ranks: frozenset[int] | None = None
                       ) -> tuple[dict[str, Any] | None, str | None, str | None]:
     """``(manifest, error, undecided)`` of the file at ``path`` with text ``source``, whose body was
-    scanned (from this file or one with the same key, ``head_and_key``): the manifest, or the
+    scanned (from this file or one with the same key, ``body_key``): the manifest, or the
     one-line error the full reader would give, or (``undecided``) why only the full reader can
     say. ``ranks``: the rank files' ranks in its folder, where the caller's walk found them."""
     if body.undecided is not None:

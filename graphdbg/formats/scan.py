@@ -3,8 +3,8 @@ statements ``graph/parser.py`` turns into fx nodes, node for node (the front end
 ``graph/printed_front.py``), keeping what ``graphdbg ls`` lists: the nodes, the graph's hash and
 its hash with integer literals masked (the group hash; the masked literals in order are
 ``rank_literals``), the device indices it bakes in, the constructs replay stands in for, the
-placeholders' annotations and the header above the class. Names are judged by ``names_table``
-(made with torch, by the full reader's own rules). Nothing is executed.
+placeholders' annotations and the line its class starts on (the header is above it). Names are
+judged by ``names_table`` (made with torch, by the full reader's own rules). Nothing is executed.
 
 The hashes are this module's whoever reads the file (``load_printed_graph`` takes them from
 ``scan_facts`` too), so ``ls`` and ``show`` agree by construction: the targets as the file spells

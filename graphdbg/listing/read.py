@@ -16,7 +16,7 @@ from graphdbg.dump import Dump
 from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.formats import load
 from graphdbg.formats.dump_folder import DumpFolder
-from graphdbg.formats.printed_file import BodyScan, head_and_key, printed_dump, printed_from_body, read_printed_source, scan_body
+from graphdbg.formats.printed_file import BodyScan, body_key, printed_dump, printed_from_body, read_printed_source, scan_body
 from graphdbg.formats.scan import forget_forwards, sharing
 from graphdbg.formats.sniff import looks_like_printed_graph, may_be_torch_repro
 from graphdbg.judge.fatal_signal import resolve_crash
@@ -106,7 +106,7 @@ def _scanned(f: str, path: Path, ranks: frozenset[int] | None, bodies: OrderedDi
         source = read_printed_source(path)
     except GraphdbgError as e:
         return None, str(e)
-    key = head_and_key(source)[1]
+    key = body_key(source)
     body = bodies.get(key)
     if body is None:
         try:

@@ -476,8 +476,8 @@ def _own_facts(nodes: list[Node], devices: bool) -> Own:
     """A forward's own facts (``devices``: whether any argument is a device, else none is looked for)."""
     rows, masked, literals, indices, found = [], [], [], set(), {}
     for n in nodes:
-        rows.append([n.op, n.target, n.annotation or "", _canon(n.args), _canon(n.kwargs)] if n.op == "placeholder" else
-                    [n.op, n.target, _canon(n.args), _canon(n.kwargs)])
+        rows.append(repr([n.op, n.target, n.annotation or "", _canon(n.args), _canon(n.kwargs)] if n.op == "placeholder" else
+                         [n.op, n.target, _canon(n.args), _canon(n.kwargs)]))  # as text: no row outlives its node's turn
         masked.append([n.op, n.target if n.op not in ("placeholder", "output") else n.op, _masked(n.args, literals),
                        _masked(n.kwargs, literals), n.annotation])
         if n.op not in ("call_function", "call_method"):
@@ -496,7 +496,7 @@ def _own_facts(nodes: list[Node], devices: bool) -> Own:
             found.setdefault(n.construct)
         elif any(isinstance(v, Device) and v.type == "cuda" for v in values):
             found.setdefault("device(type='cuda')")
-    digest = hashlib.sha256("".join(map(repr, rows)).encode())  # as one update per node
+    digest = hashlib.sha256("".join(rows).encode())  # as one update per node
     return Own(digest, masked, literals, indices, list(found))
 
 

@@ -233,7 +233,7 @@ def sharing() -> bool:
 
 _OTHER_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 # Forwards kept for later files (the ranks of one graph are a few hundred forwards apart), the
-# least recently read let go past this many nodes (a kept node is ~1 KiB: the corpus's 137 distinct forwards hold 2,736)
+# least recently read let go past this many nodes (docs/benchmarks.md: what they cost, what they save)
 _NODES_KEPT = 4096
 
 

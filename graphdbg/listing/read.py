@@ -64,10 +64,8 @@ def sort_python_files(files: list[str], cache: FileCache, full: bool = False) ->
 
 def read_printed_graphs(printed: list[Printed], ranks: dict[str, frozenset[int]] | None, cache: FileCache,
                         full: bool = False) -> Iterator[Answer]:
-    """Each printed graph, in order; ``ranks``: the walk's, else each folder is listed. ``full``:
-    through the full reader (tests compare the two). One process: worker processes each scanned
-    the bodies and forwards they shared again (15-25% more CPU at 8x renamed copies, no wall time
-    gained on the 2-core machine; docs/benchmarks.md)."""
+    """Each printed graph, in order, in this process (docs/benchmarks.md says why); ``ranks``: the
+    walk's, else each folder is listed. ``full``: through the full reader (tests compare the two)."""
     bodies: OrderedDict[str, BodyScan] = OrderedDict()
     try:
         for f, path, key, kept in printed:

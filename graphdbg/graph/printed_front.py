@@ -6,10 +6,11 @@ as records, names judged by a table made with torch). A statement shape taught h
 to both.
 
 ``graph_class`` and ``class_parts`` recognise the module around the forward (its one class,
-the imports and docstrings beside it) for both. A consumer subclasses ``Forward`` and says what a node is (``create``), what a dotted name
-calls (``call_function``) or is as a value (``path_value``, ``name_value``), what the literals
-``slice(...)`` and ``device(...)`` are, and how an annotation is kept (``annotate``). What the
-front end can't recognise is ``Unsupported``, with the message and the place.
+the imports and docstrings beside it, the class's body) for both. A consumer subclasses
+``Forward`` and says what a node is (``create``), what a dotted name calls (``call_function``)
+or is as a value (``path_value``, ``name_value``), what the literals ``slice(...)`` and
+``device(...)`` are, and how an annotation is kept (``annotate``). What the front end can't
+recognise is ``Unsupported``, with the message and the place.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ _HEADS = ["# Rank: 3, Graph 7\n\n", "\n\n", "# Rank: 1, Graph 2\n# class Old(tor
 
 
 def test_files_that_differ_only_above_their_class_are_scanned_once_each_listed_as_itself(tmp_path, monkeypatch):
-    """ls scans each distinct body once (printed_file.head_and_key): files whose texts differ only in
+    """ls scans each distinct body once (printed_file.body_key): files whose texts differ only in
     the comments above the class (another rank's header, none at all, more comments) are each
     listed with their own rank, graph number and world size, as the full reader lists them one
     by one; bodies the scan can't decide, or whose annotations are
@@ -173,9 +173,9 @@ def test_kept_forwards_are_bounded_by_their_nodes(monkeypatch):
     try:
         for f in sorted((FIXTURES / "corpus").rglob("*.py")):
             scan_body(read_printed_source(f), str(f))
-            kept = scan._KEPT.by_key
-            nodes = sum(len(v[0]) + 1 for v in kept.values())
-            assert nodes == scan._KEPT.nodes and (nodes <= 200 or len(kept) == 1)
+            kept = scan._KEPT
+            nodes = sum(len(g.nodes) + 1 for g in kept.values())
+            assert nodes == kept.nodes and (nodes <= 200 or len(kept) == 1)
         assert len(kept) >= 2
     finally:
         scan.forget_forwards()
@@ -251,3 +251,38 @@ def test_shapes_the_front_end_refuses_are_one_line_problems_from_both_readers(tm
     problems = {Path(p["path"]).stem: p["error"] for p in _same(tmp_path)["problems"]}
     assert "dict keys must be constants" in problems["dict_key"] and problems["dict_key"].endswith(":3: dict keys must be constants in `{[1]: 2}`")
     assert "unsupported */** arguments" in problems["starred"] and "statement after return" in problems["after_return"]
+
+
+# Shapes around the forward that no printed graph has: each reader refuses them with the front end's words.
+_MODULES = {
+    "an import": "import os\n" + PLAIN,
+    "a relative import": "from . import graphs\n" + PLAIN,
+    "code beside the class": PLAIN + "x = GraphModule()\n",
+    "two classes": PLAIN + PLAIN.replace("GraphModule", "Other"),
+    "no class": "import torch\n",
+    "a decorated class": "@dataclass\n" + PLAIN,
+    "not a Module": PLAIN.replace("(torch.nn.Module)", "(object)"),
+    "a method besides forward": PLAIN.replace("    def forward", "    def helper(self):\n        return 1\n    def forward"),
+    "no forward": "class GraphModule(torch.nn.Module):\n    pass\n",
+    "a decorated forward": PLAIN.replace("    def forward", "    @staticmethod\n    def forward"),
+}
+
+
+def test_the_scan_and_the_full_reader_refuse_a_module_in_the_same_words():
+    """The module around the forward (its one class, the imports beside it, the class's body) is
+    recognised once (graph/printed_front.py): the scan doubts what the parser refuses, with its
+    message; a well-formed file with `from __future__` and torch imports reads in both."""
+    import pytest
+
+    from graphdbg.errors import GraphSourceError
+    from graphdbg.formats.scan import Undecided, scan_source
+    from graphdbg.graph.parser import parse_printed_graph
+
+    for what, text in _MODULES.items():
+        with pytest.raises(GraphSourceError) as full:
+            parse_printed_graph(text)
+        with pytest.raises(Undecided) as scanned:
+            scan_source(text, "g.py")
+        assert str(scanned.value) in str(full.value), (what, str(full.value), str(scanned.value))
+    fine = "from __future__ import annotations\nimport torch\nfrom torch import nn\n'''a docstring'''\n" + PLAIN
+    assert scan_source(fine, "g.py").nodes == len(parse_printed_graph(fine).graph.nodes) == 3

@@ -8,7 +8,6 @@ and parsed into fx again only when its graph is asked for (``show``, ``replay``)
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import re
@@ -19,7 +18,8 @@ from typing import Any
 from graphdbg.dump import Contents, Dump
 from graphdbg.errors import GraphSourceError
 from graphdbg.formats import manifest_for
-from graphdbg.formats.scan import HEADER, Undecided, devices_and_constructs, header_lines, scan_facts, scan_source, shard_rank
+from graphdbg.formats.scan import HEADER, Undecided, devices_and_constructs, scan_facts, scan_source, shard_rank
+from graphdbg.graph.printed_front import header_lines
 from graphdbg.graph.source_text import readable_source
 from graphdbg.store.safe_files import read_regular
 from graphdbg.store.specs import SymSpec, TensorSpec
@@ -52,22 +52,13 @@ def printed_dump(path: Path, manifest: dict[str, Any], ranks: frozenset[int] | N
 
 def _world_size(path: Path, rank: int, ranks: frozenset[int] | None = None) -> int:
     # Printed files don't say; the rank files next to this one do (rank0_*.py ... rank7_*.py):
-    # ``ranks`` where the caller's walk found them, else the folder is listed once per change,
-    # not once per file (ls of 3,200 files was quadratic).
+    # ``ranks`` where the caller's walk found them (ls), else the folder is listed.
     if ranks is None:
         try:
-            ranks = _folder_ranks(str(path.parent), path.parent.stat().st_mtime_ns)
+            ranks = frozenset(int(m[1]) for name in os.listdir(path.parent) if (m := RANK_FILE.match(name)))
         except OSError:
             ranks = frozenset()
     return max([rank, *ranks]) + 1
-
-
-@functools.lru_cache(maxsize=64)
-def _folder_ranks(folder: str, mtime_ns: int) -> frozenset[int]:
-    try:
-        return frozenset(int(m[1]) for name in os.listdir(folder) if (m := RANK_FILE.match(name)))
-    except OSError:
-        return frozenset()
 
 
 def read_printed_source(path: Path) -> str:
@@ -133,7 +124,7 @@ def printed_manifest(path: Path, facts: dict[str, Any], *, rank: tuple[int, str,
 @dataclass
 class BodyScan:
     """What a scan finds in a printed graph apart from the comments above its class: the same
-    for every file whose text differs only there (``head_and_key``), as the ranks of one
+    for every file whose text differs only there (``body_key``), as the ranks of one
     tensor-parallel model print one graph under their own ``# Rank: R, Graph G``. ``ls`` scans
     each distinct body once and makes each file's manifest from it (``printed_from_body``)."""
     undecided: str | None = None
@@ -153,14 +144,13 @@ _CLASS_LINE = re.compile(r"^class[ \t(:]", re.M)
 _COMMENT_LINE = re.compile(r"^[ \t]*#[^\n\r\x00\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]*$", re.M)
 
 
-def head_and_key(source: str) -> tuple[str, str]:
-    """The text above the first top-level ``class`` line (where a header is, mostly), and the
-    body's key: the same for two texts (through ``readable_source``) whose scans differ at most
-    in their headers, the text with the comment lines above that line blanked (line numbers
-    kept), hashed."""
+def body_key(source: str) -> str:
+    """The same for two texts (through ``readable_source``) whose scans differ at most in their
+    headers: the text with the comment lines above its first top-level ``class`` line blanked
+    (line numbers kept), hashed."""
     m = _CLASS_LINE.search(source)
     head = source[: m.start()] if m else ""
-    return head, hashlib.sha256(_COMMENT_LINE.sub("", head).encode() + source[len(head):].encode()).hexdigest()
+    return hashlib.sha256(_COMMENT_LINE.sub("", head).encode() + source[len(head):].encode()).hexdigest()
 
 
 def scan_body(source: str, filename: str) -> BodyScan:
@@ -186,14 +176,14 @@ def scan_body(source: str, filename: str) -> BodyScan:
 def printed_from_body(path: Path, source: str, body: BodyScan, ranks: frozenset[int] | None = None
                       ) -> tuple[dict[str, Any] | None, str | None, str | None]:
     """``(manifest, error, undecided)`` of the file at ``path`` with text ``source``, whose body was
-    scanned (from this file or one with the same key, ``head_and_key``): the manifest, or the
+    scanned (from this file or one with the same key, ``body_key``): the manifest, or the
     one-line error the full reader would give, or (``undecided``) why only the full reader can
     say. ``ranks``: the rank files' ranks in its folder, where the caller's walk found them."""
     if body.undecided is not None:
         return None, None, body.undecided
     if body.bad_annotations:
         return None, str(bad_annotation(body.bad_annotations, str(path))), None
-    rank = header_rank(header_lines(source, body.class_line), body.indices)
+    rank = header_rank(header_lines(source.splitlines(), body.class_line), body.indices)
     if rank is None:
         if isinstance(body.shard, str):
             return None, None, f"a rank only the input plans find ({body.shard})"

@@ -3,8 +3,8 @@ statements ``graph/parser.py`` turns into fx nodes, node for node (the front end
 ``graph/printed_front.py``), keeping what ``graphdbg ls`` lists: the nodes, the graph's hash and
 its hash with integer literals masked (the group hash; the masked literals in order are
 ``rank_literals``), the device indices it bakes in, the constructs replay stands in for, the
-placeholders' annotations and the header above the class. Names are judged by ``names_table``
-(made with torch, by the full reader's own rules). Nothing is executed.
+placeholders' annotations and the line its class starts on (the header is above it). Names are
+judged by ``names_table`` (made with torch, by the full reader's own rules). Nothing is executed.
 
 The hashes are this module's whoever reads the file (``load_printed_graph`` takes them from
 ``scan_facts`` too), so ``ls`` and ``show`` agree by construction: the targets as the file spells
@@ -31,15 +31,13 @@ import os
 import re
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from graphdbg.formats.names_table import NameTable, names
-from graphdbg.graph.printed_front import NO_DEFAULT, Forward, Unsupported, annotation_text
-from graphdbg.graph.source_text import dotted_name
+from graphdbg.graph.printed_front import NO_DEFAULT, Forward, Unsupported, annotation_text, class_parts, graph_class
 from graphdbg.store.specs import parse_annotation
 
 HEADER = re.compile(r"#\s*Rank:\s*(\d+),\s*Graph\s*(\d+)")
-_ROOTS = ("torch", "operator", "_operator", "math")
 _RANGE_TESTS = {"ge", "gt", "lt", "le"}  # rebuild/synthesize._COMPARE: how a vocab shard's range is tested
 _CUDA_INDEX_CALLS = ("torch._C._cuda_exchangeDevice", "torch.cuda.get_device_capability")
 
@@ -63,8 +61,7 @@ class _Namespace:
         match = _NAME.match(candidate)
         if match is None:
             candidate = _ILLEGAL_CHARS.sub("_", candidate) or "_unnamed"
-            if candidate[0].isdigit():
-                candidate = f"_{candidate}"
+            candidate = f"_{candidate}" if candidate[0].isdigit() else candidate
             match = _NAME.match(candidate)
         base, num_text = match.group(1, 2)  # type: ignore[union-attr]
         if num_text is None or candidate in self.used:
@@ -127,14 +124,20 @@ class Node:
     fn: str = ""  # what a call_function calls, by __name__ (an op by its name)
 
 
+class Own(NamedTuple):
+    """The facts of one forward's own nodes (``_own_facts``): made once per forward text."""
+    digest: Any  # graph_hash's sha256 over the nodes
+    masked: list[list[Any]]  # the group hash's rows: the nodes with integer literals masked
+    literals: list[Any]  # those literals, in order
+    indices: set[int]  # cuda device indices baked in
+    constructs: list[str]  # what replay stands in for
+
+
 @dataclass
 class ScannedGraph:
     nodes: list[Node] = field(default_factory=list)
+    own: Own | None = None
     submodules: dict[str, ScannedGraph] = field(default_factory=dict)
-    devices: bool = False  # whether any argument is a device literal or a "cuda:N" string
-    # facts of its own nodes, made once, and shared
-    # with the graphs of the same forward text (Scan.read_forward)
-    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def graphs(self) -> list[ScannedGraph]:
         out = [self]
@@ -144,9 +147,10 @@ class ScannedGraph:
 
 
 class Scan:
-    """One printed graph file, scanned (``scan_source``): its ``graph``, the comment lines above its
-    class (``header``), the annotations that don't read as specs (``(text, line)`` each), and
-    ``undecided``: why only the full reader can say what the listing shows, or None."""
+    """One printed graph file, scanned (``scan_source``): its ``graph``, its class's first line
+    (``class_line``: the header is above it), the annotations that don't read as specs
+    (``(text, line)`` each), and ``undecided``: why only the full reader can say what the listing
+    shows, or None."""
 
     def __init__(self, source: str) -> None:
         table = names()  # none for this torch: every name doubted, the facts the full reader takes still made
@@ -156,7 +160,7 @@ class Scan:
         self.doubts = 0
         # the file's lines, where they are the lines the parser numbered (no other line break)
         self.lines = source.split("\n") if sharing() and not _OTHER_BREAKS.search(source) else None
-        self.graph, self.header, self.class_line = ScannedGraph(), [], 0  # class_line: the graph class's first line
+        self.graph, self.class_line = ScannedGraph(), 0
 
     @property
     def nodes(self) -> int:
@@ -168,22 +172,9 @@ class Scan:
             self.undecided = why
 
     def read_class(self, cls: ast.ClassDef) -> ScannedGraph:
-        if cls.decorator_list or cls.keywords or not any(dotted_name(b) and dotted_name(b).endswith("Module") for b in cls.bases):
-            raise Undecided(f"class {cls.name} is not a plain torch.nn.Module")
-        forward, nested = None, {}
-        for stmt in cls.body:
-            if isinstance(stmt, ast.FunctionDef) and stmt.name == "forward":
-                forward = stmt
-            elif isinstance(stmt, ast.ClassDef):
-                nested[stmt.name] = stmt
-            elif not (isinstance(stmt, ast.Pass) or (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant))):
-                raise Undecided(f"unexpected statement in class {cls.name}")
-        if forward is None or forward.decorator_list or (
-                forward.returns is not None and not isinstance(forward.returns, (ast.Constant, ast.Name, ast.Attribute))):
-            raise Undecided(f"class {cls.name} has no plain forward")
-        subs = {name: self.read_class(c) for name, c in nested.items()}
+        forward, nested, _ = class_parts(cls)
         graph = self.read_forward(forward, set(nested))
-        graph.submodules = subs
+        graph.submodules = {name: self.read_class(c) for name, c in nested.items()}
         return graph
 
     def read_forward(self, fn: ast.FunctionDef, nested: set[str]) -> ScannedGraph:
@@ -191,29 +182,28 @@ class Scan:
         Thunder prints each part twice, as ``thunder_N`` and its ``_model``, and the ranks and
         graphs of a model share parts) are that reading's, where it raised no doubt."""
         key = self._forward_key(fn)
-        if key is not None and (hit := _KEPT.get(self.table, key)) is not None:
-            return ScannedGraph(nodes=list(hit[0]), devices=hit[1], memo=hit[2])
-        doubts, bad = self.doubts, len(self.bad_annotations)
-        graph = _Forward(self, fn, nested).read()
-        if key is not None and self.doubts == doubts and len(self.bad_annotations) == bad:
-            _KEPT.keep(key, graph)
-        return graph
+        read = _KEPT.get(key) if key is not None else None
+        if read is not None:
+            _KEPT.move_to_end(key)  # type: ignore[arg-type]
+        else:
+            doubts, bad = self.doubts, len(self.bad_annotations)
+            read = _Forward(self, fn, nested).read()
+            if key is not None and self.doubts == doubts and len(self.bad_annotations) == bad:
+                _KEPT.keep(key, read)
+        return ScannedGraph(read.nodes, read.own)
 
-    def _forward_key(self, fn: ast.FunctionDef) -> bytes | None:
-        """The forward's lines with its indentation taken off, where no token spans lines
-        (no triple-quoted string, no backslash continuation), hashed: the same text is the same walk."""
+    def _forward_key(self, fn: ast.FunctionDef) -> tuple[NameTable, bytes] | None:
+        """The forward's lines with its indentation taken off, where every line has it and no
+        token spans lines (no triple-quoted string, no backslash continuation), hashed: the
+        same text is the same walk (with the same names table)."""
         if self.lines is None or fn.end_lineno is None:
             return None
         block = self.lines[fn.lineno - 1: fn.end_lineno]
         text = "\n" + "\n".join(block) + "\n"
-        if '"""' in text or "'''" in text or "\\\n" in text:
-            return None
         indent = "\n" + " " * fn.col_offset
-        if text.count(indent) == len(block):  # every line indented (as a rule): one replace
-            return hashlib.blake2b(text.replace(indent, "\n")[1:-1].encode("utf-8", "surrogatepass"), digest_size=16).digest()
-        pad = fn.col_offset
-        out = [line[pad:] if line.startswith(indent[1:]) else "\0" + line for line in block]  # a line less indented: as it is
-        return hashlib.blake2b("\n".join(out).encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        if '"""' in text or "'''" in text or "\\\n" in text or text.count(indent) != len(block):
+            return None
+        return self.table, hashlib.blake2b(text.replace(indent, "\n")[1:-1].encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 def scan_source(source: str, filename: str) -> Scan:
@@ -224,28 +214,13 @@ def scan_source(source: str, filename: str) -> Scan:
         tree = ast.parse(source, filename=filename)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         raise Undecided(f"not parsed ({type(e).__name__})") from None
-    classes = []
-    for stmt in tree.body:
-        if isinstance(stmt, ast.ClassDef):
-            classes.append(stmt)
-        elif isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__" and not stmt.level:
-            continue
-        elif isinstance(stmt, ast.Import) and all(a.name.split(".")[0] in _ROOTS for a in stmt.names):
-            continue
-        elif isinstance(stmt, ast.ImportFrom) and not stmt.level and (stmt.module or "").split(".")[0] in _ROOTS:
-            continue
-        elif not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)):
-            raise Undecided("a statement outside the graph class")
-    if len(classes) != 1:
-        raise Undecided("not exactly one class")
     scan = Scan(source)
-    scan.graph, scan.header, scan.class_line = scan.read_class(classes[0]), header_lines(source, classes[0].lineno), classes[0].lineno
+    try:
+        cls = graph_class(tree)
+        scan.graph, scan.class_line = scan.read_class(cls), cls.lineno
+    except Unsupported as e:
+        raise Undecided(e.message) from None
     return scan
-
-
-def header_lines(source: str, class_line: int) -> list[str]:
-    """The comment lines above the graph class (``# Rank: R, Graph G``), stripped."""
-    return [ln.strip() for ln in source.splitlines()[: class_line - 1] if ln.strip().startswith("#")]
 
 
 SHARE_ENV = "GRAPHDBG_LS_SHARE"  # "0": every file and forward scanned on its own (to compare, to measure)
@@ -257,35 +232,25 @@ def sharing() -> bool:
 
 
 _OTHER_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
-# Forwards kept for later files (the ranks of one graph are a few hundred forwards apart), and
-# their nodes (a kept node is ~1 KiB: the corpus's 137 distinct forwards hold 2,736)
-_FORWARDS_KEPT = 1024
+# Forwards kept for later files (the ranks of one graph are a few hundred forwards apart), the
+# least recently read let go past this many nodes (docs/benchmarks.md: what they cost, what they save)
 _NODES_KEPT = 4096
 
 
-class _KeptForwards:
-    """The forwards read so far, by their text's hash: ``(nodes, devices, memo)`` each, read with
-    ``table``; the oldest let go past ``_FORWARDS_KEPT`` of them or ``_NODES_KEPT`` nodes."""
+class _KeptForwards(OrderedDict):
+    """The forwards read so far (``ScannedGraph`` each, without submodules), by ``_forward_key``,
+    the least recently read first."""
+    nodes = 0
 
-    def __init__(self) -> None:
-        self.forget()
-
-    def forget(self, table: NameTable | None = None) -> None:
-        self.table, self.by_key, self.nodes = table, OrderedDict(), 0
-
-    def get(self, table: NameTable | None, key: bytes) -> tuple[tuple[Node, ...], bool, dict[str, Any]] | None:
-        if self.table is not table:  # another table (a test's): what was read with the old one goes
-            self.forget(table)
-        hit = self.by_key.get(key)
-        if hit is not None:
-            self.by_key.move_to_end(key)
-        return hit
-
-    def keep(self, key: bytes, graph: ScannedGraph) -> None:
-        self.by_key[key] = (tuple(graph.nodes), graph.devices, graph.memo)
+    def keep(self, key: tuple[NameTable, bytes], graph: ScannedGraph) -> None:
+        self[key] = graph
         self.nodes += len(graph.nodes) + 1
-        while len(self.by_key) > _FORWARDS_KEPT or (self.nodes > _NODES_KEPT and len(self.by_key) > 1):
-            self.nodes -= len(self.by_key.popitem(last=False)[1][0]) + 1
+        while self.nodes > _NODES_KEPT and len(self) > 1:
+            self.nodes -= len(self.popitem(last=False)[1].nodes) + 1
+
+    def forget(self) -> None:
+        self.clear()
+        self.nodes = 0
 
 
 _KEPT = _KeptForwards()
@@ -308,12 +273,11 @@ class _Forward(Forward):
         self.w, self.nested = walker, nested
         self.graph = ScannedGraph()
         self.names = _Namespace()
+        self.devices = False  # whether any argument is a device literal or a "cuda:N" string
 
     def read(self) -> ScannedGraph:  # type: ignore[override]
-        try:
-            super().read()
-        except Unsupported as e:
-            raise Undecided(e.message) from None
+        super().read()
+        self.graph.own = _own_facts(self.graph.nodes, self.devices)
         return self.graph
 
     def add(self, op: str, target: str, args: tuple, kwargs: dict | None = None, construct: str | None = None,
@@ -399,7 +363,7 @@ class _Forward(Forward):
 
     def value(self, expr: ast.expr) -> Any:
         if type(expr) is ast.Constant and isinstance(expr.value, str) and expr.value.startswith("cuda:"):
-            self.graph.devices = True
+            self.devices = True
         return super().value(expr)
 
     def path_value(self, path: str, at: ast.AST, refused: str = "r") -> DottedName:
@@ -416,7 +380,7 @@ class _Forward(Forward):
             if kwargs or not 1 <= len(args) <= 3:
                 raise Undecided("a slice literal")
             return slice(*args)
-        self.graph.devices = True
+        self.devices = True
         return _device(args, kwargs)
 
 
@@ -463,6 +427,7 @@ def _flat(value: Any) -> list[Any]:
 # Facts ------------------------------------------------------------------------------------
 
 def _canon(value: Any) -> Any:
+    """``value`` as graph_hash spells it."""
     t = type(value)  # exact types: the values are the AST's constants, containers and the classes above
     if t is Ref:
         return f"%{value.index}"
@@ -481,54 +446,9 @@ def _canon(value: Any) -> Any:
     return f"@{value.path}" if t is DottedName else t.__name__
 
 
-def graph_hash(graph: ScannedGraph) -> str:
-    """sha256 over each node's op, target (as written), placeholder annotation and arguments;
-    nested classes folded in by name."""
-    h = _nodes_digest(graph).copy()
-    for name, sub in sorted(graph.submodules.items()):
-        h.update(f"{name}:{graph_hash(sub)}".encode())
-    return h.hexdigest()
-
-
-def _nodes_digest(graph: ScannedGraph) -> Any:
-    """graph_hash's sha256 over the graph's own nodes (kept with a forward read before: ``memo``)."""
-    if "digest" in graph.memo:
-        return graph.memo["digest"]
-    rows = ([n.op, n.target, n.annotation or "", _canon(n.args), _canon(n.kwargs)] if n.op == "placeholder" else
-            [n.op, n.target, _canon(n.args), _canon(n.kwargs)] for n in graph.nodes)
-    h = graph.memo["digest"] = hashlib.sha256("".join(map(repr, rows)).encode())  # as one update per node
-    return h
-
-
-def masked_structure(graph: ScannedGraph) -> tuple[str, list[Any]]:
-    """The graph with integer literals masked (device indices too), and those literals in order:
-    ranks of one tensor-parallel model print the same graph but for the literals that place them."""
-    literals: list[Any] = []
-    parts: list[Any] = []
-    todo = [("", graph)]
-    while todo:  # each graph's rows, then its nested classes' by name, depth first
-        prefix, g = todo.pop()
-        rows, found = _masked_nodes(g)
-        parts.extend([prefix, *row] for row in rows)
-        literals.extend(found)
-        todo.extend((f"{prefix}{name}.", g.submodules[name]) for name in sorted(g.submodules, reverse=True))
-    return json.dumps(parts), literals
-
-
-def _masked_nodes(graph: ScannedGraph) -> tuple[list[list[Any]], list[Any]]:
-    """masked_structure's rows of the graph's own nodes (without the prefix) and their literals."""
-    if "masked" in graph.memo:
-        return graph.memo["masked"]
-    literals: list[Any] = []
-    rows = []
-    for n in graph.nodes:
-        target = n.target if n.op not in ("placeholder", "output") else n.op
-        rows.append([n.op, target, _masked(n.args, literals), _masked(n.kwargs, literals), n.annotation])
-    graph.memo["masked"] = (rows, literals)
-    return rows, literals
-
-
 def _masked(value: Any, literals: list[Any]) -> Any:
+    """``value`` as the group hash spells it: integer literals and device indices masked, and
+    appended to ``literals`` in order."""
     t = type(value)  # exact types, as in _canon
     if t is Ref:
         return f"%{value.index}"
@@ -552,28 +472,17 @@ def _masked(value: Any, literals: list[Any]) -> Any:
     return value.path if t is DottedName else t.__name__
 
 
-def devices_and_constructs(graph: ScannedGraph) -> tuple[set[int], list[str]]:
-    """The cuda device indices the graph bakes in (device literals, streams, device switches) and
-    what replay stands in for (``rebuild/stand_ins.constructs``, by the table's verdicts)."""
-    indices: set[int] = set()
-    found: dict[str, None] = {}
-    for g in graph.graphs():
-        own = _own_facts(g)
-        indices |= own[0]
-        found.update(dict.fromkeys(own[1]))
-    return indices, list(found)
-
-
-def _own_facts(g: ScannedGraph) -> tuple[set[int], list[str]]:
-    """devices_and_constructs of the graph's own nodes."""
-    if "own" in g.memo:
-        return g.memo["own"]
-    indices: set[int] = set()
-    found: dict[str, None] = {}
-    for n in g.nodes:
+def _own_facts(nodes: list[Node], devices: bool) -> Own:
+    """A forward's own facts (``devices``: whether any argument is a device, else none is looked for)."""
+    rows, masked, literals, indices, found = [], [], [], set(), {}
+    for n in nodes:
+        rows.append(repr([n.op, n.target, n.annotation or "", _canon(n.args), _canon(n.kwargs)] if n.op == "placeholder" else
+                         [n.op, n.target, _canon(n.args), _canon(n.kwargs)]))  # as text: no row outlives its node's turn
+        masked.append([n.op, n.target if n.op not in ("placeholder", "output") else n.op, _masked(n.args, literals),
+                       _masked(n.kwargs, literals), n.annotation])
         if n.op not in ("call_function", "call_method"):
             continue
-        values = _flat((n.args, n.kwargs)) if g.devices else ()
+        values = _flat((n.args, n.kwargs)) if devices else ()
         for v in values:
             if isinstance(v, Device) and v.type == "cuda" and v.index is not None:
                 indices.add(v.index)
@@ -587,9 +496,42 @@ def _own_facts(g: ScannedGraph) -> tuple[set[int], list[str]]:
             found.setdefault(n.construct)
         elif any(isinstance(v, Device) and v.type == "cuda" for v in values):
             found.setdefault("device(type='cuda')")
-    own = (indices, list(found))
-    g.memo["own"] = own
-    return own
+    digest = hashlib.sha256("".join(rows).encode())  # as one update per node
+    return Own(digest, masked, literals, indices, list(found))
+
+
+def graph_hash(graph: ScannedGraph) -> str:
+    """sha256 over each node's op, target (as written), placeholder annotation and arguments;
+    nested classes folded in by name."""
+    h = graph.own.digest.copy()  # type: ignore[union-attr]
+    for name, sub in sorted(graph.submodules.items()):
+        h.update(f"{name}:{graph_hash(sub)}".encode())
+    return h.hexdigest()
+
+
+def masked_structure(graph: ScannedGraph) -> tuple[str, list[Any]]:
+    """The graph with integer literals masked (device indices too), and those literals in order:
+    ranks of one tensor-parallel model print the same graph but for the literals that place them."""
+    literals: list[Any] = []
+    parts: list[Any] = []
+    todo = [("", graph)]
+    while todo:  # each graph's rows, then its nested classes' by name, depth first
+        prefix, g = todo.pop()
+        parts.extend([prefix, *row] for row in g.own.masked)  # type: ignore[union-attr]
+        literals.extend(g.own.literals)  # type: ignore[union-attr]
+        todo.extend((f"{prefix}{name}.", g.submodules[name]) for name in sorted(g.submodules, reverse=True))
+    return json.dumps(parts), literals
+
+
+def devices_and_constructs(graph: ScannedGraph) -> tuple[set[int], list[str]]:
+    """The cuda device indices the graph bakes in (device literals, streams, device switches) and
+    what replay stands in for (``rebuild/stand_ins.constructs``, by the table's verdicts)."""
+    indices: set[int] = set()
+    found: dict[str, None] = {}
+    for g in graph.graphs():
+        indices |= g.own.indices  # type: ignore[union-attr]
+        found.update(dict.fromkeys(g.own.constructs))  # type: ignore[union-attr]
+    return indices, list(found)
 
 
 def _int(v: Any) -> bool:

@@ -58,14 +58,23 @@ from graphdbg.graph.allow_list import (
     refusal,
 )
 from graphdbg.graph.hashing import graph_hash
-from graphdbg.graph.printed_front import NO_DEFAULT, Forward, Unsupported, annotation_text
+from graphdbg.graph.printed_front import (
+    NO_DEFAULT,
+    ROOTS,
+    Forward,
+    Unsupported,
+    annotation_text,
+    class_parts,
+    graph_class,
+    header_lines,
+)
 from graphdbg.graph.printed_front import show as _show
 from graphdbg.graph.source_text import dotted_name, readable_source  # noqa: F401 (readable_source: where it always was)
 from graphdbg.store.specs import TensorSpec, parse_annotation
 
 __all__ = ["AttrConstruction", "PrintedGraph", "parse_module_class", "parse_printed_graph", "resolve_target", "mangled_name"]
 
-ALLOWED_ROOTS: dict[str, types.ModuleType] = {"torch": torch, "operator": operator, "_operator": operator, "math": math}
+ALLOWED_ROOTS: dict[str, types.ModuleType] = dict(zip(ROOTS, (torch, operator, operator, math)))  # what the front end lets a file import
 
 # printed_front.CONSTANT_NAMES, as values
 CONSTANT_NAMES: dict[str, Any] = {"inf": math.inf, "nan": math.nan, "Ellipsis": ..., "NoneType": type(None)}
@@ -440,58 +449,20 @@ class _Reader:
             tree = ast.parse(readable_source(self.source), filename=self.filename)
         except SyntaxError as e:
             raise self.fail(f"not a readable printed graph (truncated?): {e.msg}", e.lineno or 1) from None
-        classes = []
-        for stmt in tree.body:
-            if isinstance(stmt, ast.ClassDef):
-                classes.append(stmt)
-            elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
-                self._check_import(stmt)
-            elif not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
-                      and isinstance(stmt.value.value, str)):
-                # named by kind, not quoted: a file that is no printed graph may hold anything
-                raise self.fail(f"unexpected statement outside the graph class ({_kind(stmt)}; not a printed graph?)", stmt)
-        if not classes:
-            raise self.fail("not a printed graph: no `class ...(torch.nn.Module)` with a forward", 1)
-        if len(classes) > 1:
-            lines = ", ".join(str(c.lineno) for c in classes)
-            raise self.fail(f"expected one graph class, found {len(classes)} (lines {lines})", classes[1])
-        header = [ln.strip() for ln in self.lines[: classes[0].lineno - 1] if ln.strip().startswith("#")]
-        return self._read_class(classes[0], header)
-
-    def _check_import(self, stmt: ast.Import | ast.ImportFrom) -> None:
-        if isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__" and not stmt.level:
-            return  # a compiler directive (vLLM and SGLang write `from __future__ import annotations`)
-        names = [a.name for a in stmt.names] if isinstance(stmt, ast.Import) else [stmt.module or ""]
-        if stmt.__class__ is ast.ImportFrom and stmt.level:
-            names = [""]
-        for name in names:
-            if name.split(".")[0] not in ALLOWED_ROOTS:
-                raise self.fail(f"refusing import of {name or 'a relative module'}", stmt)
+        try:
+            cls = graph_class(tree)
+        except Unsupported as e:
+            raise self.fail(e.message, e.where) from None
+        return self._read_class(cls, header_lines(self.lines, cls.lineno))
 
     def _read_class(self, cls: ast.ClassDef, header: list[str], lenient: bool = False) -> PrintedGraph:
-        if cls.decorator_list or cls.keywords:
-            raise self.fail(f"unexpected decorator or keyword on class {cls.name}", cls)
-        if not any(dotted_or(b, "").endswith("Module") for b in cls.bases):
-            raise self.fail(f"class {cls.name} is not a torch.nn.Module", cls)
-        forward, nested, inits = None, {}, []
-        for stmt in cls.body:
-            if isinstance(stmt, ast.FunctionDef) and stmt.name == "forward":
-                forward = stmt
-            elif isinstance(stmt, ast.ClassDef):
-                nested[stmt.name] = stmt
-            elif isinstance(stmt, ast.Pass) or (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
-                continue
-            elif lenient and isinstance(stmt, ast.FunctionDef) and stmt.name == "__init__":
-                inits = self._read_init(stmt)
-            elif lenient and isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue  # other methods of a script's class: never called by the graph, never run
-            else:
-                raise self.fail(f"unexpected statement in class {cls.name}: {_show(stmt)}", stmt)
-        if forward is not None and (forward.decorator_list or forward.returns is not None and
-                                    not isinstance(forward.returns, (ast.Constant, ast.Name, ast.Attribute))):
-            raise self.fail(f"unexpected decorator or return annotation on {cls.name}.forward", forward)
-        if forward is None:
-            raise self.fail(f"class {cls.name} has no forward (truncated?)", cls)
+        try:
+            forward, nested, init_defs = class_parts(cls, lenient)
+        except Unsupported as e:
+            raise self.fail(e.message, e.where) from None
+        inits = []
+        for init in init_defs:  # the last one is the class's (each read: none is run)
+            inits = self._read_init(init)
         submodules = {name: self._read_class(c, []) for name, c in nested.items()}
         graph, attrs = _ForwardReader(self, forward, set(nested)).read()
         return PrintedGraph(cls.name, graph, submodules, attrs, header, self.filename, inits)
@@ -760,13 +731,3 @@ class _ForwardReader(Forward):
 def dotted_or(expr: ast.expr, default: Any) -> Any:
     name = dotted_name(expr)
     return default if name is None else name
-
-
-def _kind(stmt: ast.stmt) -> str:
-    """``a function call``, ``an assignment``, ...: what a statement is, without its text."""
-    kinds = {ast.Assign: "an assignment", ast.AnnAssign: "an assignment", ast.AugAssign: "an assignment",
-             ast.FunctionDef: "a function", ast.AsyncFunctionDef: "a function", ast.If: "an if", ast.For: "a loop",
-             ast.While: "a loop", ast.With: "a with block", ast.Try: "a try block"}
-    if isinstance(stmt, ast.Expr):
-        return "a call" if isinstance(stmt.value, ast.Call) else "an expression"
-    return kinds.get(type(stmt), f"a {type(stmt).__name__} statement")

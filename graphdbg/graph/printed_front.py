@@ -5,10 +5,12 @@ resolved and judged) and the scan ``ls`` lists printed graphs with (``formats/sc
 as records, names judged by a table made with torch). A statement shape taught here is taught
 to both.
 
-A consumer subclasses ``Forward`` and says what a node is (``create``), what a dotted name
-calls (``call_function``) or is as a value (``path_value``, ``name_value``), what the literals
-``slice(...)`` and ``device(...)`` are, and how an annotation is kept (``annotate``). What the
-front end can't recognise is ``Unsupported``, with the message and the place.
+``graph_class`` and ``class_parts`` recognise the module around the forward (its one class,
+the imports and docstrings beside it, the class's body) for both. A consumer subclasses
+``Forward`` and says what a node is (``create``), what a dotted name calls (``call_function``)
+or is as a value (``path_value``, ``name_value``), what the literals ``slice(...)`` and
+``device(...)`` are, and how an annotation is kept (``annotate``). What the front end can't
+recognise is ``Unsupported``, with the message and the place.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ INPLACE = {ast.Add: "iadd", ast.Sub: "isub", ast.Mult: "imul", ast.Div: "itruedi
 # Names fx codegen binds in the generated module's globals (torch.fx.graph._custom_builtins).
 CONSTANT_NAMES = ("inf", "nan", "Ellipsis", "NoneType")
 NO_DEFAULT = object()
+ROOTS = ("torch", "operator", "_operator", "math")  # the modules a printed graph may import (and name)
+_KINDS = {ast.Assign: "an assignment", ast.AnnAssign: "an assignment", ast.AugAssign: "an assignment",
+          ast.FunctionDef: "a function", ast.AsyncFunctionDef: "a function", ast.If: "an if", ast.For: "a loop",
+          ast.While: "a loop", ast.With: "a with block", ast.Try: "a try block"}
 
 
 class Unsupported(Exception):
@@ -49,6 +55,68 @@ def annotation_text(annotation: ast.expr | None) -> str | None:
 def show(node: ast.AST, limit: int = 100) -> str:
     text = ast.unparse(node).split("\n")[0]
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _docstring(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
+
+
+def graph_class(tree: ast.Module) -> ast.ClassDef:
+    """The module's one class; beside it only docstrings, ``from __future__`` and imports of ``ROOTS``."""
+    classes = []
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ClassDef):
+            classes.append(stmt)
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            if isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__" and not stmt.level:
+                continue  # a compiler directive (vLLM and SGLang write `from __future__ import annotations`)
+            names = [a.name for a in stmt.names] if isinstance(stmt, ast.Import) else [stmt.module or ""]
+            for name in [""] if isinstance(stmt, ast.ImportFrom) and stmt.level else names:
+                if name.split(".")[0] not in ROOTS:
+                    raise Unsupported(f"refusing import of {name or 'a relative module'}", stmt)
+        elif not _docstring(stmt):  # named by kind, not quoted: a file that is no printed graph may hold anything
+            kind = ("a call" if isinstance(stmt.value, ast.Call) else "an expression") if isinstance(stmt, ast.Expr) else (
+                _KINDS.get(type(stmt), f"a {type(stmt).__name__} statement"))
+            raise Unsupported(f"unexpected statement outside the graph class ({kind}; not a printed graph?)", stmt)
+    if not classes:
+        raise Unsupported("not a printed graph: no `class ...(torch.nn.Module)` with a forward", 1)
+    if len(classes) > 1:
+        lines = ", ".join(str(c.lineno) for c in classes)
+        raise Unsupported(f"expected one graph class, found {len(classes)} (lines {lines})", classes[1])
+    return classes[0]
+
+
+def class_parts(cls: ast.ClassDef, lenient: bool = False
+                ) -> tuple[ast.FunctionDef, dict[str, ast.ClassDef], list[ast.FunctionDef]]:
+    """A graph class's ``forward``, its nested classes by name, and (``lenient``: a script's
+    class, whose other methods are skipped, never run) its ``__init__`` definitions."""
+    if cls.decorator_list or cls.keywords:
+        raise Unsupported(f"unexpected decorator or keyword on class {cls.name}", cls)
+    if not any((dotted_name(b) or "").endswith("Module") for b in cls.bases):
+        raise Unsupported(f"class {cls.name} is not a torch.nn.Module", cls)
+    forward, nested, inits = None, {}, []
+    for stmt in cls.body:
+        if isinstance(stmt, ast.FunctionDef) and stmt.name == "forward":
+            forward = stmt
+        elif isinstance(stmt, ast.ClassDef):
+            nested[stmt.name] = stmt
+        elif isinstance(stmt, ast.Pass) or (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
+            continue
+        elif lenient and isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            inits += [stmt] if stmt.name == "__init__" and isinstance(stmt, ast.FunctionDef) else []
+        else:
+            raise Unsupported(f"unexpected statement in class {cls.name}: {show(stmt)}", stmt)
+    if forward is not None and (forward.decorator_list or forward.returns is not None and
+                                not isinstance(forward.returns, (ast.Constant, ast.Name, ast.Attribute))):
+        raise Unsupported(f"unexpected decorator or return annotation on {cls.name}.forward", forward)
+    if forward is None:
+        raise Unsupported(f"class {cls.name} has no forward (truncated?)", cls)
+    return forward, nested, inits
+
+
+def header_lines(lines: list[str], class_line: int) -> list[str]:
+    """The comment lines above the graph class (``# Rank: R, Graph G``), stripped."""
+    return [ln.strip() for ln in lines[: class_line - 1] if ln.strip().startswith("#")]
 
 
 class Forward:

@@ -63,6 +63,7 @@ def make_groups(dumps: list[Dump], rows: list[dict[str, Any]]) -> list[dict[str,
     """The groups of ``dumps`` (``rows``: their ``summary_row``s)."""
     groups: dict[tuple, dict[str, Any]] = {}
     members: dict[tuple, list[Dump]] = {}
+    first: dict[tuple, dict[str, Any]] = {}  # each group's first row
     for d, s in zip(dumps, rows):
         foreign = s.get("format") == "printed_graph"
         key = ("printed_graph", s["model"], s["group_hash"], s["signature"]) if foreign else (s["graph_hash"], s["kind"], s["signature"])
@@ -74,7 +75,7 @@ def make_groups(dumps: list[Dump], rows: list[dict[str, Any]]) -> list[dict[str,
                           "constructs": s["constructs"], "rank_literals": []})
             if "log" in s:  # another tool's file: its failure may come from the run's log
                 g.update({k: s[k] for k in _LOG_KEYS})
-            members[key] = []
+            members[key], first[key] = [], s
         members[key].append(d)
         g["ranks"].append(s["rank"])
         g["paths"].append(s["path"])
@@ -89,11 +90,11 @@ def make_groups(dumps: list[Dump], rows: list[dict[str, Any]]) -> list[dict[str,
         if g.get("format") == "printed_graph":
             g["graphs"].sort()
             g["rank_literals"] = _differing([d.rank_literals for d in members[key]])
-        links = _links(members[key][0])  # a piece of a nested compile names the dump of its graph, and back
-        if links.get("parent"):
-            g["parent"], g["piece"] = links["parent"], links["piece"]
-        if links.get("children"):
-            g["children"] = links["children"]
+        s = first[key]  # a piece of a nested compile names the dump of its graph, and back
+        if s.get("parent"):
+            g["parent"], g["piece"] = s["parent"], s["piece"]
+        if s.get("children"):
+            g["children"] = s["children"]
     for key, g in groups.items():
         if g.get("format") != "printed_graph":
             g["differs"] = sorted({what for d in members[key] for what in odd.get(d.path, [])})
@@ -109,21 +110,6 @@ def _differing(literals: list[list[Any]]) -> list[list[Any]]:
     return [list(column) for column in zip(*literals) if len(set(column)) > 1]
 
 
-def _links(d: Dump) -> dict[str, Any]:
-    """A captured dump's place in a nested compile: ``parent`` (the dump of the graph it is a
-    piece of) and ``piece``, and ``children`` (its pieces' dumps), as paths."""
-    m = getattr(d, "manifest", None) or {}
-    out: dict[str, Any] = {}
-    parent = m.get("parent") if isinstance(m.get("parent"), dict) else {}
-    if parent.get("dir"):
-        out["parent"] = str(Path(d.path).parent / parent["dir"])
-        out["piece"] = parent.get("piece")
-    children = [c for c in m.get("children") or [] if isinstance(c, dict) and c.get("dir")]
-    if children:
-        out["children"] = [os.path.normpath(Path(d.path).parent / c["dir"]) for c in children]
-    return out
-
-
 def summary_row(d: Dump) -> dict[str, Any]:
     """``d.summary()``; for a file of another tool's, plus where its failure came from when a
     run's log gave it: ``log`` (the log's path), ``log_line``, ``log_inferred`` and ``log_how``
@@ -137,8 +123,12 @@ def summary_row(d: Dump) -> dict[str, Any]:
         where = f"{origin['function']} ({Path(origin['file']).name}:{origin['line']})" if origin.get("function") else None
         row.update(frame=where, compile_id=origin.get("compile_id"),
                    module=module_prefix((d.manifest.get("graph") or {}).get("node_info") or {}))
-        links = _links(d)
-        row.update(parent=links.get("parent"), piece=links.get("piece"), children=links.get("children", []))
+        # a piece of a nested compile: the dump of the graph it is a piece of, and its own pieces' dumps
+        parent = d.manifest.get("parent") if isinstance(d.manifest.get("parent"), dict) else {}
+        row.update(parent=str(Path(d.path).parent / parent["dir"]) if parent.get("dir") else None,
+                   piece=parent.get("piece") if parent.get("dir") else None,
+                   children=[os.path.normpath(Path(d.path).parent / c["dir"]) for c in d.manifest.get("children") or []
+                             if isinstance(c, dict) and c.get("dir")])
         row.update(custom_ops=[o.get("name") for o in d.manifest.get("custom_ops") or []],  # graph/kernels.py
                    triton_kernels=[k.get("name") or f"kernel_idx={k.get('kernel_idx')}" for k in d.manifest.get("triton_kernels") or []])
         return row

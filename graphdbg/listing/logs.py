@@ -4,6 +4,7 @@ record none (``formats/run_log.py`` reads a log and decides which graph a failur
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -34,22 +35,15 @@ def apply_logs(dumps: list[Dump], root: Path, log: str | Path | None = None, *, 
         by_log[Path(log)] = bare
     else:
         top = root if root.is_dir() else root.parent
-        found: dict[Path, list[Path]] = {}
-        nearest: dict[str, list[Path]] = {}  # a listed file's folder (its text) -> the logs found for it
+
+        @functools.lru_cache(maxsize=None)  # each folder searched once
+        def nearest(folder: Path) -> list[Path]:
+            logs = find_logs(folder)
+            return logs if logs or folder == top or top not in folder.parents else nearest(folder.parent)
+
         for d in bare:
             where = str(d.path)
-            where = (os.path.dirname(where) or ".") if os.path.isfile(where) else where
-            logs = nearest.get(where)
-            if logs is None:
-                folder = Path(where)
-                while True:
-                    if folder not in found:
-                        found[folder] = find_logs(folder)
-                    if found[folder] or folder == top or top not in folder.parents:
-                        break
-                    folder = folder.parent
-                logs = nearest[where] = found[folder]
-            for p in logs:
+            for p in nearest(Path((os.path.dirname(where) or ".") if os.path.isfile(where) else where)):
                 by_log.setdefault(p, []).append(d)
     entries = []
     read: dict[tuple, dict[str, Any]] = {}  # logs read, by log_key: a copied run's logs are read once

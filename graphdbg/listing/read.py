@@ -16,7 +16,7 @@ from graphdbg.dump import Dump
 from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.formats import load
 from graphdbg.formats.dump_folder import DumpFolder
-from graphdbg.formats.printed_file import BodyScan, head_and_key, printed_dump, printed_from_body, read_printed_source, scan_body
+from graphdbg.formats.printed_file import BodyScan, body_key, printed_dump, printed_from_body, read_printed_source, scan_body
 from graphdbg.formats.scan import forget_forwards, sharing
 from graphdbg.formats.sniff import looks_like_printed_graph, may_be_torch_repro
 from graphdbg.judge.fatal_signal import resolve_crash
@@ -64,10 +64,8 @@ def sort_python_files(files: list[str], cache: FileCache, full: bool = False) ->
 
 def read_printed_graphs(printed: list[Printed], ranks: dict[str, frozenset[int]] | None, cache: FileCache,
                         full: bool = False) -> Iterator[Answer]:
-    """Each printed graph, in order; ``ranks``: the walk's, else each folder is listed. ``full``:
-    through the full reader (tests compare the two). One process: worker processes each scanned
-    the bodies and forwards they shared again (15-25% more CPU at 8x renamed copies, no wall time
-    gained on the 2-core machine; docs/benchmarks.md)."""
+    """Each printed graph, in order, in this process (docs/benchmarks.md says why); ``ranks``: the
+    walk's, else each folder is listed. ``full``: through the full reader (tests compare the two)."""
     bodies: OrderedDict[str, BodyScan] = OrderedDict()
     try:
         for f, path, key, kept in printed:
@@ -106,7 +104,7 @@ def _scanned(f: str, path: Path, ranks: frozenset[int] | None, bodies: OrderedDi
         source = read_printed_source(path)
     except GraphdbgError as e:
         return None, str(e)
-    key = head_and_key(source)[1]
+    key = body_key(source)
     body = bodies.get(key)
     if body is None:
         try:

@@ -16,8 +16,9 @@ and the same signature; for an accuracy failure, also the same kind of differenc
 
 A failure of the compiled code may happen on some calls only. ``CallCounts`` counts a graph's
 calls with the failing call's sizes that raised and those that did not (``failure.calls``), so
-a dump says whether its failure was seen every time: counted in memory, added to the manifest when the dump is written
-and when the process exits (a process killed by a signal loses the calls since).
+a dump says whether its failure was seen every time: counted in memory, added to the manifest
+when the dump is written and when the process exits (a process killed by a signal loses the
+calls since).
 """
 
 from __future__ import annotations

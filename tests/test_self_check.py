@@ -96,11 +96,11 @@ def attack(tag):
 '''
 HOSTILE_REPRO = ATTACK + '''
 
-if "--in-process" in sys.argv:
+if "--child" in sys.argv:  # the interpreter it starts (whatever flags the check passed to it)
     attack("repro_child")
     sys.exit(0)
 attack("repro")
-subprocess.call([sys.executable, __file__, "--in-process"])
+subprocess.call([sys.executable, __file__, "--child"])
 print("FIXED: the attacks ran")
 '''
 HOSTILE_TEST = ATTACK + '''
@@ -260,13 +260,15 @@ sys.exit(1)
 '''
 
 
-def test_on_a_gpu_the_repro_runs_its_backend_in_the_sandboxed_process_unless_a_signal_was_captured(tmp_path):
-    """CUDA's driver may write only the launcher's own /proc entries under the sandbox: a child the
-    repro started would see no GPU. A captured signal keeps the child, whose death is the answer."""
+def test_the_repro_runs_its_backend_in_the_sandboxed_process_unless_a_signal_was_captured(tmp_path):
+    """On a GPU, CUDA's driver may write only the launcher's own /proc entries under the sandbox: a
+    child the repro started would see no GPU. A captured signal or timeout keeps the child, whose
+    death is the answer."""
     from graphdbg.minify.self_check import check_repro
 
     repro = tmp_path / "repro.py"
     repro.write_text(RECORDS_HOW_IT_RAN)
-    assert check_repro(repro, device="cuda:0", captured="RuntimeError: x").line == "REPRODUCED: started in-process"
-    assert check_repro(repro, device="cuda:0", captured="Signal SIGSEGV").line == "REPRODUCED: started as the user starts it"
-    assert check_repro(repro, device="cpu", captured="RuntimeError: x").line == "REPRODUCED: started as the user starts it"
+    for device in ("cuda:0", "cpu"):
+        assert check_repro(repro, device=device, captured="RuntimeError: x").line == "REPRODUCED: started in-process"
+        for captured in ("Signal SIGSEGV", "Timeout after 5s"):
+            assert check_repro(repro, device=device, captured=captured).line == "REPRODUCED: started as the user starts it"

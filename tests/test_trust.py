@@ -408,7 +408,7 @@ def test_minify_timeout_is_enforced_without_isolate(fixture_copy, tmp_path, cli)
     """``minify --timeout`` runs candidates isolated when --isolate was not said, so a backend
     that hangs ends as a timeout instead of hanging minify."""
     dump = fixture_copy("block_compile_error")
-    r = cli("minify", dump, "--backend", "test_trust:sleeps_forever", "--timeout", "20", "-o", tmp_path / "min", "--json")
+    r = cli("minify", dump, "--backend", "test_trust:sleeps_forever", "--timeout", "6", "-o", tmp_path / "min", "--json")
     assert r.code != 0 or "timeout" in r.out.lower(), r
     assert "timeout" in (r.out + r.err).lower(), r
 

@@ -71,7 +71,7 @@ def _children() -> set[int]:
 @pytest.mark.slow
 def test_a_rank_stuck_in_a_collective_is_a_timeout(world2, cli):
     before = _children()
-    r = cli("replay", world2, "--all-ranks", "--backend", "backends_for_tests:hang_on_rank1", "--timeout", "25", "--json")
+    r = cli("replay", world2, "--all-ranks", "--backend", "backends_for_tests:hang_on_rank1", "--timeout", "15", "--json")
     assert r.code == 1, r
     data = json.loads(r.out)
     assert [(row["rank"], row["status"]) for row in data["ranks"]] == [(0, "timeout"), (1, "timeout")]

@@ -139,13 +139,14 @@ def check_repro(path: str | Path, *, captured: str | None = None, timeout: float
         (shadow / "graphdbg" / "__init__.py").write_text(SHADOW)
         # the launcher hides graphdbg once the sandbox is on; the shadow on PYTHONPATH too, for
         # the interpreter the repro starts (its backend, ``--in-process``)
-        # On a GPU the repro's backend runs in the sandboxed process itself: CUDA's driver writes to
-        # its process's own /proc entries at init, and the sandbox lets only the launcher's be
-        # written (a child the repro started saw no GPU: "0 active drivers", or ran on the CPU).
-        # A captured signal or timeout keeps the child, whose death is the answer.
-        on_gpu = not _device(device).startswith("cpu") and not str(captured or "").startswith(("Signal ", "Timeout"))
+        # The repro's backend runs in the sandboxed process itself (``--in-process``): on a GPU,
+        # CUDA's driver writes to its process's own /proc entries at init and the sandbox lets only
+        # the launcher's be written (a child the repro started saw no GPU: "0 active drivers", or
+        # ran on the CPU); everywhere, one interpreter and one torch import fewer. A captured
+        # signal or timeout keeps the repro's child, whose death is the answer it prints.
+        in_process = not str(captured or "").startswith(("Signal ", "Timeout"))
         code, text, sandbox = _run(Path(tmp), ["--hide-graphdbg", str(shadow), "--script", str(path),
-                                               *(["--in-process"] if on_gpu else [])],
+                                               *(["--in-process"] if in_process else [])],
                                    {**_clean_env(shadow), **child_path()}, device, timeout, dump)
     verdict = next((ln.strip() for ln in text.splitlines() if ln.startswith(("REPRODUCED:", "FAILED DIFFERENTLY:", "FIXED:"))), None)
     if verdict is None:

@@ -43,6 +43,9 @@ def main(argv: list[str]) -> None:
         sys.path.insert(0, shadow)
     if what == "--script":
         sys.argv = [target, *args]
+        # first on the path, as ``python FILE`` puts it: what was written beside the file (a
+        # backend's module copied there) imports as it does for the user
+        sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
         runpy.run_path(target, run_name="__main__")
     else:
         sys.argv = [target, *args]

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import copy
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,7 @@ from graphdbg.graph.allow_list import check_graph_module
 from graphdbg.graph.snapshot import GraphSnapshot
 from graphdbg.rebuild.inputs import StandIn
 from graphdbg.rebuild.kernel_source import kernels_as_captured, kernels_ran, recorded_kernels
-from graphdbg.store.manifest import GRAPH, MAX_GRAPH_BYTES, read_manifest, write_manifest
+from graphdbg.store.manifest import GRAPH, MAX_GRAPH_BYTES, update_manifest
 from graphdbg.store.safe_files import read_inside, write_file
 from graphdbg.store.specs import SymSpec
 from graphdbg.store.write import write_dump
@@ -111,20 +110,21 @@ def _keep_symbolic_sizes(case: Case, folder: Path) -> None:
     symbolic = {n.name: n.meta["graphdbg_symbolic_spec"] for n in placeholders}
     if not symbolic:
         return
-    manifest = copy.deepcopy(read_manifest(folder))
-    for d in manifest.get("inputs", []):
-        spec = symbolic.get(d.get("node"))
-        if isinstance(spec, SymSpec) and d.get("kind") == "int":
-            d.update(kind="symint", expr=spec.expr, hint=d.pop("value"))
-        elif spec is not None and d.get("kind") == "tensor":
-            d["symbolic_shape"], d["symbolic_stride"] = list(spec.shape), (list(spec.stride) if spec.stride else None)
+    def described_symbolic(manifest: dict[str, Any]) -> None:
+        for d in manifest.get("inputs", []):
+            spec = symbolic.get(d.get("node"))
+            if isinstance(spec, SymSpec) and d.get("kind") == "int":
+                d.update(kind="symint", expr=spec.expr, hint=d.pop("value"))
+            elif spec is not None and d.get("kind") == "tensor":
+                d["symbolic_shape"], d["symbolic_stride"] = list(spec.shape), (list(spec.stride) if spec.stride else None)
+
     lines = str(read_inside(folder, GRAPH, max_bytes=MAX_GRAPH_BYTES, text=True)).splitlines(keepends=True)
     for i, line in enumerate(lines):
         if line.lstrip().startswith("def forward(self"):
             lines[i] = _annotated_signature(line, {str(n.target): n.meta["graphdbg_symbolic_spec"] for n in placeholders})
             break
     write_file(folder / GRAPH, "".join(lines), create_parent=False)
-    write_manifest(folder, manifest)
+    update_manifest(folder, described_symbolic)
 
 
 def _annotated_signature(line: str, specs: dict[str, Any]) -> str:

@@ -11,7 +11,6 @@ on top is guarded, so a failure to dump costs one line on stderr and nothing els
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import itertools
 import os
@@ -43,7 +42,7 @@ from graphdbg.judge.failing_node import failing_node
 from graphdbg.judge.mutations import attrs_before_call, load_attrs, mutation_mismatches
 from graphdbg.judge.signature import exception_text
 from graphdbg.rebuild.inputs import clone_values
-from graphdbg.store.manifest import read_manifest, write_manifest
+from graphdbg.store.manifest import update_manifest
 from graphdbg.store.write import failure_record, link_children, write_dump
 
 MODES = ("error", "accuracy", "always")
@@ -249,7 +248,8 @@ class CapturingBackend:
                 raise
         snap.generated_code = code.to_dict()
         if always is not None and snap.generated_code is not None:
-            self._guarded(lambda: _add_to_manifest(always, {"generated_code": snap.generated_code}), "record the generated code")
+            self._guarded(lambda: update_manifest(always, lambda m: m.update(generated_code=snap.generated_code)),
+                          "record the generated code")
         self._link_pieces(snap, None, list(example_inputs), "at_compile")
         return self._wrap(as_dynamo_calls_it(compiled), snap, gm, watch, names)
 
@@ -403,13 +403,6 @@ class CapturingBackend:
             first = (exception_text(e).strip().splitlines() or [""])[0]
             say(f"graphdbg: could not {what} ({type(e).__name__}: {first}); the original behaviour is unchanged")
             return None
-
-
-def _add_to_manifest(path: Path, keys: dict[str, Any]) -> None:
-    """Keys learnt after a dump was written (the code its compile generated) added to its manifest."""
-    manifest = copy.deepcopy(read_manifest(path))  # read_manifest's dict may be the one it remembers
-    manifest.update(keys)
-    write_manifest(path, manifest)
 
 
 __all__ = ["capture", "CapturingBackend", "GraphSnapshot", "DEFAULT_BUDGET"]

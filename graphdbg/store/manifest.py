@@ -11,11 +11,12 @@ A folder whose name starts with ``.`` is a dump still being written; readers ski
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from graphdbg.errors import DumpError
 from graphdbg.store.manifest_cache import remember, remembered
@@ -108,6 +109,14 @@ def write_manifest(folder: Path, manifest: dict[str, Any], *, check: bool = True
     write_file(folder / MANIFEST, data, create_parent=False)
     if checked is not None:  # the first replay of a dump just written needn't check it again
         remember(data, checked, timeout=0.2)
+
+
+def update_manifest(folder: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    """Read ``folder``'s manifest, let ``change`` edit a copy of it (never the dict a reader was
+    given), and write it back, checked: what a dump learns after it was written."""
+    manifest = copy.deepcopy(read_manifest(folder))
+    change(manifest)
+    write_manifest(folder, manifest)
 
 
 def find_dumps(root: Path) -> list[Path]:

@@ -34,7 +34,7 @@ from typing import Any
 from graphdbg.errors import DumpError
 from graphdbg.judge.difference import recorded_difference, same_difference
 from graphdbg.store.environment import distributed_info
-from graphdbg.store.manifest import read_manifest, write_manifest
+from graphdbg.store.manifest import read_manifest, update_manifest, write_manifest
 
 
 def seen_before(dump_dir: Path, graph_hash: str, failure: dict[str, Any]) -> tuple[Path, int] | None:
@@ -90,12 +90,15 @@ class CallCounts:
         self.by_sizes: dict[tuple[int, ...], list[int]] = {}  # sizes -> [passed, failed]
         self.path: Path | None = None
         self.failing: tuple[int, ...] | None = None  # the sizes of the first call that raised
+        self.int_at: list[int] | None = None  # where the int inputs are, from the first call
         self._written = (0, 0)  # what the manifest has from this process already
         self._lock = threading.Lock()
 
     def call(self, args: Any, raised: bool) -> None:
         """Count one call (``args``: the compiled graph's inputs; a few us on every call)."""
-        sizes = tuple(a for a in args if type(a) is int)
+        if self.int_at is None:  # a compiled graph's int inputs (its symbolic sizes) sit at the same places every call
+            self.int_at = [i for i, a in enumerate(args) if type(a) is int]
+        sizes = tuple(args[i] for i in self.int_at)
         counted = self.by_sizes.get(sizes)
         if counted is None:
             counted = self.by_sizes[sizes] = [0, 0]
@@ -116,12 +119,13 @@ class CallCounts:
             if self.path is None or now == self._written:
                 return
             passed, failed = now[0] - self._written[0], now[1] - self._written[1]
-            try:
-                manifest = copy.deepcopy(read_manifest(self.path))
+            def count(manifest: dict[str, Any]) -> None:
                 calls = manifest["failure"].get("calls") or {}
                 manifest["failure"]["calls"] = {"passed": int(calls.get("passed") or 0) + passed,
                                                 "failed": int(calls.get("failed") or 0) + failed}
-                write_manifest(self.path, manifest)
+
+            try:
+                update_manifest(self.path, count)
             except (DumpError, OSError):
                 return  # removed or damaged since: nothing to count into
             self._written = now

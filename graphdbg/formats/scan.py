@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from graphdbg.formats.names_table import NameTable, names
+from graphdbg.graph import printed_front
 from graphdbg.graph.printed_front import NO_DEFAULT, Forward, Unsupported, annotation_text, class_parts, graph_class
 from graphdbg.store.specs import parse_annotation
 
@@ -152,72 +153,85 @@ class Scan:
     (``(text, line)`` each), and ``undecided``: why only the full reader can say what the listing
     shows, or None."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self) -> None:
         table = names()  # none for this torch: every name doubted, the facts the full reader takes still made
         self.table = table if table is not None else _NO_TABLE
         self.undecided: str | None = None if table is not None else "no names table for this torch"
         self.bad_annotations: list[tuple[str, int]] = []
-        self.doubts = 0
-        # the file's lines, where they are the lines the parser numbered (no other line break)
-        self.lines = source.split("\n") if sharing() and not _OTHER_BREAKS.search(source) else None
         self.graph, self.class_line = ScannedGraph(), 0
 
     @property
     def nodes(self) -> int:
         return sum(len(g.nodes) for g in self.graph.graphs())
 
-    def doubt(self, why: str) -> None:
-        self.doubts += 1
-        if self.undecided is None:
-            self.undecided = why
-
-    def read_class(self, cls: ast.ClassDef) -> ScannedGraph:
+    def read_class(self, cls: ast.ClassDef, blocks: dict[int, tuple[str, int]]) -> ScannedGraph:
         forward, nested, _ = class_parts(cls)
-        graph = self.read_forward(forward, set(nested))
-        graph.submodules = {name: self.read_class(c) for name, c in nested.items()}
+        graph = self.read_forward(forward, blocks.get(forward.lineno), cls.name)
+        graph.submodules = {name: self.read_class(c, blocks) for name, c in nested.items()}
         return graph
 
-    def read_forward(self, fn: ast.FunctionDef, nested: set[str]) -> ScannedGraph:
-        """The forward's nodes; those of a forward whose text was read before (however indented:
-        Thunder prints each part twice, as ``thunder_N`` and its ``_model``, and the ranks and
-        graphs of a model share parts) are that reading's, where it raised no doubt."""
-        key = self._forward_key(fn)
-        read = _KEPT.get(key) if key is not None else None
-        if read is not None:
-            _KEPT.move_to_end(key)  # type: ignore[arg-type]
+    def read_forward(self, fn: ast.FunctionDef, block: tuple[str, int] | None, owner: str) -> ScannedGraph:
+        """The forward's nodes: from the file's tree, or from its text (``block``: the text without
+        its indentation and the line before it) read once per listing (however indented: Thunder
+        prints each part twice, as ``thunder_N`` and its ``_model``, and the ranks and graphs of a
+        model share parts)."""
+        if block is None:
+            read, offset = _Forward(self.table, fn).read(), 0
         else:
-            doubts, bad = self.doubts, len(self.bad_annotations)
-            read = _Forward(self, fn, nested).read()
-            if key is not None and self.doubts == doubts and len(self.bad_annotations) == bad:
-                _KEPT.keep(key, read)
+            text, offset = block
+            key = self.table, hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+            read = _KEPT.get(key)
+            if read is None:
+                read = _Forward(self.table, _block_forward(text, owner)).read()
+                if sharing():
+                    _KEPT.keep(key, read)
+            else:
+                _KEPT.move_to_end(key)
+        if read.doubt is not None and self.undecided is None:
+            self.undecided = read.doubt
+        self.bad_annotations += [(text, line + offset) for text, line in read.bad]
         return ScannedGraph(read.nodes, read.own)
 
-    def _forward_key(self, fn: ast.FunctionDef) -> tuple[NameTable, bytes] | None:
-        """The forward's lines with its indentation taken off, where every line has it and no
-        token spans lines (no triple-quoted string, no backslash continuation), hashed: the
-        same text is the same walk (with the same names table)."""
-        if self.lines is None or fn.end_lineno is None:
-            return None
-        block = self.lines[fn.lineno - 1: fn.end_lineno]
-        text = "\n" + "\n".join(block) + "\n"
-        indent = "\n" + " " * fn.col_offset
-        if '"""' in text or "'''" in text or "\\\n" in text or text.count(indent) != len(block):
-            return None
-        return self.table, hashlib.blake2b(text.replace(indent, "\n")[1:-1].encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+class _Unsplit(Exception):
+    """A forward's text did not parse alone: the file is parsed whole."""
+
+
+def _block_forward(text: str, owner: str) -> ast.FunctionDef:
+    try:
+        body = ast.parse(text).body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        raise _Unsplit from None
+    if len(body) != 1 or not isinstance(body[0], ast.FunctionDef):
+        raise _Unsplit
+    printed_front.check_forward(body[0], owner)  # its decorators are the stub's, checked with the class
+    return body[0]
 
 
 def scan_source(source: str, filename: str) -> Scan:
     """Scan ``source`` (already through ``readable_source``). Raises Undecided where the walk
     can't follow the file at all (then its hash can't be made here either); a Scan whose
     ``undecided`` is set where only the listing's facts need the full reader."""
+    split = split_forwards(source) if sharing() else None
+    if split is not None:
+        try:
+            return _scan(split[0], filename, split[1])
+        except _Unsplit:
+            pass
+    return _scan(source, filename, {})
+
+
+def _scan(source: str, filename: str, blocks: dict[int, tuple[str, int]]) -> Scan:
     try:
         tree = ast.parse(source, filename=filename)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        if blocks:
+            raise _Unsplit from None
         raise Undecided(f"not parsed ({type(e).__name__})") from None
-    scan = Scan(source)
+    scan = Scan()
     try:
         cls = graph_class(tree)
-        scan.graph, scan.class_line = scan.read_class(cls), cls.lineno
+        scan.graph, scan.class_line = scan.read_class(cls, blocks), cls.lineno
     except Unsupported as e:
         raise Undecided(e.message) from None
     return scan
@@ -231,20 +245,64 @@ def sharing() -> bool:
     return os.environ.get(SHARE_ENV, "1").strip() != "0"
 
 
-_OTHER_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+# Where a token or an indentation may span lines (a triple-quoted string, a backslash
+# continuation, a tab or form feed, a line break but \n) the file is not split.
+_UNSPLIT = ('"""', "'''", "\\\n", "\t", "\r", "\x0c")
+
+
+@functools.lru_cache(maxsize=64)
+def _end_of_def(n: int) -> re.Pattern:
+    return re.compile(rf"\n {{0,{n}}}[^ \n#]")  # the next line of code indented n or less
+
+
+def split_forwards(source: str) -> tuple[str, dict[int, tuple[str, int]]] | None:
+    """``source`` with each ``def forward`` a stub (``def forward(self): pass``, on the line it
+    starts on, its other lines blank), and each forward's text without its indentation, with
+    the line before it, by that line; None where the file can't be split. A forward's text runs
+    to the next line of code indented no more than its ``def`` (the comments and blank lines
+    before that line are the rest's); where that is not where the function ends (a bracket
+    open across it), its text does not parse alone, and the file is parsed whole."""
+    if any(s in source for s in _UNSPLIT):
+        return None
+    pieces, blocks, at, line, i = [], {}, 0, 1, 0
+    while (i := source.find("def forward", i)) >= 0:
+        start = source.rfind("\n", 0, i) + 1
+        i += 11
+        indent = source[start: i - 11]
+        if start < at or indent.strip(" ") or source[i: i + 1].isidentifier() or source[i: i + 1].isdigit():
+            continue  # inside a forward, or not a line's `def forward`
+        stop = (e.start() + 1) if (e := _end_of_def(len(indent)).search(source, i)) else len(source)
+        while (prev := source.rfind("\n", i, stop - 1)) >= 0 and source[prev + 1: stop].strip()[:1] in ("", "#"):
+            stop = prev + 1  # trailing blank and comment lines
+        line += source.count("\n", at, start)
+        block = source[start: stop]
+        pieces += [source[at: start], indent, "def forward(self): pass", "\n" * block.count("\n")]
+        blocks[line] = (block[len(indent):].replace("\n" + indent, "\n") if indent else block), line - 1
+        line, at = line + block.count("\n"), stop
+    return "".join(pieces) + source[at:], blocks
+
+
 # Forwards kept for later files (the ranks of one graph are a few hundred forwards apart), the
 # least recently read let go past this many nodes (docs/benchmarks.md: what they cost, what they save)
 _NODES_KEPT = 4096
 
 
+class _Read(NamedTuple):
+    """One forward, read: its nodes, their facts, the first name it doubts, its annotations that
+    don't read as specs (``(text, line)``, lines counted from its ``def``)."""
+    nodes: list[Node]
+    own: Own
+    doubt: str | None
+    bad: list[tuple[str, int]]
+
+
 class _KeptForwards(OrderedDict):
-    """The forwards read so far (``ScannedGraph`` each, without submodules), by ``_forward_key``,
-    the least recently read first."""
+    """The forwards read so far, by their text, the least recently read first."""
     nodes = 0
 
-    def keep(self, key: tuple[NameTable, bytes], graph: ScannedGraph) -> None:
-        self[key] = graph
-        self.nodes += len(graph.nodes) + 1
+    def keep(self, key: tuple[NameTable, bytes], read: _Read) -> None:
+        self[key] = read
+        self.nodes += len(read.nodes) + 1
         while self.nodes > _NODES_KEPT and len(self) > 1:
             self.nodes -= len(self.popitem(last=False)[1].nodes) + 1
 
@@ -268,25 +326,27 @@ class _Forward(Forward):
     ``printed_front``, recognises each statement; this names the nodes as fx would and judges
     names by the table, doubting where it can't say)."""
 
-    def __init__(self, walker: Scan, fn: ast.FunctionDef, nested: set[str]):
+    def __init__(self, table: NameTable, fn: ast.FunctionDef):
         super().__init__(fn)
-        self.w, self.nested = walker, nested
-        self.graph = ScannedGraph()
-        self.names = _Namespace()
+        self.table, self.nodes, self.names = table, [], _Namespace()
+        self.first_doubt: str | None = None
+        self.bad: list[tuple[str, int]] = []
         self.devices = False  # whether any argument is a device literal or a "cuda:N" string
 
-    def read(self) -> ScannedGraph:  # type: ignore[override]
+    def read(self) -> _Read:  # type: ignore[override]
         super().read()
-        self.graph.own = _own_facts(self.graph.nodes, self.devices)
-        return self.graph
+        return _Read(self.nodes, _own_facts(self.nodes, self.devices), self.first_doubt, self.bad)
+
+    def doubt(self, why: str) -> None:
+        self.first_doubt = self.first_doubt or why
 
     def add(self, op: str, target: str, args: tuple, kwargs: dict | None = None, construct: str | None = None,
             pyname: str | None = None, name: str | None = None) -> Ref:
         """A node; named as fx names it (the statement's variable, else what it calls)."""
         candidate = name if name is not None else _target_to_str(pyname or target)
         fn = target.split(".")[3] if target.startswith("torch.ops.") and target.count(".") >= 3 else (pyname or "")
-        self.graph.nodes.append(Node(op, target, self.names.create_name(candidate), args, kwargs or {}, construct=construct, fn=fn))
-        return Ref(len(self.graph.nodes) - 1)
+        self.nodes.append(Node(op, target, self.names.create_name(candidate), args, kwargs or {}, construct=construct, fn=fn))
+        return Ref(len(self.nodes) - 1)
 
     def create(self, op: str, target: Any, args: tuple, kwargs: dict, name: str | None, at: ast.AST) -> Ref:
         if op == "call_function":  # an operator: "operator.<name>"
@@ -306,21 +366,21 @@ class _Forward(Forward):
         return {"inf": float("inf"), "nan": float("nan"), "Ellipsis": ..., "NoneType": DottedName("NoneType")}[name]
 
     def rename(self, ref: Ref, candidate: str) -> None:
-        node = self.graph.nodes[ref.index]
+        node = self.nodes[ref.index]
         if candidate != node.name:
             node.name = self.names.create_name(candidate)
 
     def alias(self, name: str, ref: Ref) -> None:
-        node = self.graph.nodes[ref.index]
+        node = self.nodes[ref.index]
         if node.op == "placeholder" and node.name == node.target:
             self.rename(ref, name)
 
     def annotate(self, ref: Ref, annotation: ast.expr | None) -> None:
         text = annotation_text(annotation)
-        node = self.graph.nodes[ref.index]
+        node = self.nodes[ref.index]
         node.spec, node.annotation = _annotation(text) if text else (None, None)
         if text and node.spec is None:
-            self.w.bad_annotations.append((text, getattr(annotation, "lineno", None) or self.lineno))
+            self.bad.append((text, getattr(annotation, "lineno", None) or self.lineno))
 
     def is_node(self, value: Any) -> bool:
         return isinstance(value, Ref)
@@ -339,26 +399,26 @@ class _Forward(Forward):
     def call_function(self, qualname: str, args: tuple, kwargs: dict, name: str | None, at: ast.Call) -> Ref:
         """The target's ``(flags, construct, __name__)`` from the table; doubt where the table can't
         say or the allow-list refuses it (the full reader then gives the error)."""
-        entry = self.w.table.get(qualname)
+        entry = self.table.get(qualname)
         if entry is None or "c" not in entry[0]:
-            self.w.doubt(f"the name {qualname}")
+            self.doubt(f"the name {qualname}")
             entry = ("", None, qualname.rsplit(".", 1)[-1])
         flags, construct, pyname = entry
         if "g" in flags and not (len(args) >= 2 and isinstance(args[0], Ref) and isinstance(args[1], str)
-                                 and args[1] in self.w.table.attributes):
-            self.w.doubt("a getattr the parser checks")
+                                 and args[1] in self.table.attributes):
+            self.doubt("a getattr the parser checks")
         if qualname.endswith("higher_order.print"):
-            self.w.doubt("higher_order.print's format string")
+            self.doubt("higher_order.print's format string")
         return self.add("call_function", qualname, args, kwargs, construct, pyname, name)
 
     def call_method(self, attr: str, receiver: ast.expr, args: tuple, kwargs: dict, name: str | None, at: ast.Call) -> Ref:
-        if attr not in self.w.table.methods or _checked_call(attr, args, kwargs):
-            self.w.doubt(f"the method .{attr}()")
+        if attr not in self.table.methods or _checked_call(attr, args, kwargs):
+            self.doubt(f"the method .{attr}()")
         return self.add("call_method", attr, (self.node(receiver), *args), kwargs, name=name)
 
     def attribute(self, receiver: ast.expr, attr: str, name: str | None, at: ast.Attribute) -> Ref:
-        if attr.startswith("__") or attr not in self.w.table.attributes:
-            self.w.doubt(f"the attribute .{attr}")
+        if attr.startswith("__") or attr not in self.table.attributes:
+            self.doubt(f"the attribute .{attr}")
         return self.add("call_function", "builtins.getattr", (self.node(receiver), attr), {}, None, "getattr", name)
 
     def value(self, expr: ast.expr) -> Any:
@@ -367,9 +427,9 @@ class _Forward(Forward):
         return super().value(expr)
 
     def path_value(self, path: str, at: ast.AST, refused: str = "r") -> DottedName:
-        entry = self.w.table.get(path)
+        entry = self.table.get(path)
         if entry is None or "v" not in entry[0] or any(f in entry[0] for f in refused):
-            self.w.doubt(f"the name {path}")
+            self.doubt(f"the name {path}")
         return DottedName(path)
 
     def name_value(self, name: str, at: ast.Name) -> DottedName:

@@ -106,12 +106,16 @@ def class_parts(cls: ast.ClassDef, lenient: bool = False
             inits += [stmt] if stmt.name == "__init__" and isinstance(stmt, ast.FunctionDef) else []
         else:
             raise Unsupported(f"unexpected statement in class {cls.name}: {show(stmt)}", stmt)
-    if forward is not None and (forward.decorator_list or forward.returns is not None and
-                                not isinstance(forward.returns, (ast.Constant, ast.Name, ast.Attribute))):
-        raise Unsupported(f"unexpected decorator or return annotation on {cls.name}.forward", forward)
     if forward is None:
         raise Unsupported(f"class {cls.name} has no forward (truncated?)", cls)
+    check_forward(forward, cls.name)
     return forward, nested, inits
+
+
+def check_forward(forward: ast.FunctionDef, owner: str) -> None:
+    """A forward of class ``owner`` without decorators, its return annotation a name if any."""
+    if forward.decorator_list or forward.returns is not None and not isinstance(forward.returns, (ast.Constant, ast.Name, ast.Attribute)):
+        raise Unsupported(f"unexpected decorator or return annotation on {owner}.forward", forward)
 
 
 def header_lines(lines: list[str], class_line: int) -> list[str]:

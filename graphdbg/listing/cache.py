@@ -59,6 +59,7 @@ class FileCache:
             folder = cache_dir()
             folder.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(str(folder / "ls.sqlite"), timeout=5)
+            db.execute("pragma synchronous = off")  # a cache: a write lost to a power cut is read again
             db.execute(_SCHEMA)
             return cls(db)
         except (OSError, sqlite3.Error):

@@ -38,8 +38,6 @@ import json
 import os
 import select
 import stat
-import uuid
-import zipfile
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from graphdbg.errors import DumpError
@@ -255,6 +253,8 @@ def inflate_member(archive: Path, member: str, *, declared: int | None = None, c
     """One member of a zip archive (already checked by ``inside`` or ``regular_file``), inflated
     at most to the size its header declares and never past ``cap``: a zip bomb stops early."""
 
+    import zipfile  # lazy: ls reads no archive
+
     fd = _open_fd(Path(archive), follow=False)
     with os.fdopen(fd, "rb") as f, zipfile.ZipFile(f) as z:
         info = z.getinfo(member)
@@ -372,7 +372,7 @@ class Folder:
         there (a planted link is replaced, not followed)."""
 
         _plain(self.path, name)
-        tmp = f".{name[:80]}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+        tmp = f".{name[:80]}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
         self._write_new(tmp, data)
         try:
             os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)

@@ -16,11 +16,17 @@ from conftest import FIXTURES, SGLANG_CORPUS, child_env
 
 from graphdbg.formats.printed_file import printed_from_body, read_printed_source, scan_body
 from graphdbg.formats.scan import SHARE_ENV
-from graphdbg.listing import list_dumps, printed_graph_files
+from graphdbg.formats.sniff import looks_like_printed_graph
+from graphdbg.listing import list_dumps
+from graphdbg.listing.walk import walk
 
 BAD_ANNOTATION = 'class GraphModule(torch.nn.Module):\n    def forward(self, x: "f32[2"):\n        return (x,)\n'
 PLAIN = 'class GraphModule(torch.nn.Module):\n    def forward(self, x: "f32[2]"):\n        y = torch.relu(x)\n        return (y,)\n'  # no rank in it
 NOT_A_GRAPH = "class GraphModule(torch.nn.Module):\n    def forward(self, x):\n        import os\n        return (x,)\n"
+
+
+def printed_graph_files(root: Path) -> list[Path]:
+    return [p for p in map(Path, walk(root).files) if looks_like_printed_graph(p)]
 
 
 def _same(root: Path) -> dict:
@@ -199,7 +205,7 @@ def test_the_names_table_is_the_one_for_these_sources():
     from graphdbg.formats.names_table import TABLE, source_stamp
 
     stamp = json.loads(TABLE.read_text())["stamp"]
-    assert stamp == source_stamp(), "rewrite it: python -m graphdbg.formats.names_table"
+    assert stamp == source_stamp(), "rewrite it: python -m graphdbg.formats.names_table_maker"
 
 
 def test_a_first_ls_of_printed_graphs_and_dumps_imports_no_torch(tmp_path):

@@ -16,19 +16,22 @@ logs to the printed graphs that record none.
 from __future__ import annotations
 
 import itertools
+import os
 from pathlib import Path
 from typing import Any, Callable
 
+from graphdbg.dump import Dump
 from graphdbg.errors import DumpError, GraphdbgError
+from graphdbg.formats import load
+from graphdbg.formats.run_log import find_logs
 from graphdbg.listing.cache import FileCache
 from graphdbg.listing.groups import Listing, module_prefix, natural_key, summary_row
-from graphdbg.listing.logs import apply_logs, load_with_log, printed_graph_files
+from graphdbg.listing.logs import apply_logs
 from graphdbg.listing.read import read_dump_folders, read_printed_graphs, read_repros, sort_python_files
 from graphdbg.listing.walk import walk
 from graphdbg.strict_json import output_ready
 
-__all__ = ["Listing", "list_dumps", "ls_output", "apply_logs", "load_with_log", "printed_graph_files", "summary_row",
-           "module_prefix", "natural_key"]
+__all__ = ["Listing", "list_dumps", "ls_output", "apply_logs", "load_with_log", "summary_row", "module_prefix", "natural_key"]
 
 Progress = Callable[[int, int], None]  # (files read, files to read)
 
@@ -93,4 +96,20 @@ def _slim(dump: Any) -> Any:
     if isinstance(manifest.get("graph"), dict):
         manifest["graph"] = {k: v for k, v in manifest["graph"].items() if k not in _NOT_SHOWN_GRAPH}
     dump.manifest = manifest
+    return dump
+
+
+def load_with_log(path: str | Path, log: str | Path | None = None) -> Dump:
+    """``load(path)``, with the failure the run's log gives it when it records none, as
+    ``graphdbg ls`` of its folder gives it (``log``, else the log beside it)."""
+    dump = load(path)
+    where = Path(dump.path)
+    if dump.format == "dump" or (dump.manifest.get("failure") or {}).get("signature"):
+        return dump
+    if not where.is_file():
+        apply_logs([dump], where, log)
+    elif log is not None or find_logs(where.parent):
+        listed = next((d for d in list_dumps(where.parent, log).dumps if os.path.realpath(d.path) == os.path.realpath(where)), None)
+        if listed is not None:
+            dump.manifest["failure"] = listed.manifest.get("failure")
     return dump

@@ -11,12 +11,10 @@ from typing import Any
 
 from graphdbg.dump import Dump
 from graphdbg.errors import GraphdbgError
-from graphdbg.formats import load
 from graphdbg.formats.run_log import RunLog, attach_log, find_logs, log_key, name_and_stem, read_log
 from graphdbg.formats.scan import sharing
-from graphdbg.formats.sniff import looks_like_printed_graph
 from graphdbg.listing.cache import FileCache
-from graphdbg.listing.walk import shown, walk
+from graphdbg.listing.walk import shown
 
 
 def apply_logs(dumps: list[Dump], root: Path, log: str | Path | None = None, *, cache: FileCache | None = None) -> list[dict[str, Any]]:
@@ -82,48 +80,3 @@ def _read_log(path: Path, names: set[str], cache: FileCache, read: dict[tuple, d
             read[same] = run_log.to_cache()
     cache.put(key, run_log.to_cache(), None)
     return run_log
-
-
-def printed_graph_files(root: Path) -> list[Path]:
-    """Printed graph files under ``root`` (or ``root`` itself), skipping dump folders' graph.py."""
-    return [p for p in map(Path, walk(root).files) if looks_like_printed_graph(p)]
-
-
-def load_with_log(path: str | Path, log: str | Path | None = None) -> Dump:
-    """``load(path)``, with the failure the run's log gives it when it records none.
-
-    The log is ``log`` or one found beside the file; which graph a failure belongs to is
-    decided among the printed graphs in the file's folder, as ``graphdbg ls`` would.
-    """
-    # lazy: ls imports no torch (listing/read.py)
-    from graphdbg.formats.printed_graph import load_printed_graph
-
-    dump = load(path)
-    if dump.format == "dump" or (dump.manifest.get("failure") or {}).get("signature"):
-        return dump
-    folder = Path(dump.path).parent if Path(dump.path).is_file() else Path(dump.path)
-    logs = [Path(log)] if log is not None else find_logs(folder)
-    if not logs:
-        return dump
-    siblings = printed_graph_files(folder) if Path(dump.path).is_file() else []
-    names = {n for p in [Path(dump.path), *siblings] for n in (p.name, p.stem)}
-    attachable = []
-    for p in logs:
-        try:
-            attachable.append(any(f.kind != "error" for f in read_log(p, names).failures))
-        except GraphdbgError:
-            if log is not None:
-                raise
-            attachable.append(False)
-    if not any(attachable):
-        return dump
-    others: list[Dump] = []
-    for p in siblings:
-        if os.path.realpath(p) == os.path.realpath(dump.path):
-            continue
-        try:
-            others.append(load_printed_graph(p))
-        except GraphdbgError:
-            continue  # a sibling that doesn't parse is ls's problem, not this file's
-    apply_logs([dump, *others], folder, log)
-    return dump

@@ -15,10 +15,12 @@ raw storage bytes.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from graphdbg.backends.recipe import shown_backend
 from graphdbg.display import Displayed
 from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.store.manifest import MAX_GRAPH_BYTES
@@ -370,8 +372,14 @@ class Dump(Displayed):
         return {p.name: p for p in plan_inputs(self.printed.to_module(missing_attr=lambda q, s: None))}
 
     def summary(self) -> dict[str, Any]:
-        """The stable JSON row used by ``graphdbg ls --json``; other tools' files add ``format``,
-        and printed graphs ``model``, ``graph``, ``rank_source``, ``group_hash``, ``constructs``."""
+        """The stable JSON row of ``graphdbg ls --json`` and ``show --json``. Other tools' files
+        add ``format``; printed graphs ``model``, ``graph``, ``rank_source``, ``group_hash``,
+        ``constructs``, and where a run's log gave their failure ``log`` (its path), ``log_line``,
+        ``log_inferred`` and ``log_how`` (else None; the backend is then the log's). A captured
+        dump's row adds ``frame`` and ``compile_id`` (capture/origin.py), ``module`` (the module
+        path all its nodes share), its nested compile's ``parent``, ``piece`` and ``children``,
+        and the ``custom_ops`` and ``triton_kernels`` it calls (graph/kernels.py)."""
+        m = self.manifest
         row = {
             "path": str(self.path),
             "rank": self.rank,
@@ -379,17 +387,34 @@ class Dump(Displayed):
             "id": self.id,
             "nodes": self.node_count,
             "kind": self.failure_kind,
-            "backend": self.backend,
+            "backend": shown_backend(m) if m.get("backend_recipe") is not None else self.backend,  # aot_autograd(...), partial
             "error_type": self.error_type,
             "message": (self.message.strip().splitlines() or [""])[0],
             "signature": self.signature,
             "graph_hash": self.graph_hash,
         }
-        if "format" in self.manifest:
+        if "format" in m:
             row["format"] = self.format
         if self._printed_facts:
             row.update({"model": self.model, "graph": self.graph_number, "rank_source": self.rank_source,
                         "group_hash": self.group_hash, "constructs": self.constructs})
+        if self.format == "dump":
+            origin, parent = m.get("origin") or {}, m.get("parent") if isinstance(m.get("parent"), dict) else {}
+            row.update(frame=f"{origin['function']} ({Path(origin['file']).name}:{origin['line']})" if origin.get("function") else None,
+                       compile_id=origin.get("compile_id"), module=module_prefix((m.get("graph") or {}).get("node_info") or {}),
+                       parent=str(Path(self.path).parent / parent["dir"]) if parent.get("dir") else None,
+                       piece=parent.get("piece") if parent.get("dir") else None,
+                       children=[os.path.normpath(Path(self.path).parent / c["dir"]) for c in m.get("children") or []
+                                 if isinstance(c, dict) and c.get("dir")],
+                       custom_ops=[o.get("name") for o in m.get("custom_ops") or []],
+                       triton_kernels=[k.get("name") or f"kernel_idx={k.get('kernel_idx')}" for k in m.get("triton_kernels") or []])
+            return row
+        failure = m.get("failure") or {}
+        log = failure.get("log") if failure.get("source") == "log" else None
+        row.update({"log": log["path"], "log_line": log["line"], "log_inferred": log["inferred"], "log_how": log["how"]} if log
+                   else dict.fromkeys(("log", "log_line", "log_inferred", "log_how")))
+        if log and failure.get("backend"):
+            row["backend"] = failure["backend"]
         return row
 
     def __repr__(self) -> str:
@@ -431,3 +456,14 @@ def _scalar_text(d: dict[str, Any]) -> str | None:
     if kind == "opaque":
         return d.get("type")
     return None
+
+
+def module_prefix(node_info: dict[str, dict[str, Any]]) -> str | None:
+    """The module path every node of a graph shares (``transformer.h.2``), or None."""
+    paths = [info["module"].split(".") for info in node_info.values() if info.get("module")]
+    return ".".join(os.path.commonprefix(paths)) or None  # commonprefix compares lists item by item
+
+
+def natural_key(text: str) -> list[Any]:
+    """Sort key with the numbers in ``text`` compared as numbers: g2-... before g10-..."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]

@@ -486,60 +486,45 @@ def _flat(value: Any) -> list[Any]:
 
 # Facts ------------------------------------------------------------------------------------
 
-def _canon(value: Any) -> Any:
-    """``value`` as graph_hash spells it."""
+def _spelled(value: Any, literals: list[Any] | None = None) -> Any:
+    """``value`` as graph_hash spells it; with ``literals``, as the group hash spells it: integer
+    literals and device indices masked, and appended to ``literals`` in order."""
     t = type(value)  # exact types: the values are the AST's constants, containers and the classes above
     if t is Ref:
         return f"%{value.index}"
-    if t is str or t is int or t is bool or value is None:
-        return value
-    if t is tuple or t is list:
-        return [t.__name__, [_canon(v) for v in value]]
-    if t is dict:
-        return ["dict", [[str(k), _canon(v)] for k, v in value.items()]]
-    if t is slice:
-        return ["slice", _canon(value.start), _canon(value.stop), _canon(value.step)]
-    if t is float or t is complex:
-        return repr(value)
-    if t is Device:
-        return f"device:{value}"
-    return f"@{value.path}" if t is DottedName else t.__name__
-
-
-def _masked(value: Any, literals: list[Any]) -> Any:
-    """``value`` as the group hash spells it: integer literals and device indices masked, and
-    appended to ``literals`` in order."""
-    t = type(value)  # exact types, as in _canon
-    if t is Ref:
-        return f"%{value.index}"
-    if t is str or t is bool or value is None:
+    if t is str or t is bool or value is None or (t is int and literals is None):
         return value
     if t is int:
-        literals.append(value)
+        literals.append(value)  # type: ignore[union-attr]
         return "#"
     if t is tuple or t is list:
-        return [_masked(v, literals) for v in value]
-    if t is Device:
-        if value.index is not None:
-            literals.append(value.index)
-        return f"device:{value.type}"
+        items = [_spelled(v, literals) for v in value]
+        return items if literals is not None else [t.__name__, items]
     if t is dict:
-        return [[str(k), _masked(v, literals)] for k, v in value.items()]
+        items = [[str(k), _spelled(v, literals)] for k, v in value.items()]
+        return items if literals is not None else ["dict", items]
     if t is slice:
-        return ["slice", _masked(value.start, literals), _masked(value.stop, literals), _masked(value.step, literals)]
+        return ["slice", _spelled(value.start, literals), _spelled(value.stop, literals), _spelled(value.step, literals)]
     if t is float or t is complex:
         return repr(value)
-    return value.path if t is DottedName else t.__name__
+    if t is Device:
+        if literals is None or value.index is None:
+            return f"device:{value}" if literals is None else f"device:{value.type}"
+        literals.append(value.index)
+        return f"device:{value.type}"
+    if t is DottedName:
+        return value.path if literals is not None else f"@{value.path}"
+    return t.__name__
 
 
 def _own_facts(nodes: list[Node], devices: bool) -> Own:
     """A forward's own facts (``devices``: whether any argument is a device, else none is looked for)."""
     rows, masked, literals, indices, found = [], [], [], set(), {}
     for n in nodes:
-        rows.append(repr([n.op, n.target, n.annotation or "", _canon(n.args), _canon(n.kwargs)] if n.op == "placeholder" else
-                         [n.op, n.target, _canon(n.args), _canon(n.kwargs)]))  # as text: no row outlives its node's turn
-        masked.append([n.op, n.target if n.op not in ("placeholder", "output") else n.op, _masked(n.args, literals),
-                       _masked(n.kwargs, literals), n.annotation])
+        rows.append(repr([n.op, n.target, n.annotation or "", _spelled(n.args), _spelled(n.kwargs)] if n.op == "placeholder" else
+                         [n.op, n.target, _spelled(n.args), _spelled(n.kwargs)]))  # as text: no row outlives its node's turn
+        masked.append([n.op, n.target if n.op not in ("placeholder", "output") else n.op, _spelled(n.args, literals),
+                       _spelled(n.kwargs, literals), n.annotation])
         if n.op not in ("call_function", "call_method"):
             continue
         values = _flat((n.args, n.kwargs)) if devices else ()

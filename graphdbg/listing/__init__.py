@@ -20,18 +20,18 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from graphdbg.dump import Dump
+from graphdbg.dump import Dump, natural_key
 from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.formats import load
 from graphdbg.formats.run_log import find_logs
 from graphdbg.listing.cache import FileCache
-from graphdbg.listing.groups import Listing, module_prefix, natural_key, summary_row
+from graphdbg.listing.groups import Listing
 from graphdbg.listing.logs import apply_logs
 from graphdbg.listing.read import read_dump_folders, read_printed_graphs, read_repros, sort_python_files
 from graphdbg.listing.walk import walk
 from graphdbg.strict_json import output_ready
 
-__all__ = ["Listing", "list_dumps", "ls_output", "apply_logs", "load_with_log", "summary_row", "module_prefix", "natural_key"]
+__all__ = ["Listing", "list_dumps", "ls_output", "apply_logs", "load_with_log"]
 
 Progress = Callable[[int, int], None]  # (files read, files to read)
 

@@ -6,14 +6,12 @@ printing the same layer are one row with their ranks."""
 from __future__ import annotations
 
 import os
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from graphdbg._version import __version__
-from graphdbg.backends.recipe import shown_backend
 from graphdbg.display import Displayed
 from graphdbg.dump import Dump, is_failure
 
@@ -38,7 +36,7 @@ class Listing(Displayed):
         ``constructs`` (what needs stand-ins) and ``rank_literals`` (the literals that differ
         between the members, one list of values per literal, in member order).
         """
-        return make_groups(self.dumps, [summary_row(d) for d in self.dumps])
+        return make_groups(self.dumps, [d.summary() for d in self.dumps])
 
     def select(self, failed: bool = False, kind: str | None = None) -> Listing:
         """The same listing with only failed dumps (``failed``), or dumps of one failure ``kind``."""
@@ -53,14 +51,14 @@ class Listing(Displayed):
                 "by_kind": dict(Counter(g["kind"] for g in groups)), "unreadable": len(self.problems)}
 
     def to_json(self) -> dict[str, Any]:
-        rows = [summary_row(d) for d in self.dumps]
+        rows = [d.summary() for d in self.dumps]
         groups = make_groups(self.dumps, rows)
         return {"graphdbg": __version__, "root": str(self.root), "dumps": rows, "groups": groups,
                 "summary": self.summary(groups), "problems": self.problems, **({"logs": self.logs} if self.logs else {})}
 
 
 def make_groups(dumps: list[Dump], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The groups of ``dumps`` (``rows``: their ``summary_row``s)."""
+    """The groups of ``dumps`` (``rows``: their ``summary()``)."""
     groups: dict[tuple, dict[str, Any]] = {}
     members: dict[tuple, list[Dump]] = {}
     first: dict[tuple, dict[str, Any]] = {}  # each group's first row
@@ -110,37 +108,6 @@ def _differing(literals: list[list[Any]]) -> list[list[Any]]:
     return [list(column) for column in zip(*literals) if len(set(column)) > 1]
 
 
-def summary_row(d: Dump) -> dict[str, Any]:
-    """``d.summary()``; for a file of another tool's, plus where its failure came from when a
-    run's log gave it: ``log`` (the log's path), ``log_line``, ``log_inferred`` and ``log_how``
-    (all None otherwise). The backend is then the log's. A captured dump's row adds ``frame``,
-    ``compile_id`` (capture/origin.py) and ``module``, the module path all its nodes share."""
-    row = d.summary()
-    if d.manifest.get("backend_recipe") is not None:  # aot_autograd(...) / partial: what it was built from
-        row["backend"] = shown_backend(d.manifest)
-    if d.format == "dump":
-        origin = d.manifest.get("origin") or {}
-        where = f"{origin['function']} ({Path(origin['file']).name}:{origin['line']})" if origin.get("function") else None
-        row.update(frame=where, compile_id=origin.get("compile_id"),
-                   module=module_prefix((d.manifest.get("graph") or {}).get("node_info") or {}))
-        # a piece of a nested compile: the dump of the graph it is a piece of, and its own pieces' dumps
-        parent = d.manifest.get("parent") if isinstance(d.manifest.get("parent"), dict) else {}
-        row.update(parent=str(Path(d.path).parent / parent["dir"]) if parent.get("dir") else None,
-                   piece=parent.get("piece") if parent.get("dir") else None,
-                   children=[os.path.normpath(Path(d.path).parent / c["dir"]) for c in d.manifest.get("children") or []
-                             if isinstance(c, dict) and c.get("dir")])
-        row.update(custom_ops=[o.get("name") for o in d.manifest.get("custom_ops") or []],  # graph/kernels.py
-                   triton_kernels=[k.get("name") or f"kernel_idx={k.get('kernel_idx')}" for k in d.manifest.get("triton_kernels") or []])
-        return row
-    failure = d.manifest.get("failure") or {}
-    log = failure.get("log") if failure.get("source") == "log" else None
-    row.update({"log": log["path"], "log_line": log["line"], "log_inferred": log["inferred"], "log_how": log["how"]}
-               if log else dict.fromkeys(_LOG_KEYS))
-    if log and failure.get("backend"):
-        row["backend"] = failure["backend"]
-    return row
-
-
 def _input_specs(d: Dump) -> tuple:
     return tuple((i.get("kind"), i.get("dtype"), str(i.get("shape")), str(i.get("value")) if i.get("kind") != "symint" else None)
                  for i in d.manifest.get("inputs", []))
@@ -167,14 +134,3 @@ def _odd_ranks(dumps: list[Dump]) -> dict[Path, list[str]]:
                 if repr(f[what]) != majority:
                     flags.setdefault(path, []).append(what)
     return flags
-
-
-def module_prefix(node_info: dict[str, dict[str, Any]]) -> str | None:
-    """The module path every node of a graph shares (``transformer.h.2``), or None."""
-    paths = [info["module"].split(".") for info in node_info.values() if info.get("module")]
-    return ".".join(os.path.commonprefix(paths)) or None  # commonprefix compares lists item by item
-
-
-def natural_key(text: str) -> list[Any]:
-    """Sort key with the numbers in ``text`` compared as numbers: g2-... before g10-..."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from graphdbg.backends.compiler_config import applied_config, replay_settings
 from graphdbg.backends.resolve import resolve_backend
 from graphdbg.case import Case
 from graphdbg.display import Displayed
+from graphdbg.dump import natural_key
 from graphdbg.errors import GraphdbgError
 from graphdbg.formats import load as load_dump
 from graphdbg.graph.allow_list import check_graph_module
@@ -347,7 +347,7 @@ def _one_graph_per_rank(folders: list[Path], graph: str | None) -> dict[int, Any
     somewhere, each rank's failure of it or what ``mode="always"`` captured of it there (so a
     rank on which it did not fail is compared too); else each rank's first graph."""
     if graph is None:
-        failed = sorted({graph_key(f) for f in folders if not is_captured(f)}, key=_natural_key)
+        failed = sorted({graph_key(f) for f in folders if not is_captured(f)}, key=natural_key)
         graph = failed[0] if failed else None
     if graph is not None:
         return {r: load_dump(p) for r, p in rank_dumps(folders, graph).items()}
@@ -355,10 +355,6 @@ def _one_graph_per_rank(folders: list[Path], graph: str | None) -> dict[int, Any
     for d in sorted((load_dump(f) for f in folders), key=lambda d: (d.rank, d.id)):
         by_rank.setdefault(d.rank, d)  # the first graph of each rank
     return by_rank
-
-
-def _natural_key(key: str) -> list[Any]:
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", key)]
 
 
 def _rank_facts(d: Any) -> dict[str, Any]:

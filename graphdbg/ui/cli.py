@@ -206,13 +206,13 @@ def show(dump: Annotated[Path, typer.Argument(help="A dump folder or a graph fil
          ops: OpsOpt = None, log: LogOpt = None) -> None:
     """Show a dump: what failed, the graph with its source lines, and its inputs."""
     _must_exist(dump)
-    from graphdbg.listing import load_with_log, summary_row
+    from graphdbg.listing import load_with_log
     from graphdbg.ui.render import show as render_show
 
     _inputs_setup(ops)
     d = load_with_log(dump, log)
     if as_json:
-        _print_json({**summary_row(d), **{k: d.manifest[k] for k in ("parent", "children", "config", "backend_source", "backend_recipe")
+        _print_json({**d.summary(), **{k: d.manifest[k] for k in ("parent", "children", "config", "backend_source", "backend_recipe")
                                           if k in (getattr(d, "manifest", None) or {})},
                      "kernels": {k: (getattr(d, "manifest", None) or {}).get(k) or [] for k in ("custom_ops", "triton_kernels")},
                      "nodes_table": d.nodes().to_dict(orient="records"),

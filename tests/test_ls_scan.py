@@ -292,3 +292,35 @@ def test_the_scan_and_the_full_reader_refuse_a_module_in_the_same_words():
         assert str(scanned.value) in str(full.value), (what, str(full.value), str(scanned.value))
     fine = "from __future__ import annotations\nimport torch\nfrom torch import nn\n'''a docstring'''\n" + PLAIN
     assert scan_source(fine, "g.py").nodes == len(parse_printed_graph(fine).graph.nodes) == 3
+
+
+# Forwards whose text is cut from the file before parsing (scan.split_forwards): where the cut
+# is not where the function ends, the file is parsed whole; either way, what the full reader reads.
+_CUTS = {
+    "signature_across_lines": PLAIN.replace('x: "f32[2]"', 'x: "f32[2]",\n y: "f32[2]"'),  # a line less indented than the def
+    "comment_at_column_0": PLAIN.replace("        y = ", "# a comment inside\n        y = "),
+    "trailing_comments": PLAIN + "    # after the forward\n\n# and at the end\n",
+    "one_line_forward": 'class GraphModule(torch.nn.Module):\n    def forward(self, x: "f32[2]"): return (x,)\n',
+    "nested_same_text": _twice(PLAIN.split("\n", 1)[1].rstrip("\n")),
+    "forward_not_first": PLAIN.replace("class GraphModule(torch.nn.Module):\n",
+                                       "class GraphModule(torch.nn.Module):\n    class sub(torch.nn.Module):\n"
+                                       + "".join("    " + ln + "\n" for ln in PLAIN.splitlines()[1:])),
+    "returns_a_call": PLAIN.replace('"f32[2]"):', '"f32[2]") -> torch.zeros(1):'),
+    "def_in_a_string": PLAIN.replace("torch.relu(x)", "torch.relu(x, 'def forward')"),
+    "bad_annotation_lines_down": "\n\n# Rank: 1, Graph 0\n" + PLAIN.replace("        y = torch.relu(x)", "        y: \"f32[2\" = torch.relu(x)"),
+}
+
+
+def test_forwards_cut_from_the_text_read_as_the_whole_file_and_the_full_reader_read_them(tmp_path, monkeypatch):
+    from graphdbg.formats.scan import split_forwards
+
+    for name, text in _CUTS.items():
+        (tmp_path / f"{name}.py").write_text(text)
+    assert split_forwards(_CUTS["signature_across_lines"]) is not None  # cut, then parsed whole: the cut's text doesn't parse
+    listed = _same(tmp_path)
+    monkeypatch.setenv(SHARE_ENV, "0")  # nothing cut
+    alone = list_dumps(tmp_path, cache=False).to_json()
+    assert listed["dumps"] == alone["dumps"] and listed["problems"] == alone["problems"]
+    problems = {Path(p["path"]).stem: p["error"] for p in listed["problems"]}
+    assert set(problems) == {"returns_a_call", "bad_annotation_lines_down"}, problems
+    assert "bad_annotation_lines_down.py:6" in problems["bad_annotation_lines_down"], problems  # the file's line, not the forward's

@@ -3,7 +3,7 @@
 The logs under fixtures/corpus are byte-for-byte copies of the corpus's ``log.txt`` files
 (SGLang + ThunderFX runs, fixtures/sglang-thunderfx/README.md). Another log comes from a real torchrun run of a program
 whose backend prints each graph it is given (as Thunder's debug branch did) and then refuses
-it. Every test goes through the CLI.
+it. Every test goes through the CLI but one (a line's graph names, found two ways).
 """
 
 from __future__ import annotations
@@ -459,3 +459,20 @@ def test_copies_of_a_run_read_their_common_log_once_and_list_as_each_read_alone(
     assert all(a["path"].startswith(str(tmp_path / "b")) for a in logs["b"]["attached"])
     assert logs["a"]["failures"][0]["ranks"] == list(range(8)) and logs["c"]["failures"][0]["ranks"] == [3]
     assert "argument of kind" in logs["d"]["failures"][0]["signature"]
+
+
+def test_graph_names_in_a_line_are_found_the_same_with_or_without_a_regex_of_every_name(tmp_path):
+    """Names of word characters and dots are found from the line's runs of them (no alternation
+    of every name compiled per log); other names by the regex. Both find the same names: whole,
+    longest first, not inside a longer word or dotted name."""
+    from graphdbg.formats.run_log import _Scanner
+
+    names = ["rank0_0.py", "rank0_0", "rank10_0.py", "rank10_0", "graph_module_3.py", "graph_module_3"]
+    lines = ['File "/x/rank0_0.py", line 3, in forward', "rank0_0.pyc rank10_0 xrank0_0.py a.rank0_0.py rank0_0_1",
+             "graph_module_3.py: graph_module_3. (rank0_0)", "rank0_0.py.bak rank10_0.pyx.py", "résumé_rank0_0 rank0_0é"]
+    plain = _Scanner(tmp_path / "log.txt", names)
+    regex = _Scanner(tmp_path / "log.txt", [*names, "my-model_0.py"])  # a dash: the regex
+    assert plain.names_re is None and regex.names_re is not None
+    found = [plain._names_in(line) for line in lines]
+    assert found == [regex._names_in(line) for line in lines]
+    assert found[:3] == [["rank0_0.py"], ["rank0_0", "rank10_0"], ["graph_module_3.py", "graph_module_3", "rank0_0"]]

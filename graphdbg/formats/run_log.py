@@ -411,8 +411,8 @@ class _Scanner:
 
     def _names_in(self, text: str) -> list[str]:
         """The graph names ``text`` names, each longest first, not inside a longer word or dotted
-        name (``rank0_0.py``, ``rank0_0`` of ``rank0_0.pyc``); for names of ``[\w.]`` alone, from the
-        text's ``[\w.]`` runs (no regex of every name to compile per log, and a third faster)."""
+        name (``rank0_0.py``, ``rank0_0`` of ``rank0_0.pyc``); for names of word characters and dots
+        alone, from the text's runs of them (no regex of every name to compile per log, a third faster)."""
         if self.names_re is not None:
             return self.names_re.findall(text)
         out = []

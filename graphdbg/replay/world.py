@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from graphdbg.dump import natural_key
 from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.formats import load as load_dump
 from graphdbg.rebuild.inputs import symbol_env
@@ -147,7 +148,7 @@ def world_dumps(root: str | Path, graph: str | None = None) -> tuple[str, dict[i
     found = find_dumps(Path(root)) if Path(root).is_dir() else []
     if not found:
         return _printed_world(Path(root), graph)
-    keys = sorted({graph_key(p) for p in found}, key=_natural)
+    keys = sorted({graph_key(p) for p in found}, key=natural_key)
     if graph is None:
         if len(keys) > 1:
             raise GraphdbgError(f"{root} holds several graphs ({', '.join(keys)}); choose one with --graph")
@@ -185,17 +186,14 @@ def _printed_world(root: Path, graph: str | None) -> tuple[str, dict[int, Path]]
         chosen = [k for k in worlds if k == graph or k.rsplit("/", 1)[1] == wanted]
         if len(chosen) != 1:
             raise GraphdbgError(f"{root}: {'no' if not chosen else 'several'} printed graphs match --graph {graph} "
-                                f"(graphs here: {', '.join(sorted(worlds, key=_natural))})")
+                                f"(graphs here: {', '.join(sorted(worlds, key=natural_key))})")
         key = chosen[0]
     elif len(worlds) > 1:
-        raise GraphdbgError(f"{root} holds several printed graphs ({', '.join(sorted(worlds, key=_natural))}); choose one with --graph")
+        raise GraphdbgError(f"{root} holds several printed graphs ({', '.join(sorted(worlds, key=natural_key))}); choose one with --graph")
     else:
         key = next(iter(worlds))
     return key, {r: d.path for r, d in sorted(worlds[key].items())}
 
-
-def _natural(key: str) -> list[Any]:
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", key)]
 
 
 # Where each rank runs ------------------------------------------------------------------

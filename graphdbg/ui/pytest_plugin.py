@@ -186,6 +186,7 @@ class DumpFolder(pytest.Collector):
 
     def collect(self) -> list[pytest.Item]:
         # lazy: this plugin loads in every pytest run; graphdbg's heavy modules only once a dump is collected
+        from graphdbg.dump import natural_key
         from graphdbg.listing import list_dumps
 
         items: list[pytest.Item] = []
@@ -201,7 +202,7 @@ class DumpFolder(pytest.Collector):
             name = _unique(_short_name(Path(problem["path"]), self.path), seen)
             items.append(DumpItem.from_parent(self, name=name, dump_path=Path(problem["path"]), dump=None,
                                               problem=problem["error"]))
-        return sorted(items, key=lambda item: _natural(item.name))
+        return sorted(items, key=lambda item: natural_key(item.name))
 
 
 def _short_name(path: Path, root: Path) -> str:
@@ -219,9 +220,6 @@ def _short_name(path: Path, root: Path) -> str:
     parts[-1] = last
     return "/".join(parts) if parts != ["."] else Path(path).name
 
-
-def _natural(text: str) -> list[Any]:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
 
 
 def _unique(name: str, seen: set[str]) -> str:

@@ -126,19 +126,25 @@ class Node:
 
 
 class Own(NamedTuple):
-    """The facts of one forward's own nodes (``_own_facts``): made once per forward text."""
+    """One forward's own nodes and their facts, made once per forward text (``_Forward.read``)."""
+    nodes: list[Node]
     digest: Any  # graph_hash's sha256 over the nodes
     masked: list[list[Any]]  # the group hash's rows: the nodes with integer literals masked
     literals: list[Any]  # those literals, in order
     indices: set[int]  # cuda device indices baked in
     constructs: list[str]  # what replay stands in for
+    doubt: str | None  # the first name the scan can't judge
+    bad: list[tuple[str, int]]  # annotations that don't read as specs (text, line counted from its def)
 
 
 @dataclass
 class ScannedGraph:
-    nodes: list[Node] = field(default_factory=list)
-    own: Own | None = None
+    own: Own
     submodules: dict[str, ScannedGraph] = field(default_factory=dict)
+
+    @property
+    def nodes(self) -> list[Node]:
+        return self.own.nodes
 
     def graphs(self) -> list[ScannedGraph]:
         out = [self]
@@ -158,7 +164,8 @@ class Scan:
         self.table = table if table is not None else _NO_TABLE
         self.undecided: str | None = None if table is not None else "no names table for this torch"
         self.bad_annotations: list[tuple[str, int]] = []
-        self.graph, self.class_line = ScannedGraph(), 0
+        self.graph: ScannedGraph = None  # type: ignore[assignment]
+        self.class_line = 0
 
     @property
     def nodes(self) -> int:
@@ -190,7 +197,7 @@ class Scan:
         if read.doubt is not None and self.undecided is None:
             self.undecided = read.doubt
         self.bad_annotations += [(text, line + offset) for text, line in read.bad]
-        return ScannedGraph(read.nodes, read.own)
+        return ScannedGraph(read)
 
 
 class _Unsplit(Exception):
@@ -287,20 +294,11 @@ def split_forwards(source: str) -> tuple[str, dict[int, tuple[str, int]]] | None
 _NODES_KEPT = 4096
 
 
-class _Read(NamedTuple):
-    """One forward, read: its nodes, their facts, the first name it doubts, its annotations that
-    don't read as specs (``(text, line)``, lines counted from its ``def``)."""
-    nodes: list[Node]
-    own: Own
-    doubt: str | None
-    bad: list[tuple[str, int]]
-
-
 class _KeptForwards(OrderedDict):
     """The forwards read so far, by their text, the least recently read first."""
     nodes = 0
 
-    def keep(self, key: tuple[NameTable, bytes], read: _Read) -> None:
+    def keep(self, key: tuple[NameTable, bytes], read: Own) -> None:
         self[key] = read
         self.nodes += len(read.nodes) + 1
         while self.nodes > _NODES_KEPT and len(self) > 1:
@@ -333,9 +331,9 @@ class _Forward(Forward):
         self.bad: list[tuple[str, int]] = []
         self.devices = False  # whether any argument is a device literal or a "cuda:N" string
 
-    def read(self) -> _Read:  # type: ignore[override]
+    def read(self) -> Own:  # type: ignore[override]
         super().read()
-        return _Read(self.nodes, _own_facts(self.nodes, self.devices), self.first_doubt, self.bad)
+        return Own(self.nodes, *_own_facts(self.nodes, self.devices), self.first_doubt, self.bad)
 
     def doubt(self, why: str) -> None:
         self.first_doubt = self.first_doubt or why
@@ -517,7 +515,7 @@ def _spelled(value: Any, literals: list[Any] | None = None) -> Any:
     return t.__name__
 
 
-def _own_facts(nodes: list[Node], devices: bool) -> Own:
+def _own_facts(nodes: list[Node], devices: bool) -> tuple[Any, list, list, set[int], list[str]]:
     """A forward's own facts (``devices``: whether any argument is a device, else none is looked for)."""
     rows, masked, literals, indices, found = [], [], [], set(), {}
     for n in nodes:
@@ -542,13 +540,13 @@ def _own_facts(nodes: list[Node], devices: bool) -> Own:
         elif any(isinstance(v, Device) and v.type == "cuda" for v in values):
             found.setdefault("device(type='cuda')")
     digest = hashlib.sha256("".join(rows).encode())  # as one update per node
-    return Own(digest, masked, literals, indices, list(found))
+    return digest, masked, literals, indices, list(found)
 
 
 def graph_hash(graph: ScannedGraph) -> str:
     """sha256 over each node's op, target (as written), placeholder annotation and arguments;
     nested classes folded in by name."""
-    h = graph.own.digest.copy()  # type: ignore[union-attr]
+    h = graph.own.digest.copy()
     for name, sub in sorted(graph.submodules.items()):
         h.update(f"{name}:{graph_hash(sub)}".encode())
     return h.hexdigest()
@@ -562,8 +560,8 @@ def masked_structure(graph: ScannedGraph) -> tuple[str, list[Any]]:
     todo = [("", graph)]
     while todo:  # each graph's rows, then its nested classes' by name, depth first
         prefix, g = todo.pop()
-        parts.extend([prefix, *row] for row in g.own.masked)  # type: ignore[union-attr]
-        literals.extend(g.own.literals)  # type: ignore[union-attr]
+        parts.extend([prefix, *row] for row in g.own.masked)
+        literals.extend(g.own.literals)
         todo.extend((f"{prefix}{name}.", g.submodules[name]) for name in sorted(g.submodules, reverse=True))
     return json.dumps(parts), literals
 
@@ -574,8 +572,8 @@ def devices_and_constructs(graph: ScannedGraph) -> tuple[set[int], list[str]]:
     indices: set[int] = set()
     found: dict[str, None] = {}
     for g in graph.graphs():
-        indices |= g.own.indices  # type: ignore[union-attr]
-        found.update(dict.fromkeys(g.own.constructs))  # type: ignore[union-attr]
+        indices |= g.own.indices
+        found.update(dict.fromkeys(g.own.constructs))
     return indices, list(found)
 
 

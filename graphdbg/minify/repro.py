@@ -326,9 +326,35 @@ import subprocess
 import sys
 from pathlib import Path
 
-import torch
-import torch._dynamo
-import torch.fx
+EXPECT = {expect}
+
+
+def arguments():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--backend", default=None, help="another backend than BACKEND below")
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--in-process", action="store_true", help="don't run the backend in a child process")
+    return parser.parse_args()
+
+
+def in_a_child():
+    """This file again, --in-process, in a child: a backend that dies by a signal still gets an answer."""
+    code = subprocess.call([sys.executable, __file__, "--in-process", *sys.argv[1:]])
+    if code >= 0:
+        return code
+    name = signal.Signals(-code).name
+    same = EXPECT["status"] == "crash" and EXPECT["error_type"] == name
+    print(("REPRODUCED: " if same else "FAILED DIFFERENTLY: ") + f"Signal {{name}}")  # the captured signature's words
+    print(f"the backend's process was killed by {{name}}")
+    return 1 if same else 2
+
+
+if __name__ == "__main__" and not arguments().in_process:
+    sys.exit(in_a_child())  # before torch is imported: only the child needs it
+
+import torch  # noqa: E402
+import torch._dynamo  # noqa: E402
+import torch.fx  # noqa: E402
 
 _TORCH = torch  # torch itself, while a graph is traced (``_Traced``)
 
@@ -361,7 +387,6 @@ INPUTS_FILE = {inputs}
 BACKEND = {backend}
 DYNAMIC = {dynamic}  # per input: the dims captured symbolic ("sym": a SymInt), traced dynamic as captured
 DIRECT = {direct}  # True: backend(GraphModule, inputs), as graphdbg minify ran it; False: torch.compile
-EXPECT = {expect}
 TOLERANCES = {tol}  # (rtol, atol); atol for magnitude 1, scaled for smaller values down to SCALE_FLOOR
 SCALE_FLOOR = {floor}
 NODE_NAMES = {node_names}
@@ -640,20 +665,8 @@ def mismatched(ref, ref64, got, outputs=None):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--backend", default=BACKEND)
-    parser.add_argument("--device", default=None)
-    parser.add_argument("--in-process", action="store_true", help="don't run the backend in a child process")
-    args = parser.parse_args()
-    if not args.in_process:  # a backend that dies by a signal still gets an answer
-        code = subprocess.call([sys.executable, __file__, "--in-process", *sys.argv[1:]])
-        if code >= 0:
-            return code
-        name = signal.Signals(-code).name
-        same = EXPECT["status"] == "crash" and EXPECT["error_type"] == name
-        print(("REPRODUCED: " if same else "FAILED DIFFERENTLY: ") + f"Signal {{name}}")  # the captured signature's words
-        print(f"the backend's process was killed by {{name}}")
-        return 1 if same else 2
+    args = arguments()
+    backend = args.backend or BACKEND
     device = args.device or ("cuda" if torch.cuda.is_available() and "cuda" in {captured} else "cpu")
     gm, inputs = build(device)
     outputs = None
@@ -669,9 +682,9 @@ def main():
                 ref64 = None
         try:
             if BACKWARD:
-                ref, ref64, got = run_training(gm, inputs, args.backend)
+                ref, ref64, got = run_training(gm, inputs, backend)
             else:
-                got = written(run_backend(gm, inputs, args.backend), inputs)
+                got = written(run_backend(gm, inputs, backend), inputs)
         except Exception as e:
             inner = e
             while type(inner).__name__ in ("BackendCompilerFailed", "InductorError") and getattr(inner, "inner_exception", None):

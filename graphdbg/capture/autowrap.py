@@ -17,10 +17,9 @@ import sys
 from typing import Any
 
 from graphdbg.capture.on_import import watch
+from graphdbg.capture.settings import DEFAULT_BUDGET, ENV_BUDGET, ENV_MODE
 
 TARGET = "torch._dynamo.eval_frame"
-ENV_MODE = "GRAPHDBG_MODE"
-ENV_BUDGET = "GRAPHDBG_BUDGET"
 
 
 def patch(eval_frame: Any) -> None:
@@ -30,7 +29,7 @@ def patch(eval_frame: Any) -> None:
 
     def get_compiler_fn(compiler_fn: Any) -> Any:
         # Imported here, not at patch time: torch._dynamo is still being initialised then.
-        from graphdbg.capture.hook import DEFAULT_BUDGET, CapturingBackend, capture, user_backend
+        from graphdbg.capture.hook import CapturingBackend, capture, user_backend
 
         # torch.compile(backend=graphdbg.capture(...)) arrives inside torch.compile's wrapper: one capture is enough
         if compiler_fn is not None and not isinstance(user_backend(compiler_fn), CapturingBackend):

@@ -34,6 +34,7 @@ from graphdbg.capture.dynamo_exceptions import is_control_flow
 from graphdbg.capture.origin import compile_origin
 from graphdbg.capture.rng import rng_state, same_draws
 from graphdbg.capture.seen import CallCounts, seen_before
+from graphdbg.capture.settings import DEFAULT_BUDGET, ENV_DUMP_DIR, ENV_REDACT, MODES
 from graphdbg.capture.stderr import say
 from graphdbg.capture.training import BackwardWatch, watch_backward
 from graphdbg.graph.snapshot import GraphSnapshot
@@ -44,11 +45,6 @@ from graphdbg.judge.signature import exception_text
 from graphdbg.rebuild.inputs import clone_values
 from graphdbg.store.manifest import update_manifest
 from graphdbg.store.write import failure_record, link_children, write_dump
-
-MODES = ("error", "accuracy", "always")
-DEFAULT_BUDGET = 4 << 30  # bytes of input values stored per graph; past it, spec and statistics only
-ENV_DUMP_DIR = "GRAPHDBG_DUMP_DIR"
-ENV_REDACT = "GRAPHDBG_REDACT"
 
 
 def capture(

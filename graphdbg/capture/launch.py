@@ -9,8 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from graphdbg.capture.autowrap import ENV_BUDGET, ENV_MODE
-from graphdbg.capture.hook import DEFAULT_BUDGET, ENV_DUMP_DIR, ENV_REDACT, MODES
+from graphdbg.capture.settings import DEFAULT_BUDGET, ENV_BUDGET, ENV_DUMP_DIR, ENV_MODE, ENV_REDACT, MODES
 from graphdbg.errors import GraphdbgError
 
 SITE_DIR = Path(__file__).parent / "site"

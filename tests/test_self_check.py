@@ -272,3 +272,29 @@ def test_the_repro_runs_its_backend_in_the_sandboxed_process_unless_a_signal_was
         assert check_repro(repro, device=device, captured="RuntimeError: x").line == "REPRODUCED: started in-process"
         for captured in ("Signal SIGSEGV", "Timeout after 5s"):
             assert check_repro(repro, device=device, captured=captured).line == "REPRODUCED: started as the user starts it"
+
+
+RECORDS_WHERE_IT_REPLAYS = '''
+from graphdbg.replay import sandbox
+
+
+def test_where():
+    where = "in the launcher" if sandbox.replays_here else "in a child"
+    message = "crash: RuntimeError: replayed " + where + " (the captured" + " failure: x)"  # split: pytest shows this line too
+    assert False, message
+'''
+
+
+def test_an_exported_tests_replay_runs_in_the_sandboxed_launcher_unless_a_signal_was_captured(tmp_path):
+    """The exported test's isolated replay runs in the self-check's sandboxed launcher (one
+    interpreter and torch import fewer), as a repro's backend does; a captured signal or
+    timeout keeps its child, whose death is the answer."""
+    from graphdbg.minify.self_check import check_exported_test
+
+    test_file = tmp_path / "test_where.py"
+    test_file.write_text(RECORDS_WHERE_IT_REPLAYS)
+    check = check_exported_test(test_file, kind="crash", captured="RuntimeError: x", timeout=120, device="cpu")
+    assert check.line == "crash: RuntimeError: replayed in the launcher", check
+    for captured in ("Signal SIGSEGV", "Timeout after 5s"):
+        check = check_exported_test(test_file, kind="crash", captured=captured, timeout=120, device="cpu")
+        assert check.line == "crash: RuntimeError: replayed in a child", check

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -118,6 +119,12 @@ def _clean_env(shadow: Path | None) -> dict[str, str]:
     return env
 
 
+def _runs_here(captured: str | None) -> bool:
+    """Whether what a self-check runs runs in its sandboxed launcher, not in a child of its own:
+    unless the captured failure was a signal or a timeout, whose child's death is the answer."""
+    return not str(captured or "").startswith(("Signal ", "Timeout"))
+
+
 def check_repro(path: str | Path, *, captured: str | None = None, timeout: float | None = 600.0,
                 device: str | None = None, dump: str | Path | None = None) -> SelfCheck:
     """Run a ``repro.py`` minify wrote (``python repro.py``) with graphdbg unimportable, in the
@@ -144,9 +151,8 @@ def check_repro(path: str | Path, *, captured: str | None = None, timeout: float
         # the launcher's be written (a child the repro started saw no GPU: "0 active drivers", or
         # ran on the CPU); everywhere, one interpreter and one torch import fewer. A captured
         # signal or timeout keeps the repro's child, whose death is the answer it prints.
-        in_process = not str(captured or "").startswith(("Signal ", "Timeout"))
         code, text, sandbox = _run(Path(tmp), ["--hide-graphdbg", str(shadow), "--script", str(path),
-                                               *(["--in-process"] if in_process else [])],
+                                               *(["--in-process"] if _runs_here(captured) else [])],
                                    {**_clean_env(shadow), **child_path()}, device, timeout, dump)
     verdict = next((ln.strip() for ln in text.splitlines() if ln.startswith(("REPRODUCED:", "FAILED DIFFERENTLY:", "FIXED:"))), None)
     if verdict is None:
@@ -181,8 +187,9 @@ def check_exported_test(path: str | Path, *, kind: str, captured: str | None, ti
         data = path.with_name(path.stem + "_data")
         if data.is_dir():
             (fresh / data.name).symlink_to(data, target_is_directory=True)
-        launch = ["--module", "pytest", "-q", "--tb=short", "-p", "no:cacheprovider", "-o", "addopts=",
-                  "-c", str(fresh / "pytest.ini"), "--rootdir", str(fresh), "--confcutdir", str(fresh),
+        # its replay runs in the sandboxed launcher itself, as a repro's backend does (``check_repro``)
+        launch = [*(["--replays-here"] if _runs_here(captured) else []),
+                  "--module", "pytest", "-q", "--tb=short", "-p", "no:cacheprovider", "-o", "addopts=", "-c", str(fresh / "pytest.ini"), "--rootdir", str(fresh), "--confcutdir", str(fresh),
                   "--import-mode=importlib", str(fresh / path.name)]
         # the modules the test names (its backend, as module:callable), from where this process finds them
         code, text, sandbox = _run(Path(tmp), launch, {**_clean_env(None), **child_path([source.decode("utf-8", "replace")])},
@@ -194,6 +201,9 @@ def check_exported_test(path: str | Path, *, kind: str, captured: str | None, ti
                          missing="pytest", sandbox=sandbox)
     if code == 0:
         return SelfCheck(False, "the exported test passes (the failure is not there)", 0, sandbox=sandbox)
+    if code < 0 and _runs_here(captured):  # the replay ran in the launcher: its death is the crash a child's would be
+        name = next((s.name for s in signal.Signals if s == -code), str(-code))
+        return SelfCheck(False, f"crash: Signal {name}", code, sandbox=sandbox)
     found = _SUMMARY.search(text)
     if code != 1 or found is None:
         return SelfCheck(False, _last_error(text) or f"pytest exit code {code}", code, sandbox=sandbox)

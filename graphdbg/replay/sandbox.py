@@ -50,6 +50,12 @@ from graphdbg.store.cache_folder import cache_dir
 
 ENV = "GRAPHDBG_SANDBOX"
 
+# True in the sandboxed launcher of export-test's self-check (``sandboxed_file --replays-here``):
+# that process is a replay child's sandbox already, so an isolated replay (the exported test's)
+# runs in it, not in a child of its own: one interpreter and torch import fewer. Not when the
+# captured failure was a signal or a timeout: there the child's death is the answer.
+replays_here = False
+
 # <linux/landlock.h>; syscall numbers are the same on x86_64 and the generic table (aarch64).
 _SYS = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446)}
 _CREATE_RULESET_VERSION = 1

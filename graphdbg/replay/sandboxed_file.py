@@ -1,7 +1,7 @@
 """A file run as ``__main__`` in a replay child's sandbox: the child side of a self-check (``minify.self_check``).
 
     python -I -m graphdbg.replay.sandboxed_file [--hide-graphdbg SHADOW] --script repro.py ARGS...
-    python -I -m graphdbg.replay.sandboxed_file --module pytest ARGS...
+    python -I -m graphdbg.replay.sandboxed_file [--replays-here] --module pytest ARGS...
 
 A ``repro.py`` or an exported test runs a dump's graph, which is untrusted: this launcher
 applies the sandbox and the memory cap of a replay child (``replay.sandbox.sandbox_child``:
@@ -10,6 +10,9 @@ the file as ``python FILE`` (``runpy``, as ``__main__``) or the module as ``pyth
 file starts (a repro runs its backend in a child: ``python repro.py --in-process``) inherits the
 sandbox: Landlock, seccomp, no new privileges and the address-space limit all hold across
 ``fork`` and ``execve``.
+
+``--replays-here``: an isolated replay the file asks for (an exported test's) runs in this
+process, already a replay child's sandbox, not in a child of its own (``sandbox.replays_here``).
 
 ``--hide-graphdbg``: a repro must run without graphdbg, so once the sandbox is on, graphdbg's
 modules are forgotten and ``SHADOW`` (a ``graphdbg`` package that refuses to load) comes first
@@ -24,16 +27,18 @@ import os
 import runpy
 import sys
 
+from graphdbg.replay import sandbox
 from graphdbg.replay.child import die_with_parent
-from graphdbg.replay.sandbox import sandbox_child
 
 
 def main(argv: list[str]) -> None:
     die_with_parent()
-    sandbox_child(own_parent=False)  # before anything of the file is read; it notes what it applied
+    sandbox.sandbox_child(own_parent=False)  # before anything of the file is read; it notes what it applied
     os.dup2(2, 1)
     sys.stdout.reconfigure(line_buffering=True)  # the two streams in one file, in the order written
     shadow = None
+    if argv[0] == "--replays-here":
+        sandbox.replays_here, argv = True, argv[1:]
     if argv[0] == "--hide-graphdbg":
         shadow, argv = argv[1], argv[2:]
     what, target, args = argv[0], argv[1], argv[2:]

@@ -198,6 +198,7 @@ def test_bisect_ops_names_the_int8_attention_and_its_swap_matches_sdpa(int8_deco
     assert json.loads(r.out)["rows"][0]["max_abs_error"] == pytest.approx(row["max_abs_error"], rel=1e-3), r
 
 
+@pytest.mark.slow
 def test_int8_attention_moves_the_outputs_only_where_keys_have_an_outlier_channel(tmp_path, cli):
     _capture(kp.Decoder(outlier=0.0).eval(), kp.tokens(), tmp_path, "always")
     (path,) = find_dumps(tmp_path)
@@ -241,6 +242,7 @@ TRITON_GRAPH = '''class GraphModule(torch.nn.Module):
 '''
 
 
+@pytest.mark.slow
 def test_a_triton_kernel_kept_only_by_index_is_swapped_for_the_users_reference(tmp_path, cli):
     graph = tmp_path / "rank0_0.py"
     graph.write_text(TRITON_GRAPH)

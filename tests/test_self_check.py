@@ -202,6 +202,7 @@ def test_a_hostile_exported_test_is_contained_by_the_self_check(tmp_path, listen
     assert sorted(p.name for p in test_file.parent.iterdir()) == ["test_hostile.py"]
 
 
+@pytest.mark.slow
 def test_a_self_check_ends_with_everything_the_file_started_past_its_timeout(tmp_path):
     """A repro whose backend child is stuck in a C loop (SIGTERM can't stop it, and it holds
     the output open): the check still ends at its timeout, and the child is gone."""

@@ -387,6 +387,7 @@ def raises_its_memory_limit(gm, example_inputs):
     raise RuntimeError("the limit was lifted")
 
 
+@pytest.mark.slow
 def test_code_in_the_replay_child_cannot_lift_its_memory_limit(fixture_copy, cli, monkeypatch):
     monkeypatch.setenv("GRAPHDBG_MEMORY_LIMIT_GB", "3")
     r = cli("replay", fixture_copy("block_compile_error"), "--backend", "test_trust:raises_its_memory_limit", "--json")

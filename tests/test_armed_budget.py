@@ -45,6 +45,7 @@ def _run(tmp_path, backend, budget_mb):
     return r, dumps
 
 
+@pytest.mark.slow
 def test_a_crash_dump_keeps_small_inputs_and_says_which_values_are_stand_ins(tmp_path, cli):
     r, dumps = _run(tmp_path, "segfaults_when_called", "4")
     assert r.returncode < 0 and "survived" not in r.stdout, (r.returncode, r.stderr[-2000:])

@@ -66,6 +66,7 @@ def test_accuracy_shrinks_to_the_rsqrt():
     assert result.outcome.status == "mismatch"
 
 
+@pytest.mark.slow
 def test_two_nodes_together_on_a_stack(tmp_path):
     from backends_for_tests import refuses_rsqrt_with_gelu
 

@@ -43,6 +43,7 @@ def test_shared_dump_has_no_original_parameter_values_and_still_fails(tmp_path, 
     assert r.code == 1 and json.loads(r.out)["reproduces"], r
 
 
+@pytest.mark.slow
 def test_share_keeps_the_weight_the_failure_needs(tmp_path, cli):
     model, x = tiny_block()
     with torch.no_grad():

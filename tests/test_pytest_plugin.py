@@ -134,10 +134,10 @@ def test_an_expected_failure_that_starts_passing_is_noticed(project: pytest.Pyte
     manifest["expect"] = {"xfail": True, "reason": "silu lowering is planned"}
     (loose / "manifest.json").write_text(json.dumps(manifest))
 
-    args = (*PLUGIN, "--graphdbg", "dumps", "--graphdbg-trust-backend", "-n", "2")
-    p.runpytest(*args).assert_outcomes(xfailed=2)
+    args = (*PLUGIN, "--graphdbg", "dumps", "--graphdbg-trust-backend")
+    p.runpytest(*args).assert_outcomes(xfailed=2)  # in this process; in xdist's workers below
     _fix(p, FIXED)
-    r = p.runpytest(*args, "-rA")
+    r = p.runpytest(*args, "-n", "2", "-rA")
     r.assert_outcomes(failed=1, xpassed=1)
     r.stdout.fnmatch_lines(["*XPASS(strict)*waiting for the gelu lowering*"], consecutive=False)
 

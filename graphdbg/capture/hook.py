@@ -283,7 +283,7 @@ class CapturingBackend:
                     out = compiled(*args)
             except Exception as e:
                 written = None
-                counts.call(inputs, raised=True)
+                counts.call(inputs, True)
                 if "runtime_error" not in snap.dumped:
                     snap.dumped.add("runtime_error")
                     written = self._dump(snap, inputs, "runtime_error", e, inputs_state="after_failed_call",
@@ -298,7 +298,7 @@ class CapturingBackend:
                 raise
             finally:
                 nested.leave_frame()
-            counts.call(inputs, raised=False)
+            counts.call(inputs, False)
             if snap.children:
                 self._link_pieces(snap, None, inputs, "at_call")
             if before is not None:

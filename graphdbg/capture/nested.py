@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 _local = threading.local()
 
 
-@dataclass
+@dataclass(slots=True)  # made on every compiled call: half the cost of a plain dataclass's
 class Frame:
     """One outer backend call in progress (compiling, or running what it compiled)."""
 

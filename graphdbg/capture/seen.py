@@ -88,6 +88,7 @@ class CallCounts:
 
     def __init__(self) -> None:
         self.by_sizes: dict[tuple[int, ...], list[int]] = {}  # sizes -> [passed, failed]
+        self.unsized = self.by_sizes[()] = [0, 0]  # a graph without int inputs
         self.path: Path | None = None
         self.failing: tuple[int, ...] | None = None  # the sizes of the first call that raised
         self.int_at: list[int] | None = None  # where the int inputs are, from the first call
@@ -99,8 +100,11 @@ class CallCounts:
         at = self.int_at
         if at is None:  # a compiled graph's int inputs (its symbolic sizes) sit at the same places every call
             at = self.int_at = [i for i, a in enumerate(args) if type(a) is int]
-        sizes = tuple([args[i] for i in at]) if at else ()
-        counted = self.by_sizes.get(sizes) or self.by_sizes.setdefault(sizes, [0, 0])
+        if at:
+            sizes = tuple([args[i] for i in at])
+            counted = self.by_sizes.get(sizes) or self.by_sizes.setdefault(sizes, [0, 0])
+        else:  # one set of sizes
+            sizes, counted = (), self.unsized
         counted[raised] += 1
         if raised and self.failing is None:
             self.failing = sizes

@@ -1,4 +1,5 @@
-"""A printed graph file read without torch: one ``ast.parse`` and one walk that follows the
+"""A printed graph file read without torch: ``ast.parse`` (of the module with each ``forward`` cut
+out, then of each forward's text: ``split_forwards``) and one walk that follows the
 statements ``graph/parser.py`` turns into fx nodes, node for node (the front end both share:
 ``graph/printed_front.py``), keeping what ``graphdbg ls`` lists: the nodes, the graph's hash and
 its hash with integer literals masked (the group hash; the masked literals in order are

@@ -412,7 +412,7 @@ class Dump(Displayed):
         failure = m.get("failure") or {}
         log = failure.get("log") if failure.get("source") == "log" else None
         row.update({"log": log["path"], "log_line": log["line"], "log_inferred": log["inferred"], "log_how": log["how"]} if log
-                   else dict.fromkeys(("log", "log_line", "log_inferred", "log_how")))
+                   else dict.fromkeys(LOG_KEYS))
         if log and failure.get("backend"):
             row["backend"] = failure["backend"]
         return row
@@ -422,6 +422,7 @@ class Dump(Displayed):
         return f"Dump({str(self.path)!r}, {where}{self.failure_kind}, {self.error_type})"
 
 
+LOG_KEYS = ("log", "log_line", "log_inferred", "log_how")  # where a run log gave a printed graph its failure
 _INPUT_COLUMNS = ["name", "kind", "dtype", "shape", "device", "value", "stored", "min", "max", "mean", "std"]
 
 

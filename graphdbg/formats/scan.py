@@ -284,9 +284,10 @@ def split_forwards(source: str) -> tuple[str, dict[int, tuple[str, int]]] | None
             stop = prev + 1  # trailing blank and comment lines
         line += source.count("\n", at, start)
         block = source[start: stop]
-        pieces += [source[at: start], indent, "def forward(self): pass", "\n" * block.count("\n")]
+        breaks = block.count("\n")
+        pieces += [source[at: start], indent, "def forward(self): pass", "\n" * breaks]
         blocks[line] = (block[len(indent):].replace("\n" + indent, "\n") if indent else block), line - 1
-        line, at = line + block.count("\n"), stop
+        line, at = line + breaks, stop
     return "".join(pieces) + source[at:], blocks
 
 
@@ -507,9 +508,10 @@ def _spelled(value: Any, literals: list[Any] | None = None) -> Any:
     if t is float or t is complex:
         return repr(value)
     if t is Device:
-        if literals is None or value.index is None:
-            return f"device:{value}" if literals is None else f"device:{value.type}"
-        literals.append(value.index)
+        if literals is None:
+            return f"device:{value}"
+        if value.index is not None:
+            literals.append(value.index)
         return f"device:{value.type}"
     if t is DottedName:
         return value.path if literals is not None else f"@{value.path}"

@@ -13,10 +13,9 @@ from typing import Any
 
 from graphdbg._version import __version__
 from graphdbg.display import Displayed
-from graphdbg.dump import Dump, is_failure
+from graphdbg.dump import LOG_KEYS, Dump, is_failure
 
 _SUMMARY_KEYS = ("id", "nodes", "kind", "backend", "error_type", "message", "signature", "graph_hash", "frame", "compile_id")
-_LOG_KEYS = ("log", "log_line", "log_inferred", "log_how")
 
 
 @dataclass
@@ -72,7 +71,7 @@ def make_groups(dumps: list[Dump], rows: list[dict[str, Any]]) -> list[dict[str,
                 g.update({"format": "printed_graph", "model": s["model"], "graphs": [], "files": [],
                           "constructs": s["constructs"], "rank_literals": []})
             if "log" in s:  # another tool's file: its failure may come from the run's log
-                g.update({k: s[k] for k in _LOG_KEYS})
+                g.update({k: s[k] for k in LOG_KEYS})
             members[key], first[key] = [], s
         members[key].append(d)
         g["ranks"].append(s["rank"])

@@ -5,10 +5,10 @@
 For a folder of printed graphs copied 1x, 8x, 32x (default: fixtures/sglang-thunderfx, 152 files), runs
 `graphdbg ls --json` in a fresh process with an empty cache ("first"), then again ("cached":
 every file from the per-file cache), and a bare `python` that `ast.parse`s the same files: the
-anchor, the least any reader of those files pays. Copies are the same texts, and `ls` scans
-each distinct body once; so each size is run again on renamed copies (each copy's graphs name
+anchor, the least any reader of those files pays. Copies are the same texts, and `ls` walks
+each distinct forward once; so each size is run again on renamed copies (each copy's graphs name
 their values apart, `l_x_` -> `l_c3_x_`: n different models, sharing only what one run shares
-within itself, its ranks' bodies), and once more on those with nothing shared
+within itself, its ranks' forwards), and once more on those with nothing shared
 (GRAPHDBG_LS_SHARE=0: every file and forward scanned on its own, the cost per file). Prints CPU
 seconds (the process and its worker processes), wall seconds and peak memory (the largest
 process), and the ratios. Then `ls` of DUMPS dump folders (first run and cached), in wall

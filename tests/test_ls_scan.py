@@ -14,7 +14,7 @@ from pathlib import Path
 
 from conftest import FIXTURES, SGLANG_CORPUS, child_env
 
-from graphdbg.formats.printed_file import printed_from_body, read_printed_source, scan_body
+from graphdbg.formats.printed_file import read_printed_source, scanned_manifest
 from graphdbg.formats.scan import SHARE_ENV
 from graphdbg.formats.sniff import looks_like_printed_graph
 from graphdbg.listing import list_dumps
@@ -55,17 +55,18 @@ def test_the_scan_lists_the_fixtures_as_the_full_reader_does(tmp_path):
 
 
 # Headers a body can be printed under (ranks of one model print one graph each under their own);
-# the last moves the class a line down, so its files' bodies are ones of their own.
+# the last moves the class a line down.
 _HEADS = ["# Rank: 3, Graph 7\n\n", "\n\n", "# Rank: 1, Graph 2\n# class Old(torch.nn.Module): a comment, not the class\n",
           "#\tRank: 5,   Graph 0 \n  # indented\n", "# Rank: 4, Graph 1\n# one line more\n\n"]
 
 
-def test_files_that_differ_only_above_their_class_are_scanned_once_each_listed_as_itself(tmp_path, monkeypatch):
-    """ls scans each distinct body once (printed_file.body_key): files whose texts differ only in
-    the comments above the class (another rank's header, none at all, more comments) are each
-    listed with their own rank, graph number and world size, as the full reader lists them one
-    by one; bodies the scan can't decide, or whose annotations are
+def test_files_that_differ_only_above_their_class_share_their_forwards_each_listed_as_itself(tmp_path, monkeypatch):
+    """ls walks each forward's text once (the scan's kept forwards): files whose texts differ only
+    in the comments above the class (another rank's header, none at all, more comments) share
+    every forward and are each listed with their own rank, graph number and world size, as the
+    full reader lists them one by one; files the scan can't decide, or whose annotations are
     bad, are each still read and reported as themselves."""
+    from graphdbg.formats import scan
     from graphdbg.listing import read
 
     root = tmp_path / "bodies"
@@ -76,26 +77,24 @@ def test_files_that_differ_only_above_their_class_are_scanned_once_each_listed_a
             folder = root / f"model{i % 3}"
             folder.mkdir(parents=True, exist_ok=True)
             (folder / f"rank{v}_{i}.py").write_text(head + body)
+    files = list(root.rglob("*.py"))
 
-    scans, fulls = [], []
-    real, real_full = read.scan_body, read._full_manifest
-    monkeypatch.setattr(read, "scan_body", lambda source, name: scans.append(name) or real(source, name))
+    walked, fulls = [], []
+    real_read, real_full = scan._Forward.read, read._full_manifest
+    monkeypatch.setattr(scan._Forward, "read", lambda self: walked.append(self.fn.lineno) or real_read(self))
     monkeypatch.setattr(read, "_full_manifest", lambda f: fulls.append(f) or real_full(f))
     one = list_dumps(root, cache=False).to_json()
+    shared = len(walked)
     # only files the scan of each on its own can't decide go to the full reader (torch)
-    alone_undecided = [f for f in root.rglob("*.py") if printed_from_body(f, (t := read_printed_source(f)), scan_body(t, str(f)))[2]]
-    assert sorted(fulls) == sorted(alone_undecided)
-    # once a body: the last header's files (their class a line lower) are bodies of their own
-    assert len(scans) <= 2 * len(bodies) < len(list(root.rglob("*.py"))), len(scans)
-    monkeypatch.setattr(read, "_BODIES_KEPT", 1)  # scans let go before their body's last file: scanned again
-    scans.clear()
+    assert sorted(fulls) == sorted(f for f in files if scanned_manifest(f, read_printed_source(f))[2])
+    monkeypatch.setattr(scan, "_NODES_KEPT", 1)  # forwards let go before the next file's: walked again
+    walked.clear()
     forgetful = list_dumps(root, cache=False).to_json()
-    assert 3 * len(bodies) < len(scans), len(scans)
     full = list_dumps(root, cache=False, full=True).to_json()
     monkeypatch.setenv(SHARE_ENV, "0")  # every file and forward on its own
-    scans.clear()
+    walked.clear()
     alone = list_dumps(root, cache=False).to_json()
-    assert len(scans) == len(list(root.rglob("*.py")))
+    assert 2 * shared < len(walked), (shared, len(walked))  # five headers a body: its forwards walked once (or while kept)
     for listing in (one, forgetful, alone):
         assert listing["dumps"] == full["dumps"]
         assert listing["groups"] == full["groups"]
@@ -178,7 +177,7 @@ def test_kept_forwards_are_bounded_by_their_nodes(monkeypatch):
     scan.forget_forwards()
     try:
         for f in sorted((FIXTURES / "corpus").rglob("*.py")):
-            scan_body(read_printed_source(f), str(f))
+            scanned_manifest(f, read_printed_source(f))
             kept = scan._KEPT
             nodes = sum(len(g.nodes) + 1 for g in kept.values())
             assert nodes == kept.nodes and (nodes <= 200 or len(kept) == 1)

@@ -3,15 +3,13 @@ scanned (``formats/scan.py``) or whose manifest it read before (``listing/cache.
 and parsed into fx again only when its graph is asked for (``show``, ``replay``).
 
 ``printed_manifest`` is the one maker of a printed graph's manifest: the full reader
-(``printed_graph.py``) hands it what fx found, ``printed_from_body`` what the scan found.
+(``printed_graph.py``) hands it what fx found, ``scanned_manifest`` what the scan found.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -121,73 +119,27 @@ def printed_manifest(path: Path, facts: dict[str, Any], *, rank: tuple[int, str,
                                  "rank_literals": facts["rank_literals"], "constructs": constructs, "captured_device": device}})
 
 
-@dataclass
-class BodyScan:
-    """What a scan finds in a printed graph apart from the comments above its class: the same
-    for every file whose text differs only there (``body_key``), as the ranks of one
-    tensor-parallel model print one graph under their own ``# Rank: R, Graph G``. ``ls`` scans
-    each distinct body once and makes each file's manifest from it (``printed_from_body``)."""
-    undecided: str | None = None
-    bad_annotations: list[tuple[str, int]] = field(default_factory=list)
-    class_line: int = 0
-    facts: dict[str, Any] = field(default_factory=dict)
-    indices: set[int] = field(default_factory=set)
-    uses_cuda: bool = False
-    inputs: list[tuple[str, Any]] = field(default_factory=list)
-    constructs: list[str] = field(default_factory=list)
-    shard: int | str | None = None  # shard_rank's answer (Undecided's message as a str), for a file with no header
-
-
-# Above the class, a comment line that is a line to Python as well (no other line break, no NUL
-# in it): blanking it changes no token of the program, only what the header says.
-_CLASS_LINE = re.compile(r"^class[ \t(:]", re.M)
-_COMMENT_LINE = re.compile(r"^[ \t]*#[^\n\r\x00\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]*$", re.M)
-
-
-def body_key(source: str) -> str:
-    """The same for two texts (through ``readable_source``) whose scans differ at most in their
-    headers: the text with the comment lines above its first top-level ``class`` line blanked
-    (line numbers kept), hashed."""
-    m = _CLASS_LINE.search(source)
-    head = source[: m.start()] if m else ""
-    return hashlib.sha256(_COMMENT_LINE.sub("", head).encode() + source[len(head):].encode()).hexdigest()
-
-
-def scan_body(source: str, filename: str) -> BodyScan:
-    """What ``printed_from_body`` makes each manifest of ``source``'s body from."""
+def scanned_manifest(path: Path, source: str, ranks: frozenset[int] | None = None
+                     ) -> tuple[dict[str, Any] | None, str | None, str | None]:
+    """``(manifest, error, undecided)`` of the printed graph at ``path`` with text ``source``, from
+    its scan: the manifest, or the one-line error the full reader would give, or (``undecided``)
+    why only the full reader can say. ``ranks``: the rank files' ranks in its folder, where the
+    caller's walk found them."""
     try:
-        scan = scan_source(source, filename)
+        scan = scan_source(source, str(path))
     except Undecided as e:
-        return BodyScan(undecided=str(e))
+        return None, None, str(e)
     if scan.undecided or scan.bad_annotations:
-        return BodyScan(undecided=scan.undecided, bad_annotations=[] if scan.undecided else scan.bad_annotations)
+        return (None, None, scan.undecided) if scan.undecided else (None, str(bad_annotation(scan.bad_annotations, str(path))), None)
     indices, constructs = devices_and_constructs(scan.graph)
+    rank = header_rank(header_lines(source.splitlines(), scan.class_line), indices)
+    if rank is None:
+        try:
+            shard = shard_rank(scan.graph)
+        except Undecided as e:
+            return None, None, f"a rank only the input plans find ({e})"
+        rank = (shard, "shard_offset", None) if shard is not None else (0, "default", None)
     uses_cuda = any(n.op == "call_function" and n.construct and ("cuda" in n.construct or "triton" in n.construct)
                     for g in scan.graph.graphs() for n in g.nodes)
-    body = BodyScan(class_line=scan.class_line, facts=scan_facts(scan), indices=indices, uses_cuda=uses_cuda,
-                    inputs=[(n.name, n.spec) for n in scan.graph.nodes if n.op == "placeholder"], constructs=constructs)
-    try:
-        body.shard = shard_rank(scan.graph)
-    except Undecided as e:
-        body.shard = str(e)
-    return body
-
-
-def printed_from_body(path: Path, source: str, body: BodyScan, ranks: frozenset[int] | None = None
-                      ) -> tuple[dict[str, Any] | None, str | None, str | None]:
-    """``(manifest, error, undecided)`` of the file at ``path`` with text ``source``, whose body was
-    scanned (from this file or one with the same key, ``body_key``): the manifest, or the
-    one-line error the full reader would give, or (``undecided``) why only the full reader can
-    say. ``ranks``: the rank files' ranks in its folder, where the caller's walk found them."""
-    if body.undecided is not None:
-        return None, None, body.undecided
-    if body.bad_annotations:
-        return None, str(bad_annotation(body.bad_annotations, str(path))), None
-    rank = header_rank(header_lines(source.splitlines(), body.class_line), body.indices)
-    if rank is None:
-        if isinstance(body.shard, str):
-            return None, None, f"a rank only the input plans find ({body.shard})"
-        rank = (body.shard, "shard_offset", None) if body.shard is not None else (0, "default", None)
-    facts = {**body.facts, "ops": dict(body.facts["ops"]), "rank_literals": list(body.facts["rank_literals"])}
-    return printed_manifest(path, facts, rank=rank, indices=body.indices, uses_cuda=body.uses_cuda,
-                            inputs=body.inputs, constructs=list(body.constructs), ranks=ranks), None, None
+    return printed_manifest(path, scan_facts(scan), rank=rank, indices=indices, uses_cuda=uses_cuda, constructs=constructs,
+                            inputs=[(n.name, n.spec) for n in scan.graph.nodes if n.op == "placeholder"], ranks=ranks), None, None

@@ -249,7 +249,7 @@ SHARE_ENV = "GRAPHDBG_LS_SHARE"  # "0": every file and forward scanned on its ow
 
 
 def sharing() -> bool:
-    """Whether files of one body, and forwards of one text, share a scan (``SHARE_ENV``)."""
+    """Whether forwards of one text share a scan (``SHARE_ENV``)."""
     return os.environ.get(SHARE_ENV, "1").strip() != "0"
 
 

@@ -1,6 +1,5 @@
 """What the walk found, read: each dump folder's manifest, each printed graph scanned without
-torch (``formats/scan.py``: the files of one body, the ranks of one model printing one graph
-under their own headers, are scanned once), the full reader where the scan can't decide, and
+torch (``formats/scan.py``: a forward read once however many files print it), the full reader where the scan can't decide, and
 PyTorch's own repros. Every answer is kept in the cache (``listing/cache.py``), so a second
 listing reads no file it read before.
 """
@@ -8,7 +7,6 @@ listing reads no file it read before.
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -16,15 +14,14 @@ from graphdbg.dump import Dump
 from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.formats import load
 from graphdbg.formats.dump_folder import DumpFolder
-from graphdbg.formats.printed_file import BodyScan, body_key, printed_dump, printed_from_body, read_printed_source, scan_body
-from graphdbg.formats.scan import forget_forwards, sharing
+from graphdbg.formats.printed_file import printed_dump, read_printed_source, scanned_manifest
+from graphdbg.formats.scan import forget_forwards
 from graphdbg.formats.sniff import looks_like_printed_graph, may_be_torch_repro
 from graphdbg.judge.fatal_signal import resolve_crash
 from graphdbg.listing.cache import FileCache
 
 Answer = tuple[Any, Dump | None, str | None]  # (path, dump, None) or (path, None, error)
 Printed = tuple[str, Path, Any, Any]  # (file, its Path, its cache key, what the cache holds of it (FileCache.find) or None)
-_BODIES_KEPT = 1024  # bodies' scans held for files to come with the same body (~5 KiB each)
 
 
 def read_dump_folders(folders: list[Path], cache: FileCache) -> Iterator[Answer]:
@@ -66,13 +63,12 @@ def read_printed_graphs(printed: list[Printed], ranks: dict[str, frozenset[int]]
                         full: bool = False) -> Iterator[Answer]:
     """Each printed graph, in order, in this process (docs/benchmarks.md says why); ``ranks``: the
     walk's, else each folder is listed. ``full``: through the full reader (tests compare the two)."""
-    bodies: OrderedDict[str, BodyScan] = OrderedDict()
     try:
         for f, path, key, kept in printed:
             here = ranks.get(os.path.dirname(f) or ".") if ranks is not None else None
             hit = FileCache.parsed(kept)
             if hit is None:  # not kept, or not as JSON now (a damaged cache: read here)
-                hit = _full_manifest(path) if full else _scanned(f, path, here, bodies)
+                hit = _full_manifest(path) if full else _scanned(path, here)
                 cache.put(key, *hit)
             manifest, error = hit
             yield f, printed_dump(path, manifest, here) if manifest is not None else None, error
@@ -97,25 +93,16 @@ def _is_torch_repro(path: Path) -> bool:
     return detect_format(path) is not None
 
 
-def _scanned(f: str, path: Path, ranks: frozenset[int] | None, bodies: OrderedDict[str, BodyScan]
-             ) -> tuple[dict[str, Any] | None, str | None]:
-    """``(manifest, error)`` of a printed graph from its body's scan (``bodies``: those made so far)."""
+def _scanned(path: Path, ranks: frozenset[int] | None) -> tuple[dict[str, Any] | None, str | None]:
+    """``(manifest, error)`` of a printed graph from its scan, else from the full reader."""
     try:
         source = read_printed_source(path)
     except GraphdbgError as e:
         return None, str(e)
-    key = body_key(source)
-    body = bodies.get(key)
-    if body is None:
-        try:
-            body = scan_body(source, f)
-        except Exception as e:  # e.g. RecursionError on an absurdly nested expression
-            body = BodyScan(undecided=f"the scan failed ({type(e).__name__})")
-        if sharing():
-            bodies[key] = body
-            if len(bodies) > _BODIES_KEPT:
-                bodies.popitem(last=False)
-    manifest, error, undecided = printed_from_body(path, source, body, ranks=ranks)
+    try:
+        manifest, error, undecided = scanned_manifest(path, source, ranks)
+    except Exception as e:  # e.g. RecursionError on an absurdly nested expression
+        undecided = f"the scan failed ({type(e).__name__})"
     return _full_manifest(path) if undecided is not None else (manifest, error)
 
 

@@ -431,34 +431,24 @@ def test_a_second_ls_takes_the_parsed_log_from_the_cache_until_the_log_changes(t
     assert listing.list_dumps(folder, cache=False).to_json() == changed and len(scans) == 3
 
 
-def test_copies_of_a_run_read_their_common_log_once_and_list_as_each_read_alone(tmp_path, monkeypatch):
-    """A folder holding copies of one run (the same log.txt beside the same graphs) reads that
-    log once; a copy whose log has other bytes, or whose name gives it a rank, is read on its own;
-    the listing is what reading every log on its own gives."""
+def test_copies_of_a_run_each_attach_their_own_log(tmp_path):
+    """A folder holding copies of one run (the same log.txt beside the same graphs): each copy's
+    log attaches to its own copy's graphs; a copy whose log has other bytes, or whose name gives
+    it a rank, says so in its own entry."""
     from graphdbg import listing
-    from graphdbg.formats.scan import SHARE_ENV
-    from graphdbg.listing import logs
 
     for name in ("a", "b", "c", "d"):
         shutil.copytree(NEXT, tmp_path / name)
     (tmp_path / "c" / "log.txt").rename(tmp_path / "c" / "rank3.log")  # same bytes, a rank by its name
     log = tmp_path / "d" / "log.txt"
     log.write_text(log.read_text().replace("argument of type", "argument of kind"))
-    scans = []
-    real = logs.read_log
-    monkeypatch.setattr(logs, "read_log", lambda *a, **k: scans.append(Path(a[0]).parent.name) or real(*a, **k))
-
     shared = listing.list_dumps(tmp_path, cache=False).to_json()
-    assert sorted(scans) == ["a", "c", "d"]
-    monkeypatch.setenv(SHARE_ENV, "0")
-    scans.clear()
-    alone = listing.list_dumps(tmp_path, cache=False).to_json()
-    assert sorted(scans) == ["a", "b", "c", "d"] and alone == shared
     logs = {Path(entry["path"]).parent.name: entry for entry in shared["logs"]}
     assert logs["b"]["path"] == str(tmp_path / "b" / "log.txt") and logs["b"]["attached"]
     assert all(a["path"].startswith(str(tmp_path / "b")) for a in logs["b"]["attached"])
     assert logs["a"]["failures"][0]["ranks"] == list(range(8)) and logs["c"]["failures"][0]["ranks"] == [3]
     assert "argument of kind" in logs["d"]["failures"][0]["signature"]
+    assert "argument of type" in logs["a"]["failures"][0]["signature"]
 
 
 def test_graph_names_in_a_line_are_found_the_same_with_or_without_a_regex_of_every_name(tmp_path):

@@ -23,7 +23,6 @@ A log is not a graph: nothing here registers a reader. The module imports no tor
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from collections import deque
@@ -226,23 +225,6 @@ def file_rank(path: Path) -> int | None:
     ``attempt_0/3/stderr.log``."""
     m = _RANK_FILE.search(path.name)
     return int(m.group(1)) if m else torchrun_rank(path)
-
-
-def log_key(path: Path, graph_names: Iterable[str]) -> tuple[Any, ...] | None:
-    """What ``read_log(path, graph_names)`` depends on but the path: the file's bytes (hashed),
-    the rank its name or place gives, and the graph names; two logs of one key read the same
-    (the copies of a run's folder). None where the file can't be read whole cheaply (past
-    ``MAX_SCAN``, or not a regular file): then it is read on its own."""
-    try:
-        with open_stream(path) as f:
-            if os.fstat(f.fileno()).st_size > MAX_SCAN:
-                return None
-            h = hashlib.sha256()
-            for piece in iter(lambda: f.read(1 << 20), b""):
-                h.update(piece)
-    except (OSError, GraphdbgError):
-        return None
-    return h.hexdigest(), file_rank(path), tuple(sorted(graph_names))
 
 
 def _binary(head: bytes) -> bool:

@@ -11,8 +11,7 @@ from typing import Any
 
 from graphdbg.dump import Dump
 from graphdbg.errors import GraphdbgError
-from graphdbg.formats.run_log import RunLog, attach_log, find_logs, log_key, name_and_stem, read_log
-from graphdbg.formats.scan import sharing
+from graphdbg.formats.run_log import RunLog, attach_log, find_logs, name_and_stem, read_log
 from graphdbg.listing.cache import FileCache
 from graphdbg.listing.walk import shown
 
@@ -44,7 +43,6 @@ def apply_logs(dumps: list[Dump], root: Path, log: str | Path | None = None, *, 
             for p in nearest(Path((os.path.dirname(where) or ".") if os.path.isfile(where) else where)):
                 by_log.setdefault(p, []).append(d)
     entries = []
-    read: dict[tuple, dict[str, Any]] = {}  # logs read, by log_key: a copied run's logs are read once
     cache = cache if cache is not None else FileCache(None)
     for path, members in by_log.items():
         if shown(str(path)) != str(path):  # its name can't be written in the listing's JSON
@@ -52,7 +50,7 @@ def apply_logs(dumps: list[Dump], root: Path, log: str | Path | None = None, *, 
             continue
         names = {n for d in members for n in name_and_stem(str(d.path))}
         try:
-            run_log = _read_log(path, names, cache, read)
+            run_log = _read_log(path, names, cache)
         except GraphdbgError as e:
             if log is not None:
                 raise
@@ -63,20 +61,13 @@ def apply_logs(dumps: list[Dump], root: Path, log: str | Path | None = None, *, 
     return entries
 
 
-def _read_log(path: Path, names: set[str], cache: FileCache, read: dict[tuple, dict[str, Any]]) -> RunLog:
-    """``read_log(path, names)``, from ``cache`` where it kept this log, else from ``read`` where
-    a log of the same ``log_key`` was read before (then kept in both)."""
+def _read_log(path: Path, names: set[str], cache: FileCache) -> RunLog:
+    """``read_log(path, names)``, from ``cache`` where it kept this log (then kept there)."""
     key = FileCache.log_key(path, names)
     kept = cache.get(key)
     if kept is not None and kept[0] is not None:
         with contextlib.suppress(KeyError, TypeError, ValueError, AttributeError):  # else not one this code made
             return RunLog.from_cache(path, kept[0])
-    same = log_key(path, names) if sharing() else None
-    if same is not None and same in read:
-        run_log = RunLog.from_cache(path, read[same])
-    else:
-        run_log = read_log(path, names)
-        if same is not None:
-            read[same] = run_log.to_cache()
+    run_log = read_log(path, names)
     cache.put(key, run_log.to_cache(), None)
     return run_log

@@ -37,10 +37,10 @@ from typing import Any, NamedTuple
 from graphdbg.formats.names_table import NameTable, names
 from graphdbg.graph import printed_front
 from graphdbg.graph.printed_front import NO_DEFAULT, Forward, Unsupported, annotation_text, class_parts, graph_class
+from graphdbg.rebuild.int_uses import FLIPPED, FOLLOWED_FUNCTIONS, FOLLOWED_METHODS, SHIFTS
 from graphdbg.store.specs import parse_annotation
 
 HEADER = re.compile(r"#\s*Rank:\s*(\d+),\s*Graph\s*(\d+)")
-_RANGE_TESTS = {"ge", "gt", "lt", "le"}  # rebuild/synthesize._COMPARE: how a vocab shard's range is tested
 _CUDA_INDEX_CALLS = ("torch._C._cuda_exchangeDevice", "torch.cuda.get_device_capability")
 
 
@@ -584,19 +584,8 @@ def _int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-# rebuild/synthesize.IndexUses: uses of an integer input that bound it or pass its values on
-_FOLLOWED_METHODS = {"view", "reshape", "flatten", "unsqueeze", "squeeze", "contiguous", "long", "int", "to", "clone",
-                     "expand", "expand_as", "repeat", "t", "permute", "transpose", "narrow", "select", "view_as",
-                     "reshape_as", "detach", "type", "cuda", "cpu", "index_select", "gather", "index_add", "index_add_",
-                     "index_copy", "index_copy_", "index_fill", "index_fill_", "scatter", "scatter_", "scatter_add",
-                     "scatter_add_", "index_put", "index_put_"}
-_FOLLOWED_FUNCTIONS = {"flatten", "reshape", "squeeze", "unsqueeze", "clone", "narrow", "select", "t", "permute",
-                       "transpose", "detach", "contiguous", "_to_copy", "view", "_unsafe_view", "expand", "slice", "alias",
-                       "repeat", "getitem", "setitem", "embedding", "index_select", "gather", "index_add", "index_copy",
-                       "scatter", "scatter_add", "index", "index_put", "index_put_", "_index_put_impl_"}
-_INT_RANGES = {"int8": (-(1 << 7), 1 << 7), "int16": (-(1 << 15), 1 << 15), "int32": (-(1 << 31), 1 << 31),
-               "int64": (-(1 << 63), 1 << 63), "uint8": (0, 1 << 8), "uint16": (0, 1 << 16), "uint32": (0, 1 << 32),
-               "uint64": (0, 1 << 64)}
+_INT_RANGES = {f"{u}int{b}": (0, 1 << b) if u else (-(1 << (b - 1)), 1 << (b - 1))  # torch.iinfo's, the end past it
+               for u in ("", "u") for b in (8, 16, 32, 64)}
 
 
 def shard_rank(graph: ScannedGraph) -> int | None:
@@ -628,18 +617,18 @@ def _range_tests(graph: ScannedGraph, ref: Ref) -> dict[int, tuple[str, int]]:
     for j, u in enumerate(graph.nodes):
         if ref not in _flat((u.args, u.kwargs)):
             continue
-        if u.op == "call_module" or (u.op == "call_method" and u.target in _FOLLOWED_METHODS):
+        if u.op == "call_module" or (u.op == "call_method" and u.target in FOLLOWED_METHODS):
             raise Undecided("an integer input the input plans follow")
         if u.op != "call_function":
             continue
-        if u.fn in _FOLLOWED_FUNCTIONS or (u.fn in ("add", "sub", "iadd", "isub") and any(_int(a) for a in u.args)):
+        if u.fn in FOLLOWED_FUNCTIONS or (u.fn in SHIFTS and any(_int(a) for a in u.args)):
             raise Undecided("an integer input the input plans follow")
-        if u.fn in _RANGE_TESTS and len(u.args) == 2:
+        if u.fn in FLIPPED and len(u.args) == 2:
             if u.target.split(".")[0] not in ("operator", "_operator"):
                 raise Undecided("a comparison by another name")
             kind, other = u.fn, u.args[1] if u.args[0] == ref else u.args[0]
             if u.args[0] != ref:
-                kind = {"ge": "le", "gt": "lt", "lt": "gt", "le": "ge"}[kind]
+                kind = FLIPPED[kind]
             if _int(other):
                 tests[j] = ("low", other + (kind == "gt")) if kind in ("ge", "gt") else ("high", other + (kind == "le"))
     return tests

@@ -34,6 +34,16 @@ import torch.fx as fx
 
 from graphdbg.errors import GraphdbgError
 from graphdbg.rebuild.inputs import StandIn
+from graphdbg.rebuild.int_uses import (
+    FLIPPED,
+    INDEX_FUNCTIONS,
+    INDEX_METHODS,
+    SAME_VALUES_FUNCTIONS,
+    SAME_VALUES_METHODS,
+    SHIFTS,
+    SUBSCRIPT_FUNCTIONS,
+    SUBSCRIPT_METHODS,
+)
 from graphdbg.rebuild.memory_budget import check_fits, tensor_bytes
 from graphdbg.store.specs import SymSpec, TensorSpec
 
@@ -191,7 +201,7 @@ def _dim0_index(node: fx.Node, user: fx.Node) -> Any:
     if not args or args[0] is not node or any(a is node for a in args[1:]) or kwargs:
         return None
     name = str(user.target) if user.op == "call_method" else _fn_name(user.target) if user.op == "call_function" else ""
-    if name in ("getitem", "setitem", "index", "index_put", "index_put_", "_index_put_impl_") and len(args) >= 2:
+    if name in SUBSCRIPT_FUNCTIONS and len(args) >= 2:
         index = args[1]
         first = index[0] if isinstance(index, (tuple, list)) and index else index
         rest = list(index[1:]) if isinstance(index, (tuple, list)) else []
@@ -295,17 +305,7 @@ def _dtype_range(dtype: torch.dtype) -> tuple[int, int]:
 
 # How an integer input is used ---------------------------------------------------------
 
-_SAME_VALUES_METHODS = {"view", "reshape", "flatten", "unsqueeze", "squeeze", "contiguous", "long", "int", "to", "clone",
-                        "expand", "expand_as", "repeat", "t", "permute", "transpose", "narrow", "select", "view_as",
-                        "reshape_as", "detach", "type", "cuda", "cpu"}
-_SAME_VALUES_FUNCTIONS = {"flatten", "reshape", "squeeze", "unsqueeze", "clone", "narrow", "select", "t", "permute",
-                          "transpose", "detach", "contiguous", "_to_copy", "view", "_unsafe_view", "expand", "slice",
-                          "alias", "repeat"}
-_INDEX_METHODS = {"index_select", "gather", "index_add", "index_add_", "index_copy", "index_copy_", "index_fill",
-                  "index_fill_", "scatter", "scatter_", "scatter_add", "scatter_add_"}
-_INDEX_FUNCTIONS = {"index_select", "gather", "index_add", "index_copy", "scatter", "scatter_add"}
 _COMPARE = {operator.ge: "ge", operator.gt: "gt", operator.lt: "lt", operator.le: "le"}
-_FLIPPED = {"ge": "le", "gt": "lt", "lt": "gt", "le": "ge"}
 
 
 def _fn_name(target: Any) -> str:
@@ -369,19 +369,19 @@ class IndexUses:
         name = str(user.target)
         args = user.args[1:]  # after self
         this = user.args[0]
-        if name in _SAME_VALUES_METHODS and this is node:
+        if name in SAME_VALUES_METHODS and this is node:
             self.follow(user, gm, offset)
-        elif name in _INDEX_METHODS and len(args) >= 2 and args[1] is node:
+        elif name in INDEX_METHODS and len(args) >= 2 and args[1] is node:
             dim = args[0] if isinstance(args[0], int) else 0
             self._bound(_dim_of(this, dim), offset, f"indexes dim {dim} of {_describe(this)}.{name}")
-        elif name in ("index_put", "index_put_") and args and isinstance(args[0], (tuple, list)):
+        elif name in SUBSCRIPT_METHODS and args and isinstance(args[0], (tuple, list)):
             self._indices(this, args[0], node, offset, name)
 
     def _use_in_function(self, node: fx.Node, user: fx.Node, gm: fx.GraphModule, offset: int) -> None:
         """``fn(*args)``: the same values, an index (embedding, gather, []), a shift, or a test."""
         name = _fn_name(user.target)
         args = user.args
-        if name in _SAME_VALUES_FUNCTIONS and args and args[0] is node:
+        if name in SAME_VALUES_FUNCTIONS and args and args[0] is node:
             self.follow(user, gm, offset)
         elif name == "getitem" and len(args) == 2 and args[0] is node and not _nodes_in(args[1]):
             self.follow(user, gm, offset)  # a slice of the values: x[:2], x[0]
@@ -391,14 +391,14 @@ class IndexUses:
             if weight is None and len(args) >= 2:
                 weight = args[1] if args[0] is node else args[0]
             self._bound(_dim_of(weight, 0), offset, f"indexes dim 0 of embedding(..., weight {_describe(weight)})")
-        elif name in _INDEX_FUNCTIONS and len(args) >= 3 and args[2] is node:
+        elif name in INDEX_FUNCTIONS and len(args) >= 3 and args[2] is node:
             dim = args[1] if isinstance(args[1], int) else 0
             self._bound(_dim_of(args[0], dim), offset, f"indexes dim {dim} of {_describe(args[0])} in {name}")
         elif name in ("getitem", "setitem") and len(args) >= 2 and args[0] is not node:
             self._indices(args[0], args[1], node, offset, "[]" if name == "getitem" else "[] =")
         elif name in ("index", "index_put", "index_put_", "_index_put_impl_") and len(args) >= 2:
             self._indices(args[0], args[1], node, offset, name)
-        elif name in ("add", "sub", "iadd", "isub") and len(args) == 2:
+        elif name in SHIFTS and len(args) == 2:
             self._shift(node, user, gm, offset, name)
         elif user.target in _COMPARE and len(args) == 2:
             self._test(node, user, offset)
@@ -420,7 +420,7 @@ class IndexUses:
         kind = _COMPARE[user.target]
         other = args[1] if args[0] is node else args[0]
         if args[0] is not node:
-            kind = _FLIPPED[kind]
+            kind = FLIPPED[kind]
         if isinstance(other, int) and not isinstance(other, bool):
             value = other - offset
             bound = ("low", value + (kind == "gt")) if kind in ("ge", "gt") else ("high", value + (kind == "le"))

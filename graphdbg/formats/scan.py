@@ -1,15 +1,14 @@
-"""A printed graph file read without torch: ``ast.parse`` (of the module with each ``forward`` cut
-out, then of each forward's text: ``split_forwards``) and one walk that follows the
-statements ``graph/parser.py`` turns into fx nodes, node for node (the front end both share:
-``graph/printed_front.py``), keeping what ``graphdbg ls`` lists: the nodes, the graph's hash and
-its hash with integer literals masked (the group hash; the masked literals in order are
-``rank_literals``), the device indices it bakes in, the constructs replay stands in for, the
-placeholders' annotations and the line its class starts on (the header is above it). Names are
-judged by ``names_table`` (made with torch, by the full reader's own rules). Nothing is executed.
+"""A printed graph file read without torch, for ``graphdbg ls``: ``ast.parse`` (of the module with
+each ``forward`` cut out, then of each forward's text: ``split_forwards``) and one walk that
+follows the statements ``graph/parser.py`` turns into fx nodes, node for node (the front end both
+share: ``graph/printed_front.py``). Names are judged by ``names_table`` (made with torch, by the
+full reader's own rules). Nothing is executed.
 
-The hashes are this module's whoever reads the file (``load_printed_graph`` takes them from
-``scan_facts`` too), so ``ls`` and ``show`` agree by construction: the targets as the file spells
-them, argument structure, constants and annotations; not node names, comments or source lines.
+It keeps the nodes and what ``ls`` lists: the graph's hash and its hash with integer literals
+masked (the group hash; the literals in order are ``rank_literals``), the device indices it bakes
+in, the constructs replay stands in for, the placeholders' annotations and the line its class
+starts on (the header is above it). The hashes are this module's whoever reads the file
+(``load_printed_graph`` takes them from ``scan_facts`` too): ``ls`` and ``show`` agree by construction.
 
     >>> scan = scan_source(text, "rank0_0.py")      # Llama-4-Maverick's, in fixtures/sglang-thunderfx
     >>> scan.undecided, scan.nodes, devices_and_constructs(scan.graph)
@@ -221,15 +220,13 @@ def scan_source(source: str, filename: str) -> Scan:
     can't follow the file at all (then its hash can't be made here either); a Scan whose
     ``undecided`` is set where only the listing's facts need the full reader."""
     split = split_forwards(source) if sharing() else None
-    if split is not None:
-        try:
-            return _scan(split[0], filename, split[1])
-        except _Unsplit:
-            pass
-    return _scan(source, filename, {})
+    try:
+        return _scan(*split, filename) if split is not None else _scan(source, {}, filename)
+    except _Unsplit:
+        return _scan(source, {}, filename)
 
 
-def _scan(source: str, filename: str, blocks: dict[int, tuple[str, int]]) -> Scan:
+def _scan(source: str, blocks: dict[int, tuple[str, int]], filename: str) -> Scan:
     try:
         tree = ast.parse(source, filename=filename)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
@@ -306,10 +303,6 @@ class _KeptForwards(OrderedDict):
         while self.nodes > _NODES_KEPT and len(self) > 1:
             self.nodes -= len(self.popitem(last=False)[1].nodes) + 1
 
-    def forget(self) -> None:
-        self.clear()
-        self.nodes = 0
-
 
 _KEPT = _KeptForwards()
 _NO_TABLE = NameTable({"names": {}, "methods": [], "op_namespaces": [], "attributes": []})
@@ -318,7 +311,8 @@ _NO_TABLE = NameTable({"names": {}, "methods": [], "op_namespaces": [], "attribu
 def forget_forwards() -> None:
     """Let the forwards read so far go (a listing does, when it is made: a notebook that lists
     a big folder keeps nothing of it here)."""
-    _KEPT.forget()
+    _KEPT.clear()
+    _KEPT.nodes = 0
 
 
 class _Forward(Forward):

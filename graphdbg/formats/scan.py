@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 from graphdbg.formats.names_table import NameTable, names
 from graphdbg.graph import printed_front
 from graphdbg.graph.printed_front import NO_DEFAULT, Forward, Unsupported, annotation_text, class_parts, graph_class
-from graphdbg.rebuild.int_uses import FLIPPED, FOLLOWED_FUNCTIONS, FOLLOWED_METHODS, SHIFTS
+from graphdbg.rebuild.int_uses import FLIPPED, FOLLOWED_FUNCTIONS, FOLLOWED_METHODS, SHIFTS, settle, test_bound
 from graphdbg.store.specs import parse_annotation
 
 HEADER = re.compile(r"#\s*Rank:\s*(\d+),\s*Graph\s*(\d+)")
@@ -595,12 +595,11 @@ def shard_rank(graph: ScannedGraph) -> int | None:
             continue
         if not all(_int(d) for d in spec.shape):
             raise Undecided("a symbolic integer input")
-        tests = _range_tests(graph, Ref(i))
-        low, high = _settle(graph, tests)
-        if low is None or high is None or low >= high:
+        low, high = settle(_range_tests(graph, Ref(i)), lambda j: _partners(graph, j))
+        if low is None or high is None or low[1] >= high[1]:
             continue
         lo, hi = _INT_RANGES[spec.dtype]
-        low, high = max(low, lo), min(high, hi)
+        low, high = max(low[1], lo), min(high[1], hi)
         if high - low > 1 and low % (high - low) == 0:
             return low // (high - low)
     return None
@@ -620,28 +619,16 @@ def _range_tests(graph: ScannedGraph, ref: Ref) -> dict[int, tuple[str, int]]:
         if u.fn in FLIPPED and len(u.args) == 2:
             if u.target.split(".")[0] not in ("operator", "_operator"):
                 raise Undecided("a comparison by another name")
-            kind, other = u.fn, u.args[1] if u.args[0] == ref else u.args[0]
-            if u.args[0] != ref:
-                kind = FLIPPED[kind]
+            other = u.args[1] if u.args[0] == ref else u.args[0]
             if _int(other):
-                tests[j] = ("low", other + (kind == "gt")) if kind in ("ge", "gt") else ("high", other + (kind == "le"))
+                tests[j] = test_bound(u.fn if u.args[0] == ref else FLIPPED[u.fn], other)
     return tests
 
 
-def _settle(graph: ScannedGraph, tests: dict[int, tuple[str, int]]) -> tuple[int | None, int | None]:
-    """IndexUses._settle: the first low test joined by ``&`` to a high one, else the tightest bounds."""
-    for j, (side, value) in tests.items():
-        for u in graph.nodes:
-            if side != "low" or u.op != "call_function" or u.target not in ("operator.and_", "_operator.and_"):
-                continue
-            if Ref(j) not in u.args:
-                continue
-            other = next((a for a in u.args if a != Ref(j)), None)
-            if isinstance(other, Ref) and other.index in tests and tests[other.index][0] != side and value < tests[other.index][1]:
-                return value, tests[other.index][1]
-    lows = [v for s, v in tests.values() if s == "low"]
-    highs = [v for s, v in tests.values() if s == "high"]
-    return (max(lows) if lows else None), (min(highs) if highs else None)
+def _partners(graph: ScannedGraph, j: int) -> list[int]:
+    """The nodes ``&``-joined to node ``j``."""
+    return [other.index for u in graph.nodes if u.op == "call_function" and u.target in ("operator.and_", "_operator.and_")
+            and Ref(j) in u.args and isinstance(other := next((a for a in u.args if a != Ref(j)), None), Ref)]
 
 
 def op_histogram(graph: ScannedGraph) -> dict[str, int]:

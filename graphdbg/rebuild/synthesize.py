@@ -43,6 +43,8 @@ from graphdbg.rebuild.int_uses import (
     SHIFTS,
     SUBSCRIPT_FUNCTIONS,
     SUBSCRIPT_METHODS,
+    settle,
+    test_bound,
 )
 from graphdbg.rebuild.memory_budget import check_fits, tensor_bytes
 from graphdbg.store.specs import SymSpec, TensorSpec
@@ -417,38 +419,14 @@ class IndexUses:
     def _test(self, node: fx.Node, user: fx.Node, offset: int) -> None:
         """``x >= c`` and the like: a bound the graph tests the values against."""
         args = user.args
-        kind = _COMPARE[user.target]
+        kind = _COMPARE[user.target] if args[0] is node else FLIPPED[_COMPARE[user.target]]
         other = args[1] if args[0] is node else args[0]
-        if args[0] is not node:
-            kind = FLIPPED[kind]
         if isinstance(other, int) and not isinstance(other, bool):
-            value = other - offset
-            bound = ("low", value + (kind == "gt")) if kind in ("ge", "gt") else ("high", value + (kind == "le"))
-            self._tests[user] = (*bound, f"{user.name}: {_COMPARE_TEXT[kind]} {other}")
-            self._settle()
-
-    def _settle(self) -> None:
-        """The range the graph tests: a lower and an upper test joined by ``&`` (SGLang's
-        ``(x >= start) & (x < end)`` shard masks; a graph may test several, some empty), else
-        the tightest bounds of all tests."""
-        pairs = []
-        for node, (side, value, why) in self._tests.items():
-            for user in node.users:
-                if user.op == "call_function" and user.target is operator.and_:
-                    other = next((a for a in user.args if a is not node), None)
-                    if other in self._tests and self._tests[other][0] != side and side == "low":
-                        high, high_why = self._tests[other][1], self._tests[other][2]
-                        if value < high:
-                            pairs.append((value, high, f"{why}, {high_why}"))
-        if pairs:
-            self.low, self.high, why = pairs[0]
-            self._why = [why]
-            return
-        lows = [(v, w) for s, v, w in self._tests.values() if s == "low"]
-        highs = [(v, w) for s, v, w in self._tests.values() if s == "high"]
-        self.low = max(lows)[0] if lows else None
-        self.high = min(highs)[0] if highs else None
-        self._why = [w for _, w in ([max(lows)] if lows else []) + ([min(highs)] if highs else [])]
+            self._tests[user] = (*test_bound(kind, other - offset), f"{user.name}: {_COMPARE_TEXT[kind]} {other}")
+            low, high = settle(self._tests, lambda n: [next((a for a in u.args if a is not n), None) for u in n.users
+                                                        if u.op == "call_function" and u.target is operator.and_])
+            self.low, self.high = (low[1] if low else None), (high[1] if high else None)
+            self._why = [t[2] for t in (low, high) if t is not None]
 
     def _indices(self, base: Any, index: Any, node: fx.Node, offset: int, what: str) -> None:
         items = list(index) if isinstance(index, (tuple, list)) else [index]

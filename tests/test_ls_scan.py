@@ -234,16 +234,6 @@ def test_torch_version_read_as_text_is_the_installed_one():
     assert torch_version() == version("torch")
 
 
-def test_a_slim_listing_shows_what_the_full_one_does():
-    """ls holds thousands of printed graphs' manifests: without their inputs, ops and environment
-    (list_dumps(slim=True)) the listing, its groups and the failures its logs give are the same."""
-    root = FIXTURES / "corpus"
-    slim = list_dumps(root, cache=False, slim=True)
-    assert not any("inputs" in d.manifest for d in slim.dumps if d.format == "printed_graph")
-    assert slim.to_json() == list_dumps(root, cache=False).to_json()
-    assert any(row.get("log") for row in slim.to_json()["dumps"])  # the log's failures reached the slim ones too
-
-
 def test_shapes_the_front_end_refuses_are_one_line_problems_from_both_readers(tmp_path):
     """The scan and the full reader share one front end (graph/printed_front.py): a shape it
     refuses (a dict keyed by a list, ``*args``, a statement after return) is the same one-line

@@ -35,13 +35,9 @@ __all__ = ["Listing", "list_dumps", "ls_output", "apply_logs", "load_with_log"]
 
 Progress = Callable[[int, int], None]  # (files read, files to read)
 
-# A printed graph's manifest as a listing needs it: without what only show and replay read.
-_NOT_SHOWN = ("inputs", "env", "attrs", "external_objects")
-_NOT_SHOWN_GRAPH = ("ops", "node_info")
-
 
 def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Progress | None = None,
-               cache: bool = True, full: bool = False, slim: bool = False) -> Listing:
+               cache: bool = True, full: bool = False) -> Listing:
     """Every dump and printed graph file under ``path`` (or ``path`` itself), read and grouped.
 
     A file that can't be read is a ``problems`` entry (one line, with file and line); a folder
@@ -50,8 +46,7 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
     ``log`` that can't be read is a GraphdbgError, a found one a ``logs`` entry with its error).
     Printed graphs are scanned without torch (``formats/scan.py``), a file the scan can't decide
     is read in full (``full=True``: every file, for tests that compare the two). ``cache=False``:
-    nothing from the cache or into it. ``progress(done, total)`` as files are read. ``slim``:
-    printed graphs' manifests without what only ``show`` and ``replay`` read.
+    nothing from the cache or into it. ``progress(done, total)`` as files are read.
     """
     root = Path(path)
     if not root.exists():
@@ -72,7 +67,7 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
             elif dump.format == "dump":
                 dumps.append(dump)
             else:
-                printed.append(_slim(dump) if slim else dump)
+                printed.append(dump)
         if not root.is_dir() and not seen:
             raise DumpError(f"{root}: no graphdbg dumps here")
         dumps.sort(key=lambda d: (natural_key(d.id), d.rank))  # g2 before g10
@@ -86,17 +81,8 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
 def ls_output(path: str | Path, log: str | Path | None = None, *, failed: bool = False, kind: str | None = None,
               cache: bool = True, progress: Progress | None = None) -> dict[str, Any]:
     """What ``graphdbg ls --json`` prints, before it is written (``strict_json.encode_jsonable``)."""
-    listing = list_dumps(path, log=log, progress=progress, cache=cache, slim=True).select(failed, kind)
+    listing = list_dumps(path, log=log, progress=progress, cache=cache).select(failed, kind)
     return output_ready(listing.to_json(), "ls")  # type: ignore[return-value]
-
-
-def _slim(dump: Any) -> Any:
-    # new dicts, not keys popped: a dict keeps its size when keys go, and a listing holds thousands
-    manifest = {k: v for k, v in dump.manifest.items() if k not in _NOT_SHOWN}
-    if isinstance(manifest.get("graph"), dict):
-        manifest["graph"] = {k: v for k, v in manifest["graph"].items() if k not in _NOT_SHOWN_GRAPH}
-    dump.manifest = manifest
-    return dump
 
 
 def load_with_log(path: str | Path, log: str | Path | None = None) -> Dump:

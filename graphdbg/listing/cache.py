@@ -94,24 +94,13 @@ class FileCache:
 
     def get(self, key: Key | None) -> tuple[dict[str, Any] | None, str | None] | None:
         """``(manifest, error)`` kept under ``key``, or None."""
-        return self.parsed(self.find(key))
-
-    def find(self, key: Key | None) -> tuple[str | None, str | None] | None:
-        """``get``'s answer with the manifest as its JSON text (a listing holds thousands: their
-        texts are a fraction of their dicts' memory)."""
         if self.db is None or key is None:
             return None
         try:
-            return self.db.execute("select manifest, error from files_v1 where path=? and size=? and mtime=? and stamp=?",
-                                   (*key, self.stamp)).fetchone()
-        except sqlite3.Error:  # a damaged cache is no cache
-            return None
-
-    @staticmethod
-    def parsed(row: tuple[str | None, str | None] | None) -> tuple[dict[str, Any] | None, str | None] | None:
-        try:
+            row = self.db.execute("select manifest, error from files_v1 where path=? and size=? and mtime=? and stamp=?",
+                                  (*key, self.stamp)).fetchone()
             return None if row is None else ((json.loads(row[0]) if row[0] is not None else None), row[1])
-        except ValueError:
+        except (sqlite3.Error, ValueError):  # a damaged cache is no cache
             return None
 
     def put(self, key: Key | None, manifest: dict[str, Any] | None, error: str | None) -> None:

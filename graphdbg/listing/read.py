@@ -21,7 +21,7 @@ from graphdbg.judge.fatal_signal import resolve_crash
 from graphdbg.listing.cache import FileCache
 
 Answer = tuple[Any, Dump | None, str | None]  # (path, dump, None) or (path, None, error)
-Printed = tuple[str, Path, Any, Any]  # (file, its Path, its cache key, what the cache holds of it (FileCache.find) or None)
+Printed = tuple[str, Path, Any, Any]  # (file, its Path, its cache key, what the cache holds of it or None)
 
 
 def read_dump_folders(folders: list[Path], cache: FileCache) -> Iterator[Answer]:
@@ -51,7 +51,7 @@ def sort_python_files(files: list[str], cache: FileCache, full: bool = False) ->
     repros: list[str] = []
     for f in files:
         path, key = Path(f), cache.key(f)
-        hit = cache.find(key) if not full else None
+        hit = cache.get(key) if not full else None
         if hit is not None or looks_like_printed_graph(path):
             printed.append((f, path, key, hit))
         elif _is_torch_repro(path):
@@ -64,10 +64,9 @@ def read_printed_graphs(printed: list[Printed], ranks: dict[str, frozenset[int]]
     """Each printed graph, in order, in this process (docs/benchmarks.md says why); ``ranks``: the
     walk's, else each folder is listed. ``full``: through the full reader (tests compare the two)."""
     try:
-        for f, path, key, kept in printed:
+        for f, path, key, hit in printed:
             here = ranks.get(os.path.dirname(f) or ".") if ranks is not None else None
-            hit = FileCache.parsed(kept)
-            if hit is None:  # not kept, or not as JSON now (a damaged cache: read here)
+            if hit is None:
                 hit = _full_manifest(path) if full else _scanned(path, here)
                 cache.put(key, *hit)
             manifest, error = hit

@@ -26,7 +26,7 @@ from typing import Any, Iterable
 
 from graphdbg._version import __version__
 from graphdbg.formats.names_table import torch_version
-from graphdbg.store.cache_folder import CACHE_ENV, cache_dir, files_stamp  # noqa: F401 - CACHE_ENV: the name tests and docs use here
+from graphdbg.store.cache_folder import CACHE_ENV, files_stamp, open_table  # noqa: F401 - CACHE_ENV: the name tests and docs use here
 
 RACY_NS = 2_000_000_000  # files modified this recently are not kept (git's "racy" rule)
 _SCHEMA = "create table if not exists files_v1 (path text, size integer, mtime integer, stamp text, manifest text, error text, primary key (path))"
@@ -52,18 +52,8 @@ class FileCache:
     @classmethod
     def open(cls, enabled: bool = True) -> FileCache:
         """The cache (``enabled=False``: one that holds nothing)."""
-        if not enabled:
-            return cls(None)
         _real_folder.cache_clear()  # a link changed since the last listing is followed anew
-        try:
-            folder = cache_dir()
-            folder.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(str(folder / "ls.sqlite"), timeout=5)
-            db.execute("pragma synchronous = off")  # a cache: a write lost to a power cut is read again
-            db.execute(_SCHEMA)
-            return cls(db)
-        except (OSError, sqlite3.Error):
-            return cls(None)
+        return cls(open_table("ls.sqlite", _SCHEMA, timeout=5) if enabled else None)
 
     def __enter__(self) -> FileCache:
         return self

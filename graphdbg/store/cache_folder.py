@@ -10,7 +10,10 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
+
+if TYPE_CHECKING:
+    import sqlite3
 
 CACHE_ENV = "GRAPHDBG_CACHE_DIR"
 
@@ -38,3 +41,20 @@ def files_stamp(parts: Iterable[str], files: Iterable[Path]) -> str:
         except OSError:
             lines.append(f"{f.name}:?")
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
+def open_table(file: str, schema: str, timeout: float) -> sqlite3.Connection | None:
+    """The sqlite ``file`` of the cache folder with ``schema``'s table made, or None where there is
+    none to be had (a read-only home, a locked or damaged file: then nothing is cached). Writes
+    are not synced (a cache: what a power cut loses is made again)."""
+    import sqlite3  # here: the self-check's launcher imports this module, and needs no database
+
+    try:
+        folder = cache_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(str(folder / file), timeout=timeout, check_same_thread=False)
+        db.execute("pragma synchronous = off")
+        db.execute(schema)
+        return db
+    except (OSError, sqlite3.Error):
+        return None

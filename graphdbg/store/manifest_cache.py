@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from graphdbg._version import __version__
-from graphdbg.store.cache_folder import cache_dir, files_stamp
+from graphdbg.store.cache_folder import cache_dir, files_stamp, open_table
 
 MAX_REMEMBERED_BYTES = 4 << 20  # a larger manifest (node_info of a huge graph) is checked every time
 MAX_ENTRIES = 20_000
@@ -59,11 +59,8 @@ def _open(timeout: float) -> sqlite3.Connection | None:
         if _DB is not None and _DB[0] == os.getpid() and _DB[1] == where:
             _DB[2].execute(f"pragma busy_timeout={int(timeout * 1000)}")
             return _DB[2]
-        os.makedirs(os.path.dirname(where), exist_ok=True)
-        db = sqlite3.connect(where, timeout=timeout, check_same_thread=False)
-        db.execute(_SCHEMA)
-        db.execute("pragma synchronous=off")  # a lost entry is only a check paid again
-        _DB = (os.getpid(), where, db)
+        db = open_table("checked.sqlite", _SCHEMA, timeout)
+        _DB = (os.getpid(), where, db) if db is not None else None
         return db
     except (OSError, sqlite3.Error):
         return None

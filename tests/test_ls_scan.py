@@ -280,7 +280,7 @@ def test_the_scan_and_the_full_reader_refuse_a_module_in_the_same_words():
             scan_source(text, "g.py")
         assert str(scanned.value) in str(full.value), (what, str(full.value), str(scanned.value))
     fine = "from __future__ import annotations\nimport torch\nfrom torch import nn\n'''a docstring'''\n" + PLAIN
-    assert scan_source(fine, "g.py").nodes == len(parse_printed_graph(fine).graph.nodes) == 3
+    assert len(scan_source(fine, "g.py").graph.nodes) == len(parse_printed_graph(fine).graph.nodes) == 3
 
 
 # Forwards whose text is cut from the file before parsing (scan.split_forwards): where the cut

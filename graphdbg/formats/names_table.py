@@ -68,9 +68,7 @@ def names() -> NameTable | None:
         data = json.loads(TABLE.read_text())
     except (OSError, ValueError):
         return None
-    if data.get("stamp") != source_stamp():
-        return None
-    return NameTable(data)
+    return NameTable(data) if data.get("stamp") == source_stamp() else None
 
 
 class NameTable:
@@ -82,9 +80,7 @@ class NameTable:
 
     def get(self, qualname: str) -> tuple[str, str | None, str] | None:
         """``(flags, construct, __name__)`` for a name, or None where the table can't say."""
-        entry = self.entries.get(qualname)
-        if entry is None:
-            entry = self._missing_op(qualname)
+        entry = self.entries.get(qualname) or self._missing_op(qualname)  # an entry is never empty (``-``: no flags)
         if entry is None:
             return None
         flags, construct, name = (entry.split("|") + ["", ""])[:3]

@@ -11,7 +11,7 @@ starts on (the header is above it). The hashes are this module's whoever reads t
 (``load_printed_graph`` takes them from ``scan_facts`` too): ``ls`` and ``show`` agree by construction.
 
     >>> scan = scan_source(text, "rank0_0.py")      # Llama-4-Maverick's, in fixtures/sglang-thunderfx
-    >>> scan.undecided, scan.nodes, devices_and_constructs(scan.graph)
+    >>> scan.undecided, scan_facts(scan)["nodes"], devices_and_constructs(scan.graph)
     (None, 53, (set(), ['torch.ops.sglang.inplace_all_reduce']))
 
 Where the scan can't say what the full reader would (a name the table doesn't hold, a statement
@@ -167,10 +167,6 @@ class Scan:
         self.graph: ScannedGraph = None  # type: ignore[assignment]
         self.class_line = 0
 
-    @property
-    def nodes(self) -> int:
-        return sum(len(g.nodes) for g in self.graph.graphs())
-
     def read_class(self, cls: ast.ClassDef, blocks: dict[int, tuple[str, int]]) -> ScannedGraph:
         forward, nested, _ = class_parts(cls)
         graph = self.read_forward(forward, blocks.get(forward.lineno), cls.name)
@@ -179,9 +175,7 @@ class Scan:
 
     def read_forward(self, fn: ast.FunctionDef, block: tuple[str, int] | None, owner: str) -> ScannedGraph:
         """The forward's nodes: from the file's tree, or from its text (``block``: the text without
-        its indentation and the line before it) read once per listing (however indented: Thunder
-        prints each part twice, as ``thunder_N`` and its ``_model``, and the ranks and graphs of a
-        model share parts)."""
+        its indentation and the line before it), read once per listing however indented."""
         if block is None:
             read, offset = _Forward(self.table, fn).read(), 0
         else:
@@ -288,8 +282,9 @@ def split_forwards(source: str) -> tuple[str, dict[int, tuple[str, int]]] | None
     return "".join(pieces) + source[at:], blocks
 
 
-# Forwards kept for later files (the ranks of one graph are a few hundred forwards apart), the
-# least recently read let go past this many nodes (docs/benchmarks.md: what they cost, what they save)
+# Forwards kept for later classes and files (Thunder prints each part twice, as thunder_N and its
+# _model; the ranks of a model, a few hundred forwards apart, print the same forwards), the least
+# recently read let go past this many nodes (docs/benchmarks.md: what they cost, what they save)
 _NODES_KEPT = 4096
 
 
@@ -642,4 +637,4 @@ def scan_facts(scan: Scan) -> dict[str, Any]:
     """The facts both readers of a printed graph take from the scan."""
     masked, literals = masked_structure(scan.graph)
     return {"hash": graph_hash(scan.graph), "group_hash": hashlib.sha256(masked.encode()).hexdigest(),
-            "rank_literals": literals, "nodes": scan.nodes, "ops": op_histogram(scan.graph)}
+            "rank_literals": literals, "nodes": sum(len(g.nodes) for g in scan.graph.graphs()), "ops": op_histogram(scan.graph)}

@@ -1,15 +1,14 @@
 """What ``ls`` learnt of a file, kept between runs: one sqlite table keyed by the file's path,
 size and modification time, and the code's stamp, so that a second ``ls`` of the same folder
-reads no graph (``$GRAPHDBG_CACHE_DIR/ls.sqlite``, else ``~/.cache/graphdbg/``).
+reads no graph (``ls.sqlite`` in the cache folder: ``store/cache_folder.py``).
 
     >>> with FileCache.open() as cache:
     ...     cache.put(cache.key(path), manifest, None)
     ...     cache.get(cache.key(path))        # (manifest, None), (None, error) or None
 
-A dump folder's key is the sum of its files' sizes and the newest mtime; a run log's also
-holds the graph names it was read for. The stamp is the graphdbg and torch versions, the
-sources that read files and the registered op namespaces (``--ops``). A cache that can't be
-opened or written (a read-only home, a locked file) is no cache: ``ls`` reads the files.
+The stamp is the graphdbg and torch versions, the sources that read files and the registered
+op namespaces (``--ops``). A cache that can't be opened or written (a read-only home, a locked
+file) is no cache: ``ls`` reads the files.
 """
 
 from __future__ import annotations

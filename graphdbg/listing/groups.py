@@ -92,7 +92,6 @@ def make_groups(dumps: list[Dump], rows: list[dict[str, Any]]) -> list[dict[str,
             g["parent"], g["piece"] = s["parent"], s["piece"]
         if s.get("children"):
             g["children"] = s["children"]
-    for key, g in groups.items():
         if g.get("format") != "printed_graph":
             g["differs"] = sorted({what for d in members[key] for what in odd.get(d.path, [])})
     # failures first (a stable sort: within each, the listing's order); pieces stay under their graph

@@ -1,7 +1,7 @@
 """What the walk found, read: each dump folder's manifest, each printed graph scanned without
-torch (``formats/scan.py``: a forward read once however many files print it), the full reader where the scan can't decide, and
-PyTorch's own repros. Every answer is kept in the cache (``listing/cache.py``), so a second
-listing reads no file it read before.
+torch (``formats/scan.py``: a forward read once however many files print it; the full reader
+where the scan can't decide), and PyTorch's own repros. Every answer is kept in the cache
+(``listing/cache.py``), so a second listing reads no file it read before.
 """
 
 from __future__ import annotations

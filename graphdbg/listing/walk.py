@@ -29,19 +29,16 @@ def shown(path: str) -> str:
     return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
-def _odd_name(walk: Walk, path: str) -> bool:
-    if shown(path) == path:
+def _refused(walk: Walk, path: str, file: bool = False) -> bool:
+    """A name that is not UTF-8, or a ``file`` that is a symbolic link (it could lead out of the
+    folder, and ``report`` would put what it leads to in its page): a problem, never read."""
+    if shown(path) != path:
+        error = f"{shown(path)}: the name is not UTF-8 text"
+    elif file and os.path.islink(path):
+        error = f"{path}: refusing a symbolic link inside a folder of dumps (it could lead anywhere)"
+    else:
         return False
-    walk.problems.append({"path": shown(path), "error": f"{shown(path)}: the name is not UTF-8 text"})
-    return True
-
-
-def _link(walk: Walk, path: str) -> bool:
-    """A file found by the walk that is a symbolic link: a problem, never read (it could lead out
-    of the folder, and ``report`` would put what it leads to in its page)."""
-    if not os.path.islink(path):
-        return False
-    walk.problems.append({"path": path, "error": f"{path}: refusing a symbolic link inside a folder of dumps (it could lead anywhere)"})
+    walk.problems.append({"path": shown(path), "error": error})
     return True
 
 
@@ -55,7 +52,7 @@ def walk(root: Path) -> Walk:
     ranks: dict[str, set[int]] = {}
     in_dump: set[str] = set()
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not _odd_name(out, os.path.join(dirpath, d)))
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not _refused(out, os.path.join(dirpath, d)))
         folder = str(Path(dirpath))  # as a Path's text: "." and "//" as pathlib writes them
         if MANIFEST in filenames:
             out.dumps.append(Path(folder))
@@ -65,7 +62,7 @@ def walk(root: Path) -> Walk:
         prefix = "" if folder == "." else folder if folder.endswith("/") else folder + "/"
         here = ranks.setdefault(folder, set())
         for name in sorted(filenames):
-            if name.endswith(".py") and not _odd_name(out, prefix + name) and not _link(out, prefix + name):
+            if name.endswith(".py") and not _refused(out, prefix + name, file=True):
                 out.files.append(prefix + name)
                 if m := RANK_FILE.match(name):
                     here.add(int(m[1]))

@@ -401,7 +401,9 @@ class _Forward(Forward):
         return self.add("call_function", qualname, args, kwargs, construct, pyname, name)
 
     def call_method(self, attr: str, receiver: ast.expr, args: tuple, kwargs: dict, name: str | None, at: ast.Call) -> Ref:
-        if attr not in self.table.methods or _checked_call(attr, args, kwargs):
+        # what the full reader refuses by the arguments: .type() with a type name, Tensor.set_ with a source (any set_ here)
+        refused = attr == "set_" or (attr == "type" and any(isinstance(a, str) for a in (*args, *kwargs.values())))
+        if attr not in self.table.methods or refused:
             self.doubt(f"the method .{attr}()")
         return self.add("call_method", attr, (self.node(receiver), *args), kwargs, name=name)
 
@@ -439,13 +441,6 @@ def _annotation(text: str) -> tuple[Any, str | None]:
     read specs, never change them)."""
     spec = parse_annotation(text)
     return spec, spec.annotation() if spec is not None else None
-
-
-def _checked_call(method: str, args: tuple, kwargs: dict) -> bool:
-    # parser: .type() with a type name, Tensor.set_ with a storage offset, size or stride are refused
-    if method == "type":
-        return any(isinstance(a, str) for a in (*args, *kwargs.values()))
-    return method == "set_" and (len(args) > 1 or any(k in kwargs for k in ("storage_offset", "size", "stride")))
 
 
 def _device(args: list[Any], kwargs: dict[str, Any]) -> Device:

@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 from graphdbg.formats.names_table import NameTable, names
 from graphdbg.graph import printed_front
 from graphdbg.graph.printed_front import NO_DEFAULT, Forward, Unsupported, annotation_text, class_parts, graph_class
-from graphdbg.rebuild.int_uses import FLIPPED, FOLLOWED_FUNCTIONS, FOLLOWED_METHODS, SHIFTS, settle, test_bound
+from graphdbg.rebuild.int_uses import FLIPPED, FOLLOWED_FUNCTIONS, FOLLOWED_METHODS, SHIFTS, settle, tested_bound
 from graphdbg.store.specs import parse_annotation
 
 HEADER = re.compile(r"#\s*Rank:\s*(\d+),\s*Graph\s*(\d+)")
@@ -611,7 +611,7 @@ def _range_tests(graph: ScannedGraph, ref: Ref) -> dict[int, tuple[str, int]]:
                 raise Undecided("a comparison by another name")
             other = u.args[1] if u.args[0] == ref else u.args[0]
             if _int(other):
-                tests[j] = test_bound(u.fn if u.args[0] == ref else FLIPPED[u.fn], other)
+                tests[j] = tested_bound(u.fn if u.args[0] == ref else FLIPPED[u.fn], other)
     return tests
 
 

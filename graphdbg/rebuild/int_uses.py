@@ -26,7 +26,7 @@ FOLLOWED_FUNCTIONS = SAME_VALUES_FUNCTIONS | INDEX_FUNCTIONS | SUBSCRIPT_FUNCTIO
 FLIPPED = {"ge": "le", "gt": "lt", "lt": "gt", "le": "ge"}  # the comparisons, and each as its operands swapped read it
 
 
-def test_bound(kind: str, other: int) -> tuple[str, int]:
+def tested_bound(kind: str, other: int) -> tuple[str, int]:
     """``x >= other`` (``kind`` "ge", or "gt", "lt", "le") as the bound it tests: ``("low", first
     value in range)`` or ``("high", first value past it)``."""
     return ("low", other + (kind == "gt")) if kind in ("ge", "gt") else ("high", other + (kind == "le"))

@@ -44,7 +44,7 @@ from graphdbg.rebuild.int_uses import (
     SUBSCRIPT_FUNCTIONS,
     SUBSCRIPT_METHODS,
     settle,
-    test_bound,
+    tested_bound,
 )
 from graphdbg.rebuild.memory_budget import check_fits, tensor_bytes
 from graphdbg.store.specs import SymSpec, TensorSpec
@@ -422,7 +422,7 @@ class IndexUses:
         kind = _COMPARE[user.target] if args[0] is node else FLIPPED[_COMPARE[user.target]]
         other = args[1] if args[0] is node else args[0]
         if isinstance(other, int) and not isinstance(other, bool):
-            self._tests[user] = (*test_bound(kind, other - offset), f"{user.name}: {_COMPARE_TEXT[kind]} {other}")
+            self._tests[user] = (*tested_bound(kind, other - offset), f"{user.name}: {_COMPARE_TEXT[kind]} {other}")
             low, high = settle(self._tests, lambda n: [next((a for a in u.args if a is not n), None) for u in n.users
                                                         if u.op == "call_function" and u.target is operator.and_])
             self.low, self.high = (low[1] if low else None), (high[1] if high else None)

@@ -181,9 +181,18 @@ def test_a_hang_is_a_timeout_and_the_child_is_killed(cli):
 
 
 @pytest.mark.slow
-def test_unknown_backend_and_missing_thunder_are_errors_not_outcomes(cli):
+def test_unknown_backend_and_missing_thunder_are_errors_not_outcomes(cli, monkeypatch):
+    from graphdbg.replay import isolation
+
+    def no_child(*args, **kwargs):
+        raise AssertionError("a child was started for a backend this process can name as unknown")
+
+    monkeypatch.setattr(isolation, "ChildGroup", no_child)
     r = cli("replay", FIXTURES / "block_compile_error", "--backend", "no_such_backend")
     assert r.code == 2 and "unknown backend 'no_such_backend'" in r.err and len(r.err.strip().splitlines()) == 1
+    r = cli("compare", FIXTURES / "block_compile_error", "--backends", "eager,no_such_backend")
+    assert r.code == 2 and r.err.strip() == ("graphdbg: error: unknown backend 'no_such_backend'; give a registered name "
+                                             "(inductor, aot_eager, eager, ...), or package.module:callable"), r.err
     try:
         import thunder  # noqa: F401
     except ImportError:
@@ -223,6 +232,29 @@ def test_compare_table_and_dataframe(cli):
     r = cli("compare", FIXTURES / "block_accuracy", "--backends", f"eager,{BAD_REWRITE}", "--no-isolate", "--json")
     assert r.code == 1
     assert [row["status"] for row in json.loads(r.out)["rows"]] == ["pass", "mismatch"]
+
+
+def test_compare_runs_its_columns_in_one_child_and_a_column_that_kills_it_is_its_own_outcome(monkeypatch):
+    """The columns of one compare share a sandboxed child, one after another; a column that
+    kills it is that column's outcome, with its own stderr, and the columns after it run in a
+    fresh child (a backend that imports user code is the last column of its child anyway)."""
+    from graphdbg.replay import isolation
+
+    children = []
+
+    class Counted(isolation.ChildGroup):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            children.append(self.proc.pid)
+
+    monkeypatch.setattr(isolation, "ChildGroup", Counted)
+    df = graphdbg.compare(FIXTURES / "block_compile_error", ["eager", "backends_for_tests:segfault", "eager"])
+    assert list(df.status) == ["pass", "crash", "pass"], df
+    assert list(df.signature)[1] == "Signal SIGSEGV"
+    assert len(children) == 2  # eager and the segfault in one child, the second eager in a fresh one
+    first, killed, last = df.attrs["outcomes"]
+    fault = "Extension modules:"  # the end of the fault handler's report
+    assert fault in killed.stderr_tail and fault not in (first.stderr_tail or "") + (last.stderr_tail or "")
 
 
 def test_outcome_renders_and_round_trips():

@@ -298,6 +298,30 @@ def eager(gm: Any, example_inputs: Any, **kwargs: Any) -> Callable[..., Any]:
     return gm.forward
 
 
+# The names torch registers itself (``torch._dynamo.list_backends(exclude_tags=())`` of torch 2.13,
+# and onnxrt of earlier releases), known without importing Dynamo (``known_without_dynamo``)
+TORCH_BACKENDS = frozenset({
+    "aot_eager", "aot_eager_decomp_partition", "aot_eager_decomp_partition_crossref", "aot_eager_decomp_partition_with_mode",
+    "aot_eager_default_partitioner", "aot_ts", "cudagraphs", "dynamo_accuracy_minifier_backend", "dynamo_minifier_backend",
+    "eager", "eager_debug", "eager_noexcept", "inductor", "invoke_subgraph", "onnxrt", "openxla", "openxla_eval",
+    "pre_dispatch_eager", "ts", "tvm"})
+
+
+def known_without_dynamo(spec: str | Callable[..., Any]) -> bool:
+    """Whether ``spec`` is a registered name, as far as can be told without importing Dynamo (2 s
+    of CPU): one torch registers itself, or ``thunder`` where it is installed. A torch that
+    lacks one, or a Thunder that doesn't import, says so where the backend is resolved. False
+    says nothing: ``resolve_backend`` knows."""
+    if not isinstance(spec, str):
+        return False
+    if spec == "thunder":
+        try:
+            return importlib.util.find_spec("thunder") is not None
+        except (ImportError, ValueError):
+            return False
+    return spec in TORCH_BACKENDS
+
+
 def resolve_backend(spec: str | Callable[..., Any]) -> tuple[str, Callable[..., Any] | str]:
     """(name, backend): a registered name stays a string for torch.compile to look up."""
     if callable(spec):

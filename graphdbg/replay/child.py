@@ -35,16 +35,33 @@ def main(request_path: str, outcome_path: str) -> int:
     sandbox = sandbox_child()  # before anything from the dump is read
 
     request = json.loads(Path(request_path).read_text())
-    # replay --repeat: the runs one after another here, each Outcome written to its own file when done
-    for path in request.get("outcomes") or [outcome_path]:
-        data = answer(request, sandboxed=sandbox is not None)
+    # replay --repeat, compare's columns: the runs one after another here, each Outcome written
+    # to its own file when done
+    for i, path in enumerate(request.get("outcomes") or [outcome_path]):
+        run = column(request, i)
+        data = answer(run, sandboxed=sandbox is not None)
         if sandbox is not None:
             data["sandbox"] = sandbox
         Path(path + ".part").write_text(json.dumps(data, default=str))
         os.replace(path + ".part", path)  # whole or absent: the parent may read it while this child still runs
         if "error" in data or data.get("stage") == "child":
             break  # the replay could not start: no run will
+        if "backends" in request and data.get("status") == "crash" and not str(run["device"]).startswith("cpu"):
+            break  # an accelerator's error can stay with the process: the next column gets a fresh one
     return 0
+
+
+def column(request: dict, i: int) -> dict:
+    """Run ``i`` of the request: for compare's columns (``backends``), its own backend, and from
+    here on its own stderr, so that what a column prints (a crash's traceback) is its Outcome's."""
+    if "backends" not in request:
+        return request
+    if i:
+        sys.stderr.flush()
+        fd = os.open(request["stderr"][i], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(fd, 2)
+        os.close(fd)
+    return {**request, "backend": request["backends"][i]}
 
 
 def answer(request: dict, sandboxed: bool = False) -> dict:

@@ -14,11 +14,10 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
-from graphdbg.backends.recipe import is_recipe_spec
-from graphdbg.backends.resolve import resolve_backend
+from graphdbg.backends.resolve import known_without_dynamo, resolve_backend
 from graphdbg.errors import GraphdbgError
 from graphdbg.rebuild.memory_budget import MAX_INPUT_GB_ENV, check_fits, descriptor_bytes
-from graphdbg.replay.isolation import run_isolated, run_isolated_many
+from graphdbg.replay.isolation import run_isolated, run_isolated_each, run_isolated_many
 from graphdbg.replay.options import ReplayOptions, replay_options
 from graphdbg.store.manifest import ReplayFacts
 
@@ -28,16 +27,34 @@ if TYPE_CHECKING:
 
 def _check_backend(backend: str | Callable[..., Any], isolate: bool) -> None:
     """Resolve ``backend`` here, so that an unknown one is a one-line error before any child.
-    A registered name (``inductor``, ``thunder``) an isolated replay leaves to its child, which
-    looks it up anyway: importing Dynamo (or Thunder) here too doubled a replay's start-up; an
-    unknown name comes back from the child as the same GraphdbgError."""
-    if isolate and isinstance(backend, str) and ":" not in backend and not is_recipe_spec(backend):
+    A name known to be registered (``inductor``, ``thunder`` where it is installed) an isolated
+    replay leaves to its child, which looks it up anyway: importing Dynamo (or Thunder) here too
+    doubled a replay's start-up. Any other name is looked up here (a name a package registers
+    imports Dynamo here, an unknown one is the error the child gave, 3 s sooner)."""
+    if isolate and known_without_dynamo(backend):
         return
     resolve_backend(backend)
 
 
 NOT_ISOLATED = ("--trust-kernels runs a dump's kernel source only in the sandboxed replay child: "
                 "drop --no-isolate (isolate=False)")
+
+
+def _start(dump: Any, backends: Sequence[str | Callable[..., Any]], options: ReplayOptions | None,
+           **settings: Any) -> ReplayOptions:
+    """The options a replay of ``dump`` under each of ``backends`` runs with, once each backend
+    is checked: isolated unless told otherwise, a nested compile's piece called directly."""
+    opts = replay_options(options, **settings)
+    opts = opts.but(isolate=True) if opts.isolate is None else opts
+    if opts.trust_kernels and not opts.isolate:
+        raise GraphdbgError(NOT_ISOLATED)
+    for backend in backends:
+        _check_backend(backend, opts.isolate)  # an unknown backend is an error here, not a crash in the child
+    if ReplayFacts.of(dump.manifest).piece and not opts.direct:
+        # A piece of a nested compile reached its compiler as a GraphModule, never through Dynamo:
+        # replay it the same way (re-tracing would turn a Stream input into something else).
+        opts = opts.but(direct=True)
+    return opts
 
 
 def replay_dump(dump: Any, backend: str | Callable[..., Any] = "eager", options: ReplayOptions | None = None,
@@ -49,22 +66,16 @@ def replay_dump(dump: Any, backend: str | Callable[..., Any] = "eager", options:
     the device (or ``max_input_gb``): InputsTooLarge (exit 2) instead of a swapped-out machine.
     Isolated, the child checks, before it loads them (``graphdbg.replay.child``).
     """
-    opts = replay_options(options, **settings)
-    opts = opts.but(isolate=True) if opts.isolate is None else opts
-    if opts.trust_kernels and not opts.isolate:
-        raise GraphdbgError(NOT_ISOLATED)
-    _check_backend(backend, opts.isolate)  # an unknown backend is an error here, not a crash in the child
-    if ReplayFacts.of(dump.manifest).piece and not opts.direct:
-        # A piece of a nested compile reached its compiler as a GraphModule, never through Dynamo:
-        # replay it the same way (re-tracing would turn a Stream input into something else).
-        opts = opts.but(direct=True)
+    opts = _start(dump, [backend], options, **settings)
     with _input_limit(opts.max_input_gb):
-        if opts.isolate:
-            return run_isolated(dump, backend, opts)
-        check_dump_fits(dump, opts.device)
-        from graphdbg.replay.run import replay_case  # lazy: Dynamo (~2 s) only for a replay in this process
+        return run_isolated(dump, backend, opts) if opts.isolate else _replay_here(dump, backend, opts)
 
-        return replay_case(dump.case(opts.device), backend, opts)
+
+def _replay_here(dump: Any, backend: str | Callable[..., Any], opts: ReplayOptions) -> Outcome:
+    check_dump_fits(dump, opts.device)
+    from graphdbg.replay.run import replay_case  # lazy: Dynamo (~2 s) only for a replay in this process
+
+    return replay_case(dump.case(opts.device), backend, opts)
 
 
 def replay_dump_runs(dump: Any, backend: str | Callable[..., Any], options: ReplayOptions | None, runs: int) -> tuple[list[Outcome], str]:
@@ -76,10 +87,7 @@ def replay_dump_runs(dump: Any, backend: str | Callable[..., Any], options: Repl
     if opts.isolate is False or runs == 1:
         outcomes = [replay_dump(dump, backend, opts) for _ in range(runs)]
         return outcomes, "in this process" if opts.isolate is False else "in one child"
-    opts = opts.but(isolate=True)
-    _check_backend(backend, True)
-    if ReplayFacts.of(dump.manifest).piece and not opts.direct:
-        opts = opts.but(direct=True)
+    opts = _start(dump, [backend], opts.but(isolate=True))
     with _input_limit(opts.max_input_gb):
         outcomes = run_isolated_many(dump, backend, opts, runs)
     if len(outcomes) == runs and not ended_child(outcomes[-1]):
@@ -144,14 +152,38 @@ def compared_backends(spec: str | None, own: Callable[[], str | None]) -> tuple[
     return names, None
 
 
-def compare_backends(dump: Any, backends: Sequence[str], options: ReplayOptions | None = None):
-    """One replay per backend; a pandas DataFrame with one row each (and the Outcomes in ``.attrs``)."""
+def compare_outcomes(dump: Any, backends: Sequence[str | Callable[..., Any]], options: ReplayOptions | None = None,
+                     started: Callable[[int], None] | None = None) -> list[Outcome]:
+    """``compare``'s replays of a Dump, one per backend, in order, each backend checked before any
+    runs. Isolated (the default): in one child as far as each column's outcome being its own
+    allows (``run_isolated_each``: a column that kills its child, or whose backend imports user
+    code, ends it); ``isolate=False``: one after another in this process. ``started(i)``: the
+    replay under ``backends[i]`` began (progress)."""
+    opts = _start(dump, backends, options)
+    with _input_limit(opts.max_input_gb):
+        if opts.isolate:
+            return run_isolated_each(dump, backends, opts, started)
+        outcomes = []
+        for i, backend in enumerate(backends):
+            if started is not None:
+                started(i)
+            outcomes.append(_replay_here(dump, backend, opts))
+        return outcomes
+
+
+def outcomes_table(dump: Any, outcomes: Sequence[Outcome]):
+    """One row per Outcome: a pandas DataFrame (the Outcomes in ``.attrs``)."""
     import pandas as pd  # slow to import (~0.5 s), and only tables need it
 
-    outcomes = [replay_dump(dump, b, options) for b in backends]
     rows = [{"backend": o.backend, "status": o.status, "signature": o.signature, "stage": o.stage,
              "seconds": o.total_s, "max_abs_error": o.max_abs_error, "max_rel_error": o.max_rel_error, "trusted": o.trusted,
              "reproduces": o.reproduces(dump)} for o in outcomes]
     df = pd.DataFrame(rows)
-    df.attrs["outcomes"] = outcomes
+    df.attrs["outcomes"] = list(outcomes)
     return df
+
+
+def compare_backends(dump: Any, backends: Sequence[str | Callable[..., Any]], options: ReplayOptions | None = None):
+    """One replay per backend (``compare_outcomes``); a pandas DataFrame with one row each (and
+    the Outcomes in ``.attrs``)."""
+    return outcomes_table(dump, compare_outcomes(dump, backends, options))

@@ -29,12 +29,13 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import psutil
 
-from graphdbg.backends.resolve import backend_label, backend_spec
+from graphdbg.backends.resolve import backend_label, backend_spec, names_code
 from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.replay.options import DEFAULT_TIMEOUT, ReplayOptions
 from graphdbg.replay.outcome import Outcome
@@ -76,7 +77,44 @@ def run_isolated_many(case: Case | Dump, backend: str | Callable[..., Any], opts
     its own ``opts.timeout``. A run that kills the child (a signal, its timeout) ends the list:
     its Outcome is the last one, and fewer than ``runs`` come back. ``opts.python``: the child
     runs that interpreter (``bisect envs``), and says what its environment is."""
-    request = replay_request(case, backend, opts)
+    return _in_one_child(case, [backend] * runs, opts)
+
+
+def run_isolated_each(case: Case | Dump, backends: Sequence[str | Callable[..., Any]], opts: ReplayOptions,
+                      started: Callable[[int], None] | None = None) -> list[Outcome]:
+    """One isolated replay per backend (``compare``'s columns), in order, in as few children as
+    each column's outcome being its own allows: one child runs the columns one after another,
+    each with its own ``opts.timeout`` and its own stderr. A column that ends its child (a
+    signal, its timeout, an exit without an Outcome) has that as its Outcome, and the columns
+    after it go to a fresh child. The child also ends after a column that could not start, one
+    that crashed on an accelerator (a CUDA error stays with its process) and one whose backend
+    imports user code (whatever its import leaves in the process would reach the next columns).
+    ``started(i)``: column ``i`` began, as far as this process can tell (when the previous
+    column's Outcome appears)."""
+    if _POOL and not opts.python:
+        return [run_isolated(case, b, opts) for b in backends]
+    told = [-1]
+
+    def tell(i: int) -> None:  # once per column: a column the last child told of may start in the next
+        if started is not None and i > told[0]:
+            told[0] = i
+            started(i)
+
+    outcomes: list[Outcome] = []
+    while len(outcomes) < len(backends):
+        first = len(outcomes)
+        last = next((i for i in range(first, len(backends)) if names_code(backends[i])), len(backends) - 1)
+        outcomes += _in_one_child(case, list(backends[first:last + 1]), opts, columns=True,
+                                  started=lambda i, first=first: tell(first + i))
+    return outcomes
+
+
+def _in_one_child(case: Case | Dump, backends: list[str | Callable[..., Any]], opts: ReplayOptions, columns: bool = False,
+                  started: Callable[[int], None] | None = None) -> list[Outcome]:
+    """A replay per item of ``backends`` in one fresh child (the same backend each time for
+    ``replay --repeat``; ``columns``: compare's, each its own stderr and the child's rules for
+    ending early, ``graphdbg.replay.child``); fewer come back when a run ended the child."""
+    request = replay_request(case, backends[0], opts)
     timeout = DEFAULT_TIMEOUT if opts.timeout is None else float(opts.timeout)
     if opts.python:
         request["environment"] = True
@@ -84,43 +122,72 @@ def run_isolated_many(case: Case | Dump, backend: str | Callable[..., Any], opts
         tmpdir = Path(tmp)
         on_disk = put_case(case, request, tmpdir)
         request_path, outcome_path, err_path = tmpdir / "request.json", tmpdir / "outcome.json", tmpdir / "stderr.txt"
+        runs = len(backends)
         paths = [outcome_path] if runs == 1 else [tmpdir / f"outcome-{i}.json" for i in range(runs)]
+        errs = [err_path] * runs
         if runs > 1:
             request["outcomes"] = [str(p) for p in paths]
+        if columns:
+            request["backends"] = [child_specs(b, opts)[0] for b in backends]
+            errs = [err_path, *(tmpdir / f"stderr-{i}.txt" for i in range(1, runs))]
+            request["stderr"] = [str(p) for p in errs]
         request_path.write_text(json.dumps(request))
         cmd = python_command("graphdbg.replay.child", str(request_path), str(outcome_path), python=opts.python)
         own = tmpdir / "work"  # the child's own folder: the only place the sandbox lets it write (with the caches)
         own.mkdir()
-        env = {**child_env(own, request["device"], on_disk), **child_path([request["backend"], request["passes"]])}
+        env = {**child_env(own, request["device"], on_disk),
+               **child_path([*request.get("backends", [request["backend"]]), request["passes"]])}
         if opts.python:  # another environment: this graphdbg, found after all of its own packages
             env[CHILD_PATH_ENV] = with_module(env[CHILD_PATH_ENV], "graphdbg", Path(__file__).resolve().parents[2])
         with ChildGroup(cmd, err_path, env=env) as child:
-            returncode = _wait_runs(child, paths, timeout)
-            err = tail_of(err_path)
+            returncode = _wait_runs(child, paths, timeout, started)
+            tails = [tail_of(p) for p in dict.fromkeys(errs)]
+        err = dict(zip(dict.fromkeys(errs), tails))
         note = own.parent / SANDBOX_NOTE
         written = [p for p in paths if os.path.lexists(p)]
-        outcomes = [replay_outcome(request, 0 if returncode is None else returncode, p, err, timeout, note) for p in written]
+        outcomes = [replay_outcome(_run(request, i), 0 if returncode is None else returncode, p, err[errs[i]], timeout, note)
+                    for i, p in enumerate(written)]
         if len(written) < len(paths) and (returncode != 0 or not written):  # the run after the last written one ended the child
-            outcomes.append(replay_outcome(request, returncode, tmpdir / "none", err, timeout, note))
+            i = len(written)
+            outcomes.append(replay_outcome(_run(request, i), returncode, tmpdir / "none", err[errs[i]], timeout, note))
         return outcomes
 
 
-def _wait_runs(child: ChildGroup, paths: list[Path], timeout: float) -> int | None:
+def _run(request: dict[str, Any], i: int) -> dict[str, Any]:
+    """The request of a child's run ``i``: its own backend among compare's columns."""
+    return {**request, "backend": request["backends"][i]} if "backends" in request else request
+
+
+def _wait_runs(child: ChildGroup, paths: list[Path], timeout: float, started: Callable[[int], None] | None = None) -> int | None:
     """The child's exit status, or None when one run took longer than ``timeout``: each
-    Outcome file written (``paths``, in order) starts the next run's clock."""
+    Outcome file written (``paths``, in order) starts the next run's clock (and ``started``)."""
+    told = 0
+
+    def seen(written: int) -> None:  # runs 1 to ``written`` began (each written Outcome starts the next)
+        nonlocal told
+        for i in range(told, min(written + 1, len(paths))):
+            started(i)  # type: ignore[misc]
+        told = max(told, min(written + 1, len(paths)))
+
+    if started is not None:
+        seen(0)
     if len(paths) == 1:
         return child.wait(timeout)
-    done, started = 0, time.monotonic()
+    done, began = 0, time.monotonic()
     try:
         while True:
             try:
-                return child.proc.wait(timeout=min(1.0, timeout))
+                code = child.proc.wait(timeout=min(1.0, timeout))
             except subprocess.TimeoutExpired:
-                pass
+                code = None
             written = sum(1 for p in paths if os.path.lexists(p))
+            if started is not None:  # an exit without this run's Outcome: it began (and ended the child) unless all went well
+                seen(written if code is None or code != 0 else written - 1)
+            if code is not None:
+                return code
             if written > done:
-                done, started = written, time.monotonic()
-            elif time.monotonic() - started > timeout:
+                done, began = written, time.monotonic()
+            elif time.monotonic() - began > timeout:
                 return None
     finally:
         child.kill()

@@ -110,6 +110,25 @@ def _progress(label: str, quiet: bool = False) -> Iterator[None]:
         _note(f"{label}: done in {time.monotonic() - started:.1f}s")
 
 
+@contextlib.contextmanager
+def _steps_progress(labels: list[str], quiet: bool = False) -> Iterator[Callable[[int], None]]:
+    """``_progress`` of steps that another process runs one after another: the function it gives
+    is told when step ``i`` starts (it ends the step before)."""
+    steps = contextlib.ExitStack()
+
+    def started(i: int) -> None:
+        steps.close()
+        steps.enter_context(_progress(labels[i], quiet))
+
+    try:
+        yield started
+    except BaseException as e:
+        if not steps.__exit__(type(e), e, e.__traceback__):
+            raise
+    else:
+        steps.close()
+
+
 LARGE_GRAPH_BYTES = 1 << 20  # a graph file this big takes seconds to parse: loading it shows progress
 
 
@@ -443,10 +462,8 @@ def compare(
     _must_exist(dump)
     if swap:
         raise typer.Exit(_compare_swap(dump, swap, device, ops, seed, as_json, trust_kernels, timeout, isolate))
-    import pandas as pd
-
     from graphdbg.backends.recipe import backend_label
-    from graphdbg.replay.entry import compare_backends, compared_backends
+    from graphdbg.replay.entry import compare_outcomes, compared_backends, outcomes_table
     from graphdbg.ui.render import compare_table
 
     _inputs_setup(ops, seed)
@@ -455,12 +472,11 @@ def compare(
     if left_out is not None:
         _note(f"graphdbg: left out {left_out}")
     found, left = _environment(d, as_captured, as_json)
-    rows = []
-    for i, name in enumerate(names, 1):  # one backend at a time, so a slow one shows progress
-        with _progress(f"compare: {backend_label(name)} ({i}/{len(names)})", quiet=as_json):
-            rows.append(compare_backends(d, [name], ReplayOptions(device=device, isolate=isolate, timeout=timeout,
-                                                                  trust_kernels=trust_kernels)))
-    df = pd.concat(rows, ignore_index=True)
+    labels = [f"compare: {backend_label(name)} ({i}/{len(names)})" for i, name in enumerate(names, 1)]
+    with _steps_progress(labels, quiet=as_json) as started:  # each backend its own step, so a slow one shows progress
+        outcomes = compare_outcomes(d, names, ReplayOptions(device=device, isolate=isolate, timeout=timeout,
+                                                            trust_kernels=trust_kernels), started)
+    df = outcomes_table(d, outcomes)
     if as_json:
         _print_json({"dump": str(dump), "rows": df.to_dict(orient="records"), **_environment_json(found, left)}, "compare")
     else:

@@ -21,6 +21,7 @@ failure is not in the dump's values, or it does not reproduce at all) and a Grap
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -32,8 +33,9 @@ from typing import Any, Callable, Iterator
 from graphdbg.backends.resolve import dump_backend
 from graphdbg.errors import GraphdbgError
 from graphdbg.formats import load as load_dump
+from graphdbg.minify.sandboxed import candidate_pool
 from graphdbg.replay.entry import replay_dump
-from graphdbg.replay.options import ReplayOptions
+from graphdbg.replay.options import DEFAULT_TIMEOUT, ReplayOptions
 from graphdbg.store.describe import tensor_stats
 from graphdbg.store.manifest import INPUTS, find_dumps, read_manifest, write_manifest
 from graphdbg.store.redact import redact_folder
@@ -136,8 +138,7 @@ def share_dump(dump: str | Path, out: str | Path, options: ReplayOptions | None 
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise GraphdbgError(f"{out}: already exists and is not empty")
 
-    staging = Path(tempfile.mkdtemp(prefix=".share-", dir=out.parent if out.parent.exists() else None))
-    try:
+    with _staging(out, options) as staging:
         copy = _own_files(folder, staging / "copy")
         redact_folder(copy, root=root)
         manifest = read_manifest(copy)
@@ -203,5 +204,20 @@ def share_dump(dump: str | Path, out: str | Path, options: ReplayOptions | None 
             out.rmdir()
         shutil.move(str(copy), str(out))
         return result
+
+
+@contextlib.contextmanager
+def _staging(out: Path, options: ReplayOptions | None) -> Iterator[Path]:
+    """A folder beside ``out`` for the copy while it is judged, removed after. Isolated (unless
+    ``--no-isolate``), the copy's replays go one after another to one sandboxed worker, minify's,
+    not a fresh interpreter each: between them the copy's values change, not its graph."""
+    staging = Path(tempfile.mkdtemp(prefix=".share-", dir=out.parent if out.parent.exists() else None))
+    try:
+        if options is not None and options.isolate is False:
+            yield staging
+        else:
+            timeout = DEFAULT_TIMEOUT if options is None or options.timeout is None else float(options.timeout)
+            with candidate_pool(staging / "copy", timeout=timeout):
+                yield staging
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -129,7 +129,7 @@ class Own(NamedTuple):
     """One forward's own nodes and their facts, made once per forward text (``_Forward.read``)."""
     nodes: list[Node]
     digest: Any  # graph_hash's sha256 over the nodes
-    masked: list[list[Any]]  # the group hash's rows: the nodes with integer literals masked
+    masked: list[str]  # the group hash's rows: the nodes with integer literals masked, as JSON without their "["
     literals: list[Any]  # those literals, in order
     indices: set[int]  # cuda device indices baked in
     constructs: list[str]  # what replay stands in for
@@ -508,8 +508,8 @@ def _own_facts(nodes: list[Node], devices: bool) -> tuple[Any, list, list, set[i
     for n in nodes:
         rows.append(repr([n.op, n.target, n.annotation or "", _spelled(n.args), _spelled(n.kwargs)] if n.op == "placeholder" else
                          [n.op, n.target, _spelled(n.args), _spelled(n.kwargs)]))  # as text: no row outlives its node's turn
-        masked.append([n.op, n.target if n.op not in ("placeholder", "output") else n.op, _spelled(n.args, literals),
-                       _spelled(n.kwargs, literals), n.annotation])
+        masked.append(json.dumps([n.op, n.target if n.op not in ("placeholder", "output") else n.op, _spelled(n.args, literals),
+                                  _spelled(n.kwargs, literals), n.annotation])[1:])
         if n.op not in ("call_function", "call_method"):
             continue
         values = _flat((n.args, n.kwargs)) if devices else ()
@@ -543,25 +543,22 @@ def masked_structure(graph: ScannedGraph) -> tuple[str, list[Any]]:
     """The graph with integer literals masked (device indices too), and those literals in order:
     ranks of one tensor-parallel model print the same graph but for the literals that place them."""
     literals: list[Any] = []
-    parts: list[Any] = []
+    parts: list[str] = []
     todo = [("", graph)]
-    while todo:  # each graph's rows, then its nested classes' by name, depth first
+    while todo:  # each graph's rows (a forward has one at least: its output), then its nested classes' by name, depth first
         prefix, g = todo.pop()
-        parts.extend([prefix, *row] for row in g.own.masked)
+        head = "[" + json.dumps(prefix) + ", "  # json.dumps([prefix, *row]), row by row, in one join
+        parts.append(head + (", " + head).join(g.own.masked))
         literals.extend(g.own.literals)
         todo.extend((f"{prefix}{name}.", g.submodules[name]) for name in sorted(g.submodules, reverse=True))
-    return json.dumps(parts), literals
+    return "[" + ", ".join(parts) + "]", literals
 
 
 def devices_and_constructs(graph: ScannedGraph) -> tuple[set[int], list[str]]:
     """The cuda device indices the graph bakes in (device literals, streams, device switches) and
     what replay stands in for (``rebuild/stand_ins.constructs``, by the table's verdicts)."""
-    indices: set[int] = set()
-    found: dict[str, None] = {}
-    for g in graph.graphs():
-        indices |= g.own.indices
-        found.update(dict.fromkeys(g.own.constructs))
-    return indices, list(found)
+    graphs = graph.graphs()
+    return set().union(*(g.own.indices for g in graphs)), list(dict.fromkeys(c for g in graphs for c in g.own.constructs))
 
 
 def _int(v: Any) -> bool:

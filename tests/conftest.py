@@ -72,6 +72,22 @@ def _fresh_dynamo():
 
 
 @pytest.fixture
+def replay_children(monkeypatch) -> list[int]:
+    """The process ids of the isolated replays' children started while the test runs."""
+    from graphdbg.replay import isolation
+
+    children: list[int] = []
+
+    class Counted(isolation.ChildGroup):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            children.append(self.proc.pid)
+
+    monkeypatch.setattr(isolation, "ChildGroup", Counted)
+    return children
+
+
+@pytest.fixture
 def fixture_copy(tmp_path):
     """Copy a committed fixture dump somewhere a test may damage it; returns the dump folder."""
 

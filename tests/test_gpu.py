@@ -48,28 +48,18 @@ def test_cuda_dump_replays_under_triton_inductor_and_reproduces_the_backend_bug(
     assert json.loads(r.out)["signature"] == data["signature"]
 
 
-def test_compare_of_a_cuda_dump_runs_its_backends_one_after_another_in_one_child(tmp_path, cli, monkeypatch):
+def test_compare_of_a_cuda_dump_runs_its_backends_one_after_another_in_one_child(tmp_path, cli, replay_children):
     """compare's columns share one sandboxed child on the GPU too: eager, aot_eager and Triton
     Inductor pass one after another in one CUDA context, and the dump's own backend (code the
     dump names: the last column of its child) reproduces the captured failure."""
-    from graphdbg.replay import isolation
-
     model, x = programs.tiny_block()
     _compile_and_fail(model.cuda(), x.cuda(), programs.broken_transpose_backend, tmp_path)
     (path,) = find_dumps(tmp_path)
-    children = []
-
-    class Counted(isolation.ChildGroup):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            children.append(self.proc.pid)
-
-    monkeypatch.setattr(isolation, "ChildGroup", Counted)
     r = cli("compare", path, "--trust-backend", "--json")
     rows = json.loads(r.out)["rows"]
     assert r.code == 1 and [row["backend"] for row in rows[:3]] == ["eager", "aot_eager", "inductor"], r
     assert [row["status"] for row in rows[:3]] == ["pass"] * 3 and rows[3]["reproduces"], rows
-    assert len(children) == 1
+    assert len(replay_children) == 1
 
 
 def test_thunder_replays_a_plain_block_on_cuda(cli):

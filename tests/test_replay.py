@@ -234,24 +234,14 @@ def test_compare_table_and_dataframe(cli):
     assert [row["status"] for row in json.loads(r.out)["rows"]] == ["pass", "mismatch"]
 
 
-def test_compare_runs_its_columns_in_one_child_and_a_column_that_kills_it_is_its_own_outcome(monkeypatch):
+def test_compare_runs_its_columns_in_one_child_and_a_column_that_kills_it_is_its_own_outcome(replay_children):
     """The columns of one compare share a sandboxed child, one after another; a column that
     kills it is that column's outcome, with its own stderr, and the columns after it run in a
     fresh child (a backend that imports user code is the last column of its child anyway)."""
-    from graphdbg.replay import isolation
-
-    children = []
-
-    class Counted(isolation.ChildGroup):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            children.append(self.proc.pid)
-
-    monkeypatch.setattr(isolation, "ChildGroup", Counted)
     df = graphdbg.compare(FIXTURES / "block_compile_error", ["eager", "backends_for_tests:segfault", "eager"])
     assert list(df.status) == ["pass", "crash", "pass"], df
     assert list(df.signature)[1] == "Signal SIGSEGV"
-    assert len(children) == 2  # eager and the segfault in one child, the second eager in a fresh one
+    assert len(replay_children) == 2  # eager and the segfault in one child, the second eager in a fresh one
     first, killed, last = df.attrs["outcomes"]
     fault = "Extension modules:"  # the end of the fault handler's report
     assert fault in killed.stderr_tail and fault not in (first.stderr_tail or "") + (last.stderr_tail or "")

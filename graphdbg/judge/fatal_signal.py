@@ -11,6 +11,7 @@ signature ``Signal SIGSEGV``, the same signature an isolated replay gives the sa
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,15 @@ FAULT_FILE = "fault.txt"
 # faulthandler's names for the signals it handles (Modules/faulthandler.c)
 _FATAL = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Floating-point exception": "SIGFPE",
           "Floating point exception": "SIGFPE", "Bus error": "SIGBUS", "Illegal instruction": "SIGILL"}
+
+
+def exit_signal(returncode: int) -> str:
+    """The name of the signal a process's negative exit status says killed it (``SIGSEGV``; a
+    number torch's ``signal`` module doesn't name, as its number)."""
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return str(-returncode)
 
 
 def signal_from_fault_text(text: str) -> str | None:

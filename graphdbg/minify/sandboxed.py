@@ -14,7 +14,6 @@ gate: JSON and safetensors, bounded.
 from __future__ import annotations
 
 import contextlib
-import signal
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -23,6 +22,7 @@ from safetensors.torch import load as load_safetensors
 
 from graphdbg.case import Case
 from graphdbg.errors import DumpError, GraphdbgError
+from graphdbg.judge.fatal_signal import exit_signal
 from graphdbg.replay.divergence import NodeDivergence
 from graphdbg.replay.isolation import use_pool
 from graphdbg.replay.worker import ANSWER, Reply, WorkerPool
@@ -70,7 +70,7 @@ def in_worker() -> bool:
 def _failed(what: str, reply: Reply, timeout: float) -> GraphdbgError:
     if reply.returncode is None:
         return GraphdbgError(f"{what}: no result after {timeout:g}s (--timeout)")
-    how = f"killed by {signal.Signals(-reply.returncode).name}" if reply.returncode < 0 else f"exited with code {reply.returncode}"
+    how = f"killed by {exit_signal(reply.returncode)}" if reply.returncode < 0 else f"exited with code {reply.returncode}"
     last = reply.err.strip().splitlines()[-1:] if reply.err.strip() else []
     return GraphdbgError(f"{what}: the sandboxed worker was {how}" + (f" ({last[0][:200]})" if last else ""))
 

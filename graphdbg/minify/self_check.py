@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from pathlib import Path
 
 from graphdbg.backends.resolve import USER_PYTHONPATH
 from graphdbg.errors import DumpError, GraphdbgError
+from graphdbg.judge.fatal_signal import exit_signal
 from graphdbg.judge.signature import same_signature
 from graphdbg.replay.isolation import ChildGroup, tail_of
 from graphdbg.replay.sandbox import ENV, SANDBOX_NOTE, WRITABLE_ENV, child_env, child_path, python_command
@@ -202,8 +202,7 @@ def check_exported_test(path: str | Path, *, kind: str, captured: str | None, ti
     if code == 0:
         return SelfCheck(False, "the exported test passes (the failure is not there)", 0, sandbox=sandbox)
     if code < 0 and _runs_here(captured):  # the replay ran in the launcher: its death is the crash a child's would be
-        name = next((s.name for s in signal.Signals if s == -code), str(-code))
-        return SelfCheck(False, f"crash: Signal {name}", code, sandbox=sandbox)
+        return SelfCheck(False, f"crash: Signal {exit_signal(code)}", code, sandbox=sandbox)
     found = _SUMMARY.search(text)
     if code != 1 or found is None:
         return SelfCheck(False, _last_error(text) or f"pytest exit code {code}", code, sandbox=sandbox)

@@ -37,6 +37,7 @@ import psutil
 
 from graphdbg.backends.resolve import backend_label, backend_spec, names_code
 from graphdbg.errors import DumpError, GraphdbgError
+from graphdbg.judge.fatal_signal import exit_signal
 from graphdbg.replay.options import DEFAULT_TIMEOUT, ReplayOptions
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.sandbox import CHILD_PATH_ENV, SANDBOX_NOTE, child_env, child_path, python_command, with_module
@@ -487,7 +488,7 @@ def child_outcome(returncode: int | None, outcome_path: Path, err: str, backend:
         return outcome
     outcome = Outcome(status="crash", backend=backend, stage="child", device=device, isolated=True, stderr_tail=tail)
     if returncode is not None and returncode < 0:
-        name = signal.Signals(-returncode).name
+        name = exit_signal(returncode)
         outcome.exit_signal = outcome.error_type = name
         outcome.signature = f"Signal {name}"
         outcome.message = f"the replay process was killed by {name}"

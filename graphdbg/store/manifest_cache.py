@@ -32,6 +32,7 @@ from graphdbg.store.cache_folder import cache_dir, files_stamp, open_table
 
 MAX_REMEMBERED_BYTES = 4 << 20  # a larger manifest (node_info of a huge graph) is checked every time
 MAX_ENTRIES = 20_000
+_FILE = "checked.sqlite"
 _SCHEMA = "create table if not exists checked_v1 (sha text primary key, stamp text, manifest text)"
 
 
@@ -55,11 +56,11 @@ def _open(timeout: float) -> sqlite3.Connection | None:
     one connection, not one each); None where there is no cache to be had."""
     global _DB
     try:
-        where = str(cache_dir() / "checked.sqlite")
+        where = str(cache_dir() / _FILE)
         if _DB is not None and _DB[0] == os.getpid() and _DB[1] == where:
             _DB[2].execute(f"pragma busy_timeout={int(timeout * 1000)}")
             return _DB[2]
-        db = open_table("checked.sqlite", _SCHEMA, timeout)
+        db = open_table(_FILE, _SCHEMA, timeout)
         _DB = (os.getpid(), where, db) if db is not None else None
         return db
     except (OSError, sqlite3.Error):

@@ -120,13 +120,8 @@ def _steps_progress(labels: list[str], quiet: bool = False) -> Iterator[Callable
         steps.close()
         steps.enter_context(_progress(labels[i], quiet))
 
-    try:
+    with steps:  # the last step ends with the steps, as an error or not
         yield started
-    except BaseException as e:
-        if not steps.__exit__(type(e), e, e.__traceback__):
-            raise
-    else:
-        steps.close()
 
 
 LARGE_GRAPH_BYTES = 1 << 20  # a graph file this big takes seconds to parse: loading it shows progress

@@ -31,6 +31,7 @@ import os
 import re
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii as _json_str  # json.dumps's own spelling of a str
 from typing import Any, NamedTuple
 
 from graphdbg.formats.names_table import NameTable, names
@@ -470,46 +471,55 @@ def _flat(value: Any) -> list[Any]:
 
 # Facts ------------------------------------------------------------------------------------
 
-def _spelled(value: Any, literals: list[Any] | None = None) -> Any:
-    """``value`` as graph_hash spells it; with ``literals``, as the group hash spells it: integer
-    literals and device indices masked, and appended to ``literals`` in order."""
+def _spelled(value: Any, literals: list[Any]) -> tuple[str, str]:
+    """``value`` as graph_hash spells it (the text ``repr`` gives the spelling: containers by
+    their kind, ``['tuple', [...]]``), and as the group hash spells it (JSON text: integer
+    literals and device indices masked, appended to ``literals`` in order): both texts in one
+    walk, without the lists ``repr`` and ``json.dumps`` would walk again."""
     t = type(value)  # exact types: the values are the AST's constants, containers and the classes above
     if t is Ref:
-        return f"%{value.index}"
-    if t is str or t is bool or value is None or (t is int and literals is None):
-        return value
+        ref = f"%{value.index}"
+        return repr(ref), f'"{ref}"'
+    if t is str:
+        return repr(value), _json_str(value)
+    if value is None:
+        return "None", "null"
+    if t is bool:
+        return ("True", "true") if value else ("False", "false")
     if t is int:
-        literals.append(value)  # type: ignore[union-attr]
-        return "#"
+        literals.append(value)
+        return repr(value), '"#"'
     if t is tuple or t is list:
         items = [_spelled(v, literals) for v in value]
-        return items if literals is not None else [t.__name__, items]
+        return f"['{t.__name__}', [{', '.join([i[0] for i in items])}]]", f"[{', '.join([i[1] for i in items])}]"
     if t is dict:
-        items = [[str(k), _spelled(v, literals)] for k, v in value.items()]
-        return items if literals is not None else ["dict", items]
+        pairs = [(str(k), _spelled(v, literals)) for k, v in value.items()]
+        return (f"['dict', [{', '.join([f'[{k!r}, {v[0]}]' for k, v in pairs])}]]",
+                f"[{', '.join([f'[{_json_str(k)}, {v[1]}]' for k, v in pairs])}]")
     if t is slice:
-        return ["slice", _spelled(value.start, literals), _spelled(value.stop, literals), _spelled(value.step, literals)]
+        items = [_spelled(v, literals) for v in (value.start, value.stop, value.step)]
+        return f"['slice', {', '.join([i[0] for i in items])}]", f'["slice", {", ".join([i[1] for i in items])}]'
     if t is float or t is complex:
-        return repr(value)
+        return repr(repr(value)), _json_str(repr(value))
     if t is Device:
-        if literals is None:
-            return f"device:{value}"
         if value.index is not None:
             literals.append(value.index)
-        return f"device:{value.type}"
+        return repr(f"device:{value}"), _json_str(f"device:{value.type}")
     if t is DottedName:
-        return value.path if literals is not None else f"@{value.path}"
-    return t.__name__
+        return repr(f"@{value.path}"), _json_str(value.path)
+    return repr(t.__name__), _json_str(t.__name__)
 
 
 def _own_facts(nodes: list[Node], devices: bool) -> tuple[Any, list, list, set[int], list[str]]:
     """A forward's own facts (``devices``: whether any argument is a device, else none is looked for)."""
     rows, masked, literals, indices, found = [], [], [], set(), {}
     for n in nodes:
-        rows.append(repr([n.op, n.target, n.annotation or "", _spelled(n.args), _spelled(n.kwargs)] if n.op == "placeholder" else
-                         [n.op, n.target, _spelled(n.args), _spelled(n.kwargs)]))  # as text: no row outlives its node's turn
-        masked.append(json.dumps([n.op, n.target if n.op not in ("placeholder", "output") else n.op, _spelled(n.args, literals),
-                                  _spelled(n.kwargs, literals), n.annotation])[1:])
+        (args, masked_args), (kwargs, masked_kwargs) = _spelled(n.args, literals), _spelled(n.kwargs, literals)
+        # repr([op, target, (annotation,) args, kwargs]), and json.dumps([op, target, args, kwargs, annotation]) without its "["
+        rows.append(f"[{n.op!r}, {n.target!r}, {n.annotation or ''!r}, {args}, {kwargs}]" if n.op == "placeholder" else
+                    f"[{n.op!r}, {n.target!r}, {args}, {kwargs}]")
+        masked.append(f"{_json_str(n.op)}, {_json_str(n.target if n.op not in ('placeholder', 'output') else n.op)}, "
+                      f"{masked_args}, {masked_kwargs}, {_json_str(n.annotation) if n.annotation is not None else 'null'}]")
         if n.op not in ("call_function", "call_method"):
             continue
         values = _flat((n.args, n.kwargs)) if devices else ()

@@ -303,6 +303,16 @@ class _Traceback:
     named_before: tuple[str, int] | None = None
 
 
+def _name_heads(names: set[str]) -> re.Pattern[str]:
+    """A pattern of the names' first characters, as many of them as keep the kinds of heads few
+    (``rank0_``, ``rank1_``, ``graph_module_1``: not ``rank``, which every "peer ranks" holds)."""
+    heads = {""}
+    for k in range(min(map(len, names), default=0), 0, -1):
+        if len(heads := {n[:k] for n in names}) <= 16:
+            break
+    return re.compile("|".join(map(re.escape, sorted(heads))))
+
+
 class _Scanner:
     """One pass over the lines: tracebacks open and close, exception lines become occurrences."""
 
@@ -318,9 +328,7 @@ class _Scanner:
         self.failures: dict[tuple, LogFailure] = {}
         self.last_named: dict[int | None, tuple[str, int]] = {}
         self.names = {n for n in graph_names if n}
-        # most lines hold no name: a line that holds none of the names' first four characters is not looked into
-        heads = {n[:4] for n in self.names}
-        self.heads = heads if len(heads) <= 8 else {""}
+        self.heads = _name_heads(self.names)  # most lines hold no name: one that holds none of their heads is not looked into
         self.names_re = None if all(map(_PLAIN_NAME.fullmatch, self.names)) else re.compile(
             r"(?<![\w.])(" + "|".join(map(re.escape, sorted(self.names, key=len, reverse=True))) + r")(?![\w])")
         self.lineno = 0
@@ -398,7 +406,7 @@ class _Scanner:
         """The graph names ``text`` names, each longest first, not inside a longer word or dotted
         name (``rank0_0.py``, ``rank0_0`` of ``rank0_0.pyc``); for names of word characters and dots
         alone, from the text's runs of them (no regex of every name to compile per log, a third faster)."""
-        if not any(h in text for h in self.heads):
+        if self.heads.search(text) is None:
             return []
         if self.names_re is not None:
             return self.names_re.findall(text)

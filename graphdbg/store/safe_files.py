@@ -122,6 +122,13 @@ def read_regular(path: Path, *, max_bytes: int, text: bool = False) -> bytes | s
     return _read(path, max_bytes, text, follow=True)
 
 
+def read_head(path: Path | str, max_bytes: int, *, follow: bool = True) -> bytes:
+    """The first ``max_bytes`` of a regular file (a file being sniffed: no FIFO to hang on, no
+    device), checked with ``fstat`` on what was really opened; ``follow=False`` also refuses a
+    symbolic link as the last part. DumpError where it is not such a file or can't be read."""
+    return _read(Path(path), max_bytes, False, follow=follow, head=True)  # type: ignore[return-value]
+
+
 def read_child_file(path: Path, *, max_bytes: int, tail: bool = False) -> bytes:
     """A file a child process wrote, or could have replaced (its stderr, its sandbox note, a
     pid file): read as a name inside its folder (a regular file, no link, opened without
@@ -147,7 +154,7 @@ def read_pipe(fd: int, *, max_bytes: int, timeout: float) -> bytes | None:
         return b""
 
 
-def _read(path: Path, max_bytes: int, text: bool, follow: bool = False, tail: bool = False) -> bytes | str:
+def _read(path: Path, max_bytes: int, text: bool, follow: bool = False, tail: bool = False, head: bool = False) -> bytes | str:
     flags = _OPEN_FLAGS & ~(getattr(os, "O_NOFOLLOW", 0) if follow else 0)
     try:
         fd = os.open(path, flags)
@@ -159,9 +166,9 @@ def _read(path: Path, max_bytes: int, text: bool, follow: bool = False, tail: bo
             raise DumpError(f"{path}: not a regular file ({_kind(st.st_mode)})")
         if st.st_size > max_bytes and tail:
             os.lseek(fd, st.st_size - max_bytes, os.SEEK_SET)
-        elif st.st_size > max_bytes:
+        elif st.st_size > max_bytes and not head:
             raise DumpError(f"{path}: too large ({st.st_size} bytes, at most {max_bytes} expected)")
-        chunks, left = [], max_bytes + 1
+        chunks, left = [], max_bytes + (not head)
         while left > 0:
             chunk = os.read(fd, min(left, 1 << 20))
             if not chunk:

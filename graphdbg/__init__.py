@@ -18,11 +18,19 @@ if TYPE_CHECKING:
     import pandas
 
     from graphdbg.dump import Dump
+    from graphdbg.replay.options import ReplayOptions
 
 from graphdbg.capture import AccuracyChecks, capture  # noqa: E402
 from graphdbg.errors import DumpError, GraphdbgError, GraphSourceError  # noqa: E402
 from graphdbg.formats import load as _load
-from graphdbg.replay.options import ReplayOptions  # noqa: E402
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ReplayOptions":
+        from graphdbg.replay.options import ReplayOptions  # when first used: a command's start (ls's) doesn't need it
+
+        return ReplayOptions
+    raise AttributeError(f"module 'graphdbg' has no attribute {name!r}")
 
 
 def load(path: str | os.PathLike[str]) -> Dump:
@@ -48,6 +56,7 @@ def compare(
     (``backend``, ``status``, ``signature``, ``stage``, ``seconds``, ``max_abs_error``,
     ``max_rel_error``, ``trusted``, ``reproduces``), with the Outcomes in ``.attrs["outcomes"]``."""
     from graphdbg.replay.entry import compare_backends  # this module loads without torch (fast CLI start); this brings torch in
+    from graphdbg.replay.options import ReplayOptions  # as __getattr__ does
 
     if not hasattr(dump, "manifest"):
         dump = load(dump)

@@ -11,7 +11,6 @@ signature ``Signal SIGSEGV``, the same signature an isolated replay gives the sa
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,8 @@ _FATAL = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Floating-point
 def exit_signal(returncode: int) -> str:
     """The name of the signal a process's negative exit status says killed it (``SIGSEGV``; a
     number torch's ``signal`` module doesn't name, as its number)."""
+    import signal  # here: ls reads dumps through this module and never needs it
+
     try:
         return signal.Signals(-returncode).name
     except ValueError:

@@ -139,7 +139,6 @@ def scanned_manifest(path: Path, source: str, ranks: frozenset[int] | None = Non
         except Undecided as e:
             return None, None, f"a rank only the input plans find ({e})"
         rank = (shard, "shard_offset", None) if shard is not None else (0, "default", None)
-    uses_cuda = any(n.op == "call_function" and n.construct and ("cuda" in n.construct or "triton" in n.construct)
-                    for g in scan.graph.graphs() for n in g.nodes)
+    uses_cuda = any(g.own.cuda_calls for g in scan.graph.graphs())
     return printed_manifest(path, scan_facts(scan), rank=rank, indices=indices, uses_cuda=uses_cuda, constructs=constructs,
                             inputs=[(n.name, n.spec) for n in scan.graph.nodes if n.op == "placeholder"], ranks=ranks), None, None

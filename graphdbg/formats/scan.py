@@ -134,6 +134,7 @@ class Own(NamedTuple):
     literals: list[Any]  # those literals, in order
     indices: set[int]  # cuda device indices baked in
     constructs: list[str]  # what replay stands in for
+    cuda_calls: bool  # whether a call is of a cuda or triton construct (the graph ran on a GPU)
     doubt: str | None  # the first name the scan can't judge
     bad: list[tuple[str, int]]  # annotations that don't read as specs (text, line counted from its def)
 
@@ -510,9 +511,9 @@ def _spelled(value: Any, literals: list[Any]) -> tuple[str, str]:
     return repr(t.__name__), _json_str(t.__name__)
 
 
-def _own_facts(nodes: list[Node], devices: bool) -> tuple[Any, list, list, set[int], list[str]]:
+def _own_facts(nodes: list[Node], devices: bool) -> tuple[Any, list, list, set[int], list[str], bool]:
     """A forward's own facts (``devices``: whether any argument is a device, else none is looked for)."""
-    rows, masked, literals, indices, found = [], [], [], set(), {}
+    rows, masked, literals, indices, found, cuda_calls = [], [], [], set(), {}, False
     for n in nodes:
         (args, masked_args), (kwargs, masked_kwargs) = _spelled(n.args, literals), _spelled(n.kwargs, literals)
         # repr([op, target, (annotation,) args, kwargs]), and json.dumps([op, target, args, kwargs, annotation]) without its "["
@@ -534,10 +535,11 @@ def _own_facts(nodes: list[Node], devices: bool) -> tuple[Any, list, list, set[i
             indices.add(n.args[0])
         if n.op == "call_function" and n.construct is not None:
             found.setdefault(n.construct)
+            cuda_calls = cuda_calls or "cuda" in n.construct or "triton" in n.construct
         elif any(isinstance(v, Device) and v.type == "cuda" for v in values):
             found.setdefault("device(type='cuda')")
     digest = hashlib.sha256("".join(rows).encode())  # as one update per node
-    return digest, masked, literals, indices, list(found)
+    return digest, masked, literals, indices, list(found), cuda_calls
 
 
 def graph_hash(graph: ScannedGraph) -> str:

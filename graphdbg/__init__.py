@@ -17,10 +17,11 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     import pandas
 
+    from graphdbg.capture.accuracy_checks import AccuracyChecks
     from graphdbg.dump import Dump
     from graphdbg.replay.options import ReplayOptions
 
-from graphdbg.capture import AccuracyChecks, capture  # noqa: E402
+from graphdbg.capture import capture  # noqa: E402
 from graphdbg.errors import DumpError, GraphdbgError, GraphSourceError  # noqa: E402
 from graphdbg.formats import load as _load
 
@@ -30,6 +31,10 @@ def __getattr__(name: str) -> Any:
         from graphdbg.replay.options import ReplayOptions  # when first used: a command's start (ls's) doesn't need it
 
         return ReplayOptions
+    if name == "AccuracyChecks":
+        from graphdbg.capture.accuracy_checks import AccuracyChecks  # as above
+
+        return AccuracyChecks
     raise AttributeError(f"module 'graphdbg' has no attribute {name!r}")
 
 

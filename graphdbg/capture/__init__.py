@@ -9,9 +9,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
-from graphdbg.capture.accuracy_checks import AccuracyChecks
-
 if TYPE_CHECKING:
+    from graphdbg.capture.accuracy_checks import AccuracyChecks
     from graphdbg.capture.hook import CapturingBackend
 
 __all__ = ["capture", "AccuracyChecks", "CapturingBackend", "DEFAULT_BUDGET"]
@@ -49,6 +48,10 @@ def capture(
 
 
 def __getattr__(name: str) -> Any:
+    if name == "AccuracyChecks":
+        from graphdbg.capture.accuracy_checks import AccuracyChecks  # when first used: a command's start (ls's) doesn't need it
+
+        return AccuracyChecks
     if name in _FROM_HOOK:
         from graphdbg.capture import hook  # this module loads without torch (fast CLI start); this brings torch in
 

@@ -30,6 +30,8 @@ accuracy -- python train.py`` and its torchrun workers can set it too.
 from __future__ import annotations
 
 import os
+import random
+import zlib
 from dataclasses import dataclass
 
 ENV_CHECKS = "GRAPHDBG_ACCURACY_CHECKS"
@@ -79,10 +81,6 @@ class CheckCounter:
         self.policy = policy
         self.calls = 0  # calls of the graph so far, this one included once due() was asked
         self.checked = 0
-        # here: graphdbg's import (every command's start, ls's) doesn't need them
-        import random
-        import zlib
-
         self._draw = random.Random(zlib.crc32(graph.encode())).random
 
     def due(self) -> bool:

@@ -27,7 +27,7 @@ from graphdbg.minify.shrinker import as_case
 from graphdbg.rebuild.inputs import clone_values
 from graphdbg.replay.backward import TANGENT_SEED, as_graph_backend, differentiable_inputs, grad_leaves, is_backward_dump
 from graphdbg.replay.options import ReplayOptions
-from graphdbg.store.manifest import ReplayFacts
+from graphdbg.store.replay_facts import ReplayFacts
 from graphdbg.store.safe_files import backward_dump_folder
 
 

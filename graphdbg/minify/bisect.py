@@ -49,7 +49,8 @@ from graphdbg.replay.passes import PassSpec, apply_passes, inductor_post_grad_pa
 from graphdbg.replay.run import replay_case
 from graphdbg.replay.values import ValueRecorder
 from graphdbg.replay.world import graph_key, is_captured, printed_worlds, rank_dumps
-from graphdbg.store.manifest import INPUTS, ReplayFacts, find_dumps
+from graphdbg.store.manifest import INPUTS, find_dumps
+from graphdbg.store.replay_facts import ReplayFacts
 from graphdbg.store.safe_files import inside
 from graphdbg.store.tensor_file import read_tensors
 

@@ -42,7 +42,8 @@ from graphdbg.replay.isolation import child_specs
 from graphdbg.replay.options import DEFAULT_TIMEOUT, ReplayOptions, replay_options
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.run import replay_case
-from graphdbg.store.manifest import ReplayFacts, read_manifest, write_manifest
+from graphdbg.store.manifest import read_manifest, write_manifest
+from graphdbg.store.replay_facts import ReplayFacts
 from graphdbg.store.safe_files import Folder
 
 # Budget defaults: on a 2-core machine a candidate costs 0.1 s (eager) to 10 s (Inductor's C++),

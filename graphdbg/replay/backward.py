@@ -37,7 +37,8 @@ from graphdbg.replay.options import ReplayOptions
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.passes import apply_passes
 from graphdbg.replay.retrace import compile_as_captured, whole_graph
-from graphdbg.store.manifest import ReplayFacts, read_manifest
+from graphdbg.store.manifest import read_manifest
+from graphdbg.store.replay_facts import ReplayFacts
 from graphdbg.store.safe_files import backward_dump_folder, inside
 from graphdbg.store.tensor_file import read_tensors
 

@@ -19,7 +19,7 @@ from graphdbg.errors import GraphdbgError
 from graphdbg.rebuild.memory_budget import MAX_INPUT_GB_ENV, check_fits, descriptor_bytes
 from graphdbg.replay.isolation import run_isolated, run_isolated_each, run_isolated_many
 from graphdbg.replay.options import ReplayOptions, replay_options
-from graphdbg.store.manifest import ReplayFacts
+from graphdbg.store.replay_facts import ReplayFacts
 
 if TYPE_CHECKING:
     from graphdbg.replay.outcome import Outcome

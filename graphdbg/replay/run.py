@@ -67,7 +67,7 @@ from graphdbg.replay.passes import apply_passes
 from graphdbg.replay.retrace import compile_as_captured, whole_graph
 from graphdbg.replay.stand_in_flow import stand_ins_behind_outputs
 from graphdbg.replay.uninitialised import set_aside_uninitialised
-from graphdbg.store.manifest import ReplayFacts
+from graphdbg.store.replay_facts import ReplayFacts
 
 if TYPE_CHECKING:
     from graphdbg.case import Case

@@ -182,7 +182,7 @@ class Scan:
             read, offset = _Forward(self.table, fn).read(), 0
         else:
             text, offset = block
-            key = self.table, hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+            key = self.table, text
             read = _KEPT.get(key)
             if read is None:
                 read = _Forward(self.table, _block_forward(text, owner)).read()
@@ -294,7 +294,7 @@ class _KeptForwards(OrderedDict):
     """The forwards read so far, by their text, the least recently read first."""
     nodes = 0
 
-    def keep(self, key: tuple[NameTable, bytes], read: Own) -> None:
+    def keep(self, key: tuple[NameTable, str], read: Own) -> None:
         self[key] = read
         self.nodes += len(read.nodes) + 1
         while self.nodes > _NODES_KEPT and len(self) > 1:

@@ -183,8 +183,7 @@ class Scan:
         else:
             text, offset = block
             key = self.table, text
-            read = _KEPT.get(key)
-            if read is None:
+            if (read := _KEPT.get(key)) is None:
                 read = _Forward(self.table, _block_forward(text, owner)).read()
                 if sharing():
                     _KEPT.keep(key, read)
@@ -473,20 +472,15 @@ def _flat(value: Any) -> list[Any]:
 # Facts ------------------------------------------------------------------------------------
 
 def _spelled(value: Any, literals: list[Any]) -> tuple[str, str]:
-    """``value`` as graph_hash spells it (the text ``repr`` gives the spelling: containers by
-    their kind, ``['tuple', [...]]``), and as the group hash spells it (JSON text: integer
-    literals and device indices masked, appended to ``literals`` in order): both texts in one
-    walk, without the lists ``repr`` and ``json.dumps`` would walk again."""
+    """``value`` as graph_hash spells it (``repr`` text) and as the group hash does (JSON text: integer
+    literals and device indices masked, appended to ``literals`` in order), in one walk."""
     t = type(value)  # exact types: the values are the AST's constants, containers and the classes above
     if t is Ref:
-        ref = f"%{value.index}"
-        return repr(ref), f'"{ref}"'
+        return repr(f"%{value.index}"), f'"%{value.index}"'
     if t is str:
         return repr(value), _json_str(value)
-    if value is None:
-        return "None", "null"
-    if t is bool:
-        return ("True", "true") if value else ("False", "false")
+    if value is None or t is bool:
+        return repr(value), "null" if value is None else "true" if value else "false"
     if t is int:
         literals.append(value)
         return repr(value), '"#"'

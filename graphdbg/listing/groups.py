@@ -64,8 +64,7 @@ def make_groups(dumps: list[Dump], rows: list[dict[str, Any]]) -> list[dict[str,
     for d, s in zip(dumps, rows):
         foreign = s.get("format") == "printed_graph"
         key = ("printed_graph", s["model"], s["group_hash"], s["signature"]) if foreign else (s["graph_hash"], s["kind"], s["signature"])
-        g = groups.get(key)
-        if g is None:
+        if (g := groups.get(key)) is None:
             g = groups[key] = {**{k: s.get(k) for k in _SUMMARY_KEYS}, "ranks": [], "paths": [], "modules": [], "frames": []}
             if foreign:
                 g.update({"format": "printed_graph", "model": s["model"], "graphs": [], "files": [],
@@ -125,9 +124,7 @@ def _odd_ranks(dumps: list[Dump]) -> dict[Path, list[str]]:
         facts = {d.path: {"graph": d.graph_hash, "inputs": _input_specs(d), "error": d.signature} for d in members}
         for what in ("graph", "inputs", "error"):
             counts = Counter(repr(f[what]) for f in facts.values())
-            majority, n = counts.most_common(1)[0]
-            if n == len(members):
-                continue
+            majority = counts.most_common(1)[0][0]  # where all agree, none differs from it
             for path, f in facts.items():
                 if repr(f[what]) != majority:
                     flags.setdefault(path, []).append(what)

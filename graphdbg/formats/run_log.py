@@ -271,6 +271,8 @@ def split_prefix(text: str) -> tuple[int | None, str]:
         >>> split_prefix("[2025-10-21 19:07:30 TP5] Load weight begin.")
         (5, 'Load weight begin.')
     """
+    if text[:1] not in ("[", "(", "r", "R"):
+        return None, text  # no prefix starts otherwise (most lines: tracebacks, messages)
     rank: int | None = None
     body = text
     for _ in range(4):

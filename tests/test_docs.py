@@ -152,8 +152,8 @@ def test_readme_quickstart_prints_what_the_readme_shows(tmp_path):
     that follows it, up to what varies from run to run."""
     runnable = runnable_blocks()
     assert len(runnable) >= 5 and all(shown is not None for _, _, shown in runnable)
-    scratch = _scratch(tmp_path)
-    r = subprocess.run(["bash", "-c", quickstart_script()], cwd=scratch, env=_env(tmp_path), stdout=subprocess.PIPE,
+    scratch, env = _scratch(tmp_path), _env(tmp_path)
+    r = subprocess.run(["bash", "-c", quickstart_script()], cwd=scratch, env=env, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True, timeout=1200)
     wrong = []  # every block that differs, so that one run shows all the README needs
     for n, (code, want, shown) in enumerate(runnable):
@@ -167,27 +167,23 @@ def test_readme_quickstart_prints_what_the_readme_shows(tmp_path):
     quick = scratch / "examples" / "quickstart"
     assert (quick / "test_block.py").is_file() and (quick / "report.html").is_file() and (quick / "min" / "repro.py").is_file()
 
+    # The capture run again: the same failure is counted in the dump it has, so the README's
+    # `graphdbg replay graphdbg_dumps/rank0/g0-*` still names one dump.
+    runnable = [code for info, code in blocks(ROOT / "README.md") if info.startswith("bash runnable")]
+    capture = next(code for code in runnable if "graphdbg capture" in code)
+    replay = next(code for code in runnable if "graphdbg replay" in code)
+    script = f"cd {scratch}\n{{\n{capture}\n}}\n{{\n{replay}\n}}\necho \"__replay rc=$?\""
+    r = subprocess.run(["bash", "-c", script], cwd=scratch, env=env, capture_output=True, text=True, timeout=1200)
+    assert re.search(r"^__replay rc=1$", r.stdout, re.M), (r.stdout[-3000:], r.stderr[-3000:])
+    assert "REPRODUCED: the same failure as captured" in r.stdout
+    assert "captured 2 times (no new dump)" in r.stderr
+    assert len(list((quick / "graphdbg_dumps" / "rank0").iterdir())) == 1
+
 
 def test_ci_runs_the_readme_test_command_as_the_readme_gives_it():
     (command,) = [code.strip() for info, code in blocks(ROOT / "README.md") if info == "bash" and "pytest" in code]
     assert "CI runs this command through `.ci/run`" in (ROOT / "README.md").read_text()
     assert command in (ROOT / ".ci" / "run").read_text().splitlines()
-
-
-@pytest.mark.slow
-def test_the_readme_replay_command_works_after_the_quickstart_is_captured_twice(tmp_path):
-    """A second run of the quickstart's capture is the same failure: it is counted in the dump it
-    has, so `graphdbg replay graphdbg_dumps/rank0/g0-*` still names one dump."""
-    runnable = [code for info, code in blocks(ROOT / "README.md") if info.startswith("bash runnable")]
-    capture = next(code for code in runnable if "graphdbg capture" in code)
-    replay = next(code for code in runnable if "graphdbg replay" in code)
-    scratch = _scratch(tmp_path)
-    script = f"{{\n{capture}\n}}\ncd {scratch}\n{{\n{capture}\n}}\n{{\n{replay}\n}}\necho \"__replay rc=$?\""
-    r = subprocess.run(["bash", "-c", script], cwd=scratch, env=_env(tmp_path), capture_output=True, text=True, timeout=1200)
-    assert re.search(r"^__replay rc=1$", r.stdout, re.M), (r.stdout[-3000:], r.stderr[-3000:])
-    assert "REPRODUCED: the same failure as captured" in r.stdout
-    assert "captured 2 times (no new dump)" in r.stderr
-    assert len(list((scratch / "examples" / "quickstart" / "graphdbg_dumps" / "rank0").iterdir())) == 1
 
 
 def test_every_command_help_ends_with_an_example_of_that_command(cli):

@@ -4,7 +4,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -57,23 +56,12 @@ os.environ.setdefault("GRAPHDBG_CACHE_DIR", os.path.join(__import__("tempfile").
 
 
 def pytest_collection_modifyitems(config, items):
-    _files_with_more_slow_tests_first(items)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
-
-
-def _files_with_more_slow_tests_first(items: list) -> None:
-    """Whole files, those with more tests marked ``slow`` first (the order within a file, and
-    between files with as many, kept). Under ``-n auto`` the last tests run while the other worker
-    may have nothing left: a long one there (a two-node torchrun replay that waits out torchrun's
-    exit, 19-76 s) is that long with one core idle. Files stay whole, so a module-scoped fixture
-    is set up once per worker that runs the file."""
-    slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
-    items.sort(key=lambda item: -slow[item.path])
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -25,16 +26,13 @@ from graphdbg.capture import capture  # noqa: E402
 from graphdbg.errors import DumpError, GraphdbgError, GraphSourceError  # noqa: E402
 from graphdbg.formats import load as _load
 
+_LAZY = {"ReplayOptions": "graphdbg.replay.options", "AccuracyChecks": "graphdbg.capture.accuracy_checks"}
+
 
 def __getattr__(name: str) -> Any:
-    if name == "ReplayOptions":
-        from graphdbg.replay.options import ReplayOptions  # when first used: a command's start (ls's) doesn't need it
-
-        return ReplayOptions
-    if name == "AccuracyChecks":
-        from graphdbg.capture.accuracy_checks import AccuracyChecks  # as above
-
-        return AccuracyChecks
+    """The names of ``_LAZY``, imported when first used: a command's start (ls's) doesn't need them."""
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'graphdbg' has no attribute {name!r}")
 
 

@@ -372,9 +372,13 @@ def test_capture_command_wraps_an_unmodified_script(tmp_path):
     assert "RuntimeError: mat1 and mat2 shapes cannot be multiplied" in failed.stderr
     (path,) = find_dumps(dump_dir)
     assert graphdbg.load(path).backend == "__main__:broken_transpose_backend" or "broken_transpose" in graphdbg.load(path).backend
+    assert "--mode accuracy" not in failed.stderr  # a dump was written: no hint
     ok = subprocess.run([*cmd, "eager"], env=env, capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0 and "finished (2, 8, 32)" in ok.stdout
     assert len(find_dumps(dump_dir)) == 1
+    # a run that wrote no dump says, last, that silent errors need accuracy mode
+    assert ok.stderr.strip().splitlines()[-1].startswith("graphdbg: no compile or run-time error was captured")
+    assert "--mode accuracy" in ok.stderr
 
 
 def test_an_instance_backend_fails_with_the_same_message(tmp_path):

@@ -43,6 +43,20 @@ def run_captured(command: list[str], dump_dir: str | os.PathLike, mode: str = "e
         raise GraphdbgError(f"cannot run {command[0]!r}: {e.strerror}") from e
 
 
+def dumps_in(dump_dir: str | os.PathLike) -> int:
+    """How many dumps ``dump_dir`` holds (``rank<R>/<id>/manifest.json``), to tell whether a run wrote any."""
+    return sum(1 for _ in Path(dump_dir).glob("rank*/*/manifest.json"))
+
+
+def nothing_captured_hint(mode: str) -> str | None:
+    """The one line a capture run that wrote no dump ends with: error mode only sees compile and
+    run-time errors, so an output or gradient that is silently wrong needs accuracy mode."""
+    if mode != "error":
+        return None
+    return ("graphdbg: no compile or run-time error was captured; outputs or gradients that are silently wrong "
+            "are only seen with --mode accuracy (graphdbg capture --mode accuracy -- CMD)")
+
+
 def die_like(code: int) -> int:
     """End this process the way the child ended: a child killed by a signal (``code`` < 0, as
     ``subprocess`` reports it) kills us with the same signal, so our parent sees -11 for a

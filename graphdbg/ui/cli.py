@@ -191,10 +191,14 @@ def capture(
     redact: Annotated[bool, typer.Option("--redact", help="Write dumps safe to share (relative paths, no host or user names).")] = False,
 ) -> None:
     """Run a command with every torch.compile backend in it wrapped: graphdbg capture -- python train.py"""
-    from graphdbg.capture.launch import die_like, run_captured
+    from graphdbg.capture.launch import die_like, dumps_in, nothing_captured_hint, run_captured
 
     dump_dir = dump_dir if dump_dir is not None else _default_output(Path("graphdbg_dumps"))
+    before = dumps_in(dump_dir)
     code = run_captured(list(ctx.args), dump_dir, mode, int(budget_gb * (1 << 30)), redact=redact)
+    hint = nothing_captured_hint(mode) if dumps_in(dump_dir) == before else None
+    if hint:
+        typer.echo(hint, err=True)
     raise typer.Exit(die_like(code))  # a child killed by a signal: re-raised, so our parent sees the same death
 
 

@@ -213,3 +213,20 @@ def test_replay_help_lists_each_exit_code_replay_gives(cli):
     text = " ".join(cli("replay", "--help").out.split())
     for code, meaning in ((0, "pass"), (1, "the captured failure"), (DIFFERENT_FAILURE, "another failure"), (2, "can't run")):
         assert f"{code} on {meaning}" in text or f"{code} if it {meaning}" in text, (code, meaning)
+
+
+def test_docs_layout_names_only_paths_that_exist():
+    """docs/layout.md's every file and folder name (`name.py`, `folder/`, `a/b.py`) is in the tree: read
+    against the folder its top-level bullet names (`graphdbg/replay/`), else from the checkout's root."""
+    missing = []
+    where = ROOT
+    for line in (ROOT / "docs" / "layout.md").read_text().splitlines():
+        names = re.findall(r"`([^`\s]+)`", line)
+        if line.startswith("- ") and names and names[0].endswith("/"):
+            where = ROOT / names[0]
+        for name in names:
+            if not (name.endswith((".py", "/")) or "/" in name) or name.startswith(("http", "[")):
+                continue
+            if not any((base / name).exists() for base in (where, ROOT, ROOT / "graphdbg")):
+                missing.append(name)
+    assert not missing, f"docs/layout.md names paths that are not in the tree: {missing}"

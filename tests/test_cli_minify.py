@@ -83,3 +83,22 @@ def test_minify_keeps_the_captured_bug_under_another_backend(tmp_path, cli):
     assert r.code == 0, r
     data = json.loads(r.out)
     assert data["final_nodes"] < data["start_nodes"] and "gelu" not in (data["signature"] or "")
+
+
+@pytest.mark.slow
+def test_a_saved_backward_dump_keeps_backward_in_its_name(tmp_path):
+    """minify saves its smallest graph with Case.save: a training failure's stage stays in the
+    dump's id (g0-backward-compile_error-<hash>), as capture named it, for the backward graph and
+    for the forward whose failure was in its backward."""
+    from fixtures.training import BackwardLoweringError, gelu_refusing_backend, mlp, train_steps
+
+    model, x = mlp()
+    with pytest.raises(BackwardLoweringError):
+        train_steps(model, x, backend=graphdbg.capture(gelu_refusing_backend, tmp_path / "dumps"))
+    (dump,) = [p.parent for p in (tmp_path / "dumps").glob("rank*/*/manifest.json")]
+    assert "-backward-" in dump.name
+    for which, source in (("backward", dump), ("forward", dump / "forward")):
+        saved = graphdbg.load(source).case().save(tmp_path / which)
+        assert saved.name.startswith("g0-backward-compile_error-"), (which, saved.name)
+    saved = graphdbg.load(FIXTURES / "block_compile_error").case().save(tmp_path / "plain")
+    assert saved.name.startswith("g0-compile_error-"), saved.name

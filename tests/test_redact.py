@@ -61,7 +61,10 @@ def test_redact_command_makes_a_captured_dump_shareable(cli, tmp_path):
     assert str(ROOT) in _text_of(original)  # -o leaves the original alone
     red = json.loads((shared / "manifest.json").read_text())
     assert red["env"]["argv"] == [Path(m["env"]["argv"][0]).name]
-    assert 'File "graphdbg/capture/hook.py"' in red["failure"]["exception"]["traceback"]
+    # the user's frames, relative to the project; the traceback starts at theirs, not at graphdbg's wrapper that caught it
+    assert 'File "fixtures/programs.py"' in red["failure"]["exception"]["traceback"]
+    assert "graphdbg/capture/hook.py" not in red["failure"]["exception"]["traceback"]
+    assert red["failure"]["exception"]["traceback"].splitlines()[1].startswith('  File "fixtures/programs.py"')
     assert "<site-packages>/torch/" in red["failure"]["exception"]["traceback"] or "site-packages" not in m["failure"]["exception"]["traceback"]
     # the graph and its values are untouched
     assert red["graph"] == {**m["graph"], "node_info": red["graph"]["node_info"]}

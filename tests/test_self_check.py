@@ -8,7 +8,7 @@ import time
 
 import psutil
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, run_graphdbg
 
 from graphdbg.replay.sandbox import landlock_abi
 
@@ -299,3 +299,65 @@ def test_an_exported_tests_replay_runs_in_the_sandboxed_launcher_unless_a_signal
     for captured in ("Signal SIGSEGV", "Timeout after 5s"):
         check = check_exported_test(test_file, kind="crash", captured=captured, timeout=120, device="cpu")
         assert check.line == "crash: RuntimeError: replayed in a child", check
+
+
+# A captured signal is the captured failure however the process that dies of it ends on this
+# torch: killed by it (-11), through a shell (128 + 11), or exiting 1 after a handler reported it.
+DIES = {"killed": "import ctypes\nctypes.string_at(0)\n",
+        "shell": "import sys\nsys.exit(139)\n",
+        "reported": "import sys\nsys.stderr.write('Fatal Python error: Segmentation fault\\n\\nCurrent thread 0x00007f:\\n')\nsys.exit(1)\n"}
+
+
+def test_the_three_ends_of_a_process_that_died_of_a_signal_read_as_that_signal():
+    from graphdbg.judge.fatal_signal import died_of
+
+    assert died_of(-11) == died_of(139) == died_of(1, "Fatal Python error: Segmentation fault\n\nStack:") == "SIGSEGV"
+    assert died_of(1, "...\n*** received signal SIGBUS\n") == "SIGBUS" and died_of(-6) == died_of(134) == "SIGABRT"
+    for not_a_signal in ((0, ""), (1, ""), (2, "RuntimeError: boom"), (1, "FAILED DIFFERENTLY: RuntimeError: x"), (None, ""), (200, "")):
+        assert died_of(*not_a_signal) is None, not_a_signal
+
+
+@pytest.mark.parametrize("how", sorted(DIES))
+def test_a_repro_that_dies_of_the_captured_signal_shows_the_captured_failure(tmp_path, how):
+    from graphdbg.minify.self_check import check_repro
+
+    repro = tmp_path / "repro.py"
+    repro.write_text(DIES[how])
+    check = check_repro(repro, captured="Signal SIGSEGV", timeout=120, device="cpu")
+    assert check.same and check.line.startswith("REPRODUCED: Signal SIGSEGV"), check
+    check = check_repro(repro, captured="Signal SIGABRT", timeout=120, device="cpu")
+    assert not check.same and check.line.startswith("FAILED DIFFERENTLY: Signal SIGSEGV"), check
+    check = check_repro(repro, captured="RuntimeError: x", timeout=120, device="cpu")  # runs it --in-process: the same death
+    assert not check.same and check.line.startswith("FAILED DIFFERENTLY: Signal SIGSEGV"), check
+
+
+def test_an_exported_test_that_dies_of_the_captured_signal_shows_the_captured_failure(tmp_path):
+    from graphdbg.minify.self_check import check_exported_test
+
+    test_file = tmp_path / "test_dies.py"
+    test_file.write_text("def test_dies():\n    import ctypes\n    ctypes.string_at(0)\n")
+    check = check_exported_test(test_file, kind="crash", captured="Signal SIGSEGV", timeout=120, device="cpu")
+    assert check.same and check.line.startswith("crash: Signal SIGSEGV"), check
+
+
+SEGFAULTING_BACKEND = '''
+import ctypes
+
+
+def compile_fn(gm, example_inputs):
+    """A backend whose compiled code dies of SIGSEGV when it runs."""
+    def run(*args):
+        ctypes.string_at(0)
+        return gm.forward(*args)
+    return run
+'''
+
+
+@pytest.mark.slow
+def test_minify_s_self_check_of_a_segfaulting_backend_counts_the_signal_as_the_captured_failure(tmp_path, monkeypatch):
+    (tmp_path / "segv_backend.py").write_text(SEGFAULTING_BACKEND)
+    r = run_graphdbg("minify", FIXTURES / "block_compile_error", "--backend", "segv_backend:compile_fn", "--any-failure",
+                     "-o", "min", "--max-queries", "2", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "crash: Signal SIGSEGV" in r.stdout, r.stdout
+    assert "checked: min/repro.py run on its own: REPRODUCED: Signal SIGSEGV" in r.stderr, r.stderr[-3000:]

@@ -22,6 +22,7 @@ when the script changed since.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import os
 import sys
@@ -43,6 +44,11 @@ class Carried:
     files: list[str] = field(default_factory=list)  # the file names written into the folder
     # a script's definitions copied: {file: [the script, relative to the folder; its sha256 then]}
     scripts: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def modules(self) -> list[str]:
+        """The user's modules copied (not a script's definitions): each imports by ``own_modules_first``'s rule."""
+        return [f.removesuffix(".py") for f in self.files if f not in self.scripts]
 
 
 def carry_backend(spec: str, folder: Path, recorded_path: str | None = None) -> Carried:
@@ -163,3 +169,46 @@ def _relative(path: Path, folder: Path) -> str:
         return os.path.relpath(Path(path).resolve(), Path(folder).resolve())
     except ValueError:  # another drive: its name only
         return Path(path).name
+
+
+def own_modules_first(folder, paths, copies, names):  # no annotations: written as is into files of any Python
+    """Where the modules of a backend graphdbg copied import from, in a file graphdbg wrote (a
+    ``repro.py``, an exported test): the one rule of both, written into each from here.
+
+    Each module of ``names`` (a copy of it is in the folder ``copies``) is the user's own wherever
+    that is importable: from a folder it lived in (``paths``, relative to ``folder``), else from
+    the path the interpreter was started with (``PYTHONPATH``, the current folder under
+    ``python -m``, pytest's rootdir); the copy only where it is not. ``sys.path`` is left that
+    way: those folders first, then the rest of it, the copies' folder last. Returns one line per
+    module saying which it imports, for the user.
+    """
+    import importlib.machinery  # here: this function is the whole rule in the files it is written into
+    import os
+    import sys
+
+    def same(a, b):
+        return os.path.realpath(a or ".") == os.path.realpath(b or ".")
+
+    def shown(path):
+        try:
+            return os.path.relpath(path)
+        except ValueError:  # another drive
+            return path
+
+    lived = [os.path.join(str(folder), p) for p in paths if os.path.isdir(os.path.join(str(folder), p))]
+    lived = list(dict.fromkeys(p for p in lived if not same(p, copies)))
+    sys.path[:] = [*lived, *(p for p in sys.path if p not in lived and not same(p, copies)), str(copies)]
+    said = []
+    for name in names:
+        spec = importlib.machinery.PathFinder.find_spec(name, sys.path[:-1])
+        if spec is not None and spec.origin and os.path.isfile(spec.origin):
+            said.append(f"the backend's module {name}: yours, {shown(spec.origin)}")
+        else:
+            said.append(f"the backend's module {name}: graphdbg's copy, {shown(os.path.join(str(copies), name + '.py'))} "
+                        "(yours is not importable from where it was nor from sys.path)")
+    return said
+
+
+def import_rule_source() -> str:
+    """``own_modules_first``'s source, for the files graphdbg writes (they import nothing of graphdbg for it)."""
+    return inspect.getsource(own_modules_first)

@@ -11,6 +11,7 @@ signature ``Signal SIGSEGV``, the same signature an isolated replay gives the sa
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,36 @@ def exit_signal(returncode: int) -> str:
         return signal.Signals(-returncode).name
     except ValueError:
         return str(-returncode)
+
+
+# a handler's report of the signal it caught, printed before its process exits with a status of its own
+_REPORTED = re.compile(r"\b(?:fatal signal|received signal|caught signal|killed by|signal)\s*:?\s+(SIG[A-Z]{2,8})\b", re.I)
+
+
+def died_of(returncode: int | None, output: str = "") -> str | None:
+    """The fatal signal a process died of, whatever shape its end took on this torch and
+    platform, or None: the one reading of a child's end that self-checks and replays share.
+
+    - killed by it: a negative status, as ``subprocess`` gives it (``-11``);
+    - through a shell, which exits ``128 + N`` (``139``);
+    - a handler that reported the signal and then exited with a status of its own (``1``):
+      ``faulthandler``'s ``Fatal Python error: Segmentation fault``, or a line naming it
+      (``Signal SIGSEGV``, ``received signal SIGSEGV``), as some torch versions print.
+    ``output``: what the process wrote (its tail); read only when its status is a plain exit.
+    """
+    if not returncode:
+        return None
+    if returncode < 0:
+        return exit_signal(returncode)
+    if 128 < returncode <= 128 + 64:
+        named = exit_signal(128 - returncode)
+        if named.startswith("SIG"):
+            return named
+    fault = signal_from_fault_text(output)
+    if fault and fault.startswith("SIG"):
+        return fault
+    reported = _REPORTED.findall(output)
+    return reported[-1].upper() if reported else None
 
 
 def signal_from_fault_text(text: str) -> str | None:

@@ -10,6 +10,7 @@ two ranks or two runs compares equal.
 
 from __future__ import annotations
 
+import os
 import re
 import traceback
 from typing import Any
@@ -111,11 +112,19 @@ def exception_text(e: BaseException) -> str:
     return text if isinstance(text, str) else f"<str() of {type(e).__name__} returned {type(text).__name__}>"
 
 
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # graphdbg's own folder
+
+
 def format_exception(exc: BaseException) -> dict[str, Any]:
+    """A captured exception as a dump records it; its traceback starts at the first frame that is
+    not graphdbg's (the frame of capture's wrapper that caught it is no part of the user's failure)."""
     t = type(exc)
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE):
+        tb = tb.tb_next
     return {
         "type": t.__name__,
         "qualified_type": f"{t.__module__}.{t.__qualname__}",
         "message": exception_text(exc),
-        "traceback": "".join(traceback.format_exception(t, exc, exc.__traceback__)),
+        "traceback": "".join(traceback.format_exception(t, exc, tb)),
     }

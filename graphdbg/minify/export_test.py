@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from graphdbg.backends.carry import carry_backend, say_once
+from graphdbg.backends.carry import carry_backend, import_rule_source, say_once
 from graphdbg.backends.resolve import backend_label, backend_spec, dump_backend, names_code, trusted_code
 from graphdbg.dump import Dump
 from graphdbg.errors import GraphdbgError
@@ -75,7 +75,8 @@ def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any
         raise GraphdbgError(f"{data}: exists and is not a folder graphdbg wrote")
     if data.exists():
         shutil.rmtree(data)
-    # the backend's source comes along (a script's definitions, a module of the user's), named by module
+    # the backend's source comes along (a script's definitions, a module of the user's, named by
+    # module); the test imports the user's own where it is importable, the copy where it is not
     carried = carry_backend(backend, data, ((d.manifest.get("backend_source") or {}).get("path")))
     backend_before, backend = backend, carried.spec
     name = re.sub(r"\W", "_", path.stem[len("test_"):]) or "dump"
@@ -86,19 +87,16 @@ def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any
     text = _TEMPLATE.format(name=name, data=repr(data.name), backend=backend_line, passes=repr(passes),
                             direct=repr(bool(direct)), isolate=repr(bool(isolate)),
                             timeout=repr(None if timeout is None else float(timeout)),
-                            kind=repr(str(d.failure_kind)), signature=repr(str(d.signature or "")))
+                            kind=repr(str(d.failure_kind)), signature=repr(str(d.signature or "")),
+                            paths=repr(carried.paths if carried.files else []), modules=repr(carried.modules),
+                            script=repr(_live_script(backend_before, carried, data)), rule=import_rule_source())
     try:
         compile(text, str(path), "exec")
     except SyntaxError as e:  # a bug here, not in the dump: never write a test that can't run
         raise GraphdbgError(f"{path}: the generated test does not compile ({e.msg}); please report this") from None
     path.parent.mkdir(parents=True, exist_ok=True)
     copy_dump_files(d, data)
-    if carried.files:  # the backend's source, beside the dump's files: found from the test's folder, wherever it goes
-        text = text.replace("\nBACKEND_FOLDER = None\n", "\nBACKEND_FOLDER = DUMP  # holds the backend's source graphdbg copied\n")
-        live = _live_script(backend_before, carried, data)
-        if live:  # the script itself while it is there (graphdbg loads its definitions only), so a fix shows
-            text = text.replace("\nSCRIPT = None\n", f"\nSCRIPT = {live!r}  # relative to this file; else the copy\n")
-        say_once(carried.notes)
+    say_once(carried.notes)
     return write_file(path, text)
 
 
@@ -152,7 +150,9 @@ _TEMPLATE = '''"""Regression test exported by graphdbg from a dump (the captured
 It fails while the backend still fails this graph, and passes once the backend compiles it,
 runs it, and agrees with eager. The graph and its inputs are in the folder DUMP names (a
 graphdbg dump: manifest.json, graph.py, inputs.safetensors; no pickle), with the backend's
-source graphdbg copied where BACKEND_FOLDER says so.
+source graphdbg copied (MODULES, a script's definitions). Your own module is imported wherever
+it is importable (where it was, BACKEND_PATHS relative to DUMP, or your sys.path), graphdbg's
+copy only where it is not, so a fix shows here; the test says which it used.
 """
 import os
 import sys
@@ -162,24 +162,34 @@ import graphdbg
 from graphdbg.store.manifest import GRAPH, INPUTS, MANIFEST
 
 DUMP = Path(__file__).with_name({data})
-BACKEND_FOLDER = None
-SCRIPT = None
+BACKEND_PATHS = {paths}  # where the backend's modules were, relative to DUMP
+MODULES = {modules}  # the backend's modules graphdbg copied into DUMP
+SCRIPT = {script}  # a script that defines the backend, relative to this file; its definitions copied into DUMP
 BACKEND = {backend}
 PASSES = {passes}
 KIND = {kind}
 CAPTURED = {signature}
 
 
-def test_{name}(monkeypatch):
-    backend = BACKEND
+{rule}
+
+def test_{name}(monkeypatch, capsys):
+    backend, used = BACKEND, []
     if SCRIPT is not None and Path(__file__).parent.joinpath(SCRIPT[0]).is_file():
         backend = f"{{Path(__file__).parent.joinpath(SCRIPT[0]).resolve()}}:{{SCRIPT[1]}}"
-    elif BACKEND_FOLDER is not None:  # the copies, after the user's own modules: here and in the isolated replay
-        monkeypatch.setattr(sys, "path", [*sys.path, str(BACKEND_FOLDER)])
-        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([*filter(None, [os.environ.get("PYTHONPATH")]), str(BACKEND_FOLDER)]))
+        used.append(f"the backend {{SCRIPT[1]}}: yours, in {{SCRIPT[0]}}")
+    elif SCRIPT is not None:
+        used.append(f"the backend {{SCRIPT[1]}}: graphdbg's copy of its definitions ({{SCRIPT[0]}} is not there)")
+    if MODULES or SCRIPT is not None:  # here, and for the isolated replay: where it was, then your path, the copies last
+        monkeypatch.setattr(sys, "path", list(sys.path))
+        used += own_modules_first(DUMP, BACKEND_PATHS, DUMP, MODULES)
+        lived = [str(DUMP / p) for p in BACKEND_PATHS if (DUMP / p).is_dir()]
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([*lived, *filter(None, [os.environ.get("PYTHONPATH")])]))
+    with capsys.disabled():  # on the terminal whether it passes or fails
+        print("".join(f"\\n{{Path(__file__).name}}: {{line}}" for line in used), end="\\n" if used else "")
     dump = graphdbg.load(DUMP)
     outcome = dump.case().run(backend, PASSES, direct={direct}, isolate={isolate}, timeout={timeout})
-    assert outcome.status == "pass", f"{{outcome.summary()}} (the captured failure: {{CAPTURED}})"
+    assert outcome.status == "pass", f"{{outcome.summary()}} (the captured failure: {{CAPTURED}})" + "".join(f"; {{u}}" for u in used)
 '''
 
 

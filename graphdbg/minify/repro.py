@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from graphdbg.backends.carry import carry_backend, say_once
+from graphdbg.backends.carry import carry_backend, import_rule_source, say_once
 from graphdbg.backends.compiler_config import python_lines, replay_settings
 from graphdbg.backends.resolve import backend_label, backend_spec
 from graphdbg.case import Case
@@ -184,7 +184,7 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
                             direct=repr(bool(direct)), expect=repr(expect), tol=repr(tol), floor=repr(SCALE_FLOOR), inputs=repr(INPUTS_FILE),
                             nodes=int(len(case.gm.graph.nodes)), captured=repr(str(case.device)),
                             summary=repr(outcome.summary()), node_names=repr([(n.op, n.name) for n in case.gm.graph.nodes]),
-                            paths=repr(paths), copied=repr(carried.scripts), dynamic=repr(_dynamic_dims(case.gm)),
+                            paths=repr(paths), copied=repr(carried.scripts), modules=repr(carried.modules), rule=import_rule_source(), dynamic=repr(_dynamic_dims(case.gm)),
                             backward=repr(backward), grad=repr(grad), boxed=repr(_boxed_caller(case.dump)))
     try:
         compile(text, str(path), "exec")
@@ -358,12 +358,19 @@ import torch.fx  # noqa: E402
 
 _TORCH = torch  # torch itself, while a graph is traced (``_Traced``)
 
-# Where the backend's modules were, relative to this file's folder: searched before the copies
-# beside this file, so that a fix there shows here. COPIED: a script's definitions copied here
-# (file: [the script, relative to this folder; its sha256 then]).
+# Where the backend's modules were, relative to this file's folder. MODULES: the backend's modules
+# copied beside this file; yours is imported wherever it is importable (from BACKEND_PATHS, else
+# from sys.path), the copy only where it is not, so that a fix shows here (own_modules_first, below).
+# COPIED: a script's definitions copied here (file: [the script, relative to this folder; its sha256 then]).
 BACKEND_PATHS = {paths}
+MODULES = {modules}
 COPIED = {copied}
-sys.path[:0] = [str(Path(__file__).parent / p) for p in BACKEND_PATHS if (Path(__file__).parent / p).is_dir()]
+
+
+{rule}
+
+for _line in own_modules_first(Path(__file__).parent, BACKEND_PATHS, Path(__file__).parent, MODULES):
+    print(f"note: {{_line}}", file=sys.stderr)
 for _name, (_origin, _sha) in COPIED.items():
     _script = Path(__file__).parent / _origin
     if _script.is_file() and hashlib.sha256(_script.read_bytes()).hexdigest() != _sha:

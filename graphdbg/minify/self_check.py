@@ -31,7 +31,7 @@ from pathlib import Path
 
 from graphdbg.backends.resolve import USER_PYTHONPATH
 from graphdbg.errors import DumpError, GraphdbgError
-from graphdbg.judge.fatal_signal import exit_signal
+from graphdbg.judge.fatal_signal import died_of
 from graphdbg.judge.signature import same_signature
 from graphdbg.replay.isolation import ChildGroup, tail_of
 from graphdbg.replay.sandbox import ENV, SANDBOX_NOTE, WRITABLE_ENV, child_env, child_path, python_command
@@ -155,9 +155,19 @@ def check_repro(path: str | Path, *, captured: str | None = None, timeout: float
                                                *(["--in-process"] if _runs_here(captured) else [])],
                                    {**_clean_env(shadow), **child_path()}, device, timeout, dump)
     verdict = next((ln.strip() for ln in text.splitlines() if ln.startswith(("REPRODUCED:", "FAILED DIFFERENTLY:", "FIXED:"))), None)
+    if verdict is None and died_of(code, text):  # it died of a signal, however this torch ends such a process
+        return _died(died_of(code, text), code, captured, "REPRODUCED: ", "FAILED DIFFERENTLY: ", sandbox)
     if verdict is None:
         verdict = _last_error(text) or (f"exit code {code}" if code is not None else text.strip())
     return SelfCheck(code == 1 and verdict.startswith("REPRODUCED:"), verdict, code, sandbox=sandbox)
+
+
+def _died(name: str | None, code: int | None, captured: str | None, same: str, other: str, sandbox: str | None) -> SelfCheck:
+    """A self-check whose file died of signal ``name`` (``judge.fatal_signal.died_of``): the
+    captured failure when that was the same signal (``Signal SIGSEGV``)."""
+    line = f"Signal {name}"
+    hit = str(captured or "").strip() == line
+    return SelfCheck(hit, f"{same if hit else other}{line} (exit status {code})", code, sandbox=sandbox)
 
 
 # the exported test's assertion message: "<outcome.summary()> (the captured failure: ...)"
@@ -201,9 +211,9 @@ def check_exported_test(path: str | Path, *, kind: str, captured: str | None, ti
                          missing="pytest", sandbox=sandbox)
     if code == 0:
         return SelfCheck(False, "the exported test passes (the failure is not there)", 0, sandbox=sandbox)
-    if code < 0 and _runs_here(captured):  # the replay ran in the launcher: its death is the crash a child's would be
-        return SelfCheck(False, f"crash: Signal {exit_signal(code)}", code, sandbox=sandbox)
     found = _SUMMARY.search(text)
+    if not (code == 1 and found) and died_of(code, text):  # the replay ran in the launcher: its death is the crash a child's would be
+        return _died(died_of(code, text), code, captured, "crash: ", "crash: ", sandbox)
     if code != 1 or found is None:
         return SelfCheck(False, _last_error(text) or f"pytest exit code {code}", code, sandbox=sandbox)
     status, signature = found.group(1), (found.group(2) or "").strip()

@@ -37,7 +37,7 @@ import psutil
 
 from graphdbg.backends.resolve import backend_label, backend_spec, names_code
 from graphdbg.errors import DumpError, GraphdbgError
-from graphdbg.judge.fatal_signal import exit_signal
+from graphdbg.judge.fatal_signal import died_of
 from graphdbg.replay.options import DEFAULT_TIMEOUT, ReplayOptions
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.sandbox import CHILD_PATH_ENV, SANDBOX_NOTE, child_env, child_path, python_command, with_module
@@ -487,8 +487,8 @@ def child_outcome(returncode: int | None, outcome_path: Path, err: str, backend:
         outcome.stderr_tail = tail or None
         return outcome
     outcome = Outcome(status="crash", backend=backend, stage="child", device=device, isolated=True, stderr_tail=tail)
-    if returncode is not None and returncode < 0:
-        name = exit_signal(returncode)
+    name = died_of(returncode, tail)  # killed by it, or exited after a handler reported it (as some torch versions do)
+    if name:
         outcome.exit_signal = outcome.error_type = name
         outcome.signature = f"Signal {name}"
         outcome.message = f"the replay process was killed by {name}"

@@ -539,7 +539,7 @@ def minify(
 
         def check(c: object) -> object:
             return RateTest(result.failure_rate).decide(
-                lambda: c.check_repro(Path(out) / "repro.py", timeout=timeout or DEFAULT_TIMEOUT,
+                lambda: c.check_repro(Path(out) / "repro.py", timeout=timeout or DEFAULT_TIMEOUT, captured=result.outcome.signature,
                                       device=result.outcome.device, dump=getattr(result.case.dump, "path", None)),
                 lambda ch: ch.same).outcome
 

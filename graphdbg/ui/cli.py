@@ -588,7 +588,7 @@ def bisect_passes(
     with _progress(f"bisect passes: {len(passes.split(','))} passes", quiet=as_json):
         result = run(case, backend, passes, failure_rate=failure_rate)
     _report(result, as_json, "bisect-passes")
-    raise typer.Exit(0 if result.culprit is None else 1)
+    raise typer.Exit(0 if result.culprit is None else 4 if result.fails_differently else 1)
 
 
 @bisect_app.command("nodes", epilog=_example("graphdbg bisect nodes fixtures/block_accuracy --trust-backend"))
@@ -622,12 +622,19 @@ def bisect_nodes(
         with _progress(f"bisect nodes: {d.manifest.get('graph', {}).get('nodes', '?')} nodes", quiet=as_json):
             result = sandboxed_bisect_nodes(d, backend, passes, opts, timeout=timeout, backward=backward, trust=trust_backend)
         _report(result, as_json, "bisect-nodes")
-        raise typer.Exit(0 if result.node is None else 1)
+        raise typer.Exit(_bisect_nodes_exit(result))
     case = d.case(device)
     with deadline(timeout, "bisect nodes"), _progress(f"bisect nodes: {len(case.gm.graph.nodes)} nodes", quiet=as_json):
         result = run(case, backend, passes, opts, **({"trust": trust_backend} if backward else {}))
     _report(result, as_json, "bisect-nodes")
-    raise typer.Exit(0 if result.node is None else 1)
+    raise typer.Exit(_bisect_nodes_exit(result))
+
+
+def _bisect_nodes_exit(result: Any) -> int:
+    """5: nothing was compared (no verdict); 4: the node found fails, not as captured; 1: a node; 0: none."""
+    if result.node is None:
+        return 5 if result.compared == 0 else 0
+    return 4 if result.fails_differently else 1
 
 
 @bisect_app.command("envs", epilog=_example("graphdbg bisect envs DUMP --python /venvs/torch-2.11/bin/python --python /venvs/torch-2.13/bin/python"))

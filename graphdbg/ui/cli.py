@@ -458,7 +458,7 @@ def compare(
     if swap:
         raise typer.Exit(_compare_swap(dump, swap, device, ops, seed, as_json, trust_kernels, timeout, isolate))
     from graphdbg.backends.recipe import backend_label
-    from graphdbg.replay.entry import compare_outcomes, compared_backends, outcomes_table
+    from graphdbg.replay.entry import compare_outcomes, compared_backends, outcomes_table, own_backend_missing
     from graphdbg.ui.render import compare_table
 
     _inputs_setup(ops, seed)
@@ -472,12 +472,16 @@ def compare(
         outcomes = compare_outcomes(d, names, ReplayOptions(device=device, isolate=isolate, timeout=timeout,
                                                             trust_kernels=trust_kernels), started)
     df = outcomes_table(d, outcomes)
+    missing = own_backend_missing(d, names)
     if as_json:
-        _print_json({"dump": str(dump), "rows": df.to_dict(orient="records"), **_environment_json(found, left)}, "compare")
+        _print_json({"dump": str(dump), "rows": df.to_dict(orient="records"), "own_backend_missing": missing,
+                     **_environment_json(found, left)}, "compare")
     else:
         from graphdbg.ui.render import PlainWhenPiped
 
         console.print(PlainWhenPiped(compare_table(df)), crop=False)
+        if missing:
+            console.print(f"note: {missing}", style="yellow", highlight=False, soft_wrap=True)
     raise typer.Exit(0 if (df.status == "pass").all() else 1)
 
 

@@ -163,7 +163,10 @@ def _propagate(gm: fx.GraphModule, inputs: list[Any], values: dict[str, Any] | N
         values = _real_values(gm, inputs)
     for node in gm.graph.nodes:
         if node.op != "output" and node.name not in prop.reached and node.name in values:
-            _set_value(node, map_aggregate(values[node.name], fake))
+            try:
+                _set_value(node, map_aggregate(values[node.name], fake))
+            except Exception:  # a value fake tensors can't stand for (a subclass): no value meta, as Dynamo's would be missing
+                continue
 
 
 def _real_values(gm: fx.GraphModule, inputs: list[Any]) -> dict[str, Any]:

@@ -157,7 +157,7 @@ def own_backend_missing(dump: Any, names: Sequence[str | Callable[..., Any]]) ->
     under) is not among the backends it replays: their rows then don't say whether that failure
     is still there, however many of them pass. None when it is among them, or the dump recorded
     no failure (a printed graph: there is no own backend to miss)."""
-    from graphdbg.backends.recipe import backend_label
+    from graphdbg.backends.recipe import backend_label  # lazy, as the CLI imports it: only compare needs it here
 
     if dump.failure_kind not in ("compile_error", "runtime_error", "crash", "accuracy"):
         return None

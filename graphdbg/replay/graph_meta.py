@@ -140,7 +140,7 @@ class _FakeProp(fx.Interpreter):
 
 def _new_fake_mode() -> Any:
     from torch._subclasses.fake_tensor import FakeTensorMode  # lazy: only a graph handed over directly needs one
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv  # lazy: half a second of import, for the same graphs
 
     # a shape environment, as Dynamo's mode has: a data-dependent size (nonzero) becomes a symbol
     return FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)

@@ -141,3 +141,246 @@ def test_bisect_ranks_finds_the_rank_with_another_graph(tmp_path, monkeypatch):
     assert report.odd == [2]
     (diff,) = report.differences[2]
     assert diff.startswith("graph: hash") and "torch.relu +1" in diff and "gelu -1" in diff
+
+
+# A user's compiler whose FX passes read the node meta Dynamo gives ---------------------------
+# (issue 53: bisect handed backends and passes a graph without it, and agreed on everything)
+USER_CC = '''
+"""A user's compiler: three FX passes over Dynamo's graph, then the graph runs behind a plain function."""
+import operator
+import torch
+
+KEY = "{key}"
+MODE = "{mode}"
+
+
+def count_meta(gm):
+    """a: harmless; reads the sizes, as a planning pass does."""
+    for n in gm.graph.nodes:
+        v = n.meta.get(KEY)
+        n.meta["cc_numel"] = v.numel() if isinstance(v, torch.Tensor) else None
+    return gm
+
+
+def widen_tanh(gm):
+    """b: the buggy one."""
+    for n in list(gm.graph.nodes):
+        if n.op == "call_function" and n.target is torch.tanh:
+            v = n.meta.get(KEY)
+            rank = len(v.shape) if v is not None else None
+            if MODE == "crash":
+                v.shape[rank]  # off by one: IndexError
+            elif v is not None and v.dtype.is_floating_point:
+                with gm.graph.inserting_after(n):
+                    new = gm.graph.call_function(operator.add, (n, 1.01))
+                n.replace_all_uses_with(new, delete_user_cb=lambda u: u is not new)
+    gm.recompile()
+    return gm
+
+
+def strict_tanh(gm):
+    """b': refuses tanh outright: another failure than b's."""
+    if any(n.target is torch.tanh for n in gm.graph.nodes):
+        raise NotImplementedError("cc has no tanh kernel")
+    return gm
+
+
+def tidy(gm):
+    """c: harmless."""
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return gm
+
+
+def backend(gm, example_inputs):
+    for p in (count_meta, widen_tanh, tidy):
+        gm = p(gm)
+    return lambda *args: gm(*args)  # opaque: bisect nodes can only compile prefixes
+'''
+
+
+def _program(x, w):
+    h = torch.tanh(x @ w)
+    return h * 2 + 1
+
+
+@pytest.fixture(scope="module")
+def user_cc(tmp_path_factory):
+    """``cc_{mode}_{key}`` modules in a folder of their own, and one dump per mode captured under
+    the ``example_value`` ones: {"mods": folder, "crash": dump, "acc": dump}."""
+    import importlib
+    import sys
+
+    root = tmp_path_factory.mktemp("user_cc")
+    mods = root / "mods"
+    mods.mkdir()
+    for mode in ("crash", "acc"):
+        for key in ("example_value", "val"):
+            (mods / f"cc_{mode}_{key}.py").write_text(USER_CC.replace("{key}", key).replace("{mode}", mode))
+    sys.path.insert(0, str(mods))
+    found = {"mods": mods}
+    try:
+        for mode in ("crash", "acc"):
+            module = importlib.import_module(f"cc_{mode}_example_value")
+            torch._dynamo.reset()
+            torch.manual_seed(0)
+            compiled = torch.compile(_program, backend=graphdbg.capture(module.backend, root / mode,
+                                                                        **({"mode": "accuracy"} if mode == "acc" else {})))
+            try:
+                compiled(torch.randn(4, 8), torch.randn(8, 8))
+            except Exception:
+                pass
+            found[mode] = next((root / mode).glob("rank0/g0-*"))
+    finally:
+        torch._dynamo.reset()
+        sys.path.remove(str(mods))
+    assert found["crash"].name.startswith("g0-compile_error") and found["acc"].name.startswith("g0-accuracy")
+    return found
+
+
+@pytest.fixture
+def cc(cli, user_cc, monkeypatch):
+    """The CLI, with the user's modules importable here and in graphdbg's children."""
+    import os
+
+    monkeypatch.syspath_prepend(str(user_cc["mods"]))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(user_cc["mods"]), os.environ.get("PYTHONPATH", "")]))
+    return cli
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["crash", "acc"])
+def test_bisect_nodes_finds_the_node_a_meta_reading_pass_breaks(cc, user_cc, mode):
+    r = cc("bisect", "nodes", user_cc[mode], "--trust-backend", "--json")
+    assert r.code == 1, r
+    found = json.loads(r.out)
+    assert found["node"] == "h" and found["method"] == "prefix-bisect" and found["compared"] > 0
+    assert not found["fails_differently"]
+    if mode == "crash":
+        assert found["failure"].startswith("IndexError: tuple index out of range")
+    else:
+        assert found["max_abs_error"] == pytest.approx(1.01, rel=1e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode,key", [("crash", "example_value"), ("crash", "val"), ("acc", "example_value"), ("acc", "val")])
+def test_bisect_passes_blames_the_pass_with_the_captured_failure(cc, user_cc, mode, key):
+    m = f"cc_{mode}_{key}"
+    r = cc("bisect", "passes", user_cc[mode], "--backend", "eager", "--passes", f"{m}:count_meta,{m}:widen_tanh,{m}:tidy", "--json")
+    assert r.code == 1, r
+    found = json.loads(r.out)
+    assert found["culprit"] == f"{m}:widen_tanh" and not found["fails_differently"], found["note"]
+    if mode == "crash":
+        assert found["outcome"]["signature"].startswith("IndexError: tuple index out of range")
+    else:
+        assert found["outcome"]["max_abs_error"] == pytest.approx(2.02, rel=1e-3)  # h * 2: 1.01 twice
+
+
+@pytest.mark.slow
+def test_bisect_passes_says_when_the_culprit_fails_differently(cc, user_cc):
+    m = "cc_crash_example_value"
+    r = cc("bisect", "passes", user_cc["crash"], "--backend", "eager", "--passes", f"{m}:count_meta,{m}:strict_tanh,{m}:tidy")
+    assert r.code == 4, r
+    assert "fails differently" in r.out and "NotImplementedError" in r.out and "IndexError" in r.out
+    r = cc("bisect", "passes", user_cc["crash"], "--backend", "eager", "--passes", f"{m}:count_meta,{m}:strict_tanh", "--json")
+    found = json.loads(r.out)
+    assert found["culprit"] == f"{m}:strict_tanh" and found["fails_differently"]
+    assert found["captured"].startswith("IndexError") and found["outcome"]["signature"].startswith("NotImplementedError")
+
+
+RENAMING = '''
+import torch.fx as fx
+
+
+def backend(gm, example_inputs):
+    """Lowers the graph into nodes of its own names (k0, k1, ...), as a lowering backend does."""
+    g, env = fx.Graph(), {}
+    for i, n in enumerate(gm.graph.nodes):
+        if n.op == "output":
+            g.output(fx.map_arg(n.args[0], env.__getitem__))
+        else:
+            env[n] = g.create_node(n.op, n.target, fx.map_arg(n.args, env.__getitem__),
+                                   fx.map_arg(n.kwargs, env.__getitem__), name=f"k{i}")
+    return fx.GraphModule(gm, g).forward
+'''
+
+
+def test_bisect_nodes_that_compared_nothing_says_so_and_exits_5(cli, tmp_path, monkeypatch):
+    (tmp_path / "renaming_cc.py").write_text(RENAMING)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    r = cli("bisect", "nodes", FIXTURES / "block_accuracy", "--backend", "renaming_cc:backend", "--no-isolate", "--json")
+    assert r.code == 5, r
+    found = json.loads(r.out)
+    assert found["node"] is None and found["compared"] == 0 and found["note"].startswith("nothing was compared")
+
+
+RECORDING = '''
+import json
+import torch
+
+KEYS = {keys!r}
+LOG = {log!r}
+
+
+def backend(gm, example_inputs):
+    """Records the meta keys of the graph it is handed, then refuses tanh (a failure to minify)."""
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+    fake = all(type(n.meta.get("example_value")).__name__ == "FakeTensor" for n in nodes
+               if isinstance(n.meta.get("example_value"), torch.Tensor))
+    modes = {{id(getattr(n.meta.get("val"), "fake_mode", None)) for n in nodes}}
+    with open(LOG, "a") as f:
+        f.write(json.dumps({{"keys": sorted({{k for n in nodes for k in n.meta if k in KEYS}}),
+                            "every": sorted(set.intersection(*[{{k for k in n.meta if k in KEYS}} for n in nodes]) if nodes else []),
+                            "fake": fake, "one_mode": len(modes) == 1}}) + "\\n")
+    if any(n.target is torch.tanh for n in nodes):
+        raise NotImplementedError("no tanh here")
+    return gm.forward
+'''
+
+
+@pytest.mark.slow
+def test_graphs_handed_to_a_backend_carry_the_same_meta_on_every_path(cc, user_cc, tmp_path):
+    from graphdbg.replay.graph_meta import DYNAMO_META_KEYS
+
+    log = tmp_path / "seen.jsonl"
+    (tmp_path / "recording_cc.py").write_text(RECORDING.format(keys=list(DYNAMO_META_KEYS), log=str(log)))
+    import os
+    import sys
+
+    sys.path.insert(0, str(tmp_path))
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(tmp_path), os.environ["PYTHONPATH"]])
+    try:
+        seen = {}
+        commands = {
+            "replay": ["replay", user_cc["crash"], "--backend", "recording_cc:backend", "--no-isolate"],
+            "replay --direct": ["replay", user_cc["crash"], "--backend", "recording_cc:backend", "--no-isolate", "--direct"],
+            "bisect nodes": ["bisect", "nodes", user_cc["crash"], "--backend", "recording_cc:backend", "--no-isolate"],
+            "bisect passes": ["bisect", "passes", user_cc["crash"], "--backend", "recording_cc:backend",
+                              "--passes", "cc_crash_example_value:tidy"],
+            "minify": ["minify", user_cc["crash"], "--backend", "recording_cc:backend", "--no-isolate", "--no-self-check",
+                       "-o", tmp_path / "min"],
+        }
+        for path, command in commands.items():
+            log.write_text("")
+            cc(*command)
+            seen[path] = [json.loads(line) for line in log.read_text().splitlines()]
+            assert seen[path], path
+    finally:
+        sys.path.remove(str(tmp_path))
+    want = {"example_value", "val", "tensor_meta", "stack_trace", "source_fn_stack"}
+    for path, records in seen.items():
+        for rec in records:
+            assert set(rec["every"]) >= want, (path, rec)
+            assert rec["fake"] and rec["one_mode"], (path, rec)
+    assert len({tuple(rec["keys"]) for records in seen.values() for rec in records}) == 1, seen
+
+
+@pytest.mark.slow
+def test_compare_says_when_the_dumps_own_backend_is_not_among_the_backends(cc, user_cc):
+    r = cc("compare", user_cc["crash"], "--backends", "eager", "--no-isolate")
+    assert r.code == 0, r
+    assert "the dump's own backend, cc_crash_example_value:backend" in r.out and "is not among these" in r.out
+    r = cc("compare", user_cc["crash"], "--backends", "eager", "--no-isolate", "--json")
+    assert "cc_crash_example_value:backend" in json.loads(r.out)["own_backend_missing"]
+    r = cc("compare", user_cc["crash"], "--backends", "eager,dump", "--trust-backend", "--no-isolate", "--json")
+    assert r.code == 1 and json.loads(r.out)["own_backend_missing"] is None

@@ -37,12 +37,15 @@ from graphdbg.formats import load as load_dump
 from graphdbg.graph.allow_list import check_graph_module
 from graphdbg.graph.hashing import target_name
 from graphdbg.judge.accuracy import Tolerance, judge_outputs
+from graphdbg.judge.difference import describe_difference
 from graphdbg.judge.rate import RateTest
 from graphdbg.minify.candidates import Candidate, OriginalGraph
 from graphdbg.minify.shrinker import as_case
 from graphdbg.rebuild.inputs import clone_values
 from graphdbg.replay.backend_setup import backend_callable, inductor_patch
+from graphdbg.replay.crash import set_crash, unwrap
 from graphdbg.replay.divergence import NodeDivergence, describe_node, graph_divergence, graph_it_runs, references
+from graphdbg.replay.graph_meta import with_dynamo_meta
 from graphdbg.replay.options import ReplayOptions
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.passes import PassSpec, apply_passes, inductor_post_grad_patch, resolve_passes
@@ -70,6 +73,8 @@ class PassBisection(Displayed):
     match_index: int | None = None  # 0-based: the first match whose replacement breaks it
     runs: int = 0
     note: str = ""
+    fails_differently: bool = False  # with the culprit the outcome fails, but not as the dump recorded
+    captured: str | None = None  # the dump's recorded failure, named when the culprit's differs
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -127,11 +132,22 @@ def bisect_passes(case_or_dump: Any, backend: Any = "eager", passes: Any = None,
         else:
             lo = mid
     result = PassBisection(specs[hi - 1].name, hi - 1, outcomes[hi], outcomes[lo], runs=runs)
+    _compare_with_captured(result, case.dump)
     culprit = specs[hi - 1]
     if _is_pattern_pass(culprit.fn) and not isolate:
         _bisect_patterns(result, culprit, specs[:hi - 1], run)
     result.runs = runs
     return result
+
+
+def _compare_with_captured(result: PassBisection, dump: Any) -> None:
+    """Mark ``result`` as failing differently when its culprit's failure is not the one ``dump``
+    recorded (another signature; a mismatch of another kind or size; a crash for a mismatch)."""
+    captured = captured_failure(dump)
+    if captured is None or result.outcome is None or result.outcome.reproduces(dump):
+        return
+    result.fails_differently, result.captured = True, captured
+    result.note = f"fails differently: with it {result.outcome.summary()}; captured: {captured}"
 
 
 def _is_pattern_pass(fn: Any) -> bool:
@@ -204,8 +220,9 @@ def _bisect_nodes(case: Case, backend: Any, passes: Any, tol: Tolerance, rate: R
     grad = ReplayFacts.of(case.dump.manifest if case.dump is not None else None).grad_enabled
     ref, ref64 = references(case, grad)
     specs = resolve_passes(passes)
-    gm, _ = apply_passes(copy.deepcopy(case.gm), specs)
-    runs_gm = gm if backend in (None, "eager") else graph_it_runs(gm, case.inputs, backend_callable(resolve_backend(backend)[1]))
+    # the graph as Dynamo hands it over, node meta and all (``replay.graph_meta``), before the passes read it
+    gm, _ = apply_passes(with_dynamo_meta(copy.deepcopy(case.gm), case.inputs, case.dump), specs)
+    runs_gm = gm if backend in (None, "eager") else graph_it_runs(gm, case.inputs, backend_callable(resolve_backend(backend)[1]), case.dump)
     if runs_gm is None and any(p.stage == "pre" for p in specs):
         # An opaque backend after graph passes: what the passes did is visible by running the
         # rewritten graph itself; only if that agrees is the backend's own code to blame.
@@ -221,44 +238,96 @@ def _bisect_nodes(case: Case, backend: Any, passes: Any, tol: Tolerance, rate: R
 def _bisect_opaque(case: Case, backend: Any, gm: fx.GraphModule, ref: ValueRecorder, ref64: ValueRecorder,
                    tol: Tolerance, inductor_passes: list[Any] = (), rate: RateTest = RateTest()) -> NodeDivergence:
     """Compile prefixes that return one node with the backend (with the passes that run inside
-    Inductor hooked in); bisect for the first whose value is off from the reference's value of
-    that node (about log2(n) compiles)."""
+    Inductor hooked in, each prefix with Dynamo's node meta, ``replay.graph_meta``); bisect for
+    the first that shows the dump's failure (about log2(n) compiles): a value off the
+    reference's value of that node, or, on a crash dump, the captured crash. When no prefix
+    shows it but some fail otherwise, the first of those is found and said to fail differently."""
     patch = inductor_post_grad_patch(list(inductor_passes), []) if inductor_passes else {}
 
     pass_case = Case(gm=gm, inputs=case.inputs, device=case.device, stand_ins=case.stand_ins, dump=case.dump, modified=True)
     original = OriginalGraph.of(pass_case)
     names = [n for n in original.compute if isinstance(original.values.get(n), torch.Tensor) and n in ref.values]
     backend_fn = backend_callable(resolve_backend(backend)[1])
+    captured = captured_failure(case.dump)
+    crash_dump = _is_crash_dump(case.dump)
     errors: dict[int, list[Any]] = {}
+    failures: dict[int, Outcome] = {}
+    seen: dict[int, str] = {}  # prefix -> "captured", "different" or "agrees", as its last run said
 
-    def bad(i: int) -> bool:  # judge.rate decides: once for a divergence seen every time
-        return rate.decide(lambda: bad_once(i), bool).keep
-
-    def bad_once(i: int) -> bool:
+    def run_once(i: int) -> str:
         sub = original.build(Candidate(keep=frozenset(original.compute[: original.compute.index(names[i]) + 1]), outputs=(names[i],)))
         if sub is None:
-            return False
+            return "agrees"
+        handed = clone_values(sub.inputs)
         try:
             with inductor_patch(patch):
-                out = backend_fn(copy.deepcopy(sub.gm), clone_values(sub.inputs))(*clone_values(sub.inputs))
-        except Exception:
-            return False  # a crash is not a divergence; minify is the tool for crashes
+                out = backend_fn(with_dynamo_meta(copy.deepcopy(sub.gm), handed, case.dump, original.values), handed)(*handed)
+        except Exception as e:
+            failures[i] = crashed = Outcome(status="pass", backend=str(backend))
+            set_crash(crashed, unwrap(e), "compile")
+            return "captured" if crash_dump is None or (crash_dump and crashed.reproduces(case.dump)) else "different"
         value = out[0] if isinstance(out, (list, tuple)) else out
         errors[i] = judge_outputs(ref.values[names[i]], value, ref64=ref64.values.get(names[i]), tol=tol)
-        return bool(errors[i])
+        if not errors[i]:
+            return "agrees"
+        return "different" if crash_dump else "captured"  # a crash dump's failure is its crash, not a value
 
-    if not names or not bad(len(names) - 1):
-        return NodeDivergence(None, method="prefix-bisect", compared=len(errors), note="the backend agrees on every prefix")
+    def shows(i: int, wanted: tuple[str, ...]) -> bool:  # judge.rate decides: once for a failure seen every time
+        return rate.decide(lambda: seen.__setitem__(i, run_once(i)) or seen[i], lambda k: k in wanted).keep
+
+    wanted: tuple[str, ...] = ("captured",)
+    if not names or not shows(len(names) - 1, wanted):
+        if seen.get(len(names) - 1) != "different":
+            return _nothing_found(len(seen))
+        wanted = ("captured", "different")  # the whole graph fails, not as captured: where that starts
     lo, hi = -1, len(names) - 1
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if bad(mid):
+        if shows(mid, wanted):
             hi = mid
         else:
             lo = mid
     ref_nodes = {n.name: n for n in case.gm.graph.nodes}
     node = ref_nodes.get(names[hi]) or next(n for n in gm.graph.nodes if n.name == names[hi])
-    return describe_node(case, node, errors[hi], len(errors), "prefix-bisect")
+    found = describe_node(case, node, errors.get(hi) or [], len(seen), "prefix-bisect")
+    if hi in failures:
+        found.failure = failures[hi].signature
+        found.note = f"the backend fails on the prefix that ends here: {failures[hi].error_type}: {_first_line(failures[hi].message)}"
+    if seen.get(hi) == "different" and captured is not None:
+        found.fails_differently, found.captured = True, captured
+        found.note = f"fails differently from the captured failure ({captured}); " + (found.note or "its value is off the reference")
+    return found
+
+
+def _nothing_found(compared: int) -> NodeDivergence:
+    if compared == 0:
+        return NodeDivergence(None, method="prefix-bisect", compared=0,
+                              note="nothing was compared: the graph has no node with a tensor value to bisect")
+    return NodeDivergence(None, method="prefix-bisect", compared=compared, note="the backend agrees on every prefix")
+
+
+def _first_line(text: str | None) -> str:
+    return ((text or "").strip().splitlines() or [""])[0][:200]
+
+
+def _is_crash_dump(dump: Any) -> bool | None:
+    """True for a dump that recorded a crash, False for one that recorded another failure
+    (accuracy), None for one that recorded none (a printed graph: any failure is the one)."""
+    kind = dump.failure_kind if dump is not None else None
+    if kind in ("compile_error", "runtime_error", "crash"):
+        return True
+    return False if kind == "accuracy" else None
+
+
+def captured_failure(dump: Any) -> str | None:
+    """The failure a dump recorded, in words: its signature, or how its outputs were off."""
+    crash = _is_crash_dump(dump)
+    if crash:
+        return dump.signature
+    if crash is False:
+        mismatches = (dump.manifest.get("failure") or {}).get("mismatches") or []
+        return "; ".join(describe_difference(m) for m in mismatches[:3]) or "a mismatch"
+    return None
 
 
 # Ranks --------------------------------------------------------------------------------

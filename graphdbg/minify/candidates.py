@@ -24,6 +24,7 @@ import torch
 import torch.fx as fx
 
 from graphdbg.case import Case
+from graphdbg.replay.graph_meta import stack_trace_from_source
 from graphdbg.replay.values import COMPUTE_OPS, record_values
 from graphdbg.store.specs import SymSpec, TensorSpec
 
@@ -139,7 +140,7 @@ class OriginalGraph:
         for name in live:
             node = self.by_name[name]
             new = graph.node_copy(node, lambda n: env[n.name])
-            _keep_source_comment(new)
+            stack_trace_from_source(new)  # print_readable's '# File:' comments, as the dump had them
             env[name] = new
         result = tuple(env[o] for o in outputs)
         graph.output(result)
@@ -213,13 +214,3 @@ def _describe_placeholder(ph: fx.Node, original: fx.Node, value: Any) -> None:
         ph.meta["val"] = value
     else:
         ph.meta["example_value"] = value
-
-
-def _keep_source_comment(node: fx.Node) -> None:
-    """print_readable writes '# File: ...' comments from ``stack_trace``; a parsed dump keeps the
-    source as ``graphdbg_source`` instead, so a minified dump would lose its source lines."""
-    src = node.meta.get("graphdbg_source")
-    if not src or node.meta.get("stack_trace") or not src.get("file"):
-        return
-    node.meta["stack_trace"] = (f'  File "{src["file"]}", line {src.get("line", 0)}, in {src.get("fn") or src.get("function") or "forward"}\n'
-                                f'    {src.get("code", "")}\n')

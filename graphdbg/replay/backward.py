@@ -33,6 +33,7 @@ from graphdbg.judge.mutations import GradientMismatch, compare_mutations, writte
 from graphdbg.rebuild.inputs import clone_values, to_float64
 from graphdbg.replay.backend_setup import backend_and_passes, compiler_settings
 from graphdbg.replay.crash import failed_pass, set_crash, set_pass_crash, unwrap
+from graphdbg.replay.graph_meta import reads_meta, with_dynamo_meta
 from graphdbg.replay.options import ReplayOptions
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.passes import apply_passes
@@ -177,6 +178,8 @@ def run_training_case(case: Case, backend: str | Callable[..., Any] = "eager", o
     state = {"stage": "compile", "compile_s": 0.0}
 
     def staged(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Any:
+        if reads_meta(name, pre):  # Dynamo's node meta, as a forward replay gives it (replay/graph_meta.py)
+            gm = with_dynamo_meta(gm, example_inputs, case.dump)
         gm, done = apply_passes(gm, pre)
         reports.extend(done)
         t0 = time.perf_counter()

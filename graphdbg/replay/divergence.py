@@ -26,6 +26,7 @@ from graphdbg.display import Displayed
 from graphdbg.graph.hashing import target_name
 from graphdbg.judge.accuracy import BY_DTYPE, Tolerance, judge_outputs
 from graphdbg.rebuild.inputs import clone_values, to_float64
+from graphdbg.replay.graph_meta import with_dynamo_meta
 from graphdbg.replay.passes import apply_passes
 from graphdbg.replay.values import COMPUTE_OPS, ValueRecorder
 
@@ -53,6 +54,9 @@ class NodeDivergence(Displayed):
     method: str = "interpreter"  # or "prefix-bisect" (opaque backends)
     compared: int = 0
     note: str = ""
+    failure: str | None = None  # how the backend fails at this node, when it crashes there (bisect's prefixes)
+    fails_differently: bool = False  # the failure found is not the one the dump recorded
+    captured: str | None = None  # the dump's recorded failure, named when the one found differs
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -60,6 +64,8 @@ class NodeDivergence(Displayed):
     def summary(self) -> str:
         if self.node is None:
             return f"no node diverges ({self.note})" if self.note else "no node diverges"
+        if self.fails_differently:
+            return f"{self.node}: fails differently: {self.failure or self.note} (captured: {self.captured})"
         where = f" at {self.source}" if self.source else ""
         what = f" (rewritten from {self.replaced})" if self.replaced else ""
         how = f"max abs error {self.max_abs_error:.3g}" if self.max_abs_error is not None else self.note
@@ -117,6 +123,9 @@ def graph_divergence(case: Case, runs_gm: fx.GraphModule, ref: ValueRecorder, re
         return result
     if crash is not None:
         return _crash_node(case, runs_gm, cand, ref_nodes, crash, compared)
+    if compared == 0:  # no node of the graph the backend runs has a reference node of its name
+        return NodeDivergence(None, compared=0, note="nothing was compared: no node of the graph the backend runs "
+                                                     "has the name of a node of the graph as captured")
     return NodeDivergence(None, compared=compared, note="every node agrees with the reference")
 
 
@@ -137,10 +146,12 @@ def _crash_node(case: Case, runs_gm: fx.GraphModule, cand: ValueRecorder, ref_no
     return result
 
 
-def graph_it_runs(gm: fx.GraphModule, inputs: list[Any], backend: Callable[..., Any]) -> fx.GraphModule | None:
-    """The GraphModule ``backend`` runs, when it hands back a GraphModule's own forward."""
+def graph_it_runs(gm: fx.GraphModule, inputs: list[Any], backend: Callable[..., Any], dump: Any = None) -> fx.GraphModule | None:
+    """The GraphModule ``backend`` runs, when it hands back a GraphModule's own forward; it is
+    handed a copy of ``gm`` with Dynamo's node meta (``graph_meta``), as a replay hands it."""
     try:
-        compiled = backend(copy.deepcopy(gm), clone_values(inputs))
+        handed = clone_values(inputs)
+        compiled = backend(with_dynamo_meta(copy.deepcopy(gm), handed, dump), handed)
     except Exception:
         return None
     return runs_graph(compiled)
@@ -161,8 +172,8 @@ def replay_divergence(case: Case, backend: Callable[..., Any], pre_passes: list[
     if size > REPLAY_INPUT_BYTES:
         return None
     try:
-        gm, _ = apply_passes(copy.deepcopy(case.gm), pre_passes)
-        runs = graph_it_runs(gm, case.inputs, backend)
+        gm, _ = apply_passes(with_dynamo_meta(copy.deepcopy(case.gm), case.inputs, case.dump), pre_passes)
+        runs = graph_it_runs(gm, case.inputs, backend, case.dump)
         if runs is None:
             return None
         ref, ref64 = references(case, grad)

@@ -14,7 +14,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
-from graphdbg.backends.resolve import known_without_dynamo, resolve_backend
+from graphdbg.backends.resolve import known_without_dynamo, recorded_backend, resolve_backend
 from graphdbg.errors import GraphdbgError
 from graphdbg.rebuild.memory_budget import MAX_INPUT_GB_ENV, check_fits, descriptor_bytes
 from graphdbg.replay.isolation import run_isolated, run_isolated_each, run_isolated_many
@@ -150,6 +150,27 @@ def compared_backends(spec: str | None, own: Callable[[], str | None]) -> tuple[
             return names, e
         names += [mine] if mine and mine not in names else []
     return names, None
+
+
+def own_backend_missing(dump: Any, names: Sequence[str | Callable[..., Any]]) -> str | None:
+    """The line ``compare`` adds when the dump's own backend (the one its failure was captured
+    under) is not among the backends it replays: their rows then don't say whether that failure
+    is still there, however many of them pass. None when it is among them, or the dump recorded
+    no failure (a printed graph: there is no own backend to miss)."""
+    from graphdbg.backends.recipe import backend_label  # lazy, as the CLI imports it: only compare needs it here
+
+    if dump.failure_kind not in ("compile_error", "runtime_error", "crash", "accuracy"):
+        return None
+    try:
+        mine = recorded_backend(dump)
+    except GraphdbgError:
+        mine = str(dump.backend)
+    compared = {str(n) for n in names if isinstance(n, str)} | {backend_label(n) for n in names if isinstance(n, str)}
+    if {mine, str(dump.backend), backend_label(mine)} & compared:
+        return None
+    return (f"the dump's own backend, {backend_label(mine)}, under which its {dump.failure_kind} was captured, is not "
+            "among these: the rows don't say whether that failure is still there (add 'dump' to --backends, "
+            "with --trust-backend, to replay under it)")
 
 
 def compare_outcomes(dump: Any, backends: Sequence[str | Callable[..., Any]], options: ReplayOptions | None = None,

@@ -60,6 +60,7 @@ from graphdbg.replay.backward import (
 from graphdbg.replay.crash import failed_pass, set_crash, set_pass_crash, unwrap
 from graphdbg.replay.divergence import replay_divergence, runs_graph
 from graphdbg.replay.float64 import ReferenceUnavailable, float64_reference
+from graphdbg.replay.graph_meta import reads_meta, with_dynamo_meta
 from graphdbg.replay.mutation import mutated_inputs
 from graphdbg.replay.options import ReplayOptions, replay_options
 from graphdbg.replay.outcome import Outcome
@@ -84,6 +85,7 @@ class Resolved:
     grad: bool  # grad mode the graph was captured under
     mutated: set[int]  # indices of the inputs the graph writes
     settings: Settings  # the captured compiler settings to apply (and those skipped, with why)
+    dump: Any = None  # the Dump the graph came from: the modules it recorded (``graph_meta``)
 
 
 def run_case(case: Case, backend: str | Callable[..., Any] = "eager", passes: str | Sequence[Any] | None = None, *,
@@ -166,6 +168,7 @@ def resolve(case: Case, backend: str | Callable[..., Any] = "eager", passes: str
         grad=ReplayFacts.of(manifest).grad_enabled,
         mutated=mutated_inputs(case.gm),
         settings=settings,
+        dump=case.dump,
     )
 
 
@@ -207,6 +210,8 @@ class Compiler:
 
     def __call__(self, gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
         self.compiled = False  # after a graph break, the next graph compiling: a failure now is its compile's
+        if reads_meta(self.resolved.name, self.resolved.pre):  # Dynamo's meta (fake example values, ...), called directly too
+            gm = with_dynamo_meta(gm, example_inputs, self.resolved.dump)
         gm, done = apply_passes(gm, self.resolved.pre)
         self.reports.extend(done)
         self.gm = gm

@@ -462,7 +462,7 @@ def compare(
     if swap:
         raise typer.Exit(_compare_swap(dump, swap, device, ops, seed, as_json, trust_kernels, timeout, isolate))
     from graphdbg.backends.recipe import backend_label
-    from graphdbg.replay.entry import compare_outcomes, compared_backends, outcomes_table
+    from graphdbg.replay.entry import compare_outcomes, compared_backends, outcomes_table, own_backend_missing
     from graphdbg.ui.render import compare_table
 
     _inputs_setup(ops, seed)
@@ -476,12 +476,16 @@ def compare(
         outcomes = compare_outcomes(d, names, ReplayOptions(device=device, isolate=isolate, timeout=timeout,
                                                             trust_kernels=trust_kernels), started)
     df = outcomes_table(d, outcomes)
+    missing = own_backend_missing(d, names)
     if as_json:
-        _print_json({"dump": str(dump), "rows": df.to_dict(orient="records"), **_environment_json(found, left)}, "compare")
+        _print_json({"dump": str(dump), "rows": df.to_dict(orient="records"), "own_backend_missing": missing,
+                     **_environment_json(found, left)}, "compare")
     else:
         from graphdbg.ui.render import PlainWhenPiped
 
         console.print(PlainWhenPiped(compare_table(df)), crop=False)
+        if missing:
+            console.print(f"note: {missing}", style="yellow", highlight=False, soft_wrap=True)
     raise typer.Exit(0 if (df.status == "pass").all() else 1)
 
 
@@ -592,7 +596,7 @@ def bisect_passes(
     with _progress(f"bisect passes: {len(passes.split(','))} passes", quiet=as_json):
         result = run(case, backend, passes, failure_rate=failure_rate)
     _report(result, as_json, "bisect-passes")
-    raise typer.Exit(0 if result.culprit is None else 1)
+    raise typer.Exit(0 if result.culprit is None else 4 if result.fails_differently else 1)
 
 
 @bisect_app.command("nodes", epilog=_example("graphdbg bisect nodes fixtures/block_accuracy --trust-backend"))
@@ -626,12 +630,19 @@ def bisect_nodes(
         with _progress(f"bisect nodes: {d.manifest.get('graph', {}).get('nodes', '?')} nodes", quiet=as_json):
             result = sandboxed_bisect_nodes(d, backend, passes, opts, timeout=timeout, backward=backward, trust=trust_backend)
         _report(result, as_json, "bisect-nodes")
-        raise typer.Exit(0 if result.node is None else 1)
+        raise typer.Exit(_bisect_nodes_exit(result))
     case = d.case(device)
     with deadline(timeout, "bisect nodes"), _progress(f"bisect nodes: {len(case.gm.graph.nodes)} nodes", quiet=as_json):
         result = run(case, backend, passes, opts, **({"trust": trust_backend} if backward else {}))
     _report(result, as_json, "bisect-nodes")
-    raise typer.Exit(0 if result.node is None else 1)
+    raise typer.Exit(_bisect_nodes_exit(result))
+
+
+def _bisect_nodes_exit(result: Any) -> int:
+    """5: nothing was compared (no verdict); 4: the node found fails, not as captured; 1: a node; 0: none."""
+    if result.node is None:
+        return 5 if result.compared == 0 else 0
+    return 4 if result.fails_differently else 1
 
 
 @bisect_app.command("envs", epilog=_example("graphdbg bisect envs DUMP --python /venvs/torch-2.11/bin/python --python /venvs/torch-2.13/bin/python"))

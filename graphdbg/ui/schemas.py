@@ -77,6 +77,7 @@ OUTPUT_SCHEMAS: dict[str, dict[str, Any]] = {
             "backend": {"type": "string"}, "status": _OUTCOME["status"], "signature": _STR, "stage": _STR, "seconds": _NUM,
             "max_abs_error": _NUM, "max_rel_error": _NUM, "trusted": _BOOL, "reproduces": _BOOL},
             "required": ["backend", "status", "signature", "seconds", "reproduces"]}},
+        "own_backend_missing": _STR,  # why the rows can't say whether the captured failure is still there
         **_ENVIRONMENT,
     }),
     "compare-swap": _object("compare --swap", {

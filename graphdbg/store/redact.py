@@ -25,6 +25,7 @@ import os
 import re
 import socket
 import typing
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -92,6 +93,7 @@ TOKEN_SHAPES: tuple[tuple[str, str], ...] = (
 )
 
 
+_URL_ENCODED = re.compile(r"[^\s\"'<>]*%[0-9A-Fa-f]{2}[^\s\"'<>]*")  # a word with a %XX escape in it
 _TOKENS = re.compile("|".join(f"(?:{shape})" for _, shape in TOKEN_SHAPES))
 # Words that say a variable or a field holds a secret. A variable's value (``env.vars``) is
 # hidden when one is a part of its name (``TORCH_HF_TOKEN``, ``TRITON_AWS_SECRET_ACCESS_KEY``,
@@ -111,11 +113,12 @@ def secret_var(name: str) -> bool:
 
 
 def hide_secrets(text: str, placeholder: str = SECRET) -> str:
-    """``text`` without the token shapes of ``TOKEN_SHAPES`` and the values of ``NAME=value``
-    where NAME says it is a secret."""
+    """``text`` without the token shapes of ``TOKEN_SHAPES``, a URL's ``user:password@`` and the
+    values of ``NAME=value`` where NAME says it is a secret."""
     if not text:
         return text
     text = _TOKENS.sub(placeholder, text)
+    text = _URL_CREDENTIALS.sub(placeholder + "@", text)
     text = _ASSIGNED_SECRET.sub(lambda m: m[1] + placeholder, text)
     return _BEARER.sub(lambda m: m[1] + placeholder, text)
 
@@ -160,9 +163,22 @@ class Redactor:
         return f"<path>/{p.name}"
 
     def text(self, text: str) -> str:
+        """``text`` rewritten, and each URL-encoded run in it read decoded (``user%40host``,
+        ``token%3Dghp_...``), rewritten and encoded again."""
         if not text:
             return text
+        if "%" in text:
+            text = _URL_ENCODED.sub(self._encoded, text)
+        return self._plain(text)
 
+    def _encoded(self, m: re.Match[str]) -> str:
+        decoded = urllib.parse.unquote(m.group())
+        if decoded == m.group():
+            return decoded
+        new = self._plain(decoded)
+        return m.group() if new == decoded else urllib.parse.quote(new, safe="/:=&?,;~._-")
+
+    def _plain(self, text: str) -> str:
         def repl(m: re.Match[str]) -> str:
             self.paths += 1
             return self.path(m.group())
@@ -171,7 +187,6 @@ class Redactor:
         text = _FILE_URL.sub(lambda m: "file://" + repl(m), text)
         text = _ABS_PATH.sub(repl, text)
         text = _HOME.sub(lambda m: m[1] + "<user>", text)
-        text = _URL_CREDENTIALS.sub("<user>@", text)
         text = _USER_AT_HOST.sub("<user>@<host>", text)
         if self._hosts is not None:
             text = self._hosts.sub("<host>", text)

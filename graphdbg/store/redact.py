@@ -23,7 +23,9 @@ from __future__ import annotations
 import getpass
 import os
 import re
+import shutil
 import socket
+import stat
 import typing
 import urllib.parse
 from dataclasses import dataclass, field
@@ -357,7 +359,7 @@ def redact_folder(folder: Path, *, root: Path | str | None = None, redactor: Red
     if os.path.lexists(folder / inputs_name):
         removed += _redact_tensor_header(folder / inputs_name, redactor)
     texts, dropped = _redact_other_files(folder, {graph_name, MANIFEST, inputs_name}, redactor)
-    removed += [f"file:{name}" for name in dropped]
+    removed += [f"file:{name}" for name in dropped + _remove_unread(folder)]
     write_manifest(folder, redacted)  # checked against the schema, then written through the gate's writer
     return {"path": str(folder), "paths": redactor.paths, "removed": removed, "texts": texts,
             "root": "<given>" if root is not None else ("<found>" if redactor.root else None)}
@@ -481,6 +483,29 @@ def _redact_other_files(folder: Path, done: set[str], redactor: Redactor) -> tup
             _replace(folder, name, new.encode("utf-8", "surrogateescape"))
             changed.append(name)
     return changed, removed
+
+
+def _remove_unread(folder: Path) -> list[str]:
+    """Remove what no pass read: hidden folders, links and other non-files (``redact -o`` copies
+    none of them; in place, a link would lead an archiver to a file outside the dump)."""
+    gone = []
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        here = Path(dirpath)
+        for name in list(dirnames):
+            path, link = here / name, (here / name).is_symlink()
+            if link or name.startswith("."):
+                dirnames.remove(name)
+                if link:
+                    path.unlink()
+                else:
+                    shutil.rmtree(path)  # never follows a link inside (``shutil.rmtree.avoids_symlink_attacks``)
+                gone.append(path.relative_to(folder).as_posix() + ("" if link else "/"))
+        for name in filenames:
+            path = here / name
+            if not stat.S_ISREG(path.lstat().st_mode):
+                path.unlink()
+                gone.append(path.relative_to(folder).as_posix())
+    return gone
 
 
 def _identity(manifest: dict[str, Any]) -> tuple[list[str], list[str], list[str]]:

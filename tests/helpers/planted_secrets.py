@@ -6,7 +6,8 @@ Each secret is a value a person would not want in a bug report: the capturing ma
 host (short and fully qualified) and home, and access tokens of the common kinds. ``plant``
 puts each in every text field of the manifest, in fields the schema does not know, in
 ``graph.node_info``, in the recorded environment variables, in graph.py's comments, in the
-tensor file's ``__metadata__``, and in files beside the dump (a run log, a binary file).
+tensor file's ``__metadata__``, and in files in the dump (a run log, a binary file, a hidden
+folder, a link to a file outside it).
 ``leaks`` finds each in a folder's bytes, as written and in its URL-encoded and JSON-escaped forms.
 """
 
@@ -88,6 +89,11 @@ def plant(folder: Path) -> None:
                           "cwd": f"C:\\Users\\{USER}\\proj", "host": FQDN}),
         f"[{HOST}:0] W1207 {HOME}/proj/train.py:3] {USER} started", urllib.parse.quote(TEXT)]) + "\n")
     (folder / "notes.bin").write_bytes(b"\x00\x01" + TEXT.encode() + b"\x00")
+    (folder / ".notes").mkdir()
+    (folder / ".notes" / "todo.txt").write_text(TEXT)
+    outside = folder.parent / f"{folder.name}.outside.txt"  # a file beside the dump, reached through a link in it
+    outside.write_text(TEXT)
+    (folder / "profile.txt").symlink_to(outside)
 
 
 def forms(secret: str) -> set[str]:

@@ -1,21 +1,33 @@
-"""Make a dump safe to attach to a bug report: no host, user or machine layout in it.
+"""Make a dump safe to attach to a bug report: nothing in it that identifies a person.
 
-A dump records the host name, the command line, and absolute source paths in every
-``# File:`` comment of graph.py and in every traceback. Redacting keeps what ``show`` and
-``replay`` need and rewrites the rest:
+A dump records the host, user and home of the capturing process (``env``, for this purpose:
+``store.environment.captured_by``), the command line, environment variables, and absolute source
+paths in every ``# File:`` comment of graph.py and in every traceback; a failure message or a
+log may hold access tokens. Redacting keeps what ``show`` and ``replay`` need and rewrites the
+rest, in every text of the dump (docs/security.md's "Redact" lists each rule):
 
+- secrets: the token shapes of ``TOKEN_SHAPES`` (GitHub, Hugging Face, AWS, Slack, OpenAI, JWT,
+  private keys, ...), a URL's ``user:password@``, the value of ``NAME=value`` where NAME says it
+  is a secret; each becomes ``<secret>``;
 - source paths under the project root become relative (``fixtures/programs.py:31``);
   installed packages become ``<site-packages>/torch/...``, the standard library
-  ``<python>/...``, temp files ``<tmp>/name``, any other absolute path ``<path>/name``;
-- ``env`` keeps versions, the device and the settings only: no host name, pid or platform; the
-  command line is reduced to the program's name; an environment variable (``env.vars``) whose
-  value is a path, a host or an address, or whose name says it holds one, becomes ``<redacted>``;
-- the host name and this user's name are removed from every text field.
+  ``<python>/...``, temp files ``<tmp>/name``, a home folder ``<home>``, any other absolute path
+  ``<path>/name`` (in ``file://`` URLs too);
+- the capturing user and host (and this machine's) become ``<user>`` and ``<host>``, with the
+  host's domain; ``name@host`` and the name in a home folder (``/home/NAME``,
+  ``C:\\Users\\NAME``) go whoever's they are; URL-encoded text is read decoded;
+- ``env`` keeps versions, the device and the settings only: no host, user, home, pid or
+  command line beyond the program's name; an environment variable (``env.vars``) whose value is
+  a path, a host or an address, or whose name says it holds one or a secret, becomes ``<redacted>``;
+- manifest fields the schema does not know are dropped (``known_fields``), the tensor file's
+  ``__metadata__`` keeps graphdbg's own key only, and every other file of the dump is redacted
+  as text or, where it can't be (binary, too large), removed.
 
     >>> redact_dumps("dumps", out="dumps-shared")      # or `graphdbg redact dumps -o dumps-shared`
     [{'path': 'dumps-shared/rank0/g0-compile_error-1a2b3c4d', 'paths': 12, 'removed': ['hostname', 'pid', 'argv']}]
 
-Only comment lines of graph.py change, so the graph, its hash and its inputs stay the same.
+Only comment lines of graph.py change (and code lines holding a secret), so the graph, its hash
+and its inputs stay the same.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@ size, dtypes, shapes and offsets, by the rules safetensors' own reader applies (
 end to end from the start of the data and cover all of it). Loading a dump folder
 (``graphdbg.load``, ``ls``, the parent of an isolated replay) checks its tensor file here;
 ``store/tensor_file.py`` reads the values, through safetensors, which validates the header again.
+``rewrite_header`` gives a checked file a new header (``redact``: its ``__metadata__``) with the
+data bytes copied as they are.
 
     >>> check_tensor_file("dumps/rank0/g0-compile_error-1a2b3c4d/inputs.safetensors")["input/l_x_"]["shape"]
     [2, 8, 32]

@@ -205,5 +205,8 @@ def test_token_shapes_and_what_they_leave(tmp_path):
         assert secret not in hide_secrets(planted_secrets.TEXT)
     # what looks like a token but is not one stays: hashes, ids, versions, counts, decorators
     kept = ("graph 3b0e02565448551505e11791ab91fce41a3a94aa21d8b3a10c787dec55e1f175 id g0-compile_error-3b0e0256 "
-            "torch 2.5.0+git1a2b3c4 max_tokens=1048576 num_tokens: 128 @torch.compile triton@3.1 skip-connection task-123")
+            "torch 2.5.0+git1a2b3c4 max_tokens=1048576 num_tokens: 128 @torch.compile triton@3.1 skip-connection task-123 "
+            "tokens = model.generate(inputs) api_key=tokenizer")
     assert Redactor(None, users=["alice"], hosts=[planted_secrets.FQDN]).text(kept) == kept
+    for text in ("password: correcthorsebatterystaple", 'secret_key = "s3cr3t-value"', "-H 'Authorization: Basic YWxhZGRpbjpvcGVu'"):
+        assert hide_secrets(text).endswith(("<secret>", '<secret>"', "<secret>'")), text

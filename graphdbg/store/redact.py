@@ -115,7 +115,10 @@ _TOKENS = re.compile("|".join(f"(?:{shape})" for _, shape in TOKEN_SHAPES))
 # of 8 or more characters with a letter in it (``max_tokens=4096`` stays).
 _SECRET_WORDS = r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|SECRET_?KEY|CREDENTIALS?|AUTH|COOKIE"
 _SECRET_VAR = re.compile(rf"(?:^|_)(?:{_SECRET_WORDS}|KEY|PASS|PWD|SIGNATURE)S?(?:$|_)", re.I)
-_VALUE = r"""(?=[^\s"',;&)}\]]*[A-Za-z])[^\s"',;&)}\]]{8,}"""
+_VC = r"""[^\s"',;&()\[\]{}<>]"""  # a character of a value
+# 8 or more characters with a letter, and a digit or 16 of them; not a call, not a dotted name (tokens = model.generate(x))
+_VALUE = (rf"(?=(?:{_VC})*[A-Za-z])(?=(?:{_VC})*\d|(?:{_VC}){{16}})(?!(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*(?!{_VC}))"
+          rf"(?:{_VC}){{8,}}(?!{_VC}|\()")
 _ASSIGNED_SECRET = re.compile(rf"""(\b[\w.-]*(?:{_SECRET_WORDS})S?\b["']?\s*[:=]\s*["']?(?:Bearer\s+|Basic\s+|token\s+)?)({_VALUE})""", re.I)
 _BEARER = re.compile(rf"(\b(?:Bearer|Basic)\s+)({_VALUE})")
 SECRET = "<secret>"
@@ -126,13 +129,15 @@ def secret_var(name: str) -> bool:
     return bool(_SECRET_VAR.search(name))
 
 
-def hide_secrets(text: str, placeholder: str = SECRET) -> str:
+def hide_secrets(text: str, placeholder: str = SECRET, *, assigned: bool = True) -> str:
     """``text`` without the token shapes of ``TOKEN_SHAPES``, a URL's ``user:password@`` and the
-    values of ``NAME=value`` where NAME says it is a secret."""
+    values of ``NAME=value`` where NAME says it is a secret (``assigned=False``: not these, for code)."""
     if not text:
         return text
     text = _TOKENS.sub(placeholder, text)
     text = _URL_CREDENTIALS.sub(placeholder + "@", text)
+    if not assigned:  # code: ``tokens = ...`` is a graph's own assignment
+        return text
     text = _ASSIGNED_SECRET.sub(lambda m: m[1] + placeholder, text)
     return _BEARER.sub(lambda m: m[1] + placeholder, text)
 
@@ -365,7 +370,7 @@ def redact_folder(folder: Path, *, root: Path | str | None = None, redactor: Red
             removed.append("argv")
     redacted = {k: redactor.value(kept_env if k == "env" else v) for k, v in manifest.items()}
     redacted["redacted"] = True
-    lines = [redactor.text(line) if line.lstrip().startswith("#") else hide_secrets(line, CODE_SECRET)
+    lines = [redactor.text(line) if line.lstrip().startswith("#") else hide_secrets(line, CODE_SECRET, assigned=False)
              for line in graph.splitlines(keepends=True)]
     _replace(folder, graph_name, "".join(lines))
     if os.path.lexists(folder / inputs_name):

@@ -4,11 +4,14 @@ need (source lines, relative to the project) and drop host, user, pid and comman
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import planted_secrets
 import pytest
 import torch
 from conftest import FIXTURES, ROOT, child_env
@@ -16,6 +19,7 @@ from conftest import FIXTURES, ROOT, child_env
 import graphdbg
 from fixtures import programs
 from graphdbg.store.manifest import find_dumps
+from graphdbg.store.redact import known_fields
 
 
 def _capture(dump_dir: Path, **options) -> Path:
@@ -133,3 +137,79 @@ def _assert_redacted_fixture(folder: Path) -> None:
 def test_redact_refuses_what_is_not_a_dump(cli, tmp_path):
     r = cli("redact", tmp_path)
     assert r.code == 2 and "no graphdbg dump here" in r.err, r
+
+
+# --- what identifies a person: planted in every place, scanned for in every byte written ----------
+
+def _planted(tmp_path: Path) -> Path:
+    src = next((FIXTURES / "block_compile_error").glob("rank0/g0-*"))
+    folder = tmp_path / "dumps" / "rank0" / src.name
+    shutil.copytree(src, folder)
+    planted_secrets.plant(folder)
+    assert len(planted_secrets.leaks(folder)) >= len(planted_secrets.SECRETS)  # each is there to find
+    return folder
+
+
+def _still_replays(cli, folder: Path) -> None:
+    r = cli("replay", folder, "--no-isolate", "--trust-backend")
+    assert r.code == 1 and "no lowering for gelu" in r.out, r
+
+
+@pytest.mark.parametrize("where", ["copy", "in_place"])
+def test_redact_leaves_no_secret_in_any_byte(cli, tmp_path, where):
+    folder = _planted(tmp_path)
+    if where == "copy":
+        r = cli("redact", tmp_path / "dumps", "-o", tmp_path / "shared", "--json")
+        out = tmp_path / "shared" / "rank0" / folder.name
+    else:
+        r = cli("redact", folder, "--json")
+        out = folder
+    assert r.code == 0, r
+    assert planted_secrets.leaks(out) == []
+    report = json.loads(r.out)[0]
+    for removed in ("unknown:notes", "unknown:graph.node_info.", "unknown:inputs[0].owner", "unknown:env.ssh_client",
+                    "tensor_metadata:owner", "file:notes.bin", "vars.TORCH_HF_TOKEN", "vars.TRITON_AWS_SECRET_ACCESS_KEY",
+                    "vars.TORCH_WANDB_API_KEY", "hostname", "user", "home", "pid", "argv"):
+        assert any(item.startswith(removed) for item in report["removed"]), (removed, report["removed"])
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["env"]["vars"]["TORCH_HF_TOKEN"] == "<redacted>" and "<secret>" in m["failure"]["message"]
+    assert "<user>@<host>" in (out / "run.log").read_text()
+    assert not any(os.path.lexists(out / name) for name in ("notes.bin", ".notes", "profile.txt"))
+    # the redacted dump is a dump: it loads, its tensor file is whole, and it replays to the same failure
+    assert (out / "inputs.safetensors").stat().st_size == (FIXTURES / "block_compile_error").glob(
+        "rank0/g0-*").__next__().joinpath("inputs.safetensors").stat().st_size
+    assert graphdbg.load(out).failure_kind == "compile_error"
+    _still_replays(cli, out)
+    again = cli("redact", out, "--json")  # nothing left to remove
+    assert again.code == 0 and json.loads(again.out)[0]["removed"] == [], again
+
+
+def test_capture_records_who_captured_and_redact_removes_it(cli, tmp_path):
+    import getpass
+
+    dump = _capture(tmp_path / "dumps")
+    env = json.loads((dump / "manifest.json").read_text())["env"]
+    assert env["user"] == getpass.getuser() and env["home"] == str(Path.home()) and env["hostname"] == socket.gethostname()
+    assert cli("redact", dump).code == 0
+    env = json.loads((dump / "manifest.json").read_text())["env"]
+    assert not {"user", "home", "hostname", "pid"} & set(env)
+
+
+def test_redact_keeps_every_field_graphdbg_writes():
+    """Unknown fields are dropped; none of those graphdbg itself writes is unknown (store.redact.OWN_EXTRAS)."""
+    for manifest in FIXTURES.glob("*/rank*/*/manifest.json"):
+        assert known_fields(json.loads(manifest.read_text()))[1] == [], manifest
+
+
+def test_token_shapes_and_what_they_leave(tmp_path):
+    from graphdbg.store.redact import Redactor, hide_secrets
+
+    for secret in planted_secrets.TOKENS.values():
+        assert secret not in hide_secrets(planted_secrets.TEXT)
+    # what looks like a token but is not one stays: hashes, ids, versions, counts, decorators
+    kept = ("graph 3b0e02565448551505e11791ab91fce41a3a94aa21d8b3a10c787dec55e1f175 id g0-compile_error-3b0e0256 "
+            "torch 2.5.0+git1a2b3c4 max_tokens=1048576 num_tokens: 128 @torch.compile triton@3.1 skip-connection task-123 "
+            "tokens = model.generate(inputs) api_key=tokenizer")
+    assert Redactor(None, users=["alice"], hosts=[planted_secrets.FQDN]).text(kept) == kept
+    for text in ("password: correcthorsebatterystaple", 'secret_key = "s3cr3t-value"', "-H 'Authorization: Basic YWxhZGRpbjpvcGVu'"):
+        assert hide_secrets(text).endswith(("<secret>", '<secret>"', "<secret>'")), text

@@ -4,7 +4,9 @@ values, that still fails the same way; and the bisection over which values must 
 from __future__ import annotations
 
 import json
+import shutil
 
+import planted_secrets
 import pytest
 import torch
 from conftest import FIXTURES
@@ -75,3 +77,18 @@ def test_redact_drop_weights_is_share_and_bad_input_is_one_line(tmp_path, cli):
     r = cli("share", tmp_path / "nowhere", "-o", tmp_path / "x")
     assert r.code == 2 and r.err.strip().splitlines()[-1].endswith("share takes one graphdbg dump folder"), r
     assert not (tmp_path / "shared").exists() and not (tmp_path / "x").exists()
+
+
+@pytest.mark.slow
+def test_share_leaves_no_secret_in_any_byte(tmp_path, cli):
+    src = tmp_path / "dump"
+    shutil.copytree(next((FIXTURES / "block_compile_error").glob("rank0/g0-*")), src)
+    planted_secrets.plant(src)
+    assert len(planted_secrets.leaks(src)) >= len(planted_secrets.SECRETS)
+    out = tmp_path / "shared"
+    r = cli("share", src, "-o", out, "--trust-backend", "--no-isolate", "--json")
+    assert r.code == 0 and json.loads(r.out)["reproduces"], r
+    assert planted_secrets.leaks(out) == []
+    assert sorted(p.name for p in out.iterdir()) == ["graph.py", "inputs.safetensors", "manifest.json"]
+    r = cli("replay", out, "--no-isolate", "--trust-backend", "--json")  # the shared copy is a dump that still fails
+    assert r.code == 1 and json.loads(r.out)["reproduces"], r

@@ -12,6 +12,7 @@ a recorded ``env`` with ``environment()`` now.
 from __future__ import annotations
 
 import functools
+import getpass
 import os
 import platform
 import socket
@@ -147,6 +148,24 @@ def _cpu_name() -> str | None:
     return None
 
 
+def captured_by() -> dict[str, Any]:
+    """The host, user and home folder of the capturing process (``hostname``, ``user``, ``home``):
+    what identifies a person, recorded so that ``graphdbg redact`` can find each in any text of the
+    dump (a traceback, a log, a path) and remove it, on any machine; redact drops the fields
+    themselves. The host name is ``gethostname()``'s, with no DNS query (``redact`` removes its
+    short form and any domain after it)."""
+    out: dict[str, Any] = {"hostname": socket.gethostname(), "user": None, "home": None}
+    try:
+        out["user"] = getpass.getuser()
+    except Exception:  # no name for this uid (a container's): nothing to record
+        pass
+    try:
+        out["home"] = str(Path.home())
+    except Exception:
+        pass
+    return out
+
+
 def environment(backend: str | None = None) -> dict[str, Any]:
     package, package_ver = backend_package(backend)
     env: dict[str, Any] = {
@@ -157,7 +176,7 @@ def environment(backend: str | None = None) -> dict[str, Any]:
         "backend_version": package_ver,
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "hostname": socket.gethostname(),
+        **captured_by(),  # who and where: for redact to find and remove, never compared or restored
         "pid": os.getpid(),
         "argv": list(sys.argv),
         "cuda": torch.version.cuda,

@@ -3,6 +3,8 @@ size, dtypes, shapes and offsets, by the rules safetensors' own reader applies (
 end to end from the start of the data and cover all of it). Loading a dump folder
 (``graphdbg.load``, ``ls``, the parent of an isolated replay) checks its tensor file here;
 ``store/tensor_file.py`` reads the values, through safetensors, which validates the header again.
+``rewrite_header`` gives a checked file a new header (``redact``: its ``__metadata__``) with the
+data bytes copied as they are.
 
     >>> check_tensor_file("dumps/rank0/g0-compile_error-1a2b3c4d/inputs.safetensors")["input/l_x_"]["shape"]
     [2, 8, 32]
@@ -14,9 +16,10 @@ import json
 import os
 import struct
 from pathlib import Path
+from typing import Any, Callable
 
 from graphdbg.errors import DumpError
-from graphdbg.store.safe_files import open_stream
+from graphdbg.store.safe_files import Folder, open_stream
 
 MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
 MAX_TENSOR_ENTRIES = 200_000  # tensors in one file: a dump stores one per input and attribute
@@ -113,3 +116,41 @@ def _short(name: str, limit: int = 60) -> str:
 def one_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+def rewrite_header(path: str | os.PathLike, change: Callable[[dict[str, Any]], dict[str, Any]]) -> bool:
+    """Give a tensor file a new header, ``change(header)``, its tensors' bytes unchanged: the
+    file is checked first (``check_tensor_file``), the data copied after the new header in
+    pieces (no tensor is loaded, nothing is unpickled), into a fresh file renamed over the old
+    one (a link planted there is replaced, never written through). ``change`` may rename
+    entries and edit ``__metadata__``; each entry keeps its dtype, shape and offsets. Returns
+    whether the header changed."""
+    path = Path(path)
+    header = check_tensor_file(path)
+    new = change(json.loads(json.dumps(header)))
+    if new == header:
+        return False
+    entries = sorted((v["data_offsets"], v["dtype"], v["shape"]) for k, v in new.items() if k != "__metadata__")
+    if entries != sorted((v["data_offsets"], v["dtype"], v["shape"]) for k, v in header.items() if k != "__metadata__"):
+        raise DumpError(f"{path}: a header rewrite may rename tensors, never move or reshape them")
+    blob = json.dumps(new, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)
+    with open_stream(path, follow=False) as old, Folder.open(path.parent) as folder:
+        (n,) = struct.unpack("<Q", old.read(8))
+        old.seek(8 + n)
+        tmp = f".{path.name[:80]}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        try:
+            with os.fdopen(folder.new_fd(tmp), "wb") as out:
+                out.write(struct.pack("<Q", len(blob)))
+                out.write(blob)
+                while chunk := old.read(_COPY_CHUNK):
+                    out.write(chunk)
+            os.replace(tmp, path.name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
+        except BaseException:
+            folder.remove(tmp)
+            raise
+    check_tensor_file(path)
+    return True
+
+
+_COPY_CHUNK = 64 << 20

@@ -183,8 +183,8 @@ def own_modules_first(folder, paths, copies, names):  # no annotations: written 
     module saying which it imports, for the user.
     """
     import importlib.machinery  # here: this function is the whole rule in the files it is written into
-    import os
-    import sys
+    import os  # here too: the function is written whole into repro.py and exported tests
+    import sys  # here too, for the same reason
 
     def same(a, b):
         return os.path.realpath(a or ".") == os.path.realpath(b or ".")

@@ -182,9 +182,10 @@ def own_modules_first(folder, paths, copies, names):  # no annotations: written 
     way: those folders first, then the rest of it, the copies' folder last. Returns one line per
     module saying which it imports, for the user.
     """
-    import importlib.machinery  # here: this function is the whole rule in the files it is written into
-    import os  # here too: the function is written whole into repro.py and exported tests
-    import sys  # here too, for the same reason
+    # here: this function is the whole rule in the files it is written into, with its imports
+    import importlib.machinery
+    import os
+    import sys
 
     def same(a, b):
         return os.path.realpath(a or ".") == os.path.realpath(b or ".")

@@ -8,7 +8,9 @@ inputs.safetensors, manifest.json, no pickle; named by graphdbg whatever the dum
 calls them; nothing else from the folder, no symbolic link), and the test replays it through
 graphdbg the same way minify did:
 it fails with the outcome's summary while the backend still fails, and passes once it runs
-and agrees with eager.
+and agrees with eager. The backend's source graphdbg copied beside it is a fallback: the test
+imports the user's own module wherever that is importable (``backends.carry.own_modules_first``,
+repro.py's rule too), so it passes once the user's file is fixed, and says which it used.
 """
 
 from __future__ import annotations

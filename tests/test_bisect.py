@@ -384,3 +384,15 @@ def test_compare_says_when_the_dumps_own_backend_is_not_among_the_backends(cc, u
     assert "cc_crash_example_value:backend" in json.loads(r.out)["own_backend_missing"]
     r = cc("compare", user_cc["crash"], "--backends", "eager,dump", "--trust-backend", "--no-isolate", "--json")
     assert r.code == 1 and json.loads(r.out)["own_backend_missing"] is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bad,code", [("widen_tanh", 1), ("strict_tanh", 4)])
+def test_bisect_nodes_with_a_pass_that_fails_names_its_failure(cc, user_cc, bad, code):
+    m = "cc_crash_example_value"
+    r = cc("bisect", "nodes", user_cc["crash"], "--backend", "eager", "--passes", f"{m}:count_meta,{m}:{bad}", "--json")
+    assert r.code == code, r  # 1: the captured IndexError; 4: another failure, said to differ
+    found = json.loads(r.out)
+    assert found["node"] is None and found["method"] == "passes" and f"{m}:{bad}" in found["note"]
+    assert found["failure"].startswith("IndexError" if code == 1 else "NotImplementedError")
+    assert found["fails_differently"] == (code == 4)

@@ -43,12 +43,12 @@ from graphdbg.minify.candidates import Candidate, OriginalGraph
 from graphdbg.minify.shrinker import as_case
 from graphdbg.rebuild.inputs import clone_values
 from graphdbg.replay.backend_setup import backend_callable, inductor_patch
-from graphdbg.replay.crash import set_crash, unwrap
+from graphdbg.replay.crash import set_crash, set_pass_crash, unwrap
 from graphdbg.replay.divergence import NodeDivergence, describe_node, graph_divergence, graph_it_runs, references
 from graphdbg.replay.graph_meta import with_dynamo_meta
 from graphdbg.replay.options import ReplayOptions
 from graphdbg.replay.outcome import Outcome
-from graphdbg.replay.passes import PassSpec, apply_passes, inductor_post_grad_patch, resolve_passes
+from graphdbg.replay.passes import PassFailed, PassSpec, apply_passes, inductor_post_grad_patch, resolve_passes
 from graphdbg.replay.run import replay_case
 from graphdbg.replay.values import ValueRecorder
 from graphdbg.replay.world import graph_key, is_captured, printed_worlds, rank_dumps
@@ -221,7 +221,10 @@ def _bisect_nodes(case: Case, backend: Any, passes: Any, tol: Tolerance, rate: R
     ref, ref64 = references(case, grad)
     specs = resolve_passes(passes)
     # the graph as Dynamo hands it over, node meta and all (``replay.graph_meta``), before the passes read it
-    gm, _ = apply_passes(with_dynamo_meta(copy.deepcopy(case.gm), case.inputs, case.dump), specs)
+    try:
+        gm, _ = apply_passes(with_dynamo_meta(copy.deepcopy(case.gm), case.inputs, case.dump), specs)
+    except PassFailed as failed:  # no node ran: the answer is the pass's failure (``bisect passes`` names the pass)
+        return _pass_fails(case, failed)
     runs_gm = gm if backend in (None, "eager") else graph_it_runs(gm, case.inputs, backend_callable(resolve_backend(backend)[1]), case.dump)
     if runs_gm is None and any(p.stage == "pre" for p in specs):
         # An opaque backend after graph passes: what the passes did is visible by running the
@@ -296,6 +299,20 @@ def _bisect_opaque(case: Case, backend: Any, gm: fx.GraphModule, ref: ValueRecor
     if seen.get(hi) == "different" and captured is not None:
         found.fails_differently, found.captured = True, captured
         found.note = f"fails differently from the captured failure ({captured}); " + (found.note or "its value is off the reference")
+    return found
+
+
+def _pass_fails(case: Case, failed: PassFailed) -> NodeDivergence:
+    """``bisect nodes``' answer when a ``pre`` pass raises: no node, the pass's failure, and
+    whether that is the failure the dump recorded."""
+    crashed = Outcome(status="pass", backend="")
+    set_pass_crash(crashed, failed)
+    found = NodeDivergence(None, method="passes", failure=crashed.signature,
+                           note=f"the pass {failed.report.name} fails before any node runs: {crashed.signature}")
+    captured = captured_failure(case.dump)
+    if captured is not None and not crashed.reproduces(case.dump):
+        found.fails_differently, found.captured = True, captured
+        found.note += f"; captured: {captured}"
     return found
 
 

@@ -62,6 +62,8 @@ class NodeDivergence(Displayed):
         return asdict(self)
 
     def summary(self) -> str:
+        if self.node is None and self.failure is not None:  # a pass failed before any node ran
+            return self.note
         if self.node is None:
             return f"no node diverges ({self.note})" if self.note else "no node diverges"
         if self.fails_differently:

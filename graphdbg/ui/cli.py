@@ -639,8 +639,9 @@ def bisect_nodes(
 
 
 def _bisect_nodes_exit(result: Any) -> int:
-    """5: nothing was compared (no verdict); 4: the node found fails, not as captured; 1: a node; 0: none."""
-    if result.node is None:
+    """5: nothing was compared (no verdict); 4: what was found fails, not as captured; 1: a node, or a
+    pass that fails before any node runs; 0: none."""
+    if result.node is None and result.failure is None:
         return 5 if result.compared == 0 else 0
     return 4 if result.fails_differently else 1
 

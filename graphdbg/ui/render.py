@@ -772,10 +772,14 @@ def pass_bisection_panel(result: Any) -> Panel:
 def node_divergence_panel(result: Any) -> Panel:
     """``bisect nodes``: the first diverging node, its source line and module, how far off."""
     text = Text()
-    if result.node is None:
+    if result.node is None and getattr(result, "failure", None):
+        text.append("a pass fails before any node runs" + (": fails differently" if result.fails_differently else ""), style="bold red")
+    elif result.node is None:
         text.append("no node diverges", style="bold green")
     else:
         text.append(result.node, style="bold red")
+        if getattr(result, "fails_differently", False):
+            text.append("  fails differently", style="bold yellow")
         if result.target:
             text.append(f" ({result.target})")
         if result.replaced:

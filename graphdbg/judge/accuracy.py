@@ -468,12 +468,12 @@ def ulp_bound(dtype: torch.dtype) -> float:
     return max(1.0, dtypes.ulps_of(dtype, BY_DTYPE.of(dtype)[0]))
 
 
-def reference_note(expected: Any, ref: str) -> str:
-    """What a verdict rests on: ``ref`` (the reference), how many values of how many outputs
-    were compared and how (values in ulps / exactly / bit for bit).
+def compared_note(expected: Any) -> str:
+    """How many values of how many outputs a verdict compared, and how (by value, exactly, bit
+    for bit), naming the outputs compared bit for bit.
 
-        >>> reference_note((torch.ones(4), torch.zeros(2, dtype=torch.bits8)), "eager")
-        'eager; 6 values of 2 outputs (4 by value, 2 bit for bit: output 1 bits8)'
+        >>> compared_note((torch.ones(4), torch.zeros(2, dtype=torch.bits8)))
+        '6 values of 2 outputs (4 by value, 2 bit for bit: output 1 bits8)'
     """
     leaves = [v for v in pytree.tree_leaves(expected) if isinstance(v, torch.Tensor)]
     by: dict[str, int] = {}
@@ -488,4 +488,4 @@ def reference_note(expected: Any, ref: str) -> str:
     parts = ", ".join(f"{n} {how}" for how, n in by.items())
     where = f": {', '.join(named[:4])}" if named else ""
     total = sum(v.numel() for v in leaves)
-    return f"{ref}; {total} values of {len(leaves)} outputs ({parts}{where})"
+    return f"{total} values of {len(leaves)} outputs ({parts}{where})"

@@ -161,8 +161,10 @@ def ulp_errors(expected: torch.Tensor, actual: torch.Tensor, dtype: torch.dtype 
                floor: float | None = None) -> tuple[float, float, int]:
     """(max, mean, count) of ``|actual - expected|`` in ulps of ``dtype`` (``actual``'s by
     default), each measured at max(|expected|, ``floor``) (the expected output's RMS by
-    default), over the elements finite in both. The measure of ``MEAN_ULPS``; ``expected`` may
-    be a float64 reference of a lower-precision ``actual``.
+    default), over the elements finite in both and not 0 in both (a ReLU's or a mask's zeros
+    are exact in any order of rounding: counted, they would hide an error on every other
+    element). The measure of ``MEAN_ULPS``; ``expected`` may be a float64 reference of a
+    lower-precision ``actual``.
 
         >>> ulp_errors(torch.ones(4, dtype=torch.float16), torch.full((4,), 1.002, dtype=torch.float16))
         (2.0, 2.0, 4)
@@ -173,7 +175,7 @@ def ulp_errors(expected: torch.Tensor, actual: torch.Tensor, dtype: torch.dtype 
     actual = actual.detach().to(expected.device)
     for _, ec, ac in _chunks(expected.detach(), actual):
         e64, a64 = _numbers(ec).to(torch.float64), _numbers(ac).to(torch.float64)
-        ok = torch.isfinite(e64) & torch.isfinite(a64)
+        ok = torch.isfinite(e64) & torch.isfinite(a64) & ((e64 != 0) | (a64 != 0))
         if not bool(ok.any()):
             continue
         e64, a64 = e64[ok], a64[ok]

@@ -76,6 +76,8 @@ def as_bits(t: torch.Tensor) -> torch.Tensor:
         return t.int_repr()
     if t.dtype == torch.bool:
         return t.view(torch.int8)
+    if t.element_size() not in _SAME_WIDTH:  # complex128: its two float64 halves
+        return torch.view_as_real(t).view(torch.int64)
     return t.view(_SAME_WIDTH[t.element_size()])
 
 

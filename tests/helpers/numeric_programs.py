@@ -143,3 +143,32 @@ def off_by_ulps(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., 
     val = first.meta.get("val", first.meta.get("example_value"))
     dtype = getattr(val, "dtype", None) or next(v.dtype for v in example_inputs if isinstance(v, torch.Tensor))
     return compile_fx(_seeded_error(gm, seeded_ulps(dtype), dtype), example_inputs)
+
+
+def quantizing(x: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Outputs of every kind a quantized layer has: float8 values (a cast and a view of stored
+    bytes), bits, bool, integers, complex."""
+    y = (x * 2).to(torch.float8_e4m3fn)
+    s = scale.view(torch.float8_e4m3fn)
+    return y, s, x > 0, x.to(torch.int32), torch.view_as_complex(torch.stack([x, x], -1)), scale.view(torch.bits8)
+
+
+def quantizing_inputs() -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(8, 4, generator=g), torch.randint(0, 120, (8, 4), dtype=torch.uint8, generator=g)]
+
+
+def _flip_first_byte(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with a high bit of its first element's most significant byte flipped (a float's
+    exponent: far off, not a rounding)."""
+    raw = t.contiguous().view(torch.uint8).clone()
+    raw.view(-1)[min(t.element_size(), 4) - 1] ^= 0x40
+    return raw.view(t.dtype)
+
+
+def flips_a_byte_of_each_output(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """A backend whose every output has one byte wrong (bools: the first one negated)."""
+    def run(*args: Any) -> tuple[Any, ...]:
+        outs = gm(*args)
+        return tuple((~o if o.dtype == torch.bool else _flip_first_byte(o)) for o in outs)
+    return run

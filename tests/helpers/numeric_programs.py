@@ -172,3 +172,41 @@ def flips_a_byte_of_each_output(gm: fx.GraphModule, example_inputs: list[Any]) -
         outs = gm(*args)
         return tuple((~o if o.dtype == torch.bool else _flip_first_byte(o)) for o in outs)
     return run
+
+
+try:  # a GPU machine's: the user Triton kernel the generated programs call on CUDA
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = None
+
+if triton is not None:
+    @triton.jit
+    def fused_mul_add_kernel(X, Y, Z, n, alpha, BLOCK: tl.constexpr):
+        """z = x * alpha + y, computed in float32, stored in Z's dtype."""
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+        y = tl.load(Y + offs, mask=mask, other=0.0).to(tl.float32)
+        tl.store(Z + offs, (x * alpha + y).to(Z.dtype.element_ty), mask=mask)
+
+
+def fused_mul_add(x: torch.Tensor, y: torch.Tensor, alpha: float) -> torch.Tensor:
+    z = torch.empty_like(x)
+    n = x.numel()
+    fused_mul_add_kernel[(triton.cdiv(n, 256),)](x, y, z, n, alpha, BLOCK=256)
+    return z
+
+
+def generate_with_kernel(seed: int, dtype: torch.dtype = torch.float16) -> Program:
+    """``generate``'s program on CUDA with the user's Triton kernel called in the middle: its
+    first output goes through ``fused_mul_add`` before the rest of the chain."""
+    inner = generate(seed, dtype)
+    alpha = random.Random(seed).choice([0.5, -1.25, 2.0])
+
+    def fn(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = fused_mul_add(x, y, alpha)
+        out, total = inner.fn(x, y, w, g)
+        return fused_mul_add(out, out.flip(-1).contiguous(), alpha), total
+
+    return Program(fn, [v.cuda() for v in inner.inputs], dtype, ["fused_mul_add", *inner.recipe, "fused_mul_add"])

@@ -9,7 +9,9 @@ kinds of difference are not the backend's fault, and are taken out here before a
 * rounding: reductions and fused kernels (attention, layer norm, their backwards) add in
   another order. What remains is confirmed against the float64 reference replay makes
   (``replay.float64``): the compiled value must be farther from float64 than eager's is, by
-  a margin (``judge.accuracy.mismatches_beyond_float64``), to be a mismatch.
+  a margin (``judge.accuracy.mismatches_beyond_float64``), to be a mismatch; where no float64
+  reference can be made, eager judges within the dtype's bound in ulps
+  (``judge.accuracy.mismatches_beyond_ulps``).
 
     >>> kept = confirm(gm, bad, expected, out, inputs, draws=Draws(before, after_compiled, after_eager))
 """
@@ -25,7 +27,14 @@ import torch.utils._pytree as pytree
 
 from graphdbg.capture.rng import same_draws
 from graphdbg.capture.stderr import say
-from graphdbg.judge.accuracy import BY_DTYPE, OutputMismatch, Tolerance, mismatches_beyond_float64, needs_float64
+from graphdbg.judge.accuracy import (
+    BY_DTYPE,
+    OutputMismatch,
+    Tolerance,
+    mismatches_beyond_float64,
+    mismatches_beyond_ulps,
+    needs_float64,
+)
 from graphdbg.judge.randomness import random_outputs, same_generators
 from graphdbg.rebuild.inputs import clone_values
 
@@ -72,9 +81,11 @@ def confirm(gm: fx.GraphModule, bad: list[OutputMismatch], expected: Any, actual
     if not suspects:
         return bad
     ref64 = _float64_values(gm, inputs, suspects, draws.before, positional)
-    if ref64 is None:
-        return bad
-    checked, still = {id(m) for m in outputs}, {id(m) for m in mismatches_beyond_float64(outputs, exp, act, ref64, tol=tol)}
+    if ref64 is None:  # eager judges, within the dtype's resolution in ulps
+        still_bad = mismatches_beyond_ulps(outputs, exp, act, tol=tol)
+    else:
+        still_bad = mismatches_beyond_float64(outputs, exp, act, ref64, tol=tol)
+    checked, still = {id(m) for m in outputs}, {id(m) for m in still_bad}
     return [m for m in bad if id(m) not in checked or id(m) in still]
 
 

@@ -25,10 +25,7 @@ class InputMismatch(OutputMismatch):
 
     def describe(self) -> str:
         label = f"{self.what} {self.index} ({self.name}) after mutation"
-        if self.reason == "value":
-            return (f"{label}: max abs error {self.max_abs_error:.3g}, max rel error "
-                    f"{self.max_rel_error:.3g} (rtol {self.rtol:g}, atol {self.atol:g})")
-        return f"{label}: {self.reason} differs ({self.detail})"
+        return f"{label}: " + OutputMismatch.describe(self).split(": ", 1)[1]  # every dtype's wording, one place
 
 
 @dataclass

@@ -6,8 +6,14 @@ weight and fails (``expected mat1 and mat2 to have the same dtype``). Here an fx
 rewrites each call as it runs it: floating dtypes it asks for become float64, floating tensor
 arguments are upcast at the op that computes with them (views and indexing pass the graph's own
 dtype through, so a 5 GiB cache read at one slot is upcast at that slot only), and autocast is
-off. Integer and bool ops run as they are. An op with no float64 kernel runs in the graph's own
-dtype and its result is upcast; the reference names those nodes.
+off. Integer and bool ops run as they are. A node whose kernel can't run in float64 runs in the
+graph's own dtypes (each argument back in the dtype the graph had for it) and its result is
+upcast; the reference names those nodes. Which nodes those are is one rule (``_own_dtype_only``
+and the fallback in ``_call``): a user Triton kernel traced by Dynamo
+(``triton_kernel_wrapper_functional``/``_mutation``, or its launch from a dump's recorded source)
+always, since a Triton kernel is compiled for the pointer dtypes it is given and nothing says
+its float64 variant computes what its author wrote; any other op when its float64 call raises
+(a custom op with only half and float kernels, one that refuses float64).
 
     >>> ref = float64_reference(gm, inputs, outputs=[0])
     >>> ref.values[0].dtype, ref.own_dtype_nodes
@@ -26,6 +32,8 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
+from graphdbg.graph.kernels import TRITON_WRAPPERS
+from graphdbg.judge import dtypes
 from graphdbg.replay.mutation import VIEW_OPS, alias_roots, call_name, mutated_inputs, writes
 
 _FLOAT_METHODS = {"half": "double", "float": "double", "bfloat16": "double", "double": "double"}
@@ -97,6 +105,10 @@ class Float64Interpreter(fx.Interpreter):
         written = set(writes(node))
         if self.device is not None:  # tensors the graph makes on its own device follow the run
             args, kwargs = pytree.tree_map(self._on_device, (args, kwargs))
+        if _own_dtype_only(node):
+            result = self._in_own_dtypes(node, call, args, kwargs, written)
+            self.own_dtype_nodes.append(node.name)
+            return result if written else pytree.tree_map(_up, result)
         if _opaque(node):  # a stand-in or the user's own function: called on what it gets
             up_args, up_kwargs = args, kwargs
         else:
@@ -105,7 +117,7 @@ class Float64Interpreter(fx.Interpreter):
             result = call(up_args, up_kwargs)
         except Exception as first:
             try:
-                result = call(*self._own_dtypes(node, args, kwargs))
+                result = self._in_own_dtypes(node, call, args, kwargs, written)
             except Exception:
                 reason = str(first).splitlines()[0] if str(first) else ""
                 raise ReferenceUnavailable(f"node {node.name} ({name}) fails in float64 and in its own dtypes: "
@@ -128,18 +140,37 @@ class Float64Interpreter(fx.Interpreter):
         new_kwargs = {k: convert(v, node.kwargs.get(k)) for k, v in kwargs.items()}
         return new_args, new_kwargs
 
-    def _own_dtypes(self, node: fx.Node, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        """The arguments in the dtype the graph annotated for this node (float32 if none)."""
-        spec = node.meta.get("graphdbg_spec")
-        dtype = getattr(spec, "torch_dtype", None) if spec is not None else None
-        dtype = dtype if isinstance(dtype, torch.dtype) and dtype.is_floating_point else torch.float32
+    def _in_own_dtypes(self, node: fx.Node, call: Any, args: tuple, kwargs: dict, written: set) -> Any:
+        """``call`` with each float64 argument back in the dtype the graph had for it; what the
+        call writes in place is copied back into the float64 values the rest of the run reads."""
+        own = _own_dtype_of(node)
+        copies: list[tuple[torch.Tensor, torch.Tensor]] = []
 
-        def down(v: Any) -> Any:
-            if isinstance(v, torch.Tensor) and v.dtype == torch.float64:
-                return v.to(dtype)
-            return v
+        def one(v: Any, source: Any) -> Any:
+            if not (isinstance(v, torch.Tensor) and v.dtype in (torch.float64, torch.complex128)):
+                return v
+            dtype = _graph_dtype(source, v) or own or (torch.float32 if v.dtype == torch.float64 else torch.complex64)
+            if dtype == v.dtype:
+                return v
+            lower = v.to(dtype)
+            if isinstance(source, fx.Node) and source in written:
+                copies.append((v, lower))
+            return lower
 
-        return pytree.tree_map(down, args), pytree.tree_map(down, kwargs)
+        def down(value: Any, source: Any) -> Any:
+            leaves, spec = pytree.tree_flatten(value)
+            sources = pytree.tree_leaves(source) if source is not None else []
+            if len(sources) != len(leaves):  # not one node per value: each matched by dtype and shape
+                sources = [source] * len(leaves)
+            return pytree.tree_unflatten([one(v, s) for v, s in zip(leaves, sources)], spec)
+
+        arg_nodes = list(node.args) + [None] * max(0, len(args) - len(node.args))
+        low_args = tuple(down(a, s) for a, s in zip(args, arg_nodes))
+        low_kwargs = {k: down(v, node.kwargs.get(k)) for k, v in kwargs.items()}
+        result = call(low_args, low_kwargs)
+        for wide, lower in copies:  # an in-place kernel wrote the lower copy: the run reads the wide one
+            wide.copy_(lower)
+        return result
 
     def _on_device(self, value: Any) -> Any:
         if isinstance(value, torch.device) and value.type in ("cuda", "cpu"):
@@ -155,9 +186,14 @@ class Float64Interpreter(fx.Interpreter):
 
 
 def _up(value: Any) -> Any:
-    if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != torch.float64:
+    """A value as the float64 run carries it: floats (float8 included) in float64, complex in
+    complex128; dtypes with no numeric value (packed float4, bits) as they are."""
+    if not isinstance(value, torch.Tensor) or value.dtype in (torch.float64, torch.complex128):
+        return value
+    kind = dtypes.kind(value.dtype)
+    if kind == dtypes.FLOAT:
         return value.detach().to(torch.float64)
-    if isinstance(value, torch.Tensor) and value.is_complex() and value.dtype != torch.complex128:
+    if kind == dtypes.COMPLEX:
         return value.detach().to(torch.complex128)
     return value
 
@@ -165,9 +201,9 @@ def _up(value: Any) -> Any:
 def _up_value(value: Any) -> Any:
     """An argument as a float64 op takes it: tensors upcast, floating dtypes made float64."""
     if isinstance(value, torch.dtype):
-        if value.is_floating_point:
+        if dtypes.kind(value) == dtypes.FLOAT:
             return torch.float64
-        if value.is_complex:
+        if dtypes.kind(value) == dtypes.COMPLEX:
             return torch.complex128
         return value
     return _up(value)
@@ -201,7 +237,7 @@ def float64_reference(gm: fx.GraphModule, inputs: list[Any], *, outputs: list[in
 
 
 def _floating(v: torch.Tensor) -> bool:
-    return v.is_floating_point() or v.is_complex()
+    return dtypes.numeric(v.dtype)
 
 
 def _keep_outputs(gm: fx.GraphModule, outputs: list[int] | None) -> fx.GraphModule:
@@ -252,3 +288,40 @@ def _keep_outputs(gm: fx.GraphModule, outputs: list[int] | None) -> fx.GraphModu
 def _opaque(node: fx.Node) -> bool:
     # a call we can't see into (a stand-in, a custom op) may have effects: kept
     return node.op == "call_function" and not getattr(node.target, "__module__", "").startswith(("torch", "_operator"))
+
+
+def _own_dtype_only(node: fx.Node) -> bool:
+    """A node whose kernel can't run in float64, known before trying: a user Triton kernel
+    (Dynamo's wrapper, or graphdbg's launch of it from a dump's source, or its stand-in)."""
+    if node.op != "call_function":
+        return False
+    return (call_name(node).startswith(TRITON_WRAPPERS) or getattr(node.target, "graphdbg_kind", None) == "triton_kernel"
+            or isinstance(node.kwargs.get("kernel_idx"), int) and isinstance(node.kwargs.get("kwargs"), dict))
+
+
+def _own_dtype_of(node: fx.Node) -> torch.dtype | None:
+    """The floating dtype the graph annotated for ``node``'s value, if any."""
+    spec = node.meta.get("graphdbg_spec")
+    dtype = getattr(spec, "torch_dtype", None) if spec is not None else None
+    if not isinstance(dtype, torch.dtype):
+        val = node.meta.get("val", node.meta.get("example_value"))
+        dtype = getattr(val, "dtype", None)
+    return dtype if isinstance(dtype, torch.dtype) and (dtype.is_floating_point or dtype.is_complex) else None
+
+
+def _graph_dtype(source: Any, value: torch.Tensor) -> torch.dtype | None:
+    """The dtype the graph had for ``value`` (an argument; ``source`` what the graph passed:
+    a node, or a container of nodes whose tensor of the same shape is found)."""
+    nodes = [n for n in pytree.tree_leaves(source) if isinstance(n, fx.Node)] if source is not None else []
+    found = [d for d in (_own_dtype_of(n) for n in nodes) if d is not None and d.is_complex == value.is_complex()]
+    if len(set(found)) == 1:
+        return found[0]
+    for n in nodes:  # several: the one whose recorded shape is the value's
+        val = n.meta.get("val", n.meta.get("example_value"))
+        spec = n.meta.get("graphdbg_spec")
+        shape = getattr(val, "shape", None)
+        if shape is not None and tuple(shape) == tuple(value.shape):
+            return _own_dtype_of(n)
+        if spec is not None and getattr(spec, "shape", None) == list(value.shape):
+            return _own_dtype_of(n)
+    return None

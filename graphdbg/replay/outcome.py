@@ -46,6 +46,7 @@ class Outcome(Displayed, BaseModel):
     max_rel_error: float | None = None
     reference: str | None = None  # what judged the outputs: "eager", "float64", "float64 on cpu", ...
     reference_error: str | None = None  # why no float64 reference could be computed, when one was needed
+    compared: str | None = None  # how many values of how many outputs were compared, and how (judge.accuracy.compared_note)
     trusted: bool = True  # False: a mismatching output depends on stand-ins, so may not be a backend bug
     untrusted_because: str | None = None  # which stand-ins the mismatching outputs depend on
     passes: list[dict[str, Any]] = Field(default_factory=list)

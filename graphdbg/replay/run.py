@@ -39,7 +39,15 @@ from graphdbg.backends.generated_code import watch_generated_code
 from graphdbg.errors import GraphdbgError
 from graphdbg.graph.allow_list import check_graph_module
 from graphdbg.graph.hashing import target_name
-from graphdbg.judge.accuracy import BY_DTYPE, Tolerance, compare_outputs, mismatches_beyond_float64, needs_float64
+from graphdbg.judge.accuracy import (
+    BY_DTYPE,
+    Tolerance,
+    compare_outputs,
+    compared_note,
+    mismatches_beyond_float64,
+    mismatches_beyond_ulps,
+    needs_float64,
+)
 from graphdbg.judge.failing_node import code_file, failing_node, node_on_line
 from graphdbg.judge.randomness import random_outputs, rng_state, same_draws, same_generators, set_rng_state
 from graphdbg.judge.signature import exception_text, signature
@@ -363,6 +371,10 @@ def judge(outcome: Outcome, case: Case, ref: Any, result: Any, tol: Tolerance = 
         if ref64 is not None:
             bad = mismatches_beyond_float64(bad, ref, result, ref64, tol=tol)
             del ref64
+        elif tol.by_dtype:  # no float64: eager judges, within the dtype's resolution (judge.accuracy)
+            bad = mismatches_beyond_ulps(bad, ref, result, tol=tol)
+            outcome.reference = "eager, within an ulp bound of each output's dtype"
+    outcome.compared = compared_note(ref)
     if not bad:
         return
     outcome.status = "mismatch"

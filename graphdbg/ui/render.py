@@ -678,7 +678,8 @@ def outcome_panel(outcome: Any, dump: Any = None, differences: list[Any] | None 
         rewritten = f", rewritten from {start['replaced']}" if start.get("replaced") else ""
         text.append(f"first node off: {start['node']} ({start.get('target')}{rewritten}){where}\n", style="yellow")
     if outcome.reference:
-        text.append(f"reference: {outcome.reference}\n", style="dim")
+        compared = f"; {outcome.compared}" if getattr(outcome, "compared", None) else ""
+        text.append(f"reference: {outcome.reference}{compared}\n", style="dim")
     if getattr(outcome, "reference_error", None):
         text.append(f"{outcome.reference_error}\n", style="dim")
     if not getattr(outcome, "trusted", True):

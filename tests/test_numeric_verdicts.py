@@ -1,0 +1,142 @@
+"""No false mismatch where a graph's kernels have no float64 (issue 50, section 2): healthy
+programs made by a seeded generator (pointwise chains, reductions, matmuls, around custom ops
+that refuse float64), in float16, bfloat16 and float32, compiled by Inductor on the CPU, give no
+mismatch in capture's accuracy mode, replay or compare; a seeded error of a few ulps in one op's
+output is still found by each."""
+
+from __future__ import annotations
+
+import random
+
+import numeric_programs as programs
+import pytest
+import torch
+
+import graphdbg
+from graphdbg.capture.accuracy_checks import AccuracyChecks
+
+PER_DTYPE = 17  # 51 programs in all
+SEEDED = 2  # programs per dtype that also run with the seeded error
+
+
+def _dump_of(program: programs.Program, folder) -> graphdbg.Dump:
+    torch._dynamo.reset()
+    torch.compile(program.fn, backend=graphdbg.capture("eager", folder, mode="always"))(*program.inputs)
+    return graphdbg.load(next(folder.glob("rank*/*")))
+
+
+def _accuracy_dumps(program: programs.Program, backend, folder) -> list:
+    torch._dynamo.reset()
+    torch.compile(program.fn, backend=graphdbg.capture(backend, folder, mode="accuracy",
+                                                       checks=AccuracyChecks(every=1)))(*program.inputs)
+    return sorted(folder.glob("rank*/*"))
+
+
+@pytest.fixture(autouse=True)
+def _one_compile_thread():
+    import torch._inductor.config as inductor_config  # here: slow to import, and only these tests need it
+
+    with inductor_config.patch(compile_threads=1):  # no pool of compile workers to start
+        yield
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", programs.DTYPES, ids=lambda d: str(d).removeprefix("torch."))
+def test_healthy_generated_graphs_give_no_mismatch_and_a_seeded_few_ulp_error_is_found(dtype, tmp_path):
+    seeds = random.Random(f"issue-50-{dtype}").sample(range(10_000), PER_DTYPE)
+    false_alarms, missed = [], []
+    for n, seed in enumerate(seeds):
+        program = programs.generate(seed, dtype)
+        folder = tmp_path / str(seed)
+        if _accuracy_dumps(program, "inductor", folder / "accuracy"):
+            false_alarms.append((program, "capture --mode accuracy"))
+        dump = _dump_of(program, folder / "always")
+        outcome = dump.case().run("inductor", isolate=False)
+        if outcome.status != "pass":
+            false_alarms.append((program, "replay", outcome.message, outcome.reference))
+        assert outcome.compared and outcome.reference, outcome  # the verdict says what it rests on
+        table = graphdbg.compare(dump, ["eager", "inductor"], isolate=False)
+        if set(table.status) != {"pass"}:
+            false_alarms.append((program, "compare", list(table.status)))
+        if n >= SEEDED:
+            continue
+        if not _accuracy_dumps(program, programs.off_by_ulps, folder / "seeded"):
+            missed.append((program, "capture --mode accuracy"))
+        seeded = dump.case().run(programs.off_by_ulps, isolate=False, direct=True)
+        if seeded.status != "mismatch":
+            missed.append((program, "replay", seeded.status))
+        table = graphdbg.compare(dump, ["eager", "numeric_programs:off_by_ulps"], isolate=False, direct=True)
+        if list(table.status) != ["pass", "mismatch"]:
+            missed.append((program, "compare", list(table.status)))
+    assert not false_alarms, false_alarms
+    assert not missed, missed
+
+
+def _marked_launch(*, kernel_idx: int, kwargs: dict) -> None:
+    """A stand-in of a user Triton kernel's launch (as replay's --trust-kernels makes them):
+    Z = X * 2 in the dtypes it was written for, and zeros for float64 (what running a Triton
+    kernel for pointer dtypes it was never written for may give)."""
+    x, z = kwargs["X"], kwargs["Z"]
+    _SEEN.append((x.dtype, z.dtype))
+    z.copy_(torch.zeros_like(z) if x.dtype == torch.float64 else (x.float() * 2).to(z.dtype))
+
+
+_SEEN: list[tuple[torch.dtype, torch.dtype]] = []
+_marked_launch.graphdbg_kind = "triton_kernel"
+_marked_launch.graphdbg_writes = lambda node: list(node.kwargs["kwargs"].values())  # as a launch from a dump declares
+
+
+def test_the_float64_reference_runs_a_user_triton_kernel_in_the_graphs_own_dtypes():
+    from graphdbg.replay.float64 import float64_reference
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    z = graph.call_function(torch.empty_like, (x,))
+    x.meta["val"] = z.meta["val"] = torch.empty(4, 8, dtype=torch.float16)  # what the graph says of their dtypes
+    graph.call_function(_marked_launch, (), {"kernel_idx": 0, "kwargs": {"X": x, "Z": z}})
+    out = graph.call_function(torch.add, (z, 1.0))
+    graph.output((out,))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    value = torch.randn(4, 8, dtype=torch.float16)
+    ref = float64_reference(gm, [value])
+    assert ref.values[0].dtype == torch.float64
+    assert torch.allclose(ref.values[0], value.double() * 2 + 1, atol=1e-2), ref.values[0]
+    assert ref.own_dtype_nodes == ["_marked_launch"]
+    assert _SEEN == [(torch.float16, torch.float16)]  # each argument in the dtype the graph had for it
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or programs.triton is None, reason="needs CUDA and Triton")
+def test_healthy_graphs_around_a_user_triton_kernel_give_no_mismatch_and_a_seeded_error_is_found(tmp_path, cli):
+    """The GPU half: the generator's programs with a user @triton.jit kernel (a fused multiply-add
+    in float16) called inside the compiled region, traced by Dynamo and recorded with its source.
+    Inductor's capture in accuracy mode, replay --trust-kernels and compare --trust-kernels find
+    no mismatch; the seeded few-ulp error is found by each."""
+    import json
+
+    seeds = random.Random("issue-50-triton").sample(range(10_000), 12)
+    false_alarms, missed = [], []
+    for n, seed in enumerate(seeds):
+        program = programs.generate_with_kernel(seed, torch.float16 if n % 2 == 0 else torch.bfloat16)
+        folder = tmp_path / str(seed)
+        if _accuracy_dumps(program, "inductor", folder / "accuracy"):
+            false_alarms.append((program, "capture --mode accuracy"))
+        dump = _dump_of(program, folder / "always")
+        assert dump.manifest.get("triton_kernels"), dump.manifest.keys()
+        r = cli("replay", dump.path, "--backend", "inductor", "--trust-kernels", "--json")
+        data = json.loads(r.out)
+        if data["status"] != "pass":
+            false_alarms.append((program, "replay", data.get("message"), data.get("reference")))
+        r = cli("compare", dump.path, "--backends", "eager,inductor", "--trust-kernels", "--json")
+        if {row["status"] for row in json.loads(r.out)["rows"]} != {"pass"}:
+            false_alarms.append((program, "compare", r.out[-400:]))
+        if n >= 4:
+            continue
+        if not _accuracy_dumps(program, programs.off_by_ulps, folder / "seeded"):
+            missed.append((program, "capture --mode accuracy"))
+        r = cli("replay", dump.path, "--backend", "numeric_programs:off_by_ulps", "--trust-kernels", "--trust-backend",
+                "--json")
+        if json.loads(r.out)["status"] != "mismatch":
+            missed.append((program, "replay", r.out[-400:]))
+    assert not false_alarms, false_alarms
+    assert not missed, missed

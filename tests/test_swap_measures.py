@@ -4,9 +4,9 @@ minify/bisect_ops.py, export-test --swap, the pytest plugin).
 
 The kernels are a CPU analogue of SageAttention, registered with torch.library by a module the
 tests write (``approx_attn_ops``): Q and K quantised to int8 per block of 16 tokens. With K
-smoothed it is as close to attention as int8 gets (cosine ~0.99997, relative L1 ~0.007) and
-never within float32's tolerance; without smoothing, keys with a channel offset make it wrong
-(cosine ~0.98, relative L1 ~0.17).
+smoothed it is as close to attention as int8 gets (cosine 0.999997, relative L1 0.003 on the
+graph's output) and never within float32's tolerance; without smoothing, keys with a channel
+offset make it wrong (cosine 0.991, relative L1 0.13).
 """
 
 from __future__ import annotations
@@ -69,15 +69,15 @@ def sage_attn_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
     return _attend(q, k, v, True, smooth=True)
 
 
-for _op in (sage_attn, sage_attn_unsmoothed):
-    _op.register_fake(lambda q, k, v, is_causal: torch.empty_like(q))
-sage_attn_causal.register_fake(lambda q, k, v: torch.empty_like(q))
+for _op in (sage_attn, sage_attn_unsmoothed):  # contiguous, as the kernels return
+    _op.register_fake(lambda q, k, v, is_causal: q.new_empty(q.shape))
+sage_attn_causal.register_fake(lambda q, k, v: q.new_empty(q.shape))
 
 
 class Block(torch.nn.Module):
     """Attention through one of the kernels; the keys have a constant offset on one channel."""
 
-    def __init__(self, op, dim=64, heads=4, outlier=100.0):
+    def __init__(self, op, dim=64, heads=4, outlier=300.0):
         super().__init__()
         torch.manual_seed(0)
         self.op, self.heads = op, heads
@@ -225,7 +225,7 @@ def test_a_schema_without_causal_is_reported_as_an_assumption_until_it_is_spelle
     [swap], [row] = report["swaps"], report["rows"]
     causal = next(a for a in swap["assumptions"] if a["choice"] == "causal")
     says = "assumed non-causal: the op's schema has no causal argument; spell it out with attention(causal=...)"
-    assert code == 1 and causal == {"choice": "causal", "value": False, "source": "assumed", "says": says}, swap
+    assert code == 1 and causal["source"] == "assumed" and causal["value"] is False and causal["says"] == says, swap
     assert row["cosine"] < 0.9, row  # a causal kernel against non-causal attention: far off, and the verdict says why
     r = cli("compare", path, "--ops", "approx_attn_ops", "--swap", "approx::sage_attn_causal=attention", *BOUNDS)
     assert r.code == 1 and says in " ".join(r.out.split()), r.out
@@ -287,11 +287,10 @@ def test_the_pytest_plugin_judges_each_dump_within_the_bounds_of_its_options_or_
         shutil.copytree(dumps[op], pytester.path / "dumps" / op / dumps[op].name)
     plugin = ("-p", "graphdbg.ui.pytest_plugin", "--graphdbg=dumps", "--graphdbg-ops", "approx_attn_ops")
     swaps = ("--graphdbg-swap", "approx::sage_attn=attention", "--graphdbg-swap", "approx::sage_attn_unsmoothed=attention")
-    r = pytester.runpytest(*plugin, *swaps)
-    r.assert_outcomes(failed=2)  # at float32's tolerance neither int8 kernel agrees
     r = pytester.runpytest(*plugin, *swaps, "--graphdbg-within", "cosine>=0.999", "--graphdbg-within", "rel_l1<=0.02")
-    r.assert_outcomes(passed=1, failed=1)
-    r.stdout.fnmatch_lines(["*output 0 is not within cosine>=0.999*--within=cosine>=0.999 --within=rel_l1<=0.02*"])
+    r.assert_outcomes(passed=1, failed=1)  # at float32's tolerance neither int8 kernel agrees (the tests above)
+    r.stdout.fnmatch_lines(["*sage_attn_unsmoothed=attention: output 0 is not within cosine>=0.999 (0.99*), rel_l1<=0.02 (0.1*)*"
+                            "'--within=cosine>=0.999' '--within=rel_l1<=0.02'*"])
     pytester.makeini(textwrap.dedent("""
         [pytest]
         graphdbg_within =
@@ -321,8 +320,8 @@ def sage_attn_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
     return sageattn(q.contiguous(), k.contiguous(), v.contiguous(), is_causal=True)
 
 
-sage_attn.register_fake(lambda q, k, v, is_causal, smooth_k: torch.empty_like(q))
-sage_attn_causal.register_fake(lambda q, k, v: torch.empty_like(q))
+sage_attn.register_fake(lambda q, k, v, is_causal, smooth_k: q.new_empty(q.shape))
+sage_attn_causal.register_fake(lambda q, k, v: q.new_empty(q.shape))
 
 
 class Block(torch.nn.Module):

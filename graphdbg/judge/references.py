@@ -294,7 +294,7 @@ def fit(name: str, schema_args: Sequence[str], given: dict[str, Any] | None = No
         by_position: bool = False) -> tuple[Callable[..., Any] | None, list[dict[str, Any]]]:
     """The built-in ``name`` fitted to an op's schema (``adapt``), with the user's spelled-out
     choices ``given``; and what it rests on, per choice of the reference (``CHOICES``):
-    ``{"choice", "value", "source", "says"}`` where ``source`` is ``given`` (spelled out),
+    ``{"choice", "value", "source", "says", "spelled"}`` (``causal=False``) where ``source`` is ``given`` (spelled out),
     ``op`` (the op's own argument decides it, per call), ``position`` (an op known by position
     only: its argument there, where it passes one) or ``assumed`` (the op's schema doesn't say:
     the reference's default, and ``says`` how to spell it out)."""
@@ -316,7 +316,8 @@ def fit(name: str, schema_args: Sequence[str], given: dict[str, Any] | None = No
             value, source = c.default, "assumed"
             says = (f"assumed {c.words(c.default)}: the op's schema {c.missing or f'has no {c.name} argument'}; "
                     f"spell it out with {name}({c.name}=...)")
-        assumptions.append({"choice": c.name, "value": value, "source": source, "says": says})
+        spelled = f"{c.name}={'1/sqrt(head_dim)' if value is None and c.name == 'scale' else value}" if source != "op" else ""
+        assumptions.append({"choice": c.name, "value": value, "source": source, "says": says, "spelled": spelled})
     return adapt(reference, schema_args, fixed), assumptions
 
 

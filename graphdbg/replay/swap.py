@@ -132,9 +132,15 @@ class SwapReport:
         return f"within {', '.join(self.within)}" if self.within else "at the output dtype's tolerance"
 
     def assumed(self) -> list[str]:
-        """What the built-in references assumed where the op's schema doesn't say (one line each)."""
-        return [f"{s['op']}={s['reference']}: {a['says']}" for s in self.swaps for a in s.get("assumptions") or []
-                if a["source"] == "assumed"]
+        """Per swap, what its built-in reference assumed where the op's schema doesn't say, in a few words."""
+        out = []
+        for s in self.swaps:
+            assumed = [a for a in s.get("assumptions") or [] if a["source"] == "assumed"]
+            if assumed:
+                name = s["reference"].partition("(")[0]
+                out.append(f"{s['op']}={s['reference']} assumed {', '.join(a.get('spelled') or a['choice'] for a in assumed)}: "
+                           f"the op's schema doesn't say; spell them out as {name}({', '.join(a['choice'] + '=...' for a in assumed)})")
+        return out
 
     def moves(self) -> str:
         """One line: the swaps and each output beyond tolerance or a bound, with what the

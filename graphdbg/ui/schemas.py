@@ -46,7 +46,7 @@ _KERNELS = {"type": "array", "items": {"type": "object", "properties": {
 _SWAPS = {"type": "array", "items": {"type": "object", "properties": {
     "op": {"type": "string"}, "reference": {"type": "string"}, "assumptions": {"type": "array", "items": {
         "type": "object", "properties": {"choice": {"type": "string"}, "value": {}, "source": {"enum": ["given", "op", "position", "assumed"]},
-                                         "says": {"type": "string"}}, "required": ["choice", "source", "says"]}}},
+                                         "says": {"type": "string"}, "spelled": {"type": "string"}}, "required": ["choice", "source", "says"]}}},
     "required": ["op", "reference"]}}
 # per output, its measures against the reference (judge/measures.py) and, with --within, each bound
 _MEASURED = {"type": "array", "items": {"type": "object", "properties": {

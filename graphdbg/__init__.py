@@ -69,17 +69,19 @@ def compare(
 
 
 def compare_swap(dump: Dump | str | os.PathLike[str], swaps: Sequence[str], *, ops: Sequence[str] = (),
-                 device: str | None = None, trust_kernels: bool = False) -> Any:
+                 device: str | None = None, trust_kernels: bool = False, within: Sequence[str] = ()) -> Any:
     """``graphdbg compare DUMP --swap OP=REFERENCE``: the graph as captured against the graph
     with each ``OP=REFERENCE`` of ``swaps`` swapped in; a SwapReport (``rows``: per output,
-    ``max_abs_error``, ``mean_abs_error``, ``cosine``, ``close``; ``moved``; ``kernels``: how
-    each kernel ran). ``ops``: modules defining the custom ops, imported first (``--ops``).
+    ``max_abs_error``, ``mean_abs_error``, ``cosine``, ``rel_l1``, ``rel_l2``, ``ulps``,
+    ``close``; ``moved``; ``swaps``: each with what its built-in reference assumed; ``kernels``:
+    how each kernel ran). ``ops``: modules defining the custom ops, imported first (``--ops``).
     ``trust_kernels``: user Triton kernels run from the dump's source, in the sandboxed replay
-    child (``--trust-kernels``). docs/kernels.md."""
+    child (``--trust-kernels``). ``within``: bounds each output is judged by instead of the
+    dtype's tolerance (``["cosine>=0.9999", "rel_l1<=0.01"]``, ``--within``). docs/kernels.md."""
     from graphdbg.replay.swap import swap_dump  # torch: only when a swap is asked for
 
     return swap_dump(dump if hasattr(dump, "manifest") else load(dump), list(swaps), ops=list(ops), device=device,
-                     trust_kernels=trust_kernels)
+                     trust_kernels=trust_kernels, within=list(within))
 
 
 __all__ = ["compare", "compare_swap", "capture", "AccuracyChecks", "load", "ReplayOptions", "GraphdbgError", "DumpError", "GraphSourceError", "__version__"]

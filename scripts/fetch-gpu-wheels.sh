@@ -4,7 +4,8 @@
 #   .whl/thunder  lightning-thunder and the few packages it needs beyond the machine's image (~1.6 MB)
 #   .whl/test     pytest-xdist and execnet, so that scripts/gpu-tests.sh runs tests side by side
 #   .whl/opt      pydantic and what it needs, and platformdirs, each for a GPU image without it
-# Pass --flashinfer for .whl/fi (flashinfer and apache-tvm-ffi, 63 MB: the device tool carries 64 MiB in all).
+# Pass --flashinfer for .whl/fi (flashinfer and apache-tvm-ffi, 63 MB: the device tool carries 64 MiB in all),
+# --sage for .whl/sage (sageattention 1.0.6, its Triton kernels: a 20 kB pure-Python wheel).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 plat=(--only-binary=:all: --python-version 3.12 --implementation cp
@@ -12,9 +13,12 @@ plat=(--only-binary=:all: --python-version 3.12 --implementation cp
       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
 get() { dir=$1; shift; mkdir -p "$dir"; python3 -m pip download -q --no-deps "${plat[@]}" -d "$dir" "$@"; }
 get .whl/thunder lightning-thunder==0.2.6 looseversion==1.3.0 optree dill
-if [[ ${1:-} == --flashinfer ]]; then
-  get .whl/fi flashinfer-python==0.7.2.post1 'apache-tvm-ffi>=0.1.11,<0.2'
-fi
+for arg in "$@"; do
+  case $arg in
+    --flashinfer) get .whl/fi flashinfer-python==0.7.2.post1 'apache-tvm-ffi>=0.1.11,<0.2' ;;
+    --sage) get .whl/sage sageattention==1.0.6 ;;
+  esac
+done
 get .whl/test pytest-xdist==3.8.0 execnet==2.1.2
 # pydantic (graphdbg's manifest schema) and platformdirs (its cache folder), each installed there only if the image lacks it
 get .whl/opt pydantic==2.12.4 pydantic-core==2.41.5 annotated-types==0.7.0 typing-inspection==0.4.2 platformdirs==4.5.0

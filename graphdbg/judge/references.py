@@ -18,24 +18,36 @@ with another layout gets its reference as a ``module:function`` of the user's.
 from __future__ import annotations
 
 import inspect
+import math
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from graphdbg.errors import GraphdbgError
+
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None,
-              is_causal: bool = False, scale: float | None = None) -> torch.Tensor:
+              is_causal: bool = False, scale: float | None = None, *, layout: str = "bhsd",
+              gqa: str = "consecutive") -> torch.Tensor:
     """Scaled dot-product attention with SDPA's semantics, written out: ``softmax(q k^T * scale
-    + mask) v``. ``q`` is ``[..., Hq, Lq, D]``; ``k``/``v`` may have fewer heads (GQA: each KV
-    head serves ``Hq / Hkv`` query heads, repeated as ``enable_gqa`` does). ``is_causal`` masks
+    + mask) v``. ``q`` is ``[..., Hq, Lq, D]`` (``layout="bshd"``: ``[..., Lq, Hq, D]``,
+    flash-attention's); ``k``/``v`` may have fewer heads (GQA: with ``gqa="consecutive"`` each
+    KV head ``h`` serves query heads ``h*G .. h*G+G-1``, as SDPA's ``enable_gqa`` does; with
+    ``"strided"`` query head ``i`` uses KV head ``i mod Hkv``). ``is_causal`` masks
     the upper triangle aligned to the bottom right (the last query sees every key, as in
     decoding with a cache); a boolean ``attn_mask`` keeps True, a float one is added."""
+    if layout == "bshd":
+        t = [x.transpose(-3, -2) for x in (q, k, v)]
+        return attention(*t, attn_mask=attn_mask, is_causal=is_causal, scale=scale, gqa=gqa).transpose(-3, -2)
     if k.dim() >= 3 and k.shape[-3] != q.shape[-3]:
         rep = q.shape[-3] // k.shape[-3]
-        k, v = k.repeat_interleave(rep, dim=-3), v.repeat_interleave(rep, dim=-3)
+        grow = (lambda x: x.repeat_interleave(rep, dim=-3)) if gqa == "consecutive" else (
+            lambda x: x.repeat(*([1] * (x.dim() - 3)), rep, 1, 1))
+        k, v = grow(k), grow(v)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     scores = (q @ k.transpose(-1, -2)) * scale
     if is_causal:
@@ -117,9 +129,9 @@ def quantized_matmul(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
 
 def attention_bshd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None,
                    is_causal: bool = False, scale: float | None = None) -> torch.Tensor:
-    """``attention`` for flash-attention's layout, ``[batch, seq, heads, head_dim]``."""
-    t = [x.transpose(-3, -2) for x in (q, k, v)]
-    return attention(*t, attn_mask=attn_mask, is_causal=is_causal, scale=scale).transpose(-3, -2)
+    """``attention`` for flash-attention's layout, ``[batch, seq, heads, head_dim]``
+    (``attention(layout=bshd)``)."""
+    return attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, layout="bshd")
 
 
 REFERENCES: dict[str, Callable[..., Any]] = {
@@ -160,29 +172,154 @@ def reference_for(op_name: str) -> str | None:
     return None
 
 
-def adapt(reference: Callable[..., Any], schema_args: Sequence[str]) -> Callable[..., Any] | None:
+def adapt(reference: Callable[..., Any], schema_args: Sequence[str],
+          fixed: dict[str, Any] | None = None) -> Callable[..., Any] | None:
     """``reference`` called with an op's arguments: those named in the op's schema
     (``schema_args``, in order) are passed to the reference's parameter of the same meaning
     (``query`` to ``q``, ``sm_scale`` to ``scale``); arguments the reference doesn't take are
-    dropped. None when a required parameter of the reference has no argument."""
+    dropped, and so are those mapped to a parameter of ``fixed`` (the user's own values, passed
+    instead). None when a required parameter of the reference has no argument."""
     params = inspect.signature(reference).parameters
+    fixed = dict(fixed or {})
     to_param = {}
     for arg in schema_args:
-        for param in params:
-            if arg == param or arg.lower() in _ALIASES.get(param, ()):
-                to_param[arg] = param
-                break
+        param = _param_of(arg, params)
+        if param is not None and param not in fixed:
+            to_param[arg] = param
     required = [p for p, spec in params.items() if spec.default is inspect.Parameter.empty]
-    if any(p not in to_param.values() for p in required):
+    if any(p not in to_param.values() and p not in fixed for p in required):
         return None
 
     def call(*args: Any, **kwargs: Any) -> Any:
         named = dict(zip(schema_args, args), **kwargs)
-        return reference(**{to_param[a]: value for a, value in named.items() if a in to_param})
+        return reference(**{to_param[a]: value for a, value in named.items() if a in to_param}, **fixed)
 
     call.__name__ = call.__qualname__ = f"reference_{reference.__name__}"
     return call
 
 
-__all__ = ["REFERENCES", "adapt", "attention", "attention_bshd", "fused_add_rms_norm", "paged_attention", "quantized_matmul",
+def _param_of(arg: str, params: Any) -> str | None:
+    """The reference's parameter an op's argument named ``arg`` means, else None."""
+    for param in params:
+        if arg == param or arg.lower() in _ALIASES.get(param, ()):
+            return param
+    return None
+
+
+# --- what a built-in reference must assume where an op's schema doesn't say it --------------------
+@dataclass(frozen=True)
+class Choice:
+    """One thing a built-in reference decides that an op may decide otherwise: spelled out as
+    ``reference(name=value)``; ``param`` is the reference's parameter it sets."""
+
+    name: str
+    param: str
+    default: Any
+    parse: Callable[[str], Any]
+    words: Callable[[Any], str]  # the value, as the verdict says it
+    missing: str = ""  # what the op's schema lacks when the default is assumed ("" : no NAME argument)
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise ValueError("true or false")
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError("a positive number")
+    return value
+
+
+def _one_of(*values: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text.lower() not in values:
+            raise ValueError(" or ".join(values))
+        return text.lower()
+    return parse
+
+
+_CAUSAL = Choice("causal", "is_causal", False, _bool,
+                 lambda v: "causal (masked above the diagonal aligned to the last key)" if v else "non-causal")
+_SCALE = Choice("scale", "scale", None, _positive, lambda v: "scale 1/sqrt(head_dim)" if v is None else f"scale {v:g}")
+_GQA = Choice("gqa", "gqa", "consecutive", _one_of("consecutive", "strided"),
+              lambda v: ("GQA grouping consecutive (KV head h serves query heads h*G..h*G+G-1, as SDPA's enable_gqa)"
+                         if v == "consecutive" else "GQA grouping strided (query head i uses KV head i mod Hkv)"),
+              "doesn't say how query heads share KV heads")
+_LAYOUT = Choice("layout", "layout", "bhsd", _one_of("bhsd", "bshd"),
+                 lambda v: ("layout bhsd (q, k, v as [batch, heads, seq, head_dim])" if v == "bhsd"
+                            else "layout bshd (q, k, v as [batch, seq, heads, head_dim])"), "doesn't say its layout")
+_EPS = Choice("eps", "eps", 1e-6, _positive, lambda v: f"eps {v:g}")
+_INTERLEAVED = Choice("interleaved", "interleaved", False, _bool,
+                      lambda v: "rotation of interleaved pairs (GPT-J)" if v else "rotation of the halves (NeoX)")
+
+CHOICES: dict[str, tuple[Choice, ...]] = {
+    "attention": (_CAUSAL, _SCALE, _GQA, _LAYOUT), "attention_bshd": (_CAUSAL, _SCALE, _GQA),
+    "paged_attention": (_SCALE,), "rms_norm": (_EPS,), "fused_add_rms_norm": (_EPS,), "rotary_embedding": (_INTERLEAVED,),
+}
+CHOICES["sdpa"], CHOICES["rmsnorm"] = CHOICES["attention"], CHOICES["rms_norm"]
+
+_CALL = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)\s*(?:\((.*)\))?\s*$", re.S)
+
+
+def parse_reference(spec: str) -> tuple[str, dict[str, Any]] | None:
+    """``attention(causal=True, scale=0.125)`` -> ``("attention", {"causal": True, "scale": 0.125})``;
+    None for a spec that isn't a built-in's name (a ``module:function``). A built-in spelled
+    with a choice it doesn't have, or a value that isn't one, is a GraphdbgError of one line."""
+    m = _CALL.match(spec)
+    if m is None or m.group(1) not in REFERENCES:
+        return None
+    name, inside = m.group(1), m.group(2)
+    choices = {c.name: c for c in CHOICES.get(name, ())}
+    given: dict[str, Any] = {}
+    for part in (p.strip() for p in (inside or "").split(",")):
+        if not part:
+            continue
+        key, sep, text = (x.strip() for x in part.partition("="))
+        if not sep or key not in choices:
+            spelled = ", ".join(f"{c}=..." for c in choices) or "none"
+            raise GraphdbgError(f"{name}({inside}): {part!r} is not one of its choices ({spelled})")
+        try:
+            given[key] = choices[key].parse(text)
+        except ValueError as e:
+            raise GraphdbgError(f"{name}({inside}): {key}={text} is not {e or 'a number'}") from None
+    return name, given
+
+
+def fit(name: str, schema_args: Sequence[str], given: dict[str, Any] | None = None, *,
+        by_position: bool = False) -> tuple[Callable[..., Any] | None, list[dict[str, Any]]]:
+    """The built-in ``name`` fitted to an op's schema (``adapt``), with the user's spelled-out
+    choices ``given``; and what it rests on, per choice of the reference (``CHOICES``):
+    ``{"choice", "value", "source", "says", "spelled"}`` (``causal=False``) where ``source`` is ``given`` (spelled out),
+    ``op`` (the op's own argument decides it, per call), ``position`` (an op known by position
+    only: its argument there, where it passes one) or ``assumed`` (the op's schema doesn't say:
+    the reference's default, and ``says`` how to spell it out)."""
+    reference, given = REFERENCES[name], dict(given or {})
+    params = inspect.signature(reference).parameters
+    fixed = {c.param: given[c.name] for c in CHOICES.get(name, ()) if c.name in given}
+    assumptions = []
+    for c in CHOICES.get(name, ()):
+        from_op = next((a for a in schema_args if _param_of(a, params) == c.param), None)
+        if c.name in given:
+            value, source = given[c.name], "given"
+            says = f"{c.words(value)}: spelled out" + (f" (the op's argument {from_op} is not used)" if from_op else "")
+        elif from_op is not None:
+            value, source = None, "position" if by_position else "op"
+            says = (f"{c.name}: the op's argument {from_op}" if not by_position
+                    else f"{c.name}: the op's argument at position {list(schema_args).index(from_op)} where it passes one "
+                         f"(no schema on this machine), else {c.words(c.default)}")
+        else:
+            value, source = c.default, "assumed"
+            says = (f"assumed {c.words(c.default)}: the op's schema {c.missing or f'has no {c.name} argument'}; "
+                    f"spell it out with {name}({c.name}=...)")
+        spelled = f"{c.name}={'1/sqrt(head_dim)' if value is None and c.name == 'scale' else value}" if source != "op" else ""
+        assumptions.append({"choice": c.name, "value": value, "source": source, "says": says, "spelled": spelled})
+    return adapt(reference, schema_args, fixed), assumptions
+
+
+__all__ = ["CHOICES", "REFERENCES", "Choice", "adapt", "fit", "parse_reference", "attention", "attention_bshd", "fused_add_rms_norm", "paged_attention", "quantized_matmul",
            "reference_for", "rms_norm", "rotary_embedding", "silu_and_mul"]

@@ -5,7 +5,9 @@ op with a reference (a built-in matched by name and schema, or ``--swap OP=REFER
 swapped alone, and its swap's effect is measured against the graph with every op swapped (the
 all-reference graph) and, where the graph runs in float64, the float64 reference of that graph:
 the op whose swap alone takes the outputs most of the way there is named, with the share of the
-error it accounts for.
+error it accounts for. Whether the captured graph differs from the all-reference graph at all is
+judged at the outputs' dtype tolerance, or within the user's bounds (``--within``: an approximate
+kernel within them is no culprit).
 
     >>> result = bisect_ops(case, builtin_swaps(case.gm))
     >>> result.culprits, result.ops[0]["accounts_for"]
@@ -19,10 +21,13 @@ from typing import Any
 
 from graphdbg.case import Case
 from graphdbg.judge.accuracy import compare_outputs
+from graphdbg.judge.measures import Bound
 from graphdbg.rebuild.swap import Swap, builtin_swaps, parse_swaps
 from graphdbg.replay.swap import (
+    as_bounds,
     case_kernel_names,
     case_kernels,
+    distances,
     error,
     in_child,
     in_child_unless,
@@ -48,20 +53,25 @@ class BisectOpsResult:
     stand_ins: list[str] = field(default_factory=list)
     note: str = ""
     kernels: list[dict[str, Any]] = field(default_factory=list)  # how each kernel ran as captured (rebuild/kernel_source.py)
+    within: list[str] = field(default_factory=list)  # the bounds "differs" was judged by; none: the dtype's tolerance
+    rows: list[dict[str, Any]] = field(default_factory=list)  # per output: the captured graph's measures against the all-reference graph's
+    assumptions: list[dict[str, Any]] = field(default_factory=list)  # per swapped op: what its built-in reference assumed
 
     def to_dict(self) -> dict[str, Any]:
         return {"culprits": self.culprits, "culprit": self.culprits[0] if self.culprits else None, "ops": self.ops,
                 "error": self.error, "error_vs_float64": self.error_vs_float64,
                 "all_reference_error_vs_float64": self.all_reference_error_vs_float64, "float64_note": self.float64_note,
-                "stand_ins": self.stand_ins, "note": self.note, "kernels": self.kernels}
+                "stand_ins": self.stand_ins, "note": self.note, "kernels": self.kernels, "within": self.within,
+                "rows": self.rows, "assumptions": self.assumptions}
 
 
-def bisect_ops(case: Case, swaps: list[Swap]) -> BisectOpsResult:
+def bisect_ops(case: Case, swaps: list[Swap], bounds: list[Bound] | None = None) -> BisectOpsResult:
     """Swap each op of ``swaps`` alone; name the op(s) whose swap moves the outputs most toward
-    the graph with all of them swapped."""
-    stand_ins, kernels = [s.describe() for s in case.stand_ins], case_kernels(case)
+    the graph with all of them swapped, when the captured graph differs from that one (beyond
+    the dtype's tolerance, or outside ``bounds`` where given)."""
+    stand_ins, kernels, spelled = [s.describe() for s in case.stand_ins], case_kernels(case), [str(b) for b in bounds or []]
     if not swaps:
-        return BisectOpsResult([], [], 0.0, None, None, stand_ins=stand_ins, kernels=kernels,
+        return BisectOpsResult([], [], 0.0, None, None, stand_ins=stand_ins, kernels=kernels, within=spelled,
                                note="no custom op of this graph has a reference: give one with --swap OP=module:function")
     captured = run_graph(case.gm, case.inputs)
     all_ref_gm, _ = swapped_graph(case, swaps)
@@ -80,34 +90,40 @@ def bisect_ops(case: Case, swaps: list[Swap]) -> BisectOpsResult:
             row.update(error_vs_float64_after=after64, accounts_for_vs_float64=(total64 - after64) / total64)
         rows.append(row)
     rows.sort(key=lambda r: -r["accounts_for"])
-    differs = bool(compare_outputs(all_ref, captured))
+    outputs = distances(all_ref, captured, bounds)
+    differs = not all(r["close"] for r in outputs) if bounds else bool(compare_outputs(all_ref, captured))
     culprits = []
     if differs and rows[0]["accounts_for"] >= ACCOUNTS_FOR:
         culprits = [r["op"] for r in rows if r["accounts_for"] >= CLOSE_SECOND * rows[0]["accounts_for"]]
+    judged = f" within {', '.join(spelled)}" if spelled else ""
     note = (f"{culprits[0]}'s swap alone accounts for {rows[0]['accounts_for']:.0%} of the outputs' error" if culprits
-            else "the captured graph agrees with the all-reference graph" if not differs
+            else f"the captured graph agrees with the all-reference graph{judged}" if not differs
             else "no single op's swap accounts for most of the error")
     return BisectOpsResult(culprits, rows, total, total64, error(ref64, all_ref) if ref64 is not None else None,
-                           why, stand_ins, note, kernels)
+                           why, stand_ins, note, kernels, spelled, outputs, [s.to_dict() for s in swaps])
 
 
 def bisect_ops_dump(dump: Any, specs: list[str], *, device: Any = None, trust_kernels: bool = False,
-                    timeout: float | None = None, isolate: bool | None = None) -> BisectOpsResult:
+                    timeout: float | None = None, isolate: bool | None = None,
+                    within: list[Bound] | list[str] | None = None) -> BisectOpsResult:
     """``bisect ops`` on a Dump, with the ``--swap`` pairs ``specs``; every run is in the
     sandboxed replay child, bounded by ``timeout`` (``isolate=False``: in this process, for a
-    graph you trust); with ``trust_kernels`` its user Triton kernels run from the dump's source."""
+    graph you trust); with ``trust_kernels`` its user Triton kernels run from the dump's source.
+    ``within``: the bounds the captured graph is judged by against the all-reference graph."""
+    bounds = as_bounds(within)
     if in_child_unless(isolate, trust_kernels):
-        result = in_child(dump, {"kind": "bisect-ops", "swaps": list(specs)}, device, timeout, trust_kernels)
+        result = in_child(dump, {"kind": "bisect-ops", "swaps": list(specs), "within": [str(b) for b in bounds]},
+                          device, timeout, trust_kernels)
         result.pop("culprit", None)
         return BisectOpsResult(**result)
     case = dump.case(device)
-    return bisect_ops(case, builtin_swaps(case.gm, parse_swaps(specs, case.gm, case_kernel_names(case))))
+    return bisect_ops(case, builtin_swaps(case.gm, parse_swaps(specs, case.gm, case_kernel_names(case))), bounds)
 
 
 def bisect_ops_job(case: Case, job: dict[str, Any]) -> dict[str, Any]:
     """``bisect ops`` in the replay child (``replay/swap.py``'s ``CHILD_JOBS``)."""
     swaps = builtin_swaps(case.gm, parse_swaps(job.get("swaps") or [], case.gm, case_kernel_names(case)))
-    return bisect_ops(case, swaps).to_dict()
+    return bisect_ops(case, swaps, as_bounds(job.get("within"))).to_dict()
 
 
 __all__ = ["BisectOpsResult", "bisect_ops", "bisect_ops_dump", "bisect_ops_job"]

@@ -103,11 +103,13 @@ def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any
 
 
 def export_swap_test(dump: Any, path: str | Path, swaps: list[str], *, ops: list[str] | None = None,
-                     trust_kernels: bool = False) -> Path:
+                     trust_kernels: bool = False, within: list[str] | None = None) -> Path:
     """Write a pytest file at ``path`` asserting that the dump's graph with its kernels agrees with
-    the graph with ``swaps`` (``OP=REFERENCE``) within the outputs' tolerance: it fails while a
-    kernel is wrong and passes once it is fixed (docs/kernels.md). ``ops`` and the references'
-    modules are the user's, imported by name where the test runs; the dump's files come along."""
+    the graph with ``swaps`` (``OP=REFERENCE``) within the outputs' tolerance, or within the
+    bounds ``within`` (``cosine>=0.9999``: recorded in the test, which checks them): it fails
+    while a kernel is wrong and passes once it is fixed (docs/kernels.md). ``ops`` and the
+    references' modules are the user's, imported by name where the test runs; the dump's files
+    come along."""
     d = dump if isinstance(dump, Dump) else load_dump(dump)
     path = Path(path)
     if not path.name.startswith("test_") or path.suffix != ".py":
@@ -118,7 +120,8 @@ def export_swap_test(dump: Any, path: str | Path, swaps: list[str], *, ops: list
     if data.is_symlink() or data.exists() and not data.is_dir():
         raise GraphdbgError(f"{data}: exists and is not a folder graphdbg wrote")
     text = _SWAP_TEMPLATE.format(name=re.sub(r"\W", "_", path.stem[len("test_"):]) or "dump", data=repr(data.name),
-                                 swaps=repr(list(swaps)), ops=repr(list(ops or [])), trust=repr(bool(trust_kernels)))
+                                 swaps=repr(list(swaps)), ops=repr(list(ops or [])), trust=repr(bool(trust_kernels)),
+                                 within=repr([str(w) for w in within or []]))
     compile(text, str(path), "exec")  # every value went in through repr
     if data.exists():
         shutil.rmtree(data)
@@ -196,7 +199,8 @@ def test_{name}(monkeypatch, capsys):
 
 
 _SWAP_TEMPLATE = '''"""Regression test exported by graphdbg (export-test --swap): the graph with its own kernels
-agrees with the graph with each kernel of SWAPS replaced by its reference, within the outputs'
+agrees with the graph with each kernel of SWAPS replaced by its reference, within every bound of
+WITHIN (the measures graphdbg compare --swap --within takes), or, with none, within the outputs'
 tolerance. It fails while a kernel is wrong, and passes once it computes what its reference does.
 The graph and its inputs are in the folder DUMP names (a graphdbg dump: manifest.json, graph.py,
 inputs.safetensors; no pickle); OPS are the modules that define the custom ops.
@@ -209,11 +213,11 @@ DUMP = Path(__file__).with_name({data})
 SWAPS = {swaps}
 OPS = {ops}
 TRUST_KERNELS = {trust}  # True: its user Triton kernels run from the dump's source, in graphdbg's sandboxed replay child
+WITHIN = {within}  # the bounds this test was written with; empty: the outputs' dtype tolerance
 
 
 def test_{name}():
-    report = graphdbg.compare_swap(DUMP, SWAPS, ops=OPS, trust_kernels=TRUST_KERNELS)
-    moved = [r for r in report.rows if not r["close"]]
-    assert not moved, "with " + ", ".join(SWAPS) + ": " + "; ".join(
-        f"output {{r['output']}} moves by max {{r['max_abs_error']:.3g}}, cosine {{r['cosine']:.6f}}" for r in moved)
+    report = graphdbg.compare_swap(DUMP, SWAPS, ops=OPS, trust_kernels=TRUST_KERNELS, within=WITHIN)
+    assert report.within == WITHIN, report.judged_by()
+    assert not report.moved, report.moves()
 '''

@@ -2,7 +2,9 @@
 
 ``--swap OP=REFERENCE`` names the op as ``ns::name`` (or ``torch.ops.ns.name[.overload]``) and
 the reference as a built-in (``graphdbg.judge.references``: ``attention``, ``rms_norm``, ...),
-adapted to the op's schema by argument name, or as the user's own ``module:function``, imported
+adapted to the op's schema by argument name, with what the schema doesn't decide spelled out
+(``attention(causal=True, scale=0.125)``) or assumed and said (each Swap's ``assumptions``),
+or as the user's own ``module:function``, imported
 like ``--ops`` (the user's choice on the command line, never a name from the dump) and called
 with the op's arguments as they are.
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 import copy
 import importlib
 import inspect
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,15 +27,20 @@ import torch.fx as fx
 from graphdbg.errors import GraphdbgError
 from graphdbg.graph.allow_list import register_ops
 from graphdbg.graph.kernels import custom_op_of, qualified_name
-from graphdbg.judge.references import REFERENCES, adapt, reference_for
+from graphdbg.judge.references import REFERENCES, fit, parse_reference, reference_for
 from graphdbg.rebuild.inputs import StandIn
 
 
 @dataclass
 class Swap:
     op: str  # ns::name
-    reference: str  # a built-in's name or module:function
+    reference: str  # a built-in's name (with its choices spelled out, as given) or module:function
     fn: Callable[..., Any]
+    # a built-in's choices and where each came from (judge/references.py's ``fit``); none for the user's own
+    assumptions: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "reference": self.reference, "assumptions": self.assumptions}
 
 
 def op_key(name: str) -> str:
@@ -106,13 +114,13 @@ def kernel_constants(manifest: dict[str, Any] | None) -> dict[int, dict[str, Any
     return out
 
 
-def builtin(name: str, args: OpArgs) -> Callable[..., Any] | None:
+def builtin(name: str, args: OpArgs, given: dict[str, Any] | None = None) -> tuple[Callable[..., Any] | None, list[dict[str, Any]]]:
     """The built-in reference ``name`` fitted to an op's schema (by position where there is
-    none); for an op that writes its results into arguments, it writes them there too."""
-    reference = REFERENCES[name]
-    fn = adapt(reference, args.names or positional(reference))
+    none), with the choices the user spelled out (``given``), and what it assumed; for an op
+    that writes its results into arguments, it writes them there too."""
+    fn, assumptions = fit(name, args.names or positional(REFERENCES[name]), given, by_position=not args.names)
     if fn is None or not args.written:
-        return fn
+        return fn, assumptions
 
     def into(*call_args: Any, **kwargs: Any) -> None:
         named = dict(zip(args.names, call_args), **kwargs)
@@ -124,18 +132,23 @@ def builtin(name: str, args: OpArgs) -> Callable[..., Any] | None:
     positions = {a: i for i, a in enumerate(args.names)}
     into.graphdbg_writes = lambda node: [node.args[positions[a]] if positions[a] < len(node.args)  # type: ignore[attr-defined]
                                          else node.kwargs.get(a) for a in args.written]
-    return into
+    return into, assumptions
 
 
-def resolve_reference(spec: str, op: str, args: OpArgs) -> Callable[..., Any]:
-    """A reference for ``op``: a built-in by name, else the user's ``module:function``."""
+def resolve_reference(spec: str, op: str, args: OpArgs) -> tuple[Callable[..., Any], list[dict[str, Any]]]:
+    """A reference for ``op``: a built-in by name (``attention(causal=True)``: with its choices
+    spelled out), and what it assumed; else the user's ``module:function``."""
     spec = spec.strip()
-    if spec in REFERENCES:
-        fn = builtin(spec, args)
+    try:
+        built_in = parse_reference(spec)
+    except GraphdbgError as e:
+        raise GraphdbgError(f"--swap {op}={spec}: {e}") from None
+    if built_in is not None:
+        fn, assumptions = builtin(built_in[0], args, built_in[1])
         if fn is None:
             raise GraphdbgError(f"--swap {op}={spec}: the reference needs arguments {op}'s schema "
                                 f"({', '.join(args.names)}) doesn't name; give a module:function of your own")
-        return fn
+        return fn, assumptions
     module, sep, attr = spec.partition(":")
     if not sep or not module or not attr:
         raise GraphdbgError(f"--swap {op}={spec}: not a built-in reference ({', '.join(REFERENCES)}) nor a module:function")
@@ -145,12 +158,12 @@ def resolve_reference(spec: str, op: str, args: OpArgs) -> Callable[..., Any]:
         obj = getattr(obj, part, None)
     if not callable(obj):
         raise GraphdbgError(f"--swap {op}={spec}: {module} has no function {attr}")
-    return obj
+    return obj, []
 
 
 def positional(reference: Callable[..., Any]) -> list[str]:
-    """A reference's own parameter names: the schema assumed for an op known by position only."""
-    return list(inspect.signature(reference).parameters)
+    """A reference's own positional parameter names: the schema assumed for an op known by position only."""
+    return [n for n, p in inspect.signature(reference).parameters.items() if p.kind is p.POSITIONAL_OR_KEYWORD]
 
 
 def parse_swaps(specs: Iterable[str], gm: fx.GraphModule, names: dict[int, str] | None = None, *,
@@ -161,7 +174,8 @@ def parse_swaps(specs: Iterable[str], gm: fx.GraphModule, names: dict[int, str] 
     ops = graph_ops(gm, names)
     swaps = []
     for spec in specs:
-        op, sep, ref = spec.rpartition("=") if spec.startswith("kernel_idx=") else spec.partition("=")
+        by_index = re.match(r"^\s*(kernel_idx=\d+)\s*=(.*)$", spec, re.S)
+        op, sep, ref = (by_index.group(1), "=", by_index.group(2)) if by_index else spec.partition("=")
         if not sep or not op.strip() or not ref.strip():
             raise GraphdbgError(f"--swap {spec!r}: expected OP=REFERENCE (kt::attention=attention, ns::op=mymod:fn)")
         key = op.strip() if op.strip() in ops else op_key(op)
@@ -169,7 +183,7 @@ def parse_swaps(specs: Iterable[str], gm: fx.GraphModule, names: dict[int, str] 
             continue
         if key not in ops:
             raise GraphdbgError(f"--swap {spec}: the graph calls no {key} (its custom ops: {', '.join(ops) or 'none'})")
-        swaps.append(Swap(key, ref.strip(), resolve_reference(ref, key, ops[key])))
+        swaps.append(Swap(key, ref.strip(), *resolve_reference(ref, key, ops[key])))
     return swaps
 
 
@@ -184,9 +198,9 @@ def builtin_swaps(gm: fx.GraphModule, given: list[Swap] | None = None) -> list[S
         if any(s.op == op for s in out):
             continue
         name = reference_for(op)
-        fn = builtin(name, args) if name else None
+        fn, assumptions = builtin(name, args) if name else (None, [])
         if fn is not None:
-            out.append(Swap(op, name, fn))
+            out.append(Swap(op, name, fn, assumptions))
     return out
 
 

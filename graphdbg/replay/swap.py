@@ -2,12 +2,14 @@
 
 ``compare --swap OP=REFERENCE`` runs a dump's graph twice on the same inputs, eagerly (a kernel
 is judged as it is, not as a compiler rewrote it): once as captured, once with every call of
-OP replaced (``rebuild/swap.py``), and says per output how far it moved.
+OP replaced (``rebuild/swap.py``), and says per output how far the kernel is from its reference
+(``judge/measures.py``: the reference is the graph with the swaps) and whether that is close: at
+the output dtype's tolerance, or within the user's bounds (``--within cosine>=0.9999``).
 
     >>> report = compare_swap(case, parse_swaps(["kt_attn::int8_attention=attention"], case.gm))
     >>> report.rows[0]
     {'output': 0, 'shape': [2, 16, 128], 'dtype': 'float32', 'max_abs_error': 0.227, 'mean_abs_error': 0.021,
-     'cosine': 0.998, 'rel_error': 0.061, 'close': False}
+     'cosine': 0.998, 'rel_l1': 0.052, 'rel_l2': 0.061, 'rel_error': 0.061, 'ulps': 3.1e5, 'compared': 4096, ..., 'close': False}
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from graphdbg.case import Case
 from graphdbg.errors import GraphdbgError
 from graphdbg.graph.allow_list import check_graph_module, register_ops
 from graphdbg.judge.accuracy import BY_DTYPE
+from graphdbg.judge.measures import Bound, measure, parse_within, within
 from graphdbg.rebuild.inputs import StandIn
 from graphdbg.rebuild.kernel_source import kernels_ran
 from graphdbg.rebuild.swap import Swap, kernel_constants, kernel_names, parse_swaps, swap_ops
@@ -59,30 +62,32 @@ def reference64(gm: fx.GraphModule, inputs: list[Any], device: torch.device | No
     return [result.values[i] for i in sorted(result.values)], None
 
 
-def distance(expected: Any, actual: Any) -> dict[str, Any] | None:
-    """How far ``actual`` is from ``expected``: max and mean abs error, cosine similarity, the
-    relative error ``|a - e| / |e|`` (2-norms), and whether it is close at the dtype's tolerance.
-    None for a pair that isn't two floating tensors of one shape."""
+def distance(expected: Any, actual: Any, bounds: list[Bound] | None = None) -> dict[str, Any] | None:
+    """How far ``actual`` is from its reference ``expected``: every measure of
+    ``judge/measures.py`` (``max_abs`` as ``max_abs_error``, ``mean_abs`` as ``mean_abs_error``;
+    ``rel_error`` is ``rel_l2``, its older name), and whether it is close: within every one of
+    ``bounds`` where there are any (``within``: each bound, its value, whether it holds), else
+    at the output dtype's tolerance. None for a pair that isn't two floating tensors of one shape."""
     if not (isinstance(expected, torch.Tensor) and isinstance(actual, torch.Tensor)) or expected.shape != actual.shape:
         return None
     if not (expected.is_floating_point() and actual.is_floating_point()):
         return None
-    e, a = expected.detach().double().flatten(), actual.detach().double().flatten()
-    diff = (a - e).abs()
-    finite = torch.isfinite(diff)
-    norm = e.norm().item()
+    m = measure(expected, actual)
+    row = {"shape": list(expected.shape), "dtype": str(actual.dtype).removeprefix("torch."),
+           "max_abs_error": m["max_abs"], "mean_abs_error": m["mean_abs"], "cosine": m["cosine"], "rel_l1": m["rel_l1"],
+           "rel_l2": m["rel_l2"], "rel_error": m["rel_l2"], "ulps": m["ulps"], "compared": m["compared"],
+           "nonfinite": int(expected.numel() - m["compared"]), "nonfinite_mismatch": m["nonfinite_mismatch"]}
+    if bounds:
+        checks = within(bounds, {**m, **row})
+        return {**row, "within": checks, "close": all(c["holds"] for c in checks)}
     rtol, atol = BY_DTYPE.of(actual.dtype)
-    return {"shape": list(expected.shape), "dtype": str(actual.dtype).removeprefix("torch."),
-            "max_abs_error": diff.max().item() if diff.numel() else 0.0,
-            "mean_abs_error": diff.mean().item() if diff.numel() else 0.0,
-            "cosine": torch.nn.functional.cosine_similarity(a, e, dim=0).item() if diff.numel() else 1.0,
-            "rel_error": (a - e).norm().item() / norm if norm > 0 else (a - e).norm().item(),
-            "nonfinite": int((~finite).sum().item()),
-            "close": bool(torch.allclose(a, e, rtol=rtol, atol=atol, equal_nan=True))}
+    e, a = expected.detach().double(), actual.detach().double()
+    return {**row, "close": bool(torch.allclose(a, e, rtol=rtol, atol=atol, equal_nan=True))}
 
 
-def distances(expected: list[Any], actual: list[Any]) -> list[dict[str, Any]]:
-    return [{"output": i, **d} for i, (e, a) in enumerate(zip(expected, actual)) if (d := distance(e, a)) is not None]
+def distances(expected: list[Any], actual: list[Any], bounds: list[Bound] | None = None) -> list[dict[str, Any]]:
+    """``distance`` of each output of ``actual`` from its reference in ``expected``."""
+    return [{"output": i, **d} for i, (e, a) in enumerate(zip(expected, actual)) if (d := distance(e, a, bounds)) is not None]
 
 
 def error(expected: list[Any], actual: list[Any]) -> float:
@@ -111,59 +116,98 @@ def swapped_graph(case: Case, swaps: list[Swap]) -> tuple[fx.GraphModule, list[S
 class SwapReport:
     """``compare --swap``: per output, the graph as captured against the graph with the swaps."""
 
-    swaps: list[dict[str, str]]
+    swaps: list[dict[str, Any]]  # op, reference, assumptions (a built-in's choices and where each came from)
     rows: list[dict[str, Any]]
     replaced: list[str] = field(default_factory=list)  # the swapped nodes
     stand_ins: list[str] = field(default_factory=list)  # the case's own (ops this machine lacks)
     kernels: list[dict[str, Any]] = field(default_factory=list)  # how each kernel ran as captured (rebuild/kernel_source.py)
+    within: list[str] = field(default_factory=list)  # the bounds every output was judged by; none: the dtype's tolerance
 
     @property
     def moved(self) -> bool:
         return not all(r["close"] for r in self.rows)
 
+    def judged_by(self) -> str:
+        """What ``close`` means here: the bounds, or the dtype's tolerance."""
+        return f"within {', '.join(self.within)}" if self.within else "at the output dtype's tolerance"
+
+    def assumed(self) -> list[str]:
+        """Per swap, what its built-in reference assumed where the op's schema doesn't say, in a few words."""
+        out = []
+        for s in self.swaps:
+            assumed = [a for a in s.get("assumptions") or [] if a["source"] == "assumed"]
+            if assumed:
+                name = s["reference"].partition("(")[0]
+                out.append(f"{s['op']}={s['reference']} assumed {', '.join(a.get('spelled') or a['choice'] for a in assumed)}: "
+                           f"the op's schema doesn't say; spell them out as {name}({', '.join(a['choice'] + '=...' for a in assumed)})")
+        return out
+
     def moves(self) -> str:
-        """One line: the swaps and each output they move beyond tolerance ("" when none moves)."""
+        """One line: the swaps and each output beyond tolerance or a bound, with what the
+        references assumed ("" when none moves)."""
         moved = [r for r in self.rows if not r["close"]]
         if not moved:
             return ""
         swaps = ", ".join(f"{s['op']}={s['reference']}" for s in self.swaps)
-        return f"with {swaps}: " + "; ".join(f"output {r['output']} moves by max {r['max_abs_error']:.3g}, "
-                                             f"cosine {r['cosine']:.6f}" for r in moved)
+        line = f"with {swaps}: " + "; ".join(_moved(r) for r in moved)
+        assumed = self.assumed()
+        return line + (f" ({'; '.join(assumed)})" if assumed else "")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"swaps": self.swaps, "moved": self.moved, "rows": self.rows, "replaced": self.replaced,
-                "stand_ins": self.stand_ins, "kernels": self.kernels}
+        return {"swaps": self.swaps, "moved": self.moved, "judged_by": self.judged_by(), "within": self.within,
+                "rows": self.rows, "replaced": self.replaced, "stand_ins": self.stand_ins, "kernels": self.kernels}
 
 
-def compare_swap(case: Case, swaps: list[Swap]) -> SwapReport:
-    """Run ``case`` as captured and with ``swaps``; per output, how far the swap moves it."""
+def _moved(row: dict[str, Any]) -> str:
+    """One output beyond tolerance or a bound: the bounds it breaks, else its max and cosine."""
+    broken = [c for c in row.get("within") or [] if not c["holds"]]
+    if broken:
+        return f"output {row['output']} is not within " + ", ".join(f"{c['bound']} ({_value(c['value'])})" for c in broken)
+    return f"output {row['output']} moves by max {row['max_abs_error']:.3g}, cosine {row['cosine']:.6f}"
+
+
+def _value(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def compare_swap(case: Case, swaps: list[Swap], bounds: list[Bound] | None = None) -> SwapReport:
+    """Run ``case`` as captured and with ``swaps``; per output, how far the kernel is from the
+    graph with its reference, judged within ``bounds`` where given, else at the dtype's tolerance."""
+    spelled = [str(b) for b in bounds or []]
     if not swaps:
-        return SwapReport([], [], [], [s.describe() for s in case.stand_ins], case_kernels(case))
+        return SwapReport([], [], [], [s.describe() for s in case.stand_ins], case_kernels(case), spelled)
     swapped, used = swapped_graph(case, swaps)
     captured = run_graph(case.gm, case.inputs)
     with_refs = run_graph(swapped, case.inputs, swaps)
-    return SwapReport([{"op": s.op, "reference": s.reference} for s in swaps], distances(captured, with_refs),
-                      [s.describe() for s in used], [s.describe() for s in case.stand_ins], case_kernels(case))
+    return SwapReport([s.to_dict() for s in swaps], distances(with_refs, captured, bounds),
+                      [s.describe() for s in used], [s.describe() for s in case.stand_ins], case_kernels(case), spelled)
 
 
 def swap_dump(dump: Any, specs: list[str], *, ops: list[str] | None = None, device: Any = None,
               trust_kernels: bool = False, timeout: float | None = None, only_called: bool = False,
-              isolate: bool | None = None) -> SwapReport:
+              isolate: bool | None = None, within: list[Bound] | list[str] | None = None) -> SwapReport:
     """``compare --swap`` on a Dump: ``ops`` (the user's modules defining the custom ops) are
     imported first, so the graph "as captured" calls the real kernels. Both runs happen in the
     sandboxed replay child, bounded by ``timeout``, as every run of a dump's graph does;
     ``isolate=False``: in this process, for a graph you trust (not with ``trust_kernels``: its
     user Triton kernels run from the dump's source, ``rebuild/kernel_source.py``). ``only_called``:
     swaps of ops the graph doesn't call are left out (none left: a report with no swaps and no
-    rows), not an error."""
+    rows), not an error. ``within``: the bounds each output is judged by (``--within``, Bounds
+    or their spelling), instead of the dtype's tolerance."""
+    bounds = as_bounds(within)
     if ops:
         register_ops(ops)
     if in_child_unless(isolate, trust_kernels):
-        result = in_child(dump, {"kind": "swap", "swaps": list(specs), "only_called": only_called}, device, timeout,
-                          trust_kernels)
-        return SwapReport(**{k: result[k] for k in ("swaps", "rows", "replaced", "stand_ins", "kernels")})
+        result = in_child(dump, {"kind": "swap", "swaps": list(specs), "only_called": only_called,
+                                 "within": [str(b) for b in bounds]}, device, timeout, trust_kernels)
+        return SwapReport(**{k: result[k] for k in ("swaps", "rows", "replaced", "stand_ins", "kernels", "within")})
     case = dump.case(device)
-    return compare_swap(case, parse_swaps(specs, case.gm, case_kernel_names(case), only_called=only_called))
+    return compare_swap(case, parse_swaps(specs, case.gm, case_kernel_names(case), only_called=only_called), bounds)
+
+
+def as_bounds(within: list[Bound] | list[str] | None) -> list[Bound]:
+    """``--within`` as Bounds, whether given as Bounds or as their spelling (a job's JSON)."""
+    return [b for b in within or [] if isinstance(b, Bound)] + parse_within([b for b in within or [] if not isinstance(b, Bound)])
 
 
 def in_child_unless(isolate: bool | None, trust_kernels: bool) -> bool:
@@ -199,7 +243,7 @@ def child_job(case: Case, job: dict[str, Any]) -> dict[str, Any]:
 
 def swap_job(case: Case, job: dict[str, Any]) -> dict[str, Any]:
     swaps = parse_swaps(job.get("swaps") or [], case.gm, case_kernel_names(case), only_called=bool(job.get("only_called")))
-    return compare_swap(case, swaps).to_dict()
+    return compare_swap(case, swaps, as_bounds(job.get("within"))).to_dict()
 
 
-__all__ = ["CHILD_JOBS", "SwapReport", "case_kernels", "child_job", "in_child", "in_child_unless", "swap_dump", "swapped_graph", "case_kernel_names", "compare_swap", "distance", "distances", "error", "reference64", "run_graph"]
+__all__ = ["CHILD_JOBS", "SwapReport", "as_bounds", "case_kernels", "child_job", "in_child", "in_child_unless", "swap_dump", "swapped_graph", "case_kernel_names", "compare_swap", "distance", "distances", "error", "reference64", "run_graph"]

@@ -250,6 +250,7 @@ ConfigOpt = Annotated[Optional[list[str]], typer.Option("--config", help="Overri
 NoConfigOpt = Annotated[bool, typer.Option("--no-config", help="Drop the compiler settings recorded in the dump (run with torch's defaults).", rich_help_panel="Backend")]
 FailureRateOpt = Annotated[Optional[float], typer.Option("--failure-rate", min=0.001, max=1.0, help="The share of runs the failure shows on (e.g. from replay --repeat; default: the share of calls that failed at capture, else 1): each candidate runs until a sequential test decides whether it keeps the failure.")]
 SwapOpt = Annotated[Optional[list[str]], typer.Option("--swap", help="OP=REFERENCE: replace every call of custom op OP (ns::name) by a built-in reference (attention, rms_norm, ...) or your module:function (imported like --ops); repeatable.", rich_help_panel="Inputs")]
+WithinOpt = Annotated[Optional[list[str]], typer.Option("--within", help="MEASURE>=X or MEASURE<=X: judge each output against the graph with the swaps by this bound instead of the dtype's tolerance (cosine>=0.9999, rel_l1<=0.01; also rel_l2, max_abs, ulps); repeatable, all must hold.", rich_help_panel="Inputs")]
 SelfCheckOpt = Annotated[bool, typer.Option("--self-check/--no-self-check", help="Run what was written once, in a fresh sandboxed interpreter, to check that it shows the captured failure (exit 4 if not); --no-self-check skips that run.")]
 AsCapturedOpt = Annotated[bool, typer.Option("--as-captured", help="Restore the captured torch.backends flags, matmul precision, environment variables and thread counts (not versions or the device).", rich_help_panel="Backend")]
 TrustKernelsOpt = Annotated[bool, typer.Option("--trust-kernels", help="Run user Triton kernels from the source the dump recorded (code from the dump's author), in the sandboxed replay child.", rich_help_panel="Backend")]
@@ -450,6 +451,7 @@ def compare(
     seed: SeedOpt = None,
     trust_backend: TrustOpt = False,
     swap: SwapOpt = None,
+    within: WithinOpt = None,
     trust_kernels: TrustKernelsOpt = False,
     as_captured: AsCapturedOpt = False,
     as_json: JsonFlag = False,
@@ -457,10 +459,12 @@ def compare(
     """Replay a dump under several backends; one row per backend. Exit 1 if any fails.
 
     With --swap OP=REFERENCE: run the graph as captured and with every call of OP replaced by
-    REFERENCE; one row per output, how far it moves. Exit 1 if any moves beyond tolerance."""
+    REFERENCE; one row per output, how far it moves. Exit 1 if any moves beyond tolerance (or
+    outside the --within bounds)."""
     _must_exist(dump)
+    bounds = _bounds(within, swap)
     if swap:
-        raise typer.Exit(_compare_swap(dump, swap, device, ops, seed, as_json, trust_kernels, timeout, isolate))
+        raise typer.Exit(_compare_swap(dump, swap, device, ops, seed, as_json, trust_kernels, timeout, isolate, bounds))
     from graphdbg.backends.recipe import backend_label
     from graphdbg.replay.entry import compare_outcomes, compared_backends, outcomes_table, own_backend_missing
     from graphdbg.ui.render import compare_table
@@ -490,15 +494,27 @@ def compare(
 
 
 def _compare_swap(dump: Path, swap: list[str], device: str | None, ops: str | None, seed: int | None, as_json: bool,
-                  trust_kernels: bool, timeout: float | None, isolate: bool) -> int:
+                  trust_kernels: bool, timeout: float | None, isolate: bool, bounds: list | None = None) -> int:
     from graphdbg.replay.swap import swap_dump
 
     _inputs_setup(ops, seed)
     d = _load_with_progress(dump, "compare", quiet=as_json)
     with _progress("compare: the graph as captured, and with the swaps", quiet=as_json):
-        report = swap_dump(d, swap, device=device, trust_kernels=trust_kernels, timeout=timeout, isolate=isolate)
+        report = swap_dump(d, swap, device=device, trust_kernels=trust_kernels, timeout=timeout, isolate=isolate,
+                           within=bounds)
     _report(report, as_json, "compare-swap")
     return 1 if report.moved else 0
+
+
+def _bounds(within: list[str] | None, swap: list[str] | None, needs_swap: bool = True) -> list:
+    """--within's bounds (judge/measures.py), read before anything loads: a bad one is one line."""
+    if not within:
+        return []
+    if needs_swap and not swap:
+        raise GraphdbgError("--within judges a swap's outputs: give --swap OP=REFERENCE too")
+    from graphdbg.judge.measures import parse_within
+
+    return parse_within(within)
 
 
 @app.command(epilog=_example("graphdbg minify fixtures/block_runtime_error --trust-backend -o min"))
@@ -675,6 +691,7 @@ def bisect_envs(
 def bisect_ops(
     dump: Annotated[Path, typer.Argument(help="A dump folder or a graph file.")],
     swap: SwapOpt = None,
+    within: WithinOpt = None,
     device: DeviceOpt = None,
     ops: OpsOpt = None,
     seed: SeedOpt = None,
@@ -684,14 +701,17 @@ def bisect_ops(
     as_json: JsonFlag = False,
 ) -> None:
     """The custom op whose swap for its reference (built-in, or --swap) moves the outputs most
-    toward the all-reference graph. Exit 1 when one is named."""
+    toward the all-reference graph. Exit 1 when one is named (none while the captured graph is
+    within the --within bounds of the all-reference graph)."""
     _must_exist(dump)
     from graphdbg.minify.bisect_ops import bisect_ops_dump
 
+    bounds = _bounds(within, swap, needs_swap=False)  # bisect ops swaps the built-ins it finds too
     _inputs_setup(ops, seed)
     d = _load_with_progress(dump, "bisect", quiet=as_json)
     with _progress("bisect ops: each op with a reference, swapped alone", quiet=as_json):
-        result = bisect_ops_dump(d, swap or [], device=device, trust_kernels=trust_kernels, timeout=timeout, isolate=isolate)
+        result = bisect_ops_dump(d, swap or [], device=device, trust_kernels=trust_kernels, timeout=timeout, isolate=isolate,
+                                 within=bounds)
     _report(result, as_json, "bisect-ops")
     raise typer.Exit(1 if result.culprits else 0)
 
@@ -718,14 +738,17 @@ def export_test(
     trust_backend: TrustOpt = False,
     force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing test file and its data folder.")] = False,
     swap: SwapOpt = None,
+    within: WithinOpt = None,
     ops: OpsOpt = None,
     trust_kernels: TrustKernelsOpt = False,
     self_check: SelfCheckOpt = True,
 ) -> None:
     """Write a pytest regression test from a dump, with its data next to it; it fails while the bug is there.
 
-    With --swap OP=REFERENCE: a test that the graph with OP agrees with the graph with REFERENCE."""
+    With --swap OP=REFERENCE: a test that the graph with OP agrees with the graph with REFERENCE
+    (within the --within bounds, which the test records)."""
     _must_exist(dump)
+    bounds = _bounds(within, swap)
     from graphdbg.minify import export_test as run
 
     data = out.with_name(out.stem + "_data")
@@ -734,7 +757,7 @@ def export_test(
         raise GraphdbgError(f"{there[0]} exists; pass --force to overwrite it")
     d = _load_with_progress(dump, "export-test")
     if swap:
-        _export_swap_test(d, out, swap, ops, trust_kernels)
+        _export_swap_test(d, out, swap, ops, trust_kernels, bounds)
         return
     with _progress(f"export-test: writing {out}"):
         path = run(d, out, backend=backend, passes=passes, trust=trust_backend)  # code the dump names: only with --trust-backend
@@ -745,13 +768,14 @@ def export_test(
     console.print(f"wrote {path}")
 
 
-def _export_swap_test(d: object, out: Path, swap: list[str], ops: str | None, trust_kernels: bool) -> None:
+def _export_swap_test(d: object, out: Path, swap: list[str], ops: str | None, trust_kernels: bool,
+                      bounds: list | None = None) -> None:
     from graphdbg.minify.export_test import export_swap_test
     from graphdbg.replay.swap import swap_dump
 
     modules = [m.strip() for m in (ops or "").split(",") if m.strip()]
-    swap_dump(d, swap, ops=modules, trust_kernels=trust_kernels)  # a bad --swap is an error now, not in the test
-    path = export_swap_test(d, out, swap, ops=modules, trust_kernels=trust_kernels)
+    swap_dump(d, swap, ops=modules, trust_kernels=trust_kernels, within=bounds)  # a bad --swap is an error now, not in the test
+    path = export_swap_test(d, out, swap, ops=modules, trust_kernels=trust_kernels, within=[str(b) for b in bounds or []])
     console.print(f"wrote {path}")
 
 

@@ -25,7 +25,9 @@ each item into a kernel's regression test: the graph with OP agrees with the gra
 REFERENCE within the outputs' tolerance (``graphdbg compare --swap``; ``--graphdbg-ops`` names
 the modules defining the custom ops, ``--graphdbg-trust-kernels`` runs user Triton kernels from
 a dump's source). It fails naming each output that moves; a dump whose graph calls none of the
-swapped ops is skipped.
+swapped ops is skipped. ``--graphdbg-within MEASURE>=X`` (repeatable, or ``graphdbg_within``
+lines) judges each output by that bound instead of the dtype's tolerance (``cosine>=0.9999``,
+``rel_l1<=0.01``; ``graphdbg compare --swap --within``).
 
 Code a dump names as its backend (``module:qualname``) is imported only with
 ``--graphdbg-trust-backend`` (or ``graphdbg_trust_backend = true``): the same rule as
@@ -78,7 +80,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="Comma-separated modules defining the dumps' custom ops (as graphdbg --ops).")
     group.addoption("--graphdbg-trust-kernels", dest="graphdbg_trust_kernels", action="store_true", default=None,
                     help="Run user Triton kernels from the source a dump recorded, in the sandboxed replay child.")
+    group.addoption("--graphdbg-within", dest="graphdbg_within", metavar="BOUND", action="append", default=None,
+                    help="Judge each swapped output by this bound (cosine>=0.9999, rel_l1<=0.01, rel_l2, max_abs, ulps) "
+                         "instead of the dtype's tolerance (repeatable; all must hold).")
     parser.addini("graphdbg_swap", "OP=REFERENCE swaps every dump is judged by (as --graphdbg-swap).", type="linelist", default=[])
+    parser.addini("graphdbg_within", "Bounds every swapped output is judged by (as --graphdbg-within).", type="linelist", default=[])
     parser.addini("graphdbg_ops", "Modules defining the dumps' custom ops (as --graphdbg-ops).", default="")
     parser.addini("graphdbg_trust_kernels", "Run user Triton kernels from a dump's source.", type="bool", default=False)
     parser.addini("graphdbg_dumps", "Folder of graphdbg dumps to collect as test items (as --graphdbg).", default="")
@@ -91,6 +97,23 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{kind}: a graphdbg dump whose recorded failure is {kind}")
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU")
     config.addinivalue_line("markers", "slow: end-to-end cases that compile with Inductor")
+    _check_bounds(config)
+
+
+def _check_bounds(config: pytest.Config) -> None:
+    """A bad --graphdbg-within, or one with no swap to judge, stops the run with one line."""
+    if not _bounds(config) or _folder(config) is None:
+        return
+    if not _swaps(config):
+        raise pytest.UsageError("--graphdbg-within judges a swap's outputs: give --graphdbg-swap OP=REFERENCE too")
+    # lazy: torch, only in a run that judges swaps by bounds
+    from graphdbg.errors import GraphdbgError
+    from graphdbg.judge.measures import parse_within  # lazy: as the line above
+
+    try:
+        parse_within(_bounds(config))
+    except GraphdbgError as e:
+        raise pytest.UsageError(str(e)) from None
 
 
 def _folder(config: pytest.Config) -> Path | None:
@@ -371,12 +394,14 @@ class DumpItem(pytest.Item):
         swaps, config = _swaps(self.config), self.config
         ops = [m.strip() for m in (config.getoption("graphdbg_ops") or config.getini("graphdbg_ops") or "").split(",") if m.strip()]
         trust = bool(config.getoption("graphdbg_trust_kernels") or config.getini("graphdbg_trust_kernels"))
+        within = _bounds(config)
         self.command = shlex.join(["graphdbg", "compare", _from_here(self.dump_path), *(f"--swap={s}" for s in swaps),
+                                   *(f"--within={w}" for w in within),
                                    *([f"--ops={','.join(ops)}"] if ops else []), *(["--trust-kernels"] if trust else [])])
         with _importable(config):  # the --ops modules and module:function references next to the tests
             try:
                 self.swap_report = swap_dump(self.dump, swaps, ops=ops, device=device, trust_kernels=trust, timeout=timeout,
-                                             only_called=True)
+                                             only_called=True, within=within)
             except GraphdbgError as e:
                 raise FailsDifferently(f"{e} (reproduce: {self.command})") from None
         if not self.swap_report.swaps:
@@ -396,6 +421,10 @@ class DumpItem(pytest.Item):
 
 def _swaps(config: pytest.Config) -> list[str]:
     return list(config.getoption("graphdbg_swap") or config.getini("graphdbg_swap") or [])
+
+
+def _bounds(config: pytest.Config) -> list[str]:
+    return list(config.getoption("graphdbg_within") or config.getini("graphdbg_within") or [])
 
 
 def _from_here(path: Path) -> str:

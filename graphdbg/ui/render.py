@@ -843,12 +843,22 @@ def swap_table(report: Any) -> Group:
     """``compare --swap``: per output, how far the swaps move it."""
     swaps = ", ".join(f"{s['op']} -> {s['reference']}" for s in report.swaps)
     table = Table(title=f"the graph as captured against the graph with {swaps}", title_justify="left")
-    for col in ("output", "shape", "dtype", "max abs error", "mean abs error", "cosine", "close"):
-        table.add_column(col, justify="right" if "error" in col or col == "cosine" else "left")
+    within = getattr(report, "within", None) or []
+    for col in ("output", "shape", "dtype", "max abs error", "mean abs error", "cosine", "rel l1", "rel l2", "ulps",
+                "within" if within else "close"):
+        table.add_column(col, justify="right" if col in ("max abs error", "mean abs error", "cosine", "rel l1", "rel l2", "ulps") else "left")
     for r in report.rows:
         table.add_row(str(r["output"]), str(r["shape"]), r["dtype"], f"{r['max_abs_error']:.3g}", f"{r['mean_abs_error']:.3g}",
-                      f"{r['cosine']:.6f}", Text("yes", style="green") if r["close"] else Text("no", style="red"))
-    notes = Text(f"{len(report.replaced)} calls swapped\n", style="dim")
+                      f"{r['cosine']:.6f}", f"{r.get('rel_l1', float('nan')):.3g}", f"{r.get('rel_l2', r.get('rel_error', float('nan'))):.3g}",
+                      f"{r.get('ulps', float('nan')):.3g}", Text("yes", style="green") if r["close"] else Text("no", style="red"))
+    notes = Text()
+    if report.rows:  # what the verdict rests on: the reference, the measure and bound, how many values
+        compared = sum(r.get("compared", 0) for r in report.rows)
+        notes.append(f"judged against the graph with the references, {report.judged_by()}, over {compared} values\n")
+    for s in report.swaps:
+        for a in s.get("assumptions") or []:
+            notes.append(f"{s['op']} -> {s['reference']}: {a['says']}\n", style="yellow" if a["source"] == "assumed" else "dim")
+    notes.append(f"{len(report.replaced)} calls swapped\n", style="dim")
     for s in report.stand_ins:
         notes.append(f"stand-in {s}\n", style="yellow")
     append_kernel_lines(notes, getattr(report, "kernels", None) or [])
@@ -871,6 +881,15 @@ def bisect_ops_panel(result: Any) -> Panel:
         text.append(f"culprit: {name}\n", style="bold red")
     text.append(result.note + "\n")
     text.append(f"captured graph against the all-reference graph: relative error {result.error:.3g}\n")
+    for r in getattr(result, "rows", None) or []:  # with --within: each output's measures, judged by the bounds
+        judged = "; ".join(f"{c['bound']}: {c['value']:.6g} {'holds' if c['holds'] else 'does not hold'}" for c in r.get("within") or [])
+        text.append(f"  output {r['output']}: cosine {r['cosine']:.6f}, rel l1 {r['rel_l1']:.3g}, rel l2 {r['rel_l2']:.3g}, "
+                    f"max abs {r['max_abs_error']:.3g}, ulps {r['ulps']:.3g}" + (f" ({judged})" if judged else "") + "\n",
+                    style="" if r["close"] else "red")
+    for s in getattr(result, "assumptions", None) or []:
+        for a in s.get("assumptions") or []:
+            if a["source"] == "assumed":
+                text.append(f"{s['op']} -> {s['reference']}: {a['says']}\n", style="yellow")
     if result.error_vs_float64 is not None:
         text.append(f"against the float64 reference: captured {result.error_vs_float64:.3g}, "
                     f"all-reference {result.all_reference_error_vs_float64:.3g}\n")

@@ -42,6 +42,21 @@ _KERNELS = {"type": "array", "items": {"type": "object", "properties": {
     "kernel": {"type": "string"}, "kind": {"enum": ["custom_op", "triton_kernel"]}, "calls": {"type": "integer"},
     "ran": {"enum": ["real", "from the dump", "stand-in"]}, "why": _STR}, "required": ["kernel", "kind", "ran"]}}
 
+# each swap and what its built-in reference assumed (judge/references.py: fit)
+_SWAPS = {"type": "array", "items": {"type": "object", "properties": {
+    "op": {"type": "string"}, "reference": {"type": "string"}, "assumptions": {"type": "array", "items": {
+        "type": "object", "properties": {"choice": {"type": "string"}, "value": {}, "source": {"enum": ["given", "op", "position", "assumed"]},
+                                         "says": {"type": "string"}, "spelled": {"type": "string"}}, "required": ["choice", "source", "says"]}}},
+    "required": ["op", "reference"]}}
+# per output, its measures against the reference (judge/measures.py) and, with --within, each bound
+_MEASURED = {"type": "array", "items": {"type": "object", "properties": {
+    "output": {"type": "integer"}, "shape": _LIST, "dtype": {"type": "string"}, "max_abs_error": _NUM, "mean_abs_error": _NUM,
+    "cosine": _NUM, "rel_l1": _NUM, "rel_l2": _NUM, "rel_error": _NUM, "ulps": _NUM, "compared": {"type": "integer"},
+    "nonfinite": {"type": "integer"}, "nonfinite_mismatch": {"type": "integer"}, "close": _BOOL,
+    "within": {"type": "array", "items": {"type": "object", "properties": {
+        "bound": {"type": "string"}, "value": _NUM, "holds": _BOOL}, "required": ["bound", "value", "holds"]}}},
+    "required": ["output", "max_abs_error", "mean_abs_error", "cosine", "rel_l1", "rel_l2", "ulps", "compared", "close"]}}
+
 
 def _object(title: str, properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
     props = {**_HEAD, **properties}
@@ -81,15 +96,13 @@ OUTPUT_SCHEMAS: dict[str, dict[str, Any]] = {
         **_ENVIRONMENT,
     }),
     "compare-swap": _object("compare --swap", {
-        "swaps": _LIST, "moved": _BOOL, "replaced": _LIST, "stand_ins": _LIST, "kernels": _KERNELS,
-        "rows": {"type": "array", "items": {"type": "object", "properties": {
-            "output": {"type": "integer"}, "shape": _LIST, "dtype": {"type": "string"}, "max_abs_error": _NUM,
-            "mean_abs_error": _NUM, "cosine": _NUM, "rel_error": _NUM, "close": _BOOL},
-            "required": ["output", "max_abs_error", "mean_abs_error", "cosine", "close"]}},
+        "swaps": _SWAPS, "moved": _BOOL, "judged_by": {"type": "string"}, "within": _LIST, "replaced": _LIST,
+        "stand_ins": _LIST, "kernels": _KERNELS, "rows": _MEASURED,
     }),
     "bisect-ops": _object("bisect ops", {
         "culprits": _LIST, "culprit": _STR, "error": _NUM, "error_vs_float64": _NUM, "all_reference_error_vs_float64": _NUM,
-        "float64_note": _STR, "stand_ins": _LIST, "note": {"type": "string"}, "kernels": _KERNELS,
+        "float64_note": _STR, "stand_ins": _LIST, "note": {"type": "string"}, "kernels": _KERNELS, "within": _LIST,
+        "rows": _MEASURED, "assumptions": _SWAPS,
         "ops": {"type": "array", "items": {"type": "object", "properties": {
             "op": {"type": "string"}, "reference": {"type": "string"}, "error_after": _NUM, "accounts_for": _NUM},
             "required": ["op", "reference", "error_after", "accounts_for"]}},

@@ -40,7 +40,7 @@ from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.judge.fatal_signal import exit_signal
 from graphdbg.replay.options import DEFAULT_TIMEOUT, ReplayOptions
 from graphdbg.replay.outcome import Outcome
-from graphdbg.replay.sandbox import CHILD_PATH_ENV, SANDBOX_NOTE, child_env, child_path, python_command, with_module
+from graphdbg.replay.sandbox import CHILD_PATH_ENV, SANDBOX_NOTE, child_env, child_path, python_command, trust_level, with_module
 from graphdbg.store.safe_files import read_child_file, read_json
 
 if TYPE_CHECKING:
@@ -136,8 +136,8 @@ def _in_one_child(case: Case | Dump, backends: list[str | Callable[..., Any]], o
         cmd = python_command("graphdbg.replay.child", str(request_path), str(outcome_path), python=opts.python)
         own = tmpdir / "work"  # the child's own folder: the only place the sandbox lets it write (with the caches)
         own.mkdir()
-        env = {**child_env(own, request["device"], on_disk),
-               **child_path([*request.get("backends", [request["backend"]]), request["passes"]])}
+        specs = [*request.get("backends", [request["backend"]]), request["passes"]]
+        env = {**child_env(own, request["device"], on_disk, trust_level(specs, opts.trust_kernels)), **child_path(specs)}
         if opts.python:  # another environment: this graphdbg, found after all of its own packages
             env[CHILD_PATH_ENV] = with_module(env[CHILD_PATH_ENV], "graphdbg", Path(__file__).resolve().parents[2])
         with ChildGroup(cmd, err_path, env=env) as child:
@@ -277,7 +277,8 @@ def run_job_isolated(dump: Dump, job: dict[str, Any], opts: ReplayOptions, specs
         request_path.write_text(json.dumps(request))
         own = tmpdir / "work"
         own.mkdir()
-        env = {**child_env(own, request["device"], str(dump.path)), **child_path(list(specs))}
+        env = {**child_env(own, request["device"], str(dump.path), trust_level(specs, opts.trust_kernels)),
+               **child_path(list(specs))}
         with ChildGroup(python_command("graphdbg.replay.child", str(request_path), str(result_path)), err_path, env=env) as child:
             returncode = child.wait(timeout)
             err = tail_of(err_path)

@@ -511,6 +511,7 @@ def minify(
     time_budget: Annotated[float, typer.Option("--time-budget", help="Stop after this many seconds (0: no limit); the best graph so far is saved.", min=0)] = 240.0,
     ops: OpsOpt = None,
     trust_backend: TrustOpt = False,
+    trust_kernels: Annotated[bool, typer.Option("--trust-kernels", help="Write the graph's user Triton kernels, from the source the dump recorded (code from the dump's author), to repro_kernels.py beside repro.py.", rich_help_panel="Backend")] = False,
     as_captured: AsCapturedOpt = False,
     failure_rate: FailureRateOpt = None,
     self_check: SelfCheckOpt = True,
@@ -527,7 +528,8 @@ def minify(
         _note(f"minify: writing to ./{out}/ (-o to choose)")
     found, left = _environment(_manifest_only(dump), as_captured, as_json)
     progress = False if as_json else (True if _err_console().is_terminal else _line_progress("minify"))
-    result = run_minify(dump, backend, passes, options=ReplayOptions(isolate=isolate, timeout=timeout, device=device),
+    result = run_minify(dump, backend, passes, options=ReplayOptions(isolate=isolate, timeout=timeout, device=device,
+                                                                     trust_kernels=trust_kernels),
                         accuracy=accuracy, jobs=jobs, out=out, progress=progress, any_failure=any_failure,
                         max_queries=max_queries or None, time_budget=time_budget or None, failure_rate=failure_rate)
     if self_check and result.saved and not result.interrupted:  # repro.py run in a fresh interpreter (a flaky failure: until it shows): exit 4 if it fails otherwise

@@ -306,7 +306,7 @@ def test_a_user_triton_kernel_is_recorded_replayed_from_its_source_and_found_by_
     case = graphdbg.load(path).case("cuda")
     saved = case.save(tmp_path / "min")
     assert graphdbg.load(saved).manifest["triton_kernels"][0]["source"] == kernel["source"]
-    out = write_repro(case, "eager", tmp_path / "repro" / "repro.py")
+    out = write_repro(case, "eager", tmp_path / "repro" / "repro.py", trust_kernels=True)
     assert "the seeded bug" in (out.parent / "repro_kernels.py").read_text()
     result = check_repro(out, timeout=300)
     assert result.exit_code == 0, result
@@ -629,7 +629,7 @@ def test_repro_defines_the_graphs_own_kernels_so_it_runs_without_the_users_packa
     from graphdbg.minify.self_check import check_repro
 
     # a Triton kernel: defined in repro_kernels.py from the recorded source, launched by the graph's call
-    out = write_repro(graphdbg.load(triton_kernel_dump).case("cpu"), "eager", tmp_path / "triton" / "repro.py")
+    out = write_repro(graphdbg.load(triton_kernel_dump).case("cpu"), "eager", tmp_path / "triton" / "repro.py", trust_kernels=True)
     kernels = (out.parent / "repro_kernels.py").read_text()
     compile(kernels, "repro_kernels.py", "exec")
     assert "@triton.jit\n" + RELU_SOURCE.rstrip() in kernels and "CONSTANTS = {0: {'n': 32, 'BLOCK': 32}}" in kernels

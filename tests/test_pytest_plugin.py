@@ -92,7 +92,7 @@ def _fix(pytester: pytest.Pytester, text: str) -> None:
 def test_three_dumps_fail_then_pass_once_the_backend_is_fixed(project: pytest.Pytester) -> None:
     p = project
     # -x stops at the first failing dump; JUnit XML carries the signature in the failure message
-    r = p.runpytest(*PLUGIN, "--graphdbg", "dumps", "--graphdbg-trust-backend", "-x", "--junitxml=out.xml")
+    r = p.runpytest(*PLUGIN, "--graphdbg=dumps", "--graphdbg-trust-backend", "-x", "--junitxml=out.xml")
     r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines(["*collected 3 items*",
                             "crash: NotImplementedError: no lowering for gelu (reproduce: graphdbg replay "
@@ -104,14 +104,14 @@ def test_three_dumps_fail_then_pass_once_the_backend_is_fixed(project: pytest.Py
     assert "--backend regbackends:picky" in failure.get("message")
 
     # -k picks by the short names; xdist runs them in workers
-    r = p.runpytest(*PLUGIN, "--graphdbg", "dumps", "--graphdbg-trust-backend", "-k", "not model0", "-n", "2")
+    r = p.runpytest(*PLUGIN, "--graphdbg=dumps", "--graphdbg-trust-backend", "-k", "not model0", "-n", "2")
     r.assert_outcomes(failed=2)
     for op in ("silu", "softplus"):  # workers finish in either order
         r.stdout.fnmatch_lines([f"crash: NotImplementedError: no lowering for {op} (reproduce: graphdbg replay *)"])
 
     # the backend breaks another way: an error, not a failure
     _fix(p, OTHER_BUG)
-    r = p.runpytest(*PLUGIN, "--graphdbg", "dumps", "--graphdbg-trust-backend", "-k", "model1")
+    r = p.runpytest(*PLUGIN, "--graphdbg=dumps", "--graphdbg-trust-backend", "-k", "model1")
     r.assert_outcomes(errors=1)
     r.stdout.fnmatch_lines(["fails differently: crash: ValueError: lowering table is empty "
                             "(captured: NotImplementedError: no lowering for silu; reproduce: graphdbg replay *)",
@@ -119,7 +119,7 @@ def test_three_dumps_fail_then_pass_once_the_backend_is_fixed(project: pytest.Py
 
     # fixed: the three that failed (--lf) pass (in this process: xdist's workers are covered above)
     _fix(p, FIXED)
-    r = p.runpytest(*PLUGIN, "--graphdbg", "dumps", "--graphdbg-trust-backend", "--lf")
+    r = p.runpytest(*PLUGIN, "--graphdbg=dumps", "--graphdbg-trust-backend", "--lf")
     r.assert_outcomes(passed=3)
 
 
@@ -134,7 +134,7 @@ def test_an_expected_failure_that_starts_passing_is_noticed(project: pytest.Pyte
     manifest["expect"] = {"xfail": True, "reason": "silu lowering is planned"}
     (loose / "manifest.json").write_text(json.dumps(manifest))
 
-    args = (*PLUGIN, "--graphdbg", "dumps", "--graphdbg-trust-backend")
+    args = (*PLUGIN, "--graphdbg=dumps", "--graphdbg-trust-backend")
     p.runpytest(*args).assert_outcomes(xfailed=2)  # in this process; in xdist's workers below
     _fix(p, FIXED)
     r = p.runpytest(*args, "-n", "2", "-rA")
@@ -144,15 +144,15 @@ def test_an_expected_failure_that_starts_passing_is_noticed(project: pytest.Pyte
 
 def test_collects_printed_graphs_with_markers_and_short_names(pytester: pytest.Pytester) -> None:
     corpus = ROOT / "fixtures" / "corpus" / "Qwen3-0.6B"
-    r = pytester.runpytest(*PLUGIN, "--graphdbg", str(corpus), "--collect-only", "-q")
+    r = pytester.runpytest(*PLUGIN, f"--graphdbg={corpus}", "--collect-only", "-q")
     r.stdout.fnmatch_lines(["*::rank0_0", "*::rank0_7", "*::rank1_0"], consecutive=False)
     # rank0_7 and rank0_13 were captured on CUDA: the gpu marker, so -m "not gpu" leaves them out on a CPU CI
-    r = pytester.runpytest(*PLUGIN, "--graphdbg", str(corpus), "--collect-only", "-q", "-m", "not gpu")
+    r = pytester.runpytest(*PLUGIN, f"--graphdbg={corpus}", "--collect-only", "-q", "-m", "not gpu")
     r.stdout.fnmatch_lines(["*::rank0_0", "*::rank1_0", "2/4 tests collected (2 deselected)*"])
 
 
 def test_code_a_dump_names_is_imported_only_when_trusted(project: pytest.Pytester) -> None:
-    r = project.runpytest(*PLUGIN, "--graphdbg", "dumps", "-k", "model0")
+    r = project.runpytest(*PLUGIN, "--graphdbg=dumps", "-k", "model0")
     r.assert_outcomes(errors=1)
     r.stdout.fnmatch_lines(["*code the dump names*--trust-backend*"])
 
@@ -160,7 +160,7 @@ def test_code_a_dump_names_is_imported_only_when_trusted(project: pytest.Pyteste
 def test_off_unless_asked_and_a_missing_folder_is_one_line(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_plain="def test_one():\n    pass\n")
     pytester.runpytest(*PLUGIN).assert_outcomes(passed=1)
-    r = pytester.runpytest(*PLUGIN, "--graphdbg", "nowhere")
+    r = pytester.runpytest(*PLUGIN, "--graphdbg=nowhere")
     assert r.ret == pytest.ExitCode.USAGE_ERROR
     r.stderr.fnmatch_lines(["*graphdbg: nowhere: no such file or folder*"])
 
@@ -212,7 +212,7 @@ def test_nothing_under_the_dumps_folder_is_imported(tmp_path: Path) -> None:
     project.mkdir()
     (project / "test_own.py").write_text("def test_own():\n    pass\n")  # the user's own suite, collected as always
     _hostile_dumps(project, sentinel)
-    for args in (["--graphdbg=bug-1234"], ["--graphdbg", "bug-1234"], ["--graphdbg", str(project / "bug-1234"), "."]):
+    for args in (["--graphdbg=bug-1234"], [f"--graphdbg={project / 'bug-1234'}", "."]):
         done = _pytest(project, *args, "--collect-only", "-q")
         out = done.stdout.decode()
         assert done.returncode == 0, out + done.stderr.decode()
@@ -232,12 +232,12 @@ def test_pytest_settings_or_conftests_from_the_dumps_folder_are_refused(tmp_path
     done = _pytest(project, "--graphdbg=bug-1234", "--collect-only", "-q")
     assert done.returncode == 0 and b"bug-1234::model/rank0/g0" in done.stdout, done.stdout + done.stderr
     assert not sentinel.exists()
-    # pytest itself reads DIR's settings when it is a separate argument (before any plugin runs):
-    # the run is refused, with the spelling that avoids it (docs/security.md)
+    # as two arguments, pytest itself reads DIR's settings (before any plugin runs): the form is an
+    # error, one line with the spelling to use (docs/security.md)
     (bugs / "tox.ini").write_text("[pytest]\nmarkers =\n    planted: a marker from the dumps folder\n")
     done = _pytest(project, "--graphdbg", "bug-1234", "--collect-only", "-q")
     err = done.stderr.decode()
-    assert done.returncode == pytest.ExitCode.USAGE_ERROR and "read its settings from" in err and "--graphdbg=" in err, err
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR and "spell it --graphdbg=bug-1234" in err, err
     # run from inside the folder, pytest would load its conftest.py first: refused before it does
     (bugs / "tox.ini").unlink()
     (project / "pytest.ini").write_text("[pytest]\n")
@@ -250,6 +250,32 @@ def test_pytest_settings_or_conftests_from_the_dumps_folder_are_refused(tmp_path
         err = done.stderr.decode()
         assert done.returncode == pytest.ExitCode.USAGE_ERROR and "inside the dumps folder" in err, (args, err)
     assert not sentinel.exists()
+
+
+@pytest.mark.slow  # three pytest runs
+@pytest.mark.parametrize("config", ["pytest.ini", "setup.cfg", "pyproject.toml"])
+def test_a_settings_file_in_the_dumps_folder_never_runs_and_two_arguments_are_an_error(tmp_path: Path, config: str) -> None:
+    """A dumps folder whose settings file would load a plugin of its own (``addopts = -p evilplugin``,
+    ``pythonpath = .``): ``--graphdbg=DIR`` never reads it; ``--graphdbg DIR``, the spelling under
+    which pytest reads it before any plugin runs, is an error of one line on a clean folder too."""
+    marker = tmp_path / "EVIL_RAN"
+    project = tmp_path / "project"
+    dumps = project / "dumps"
+    src = next((ROOT / "fixtures" / "block_compile_error").glob("rank*/*"))
+    shutil.copytree(src, dumps / "rank0" / src.name)
+    (dumps / "evilplugin.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n")
+    section = {"pyproject.toml": "[tool.pytest.ini_options]\naddopts = '-p evilplugin'\npythonpath = ['.']\n",
+               "setup.cfg": "[tool:pytest]\naddopts = -p evilplugin\npythonpath = .\n"}
+    (dumps / config).write_text(section.get(config, "[pytest]\naddopts = -p evilplugin\npythonpath = .\n"))
+    done = _pytest(project, "--graphdbg=dumps", "--collect-only", "-q")
+    assert done.returncode == 0 and b"dumps::rank0/g0" in done.stdout, done.stdout + done.stderr
+    assert not marker.exists()
+    (dumps / config).unlink()  # a clean folder: the two-argument form is refused all the same
+    (dumps / "evilplugin.py").unlink()
+    done = _pytest(project, "--graphdbg", "dumps", "--collect-only", "-q")
+    err = [ln for ln in done.stderr.decode().splitlines() if ln.strip()]
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR and len(err) == 1, err
+    assert "spell it --graphdbg=dumps (one argument)" in err[0] and b"dumps::" not in done.stdout, err
 
 
 @pytest.mark.slow

@@ -13,6 +13,12 @@ test's data), so the folder runs on another machine, from any folder, after the 
 - a package of the user's: its ``sys.path`` folder, relative to the folder (``paths``);
 - an installed module or a registered name: nothing to bring, it imports by name.
 
+What a dump names never picks a file (issue 51): ``recorded_path``, the folder the dump says a
+module backend was imported from, is looked in only when it lies under the user's own folder
+(the working folder) and outside the dump; nothing inside the dump (``dump``) is copied or put
+on the folder's ``sys.path``; and with ``user_folder_only`` (a custom op's module, for a repro)
+only a file under the user's own folder is copied.
+
 The folder's files are imported by name from the folder itself, after the folders they came
 from (``paths``, relative): where the user's module still is, the user's module runs, so a fix
 shows; a script's definitions are always the copy (a script is no module), and the repro says
@@ -33,6 +39,7 @@ from typing import Any
 from graphdbg.backends.recipe import RECIPE_PREFIX, is_recipe_spec, recipe_spec
 from graphdbg.backends.resolve import module_folder, user_module_file
 from graphdbg.backends.script_definitions import Script
+from graphdbg.errors import GraphdbgError
 from graphdbg.store.safe_files import write_file
 
 
@@ -51,12 +58,16 @@ class Carried:
         return [f.removesuffix(".py") for f in self.files if f not in self.scripts]
 
 
-def carry_backend(spec: str, folder: Path, recorded_path: str | None = None) -> Carried:
+def carry_backend(spec: str, folder: Path, recorded_path: str | None = None, *, dump: Path | None = None,
+                  user_folder_only: bool = False) -> Carried:
     """``spec`` with every script or user-module part of it brought into ``folder``.
-    ``recorded_path``: the sys.path folder capture recorded for a module backend."""
+    ``recorded_path``: the sys.path folder capture recorded for a module backend (a dump's word:
+    used only under the working folder, outside ``dump``). A file inside ``dump``, or with
+    ``user_folder_only`` one outside the working folder, is a GraphdbgError (one line)."""
     folder = Path(folder)
     out = Carried(spec)
     scripts: dict[Path, set[str]] = {}
+    recorded_path = str(own) if (own := user_folder(recorded_path, dump)) is not None else None
 
     def part(callable_: str, script: str | None) -> str:
         if script is None:
@@ -64,10 +75,12 @@ def carry_backend(spec: str, folder: Path, recorded_path: str | None = None) -> 
         else:
             module, qual = script, callable_.partition(":")[2]
         file = Path(module).resolve() if module.endswith(".py") else _user_file(module, recorded_path)
+        if file is not None:
+            _may_copy(file, dump, user_folder_only)
         if file is not None and (module.endswith(".py") or Script.read(file).runs_program()):
             scripts.setdefault(file, set()).add(qual)  # a program: the definitions it needs, as replay loads them
             return f"{file.stem}_backend:{qual}"
-        return f"{_module(module, file, folder, out, recorded_path)}:{qual}"
+        return f"{_module(module, file, folder, out, recorded_path, dump)}:{qual}"
 
     if is_recipe_spec(spec):
         recipe = json.loads(spec[len(RECIPE_PREFIX):])
@@ -77,8 +90,38 @@ def carry_backend(spec: str, folder: Path, recorded_path: str | None = None) -> 
         out.spec = part(spec, None)
     for file, quals in scripts.items():
         _write_definitions(file, sorted(quals), folder, out)
-        _relative_path(file.parent, folder, out)  # its sibling modules, while they are where they were
+        _relative_path(file.parent, folder, out, dump)  # its sibling modules, while they are where they were
     return out
+
+
+def user_folder(path: str | Path | None, dump: Path | None) -> Path | None:
+    """``path`` (a folder or file a dump names), resolved, when it lies under the user's own
+    folder (the working folder) and outside ``dump``; else None."""
+    if not path:
+        return None
+    try:
+        where, cwd = Path(path).resolve(), Path.cwd().resolve()
+    except (OSError, ValueError, RuntimeError):
+        return None
+    if not where.is_relative_to(cwd) or _inside(where, dump):
+        return None
+    return where
+
+
+def _inside(path: Path, dump: Path | None) -> bool:
+    if dump is None:
+        return False
+    root = Path(dump).resolve()
+    return Path(path).resolve().is_relative_to(root if root.is_dir() else root.parent)
+
+
+def _may_copy(file: Path, dump: Path | None, user_folder_only: bool) -> None:
+    """A GraphdbgError unless ``file`` may be copied: never from inside the dump (a dump chooses
+    no code that graphdbg writes), and with ``user_folder_only`` only from the working folder."""
+    if _inside(file, dump):
+        raise GraphdbgError(f"{file.name} lies inside the dump: graphdbg copies no file of a dump's into what it writes")
+    if user_folder_only and user_folder(file, None) is None:
+        raise GraphdbgError(f"{file.name} lies outside the working folder: graphdbg copies modules from the user's own folder only")
 
 
 _said: set[str] = set()
@@ -131,7 +174,8 @@ def _user_file(module: str, recorded_path: str | None) -> Path | None:
 _RUN_BY_NAME = frozenset({"conftest", "sitecustomize", "usercustomize", "pytest", "__init__", "__main__", "setup", "noxfile"})
 
 
-def _module(module: str, file: Path | None, folder: Path, out: Carried, recorded_path: str | None) -> str:
+def _module(module: str, file: Path | None, folder: Path, out: Carried, recorded_path: str | None,
+            dump: Path | None = None) -> str:
     if file is not None and module in _RUN_BY_NAME:
         out.notes.append(f"not copied the backend's module {module}: a file {module}.py in {folder} would run on its own; "
                          "it is imported by name where the test or repro runs")
@@ -140,18 +184,18 @@ def _module(module: str, file: Path | None, folder: Path, out: Carried, recorded
         write_file(folder / name, Script.read(file).source)
         out.files.append(name)
         out.notes.append(f"copied the backend's module {module} from {_relative(file, folder)} to {folder / name}")
-        _relative_path(file.parent, folder, out)  # its sibling modules, while they are where they were
+        _relative_path(file.parent, folder, out, dump)  # its sibling modules, while they are where they were
         return module
     root = module_folder(module) or recorded_path
-    if root and not _installed(root) and _relative_path(Path(root), folder, out):
+    if root and not _installed(root) and _relative_path(Path(root), folder, out, dump):
         out.notes.append(f"the backend's package {module.split('.')[0]} is imported from {_relative(Path(root), folder)}, "
                          f"relative to {folder} (not copied)")
     return module
 
 
-def _relative_path(root: Path, folder: Path, out: Carried) -> bool:
+def _relative_path(root: Path, folder: Path, out: Carried, dump: Path | None = None) -> bool:
     rel = _relative(root, folder)
-    if rel in out.paths:
+    if rel in out.paths or _inside(root, dump):  # a folder of the dump's never goes on sys.path
         return False
     out.paths.append(rel)
     return True

@@ -353,6 +353,8 @@ def unchecked_memory(schema: Any) -> str | None:
       one (``_reshape_alias``, ``_nested_view_from_buffer``), unless torch itself checks the
       bounds (``BOUNDS_CHECKED``: ``as_strided`` and its family);
     - ``set_`` with a source: it re-points a tensor at another tensor's or a storage's memory;
+    - ``resize_storage_bytes_``: a storage resized under the tensors that view it, which keep
+      their sizes (shrunk, their next read is past its end: a segfault, not an error);
     - a sparse tensor built from index tensors and a given size (``*indices`` and ``size``):
       torch checks its indices only when asked (``check_invariants``), so it is refused;
     - an op that writes by an ``indices`` tensor it is given (into one of its inputs, or into
@@ -368,6 +370,8 @@ def unchecked_memory(schema: Any) -> str | None:
         return "makes a view of given strides that nothing checks against its storage"
     if base in ("set_", "set") and len(schema.arguments) > 1:
         return "re-points a tensor at another tensor's memory"
+    if base == "resize_storage_bytes_":  # issue 51: shrunk under a tensor that still views it, the next read is past its end
+        return "sets a storage's size under the tensors that view it (a smaller one is memory read past its end)"
     if (any(a.name.endswith("indices") and str(a.type) == "Tensor" for a in schema.arguments) and "size" in names
             and schema.returns and not any(r.alias_info is not None for r in schema.returns)):
         return "builds a sparse tensor from indices it does not check against its size"

@@ -131,12 +131,17 @@ def _storable(value: Any) -> Any:
 
 
 def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome | None = None, direct: bool = True,
-                passes: Any = None) -> Path:
+                passes: Any = None, trust_kernels: bool = False) -> Path:
     """Write ``path`` (a standalone repro.py) and its inputs file beside it; returns ``path``.
 
     ``outcome`` is the failure to recognise (default: run once now). A crash is recognised by
     exception type plus message with numbers and addresses masked; a mismatch by comparing
     against eager (float64 where it can) with graphdbg's per-dtype tolerances.
+
+    Nothing the dump names enters the folder unless the user trusted it (docs/trust.md): the
+    graph's Triton kernels' recorded source only with ``trust_kernels``, a custom op's module only
+    when this process has the op (``--ops``, the backend: the user's own imports), never a name
+    from the manifest, and the backend's files never from inside the dump.
     """
     if passes:
         raise GraphdbgError("repro.py runs the backend alone; minify without --passes, or bisect the passes")
@@ -145,7 +150,7 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
         outcome = case.run(backend, direct=direct)
     with kernels_as_captured(case.gm) as called:  # a Triton kernel's call printed as captured, by kernel_idx
         prelude_lines, classes, children = nested_sources(case.gm)
-    kernels = own_kernels(case, called, path.parent)
+    kernels = own_kernels(case, called, path.parent, trust_kernels)
     prelude = "\n".join([*kernels.lines, *(ln for ln in prelude_lines if not ln.startswith(kernels.replaces))])
     attrs = _graph_tensors(case.gm)
     inputs = [_storable(v) for v in case.inputs]
@@ -161,7 +166,7 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
     write_file(path.parent / INPUTS_FILE, saved.getbuffer())
 
     recorded = ((case.dump.manifest.get("backend_source") or {}) if case.dump is not None else {}).get("path")
-    carried = carry_backend(backend_spec(backend, strict=False), path.parent, recorded)
+    carried = carry_backend(backend_spec(backend, strict=False), path.parent, recorded, dump=_dump_path(case))
     backend_ref, paths = carried.spec, [*carried.paths, *(p for p in kernels.paths if p not in carried.paths)]
     shown = backend_label(backend_ref)  # a recipe, as people read it, in a comment beside it
     backend_line = repr(str(backend_ref)) + (f"  # {' '.join(shown.split())}" if shown != backend_ref else "")
@@ -210,15 +215,21 @@ class OwnKernels:
 KERNELS_FILE = "repro_kernels.py"
 
 
-def own_kernels(case: Case, called: list[int], folder: Path) -> OwnKernels:
-    """The repro's own kernels, so that it runs without the user's package: each user Triton
-    kernel the graph calls, defined from the source its dump recorded in ``repro_kernels.py``
-    beside the repro (``rebuild/kernel_source.py``'s text), and its calls launching it; each
-    custom op's defining module brought along as a backend's is (``backends/carry.py``) and
-    imported first."""
+def own_kernels(case: Case, called: list[int], folder: Path, trust_kernels: bool = False) -> OwnKernels:
+    """The repro's own kernels, so that it runs without the user's package: with
+    ``trust_kernels``, each user Triton kernel the graph calls, defined from the source its dump
+    recorded in ``repro_kernels.py`` beside the repro (``rebuild/kernel_source.py``'s text), and
+    its calls launching it; each custom op the graph calls that this process has (the user's
+    ``--ops`` or backend registered it), its defining module brought along as a backend's is
+    (``backends/carry.py``: from the user's own folder only, never from the dump) and imported
+    first. The manifest's ``custom_ops[].module`` names nothing here: it is the dump's word."""
     out = OwnKernels()
     manifest = case.dump.manifest if case.dump is not None else None
-    text, why = kernels_module(recorded_kernels(manifest, called)) if called else ("", {})
+    recorded = recorded_kernels(manifest, called) if called else []
+    if recorded and not trust_kernels:
+        out.notes.append("repro.py: the graph's Triton kernels were not written from the source the dump recorded "
+                         "(code from the dump's author): minify --trust-kernels writes them to repro_kernels.py")
+    text, why = kernels_module(recorded) if recorded and trust_kernels else ("", {})
     for idx, reason in why.items():
         out.notes.append(f"repro.py: Triton kernel kernel_idx={idx} can't be defined there ({reason}): it needs the user's package")
     try:
@@ -231,11 +242,11 @@ def own_kernels(case: Case, called: list[int], folder: Path) -> OwnKernels:
         out.lines += [_KERNELS_PRELUDE]
         out.replaces = ("_hop_triton_kernel_wrapper_mutation =", "_hop_triton_kernel_wrapper_functional =")
         out.notes.append(f"wrote the graph's Triton kernels, from the source the dump recorded, to {folder / KERNELS_FILE}")
-    modules = {o.get("name"): o.get("module") for o in (manifest or {}).get("custom_ops") or []}
-    modules.update({o["name"]: o.get("module") for o in custom_ops(case.gm)})
+    modules = {o["name"]: o.get("module") for o in custom_ops(case.gm)}  # the ops it calls, as this process registered them
     for op, module in sorted((op, m) for op, m in modules.items() if m and m not in ("__main__", "__mp_main__")):
         try:
-            carried = carry_backend(f"{module}:{op.split('::')[-1].split('.')[0]}", folder)
+            carried = carry_backend(f"{module}:{op.split('::')[-1].split('.')[0]}", folder, dump=_dump_path(case),
+                                    user_folder_only=True)
         except GraphdbgError as e:
             out.notes.append(f"repro.py: the module of {op} was not brought along ({e})")
             continue
@@ -268,6 +279,11 @@ def _hop_triton_kernel_wrapper_functional(*, kernel_idx, constant_args_idx, grid
     repro_kernels.launch(kernel_idx, constant_args_idx, grid, kwargs)
     return {k: kwargs[k] for k in tensors_to_clone}
 '''
+
+
+def _dump_path(case: Case) -> Path | None:
+    """The folder (or file) of the dump ``case`` came from: nothing in it is copied into a repro."""
+    return Path(case.dump.path) if case.dump is not None and getattr(case.dump, "path", None) else None
 
 
 def _boxed_caller(dump: Any) -> bool:

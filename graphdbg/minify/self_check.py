@@ -83,7 +83,9 @@ def _run(tmp: Path, launch: list[str], env: dict[str, str], device: str | None, 
     # adds a dump's compile cache to the latter
     asked = {k: os.environ[k] for k in (ENV, WRITABLE_ENV) if os.environ.get(k)}
     # caches that follow XDG (graphdbg's own, when the exported test replays) land in the scratch folder too
-    env = {**env, "XDG_CACHE_HOME": str(own / "cache"), **asked, **child_env(own, _device(device), str(dump) if dump else None)}
+    # its cache apart from the dump's untrusted replays': the file runs the backend and modules it names
+    env = {**env, "XDG_CACHE_HOME": str(own / "cache"), **asked,
+           **child_env(own, _device(device), str(dump) if dump else None, "a file graphdbg wrote, run")}
     out = tmp / "output.txt"
     with ChildGroup(python_command("graphdbg.replay.sandboxed_file", *launch), out, env=env, inherit=False) as child:
         code = child.wait(timeout)

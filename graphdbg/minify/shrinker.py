@@ -232,6 +232,7 @@ class MinifyResult(Displayed):
     stopped: str | None = None  # why the budget ended the search (the graph is the best so far), or None
     pass_stats: list[dict[str, Any]] = field(default_factory=list)  # ShrinkPass.stats() of each pass
     failure_rate: float = 1.0  # the share of runs the failure was taken to show on (judge.rate)
+    trust_kernels: bool = False  # --trust-kernels: repro_kernels.py defines the graph's Triton kernels from the dump's source
 
     @property
     def log(self) -> list[str]:
@@ -250,11 +251,12 @@ class MinifyResult(Displayed):
         returns the dump folder. Written aside first and swapped in, so an interrupt never
         leaves a half-written dump."""
         return save_minified(self.case, self.outcome, out, backend=self.backend, passes=self.passes,
-                             direct=self.direct, accuracy=self.accuracy, summary=self.to_dict())
+                             direct=self.direct, accuracy=self.accuracy, summary=self.to_dict(), trust_kernels=self.trust_kernels)
 
 
 def save_minified(case: Case, outcome: Outcome, out: str | Path, *, backend: Any, passes: Any = None,
-                  direct: bool = True, accuracy: bool = False, summary: dict[str, Any] | None = None) -> Path:
+                  direct: bool = True, accuracy: bool = False, summary: dict[str, Any] | None = None,
+                  trust_kernels: bool = False) -> Path:
 
     out = Path(out)
     kind = "accuracy" if accuracy else (case.dump.failure_kind if case.dump is not None else None)
@@ -265,13 +267,13 @@ def save_minified(case: Case, outcome: Outcome, out: str | Path, *, backend: Any
         top.sub(staged, create=True).close()
         try:
             return _save_staged(case, outcome, out, top, out / staged, kind=kind, backend=backend, passes=passes,
-                                direct=direct, summary=summary)
+                                direct=direct, summary=summary, trust_kernels=trust_kernels)
         finally:
             shutil.rmtree(staged, dir_fd=top.fd, ignore_errors=True)
 
 
 def _save_staged(case: Case, outcome: Outcome, out: Path, top: Folder, staging: Path, *, kind: str | None, backend: Any,
-                 passes: Any, direct: bool, summary: dict[str, Any] | None) -> Path:
+                 passes: Any, direct: bool, summary: dict[str, Any] | None, trust_kernels: bool = False) -> Path:
     """The minified dump written in ``staging`` (a fresh hidden folder of ``out``), then moved to
     be the only dump in ``out``'s rank folder, and ``repro.py`` beside them."""
     written = save_case(case, staging, kind=kind)
@@ -301,7 +303,7 @@ def _save_staged(case: Case, outcome: Outcome, out: Path, top: Folder, staging: 
             else:  # a link or a file: removed, never followed
                 rank.remove(old)
         os.rename(written, written.name, dst_dir_fd=rank.fd)
-    write_repro(case, backend, out / "repro.py", outcome=outcome, direct=direct, passes=passes)
+    write_repro(case, backend, out / "repro.py", outcome=outcome, direct=direct, passes=passes, trust_kernels=trust_kernels)
     return out / written.parent.name / written.name
 
 
@@ -456,8 +458,10 @@ class Minifier:
 
     def __init__(self, target: Target, opts: RunOptions, *, accuracy: bool | None, budget: Budget,
                  out: str | Path | None = None, progress: Any = None, log: Callable[[str], None] | None = None,
-                 on_query: Callable[[Oracle, Outcome], None] | None = None, started: float | None = None):
+                 on_query: Callable[[Oracle, Outcome], None] | None = None, started: float | None = None,
+                 trust_kernels: bool = False):
         self.target, self.opts, self.budget, self.out, self.log = target, opts, budget, out, log
+        self.trust_kernels = trust_kernels
         self.accuracy = target.outcome.status == "mismatch" if accuracy is None else accuracy
         self.started = time.perf_counter() if started is None else started
         self.bar = _progress_reporter(progress)
@@ -493,7 +497,8 @@ class Minifier:
                             queries=self.oracle.queries, cache_hits=self.oracle.cache_hits,
                             seconds=time.perf_counter() - self.started, steps=list(s.steps) if s else [],
                             interrupted=interrupted, saved=self.saved, stopped=s.stopped if s else None,
-                            pass_stats=[p.stats() for p in s.passes] if s else [], failure_rate=self.opts.rate.rate)
+                            pass_stats=[p.stats() for p in s.passes] if s else [], failure_rate=self.opts.rate.rate,
+                            trust_kernels=self.trust_kernels)
 
     def save_best(self, result: MinifyResult) -> MinifyResult:
         """Save ``result`` unless the best is already on disk (each win was saved when it won)."""
@@ -580,7 +585,8 @@ def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, option
             raise GraphdbgError("minify needs a backend for a Case that did not come from a dump")
         backend = recorded_backend(dump)
     isolate = _isolated(opts, dump, backend, jobs)
-    run_opts = RunOptions(opts.but(isolate=isolate), jobs=jobs,
+    # the candidates' kernels stay stand-ins; --trust-kernels is the repro's (repro_kernels.py)
+    run_opts = RunOptions(opts.but(isolate=isolate, trust_kernels=False), jobs=jobs,
                           rate=RateTest.of(dump.manifest if dump is not None else None, failure_rate))
     budget = Budget(max_queries, time_budget)
     # isolated: every run of the graph (the first ones, the values, each candidate) in sandboxed workers
@@ -591,7 +597,7 @@ def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, option
         target = find_target(case, dump, backend, run_opts, direct=opts.direct, any_failure=any_failure)
         while True:
             minifier = Minifier(target, run_opts, accuracy=accuracy, budget=budget, out=out, progress=progress, log=log,
-                                on_query=on_query, started=started)
+                                on_query=on_query, started=started, trust_kernels=opts.trust_kernels)
             result = minifier.run()
             if result is not None:
                 return result

@@ -20,12 +20,14 @@ there): never in the graphdbg process, never in another.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import keyword
 import linecache
 import os
 import re
 import sys
+import textwrap
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -199,11 +201,42 @@ def _kernel_text(entry: Mapping[str, Any]) -> str:
 
 
 def _jit(source: str, name: str) -> str:
-    """``@triton.jit`` over ``source`` from its ``def`` (the decorators the capture saw are not the kernel's text)."""
-    start = _DEF.search(source)
-    if start is None:
-        raise KernelUnavailable(f"the recorded source of {name} has no def")
-    return "\n@triton.jit\n" + source[start.start():].rstrip() + "\n"
+    """``@triton.jit`` over the one function ``source`` defines, and nothing else of it: the text
+    must parse to exactly one ``def`` (with or without decorators: Triton's ``.src`` starts at the
+    ``def``, ``inspect.getsource`` at the decorators) and what is kept is that node's lines, from
+    its ``def`` to its last statement: no decorator the capture saw (the kernel's is
+    ``@triton.jit``), no statement before or after it. Its defaults and annotations, which run when
+    the ``def`` does, may only be constants and (dotted) names (``BLOCK: tl.constexpr = 128``)."""
+    text = textwrap.dedent(source.replace("\r\n", "\n").replace("\r", "\n"))  # lines as the parser counts them
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError) as e:
+        raise KernelUnavailable(f"the recorded source of {name} is no Python ({type(e).__name__})") from None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
+        raise KernelUnavailable(f"the recorded source of {name} is not one function definition and nothing else")
+    fn = tree.body[0]
+    args = [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs, *filter(None, (fn.args.vararg, fn.args.kwarg))]
+    evaluated = [*fn.args.defaults, *fn.args.kw_defaults, *(a.annotation for a in args), fn.returns]
+    if any(e is not None and not _plain_expression(e) for e in evaluated):
+        raise KernelUnavailable(f"the recorded source of {name} has a default or annotation that is not a constant or a name")
+    kept = "\n".join(text.split("\n")[fn.lineno - 1:fn.end_lineno]).rstrip()
+    fn.decorator_list = []
+    try:  # what is kept is that function, to the last node
+        same = [ast.dump(n) for n in ast.parse(kept).body] == [ast.dump(fn)]
+    except (SyntaxError, ValueError):
+        same = False
+    if not same:
+        raise KernelUnavailable(f"the recorded source of {name} is not one function definition and nothing else")
+    return "\n@triton.jit\n" + kept + "\n"
+
+
+def _plain_expression(node: ast.expr) -> bool:
+    """A constant, a name or a dotted name (``tl.constexpr``), or a signed number: nothing that calls."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, (ast.Constant, ast.Name))
 
 
 def _launch(launch: Callable[..., Any], functional: bool, kernel: Any) -> Callable[..., Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -78,26 +79,53 @@ def _replay_here(dump: Any, backend: str | Callable[..., Any], opts: ReplayOptio
     return replay_case(dump.case(opts.device), backend, opts)
 
 
-def replay_dump_runs(dump: Any, backend: str | Callable[..., Any], options: ReplayOptions | None, runs: int) -> tuple[list[Outcome], str]:
+def replay_dump_runs(dump: Any, backend: str | Callable[..., Any], options: ReplayOptions | None, runs: int,
+                     total: float | None = None) -> tuple[list[Outcome], str]:
     """``runs`` replays of a Dump (``replay --repeat``) and how they ran: one after another in this
     process with ``isolate=False``; else in one isolated child, and when a run kills it (a signal,
     its timeout) the runs left in one child each, so a failure that kills the process is counted
-    on every run."""
+    on every run. ``total``: seconds for all of them (``--total-timeout``); once past, with one
+    run done, no other starts (the one under way in a child is ended, not counted), and how they
+    ran says where it stopped: the rate is then the rate so far."""
     opts = replay_options(options)
+    deadline = None if total is None else time.monotonic() + float(total)
+
+    def more(done: list[Outcome]) -> bool:
+        return not done or deadline is None or time.monotonic() < deadline
+
     if opts.isolate is False or runs == 1:
-        outcomes = [replay_dump(dump, backend, opts) for _ in range(runs)]
-        return outcomes, "in this process" if opts.isolate is False else "in one child"
+        outcomes: list[Outcome] = []
+        while len(outcomes) < runs and more(outcomes):
+            outcomes.append(replay_dump(dump, backend, opts))
+        how = "in this process" if opts.isolate is False else "in one child"
+        return outcomes, how + _stopped(len(outcomes), runs, total)
     opts = _start(dump, [backend], opts.but(isolate=True))
+    outcomes = []
     with _input_limit(opts.max_input_gb):
-        outcomes = run_isolated_many(dump, backend, opts, runs)
-    if len(outcomes) == runs and not ended_child(outcomes[-1]):
-        return outcomes, "in one child"
+        while len(outcomes) < runs and more(outcomes):  # a child per RUNS_PER_CHILD runs: its request stays small
+            asked = min(RUNS_PER_CHILD, runs - len(outcomes))
+            batch = run_isolated_many(dump, backend, opts, asked, deadline=deadline)
+            outcomes += batch
+            if len(batch) < asked or ended_child(batch[-1]):
+                break
+    where = "in one child" if runs <= RUNS_PER_CHILD else f"in children of {RUNS_PER_CHILD} runs"
+    if not ended_child(outcomes[-1]):  # all of them, or the total bound ended the child between runs
+        return outcomes, where + _stopped(len(outcomes), runs, total)
     killed = len(outcomes)
-    outcomes += [replay_dump(dump, backend, opts) for _ in range(runs - killed)]
+    while len(outcomes) < runs and more(outcomes):
+        outcomes.append(replay_dump(dump, backend, opts))
     why = outcomes[killed - 1].signature or outcomes[killed - 1].status
-    rest = ({0: "no run left", 1: "the last in a child of its own"}.get(runs - killed)
-            or f"the other {runs - killed} in a child each")
-    return outcomes, f"runs 1 to {killed} in one child, run {killed} ended it ({why}): {rest}"
+    rest = ({0: "no run left", 1: "the last in a child of its own"}.get(len(outcomes) - killed)
+            or f"the other {len(outcomes) - killed} in a child each")
+    return outcomes, f"runs 1 to {killed} in one child, run {killed} ended it ({why}): {rest}" + _stopped(len(outcomes), runs, total)
+
+
+RUNS_PER_CHILD = 1000  # replay --repeat's runs one child makes, one after another
+
+
+def _stopped(done: int, runs: int, total: float | None) -> str:
+    """What a repeated replay stopped by its total bound says: how far it got."""
+    return "" if done >= runs else f"; stopped after {done} of {runs} runs: --total-timeout {float(total or 0):g}s reached"
 
 
 def ended_child(outcome: Outcome) -> bool:

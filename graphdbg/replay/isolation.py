@@ -40,7 +40,7 @@ from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.judge.fatal_signal import died_of
 from graphdbg.replay.options import DEFAULT_TIMEOUT, ReplayOptions
 from graphdbg.replay.outcome import Outcome
-from graphdbg.replay.sandbox import CHILD_PATH_ENV, SANDBOX_NOTE, child_env, child_path, python_command, with_module
+from graphdbg.replay.sandbox import CHILD_PATH_ENV, SANDBOX_NOTE, child_env, child_path, python_command, trust_level, with_module
 from graphdbg.store.safe_files import read_child_file, read_json
 
 if TYPE_CHECKING:
@@ -73,12 +73,15 @@ def run_isolated(case: Case | Dump, backend: str | Callable[..., Any], opts: Rep
     return run_isolated_many(case, backend, opts, 1)[0]
 
 
-def run_isolated_many(case: Case | Dump, backend: str | Callable[..., Any], opts: ReplayOptions, runs: int) -> list[Outcome]:
+def run_isolated_many(case: Case | Dump, backend: str | Callable[..., Any], opts: ReplayOptions, runs: int,
+                      deadline: float | None = None) -> list[Outcome]:
     """``runs`` replays one after another in one fresh child (``replay --repeat``), each with
     its own ``opts.timeout``. A run that kills the child (a signal, its timeout) ends the list:
-    its Outcome is the last one, and fewer than ``runs`` come back. ``opts.python``: the child
-    runs that interpreter (``bisect envs``), and says what its environment is."""
-    return _in_one_child(case, [backend] * runs, opts)
+    its Outcome is the last one, and fewer than ``runs`` come back. ``deadline`` (``time.monotonic``):
+    after it, once a run is done, the child is ended and the runs done come back (the one under
+    way is not counted). ``opts.python``: the child runs that interpreter (``bisect envs``), and
+    says what its environment is."""
+    return _in_one_child(case, [backend] * runs, opts, deadline=deadline)
 
 
 def run_isolated_each(case: Case | Dump, backends: Sequence[str | Callable[..., Any]], opts: ReplayOptions,
@@ -111,7 +114,7 @@ def run_isolated_each(case: Case | Dump, backends: Sequence[str | Callable[..., 
 
 
 def _in_one_child(case: Case | Dump, backends: list[str | Callable[..., Any]], opts: ReplayOptions, columns: bool = False,
-                  started: Callable[[int], None] | None = None) -> list[Outcome]:
+                  started: Callable[[int], None] | None = None, deadline: float | None = None) -> list[Outcome]:
     """A replay per item of ``backends`` in one fresh child (the same backend each time for
     ``replay --repeat``; ``columns``: compare's, each its own stderr and the child's rules for
     ending early, ``graphdbg.replay.child``); fewer come back when a run ended the child."""
@@ -136,19 +139,20 @@ def _in_one_child(case: Case | Dump, backends: list[str | Callable[..., Any]], o
         cmd = python_command("graphdbg.replay.child", str(request_path), str(outcome_path), python=opts.python)
         own = tmpdir / "work"  # the child's own folder: the only place the sandbox lets it write (with the caches)
         own.mkdir()
-        env = {**child_env(own, request["device"], on_disk),
-               **child_path([*request.get("backends", [request["backend"]]), request["passes"]])}
+        specs = [*request.get("backends", [request["backend"]]), request["passes"]]
+        env = {**child_env(own, request["device"], on_disk, trust_level(specs, opts.trust_kernels)), **child_path(specs)}
         if opts.python:  # another environment: this graphdbg, found after all of its own packages
             env[CHILD_PATH_ENV] = with_module(env[CHILD_PATH_ENV], "graphdbg", Path(__file__).resolve().parents[2])
         with ChildGroup(cmd, err_path, env=env) as child:
-            returncode = _wait_runs(child, paths, timeout, started)
+            stopped: list[bool] = []
+            returncode = _wait_runs(child, paths, timeout, started, deadline, stopped)
             tails = [tail_of(p) for p in dict.fromkeys(errs)]
         err = dict(zip(dict.fromkeys(errs), tails))
         note = own.parent / SANDBOX_NOTE
         written = [p for p in paths if os.path.lexists(p)]
         outcomes = [replay_outcome(_run(request, i), 0 if returncode is None else returncode, p, err[errs[i]], timeout, note)
                     for i, p in enumerate(written)]
-        if len(written) < len(paths) and (returncode != 0 or not written):  # the run after the last written one ended the child
+        if len(written) < len(paths) and (returncode != 0 or not written) and not stopped:  # the run after the last written one ended the child
             i = len(written)
             outcomes.append(replay_outcome(_run(request, i), returncode, tmpdir / "none", err[errs[i]], timeout, note))
         return outcomes
@@ -159,9 +163,11 @@ def _run(request: dict[str, Any], i: int) -> dict[str, Any]:
     return {**request, "backend": request["backends"][i]} if "backends" in request else request
 
 
-def _wait_runs(child: ChildGroup, paths: list[Path], timeout: float, started: Callable[[int], None] | None = None) -> int | None:
+def _wait_runs(child: ChildGroup, paths: list[Path], timeout: float, started: Callable[[int], None] | None = None,
+               deadline: float | None = None, stopped: list[bool] | None = None) -> int | None:
     """The child's exit status, or None when one run took longer than ``timeout``: each
-    Outcome file written (``paths``, in order) starts the next run's clock (and ``started``)."""
+    Outcome file written (``paths``, in order) starts the next run's clock (and ``started``).
+    Past ``deadline``, with a run done, None too, and ``stopped`` gets True (the total bound)."""
     told = 0
 
     def seen(written: int) -> None:  # runs 1 to ``written`` began (each written Outcome starts the next)
@@ -181,7 +187,9 @@ def _wait_runs(child: ChildGroup, paths: list[Path], timeout: float, started: Ca
                 code = child.proc.wait(timeout=min(1.0, timeout))
             except subprocess.TimeoutExpired:
                 code = None
-            written = sum(1 for p in paths if os.path.lexists(p))
+            written = done  # written in order: count on from the last seen (a million runs are a million paths)
+            while written < len(paths) and os.path.lexists(paths[written]):
+                written += 1
             if started is not None:  # an exit without this run's Outcome: it began (and ended the child) unless all went well
                 seen(written if code is None or code != 0 else written - 1)
             if code is not None:
@@ -189,6 +197,10 @@ def _wait_runs(child: ChildGroup, paths: list[Path], timeout: float, started: Ca
             if written > done:
                 done, began = written, time.monotonic()
             elif time.monotonic() - began > timeout:
+                return None
+            if deadline is not None and written and time.monotonic() > deadline:
+                if stopped is not None:
+                    stopped.append(True)
                 return None
     finally:
         child.kill()
@@ -277,7 +289,8 @@ def run_job_isolated(dump: Dump, job: dict[str, Any], opts: ReplayOptions, specs
         request_path.write_text(json.dumps(request))
         own = tmpdir / "work"
         own.mkdir()
-        env = {**child_env(own, request["device"], str(dump.path)), **child_path(list(specs))}
+        env = {**child_env(own, request["device"], str(dump.path), trust_level(specs, opts.trust_kernels)),
+               **child_path(list(specs))}
         with ChildGroup(python_command("graphdbg.replay.child", str(request_path), str(result_path)), err_path, env=env) as child:
             returncode = child.wait(timeout)
             err = tail_of(err_path)

@@ -34,7 +34,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import getpass
-import hashlib
 import json
 import os
 import platform
@@ -44,9 +43,9 @@ import struct
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
-from graphdbg.store.cache_folder import cache_dir
+from graphdbg.store.cache_folder import cache_dir, content_key
 
 ENV = "GRAPHDBG_SANDBOX"
 
@@ -205,7 +204,7 @@ def lend_headers(folder: Path) -> int:
     return lent
 
 
-def child_env(folder: Path, device: str | None = None, dump: str | None = None) -> dict[str, str]:
+def child_env(folder: Path, device: str | None = None, dump: str | None = None, trust: str = "") -> dict[str, str]:
     """The environment of a sandboxed child whose own folder is ``folder``: temporary files
     (a C++ compiler's) go there; every compiler cache (Inductor's, its precompiled headers,
     Triton's, CUDA's) goes there too or, for the replays of one dump on disk (``dump``), to a
@@ -213,8 +212,9 @@ def child_env(folder: Path, device: str | None = None, dump: str | None = None) 
     second replay and a minify's runs compile warm. Never to the caches this user's own runs
     load: a kernel or header a hostile graph put there would run in them; what it puts in its
     own dump's folder reaches only that dump's replays, which are its own. On a CPU replay, the
-    address space it may take (``memory_limit``)."""
-    caches = dump_compile_cache(dump) if dump else None
+    address space it may take (``memory_limit``). ``trust``: what the child trusts (``trust_level``),
+    part of the dump's cache's key."""
+    caches = dump_compile_cache(dump, trust) if dump else None
     base = caches or folder
     env = {"TMPDIR": str(folder), "TORCHINDUCTOR_CACHE_DIR": str(base / "inductor"), FOLDER_ENV: str(folder),
            "TRITON_CACHE_DIR": str(base / "triton"), "CUDA_CACHE_PATH": str(base / "nv")}
@@ -230,23 +230,34 @@ def child_env(folder: Path, device: str | None = None, dump: str | None = None) 
     return env
 
 
-def dump_compile_cache(dump: str) -> Path | None:
+def dump_compile_cache(dump: str, trust: str = "") -> Path | None:
     """``<graphdbg's cache>/compile/<key>``: the compiler caches of one dump's replays, keyed by
-    its resolved path and the size and modification time of what it holds (another dump, or
-    this one changed, gets another folder); None where it can't be made (replays then compile
-    in the child's own folder)."""
+    the content of every file under it and by what the replay trusted (``trust_level``): a dump
+    changed anywhere, or replayed with other trust, gets another folder, so nothing an untrusted
+    replay's compiler left there is loaded by a trusted one (``store/cache_folder.content_key``).
+    None where it can't be made (replays then compile in the child's own folder)."""
+    key = content_key(Path(dump), trust)
+    if key is None:
+        return None
     try:
-        where = Path(dump).resolve()
-        parts = [str(where)]
-        for f in sorted(where.iterdir()) if where.is_dir() else [where]:
-            st = f.lstat()
-            parts.append(f"{f.name} {st.st_size} {st.st_mtime_ns}")
-        key = hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:24]
         folder = cache_dir() / "compile" / key
         folder.mkdir(parents=True, exist_ok=True)
         return folder
     except (OSError, ValueError):
         return None
+
+
+def trust_level(specs: Iterable[Any] = (), trust_kernels: bool = False) -> str:
+    """What a replay child trusts, as text for its compile cache's key: the code it runs (each
+    backend or pass that names code rather than a registered backend), the dump's kernels
+    (``--trust-kernels``) and every recorded setting (``--trust-config``); "" for none."""
+    code = sorted({str(s) for s in specs if s is not None and not (isinstance(s, str) and _REGISTERED.fullmatch(s))})
+    parts = [*(f"code {c}" for c in code), *(["kernels"] if trust_kernels else []),
+             *(["config"] if os.environ.get("GRAPHDBG_TRUST_CONFIG") else [])]  # compiler_config.ENV_TRUST_CONFIG
+    return "\n".join(parts)
+
+
+_REGISTERED = re.compile(r"[A-Za-z_][\w.-]*")  # a registered backend's name (eager, inductor, aot_eager): no code of anyone's
 
 
 UNIX_ENV = "GRAPHDBG_SANDBOX_UNIX"  # set for a GPU replay: socket(AF_UNIX) allowed

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graphdbg.replay.isolation import ChildGroup, put_case, replay_outcome, tail_of
-from graphdbg.replay.sandbox import SANDBOX_NOTE, child_env, child_path, python_command
+from graphdbg.replay.sandbox import SANDBOX_NOTE, child_env, child_path, python_command, trust_level
 from graphdbg.store.safe_files import read_pipe, write_file
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ class Worker:
         self.folder = Path(tempfile.mkdtemp(prefix="graphdbg-worker-"))
         own = self.folder / "work"  # the worker's own folder: where the sandbox lets it write (with the caches)
         own.mkdir()
-        env = {**child_env(own, device, dump), **child_path(specs)}
+        env = {**child_env(own, device, dump, trust_level(specs)), **child_path(specs)}
         self.group = ChildGroup(python_command(module, str(self.folder)), self.folder / STDERR, env=env, pipes=True)
         self.jobs = 0
         self.alive = True

@@ -43,6 +43,45 @@ def files_stamp(parts: Iterable[str], files: Iterable[Path]) -> str:
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
+_MAX_FILES = 100_000  # a dump folder's files hashed for its compile cache's key (more: no cache)
+_digests: dict[tuple[str, int, int, int, int], str] = {}  # this process's: (path, inode, size, mtime, ctime) -> sha256
+
+
+def content_key(root: Path, trust: str = "") -> str | None:
+    """24 hex digits: ``root`` (a dump folder or file) by the content of every file under it
+    (sha256 of each, by its path inside ``root``) and ``trust``, what the replay trusted (its
+    code, settings, kernels: ``""`` for nothing). A file rewritten with the same size and mtime
+    gives another key, and so does the same dump replayed with more trust. None where a file
+    can't be read (no cache then). Links are not followed: a link's key is where it points."""
+    root = Path(root).resolve()
+    h = hashlib.sha256(f"{root}\0{trust}\0".encode("utf-8", "surrogateescape"))
+    try:
+        files = [root] if not root.is_dir() else sorted(p for p in root.rglob("*") if p.is_file() or p.is_symlink())
+        if len(files) > _MAX_FILES:
+            return None
+        for f in files:
+            rel = f.relative_to(root).as_posix() if f != root else f.name
+            digest = os.readlink(f) if f.is_symlink() else _digest(f)
+            h.update(f"{rel}\0{digest}\n".encode("utf-8", "surrogateescape"))
+    except (OSError, ValueError):
+        return None
+    return h.hexdigest()[:24]
+
+
+def _digest(f: Path) -> str:
+    """sha256 of ``f``'s bytes; remembered in this process by its inode, size, mtime and ctime
+    (ctime moves on every write, whatever a writer sets the mtime to)."""
+    st = f.stat()
+    memo = (str(f), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if memo not in _digests:
+        h = hashlib.sha256()
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        _digests[memo] = h.hexdigest()
+    return _digests[memo]
+
+
 def open_table(file: str, schema: str, timeout: float) -> sqlite3.Connection | None:
     """The sqlite ``file`` of the cache folder with ``schema``'s table made, or None where there is
     none to be had (a read-only home, a locked or damaged file: then nothing is cached). Writes

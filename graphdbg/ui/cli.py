@@ -67,10 +67,37 @@ def _options(version: Annotated[bool, typer.Option("--version", "-V", callback=_
     pass
 
 
+class _Range:
+    """An integer option's parser with its range: a value outside it, or no whole number, is one
+    line and exit 2 (a GraphdbgError, through ``exit_for``), never a usage panel or an
+    OverflowError later. Its ``__name__`` is what ``--help`` shows for the value."""
+
+    def __init__(self, name: str, low: int, high: int):
+        self.option, self.low, self.high = name, low, high
+        self.__name__ = f"{low}..{high}"
+
+    def __call__(self, value: Any) -> int:
+        try:
+            number = value if isinstance(value, int) else int(str(value).strip(), 10)
+        except ValueError:
+            number = None
+        if number is None or not self.low <= number <= self.high:
+            raise GraphdbgError(f"{self.option} {str(value)[:40]}: expected a whole number from {self.low} to {self.high}")
+        return number
+
+
+DEFAULT_TOTAL_TIMEOUT = 3600.0  # seconds all of replay --repeat's runs may take
+
+
+def _ints(name: str, low: int, high: int) -> _Range:
+    """The range of the integer option ``name`` (every one has one: tests/test_security_bounds.py walks them)."""
+    return _Range(name, low, high)
+
+
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON (stable; `graphdbg schema NAME`) instead of tables.", rich_help_panel="Output")]
 OpsOpt = Annotated[Optional[str], typer.Option("--ops", help="Comma-separated modules defining real implementations of custom ops (instead of stand-ins).", rich_help_panel="Inputs")]
 LogOpt = Annotated[Optional[Path], typer.Option("--log", help="The run's log, for graph files that record no failure (default: log.txt or *.log beside them).", rich_help_panel="Inputs")]
-SeedOpt = Annotated[Optional[int], typer.Option("--seed", help="Seed for inputs synthesised from annotations (printed graphs).", rich_help_panel="Inputs")]
+SeedOpt = Annotated[Optional[int], typer.Option("--seed", parser=_ints("--seed", -(2**63), 2**64 - 1), help="Seed for inputs synthesised from annotations (printed graphs).", rich_help_panel="Inputs")]
 
 
 def _inputs_setup(ops: str | None, seed: int | None = None) -> None:
@@ -351,15 +378,15 @@ def replay(
     rtol: RtolOpt = None,
     atol: AtolOpt = None,
     all_ranks: Annotated[bool, typer.Option("--all-ranks", help="Replay every rank's dump under DUMP at once, with real collectives.")] = False,
-    nproc: Annotated[Optional[int], typer.Option("--nproc", help="Rank processes on this node for --all-ranks (default: world size / --nnodes).")] = None,
+    nproc: Annotated[Optional[int], typer.Option("--nproc", parser=_ints("--nproc", 1, 4096), help="Rank processes on this node for --all-ranks (default: world size / --nnodes).")] = None,
     graph: Annotated[Optional[str], typer.Option("--graph", help="With --all-ranks: which graph (e.g. g0-compile_error, or 9 for rank*_9.py) when there are several.")] = None,
-    gpus: Annotated[Optional[int], typer.Option("--gpus", help="With --all-ranks: GPUs to spread the ranks over (default: all); ranks share them.")] = None,
+    gpus: Annotated[Optional[int], typer.Option("--gpus", parser=_ints("--gpus", 1, 4096), help="With --all-ranks: GPUs to spread the ranks over (default: all); ranks share them.")] = None,
     pg_backend: Annotated[Optional[str], typer.Option("--pg-backend", help="With --all-ranks: gloo or nccl (default: nccl with one GPU per rank, else gloo).")] = None,
     max_memory_gb: Annotated[Optional[float], typer.Option("--max-memory-gb", help="With --all-ranks: GiB of inputs each device may hold (default: its free memory).")] = None,
-    nnodes: Annotated[int, typer.Option("--nnodes", help="With --all-ranks: nodes taking part (run the same command on each).")] = 1,
-    node_rank: Annotated[int, typer.Option("--node-rank", help="With --nnodes: this node's index.")] = 0,
+    nnodes: Annotated[int, typer.Option("--nnodes", parser=_ints("--nnodes", 1, 4096), help="With --all-ranks: nodes taking part (run the same command on each).")] = 1,
+    node_rank: Annotated[int, typer.Option("--node-rank", parser=_ints("--node-rank", 0, 4095), help="With --nnodes: this node's index.")] = 0,
     master_addr: Annotated[Optional[str], typer.Option("--master-addr", help="With --nnodes: host of node 0.")] = None,
-    master_port: Annotated[Optional[int], typer.Option("--master-port", help="With --nnodes: port on node 0 (default 29500).")] = None,
+    master_port: Annotated[Optional[int], typer.Option("--master-port", parser=_ints("--master-port", 1, 65535), help="With --nnodes: port on node 0 (default 29500).")] = None,
     ops: OpsOpt = None,
     seed: SeedOpt = None,
     backward: Annotated[Optional[bool], typer.Option("--backward/--no-backward", help="Training: run the forward, then the backward with recorded (else seeded) tangents; compare gradients too (default: when the dump is the forward of a backward failure).", show_default=False)] = None,
@@ -367,7 +394,8 @@ def replay(
     trust_backend: TrustOpt = False,
     trust_kernels: TrustKernelsOpt = False,
     as_captured: AsCapturedOpt = False,
-    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Replay N times; report the failure rate with a 95% interval and each distinct failure (one after another in one child; a child each after a run that kills it; this process with --no-isolate).")] = 1,
+    repeat: Annotated[int, typer.Option("--repeat", parser=_ints("--repeat", 1, 1_000_000), help="Replay N times; report the failure rate with a 95% interval and each distinct failure (one after another in one child; a child each after a run that kills it; this process with --no-isolate).")] = 1,
+    total_timeout: Annotated[float, typer.Option("--total-timeout", min=1.0, help="With --repeat: seconds for all the runs; past it no run starts and the rate so far is reported (each run has its own --timeout too).")] = DEFAULT_TOTAL_TIMEOUT,
     as_json: JsonFlag = False,
 ) -> None:
     """Replay a dump under a backend; exit 0 on pass, 1 on the captured failure, 4 on another failure, 2 if it can't run."""
@@ -402,17 +430,17 @@ def replay(
 
     found, left = _environment(d, as_captured, as_json)
     with _progress(f"replay: {backend_label(backend)}: compile, run, compare with the reference", quiet=as_json):
-        outcomes, how = replay_dump_runs(d, backend, opts, repeat)
-    raise typer.Exit(_replay_shown(d, outcomes, how, found, left, as_json))
+        outcomes, how = replay_dump_runs(d, backend, opts, repeat, total=total_timeout)
+    raise typer.Exit(_replay_shown(d, outcomes, how, found, left, as_json, repeat > 1))
 
 
-def _replay_shown(d: object, outcomes: list, how: str, found: list, left: list[str], as_json: bool) -> int:
+def _replay_shown(d: object, outcomes: list, how: str, found: list, left: list[str], as_json: bool, repeated_: bool = False) -> int:
     """Print a replay's verdict (of the run that shows the failure, with the rate of several);
     its exit code."""
     from graphdbg.judge.flaky import Repeated
 
     outcome = Repeated.shown(outcomes, d)
-    repeated = Repeated.of(outcomes, d, how) if len(outcomes) > 1 else None
+    repeated = Repeated.of(outcomes, d, how) if len(outcomes) > 1 or repeated_ else None  # one run done of --repeat N: its rate too
     found = _with_code_differences(found, d, outcome)
     if as_json:
         _print_json({"dump": str(d.path), "reproduces": outcome.reproduces(d), **outcome.to_dict(),
@@ -524,17 +552,18 @@ def minify(
     backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="The backend that fails (default: the dump's own).")] = None,
     passes: PassesOpt = None,
     accuracy: Annotated[Optional[bool], typer.Option("--accuracy/--no-accuracy", help="Keep a numeric mismatch (default: what the dump recorded).")] = None,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Candidates tried at once (isolated).")] = 1,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", parser=_ints("--jobs", 1, 1024), help="Candidates tried at once (isolated).")] = 1,
     isolate: Annotated[Optional[bool], typer.Option("--isolate/--no-isolate", help="Run the graph (each candidate, the recording of its values) in sandboxed child processes (the default); --no-isolate: in this process, for a graph you trust.")] = None,
     timeout: Annotated[Optional[float], typer.Option("--timeout", help="Seconds before a candidate counts as a timeout (default 600; enforced on the sandboxed children).")] = None,
     device: DeviceOpt = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where the smallest dump and repro.py go (default ./DUMP-min, "
                                                 "never through a link; a link named here is followed).")] = None,
     any_failure: Annotated[bool, typer.Option("--any-failure", help="Shrink whatever failure the backend shows, not only the captured one.")] = False,
-    max_queries: Annotated[int, typer.Option("--max-queries", help="Stop after this many backend runs (0: no limit); the best graph so far is saved.", min=0)] = 300,
+    max_queries: Annotated[int, typer.Option("--max-queries", parser=_ints("--max-queries", 0, 100_000_000), help="Stop after this many backend runs (0: no limit); the best graph so far is saved.")] = 300,
     time_budget: Annotated[float, typer.Option("--time-budget", help="Stop after this many seconds (0: no limit); the best graph so far is saved.", min=0)] = 240.0,
     ops: OpsOpt = None,
     trust_backend: TrustOpt = False,
+    trust_kernels: Annotated[bool, typer.Option("--trust-kernels", help="Write the graph's user Triton kernels, from the source the dump recorded (code from the dump's author), to repro_kernels.py beside repro.py.", rich_help_panel="Backend")] = False,
     as_captured: AsCapturedOpt = False,
     failure_rate: FailureRateOpt = None,
     self_check: SelfCheckOpt = True,
@@ -551,7 +580,8 @@ def minify(
         _note(f"minify: writing to ./{out}/ (-o to choose)")
     found, left = _environment(_manifest_only(dump), as_captured, as_json)
     progress = False if as_json else (True if _err_console().is_terminal else _line_progress("minify"))
-    result = run_minify(dump, backend, passes, options=ReplayOptions(isolate=isolate, timeout=timeout, device=device),
+    result = run_minify(dump, backend, passes, options=ReplayOptions(isolate=isolate, timeout=timeout, device=device,
+                                                                     trust_kernels=trust_kernels),
                         accuracy=accuracy, jobs=jobs, out=out, progress=progress, any_failure=any_failure,
                         max_queries=max_queries or None, time_budget=time_budget or None, failure_rate=failure_rate)
     if self_check and result.saved and not result.interrupted:  # repro.py run in a fresh interpreter (a flaky failure: until it shows): exit 4 if it fails otherwise

@@ -37,9 +37,10 @@ pytest imports no Python file under the folder: pytest's own collection never en
 its graph file), and a run where pytest would take its settings (``pytest.ini``, ``tox.ini``,
 ``setup.cfg``, ``pyproject.toml``) or its first conftests from inside the folder is refused
 with one line. ``conftest.py`` files above the folder, in the user's project, are the user's
-own and load as in any pytest run. pytest reads its settings before any plugin runs: spell the
-option ``--graphdbg=DIR`` (or use the ini option), because with ``--graphdbg DIR`` pytest looks
-for its settings in ``DIR`` first (docs/security.md).
+own and load as in any pytest run. pytest reads its settings before any plugin runs, taking a
+separate ``DIR`` for a test path whose settings file it reads (and whose ``addopts = -p mod``
+imports a module before this plugin loads): the option is spelled ``--graphdbg=DIR`` (or the ini
+option), and ``--graphdbg DIR`` as two arguments is an error (docs/security.md).
 
 This module imports nothing heavy at import time: it is loaded in every pytest run where
 graphdbg is installed.
@@ -63,8 +64,8 @@ _FAILED_KINDS = set(KINDS)
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("graphdbg", "graphdbg: dumps as regression tests")
     group.addoption("--graphdbg", dest="graphdbg_dumps", metavar="DIR", default=None,
-                    help="Collect every graphdbg dump and printed graph under DIR as a test item (spell it "
-                         "--graphdbg=DIR: as two arguments pytest reads a settings file in DIR first).")
+                    help="Collect every graphdbg dump and printed graph under DIR as a test item: --graphdbg=DIR, "
+                         "one argument (two are an error: pytest would read DIR's settings file first).")
     group.addoption("--graphdbg-backend", dest="graphdbg_backend", metavar="BACKEND", default=None,
                     help="Replay every dump under this backend (default: each dump's own).")
     group.addoption("--graphdbg-trust-backend", dest="graphdbg_trust_backend", action="store_true", default=None,
@@ -140,7 +141,9 @@ def _within(path: Path, folder: Path) -> bool:
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
     """Refuse a run where pytest would import from the dumps folder before collection: its
     settings file found there (with ``--graphdbg DIR`` pytest looks in DIR first), its rootdir
-    there, or a first conftest there (the current folder or a path given to pytest inside it)."""
+    there, or a first conftest there (the current folder or a path given to pytest inside it);
+    and ``--graphdbg DIR`` as two arguments (``_two_arguments``)."""
+    _two_arguments([*early_config.invocation_params.args, *args])
     folder = _folder(early_config)
     if folder is None or not folder.exists():
         return
@@ -161,6 +164,19 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
             raise pytest.UsageError(f"graphdbg: pytest would load the conftest.py files of {_shown(str(anchor))} first, inside "
                                     f"the dumps folder {shown} (nothing under it may be imported); run pytest from your own "
                                     "project folder and give it your test paths, or keep the dumps folder out of test* folders")
+
+
+def _two_arguments(args: list[str]) -> None:
+    """A UsageError for ``--graphdbg DIR``: pytest reads its settings before any plugin loads,
+    with ``--graphdbg`` unknown and ``DIR`` a test path, so a settings file in DIR was pytest's
+    (its ``addopts = -p mod`` with ``pythonpath = .`` imports a module of DIR before this plugin
+    can say a word: no hook of a plugin runs earlier). One argument, ``--graphdbg=DIR``, is never
+    a test path; two are refused, so that no one relies on them."""
+    for i, arg in enumerate(args):
+        if str(arg) == "--graphdbg":
+            shown = _shown(str(args[i + 1])) if i + 1 < len(args) else "DIR"
+            raise pytest.UsageError(f"graphdbg: spell it --graphdbg={shown} (one argument): as two, pytest takes {shown} for a "
+                                    "test path and reads a settings file there before any plugin runs (docs/security.md)")
 
 
 _RESOLVED = pytest.StashKey[Any]()

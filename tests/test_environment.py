@@ -316,3 +316,155 @@ def test_a_dump_of_every_graph_records_the_code_its_compile_generated_after_it(t
     (dump,) = find_dumps(tmp_path / "dumps")
     code = graphdbg.load(dump).manifest["generated_code"]
     assert code["compiler"] == "inductor" and len(code["hash"]) == 16 and code["graphs"] == [code["hash"]], code
+
+
+# The allow-list of restored variables (issue 51 section 1) ---------------------------------------
+# What the issue's round of attacks restored, and more of our own: each stops compiling, changes the
+# backend, hides an error, writes, runs a program, or asks for more threads than the machine has.
+HOSTILE_MARCH = "native -wrapper sh,-c,touch${IFS}$(pwd|cut -c1)tmp$(pwd|cut -c1)PWNED"
+HOSTILE_VARS = {
+    "TORCHINDUCTOR_CPP_MARCH": HOSTILE_MARCH,
+    "TORCHINDUCTOR_CPP_ENABLE_FLOATING_POINT_CONTRACT_FLAG": HOSTILE_MARCH.replace("native", "fast", 1),
+    "TORCH_COMPILE_DISABLE": "1", "TORCHDYNAMO_DISABLE": "1", "TORCH_COMPILE_OVERRIDE_BACKENDS": ".*:eager",
+    "TORCHDYNAMO_SUPPRESS_ERRORS": "1", "TORCH_BISECT_BACKEND": "eager", "TORCH_BISECT_SUBSYSTEM": "lowerings",
+    "TORCH_BISECT_MAX": "0", "TORCH_COMPILE_OVERRIDE_INDUCTOR_CONFIGS": "cpp.march=native", "TORCH_COMPILE_CPROFILE": "1",
+    "CUDA_VISIBLE_DEVICES": "", "CUDA_LAUNCH_BLOCKING": "1", "OMP_TOOL_LIBRARIES": "libtool.so", "OMP_TOOL": "enabled",
+    "KMP_SETTINGS": "1", "TORCHINDUCTOR_COMPILE_THREADS": "4096", "TORCH_PYTHON_NATIVE_USER_GRAPH_ORDER_FN": "os:system",
+    "TORCH_COMPILE_STROBELIGHT": "1", "TORCH_COMPILE_STICKY_PGO_WRITE": "pgo", "TORCH_HUB": "hub", "TORCH_MODEL_ZOO": "zoo",
+    # our own: a bool out of its bound, checks turned off, a log, JIT off, threads past the CPUs, a loader variable
+    "TORCHINDUCTOR_MAX_AUTOTUNE": "yes", "TORCHINDUCTOR_SIZE_ASSERTS": "0", "TORCH_LOGS": "+dynamo", "PYTORCH_JIT": "0",
+    "OMP_NUM_THREADS": "4096", "NVIDIA_TF32_OVERRIDE": "0 ", "TORCH_CUDA_ARCH_LIST": "sm_90;x",
+    "TORCHINDUCTOR_FX_GRAPH_CACHE": "1", "LD_PRELOAD": "libevil.so", "MYKERNEL_MODE": "fast x",
+}
+ALLOWED_VARS = {"TORCHINDUCTOR_UNIQUE_KERNEL_NAMES": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "TORCHINDUCTOR_MULTI_KERNEL": "2",
+                "TRITON_F32_DEFAULT": "ieee", "MKL_NUM_THREADS": "1"}
+
+
+def _with_vars(dump: Path, variables: dict[str, str]) -> Path:
+    manifest = json.loads((dump / "manifest.json").read_text())
+    manifest["env"]["vars"] = {**manifest["env"]["vars"], **variables}
+    (dump / "manifest.json").write_text(json.dumps(manifest))
+    return dump
+
+
+@pytest.fixture
+def untrusted(monkeypatch):
+    for var in ("GRAPHDBG_TRUST_CONFIG", "GRAPHDBG_NO_CONFIG", "GRAPHDBG_CONFIG", "GRAPHDBG_AS_CAPTURED"):
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.mark.slow
+def test_replay_as_captured_restores_only_variables_on_the_allow_list(cli, tmp_path, untrusted, own_process_state):
+    """Through the CLI: the replay child sees the allowed variables of a hostile manifest and none
+    of the others; each of those is reported, in text and --json, as recorded, not restored."""
+    dump = _with_vars(_capture(tmp_path / "dumps", backends.always_fails), {**HOSTILE_VARS, **ALLOWED_VARS})
+    for name in {**HOSTILE_VARS, **ALLOWED_VARS}:
+        os.environ.pop(name, None)
+    os.environ["TORCHINDUCTOR_MAX_AUTOTUNE_GEMM"] = "1"  # on the list, set now, unset at capture: unset as captured
+
+    r = cli("replay", dump, "--backend", "environment_backends:reports_env", "--trust-backend", "--as-captured", "--json")
+    out = json.loads(r.out)
+    assert out["status"] == "crash" and "seen {" in out["signature"], r
+    seen = json.loads(out["signature"].partition("seen ")[2])
+    assert {k: seen.get(k) for k in ALLOWED_VARS} == ALLOWED_VARS
+    assert not set(HOSTILE_VARS) & set(seen), seen
+    assert "TORCHINDUCTOR_MAX_AUTOTUNE_GEMM" not in seen
+    left = {line.split(":")[0].removeprefix("env var ").split(",")[0]: line for line in out["not_restored"]}
+    assert set(HOSTILE_VARS) <= set(left), out["not_restored"]
+    assert all("recorded, not restored (" in left[name] for name in HOSTILE_VARS)
+    assert "outside 1 to this machine's CPU count" in left["OMP_NUM_THREADS"]
+    assert "is not one of {0, 1}" in left["TORCHINDUCTOR_MAX_AUTOTUNE"]
+    assert "set it yourself: export MYKERNEL_MODE='fast x'" in left["MYKERNEL_MODE"]
+    assert "--trust-config restores it" in left["TORCH_COMPILE_DISABLE"]
+
+    r = cli("replay", dump, "--backend", "environment_backends:reports_env", "--trust-backend", "--as-captured")
+    assert "env var TORCHDYNAMO_DISABLE: recorded, not restored (not on the allow-list" in r.out, r.out
+
+
+def _variables_torch_and_triton_read() -> set[str]:
+    """Every environment variable the installed torch (its Python and its C++ headers) and Triton
+    read or name as a config's variable, found in their source now; and those CUDA's, cuBLAS's,
+    NCCL's, OpenMP's and MKL's documentation lists (their source is not installed)."""
+    import importlib.util
+    import re
+
+    found = re.compile(r"""(?:environ\.get|getenv|environ\[|environ\.setdefault|environ\.pop|env_name_(?:force|default)\s*=|"""
+                       r"""\benv_var\s*=|get_env\w*|check_env|env_(?:bool|int|str|opt_str|opt_bool|class|list)"""
+                       r"""|_utils_internal\.\w+)\s*\(?\s*["']([A-Z][A-Z0-9_]{2,})["']""")
+    names = set(CUDA_DOCUMENTED)
+    for package in ("torch", "triton"):
+        spec = importlib.util.find_spec(package)
+        if spec is None or spec.origin is None:
+            continue
+        root = Path(spec.origin).parent
+        for path in [*root.rglob("*.py"), *root.rglob("*.h")]:
+            try:
+                text = path.read_text(errors="ignore")
+            except OSError:
+                continue
+            if "env" in text or "_utils_internal" in text:
+                names.update(m[1] for m in found.finditer(text))
+    return names
+
+
+CUDA_DOCUMENTED = {
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_MANAGED_FORCE_DEVICE_ALLOC", "CUDA_CACHE_DISABLE", "CUDA_CACHE_PATH",
+    "CUDA_CACHE_MAXSIZE", "CUDA_FORCE_PTX_JIT", "CUDA_DISABLE_PTX_JIT", "CUDA_FORCE_JIT", "CUDA_DISABLE_JIT",
+    "CUDA_LAUNCH_BLOCKING", "CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_DEVICE_MAX_COPY_CONNECTIONS", "CUDA_AUTO_BOOST",
+    "CUDA_SCALE_LAUNCH_QUEUES", "CUDA_GRAPHS_USE_NODE_PRIORITY", "CUDA_DEVICE_WAITS_ON_EXCEPTION", "CUDA_MODULE_LOADING",
+    "CUDA_MODULE_DATA_LOADING", "CUDA_ENABLE_COREDUMP_ON_EXCEPTION", "CUDA_ENABLE_CPU_COREDUMP_ON_EXCEPTION",
+    "CUDA_ENABLE_LIGHTWEIGHT_COREDUMP", "CUDA_ENABLE_USER_TRIGGERED_COREDUMP", "CUDA_COREDUMP_FILE", "CUDA_COREDUMP_PIPE",
+    "CUDA_COREDUMP_GENERATION_FLAGS", "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "CUDA_MPS_CLIENT_PRIORITY", "CUDA_LOG_FILE", "CUDA_INJECTION64_PATH",
+    "CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_LOG_LEVEL", "CUBLASLT_LOG_FILE", "CUBLASLT_LOG_MASK", "CUBLAS_LOGINFO_DBG",
+    "CUBLAS_LOGDEST_DBG", "CUDNN_LOGINFO_DBG", "CUDNN_LOGDEST_DBG", "CUDNN_LOGLEVEL_DBG", "NVIDIA_TF32_OVERRIDE",
+    "NCCL_DEBUG", "NCCL_DEBUG_FILE", "NCCL_DEBUG_SUBSYS", "NCCL_ALGO", "NCCL_PROTO", "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE",
+    "NCCL_SOCKET_IFNAME", "NCCL_NET_PLUGIN", "NCCL_TOPO_FILE", "NCCL_TUNER_PLUGIN", "NCCL_BUFFSIZE", "NCCL_NTHREADS",
+    "OMP_NUM_THREADS", "OMP_TOOL", "OMP_TOOL_LIBRARIES", "OMP_TOOL_VERBOSE_INIT", "OMP_DISPLAY_ENV", "OMP_PROC_BIND",
+    "OMP_PLACES", "OMP_STACKSIZE", "OMP_WAIT_POLICY", "OMP_DYNAMIC", "KMP_SETTINGS", "KMP_AFFINITY", "KMP_BLOCKTIME",
+    "KMP_DUPLICATE_LIB_OK", "MKL_NUM_THREADS", "MKL_DYNAMIC", "MKL_VERBOSE", "MKL_CBWR", "MKL_DEBUG_CPU_TYPE",
+}
+ODD_VALUES = ("1", "0", "2", "4096", "-1", "1.5", "yes", "", "ieee", "LAZY", "fast", ":4096:8", HOSTILE_MARCH, "/tmp/x")
+
+
+@pytest.mark.slow
+def test_every_variable_torch_triton_and_cuda_read_is_restored_only_by_the_allow_list(untrusted, own_process_state):
+    """A manifest recording every variable torch, Inductor, Triton and CUDA read or document, each
+    with one odd value after another: what ``--as-captured`` (and so bisect envs and repro.py, by
+    the same decision) restores is on the allow-list and within its bound, the rest is reported."""
+    from graphdbg.backends.restored_vars import ENV_RESTORABLE
+    from graphdbg.judge.environment import SET_BY_TORCH
+    from graphdbg.replay.as_captured import python_lines, restore
+
+    names = _variables_torch_and_triton_read() | set(HOSTILE_VARS)
+    assert len(names) > 400 and {"TORCH_COMPILE_DISABLE", "TORCHINDUCTOR_CPP_MARCH", "TORCHINDUCTOR_MAX_AUTOTUNE"} <= names
+    # every entry of the list is a variable torch or Triton reads, or CUDA documents (Triton's own where it is installed)
+    import importlib.util
+
+    triton = importlib.util.find_spec("triton") is not None
+    assert {n for n in ENV_RESTORABLE if triton or not n.startswith("TRITON_")} <= names | {"MKL_NUM_THREADS"}
+    for value in ODD_VALUES:
+        for name in names:
+            os.environ.pop(name, None)
+        manifest = {"env": {"vars": dict.fromkeys(names, value)}}
+        left = restore(manifest)
+        restored = {n for n in names if os.environ.get(n) == value}
+        assert restored <= set(ENV_RESTORABLE), (value, sorted(restored - set(ENV_RESTORABLE)))
+        assert all(ENV_RESTORABLE[n].bound.why_not(value) is None for n in restored), value
+        reported = {line.split(":")[0].removeprefix("env var ").split(",")[0] for line in left}
+        assert names - restored - SET_BY_TORCH <= reported, value
+        assert all("recorded, not restored (" in line for line in left)
+        os.environ["GRAPHDBG_AS_CAPTURED"] = "{}"  # what a repro.py of --as-captured sets: the same variables
+        assert {line.partition("[")[2].partition("]")[0].strip("'") for line in python_lines(manifest)
+                if line.startswith("os.environ[")} == restored
+        del os.environ["GRAPHDBG_AS_CAPTURED"]
+    assert restored_at(str((os.cpu_count() or 1) + 1), "OMP_NUM_THREADS") is False
+    assert restored_at(str(os.cpu_count() or 1), "OMP_NUM_THREADS") is True
+
+
+def restored_at(value: str, name: str) -> bool:
+    from graphdbg.replay.as_captured import restore
+
+    os.environ.pop(name, None)
+    restore({"env": {"vars": {name: value}}})
+    return os.environ.get(name) == value

@@ -101,9 +101,13 @@ def test_a_failure_only_under_an_env_var_reproduces_as_captured(cli, tmp_path, m
     assert r.code == 0 and not json.loads(r.out)["reproduces"], r
     assert json.loads(r.out)["environment_differences"][0]["name"] == backends.FAIL_VAR
     r = cli("replay", dump, "--trust-backend")
-    assert "NOT REPRODUCED" in r.out and f"suspects: env var {backends.FAIL_VAR} ('1' at capture, unset now)" in r.out, r
+    assert "NOT REPRODUCED" in r.out and (f"suspects: env var {backends.FAIL_VAR}, read by the backend ('1' at capture, "
+                                          f"unset now; to replay as captured: export {backends.FAIL_VAR}=1)") in r.out, r
 
+    # not on the allow-list: recorded, not restored, unless the user trusts the dump's config
     r = cli("replay", dump, "--trust-backend", "--as-captured")
+    assert r.code == 0 and f"env var {backends.FAIL_VAR}, read by the backend: recorded, not restored (" in r.out, r
+    r = cli("replay", dump, "--trust-backend", "--as-captured", "--trust-config")
     assert r.code == 1 and "REPRODUCED: the same failure as captured" in r.out, r
 
 
@@ -177,28 +181,36 @@ def test_minify_as_captured_shrinks_a_failure_that_needs_a_flag_and_its_repro_se
 
 
 @pytest.mark.slow
-def test_bisect_envs_names_the_recorded_variable_that_brings_the_failure(cli, tmp_path, monkeypatch, own_process_state):
-    monkeypatch.setenv(backends.FAIL_VAR, "1")
+def test_bisect_envs_names_the_recorded_variable_that_brings_the_failure(cli, tmp_path, monkeypatch, untrusted,
+                                                                         own_process_state):
+    """The variables bisected are those --as-captured restores: on the allow-list, within their
+    bound; a hostile manifest's others are listed as not bisected, and never set."""
+    monkeypatch.setenv(backends.ALLOWED_FAIL_VAR, "1")
     monkeypatch.setenv("TORCHINDUCTOR_GRAPHDBG_PROBE", "1")
-    monkeypatch.setenv("TORCH_GRAPHDBG_OTHER", "yes")
+    monkeypatch.setenv("TORCHINDUCTOR_MAX_AUTOTUNE_POINTWISE", "1")
     torch.set_float32_matmul_precision("medium")
-    dump = _capture(tmp_path / "dumps", backends.fails_under_env_var)
+    dump = _capture(tmp_path / "dumps", backends.fails_under_allowed_env_var)
     torch.set_float32_matmul_precision("highest")
-    for name in (backends.FAIL_VAR, "TORCHINDUCTOR_GRAPHDBG_PROBE", "TORCH_GRAPHDBG_OTHER"):
-        monkeypatch.delenv(name)
+    hostile = {k: HOSTILE_VARS[k] for k in ("TORCH_COMPILE_DISABLE", "TORCHDYNAMO_DISABLE", "TORCHINDUCTOR_CPP_MARCH",
+                                            "TORCHINDUCTOR_COMPILE_THREADS", "OMP_NUM_THREADS")}
+    _with_vars(dump, hostile)
+    for name in (backends.ALLOWED_FAIL_VAR, "TORCHINDUCTOR_GRAPHDBG_PROBE", "TORCHINDUCTOR_MAX_AUTOTUNE_POINTWISE", *hostile):
+        monkeypatch.delenv(name, raising=False)
 
     r = cli("bisect", "envs", dump, "--trust-backend", "--json")
     assert r.code == 1, r
     result = json.loads(r.out)
-    assert result["mode"] == "settings" and result["culprit"] == f"env var {backends.FAIL_VAR}" and result["alone"], result
+    assert result["mode"] == "settings" and result["culprit"] == f"env var {backends.ALLOWED_FAIL_VAR}" and result["alone"], result
     verdicts = [(run["label"], run["verdict"]) for run in result["runs"]]
-    assert verdicts[0] == ("now", "passes") and verdicts[1][1] == "reproduces", verdicts
-    assert len(result["runs"]) <= 2 + 3 + 1  # now, all, log2 of the 5 differences, alone
-    assert result["differences"] == [{"kind": "env var", "name": backends.FAIL_VAR, "captured": "1", "now": None,
-                                      "restorable": True}]
-    assert os.environ.get(backends.FAIL_VAR) is None  # what the bisection set for its children is gone again
+    assert verdicts[0] == ("now", "passes") and verdicts[1] == ("with the 4 captured values", "reproduces"), verdicts
+    assert len(result["runs"]) <= 2 + 2 + 1  # now, all, log2 of the 4 that may be set, alone
+    assert result["differences"] == [{"kind": "env var", "name": backends.ALLOWED_FAIL_VAR, "captured": "1", "now": None,
+                                      "restorable": True, "read_by_backend": True}]
+    assert all(f"env var {name}" in result["note"] for name in hostile), result["note"]  # and TORCHINDUCTOR_GRAPHDBG_PROBE
+    assert not any(name in run["label"] for run in result["runs"] for name in hostile)
+    assert os.environ.get(backends.ALLOWED_FAIL_VAR) is None  # what the bisection set for its children is gone again
 
-    monkeypatch.setenv(backends.FAIL_VAR, "1")  # as captured: nothing that differs changes the outcome
+    monkeypatch.setenv(backends.ALLOWED_FAIL_VAR, "1")  # as captured: nothing that differs changes the outcome
     r = cli("bisect", "envs", dump, "--trust-backend")
     assert r.code == 0 and "no environment changes the outcome" in r.out, r
 
@@ -468,3 +480,63 @@ def restored_at(value: str, name: str) -> bool:
     os.environ.pop(name, None)
     restore({"env": {"vars": {name: value}}})
     return os.environ.get(name) == value
+
+
+# The environment the backend itself reads (issue 53 section 4) -----------------------------------
+MYKERNEL = '''import os
+
+
+def backend(gm, example_inputs):
+    mode = os.environ["MYKERNEL_MODE"] if "MYKERNEL_MODE" in os.environ else "safe"
+    os.getenv("MYKERNEL_DEBUG")  # unset at capture: read all the same
+    os.environ.get("MYKERNEL_API_TOKEN")
+    if mode == "fast":
+        raise RuntimeError("mykernel: the fast path has no lowering for addmm")
+    return gm.forward
+'''
+
+
+@pytest.mark.slow
+def test_a_variable_the_backend_reads_is_recorded_and_named_first_when_the_replay_lacks_it(cli, tmp_path, monkeypatch,
+                                                                                           untrusted, own_process_state):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "mykernel_envtest.py").write_text(MYKERNEL)
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    import mykernel_envtest
+
+    monkeypatch.setenv("MYKERNEL_MODE", "fast")
+    monkeypatch.setenv("MYKERNEL_API_TOKEN", "hunter2")
+    monkeypatch.setenv("MYKERNEL_UNREAD", "1")  # set, never read by the backend: not recorded
+    monkeypatch.setenv("TORCHINDUCTOR_MAX_AUTOTUNE", "1")  # recorded by its prefix; not read by this backend
+    monkeypatch.delenv("MYKERNEL_DEBUG", raising=False)
+    dump = _capture(tmp_path / "dumps", mykernel_envtest.backend)
+    assert "get" not in type(os.environ).__dict__ and "__contains__" not in type(os.environ).__dict__  # the window closed
+    env = json.loads((dump / "manifest.json").read_text())["env"]
+    assert {"MYKERNEL_MODE", "MYKERNEL_DEBUG", "MYKERNEL_API_TOKEN"} <= set(env["read"]), env["read"]
+    assert env["vars"]["MYKERNEL_MODE"] == "fast" and env["vars"]["MYKERNEL_API_TOKEN"] == "<redacted>"
+    assert "MYKERNEL_DEBUG" not in env["vars"] and "MYKERNEL_UNREAD" not in env["vars"] and "HOME" not in env["read"]
+    for name in ("MYKERNEL_MODE", "MYKERNEL_API_TOKEN", "TORCHINDUCTOR_MAX_AUTOTUNE"):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("MYKERNEL_DEBUG", "1")
+
+    r = cli("replay", dump, "--trust-backend")
+    assert r.code == 0, r
+    verdict = next(ln for ln in r.out.splitlines() if "NOT REPRODUCED" in ln)
+    assert ("env var MYKERNEL_MODE, read by the backend ('fast' at capture, unset now; "
+            "to replay as captured: export MYKERNEL_MODE=fast)") in verdict, r.out
+    assert "env var MYKERNEL_DEBUG, read by the backend (unset at capture, '1' now; to replay as captured: unset MYKERNEL_DEBUG)" in verdict
+    suspects = verdict.partition("suspects: ")[2]
+    assert suspects.startswith("env var MYKERNEL_") and max(suspects.index("MYKERNEL_MODE"), suspects.index("MYKERNEL_DEBUG")) < (
+        suspects.index("TORCHINDUCTOR_MAX_AUTOTUNE")), verdict  # the backend's own first, the prefixed one after
+
+    r = cli("replay", dump, "--trust-backend", "--as-captured", "--json")  # a variable of the backend's own: not restored
+    out = json.loads(r.out)
+    assert r.code == 0 and not out["reproduces"], r
+    assert sorted((d["name"], d["read_by_backend"], d["restorable"]) for d in out["environment_differences"]) == [
+        ("MYKERNEL_DEBUG", True, False), ("MYKERNEL_MODE", True, False)], out  # TORCHINDUCTOR_MAX_AUTOTUNE=1: on the list
+    assert any(line.startswith("env var MYKERNEL_MODE, read by the backend: recorded, not restored (")
+               and "export MYKERNEL_MODE=fast" in line for line in out["not_restored"]), out["not_restored"]
+
+    monkeypatch.setenv("MYKERNEL_MODE", "fast")  # the line the report gave: the user's own doing
+    r = cli("replay", dump, "--trust-backend")
+    assert r.code == 1 and "REPRODUCED: the same failure as captured" in r.out, r

@@ -363,7 +363,7 @@ RESTORABLE: dict[str, Rule] = {
 }
 # The bounds of the settings whose value reaches a resource (threads, padding, code size, compile
 # time) or turns a check off: a number in a range, sized to this machine where it counts threads,
-# or the one value that adds checks. They hold under --trust-config too: they are this machine's.
+# or the one value that adds checks. A range holds under --trust-config too: it is this machine's.
 _BOUNDS: dict[str, Bound] = {
     "inductor.cpp.threads": Range(-1, CPUS), "inductor.padding_alignment_bytes": Range(1, 4096),
     "inductor.realize_opcount_threshold": Range(0, 4096), "inductor.realize_reads_threshold": Range(0, 4096),
@@ -438,7 +438,7 @@ def restorable(key: Any, value: Any, trust: bool = False) -> str | None:
     reason), with a value of the setting's type (a bool, a bounded int or float, one of a
     fixed set of strings: torch's ``Literal`` types and ``ENUMS``) and not below the rule's
     minimum, and within the rule's ``Bound``. ``trust`` (``--trust-config``) restores any known
-    setting but ``NEVER``, a listed one still within its bound."""
+    setting but ``NEVER``, a listed one still within its range."""
     if not isinstance(key, str) or _KEY.fullmatch(key) is None:
         return "not a setting name"
     short, _, name = key.partition(".")
@@ -448,8 +448,8 @@ def restorable(key: Any, value: Any, trust: bool = False) -> str | None:
     if value_type is None:
         return "not in this torch"
     rule = RESTORABLE.get(key)
-    if rule is not None and rule.bound is not None and value is not None:  # this machine's limits: trusted or not
-        why = rule.bound.why_not(value)
+    if rule is not None and rule.bound is not None and value is not None and (not trust or rule.bound.values is None):
+        why = rule.bound.why_not(value)  # a range is this machine's limit: it holds under --trust-config too
         if why is not None:
             return why + (", which would skip compiling" if rule.reason == _LIMIT else "")
     if trust:

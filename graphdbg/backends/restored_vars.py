@@ -17,16 +17,16 @@ Everything else a dump recorded is reported "recorded, not restored" with that r
 variable of the backend's own (one it read while it compiled and first ran, recorded by
 capture) can't be on a static list: it is never restored, and the report gives the line that
 sets it. ``--trust-config`` restores the other recorded variables of torch's, Triton's and
-CUDA's prefixes too, but never one naming a place of the capturing machine, and a listed one
-only within its bound.
+CUDA's prefixes too, and lifts the fixed sets of words, but never one naming a place of the
+capturing machine, and a number only within its range (this machine's).
 """
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 from graphdbg.backends.compiler_config import _CHECKS, _CODEGEN, _RUNTIME, _TRACING, CPUS, FLAG, RESTORABLE, Range, Rule, Words
+from graphdbg.judge.environment import set_line
 from graphdbg.store.environment import ENV_PREFIXES, MAX_VAR
 
 NOT_RESTORED = "recorded, not restored"
@@ -97,19 +97,16 @@ def var_restorable(name: Any, value: Any, trust: bool = False, place: bool = Fal
     if place or value == "<redacted>":
         return "names a place of the capturing machine"
     rule = ENV_RESTORABLE.get(name)
+    if rule is not None and rule.bound is not None and (not trust or rule.bound.values is None):
+        return rule.bound.why_not(value)  # a range is this machine's limit: it holds under --trust-config too
     if rule is not None:
-        return rule.bound.why_not(value) if rule.bound is not None else None
+        return None
     if not name.startswith(ENV_PREFIXES):
         return f"not torch's, Triton's or CUDA's: to replay with it, set it yourself: {set_line(name, value)}"
     if not trust:
         return "not on the allow-list of variables known not to stop compiling, hide an error, or write or run anything" \
                " (--trust-config restores it)"
     return None
-
-
-def set_line(name: str, value: str | None) -> str:
-    """The shell line that gives ``name`` its captured value (or unsets it), quoted."""
-    return f"unset {shlex.quote(name)}" if value is None else f"export {shlex.quote(name)}={shlex.quote(value)}"
 
 
 def markdown() -> str:

@@ -101,9 +101,13 @@ def test_a_failure_only_under_an_env_var_reproduces_as_captured(cli, tmp_path, m
     assert r.code == 0 and not json.loads(r.out)["reproduces"], r
     assert json.loads(r.out)["environment_differences"][0]["name"] == backends.FAIL_VAR
     r = cli("replay", dump, "--trust-backend")
-    assert "NOT REPRODUCED" in r.out and f"suspects: env var {backends.FAIL_VAR} ('1' at capture, unset now)" in r.out, r
+    assert "NOT REPRODUCED" in r.out and (f"suspects: env var {backends.FAIL_VAR}, read by the backend ('1' at capture, "
+                                          f"unset now; to replay as captured: export {backends.FAIL_VAR}=1)") in r.out, r
 
+    # not on the allow-list: recorded, not restored, unless the user trusts the dump's config
     r = cli("replay", dump, "--trust-backend", "--as-captured")
+    assert r.code == 0 and f"env var {backends.FAIL_VAR}, read by the backend: recorded, not restored (" in r.out, r
+    r = cli("replay", dump, "--trust-backend", "--as-captured", "--trust-config")
     assert r.code == 1 and "REPRODUCED: the same failure as captured" in r.out, r
 
 
@@ -177,28 +181,36 @@ def test_minify_as_captured_shrinks_a_failure_that_needs_a_flag_and_its_repro_se
 
 
 @pytest.mark.slow
-def test_bisect_envs_names_the_recorded_variable_that_brings_the_failure(cli, tmp_path, monkeypatch, own_process_state):
-    monkeypatch.setenv(backends.FAIL_VAR, "1")
+def test_bisect_envs_names_the_recorded_variable_that_brings_the_failure(cli, tmp_path, monkeypatch, untrusted,
+                                                                         own_process_state):
+    """The variables bisected are those --as-captured restores: on the allow-list, within their
+    bound; a hostile manifest's others are listed as not bisected, and never set."""
+    monkeypatch.setenv(backends.ALLOWED_FAIL_VAR, "1")
     monkeypatch.setenv("TORCHINDUCTOR_GRAPHDBG_PROBE", "1")
-    monkeypatch.setenv("TORCH_GRAPHDBG_OTHER", "yes")
+    monkeypatch.setenv("TORCHINDUCTOR_MAX_AUTOTUNE_POINTWISE", "1")
     torch.set_float32_matmul_precision("medium")
-    dump = _capture(tmp_path / "dumps", backends.fails_under_env_var)
+    dump = _capture(tmp_path / "dumps", backends.fails_under_allowed_env_var)
     torch.set_float32_matmul_precision("highest")
-    for name in (backends.FAIL_VAR, "TORCHINDUCTOR_GRAPHDBG_PROBE", "TORCH_GRAPHDBG_OTHER"):
-        monkeypatch.delenv(name)
+    hostile = {k: HOSTILE_VARS[k] for k in ("TORCH_COMPILE_DISABLE", "TORCHDYNAMO_DISABLE", "TORCHINDUCTOR_CPP_MARCH",
+                                            "TORCHINDUCTOR_COMPILE_THREADS", "OMP_NUM_THREADS")}
+    _with_vars(dump, hostile)
+    for name in (backends.ALLOWED_FAIL_VAR, "TORCHINDUCTOR_GRAPHDBG_PROBE", "TORCHINDUCTOR_MAX_AUTOTUNE_POINTWISE", *hostile):
+        monkeypatch.delenv(name, raising=False)
 
     r = cli("bisect", "envs", dump, "--trust-backend", "--json")
     assert r.code == 1, r
     result = json.loads(r.out)
-    assert result["mode"] == "settings" and result["culprit"] == f"env var {backends.FAIL_VAR}" and result["alone"], result
+    assert result["mode"] == "settings" and result["culprit"] == f"env var {backends.ALLOWED_FAIL_VAR}" and result["alone"], result
     verdicts = [(run["label"], run["verdict"]) for run in result["runs"]]
-    assert verdicts[0] == ("now", "passes") and verdicts[1][1] == "reproduces", verdicts
-    assert len(result["runs"]) <= 2 + 3 + 1  # now, all, log2 of the 5 differences, alone
-    assert result["differences"] == [{"kind": "env var", "name": backends.FAIL_VAR, "captured": "1", "now": None,
-                                      "restorable": True}]
-    assert os.environ.get(backends.FAIL_VAR) is None  # what the bisection set for its children is gone again
+    assert verdicts[0] == ("now", "passes") and verdicts[1] == ("with the 4 captured values", "reproduces"), verdicts
+    assert len(result["runs"]) <= 2 + 2 + 1  # now, all, log2 of the 4 that may be set, alone
+    assert result["differences"] == [{"kind": "env var", "name": backends.ALLOWED_FAIL_VAR, "captured": "1", "now": None,
+                                      "restorable": True, "read_by_backend": True}]
+    assert all(f"env var {name}" in result["note"] for name in hostile), result["note"]  # and TORCHINDUCTOR_GRAPHDBG_PROBE
+    assert not any(name in run["label"] for run in result["runs"] for name in hostile)
+    assert os.environ.get(backends.ALLOWED_FAIL_VAR) is None  # what the bisection set for its children is gone again
 
-    monkeypatch.setenv(backends.FAIL_VAR, "1")  # as captured: nothing that differs changes the outcome
+    monkeypatch.setenv(backends.ALLOWED_FAIL_VAR, "1")  # as captured: nothing that differs changes the outcome
     r = cli("bisect", "envs", dump, "--trust-backend")
     assert r.code == 0 and "no environment changes the outcome" in r.out, r
 
@@ -316,3 +328,215 @@ def test_a_dump_of_every_graph_records_the_code_its_compile_generated_after_it(t
     (dump,) = find_dumps(tmp_path / "dumps")
     code = graphdbg.load(dump).manifest["generated_code"]
     assert code["compiler"] == "inductor" and len(code["hash"]) == 16 and code["graphs"] == [code["hash"]], code
+
+
+# The allow-list of restored variables (issue 51 section 1) ---------------------------------------
+# What the issue's round of attacks restored, and more of our own: each stops compiling, changes the
+# backend, hides an error, writes, runs a program, or asks for more threads than the machine has.
+HOSTILE_MARCH = "native -wrapper sh,-c,touch${IFS}$(pwd|cut -c1)tmp$(pwd|cut -c1)PWNED"
+HOSTILE_VARS = {
+    "TORCHINDUCTOR_CPP_MARCH": HOSTILE_MARCH,
+    "TORCHINDUCTOR_CPP_ENABLE_FLOATING_POINT_CONTRACT_FLAG": HOSTILE_MARCH.replace("native", "fast", 1),
+    "TORCH_COMPILE_DISABLE": "1", "TORCHDYNAMO_DISABLE": "1", "TORCH_COMPILE_OVERRIDE_BACKENDS": ".*:eager",
+    "TORCHDYNAMO_SUPPRESS_ERRORS": "1", "TORCH_BISECT_BACKEND": "eager", "TORCH_BISECT_SUBSYSTEM": "lowerings",
+    "TORCH_BISECT_MAX": "0", "TORCH_COMPILE_OVERRIDE_INDUCTOR_CONFIGS": "cpp.march=native", "TORCH_COMPILE_CPROFILE": "1",
+    "CUDA_VISIBLE_DEVICES": "", "CUDA_LAUNCH_BLOCKING": "1", "OMP_TOOL_LIBRARIES": "libtool.so", "OMP_TOOL": "enabled",
+    "KMP_SETTINGS": "1", "TORCHINDUCTOR_COMPILE_THREADS": "4096", "TORCH_PYTHON_NATIVE_USER_GRAPH_ORDER_FN": "os:system",
+    "TORCH_COMPILE_STROBELIGHT": "1", "TORCH_COMPILE_STICKY_PGO_WRITE": "pgo", "TORCH_HUB": "hub", "TORCH_MODEL_ZOO": "zoo",
+    # our own: a bool out of its bound, checks turned off, a log, JIT off, threads past the CPUs, a loader variable
+    "TORCHINDUCTOR_MAX_AUTOTUNE": "yes", "TORCHINDUCTOR_SIZE_ASSERTS": "0", "TORCH_LOGS": "+dynamo", "PYTORCH_JIT": "0",
+    "OMP_NUM_THREADS": "4096", "NVIDIA_TF32_OVERRIDE": "0 ", "TORCH_CUDA_ARCH_LIST": "sm_90;x",
+    "TORCHINDUCTOR_FX_GRAPH_CACHE": "1", "LD_PRELOAD": "libevil.so", "MYKERNEL_MODE": "fast x",
+}
+ALLOWED_VARS = {"TORCHINDUCTOR_UNIQUE_KERNEL_NAMES": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "TORCHINDUCTOR_MULTI_KERNEL": "2",
+                "TRITON_F32_DEFAULT": "ieee", "MKL_NUM_THREADS": "1"}
+
+
+def _with_vars(dump: Path, variables: dict[str, str]) -> Path:
+    manifest = json.loads((dump / "manifest.json").read_text())
+    manifest["env"]["vars"] = {**manifest["env"]["vars"], **variables}
+    (dump / "manifest.json").write_text(json.dumps(manifest))
+    return dump
+
+
+@pytest.fixture
+def untrusted(monkeypatch):
+    for var in ("GRAPHDBG_TRUST_CONFIG", "GRAPHDBG_NO_CONFIG", "GRAPHDBG_CONFIG", "GRAPHDBG_AS_CAPTURED"):
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.mark.slow
+def test_replay_as_captured_restores_only_variables_on_the_allow_list(cli, tmp_path, untrusted, own_process_state):
+    """Through the CLI: the replay child sees the allowed variables of a hostile manifest and none
+    of the others; each of those is reported, in text and --json, as recorded, not restored."""
+    dump = _with_vars(_capture(tmp_path / "dumps", backends.always_fails), {**HOSTILE_VARS, **ALLOWED_VARS})
+    for name in {**HOSTILE_VARS, **ALLOWED_VARS}:
+        os.environ.pop(name, None)
+    os.environ["TORCHINDUCTOR_MAX_AUTOTUNE_GEMM"] = "1"  # on the list, set now, unset at capture: unset as captured
+
+    r = cli("replay", dump, "--backend", "environment_backends:reports_env", "--trust-backend", "--as-captured", "--json")
+    out = json.loads(r.out)
+    assert out["status"] == "crash" and "seen {" in out["signature"], r
+    seen = json.loads(out["signature"].partition("seen ")[2])
+    assert {k: seen.get(k) for k in ALLOWED_VARS} == ALLOWED_VARS
+    assert not set(HOSTILE_VARS) & set(seen), seen
+    assert "TORCHINDUCTOR_MAX_AUTOTUNE_GEMM" not in seen
+    left = {line.split(":")[0].removeprefix("env var ").split(",")[0]: line for line in out["not_restored"]}
+    assert set(HOSTILE_VARS) <= set(left), out["not_restored"]
+    assert all("recorded, not restored (" in left[name] for name in HOSTILE_VARS)
+    assert "outside 1 to this machine's CPU count" in left["OMP_NUM_THREADS"]
+    assert "is not one of {0, 1}" in left["TORCHINDUCTOR_MAX_AUTOTUNE"]
+    assert "set it yourself: export MYKERNEL_MODE='fast x'" in left["MYKERNEL_MODE"]
+    assert "--trust-config restores it" in left["TORCH_COMPILE_DISABLE"]
+
+    r = cli("replay", dump, "--backend", "environment_backends:reports_env", "--trust-backend", "--as-captured")
+    assert "env var TORCHDYNAMO_DISABLE: recorded, not restored (not on the allow-list" in r.out, r.out
+
+
+def _variables_torch_and_triton_read() -> set[str]:
+    """Every environment variable the installed torch (its Python and its C++ headers) and Triton
+    read or name as a config's variable, found in their source now; and those CUDA's, cuBLAS's,
+    NCCL's, OpenMP's and MKL's documentation lists (their source is not installed)."""
+    import importlib.util
+    import re
+
+    found = re.compile(r"""(?:environ\.get|getenv|environ\[|environ\.setdefault|environ\.pop|env_name_(?:force|default)\s*=|"""
+                       r"""\benv_var\s*=|get_env\w*|check_env|env_(?:bool|int|str|opt_str|opt_bool|class|list)"""
+                       r"""|_utils_internal\.\w+)\s*\(?\s*["']([A-Z][A-Z0-9_]{2,})["']""")
+    names = set(CUDA_DOCUMENTED)
+    for package in ("torch", "triton"):
+        spec = importlib.util.find_spec(package)
+        if spec is None or spec.origin is None:
+            continue
+        root = Path(spec.origin).parent
+        for path in [*root.rglob("*.py"), *root.rglob("*.h")]:
+            try:
+                text = path.read_text(errors="ignore")
+            except OSError:
+                continue
+            if "env" in text or "_utils_internal" in text:
+                names.update(m[1] for m in found.finditer(text))
+    return names
+
+
+CUDA_DOCUMENTED = {
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_MANAGED_FORCE_DEVICE_ALLOC", "CUDA_CACHE_DISABLE", "CUDA_CACHE_PATH",
+    "CUDA_CACHE_MAXSIZE", "CUDA_FORCE_PTX_JIT", "CUDA_DISABLE_PTX_JIT", "CUDA_FORCE_JIT", "CUDA_DISABLE_JIT",
+    "CUDA_LAUNCH_BLOCKING", "CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_DEVICE_MAX_COPY_CONNECTIONS", "CUDA_AUTO_BOOST",
+    "CUDA_SCALE_LAUNCH_QUEUES", "CUDA_GRAPHS_USE_NODE_PRIORITY", "CUDA_DEVICE_WAITS_ON_EXCEPTION", "CUDA_MODULE_LOADING",
+    "CUDA_MODULE_DATA_LOADING", "CUDA_ENABLE_COREDUMP_ON_EXCEPTION", "CUDA_ENABLE_CPU_COREDUMP_ON_EXCEPTION",
+    "CUDA_ENABLE_LIGHTWEIGHT_COREDUMP", "CUDA_ENABLE_USER_TRIGGERED_COREDUMP", "CUDA_COREDUMP_FILE", "CUDA_COREDUMP_PIPE",
+    "CUDA_COREDUMP_GENERATION_FLAGS", "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "CUDA_MPS_CLIENT_PRIORITY", "CUDA_LOG_FILE", "CUDA_INJECTION64_PATH",
+    "CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_LOG_LEVEL", "CUBLASLT_LOG_FILE", "CUBLASLT_LOG_MASK", "CUBLAS_LOGINFO_DBG",
+    "CUBLAS_LOGDEST_DBG", "CUDNN_LOGINFO_DBG", "CUDNN_LOGDEST_DBG", "CUDNN_LOGLEVEL_DBG", "NVIDIA_TF32_OVERRIDE",
+    "NCCL_DEBUG", "NCCL_DEBUG_FILE", "NCCL_DEBUG_SUBSYS", "NCCL_ALGO", "NCCL_PROTO", "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE",
+    "NCCL_SOCKET_IFNAME", "NCCL_NET_PLUGIN", "NCCL_TOPO_FILE", "NCCL_TUNER_PLUGIN", "NCCL_BUFFSIZE", "NCCL_NTHREADS",
+    "OMP_NUM_THREADS", "OMP_TOOL", "OMP_TOOL_LIBRARIES", "OMP_TOOL_VERBOSE_INIT", "OMP_DISPLAY_ENV", "OMP_PROC_BIND",
+    "OMP_PLACES", "OMP_STACKSIZE", "OMP_WAIT_POLICY", "OMP_DYNAMIC", "KMP_SETTINGS", "KMP_AFFINITY", "KMP_BLOCKTIME",
+    "KMP_DUPLICATE_LIB_OK", "MKL_NUM_THREADS", "MKL_DYNAMIC", "MKL_VERBOSE", "MKL_CBWR", "MKL_DEBUG_CPU_TYPE",
+}
+ODD_VALUES = ("1", "0", "2", "4096", "-1", "1.5", "yes", "", "ieee", "LAZY", "fast", ":4096:8", HOSTILE_MARCH, "/tmp/x")
+
+
+@pytest.mark.slow
+def test_every_variable_torch_triton_and_cuda_read_is_restored_only_by_the_allow_list(untrusted, own_process_state):
+    """A manifest recording every variable torch, Inductor, Triton and CUDA read or document, each
+    with one odd value after another: what ``--as-captured`` (and so bisect envs and repro.py, by
+    the same decision) restores is on the allow-list and within its bound, the rest is reported."""
+    from graphdbg.backends.restored_vars import ENV_RESTORABLE
+    from graphdbg.judge.environment import SET_BY_TORCH
+    from graphdbg.replay.as_captured import python_lines, restore
+
+    names = _variables_torch_and_triton_read() | set(HOSTILE_VARS)
+    assert len(names) > 400 and {"TORCH_COMPILE_DISABLE", "TORCHINDUCTOR_CPP_MARCH", "TORCHINDUCTOR_MAX_AUTOTUNE"} <= names
+    # every entry of the list is a variable torch or Triton reads, or CUDA documents (Triton's own where it is installed)
+    import importlib.util
+
+    triton = importlib.util.find_spec("triton") is not None
+    assert {n for n in ENV_RESTORABLE if triton or not n.startswith("TRITON_")} <= names | {"MKL_NUM_THREADS"}
+    for value in ODD_VALUES:
+        for name in names:
+            os.environ.pop(name, None)
+        manifest = {"env": {"vars": dict.fromkeys(names, value)}}
+        left = restore(manifest)
+        restored = {n for n in names if os.environ.get(n) == value}
+        assert restored <= set(ENV_RESTORABLE), (value, sorted(restored - set(ENV_RESTORABLE)))
+        assert all(ENV_RESTORABLE[n].bound.why_not(value) is None for n in restored), value
+        reported = {line.split(":")[0].removeprefix("env var ").split(",")[0] for line in left}
+        assert names - restored - SET_BY_TORCH <= reported, value
+        assert all("recorded, not restored (" in line for line in left)
+        os.environ["GRAPHDBG_AS_CAPTURED"] = "{}"  # what a repro.py of --as-captured sets: the same variables
+        assert {line.partition("[")[2].partition("]")[0].strip("'") for line in python_lines(manifest)
+                if line.startswith("os.environ[")} == restored
+        del os.environ["GRAPHDBG_AS_CAPTURED"]
+    assert restored_at(str((os.cpu_count() or 1) + 1), "OMP_NUM_THREADS") is False
+    assert restored_at(str(os.cpu_count() or 1), "OMP_NUM_THREADS") is True
+
+
+def restored_at(value: str, name: str) -> bool:
+    from graphdbg.replay.as_captured import restore
+
+    os.environ.pop(name, None)
+    restore({"env": {"vars": {name: value}}})
+    return os.environ.get(name) == value
+
+
+# The environment the backend itself reads (issue 53 section 4) -----------------------------------
+MYKERNEL = '''import os
+
+
+def backend(gm, example_inputs):
+    mode = os.environ["MYKERNEL_MODE"] if "MYKERNEL_MODE" in os.environ else "safe"
+    os.getenv("MYKERNEL_DEBUG")  # unset at capture: read all the same
+    os.environ.get("MYKERNEL_API_TOKEN")
+    if mode == "fast":
+        raise RuntimeError("mykernel: the fast path has no lowering for addmm")
+    return gm.forward
+'''
+
+
+@pytest.mark.slow
+def test_a_variable_the_backend_reads_is_recorded_and_named_first_when_the_replay_lacks_it(cli, tmp_path, monkeypatch,
+                                                                                           untrusted, own_process_state):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "mykernel_envtest.py").write_text(MYKERNEL)
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    import mykernel_envtest
+
+    monkeypatch.setenv("MYKERNEL_MODE", "fast")
+    monkeypatch.setenv("MYKERNEL_API_TOKEN", "hunter2")
+    monkeypatch.setenv("MYKERNEL_UNREAD", "1")  # set, never read by the backend: not recorded
+    monkeypatch.setenv("TORCHINDUCTOR_MAX_AUTOTUNE", "1")  # recorded by its prefix; not read by this backend
+    monkeypatch.delenv("MYKERNEL_DEBUG", raising=False)
+    dump = _capture(tmp_path / "dumps", mykernel_envtest.backend)
+    assert "get" not in type(os.environ).__dict__ and "__contains__" not in type(os.environ).__dict__  # the window closed
+    env = json.loads((dump / "manifest.json").read_text())["env"]
+    assert {"MYKERNEL_MODE", "MYKERNEL_DEBUG", "MYKERNEL_API_TOKEN"} <= set(env["read"]), env["read"]
+    assert env["vars"]["MYKERNEL_MODE"] == "fast" and env["vars"]["MYKERNEL_API_TOKEN"] == "<redacted>"
+    assert "MYKERNEL_DEBUG" not in env["vars"] and "MYKERNEL_UNREAD" not in env["vars"] and "HOME" not in env["read"]
+    for name in ("MYKERNEL_MODE", "MYKERNEL_API_TOKEN", "TORCHINDUCTOR_MAX_AUTOTUNE"):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("MYKERNEL_DEBUG", "1")
+
+    r = cli("replay", dump, "--trust-backend")
+    assert r.code == 0, r
+    verdict = next(ln for ln in r.out.splitlines() if "NOT REPRODUCED" in ln)
+    assert ("env var MYKERNEL_MODE, read by the backend ('fast' at capture, unset now; "
+            "to replay as captured: export MYKERNEL_MODE=fast)") in verdict, r.out
+    assert "env var MYKERNEL_DEBUG, read by the backend (unset at capture, '1' now; to replay as captured: unset MYKERNEL_DEBUG)" in verdict
+    suspects = verdict.partition("suspects: ")[2]
+    assert suspects.startswith("env var MYKERNEL_") and max(suspects.index("MYKERNEL_MODE"), suspects.index("MYKERNEL_DEBUG")) < (
+        suspects.index("TORCHINDUCTOR_MAX_AUTOTUNE")), verdict  # the backend's own first, the prefixed one after
+
+    r = cli("replay", dump, "--trust-backend", "--as-captured", "--json")  # a variable of the backend's own: not restored
+    out = json.loads(r.out)
+    assert r.code == 0 and not out["reproduces"], r
+    assert sorted((d["name"], d["read_by_backend"], d["restorable"]) for d in out["environment_differences"]) == [
+        ("MYKERNEL_DEBUG", True, False), ("MYKERNEL_MODE", True, False)], out  # TORCHINDUCTOR_MAX_AUTOTUNE=1: on the list
+    assert any(line.startswith("env var MYKERNEL_MODE, read by the backend: recorded, not restored (")
+               and "export MYKERNEL_MODE=fast" in line for line in out["not_restored"]), out["not_restored"]
+
+    monkeypatch.setenv("MYKERNEL_MODE", "fast")  # the line the report gave: the user's own doing
+    r = cli("replay", dump, "--trust-backend")
+    assert r.code == 1 and "REPRODUCED: the same failure as captured" in r.out, r

@@ -244,9 +244,65 @@ def applied_config(settings: dict[str, Any]) -> Iterator[list[str]]:
 _KEY = re.compile(r"(inductor|dynamo|functorch)(\.[A-Za-z_][A-Za-z0-9_]*)+")
 
 
+CPUS = "cpus"  # a bound sized to the replaying machine: os.cpu_count()
+
+
+class Bound(typing.NamedTuple):
+    """The values a restored setting or variable may take: numbers from ``low`` to ``high``
+    (``CPUS``: this machine's CPU count), or one of ``values``. A variable's value is text: a
+    number in the range written in decimal, or one of the words."""
+
+    low: float | None = None
+    high: float | str | None = None
+    values: frozenset[Any] | None = None
+
+    def top(self) -> float | None:
+        return (os.cpu_count() or 1) if self.high == CPUS else typing.cast("float | None", self.high)
+
+    def why_not(self, value: Any) -> str | None:
+        """None if ``value`` (a setting's value, or a variable's text) is within the bound, else why not."""
+        if self.values is not None:
+            ok = any(type(value) is type(v) and value == v for v in self.values)  # 1 is not True
+            return None if ok else f"{_short(value)} is not one of {self.shown()}"
+        number: Any = value
+        if isinstance(value, str):
+            if not re.fullmatch(r"-?[0-9]{1,12}(\.[0-9]{1,12})?", value):
+                return f"{_short(value)} is not a number"
+            number = float(value) if "." in value else int(value)
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
+            return f"{_short(value)} is not a number"
+        top = self.top()
+        if (self.low is not None and number < self.low) or (top is not None and number > top):
+            return f"{_short(value)} is outside {self.shown()}"
+        return None
+
+    def shown(self, here: bool = True) -> str:
+        """``{off, on, fast}``, ``1 to 3``, ``1 to this machine's CPU count (16)`` (the count ``here`` only)."""
+        if self.values is not None:
+            return "{" + ", ".join(sorted(repr(v) if not isinstance(v, str) else v for v in self.values)) + "}"
+        high = (f"this machine's CPU count ({self.top()})" if here else "this machine's CPU count") if self.high == CPUS else self.high
+        return f"{self.low} to {high}"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def Range(low: float, high: float | str) -> Bound:  # noqa: N802 - reads as the bound it makes
+    return Bound(low=low, high=high)
+
+
+def Words(*words: Any) -> Bound:  # noqa: N802 - reads as the bound it makes
+    return Bound(values=frozenset(words))
+
+
+FLAG = Words("0", "1")  # a variable torch reads as a boolean
+
+
 class Rule(typing.NamedTuple):
     reason: str  # why restoring it cannot stop compilation, hide an error, or write or run anything
-    at_least: int | None = None  # the smallest value that still compiles (recompile limits)
+    bound: Bound | None = None  # the values it is restored with: a range sized to the machine, or a fixed set
 
 
 _CODEGEN = ("chooses how Inductor lowers, fuses, lays out or tunes the graph: the code is still generated, "
@@ -295,7 +351,7 @@ RESTORABLE: dict[str, Rule] = {
         "capture_autograd_function", "capture_func_transforms", "force_parameter_static_shapes",
         "force_nn_module_property_static_shapes", "allow_rnn", "trace_numpy")], Rule(_TRACING)),
     **dict.fromkeys([f"dynamo.{n}" for n in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit",
-                                               "accumulated_recompile_limit")], Rule(_LIMIT, at_least=1)),
+                                               "accumulated_recompile_limit")], Rule(_LIMIT, Range(1, 1 << 16))),
     **dict.fromkeys([f"functorch.{n}" for n in (
         "activation_memory_budget", "activation_memory_budget_solver", "activation_memory_budget_runtime_estimator", "cse",
         "recompute_views", "donated_buffer", "view_replay_for_aliased_outputs", "treat_parameters_as_free_to_save",
@@ -305,6 +361,21 @@ RESTORABLE: dict[str, Rule] = {
         "fake_tensor_allow_unsafe_data_ptr_access")],
         Rule(_TRACING)),
 }
+# The bounds of the settings whose value reaches a resource (threads, padding, code size, compile
+# time) or turns a check off: a number in a range, sized to this machine where it counts threads,
+# or the one value that adds checks. A range holds under --trust-config too: it is this machine's.
+_BOUNDS: dict[str, Bound] = {
+    "inductor.cpp.threads": Range(-1, CPUS), "inductor.padding_alignment_bytes": Range(1, 4096),
+    "inductor.realize_opcount_threshold": Range(0, 4096), "inductor.realize_reads_threshold": Range(0, 4096),
+    "inductor.realize_acc_reads_threshold": Range(0, 4096), "inductor.max_fusion_size": Range(1, 4096),
+    "inductor.unroll_reductions_threshold": Range(0, 1024), "inductor.score_fusion_memory_threshold": Range(0, 1 << 20),
+    "inductor.max_pointwise_cat_inputs": Range(0, 1024), "inductor.triton.max_tiles": Range(1, 3),
+    "inductor.cpp.simdlen": Range(0, 2048), "inductor.cpp.max_horizontal_fusion_size": Range(0, 1024),
+    "inductor.cpp.min_chunk_size": Range(1, 1 << 24), "functorch.activation_memory_budget": Range(0, 1),
+    "functorch.max_dist_from_bw": Range(0, 1 << 20),
+    **dict.fromkeys(("inductor.size_asserts", "inductor.nan_asserts", "inductor.debug_index_asserts"), Words(True)),
+}
+RESTORABLE.update({key: RESTORABLE[key]._replace(bound=bound) for key, bound in _BOUNDS.items() if key in RESTORABLE})
 # ... and these not even with --trust-config: they write files (where the dump says, or a
 # profile and its rendering by ``gprof2dot``/``dot``), or name a place of the capturing machine.
 NEVER_KEYS = frozenset({"dynamo.cprofile", "inductor.trace.enabled", "inductor.trace.save_real_tensors",
@@ -366,7 +437,8 @@ def restorable(key: Any, value: Any, trust: bool = False) -> str | None:
     else why not. Without ``trust``, only the settings ``RESTORABLE`` names (each with its
     reason), with a value of the setting's type (a bool, a bounded int or float, one of a
     fixed set of strings: torch's ``Literal`` types and ``ENUMS``) and not below the rule's
-    minimum. ``trust`` (``--trust-config``) restores any known setting but ``NEVER``."""
+    minimum, and within the rule's ``Bound``. ``trust`` (``--trust-config``) restores any known
+    setting but ``NEVER``, a listed one still within its range."""
     if not isinstance(key, str) or _KEY.fullmatch(key) is None:
         return "not a setting name"
     short, _, name = key.partition(".")
@@ -375,18 +447,20 @@ def restorable(key: Any, value: Any, trust: bool = False) -> str | None:
     value_type = _value_type(key)
     if value_type is None:
         return "not in this torch"
+    rule = RESTORABLE.get(key)
+    if rule is not None and rule.bound is not None and value is not None and (not trust or rule.bound.values is None):
+        why = rule.bound.why_not(value)  # a range is this machine's limit: it holds under --trust-config too
+        if why is not None:
+            return why + (", which would skip compiling" if rule.reason == _LIMIT else "")
     if trust:
         return None
     hint = " (--trust-config restores it)"
-    rule = RESTORABLE.get(key)
     if rule is None:
         return "not among the settings known not to stop compilation, hide an error, or write or run anything" + hint
     if key in ENUMS:
         why = None if value is None or isinstance(value, str) and value in ENUMS[key] else "a value outside its fixed set"
     else:
         why = _allowed_type(value_type, value)
-    if why is None and rule.at_least is not None and isinstance(value, int) and value < rule.at_least:
-        why = f"below {rule.at_least}, which would skip compiling"
     return None if why is None else why + hint
 
 

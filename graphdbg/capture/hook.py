@@ -11,6 +11,7 @@ on top is guarded, so a failure to dump costs one line on stderr and nothing els
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import os
@@ -43,6 +44,7 @@ from graphdbg.judge.failing_node import failing_node
 from graphdbg.judge.mutations import attrs_before_call, load_attrs, mutation_mismatches
 from graphdbg.judge.signature import exception_text
 from graphdbg.rebuild.inputs import clone_values
+from graphdbg.store.environment import environment, observing_env
 from graphdbg.store.manifest import update_manifest
 from graphdbg.store.write import failure_record, link_children, write_dump
 
@@ -227,9 +229,10 @@ class CapturingBackend:
                 raise
         watch = watch_backward(self, snap)  # training: the lazily compiled backward (capture/training.py)
         names = frozenset(n.name for n in gm.graph.nodes)  # the dump's nodes: a backend may add its own to gm
+        snap.env_read = {}  # the variables the backend reads while it compiles and first runs (store.environment)
         with nested.outer_frame(self, snap, gm, "compile"):
             try:
-                with watch, watch_generated_code(self.backend_ref == "inductor" or None) as code:
+                with watch, watch_generated_code(self.backend_ref == "inductor" or None) as code, observing_env(snap.env_read):
                     compiled = self.backend(gm, example_inputs, **kwargs)
             except Exception as e:
                 snap.generated_code = code.to_dict()  # the compile may have generated code before it failed
@@ -261,6 +264,7 @@ class CapturingBackend:
         arming = ArmedCalls(self, snap)  # the first calls leave a crash dump if a signal kills them
         counts = CallCounts()  # a failure seen on some calls only: how many failed and how many did not
         checker = self.checks.counter(f"g{snap.seq}")  # the calls compared with eager (capture/accuracy_checks.py)
+        unobserved = [True]  # the first call's reads of os.environ are the backend's too (a lazy compile)
 
         def run(*args: Any) -> Any:
             __tracebackhide__ = True  # noqa: F841 - pytest hides this frame where Python keeps it (3.10)
@@ -275,12 +279,17 @@ class CapturingBackend:
             # Backends that compile their pieces on first call (Thunder's Inductor pieces) do it here.
             # The frame is pushed and popped by hand: this is every call's path (a few us matter).
             nested.enter_frame(self, snap, gm, "run")
+            window: Any = contextlib.nullcontext()
+            if unobserved:
+                unobserved.clear()
+                window = observing_env(getattr(snap, "env_read", None))
             try:
-                if arming.left > 0:
-                    with arming.call(inputs):
+                with window:
+                    if arming.left > 0:
+                        with arming.call(inputs):
+                            out = compiled(*args)
+                    else:
                         out = compiled(*args)
-                else:
-                    out = compiled(*args)
             except Exception as e:
                 written = None
                 counts.call(inputs, True)
@@ -356,6 +365,11 @@ class CapturingBackend:
     def _dump(self, snap: GraphSnapshot, inputs: list[Any], kind: str, exc: BaseException | None, *,
               node: str | None = None, overrides: dict[str, Any] | None = None, **extra: Any) -> Path | None:
         overrides = {"backend_source": self.backend_source, **(overrides or {})}
+        if getattr(snap, "env_read", None):  # with the variables the backend read so far
+            overrides.setdefault("env", self._guarded(lambda: environment(self.backend_ref, snap.env_read),
+                                                      "record the variables the backend read"))
+            if overrides["env"] is None:
+                del overrides["env"]
         parent_frame = snap.parent["frame"] if snap.parent is not None else None
         what = f"{type(exc).__name__}" if exc is not None else kind
         shown = describe_recipe(self.backend_recipe) if self.backend_recipe else self.backend_ref

@@ -12,12 +12,15 @@ Order (``RANK``): the code Inductor generated (known after the replay: ``code_di
 consequence of what follows but the plainest sign that the compiler did something else), the
 backend's version and settings, then torch's and triton's versions,
 Python, CUDA and the driver, the device, ``torch.backends`` flags and precision, environment
-variables, thread counts. ``restorable`` says whether ``--as-captured`` can bring it back
-(``replay.as_captured``); a version or a device it cannot.
+variables, thread counts; before all of them, a variable the backend itself read while it
+compiled and first ran (``read_by_backend``: ``os.environ["MYKERNEL_MODE"]``), the most direct
+cause. ``restorable`` says whether ``--as-captured`` can bring it back (``replay.as_captured``
+decides it, by the allow-lists); a version or a device it cannot.
 """
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -31,6 +34,11 @@ THREADS = ("num_threads", "num_interop_threads")
 SET_BY_TORCH = frozenset({"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_PTXAS_PATH", "TRITON_LIBDEVICE_PATH",
                           "TORCH_WARM_POOL"})
 _VAR_ORDER = ("TORCHINDUCTOR", "TORCHDYNAMO", "TORCH", "PYTORCH", "TRITON", "CUDA", "CUBLAS", "CUDNN", "NVIDIA", "NCCL")
+# The environment variables a dump records, by prefix (``store.environment``): those torch and the
+# libraries under it read; GRAPHDBG_* are graphdbg's own and decide nothing about the graph.
+# Any other recorded variable is one the backend read while it compiled and first ran (the
+# manifest's ``env.read`` names those, unset ones too).
+ENV_PREFIXES = ("TORCH", "PYTORCH", "TRITON", "CUDA", "CUBLAS", "CUDNN", "NCCL", "NVIDIA_TF32", "OMP", "KMP", "MKL")
 
 
 @dataclass(frozen=True)
@@ -40,10 +48,21 @@ class Difference:
     captured: Any
     now: Any
     restorable: bool
+    read_by_backend: bool = False  # an env var the backend read while it compiled and first ran: ranked first
 
     def line(self) -> str:
-        """``setting float32_matmul_precision: 'medium' at capture, 'highest' now``."""
-        return f"{self.kind} {self.name}: {_shown(self.captured)} at capture, {_shown(self.now)} now"
+        """``setting float32_matmul_precision: 'medium' at capture, 'highest' now``; a variable
+        the backend read says so, and how to give it the captured value."""
+        return f"{self.head()}: {self.values()}"
+
+    def head(self) -> str:
+        return f"{self.kind} {self.name}" + (", read by the backend" if self.read_by_backend else "")
+
+    def values(self) -> str:
+        text = f"{_shown(self.captured)} at capture, {_shown(self.now)} now"
+        if self.read_by_backend and not self.restorable and self.captured != "<redacted>":
+            text += f"; to replay as captured: {set_line(self.name, self.captured)}"
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -51,6 +70,29 @@ class Difference:
 
 def _shown(value: Any) -> str:
     return "unset" if value is None else repr(value)
+
+
+def set_line(name: str, value: Any) -> str:
+    """The shell line that gives variable ``name`` its captured ``value`` (None: unset), quoted."""
+    return f"unset {shlex.quote(name)}" if value is None else f"export {shlex.quote(name)}={shlex.quote(str(value))}"
+
+
+def read_by_backend(env: dict[str, Any]) -> set[str]:
+    """The variables a dump's ``env`` says its backend read: ``env.read``, and any recorded
+    variable outside ``ENV_PREFIXES`` (capture records no other; ``read`` may be gone from a
+    dump rewritten by another tool)."""
+    read = env.get("read")
+    names = {n for n in read if isinstance(n, str)} if isinstance(read, list) else set()
+    recorded_vars = env.get("vars")
+    if isinstance(recorded_vars, dict):
+        names |= {n for n in recorded_vars if isinstance(n, str) and not n.startswith(ENV_PREFIXES)}
+    return names
+
+
+def ranked(found: list[Difference]) -> list[Difference]:
+    """Most likely cause first: a variable the backend itself read, then by kind (``RANK``);
+    stable, so each kind keeps its own order."""
+    return sorted(found, key=lambda d: (not d.read_by_backend, RANK.get(d.kind, len(RANK))))
 
 
 def _var_rank(name: str) -> int:
@@ -96,12 +138,13 @@ def differences(manifest: dict[str, Any] | None, now: dict[str, Any], replayed: 
                 found.append(Difference("threads" if key in THREADS else "setting", key, value, settings_now.get(key), True))
     captured_vars, vars_now = env.get("vars"), now.get("vars") or {}
     if isinstance(captured_vars, dict):
-        for key in sorted(set(captured_vars) | set(vars_now), key=lambda k: (_var_rank(k), k)):
+        read = read_by_backend(env)
+        for key in sorted(set(captured_vars) | set(vars_now) | read, key=lambda k: (_var_rank(k), k)):
             if key in SET_BY_TORCH and key not in vars_now:
                 continue  # the replay's compile sets it as the capture's did
             if captured_vars.get(key) != vars_now.get(key) and captured_vars.get(key) != "<redacted>":
-                found.append(Difference("env var", key, captured_vars.get(key), vars_now.get(key), True))
-    return sorted(found, key=lambda d: RANK[d.kind])  # stable: each kind keeps its own order
+                found.append(Difference("env var", key, captured_vars.get(key), vars_now.get(key), True, key in read))
+    return ranked(found)
 
 
 def _compiler_settings(manifest: dict[str, Any], replayed: dict[str, Any]) -> list[Difference]:
@@ -137,6 +180,6 @@ def code_differences(manifest: dict[str, Any] | None, generated: dict[str, Any] 
 def suspects(found: list[Difference], limit: int = 3) -> str:
     """The first differences, as the verdict names them: ``setting float32_matmul_precision
     ('medium' at capture, 'highest' now)``."""
-    shown = [f"{d.kind} {d.name} ({_shown(d.captured)} at capture, {_shown(d.now)} now)" for d in found[:limit]]
+    shown = [f"{d.head()} ({d.values()})" for d in found[:limit]]
     more = f" and {len(found) - limit} more" if len(found) > limit else ""
     return ", ".join(shown) + more

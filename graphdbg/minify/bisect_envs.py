@@ -38,7 +38,7 @@ from graphdbg.display import Displayed
 from graphdbg.errors import GraphdbgError
 from graphdbg.judge.environment import SET_BY_TORCH, Difference, differences
 from graphdbg.judge.rate import RateTest
-from graphdbg.replay.as_captured import ENV_AS_CAPTURED, may_name_a_place, prepare
+from graphdbg.replay.as_captured import ENV_AS_CAPTURED, prepare, setting_restorable, var_can_return
 from graphdbg.replay.entry import replay_dump
 from graphdbg.replay.options import ReplayOptions
 from graphdbg.replay.outcome import Outcome
@@ -145,9 +145,10 @@ def _comparable(env: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def settable(found: list[Difference]) -> list[Difference]:
-    """The differences a replay can set to their captured value, and may: a compiler setting the
-    allow-list lets back (it differs by ``--no-config`` or ``--config``), a flag or thread count,
-    an environment variable that names no place (unless ``--trust-config``)."""
+    """The differences a replay can set to their captured value, and may, by the allow-lists
+    ``--as-captured`` restores by: a compiler setting (it differs by ``--no-config`` or
+    ``--config``), a flag or a thread count within this machine's bound, an environment
+    variable (``replay.as_captured.var_can_return``)."""
     trust = bool(os.environ.get(ENV_TRUST_CONFIG))
     out = []
     for d in found:
@@ -155,7 +156,9 @@ def settable(found: list[Difference]) -> list[Difference]:
             continue
         if d.kind == "compiler setting" and (d.captured is None or restorable(d.name, d.captured, trust) is not None):
             continue
-        if d.kind == "env var" and (d.name in _CHILD_VARS or (may_name_a_place(d.name) and not trust)):
+        if d.kind in ("setting", "threads") and setting_restorable(d.name, d.captured) is not None:
+            continue
+        if d.kind == "env var" and (d.name in _CHILD_VARS or not var_can_return(d.name, d.captured, trust)):
             continue
         out.append(d)
     return out
@@ -195,7 +198,9 @@ def _bisect_settings(dump: Any, backend: Any, opts: ReplayOptions, rate: RateTes
     result = EnvBisection("settings")
     left = [d for d in found if d not in can]
     if left:
-        result.note = f"not bisected here (--python for versions and the device): {', '.join(f'{d.kind} {d.name}' for d in left[:6])}"
+        result.note = (f"not bisected here (--python for versions and the device; recorded, not restored: see replay "
+                       f"--as-captured): {', '.join(f'{d.kind} {d.name}' for d in left[:6])}"
+                       + (f" and {len(left) - 6} more" if len(left) > 6 else ""))
 
     def judged(ds: list[Difference], label: str) -> EnvRun:
         def run() -> Outcome:

@@ -6,17 +6,21 @@ The CLI calls ``restore(manifest)`` before anything compiles and puts the record
 own process; environment variables reach children by inheritance. What can't be restored (versions, the device) is what
 ``judge.environment`` still lists afterwards.
 
-A dump is someone else's file, so only what cannot name a program, path, host or hook comes
-back: a flag of ``SETTINGS`` with a value of its type, and an environment variable of
-``ENV_PREFIXES`` whose name has no word of ``_STEERING_WORDS`` and whose value names no place. ``--trust-config`` restores
-every recorded variable but those naming a place of the capturing machine.
+A dump is someone else's file, so only what is on an allow-list comes back, within its bound: a
+flag of ``SETTINGS`` with a value of its type (thread counts up to this machine's CPUs), and an
+environment variable of ``backends.restored_vars.ENV_RESTORABLE`` (``var_restorable``: the one
+decision for ``--as-captured``, ``bisect envs`` and ``repro.py``). Every other recorded item is
+reported, "recorded, not restored", with the reason; a variable the backend itself read, with
+the line that sets it. ``--trust-config`` restores the other variables of torch's prefixes too,
+but never one naming a place of the capturing machine.
 
     >>> restore(dump.manifest)
-    ['env var TORCHINDUCTOR_CACHE_DIR: names a place, not restored']
+    ["env var TORCH_COMPILE_DISABLE: recorded, not restored (not on the allow-list ...)"]
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
@@ -24,27 +28,19 @@ from typing import Any
 
 import torch
 
-from graphdbg.backends.compiler_config import CONFIGS, ENV_TRUST_CONFIG, replay_settings
-from graphdbg.judge.environment import SET_BY_TORCH, differences
-from graphdbg.store.environment import ENV_PREFIXES, MAX_VAR, SETTINGS, environment
+from graphdbg.backends.compiler_config import CONFIGS, CPUS, ENV_TRUST_CONFIG, Range, replay_settings
+from graphdbg.backends.restored_vars import ENV_RESTORABLE, NOT_RESTORED, var_restorable
+from graphdbg.judge.environment import SET_BY_TORCH, Difference, differences, read_by_backend
+from graphdbg.store.environment import SETTINGS, environment
 from graphdbg.store.redact import redacted_vars
 
 ENV_AS_CAPTURED = "GRAPHDBG_AS_CAPTURED"
-# Words of a variable's name (split at "_") saying it can name a program, a path, a host, a hook,
-# a log or a cache (TRITON_PTXAS_PATH, TORCHINDUCTOR_CACHE_DIR, TORCH_LOGS): not restored from
-# someone else's dump without --trust-config.
-_STEERING_WORDS = frozenset(
-    "cxx cc compiler cmd command exe binary bin path paths dir root file files filename cache caches log logs logging hook "
-    "hooks script custom pass passes launcher plugin profile profiler profiling trace tracing debug nvcc ptxas ld link save "
-    "repro dump upload remote output package lib libs shim worker subprocess start method home url uri host addr redis "
-    "extensions".split())
-
-
-def may_name_a_place(name: str) -> bool:
-    return any(word.lower() in _STEERING_WORDS for word in name.split("_"))
 _COMPILER_VARS = ("TORCH", "PYTORCH", "TRITON")
 _PRECISIONS = ("highest", "high", "medium")
 _DTYPES = ("float32", "float64", "float16", "bfloat16")
+
+
+_THREADS = Range(1, CPUS)  # a thread count past this machine's CPUs only exhausts its memory (4096: std::bad_alloc)
 
 
 def _set_sdp(name: str, on: bool) -> None:
@@ -70,9 +66,8 @@ _SETTERS: dict[str, tuple[Any, Any]] = {
     "sdp.math": (None, lambda v: _set_sdp("enable_math_sdp", v)),
     "sdp.cudnn": (None, lambda v: _set_sdp("enable_cudnn_sdp", v)),
     "mkldnn.enabled": (None, lambda v: setattr(torch.backends.mkldnn, "enabled", v)),
-    "num_threads": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 4096, torch.set_num_threads),
-    "num_interop_threads": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 4096,
-                            torch.set_num_interop_threads),
+    "num_threads": (lambda v: isinstance(v, int) and _THREADS.why_not(v) is None, torch.set_num_threads),
+    "num_interop_threads": (lambda v: isinstance(v, int) and _THREADS.why_not(v) is None, torch.set_num_interop_threads),
 }
 if set(_SETTERS) != set(SETTINGS):
     raise ImportError("replay.as_captured: every setting store.environment records needs a way back here")
@@ -90,48 +85,75 @@ def restore(manifest: Any) -> list[str]:
     left: list[str] = []
     recorded = env.get("settings") if isinstance(env.get("settings"), dict) else {}
     for name, value in recorded.items():
-        if name not in _SETTERS:
-            left.append(f"setting {name}: not known here, not restored")
+        why = setting_restorable(name, value)
+        if why is not None:
+            left.append(f"setting {str(name)[:120]}: {NOT_RESTORED} ({why})")
             continue
-        check, apply = _SETTERS[name]
-        if not (check(value) if check else isinstance(value, bool)):
-            left.append(f"setting {name}: {value!r} is not a value it takes, not restored")
-            continue
+        apply = _SETTERS[name][1]
         try:
             if SETTINGS[name]() == value:  # as captured already: torch refuses a mix of its old and new precision flags
                 continue
             apply(value)
         except Exception as e:  # e.g. interop threads, settable only before parallel work started
             left.append(f"setting {name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}, not restored")
-    left += restore_vars(env.get("vars"))
+    left += restore_vars(env.get("vars"), read_by_backend(env))
     return left
 
 
-def restore_vars(recorded: Any) -> list[str]:
-    """Set the recorded environment variables that may be restored, unset those the capture
-    did not have; returns a line for each left as it is."""
+def setting_restorable(name: Any, value: Any) -> str | None:
+    """None if the recorded flag or thread count ``name = value`` may be restored here, else why not."""
+    if name not in _SETTERS:
+        return "not known here"
+    check = _SETTERS[name][0]
+    if check(value) if check else isinstance(value, bool):
+        return None
+    return f"{str(value)[:40]!r} is not a value it takes here" + (f" ({_THREADS.shown()})" if name in ("num_threads", "num_interop_threads") else "")
+
+
+def restore_vars(recorded: Any, read: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """Set the recorded environment variables that may be restored (``var_restorable``), unset
+    those on the allow-list the capture did not have; returns a line for each recorded one left
+    as it is, and why (``read``: the variables the backend itself read, said so)."""
     if not isinstance(recorded, dict):
         return []
     trust = bool(os.environ.get(ENV_TRUST_CONFIG))
-    _, places = redacted_vars({k: v for k, v in recorded.items() if isinstance(v, str)})
     left = []
-    for name, value in recorded.items():
-        if name in SET_BY_TORCH and name not in os.environ:
-            continue  # the replay's compile sets it for this machine
-        if not (isinstance(name, str) and name.startswith(ENV_PREFIXES) and isinstance(value, str) and len(value) <= MAX_VAR
-                and "\0" not in name + value and "=" not in name):
-            left.append(f"env var {str(name)[:120]}: not a variable it records, not restored")
-        elif f"vars.{name}" in places or value == "<redacted>":
-            left.append(f"env var {name}: names a place of the capturing machine, not restored")
-        elif may_name_a_place(name) and not trust:
-            left.append(f"env var {name}: it can name a program, path, hook, log or cache, not restored (--trust-config restores it)")
-        else:
+    for name, value, why in decisions(recorded, trust):
+        if why is None:
             os.environ[name] = value
-    # set now, unset at capture: the compiler's own go; the machine's (CUDA_VISIBLE_DEVICES, OMP_...) stay
-    for name in [k for k in os.environ if k.startswith(_COMPILER_VARS) and k not in recorded]:
-        if not may_name_a_place(name) or trust:
+        else:
+            whose = ", read by the backend" if name in read else ""
+            left.append(f"env var {str(name)[:120]}{whose}: {NOT_RESTORED} ({why})")
+    # set now, unset at capture: those the list restores go; with --trust-config the compiler's own
+    # too, as before; the machine's (CUDA_VISIBLE_DEVICES, OMP_..., the user's own) stay
+    for name in [k for k in os.environ if k not in recorded]:
+        if var_can_return(name, None, trust):
             del os.environ[name]
     return left
+
+
+def decisions(recorded: dict[Any, Any], trust: bool) -> list[tuple[Any, Any, str | None]]:
+    """(name, value, why it is not restored or None) for each recorded variable but those the
+    replay's compile sets itself (``SET_BY_TORCH``)."""
+    _, places = redacted_vars({k: v for k, v in recorded.items() if isinstance(k, str) and isinstance(v, str)})
+    return [(name, value, var_restorable(name, value, trust, place=f"vars.{name}" in places and name not in ENV_RESTORABLE))
+            for name, value in recorded.items() if not (name in SET_BY_TORCH and name not in os.environ)]
+
+
+def _marked(found: list[Difference]) -> list[Difference]:
+    """``found`` with each variable's ``restorable`` as ``--as-captured`` decides it."""
+    trust = bool(os.environ.get(ENV_TRUST_CONFIG))
+    return [dataclasses.replace(d, restorable=var_can_return(d.name, d.captured, trust)) if d.kind == "env var" else d
+            for d in found]
+
+
+def var_can_return(name: str, captured: Any, trust: bool) -> bool:
+    """Whether ``--as-captured`` gives variable ``name`` its captured value: sets it
+    (``var_restorable``), or unsets it where the capture had none (those on the list, and
+    under ``--trust-config`` the compiler's own)."""
+    if captured is None:
+        return name in ENV_RESTORABLE or (trust and name.startswith(_COMPILER_VARS) and name not in SET_BY_TORCH)
+    return var_restorable(name, captured, trust) is None
 
 
 def prepare(manifest: Any, as_captured: bool) -> tuple[list[Any], list[str]]:
@@ -146,7 +168,9 @@ def prepare(manifest: Any, as_captured: bool) -> tuple[list[Any], list[str]]:
     else:
         os.environ.pop(ENV_AS_CAPTURED, None)
     backend = manifest.get("backend") if isinstance(manifest, dict) else None
-    return differences(manifest, environment(backend if isinstance(backend, str) else None), _replayed_config(manifest)), left
+    read = read_by_backend(_env(manifest))  # the backend's own variables: compared by their values now
+    now = environment(backend if isinstance(backend, str) else None, {n: os.environ.get(n) for n in read})
+    return _marked(differences(manifest, now, _replayed_config(manifest))), left
 
 
 _UNSET = object()
@@ -219,9 +243,9 @@ def python_lines(manifest: Any) -> list[str]:
             continue
         lines.append(_STATEMENTS[name].format(value) if name in _STATEMENTS else f"torch.backends.{name} = {value!r}")
     recorded = env.get("vars") if isinstance(env.get("vars"), dict) else {}
-    for name in sorted(recorded):
-        if os.environ.get(name) == recorded[name] and name not in SET_BY_TORCH:  # restored by restore_vars
-            lines.append(f"os.environ[{name!r}] = {recorded[name]!r}")
+    for name, value, why in sorted(decisions(recorded, bool(os.environ.get(ENV_TRUST_CONFIG))), key=lambda d: str(d[0])):
+        if why is None:  # what restore_vars sets, decided the same way
+            lines.append(f"os.environ[{name!r}] = {value!r}")
     if not lines:
         return []
     return ["# As captured (--as-captured): the settings and environment variables the failure needed", "import os",

@@ -7,24 +7,39 @@ process's place in a distributed job.
 NCCL, OpenMP and MKL read, by ``ENV_PREFIXES``). The compiler's own settings are the manifest's
 ``config`` (``backends.compiler_config``), recorded once, there. ``judge.environment`` compares
 a recorded ``env`` with ``environment()`` now.
+
+A backend may read variables of its own (``os.environ["MYKERNEL_MODE"]``): capture observes
+every read of ``os.environ`` while the backend compiles and first runs (``observing_env``), and
+``environment(backend, read)`` records them: ``env.read`` names each variable read (set or not),
+``env.vars`` holds the values of those set, beside the prefixed ones, so that ``store.redact``
+treats them as the rest.
+
+    >>> with observing_env() as read:
+    ...     compiled = backend(gm, example_inputs)
+    >>> read
+    {'MYKERNEL_MODE': 'fast', 'MYKERNEL_DEBUG': None}
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import getpass
 import os
 import platform
+import re
 import socket
 import sys
+import threading
 from importlib.metadata import packages_distributions, version
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import torch
 
 from graphdbg._version import __version__
 from graphdbg.errors import GraphdbgError
+from graphdbg.judge.environment import ENV_PREFIXES
 from graphdbg.store.safe_files import read_regular
 
 
@@ -35,10 +50,8 @@ def package_version(name: str) -> str | None:
         return None
 
 
-# Environment variables that decide what torch and the libraries under it do; GRAPHDBG_* are
-# graphdbg's own (where to dump, replay overrides) and decide nothing about the graph.
-ENV_PREFIXES = ("TORCH", "PYTORCH", "TRITON", "CUDA", "CUBLAS", "CUDNN", "NCCL", "NVIDIA_TF32", "OMP", "KMP", "MKL")
 MAX_VAR = 4096
+MAX_READ = 1024  # variables of the backend's own recorded at most
 
 
 def _sdp(name: str) -> Any:
@@ -78,9 +91,79 @@ def settings() -> dict[str, Any]:
     return out
 
 
-def env_vars() -> dict[str, str]:
-    """The environment variables of ``ENV_PREFIXES``, with their values (cut at ``MAX_VAR``)."""
-    return {k: v[:MAX_VAR] for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
+def env_vars(read: dict[str, str | None] | None = None) -> dict[str, str]:
+    """The environment variables of ``ENV_PREFIXES``, with their values (cut at ``MAX_VAR``), and
+    those of ``read`` that were set when read."""
+    found = {k: v[:MAX_VAR] for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}
+    found.update({k: v[:MAX_VAR] for k, v in (read or {}).items() if isinstance(v, str)})
+    return dict(sorted(found.items()))
+
+
+# Variables of the process and the session, not of the backend: read by Python's own modules
+# while anything compiles (tempfile, getpass, shutil.which, the terminal's size), they say where
+# and who rather than how, and are not recorded when the backend reads them.
+_NOT_OBSERVED = re.compile(r"(PATH|HOME|USER|LOGNAME|USERNAME|LNAME|PWD|OLDPWD|SHELL|TERM|HOSTNAME|TMPDIR|TEMP|TMP|TZ"
+                           r"|LANG|LANGUAGE|DISPLAY|COLUMNS|LINES|NO_COLOR|FORCE_COLOR|CLICOLOR|VIRTUAL_ENV"
+                           r"|(LC|XDG|SSH|PYTHON|PYTEST|GRAPHDBG|LD|DYLD|CONDA)_\w*|PYTHON\w*)")
+# A variable whose name says it holds a secret: recorded as read, its value never.
+_SECRET = re.compile(r"TOKEN|SECRET|PASSW|API_?KEY|ACCESS_?KEY|CREDENTIAL|AUTH", re.I)
+
+_observers: list[dict[str, str | None]] = []
+_observers_lock = threading.Lock()
+_originals: dict[str, Any] = {}
+_NOTHING = object()
+
+
+def _note(mapping: Any, key: Any, value: Any) -> None:
+    if mapping is not os.environ or not isinstance(key, str) or _NOT_OBSERVED.fullmatch(key):
+        return
+    shown = "<redacted>" if isinstance(value, str) and _SECRET.search(key) else value if isinstance(value, str) else None
+    for reads in list(_observers):
+        if key not in reads and len(reads) < MAX_READ:
+            reads[key] = shown
+
+
+def _observed(original: Callable[..., Any], getitem: Callable[..., Any]) -> Callable[..., Any]:
+    """``original`` (a lookup method of ``os.environ``'s class), noting the variable it looks up
+    and its value (through ``getitem``, the class's own ``__getitem__``)."""
+    def noted(self: Any, key: Any, *args: Any) -> Any:
+        try:
+            value = getitem(self, key)
+        except Exception:  # unset (KeyError), or a key of another type: noted as unset or not at all
+            value = None
+        _note(self, key, value)
+        return original(self, key, *args)
+
+    return noted
+
+
+@contextlib.contextmanager
+def observing_env(reads: dict[str, str | None] | None = None) -> Iterator[dict[str, str | None]]:
+    """Within, every variable looked up in ``os.environ`` (``[]``, ``get``, ``in``;
+    ``os.getenv`` is ``get``), by any thread, is noted in ``reads`` with its value then (None:
+    unset). ``os.environ``'s class is patched while at least one window is open, and put back
+    after the last; the windows of concurrent compiles each see every read."""
+    reads = {} if reads is None else reads
+    cls = type(os.environ)
+    with _observers_lock:
+        if not _observers:
+            getitem = cls.__getitem__
+            for name in ("__getitem__", "get", "__contains__"):
+                _originals[name] = cls.__dict__.get(name, _NOTHING)
+                setattr(cls, name, _observed(getattr(cls, name), getitem))
+        _observers.append(reads)
+    try:
+        yield reads
+    finally:
+        with _observers_lock:
+            _observers[:] = [r for r in _observers if r is not reads]
+            if not _observers:
+                for name, original in _originals.items():
+                    if original is _NOTHING:
+                        delattr(cls, name)
+                    else:
+                        setattr(cls, name, original)
+                _originals.clear()
 
 
 def backend_package(backend: str | None) -> tuple[str | None, str | None]:
@@ -166,7 +249,9 @@ def captured_by() -> dict[str, Any]:
     return out
 
 
-def environment(backend: str | None = None) -> dict[str, Any]:
+def environment(backend: str | None = None, read: dict[str, str | None] | None = None) -> dict[str, Any]:
+    """The manifest's ``env``; ``read``: the variables the backend read (``observing_env``), recorded
+    as ``env.read`` (their names) and in ``env.vars`` (the values of those set)."""
     package, package_ver = backend_package(backend)
     env: dict[str, Any] = {
         "graphdbg": __version__,
@@ -185,7 +270,8 @@ def environment(backend: str | None = None) -> dict[str, Any]:
         "cuda_devices": 0,
         "device": device(),
         "settings": settings(),
-        "vars": env_vars(),
+        "vars": env_vars(read),
+        **({"read": sorted(read)} if read else {}),
     }
     try:
         if torch.cuda.is_available():

@@ -337,10 +337,11 @@ class _manifest_only:
 
 
 def _with_code_differences(found: list, dump: object, outcome: object) -> list:
-    """``found`` and where the replay's generated code differs from the capture's, first."""
-    from graphdbg.judge.environment import code_differences
+    """``found`` and where the replay's generated code differs from the capture's, ranked (a
+    variable the backend read first, then the generated code)."""
+    from graphdbg.judge.environment import code_differences, ranked
 
-    return code_differences(getattr(dump, "manifest", None), getattr(outcome, "generated_code", None)) + found
+    return ranked(code_differences(getattr(dump, "manifest", None), getattr(outcome, "generated_code", None)) + found)
 
 
 def _environment_json(found: list, left: list[str]) -> dict:

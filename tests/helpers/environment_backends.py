@@ -26,6 +26,27 @@ def fails_under_env_var(gm: fx.GraphModule, example_inputs):
     return gm.forward
 
 
+# a variable on graphdbg's allow-list (backends/restored_vars.py) that a backend of Python's own ignores
+ALLOWED_FAIL_VAR = "TORCHINDUCTOR_UNIQUE_KERNEL_NAMES"
+
+
+def fails_under_allowed_env_var(gm: fx.GraphModule, example_inputs):
+    if os.environ.get(ALLOWED_FAIL_VAR) == "1":
+        raise RuntimeError("broken when unique kernel names are asked for")
+    return gm.forward
+
+
+def reports_env(gm: fx.GraphModule, example_inputs):
+    """Fails with the environment variables it sees of torch's, Triton's and CUDA's prefixes and
+    the OpenMP/MKL ones, as JSON: what a replay restored, seen from inside the replay child."""
+    import json
+
+    seen = {k: v for k, v in sorted(os.environ.items()) if k.startswith(("TORCH", "PYTORCH", "TRITON", "CUDA", "CUBLAS",
+                                                                          "NVIDIA", "OMP", "KMP", "MKL", "LD_PRELOAD"))
+            and "CACHE" not in k}  # the child's own cache folders, graphdbg's doing
+    raise RuntimeError("seen " + json.dumps(seen))
+
+
 def always_fails(gm: fx.GraphModule, example_inputs):
     raise NotImplementedError("no lowering for this graph")
 

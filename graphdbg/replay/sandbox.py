@@ -242,7 +242,7 @@ def child_env(folder: Path, device: str | None = None, dump: str | None = None) 
     on_cpu = str(device or "cpu").startswith("cpu")
     limit = memory_limit() if on_cpu else None
     if limit:
-        env[MEMORY_ENV] = str(limit)
+        env[MEMORY_ENV] = limit
     if not on_cpu:
         env[UNIX_ENV] = "1"  # CUDA's driver opens a UNIX socket at init (without it: "Error 304")
     return env
@@ -270,29 +270,45 @@ def dump_compile_cache(dump: str) -> Path | None:
 UNIX_ENV = "GRAPHDBG_SANDBOX_UNIX"  # set for a GPU replay: socket(AF_UNIX) allowed
 
 
-MEMORY_ENV = "GRAPHDBG_MEMORY_LIMIT"  # bytes of address space (RLIMIT_AS) for a CPU replay's child
+MEMORY_ENV = "GRAPHDBG_MEMORY_LIMIT"  # bytes of address space (RLIMIT_AS) for a CPU replay's child; "+N": N above torch's
 _BASELINE = 3 << 30  # what Python, torch and Inductor map before the graph allocates anything
 
 
-def memory_limit() -> int | None:
-    """Bytes of address space a CPU replay child may use: ``GRAPHDBG_MEMORY_LIMIT_GB`` if set,
-    else the memory available now plus what torch itself maps, so a graph that allocates
-    more than the machine has fails with an out-of-memory error in the child instead of
-    swapping or waking the OOM killer. (Not for CUDA: its driver reserves huge address space.)"""
+def memory_limit() -> str | None:
+    """The address space a CPU replay child may use (``$GRAPHDBG_MEMORY_LIMIT``): with
+    ``GRAPHDBG_MEMORY_LIMIT_GB`` set, that much *above* what the child maps once torch is loaded
+    (``+N``: a CUDA build of torch maps about 3 GiB of libraries before anything runs, a CPU build
+    under 1 GiB; a limit below that would keep torch from loading at all), else the memory
+    available now plus what torch itself maps, so a graph that allocates more than the machine
+    has fails with an out-of-memory error in the child instead of swapping or waking the OOM
+    killer. (Not for CUDA: its driver reserves huge address space.)"""
     given = os.environ.get("GRAPHDBG_MEMORY_LIMIT_GB")
     if given:
         try:
-            return int(float(given) * (1 << 30))
+            return f"+{int(float(given) * (1 << 30))}"
         except ValueError:
             return None
     try:
         with open("/proc/meminfo", "rb") as f:
             for line in f.read(8192).decode().splitlines():
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 + _BASELINE
+                    return str(int(line.split()[1]) * 1024 + _BASELINE)
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def _mapped_with_torch() -> int:
+    """The address space this process maps once torch is loaded (``VmSize``), in bytes."""
+    try:
+        import torch  # noqa: F401  # loaded before the limit, which counts only what comes after it
+    except ImportError:
+        pass
+    with open("/proc/self/status", "rb") as f:
+        for line in f.read(16384).decode().splitlines():
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("no VmSize in /proc/self/status")
 
 
 def limit_memory() -> str:
@@ -303,11 +319,16 @@ def limit_memory() -> str:
     try:
         import resource  # POSIX only: a failed import lands in the except below
 
+        above = raw.startswith("+")
+        wanted = int(raw.removeprefix("+"))
+        mapped = _mapped_with_torch() if above else 0
         hard = resource.getrlimit(resource.RLIMIT_AS)[1]
-        limit = int(raw) if hard == resource.RLIM_INFINITY else min(int(raw), hard)
+        limit = mapped + wanted if hard == resource.RLIM_INFINITY else min(mapped + wanted, hard)
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))  # the hard limit too: code in the child can't raise it
     except (ValueError, OSError, ImportError) as e:
         return f"no memory limit ({e})"
+    if above:
+        return f"memory limit {wanted / (1 << 30):.1f} GiB above the {mapped / (1 << 30):.1f} GiB torch maps"
     return f"memory limit {limit / (1 << 30):.1f} GiB"
 
 

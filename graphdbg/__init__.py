@@ -13,7 +13,9 @@ import importlib
 import os
 from typing import TYPE_CHECKING, Any, Sequence
 
-__version__ = "0.1.0"
+from graphdbg._version import __version__, say_untested_torch
+
+say_untested_torch()  # once, in one line, on a torch the suite does not run on
 
 if TYPE_CHECKING:
     import pandas

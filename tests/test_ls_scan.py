@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from conftest import FIXTURES, SGLANG_CORPUS, child_env
 
 from graphdbg.formats.printed_file import read_printed_source, scanned_manifest
@@ -201,10 +202,13 @@ def test_ls_shows_the_hashes_load_gives(tmp_path):
 
 
 def test_the_names_table_is_the_one_for_these_sources():
-    from graphdbg.formats.names_table import TABLE, source_stamp
+    from graphdbg.formats.names_table import TABLE, source_stamp, torch_version
 
     stamp = json.loads(TABLE.read_text())["stamp"]
-    assert stamp == source_stamp(), "rewrite it: python -m graphdbg.formats.names_table_maker"
+    made_with = stamp.rpartition(":")[0]
+    assert stamp == source_stamp(made_with), "rewrite it: python -m graphdbg.formats.names_table_maker"
+    if made_with != torch_version():  # the GPU image's torch: ls reads each printed graph in full there
+        pytest.skip(f"the shipped table is torch {made_with}'s; this torch is {torch_version()}, which ls reads without it")
 
 
 def test_a_first_ls_of_printed_graphs_and_dumps_imports_no_torch(tmp_path):
@@ -226,12 +230,14 @@ def test_a_first_ls_of_printed_graphs_and_dumps_imports_no_torch(tmp_path):
 
 def test_torch_version_read_as_text_is_the_installed_one():
     """The caches' and the names table's stamps read torch's version from its version.py (no
-    importlib.metadata lookup, 0.04 s): the same string the package metadata gives."""
+    importlib.metadata lookup, 0.04 s): the release the package metadata gives (a CUDA wheel's
+    version.py carries its build's local tag, ``2.11.0+cu130``, which its metadata leaves out)."""
     from importlib.metadata import version
 
     from graphdbg.formats.names_table import torch_version
 
-    assert torch_version() == version("torch")
+    text, meta = torch_version(), version("torch")
+    assert text == meta or "+" not in meta and text.split("+")[0] == meta, (text, meta)
 
 
 def test_shapes_the_front_end_refuses_are_one_line_problems_from_both_readers(tmp_path):

@@ -133,3 +133,78 @@ def test_wrong_silu_derivative_under_autocast_replays_as_a_backward_failure(tmp_
     # the forward's outputs match (dtype and values): only gradients differ
     assert {m["what"] for m in got["mismatches"]} == {"gradient"}
     assert sorted(m["index"] for m in got["mismatches"]) == sorted(m["index"] for m in captured)
+
+
+class CastSandwich(nn.Module):
+    """A low-precision autocast region opened in the model, a region with autocast off inside it
+    (a norm in float32), more of the region after it, and a float32 head outside it: only the
+    head's output is float32, and only a run that left no region open computes it so."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp, self.mid, self.head = nn.Linear(8, 16), nn.Linear(16, 8), nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=dtype):
+            h = self.inp(x)
+            with torch.autocast("cpu", enabled=False):
+                h = F.layer_norm(h.float(), (16,))
+            h = self.mid(F.silu(h))
+        return self.head(h.float())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_wrong_backward_under_nested_autocast_regions_is_found_in_the_backward(tmp_path, cli, dtype):
+    """The float64 reference fails inside the regions (``h.float()`` meets a float64 weight); that
+    must not leave a region open for the compiled forward, whose float32 head would then compute
+    in ``dtype`` and make the forward look wrong (``output 0: dtype float32 vs bfloat16``)."""
+    torch.manual_seed(0)
+    model, x = CastSandwich(), torch.randn(6, 8)
+    compiled = torch.compile(model, backend=graphdbg.capture(silu_gradient_backend, tmp_path / "dumps", mode="accuracy"))
+    out = compiled(x, dtype)
+    assert out.dtype == torch.float32
+    out.square().mean().backward()
+    dump = _only_dump(tmp_path / "dumps")
+
+    r = cli("replay", dump / "forward", "--trust-backend", "--backward", "--json")
+    assert r.code == 1, r
+    got = json.loads(r.out)
+    assert got["stage"] == "backward" and got["reproduces"], got
+    assert {m["what"] for m in got["mismatches"]} == {"gradient"}, got["mismatches"]
+    assert not torch.is_autocast_enabled("cpu")
+
+
+def test_dynamo_retraces_autocast_regions_as_the_backend_first_got_them(tmp_path):
+    """Replay's re-trace hands the backend a graph's nested regions as Dynamo handed them at
+    capture: ``_enter_autocast``/``_exit_autocast`` nodes (torch 2.13 made them
+    ``set_autocast_enabled`` calls; torch 2.11 asserted that the global autocast state changed
+    while it traced). The outputs keep each region's dtype, and no region stays open."""
+    from graphdbg.graph.autocast import retraceable
+
+    enter, leave = torch.amp.autocast_mode._enter_autocast, torch.amp.autocast_mode._exit_autocast
+    g = torch.fx.Graph()
+    x, w = g.placeholder("x"), g.placeholder("w")
+    half = g.call_function(enter, ("cpu", torch.bfloat16, True, None))
+    y = g.call_function(torch.matmul, (x, w))
+    off = g.call_function(enter, ("cpu", None, False, None))
+    z = g.call_function(torch.matmul, (g.call_method("float", (y,)), w))
+    g.call_function(leave, (off,))
+    u = g.call_function(torch.matmul, (z, w))
+    g.call_function(leave, (half,))
+    g.output((g.call_function(torch.matmul, (g.call_method("float", (u,)), w)), y, z, u))
+    gm = torch.fx.GraphModule(nn.Module(), g)
+    xv, wv = torch.randn(4, 4), torch.randn(4, 4)
+    eager = gm(xv, wv)
+
+    got = []
+
+    def backend(graph, example_inputs):
+        got.append(graph)
+        return graph.forward
+
+    out = torch.compile(retraceable(gm), backend=backend)(xv, wv)
+    assert [t.dtype for t in out] == [t.dtype for t in eager] == [torch.float32, torch.bfloat16, torch.float32, torch.bfloat16]
+    assert not torch.is_autocast_enabled("cpu")
+    targets = [n.target for n in got[0].graph.nodes if n.op == "call_function"]
+    assert targets.count(enter) == 2 and targets.count(leave) == 2, got[0].code

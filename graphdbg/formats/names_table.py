@@ -50,9 +50,9 @@ def torch_version() -> str:
         return "?"
 
 
-def source_stamp() -> str:
-    """The installed torch's version and a hash of the sources that judge names."""
-    installed = torch_version()
+def source_stamp(installed: str | None = None) -> str:
+    """The installed torch's version (or ``installed``) and a hash of the sources that judge names."""
+    installed = installed or torch_version()
     h = hashlib.sha256(installed.encode())
     for rel in _JUDGES:
         h.update((_PACKAGE / rel).read_bytes())

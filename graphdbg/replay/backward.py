@@ -28,6 +28,7 @@ import torch.utils._pytree as pytree
 from graphdbg.backends.calls import positional
 from graphdbg.backends.compiler_config import replay_settings
 from graphdbg.errors import GraphdbgError
+from graphdbg.graph.autocast import autocast_kept, without_regions
 from graphdbg.judge.accuracy import BY_DTYPE, OutputMismatch, Tolerance, judge_outputs
 from graphdbg.judge.mutations import GradientMismatch, compare_mutations, written_state
 from graphdbg.rebuild.inputs import clone_values, to_float64
@@ -81,7 +82,7 @@ def mutation_mismatches_of(case: Case, attrs_before: dict[str, torch.Tensor] | N
     eager = copy.deepcopy(case.gm)
     restore_attrs(eager, attrs_before)
     eager_inputs = clone_values(case.inputs)
-    with torch.set_grad_enabled(grad):
+    with torch.set_grad_enabled(grad), autocast_kept():
         eager(*eager_inputs)
     names = [n.name for n in case.gm.graph.nodes if n.op == "placeholder"]
     bad: list[OutputMismatch] = list(compare_mutations(names, eager_inputs, inputs, tol=tol, only=written))
@@ -254,7 +255,7 @@ def _tensor_indices(values: list[Any]) -> list[int]:
 
 def _forward(fn: Callable[..., Any], values: list[Any], clone: bool = True) -> tuple[Any, list[Any]]:
     inputs = clone_values(values) if clone else values
-    with torch.enable_grad():
+    with torch.enable_grad(), autocast_kept():  # a run that fails inside a region leaves none open
         return fn(*inputs), inputs
 
 
@@ -311,9 +312,9 @@ def _float64_reference(case: Case, base: list[Any], tangents: list[torch.Tensor]
         for v, b in zip(values, base):
             if isinstance(v, torch.Tensor) and isinstance(b, torch.Tensor) and b.requires_grad:
                 v.requires_grad_(True)
-        gm = copy.deepcopy(case.gm).to(torch.float64) if not written_state(case.gm)[1] else None
-        if gm is None:
+        if written_state(case.gm)[1]:
             return None
+        gm = without_regions(case.gm).to(torch.float64)  # a region would cast back to its low precision
         out, inputs = _forward(gm, values, clone=False)
         return out, _grads(grad_leaves(out), inputs, [t.double() for t in tangents])
     except Exception:

@@ -23,6 +23,7 @@ from typing import Any, Callable, TypeVar
 import torch
 import torch.fx as fx
 
+from graphdbg.graph.autocast import retraceable
 from graphdbg.store.specs import SymSpec, TensorSpec
 
 T = TypeVar("T")
@@ -101,7 +102,8 @@ def compile_as_captured(gm: fx.GraphModule, inputs: list[Any], backend: Callable
     (the captured run's) wins over the one ``as_captured`` would pick."""
     dynamic, extra = as_captured(gm, inputs)
     extra = {k: v for k, v in extra.items() if f"dynamo.{k}" not in settings}
-    compiled = torch.compile(gm, backend=backend, dynamic=dynamic)
+    # autocast regions in the graph as Dynamo can trace them again on every torch (graph/autocast.py)
+    compiled = torch.compile(retraceable(gm), backend=backend, dynamic=dynamic)
 
     def run(*args: Any) -> Any:
         with torch._dynamo.config.patch(**extra):

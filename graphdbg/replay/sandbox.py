@@ -73,23 +73,27 @@ _O_PATH = getattr(os, "O_PATH", 0o10000000)
 # self-check): ``python -I``, so neither the folder it runs in (a dump's, when the user ran
 # ``cd DUMP && graphdbg replay .``) nor the script's folder is on ``sys.path``, and no
 # ``PYTHON*`` variable is read; a ``json.py``, ``site.py`` or ``graphdbg/`` there never runs.
-# graphdbg, torch and the rest come from the interpreter's own site-packages, as ``-I`` leaves
-# them. What the child needs besides is given explicitly by the lines below
-# (``$GRAPHDBG_CHILD_PATH``, see ``child_path``): folders put first on ``sys.path`` (the user's
-# ``PYTHONPATH``), and single modules of the user's trusted code by name, found last (after
-# everything installed, so they shadow nothing, and no other file of their folder is found:
-# not a ``triton/`` that torch would try to import).
+# graphdbg comes from the folder this process imported it from; torch and the rest from the
+# interpreter's own site-packages, as ``-I`` leaves them. What the child needs besides is given
+# explicitly by the lines below (``$GRAPHDBG_CHILD_PATH``, see ``child_path``): folders put first
+# on ``sys.path`` (the user's ``PYTHONPATH``), the rest of this process's ``sys.path`` after the
+# interpreter's own (what this process could import, the child can), and single modules of the
+# user's trusted code by name, found last (after everything installed, so they shadow nothing,
+# and no other file of their folder is found: not a ``triton/`` that torch would try to import).
 CHILD_PATH_ENV = "GRAPHDBG_CHILD_PATH"
 _BOOT = (
     "import importlib.machinery, json, os, runpy, sys\n"
     "p = json.loads(os.environ.get('GRAPHDBG_CHILD_PATH') or '{}')\n"
     "sys.path[:0] = p.get('head', [])\n"
-    "class Trusted:\n"
-    "    @staticmethod\n"
-    "    def find_spec(name, path=None, target=None):\n"
-    "        where = p.get('modules', {}).get(name)\n"
+    "sys.path += [e for e in p.get('tail', []) if e not in sys.path]\n"
+    "class Named:\n"
+    "    def __init__(self, key):\n"
+    "        self.key = key\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        where = p.get(self.key, {}).get(name)\n"
     "        return importlib.machinery.PathFinder.find_spec(name, [where]) if where else None\n"
-    "sys.meta_path.append(Trusted)\n"
+    "sys.meta_path.insert(0, Named('first'))\n"
+    "sys.meta_path.append(Named('modules'))\n"
     "what, sys.argv = sys.argv[1], sys.argv[2:]\n"
     "if what == '--script':\n"
     "    runpy.run_path(sys.argv[0], run_name='__main__')\n"
@@ -97,6 +101,7 @@ _BOOT = (
     "    sys.argv.insert(0, what)\n"
     "    runpy.run_module(what, run_name='__main__', alter_sys=True)\n"
 )
+GRAPHDBG_ROOT = str(Path(__file__).resolve().parents[2])  # the folder this graphdbg was imported from
 
 
 def python_command(module: str | None = None, *args: str, script: str | None = None, python: str | None = None) -> list[str]:
@@ -122,9 +127,15 @@ _SPEC_MODULE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:\.[A-Za-z_][A-Za-z0-9_]*)
 def child_path(specs: Iterable[str | None] = (), first: Iterable[str | Path] = ()) -> dict[str, str]:
     """``$GRAPHDBG_CHILD_PATH`` for a child of ``python_command``:
 
+    - ``first``: graphdbg itself, by name, from the folder this process imported it from (not
+      another copy the interpreter has installed);
     - ``head``, put before the interpreter's own path: ``first`` and the user's ``PYTHONPATH``
       folders, except the current folder (a ``PYTHONPATH`` of ``.`` is no reason to import a
       dump's files);
+    - ``tail``, put after the interpreter's own path: the rest of this process's ``sys.path``
+      (a ``pip install --target`` folder a job script or notebook put there, where graphdbg's
+      needs such as pydantic may lie), but its first entry (the script's folder) and the
+      current folder: the child imports what this process could, and these shadow nothing;
     - ``modules``, found after everything else, by name: the top-level modules this process
       imported from the current folder or from the folders of the trusted modules ``specs``
       name (``module:callable`` in a backend, recipe or passes) and of the ``--ops`` modules
@@ -135,6 +146,8 @@ def child_path(specs: Iterable[str | None] = (), first: Iterable[str | Path] = (
     for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
         if entry and os.path.realpath(entry) != here:
             head.append(os.path.abspath(entry))
+    tail = [os.path.abspath(e) for e in sys.path[1:]
+            if e and os.path.realpath(e) != here and os.path.abspath(e) not in head and os.path.isdir(e)]
     names = [m for s in specs if s for m in _SPEC_MODULE.findall(s)]
     names += [m.strip().split(".")[0] for m in os.environ.get("GRAPHDBG_OPS", "").split(",") if m.strip()]
     # and the current folder's modules this process imported: it imports only trusted code
@@ -143,15 +156,20 @@ def child_path(specs: Iterable[str | None] = (), first: Iterable[str | Path] = (
     modules = {}
     for name in dict.fromkeys([*names, *(n for n in list(sys.modules) if "." not in n)]):
         root = _module_root(name)
-        if root is not None and os.path.realpath(root) in roots and root not in head:
+        if root is not None and os.path.realpath(root) in roots and root not in head and name != "graphdbg":
             modules[name] = root
-    return {CHILD_PATH_ENV: json.dumps({"head": list(dict.fromkeys(head)), "modules": modules})}
+    value = {"first": {"graphdbg": GRAPHDBG_ROOT}, "head": list(dict.fromkeys(head)), "tail": list(dict.fromkeys(tail)),
+             "modules": modules}
+    return {CHILD_PATH_ENV: json.dumps(value)}
 
 
 def with_module(value: str, name: str, root: str | Path) -> str:
-    """``$GRAPHDBG_CHILD_PATH``'s ``value`` with top-level module ``name`` found in ``root``, last
-    (another interpreter's own copy of it, when it has one, comes first)."""
+    """``$GRAPHDBG_CHILD_PATH``'s ``value`` for another interpreter (``bisect envs``): top-level
+    module ``name`` found in ``root``, last (its own copy of it, when it has one, comes first),
+    and nothing else of this interpreter's path but the user's ``PYTHONPATH``."""
     data = json.loads(value)
+    data.pop("tail", None)
+    data.get("first", {}).pop(name, None)
     data.setdefault("modules", {})[name] = str(root)
     return json.dumps(data)
 
@@ -224,7 +242,7 @@ def child_env(folder: Path, device: str | None = None, dump: str | None = None, 
     on_cpu = str(device or "cpu").startswith("cpu")
     limit = memory_limit() if on_cpu else None
     if limit:
-        env[MEMORY_ENV] = str(limit)
+        env[MEMORY_ENV] = limit
     if not on_cpu:
         env[UNIX_ENV] = "1"  # CUDA's driver opens a UNIX socket at init (without it: "Error 304")
     return env
@@ -263,29 +281,45 @@ _REGISTERED = re.compile(r"[A-Za-z_][\w.-]*")  # a registered backend's name (ea
 UNIX_ENV = "GRAPHDBG_SANDBOX_UNIX"  # set for a GPU replay: socket(AF_UNIX) allowed
 
 
-MEMORY_ENV = "GRAPHDBG_MEMORY_LIMIT"  # bytes of address space (RLIMIT_AS) for a CPU replay's child
+MEMORY_ENV = "GRAPHDBG_MEMORY_LIMIT"  # bytes of address space (RLIMIT_AS) for a CPU replay's child; "+N": N above torch's
 _BASELINE = 3 << 30  # what Python, torch and Inductor map before the graph allocates anything
 
 
-def memory_limit() -> int | None:
-    """Bytes of address space a CPU replay child may use: ``GRAPHDBG_MEMORY_LIMIT_GB`` if set,
-    else the memory available now plus what torch itself maps, so a graph that allocates
-    more than the machine has fails with an out-of-memory error in the child instead of
-    swapping or waking the OOM killer. (Not for CUDA: its driver reserves huge address space.)"""
+def memory_limit() -> str | None:
+    """The address space a CPU replay child may use (``$GRAPHDBG_MEMORY_LIMIT``): with
+    ``GRAPHDBG_MEMORY_LIMIT_GB`` set, that much *above* what the child maps once torch is loaded
+    (``+N``: a CUDA build of torch maps about 3 GiB of libraries before anything runs, a CPU build
+    under 1 GiB; a limit below that would keep torch from loading at all), else the memory
+    available now plus what torch itself maps, so a graph that allocates more than the machine
+    has fails with an out-of-memory error in the child instead of swapping or waking the OOM
+    killer. (Not for CUDA: its driver reserves huge address space.)"""
     given = os.environ.get("GRAPHDBG_MEMORY_LIMIT_GB")
     if given:
         try:
-            return int(float(given) * (1 << 30))
+            return f"+{int(float(given) * (1 << 30))}"
         except ValueError:
             return None
     try:
         with open("/proc/meminfo", "rb") as f:
             for line in f.read(8192).decode().splitlines():
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 + _BASELINE
+                    return str(int(line.split()[1]) * 1024 + _BASELINE)
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def _mapped_with_torch() -> int:
+    """The address space this process maps once torch is loaded (``VmSize``), in bytes."""
+    try:
+        import torch  # noqa: F401  # loaded before the limit, which counts only what comes after it
+    except ImportError:
+        pass
+    with open("/proc/self/status", "rb") as f:
+        for line in f.read(16384).decode().splitlines():
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("no VmSize in /proc/self/status")
 
 
 def limit_memory() -> str:
@@ -296,11 +330,16 @@ def limit_memory() -> str:
     try:
         import resource  # POSIX only: a failed import lands in the except below
 
+        above = raw.startswith("+")
+        wanted = int(raw.removeprefix("+"))
+        mapped = _mapped_with_torch() if above else 0
         hard = resource.getrlimit(resource.RLIMIT_AS)[1]
-        limit = int(raw) if hard == resource.RLIM_INFINITY else min(int(raw), hard)
+        limit = mapped + wanted if hard == resource.RLIM_INFINITY else min(mapped + wanted, hard)
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))  # the hard limit too: code in the child can't raise it
     except (ValueError, OSError, ImportError) as e:
         return f"no memory limit ({e})"
+    if above:
+        return f"memory limit {wanted / (1 << 30):.1f} GiB above the {mapped / (1 << 30):.1f} GiB torch maps"
     return f"memory limit {limit / (1 << 30):.1f} GiB"
 
 

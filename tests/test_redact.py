@@ -211,3 +211,18 @@ def test_token_shapes_and_what_they_leave(tmp_path):
     assert Redactor(None, users=["alice"], hosts=[planted_secrets.FQDN]).text(kept) == kept
     for text in ("password: correcthorsebatterystaple", 'secret_key = "s3cr3t-value"', "-H 'Authorization: Basic YWxhZGRpbjpvcGVu'"):
         assert hide_secrets(text).endswith(("<secret>", '<secret>"', "<secret>'")), text
+
+
+def test_redacting_text_takes_time_in_proportion_to_its_size():
+    """A run log is any text: long runs of one character class cost no more than ordinary text
+    (a pattern that backtracks over them takes minutes on a megabyte)."""
+    import time
+
+    from graphdbg.store.redact import Redactor
+
+    redactor = Redactor(None, users=["alice"], hosts=[planted_secrets.FQDN], homes=[planted_secrets.HOME])
+    for text in ("a-" * 50_000, "a." * 50_000, "%41" * 30_000, "token=" * 20_000, "sk-" + "a-" * 50_000, "/home/" * 20_000,
+                 "a@" * 50_000, "gpu-node-17" + ".a" * 50_000 + "_"):
+        start = time.perf_counter()
+        redactor.text(text)
+        assert time.perf_counter() - start < 5, text[:20]

@@ -99,7 +99,7 @@ TOKEN_SHAPES: tuple[tuple[str, str], ...] = (
     ("Google API key", r"\bAIza[0-9A-Za-z_-]{35}"),
     ("Slack token", r"\bxox[abposre]-[A-Za-z0-9-]{10,}"),
     ("Slack webhook", r"hooks\.slack\.com/services/[A-Za-z0-9/_-]+"),
-    ("OpenAI/Anthropic key", r"\bsk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_-]{20,}"),
+    ("OpenAI/Anthropic key", r"\bsk-(?:proj-|svcacct-|admin-|ant-)?[A-Za-z0-9_-]{20,}"),
     ("Stripe key", r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}"),
     ("npm token", r"\bnpm_[A-Za-z0-9]{36}\b"),
     ("PyPI token", r"\bpypi-[A-Za-z0-9_-]{50,}"),
@@ -107,7 +107,8 @@ TOKEN_SHAPES: tuple[tuple[str, str], ...] = (
 )
 
 
-_URL_ENCODED = re.compile(r"[^\s\"'<>]*%[0-9A-Fa-f]{2}[^\s\"'<>]*")  # a word with a %XX escape in it
+# a word with a %XX escape in it (from the word's start only: each word is read once)
+_URL_ENCODED = re.compile(r"(?<![^\s\"'<>])[^\s\"'<>]*%[0-9A-Fa-f]{2}[^\s\"'<>]*")
 _TOKENS = re.compile("|".join(f"(?:{shape})" for _, shape in TOKEN_SHAPES))
 # Words that say a variable or a field holds a secret. A variable's value (``env.vars``) is
 # hidden when one is a part of its name (``TORCH_HF_TOKEN``, ``TRITON_AWS_SECRET_ACCESS_KEY``,
@@ -119,7 +120,7 @@ _VC = r"""[^\s"',;&()\[\]{}<>]"""  # a character of a value
 # 8 or more characters with a letter, and a digit or 16 of them; not a call, not a dotted name (tokens = model.generate(x))
 _VALUE = (rf"(?=(?:{_VC})*[A-Za-z])(?=(?:{_VC})*\d|(?:{_VC}){{16}})(?!(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*(?!{_VC}))"
           rf"(?:{_VC}){{8,}}(?!{_VC}|\()")
-_ASSIGNED_SECRET = re.compile(rf"""(\b[\w.-]*(?:{_SECRET_WORDS})S?\b["']?\s*[:=]\s*["']?(?:Bearer\s+|Basic\s+|token\s+)?)({_VALUE})""", re.I)
+_ASSIGNED_SECRET = re.compile(rf"""((?<![\w.-])[\w.-]*(?:{_SECRET_WORDS})S?\b["']?\s*[:=]\s*["']?(?:Bearer\s+|Basic\s+|token\s+)?)({_VALUE})""", re.I)
 _BEARER = re.compile(rf"(\b(?:Bearer|Basic)\s+)({_VALUE})")
 SECRET = "<secret>"
 

@@ -226,3 +226,28 @@ def test_redacting_text_takes_time_in_proportion_to_its_size():
         start = time.perf_counter()
         redactor.text(text)
         assert time.perf_counter() - start < 5, text[:20]
+
+
+def test_redact_removes_the_names_every_dump_recorded(cli, tmp_path):
+    """A log of one rank names another rank's host; a backward dump's forward/ was captured by another user."""
+    src = next((FIXTURES / "block_compile_error").glob("rank0/g0-*"))
+    first, second = tmp_path / "dumps" / "rank0" / src.name, tmp_path / "dumps" / "rank1" / src.name
+    for folder, host, user in ((first, "trainer-a-01", "carolyn"), (second, "trainer-b-07", "bobsmith")):
+        shutil.copytree(src, folder)
+        m = json.loads((folder / "manifest.json").read_text())
+        m["env"].update(hostname=host, user=user, home=f"/data/{user}")
+        (folder / "manifest.json").write_text(json.dumps(m))
+    forward = first / "forward"
+    shutil.copytree(src, forward)
+    m = json.loads((forward / "manifest.json").read_text())
+    m.update(backward_dump="..", env={**m["env"], "hostname": "trainer-c-33", "user": "davidlee"})
+    (forward / "manifest.json").write_text(json.dumps(m))
+    log = "rank 1 on trainer-b-07 (bobsmith), forward on trainer-c-33 by davidlee, rank 0 on trainer-a-01 by carolyn\n"
+    (first / "run.log").write_text(log)
+    (forward / "run.log").write_text(log)
+    r = cli("redact", tmp_path / "dumps", "-o", tmp_path / "shared")
+    assert r.code == 0, r
+    for path in (tmp_path / "shared").rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert not any(name in data for name in (b"trainer-", b"bobsmith", b"davidlee", b"carolyn")), path

@@ -343,18 +343,23 @@ def source_paths(manifest: dict[str, Any], graph_source: str) -> list[str]:
     return found
 
 
-def redact_folder(folder: Path, *, root: Path | str | None = None, redactor: Redactor | None = None) -> dict[str, Any]:
+def redact_folder(folder: Path, *, root: Path | str | None = None, redactor: Redactor | None = None,
+                  also: Identity | None = None) -> dict[str, Any]:
     """Redact one dump folder in place: its manifest, graph file, tensor file's header, nested
-    dumps and every other file; returns what changed."""
+    dumps and every other file; returns what changed. ``redactor``: the enclosing dump's (its
+    root and names, this dump's names added); ``also``: more names to remove (other dumps')."""
     folder = Path(folder)
     manifest = read_manifest(folder)
     graph_name = (manifest.get("graph") or {}).get("file") or GRAPH
     inputs_name = manifest.get("inputs_file") or INPUTS
     graph = read_inside(folder, graph_name, max_bytes=MAX_GRAPH_BYTES, text=True)
+    users, hosts, homes = (a | b for a, b in zip(identity(manifest), also or (set(), set(), set())))
     if redactor is None:
-        users, hosts, homes = _identity(manifest)
         redactor = Redactor(PurePosixPath(root) if root is not None else project_root(source_paths(manifest, graph)),
-                            users=users, hosts=hosts, homes=homes)
+                            users=sorted(users), hosts=sorted(hosts), homes=sorted(homes))
+    else:
+        redactor = Redactor(redactor.root, users=sorted(users | set(redactor.users)), hosts=sorted(hosts | set(redactor.hosts)),
+                            homes=sorted(homes | set(redactor.homes)))
     manifest, removed = known_fields(manifest)
     removed = [f"unknown:{where}" for where in removed]
     env = manifest.get("env") or {}
@@ -429,6 +434,7 @@ def redact_dumps(path: Path | str, *, out: Path | str | None = None, root: Path 
         raise DumpError(f"{path}: no graphdbg dump here (printed graphs and other tools' files are not dumps)")
     report = []
     outer: list[Path] = []
+    everyone = _everyone(dumps)  # a log of one rank may name another rank's host
     for dump in sorted(dumps, key=lambda d: (len(d.parts), d)):
         if any(dump.is_relative_to(o) for o in outer):
             continue  # a dump inside another (a backward dump's forward/): redacted and copied with it
@@ -437,7 +443,7 @@ def redact_dumps(path: Path | str, *, out: Path | str | None = None, root: Path 
         if out is not None:
             target = Path(out) / dump.relative_to(path)
             _copy_dump(dump, target)
-        report.append(redact_folder(target, root=root))
+        report.append(redact_folder(target, root=root, also=everyone))
     return report
 
 
@@ -478,7 +484,7 @@ def _redact_other_files(folder: Path, done: set[str], redactor: Redactor) -> tup
     changed, removed = [], []
     nested = sorted({p.parent for p in files_under(folder, MANIFEST, limit=1000) if p.parent != folder})
     for sub in nested:  # a dump inside this one (a backward dump's forward): redacted as a dump
-        redact_folder(sub, redactor=redactor)
+        redactor.paths += redact_folder(sub, redactor=redactor)["paths"]
         changed.append(sub.relative_to(folder).as_posix() + "/")
     for path in _all_files(folder):
         name = path.relative_to(folder).as_posix()
@@ -526,7 +532,21 @@ def _remove_unread(folder: Path) -> list[str]:
     return gone
 
 
-def _identity(manifest: dict[str, Any]) -> tuple[list[str], list[str], list[str]]:
+Identity = tuple[set[str], set[str], set[str]]  # user names, host names, home folders
+
+
+def _everyone(dumps: list[Path]) -> Identity:
+    """The names every dump under a folder recorded."""
+    users: set[str] = set()
+    hosts: set[str] = set()
+    homes: set[str] = set()
+    for dump in dumps:
+        u, h, m = identity(read_manifest(dump))
+        users, hosts, homes = users | u, hosts | h, homes | m
+    return users, hosts, homes
+
+
+def identity(manifest: dict[str, Any]) -> Identity:
     """(user names, host names, home folders) to remove: those the capture recorded
     (``store.environment.captured_by``) and this machine's own."""
     env = manifest.get("env") if isinstance(manifest.get("env"), dict) else {}
@@ -542,7 +562,7 @@ def _identity(manifest: dict[str, Any]) -> tuple[list[str], list[str], list[str]
     except Exception:
         pass
     users |= {PurePosixPath(h).name for h in homes if h.startswith("/") and h.count("/") >= 2}
-    return sorted(u for u in users if u), sorted(h for h in hosts if h), sorted(h for h in homes if h)
+    return {u for u in users if u}, {h for h in hosts if h}, {h for h in homes if h}
 
 
 def socket_hostname() -> str:

@@ -144,8 +144,12 @@ def hide_secrets(text: str, placeholder: str = SECRET, *, assigned: bool = True)
 
 
 # Names too common to remove from free text (they stay removed from ``user@host`` and home paths).
-_COMMON_NAMES = frozenset({"root", "user", "users", "runner", "admin", "ubuntu", "guest", "test", "home", "local", "localhost",
-                           "none", "null", "nobody", "default", "master", "main", "node", "host", "server", "worker", "python"})
+# A name that is also a module or a word of the dump's own text (``torch``, ``model``) would
+# rewrite graph op names and backends; it stays, and is removed only where its place says it's a name.
+_COMMON_NAMES = frozenset({"root", "user", "users", "runner", "admin", "ubuntu", "guest", "test", "tests", "home", "local",
+                           "localhost", "none", "null", "nobody", "default", "master", "main", "node", "host", "server",
+                           "worker", "python", "torch", "triton", "cuda", "nvidia", "model", "models", "data", "train",
+                           "build", "docker", "jenkins", "linux", "graph", "dump", "dumps", "input", "inputs", "output"})
 
 
 @dataclass
@@ -227,7 +231,7 @@ class Redactor:
 
 def _free_text_name(name: str) -> bool:
     """A user or host name long and rare enough to remove wherever it stands in text."""
-    return len(name) >= 4 and name.lower() not in _COMMON_NAMES
+    return len(name) >= 4 and not name.isdigit() and name.lower() not in _COMMON_NAMES
 
 
 # The keys graphdbg writes beyond those the schema types, by model (``store.schema`` keeps

@@ -99,7 +99,7 @@ TOKEN_SHAPES: tuple[tuple[str, str], ...] = (
     ("Google API key", r"\bAIza[0-9A-Za-z_-]{35}"),
     ("Slack token", r"\bxox[abposre]-[A-Za-z0-9-]{10,}"),
     ("Slack webhook", r"hooks\.slack\.com/services/[A-Za-z0-9/_-]+"),
-    ("OpenAI/Anthropic key", r"\bsk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_-]{20,}"),
+    ("OpenAI/Anthropic key", r"\bsk-(?:proj-|svcacct-|admin-|ant-)?[A-Za-z0-9_-]{20,}"),
     ("Stripe key", r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}"),
     ("npm token", r"\bnpm_[A-Za-z0-9]{36}\b"),
     ("PyPI token", r"\bpypi-[A-Za-z0-9_-]{50,}"),
@@ -107,7 +107,8 @@ TOKEN_SHAPES: tuple[tuple[str, str], ...] = (
 )
 
 
-_URL_ENCODED = re.compile(r"[^\s\"'<>]*%[0-9A-Fa-f]{2}[^\s\"'<>]*")  # a word with a %XX escape in it
+# a word with a %XX escape in it (from the word's start only: each word is read once)
+_URL_ENCODED = re.compile(r"(?<![^\s\"'<>])[^\s\"'<>]*%[0-9A-Fa-f]{2}[^\s\"'<>]*")
 _TOKENS = re.compile("|".join(f"(?:{shape})" for _, shape in TOKEN_SHAPES))
 # Words that say a variable or a field holds a secret. A variable's value (``env.vars``) is
 # hidden when one is a part of its name (``TORCH_HF_TOKEN``, ``TRITON_AWS_SECRET_ACCESS_KEY``,
@@ -119,7 +120,7 @@ _VC = r"""[^\s"',;&()\[\]{}<>]"""  # a character of a value
 # 8 or more characters with a letter, and a digit or 16 of them; not a call, not a dotted name (tokens = model.generate(x))
 _VALUE = (rf"(?=(?:{_VC})*[A-Za-z])(?=(?:{_VC})*\d|(?:{_VC}){{16}})(?!(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*(?!{_VC}))"
           rf"(?:{_VC}){{8,}}(?!{_VC}|\()")
-_ASSIGNED_SECRET = re.compile(rf"""(\b[\w.-]*(?:{_SECRET_WORDS})S?\b["']?\s*[:=]\s*["']?(?:Bearer\s+|Basic\s+|token\s+)?)({_VALUE})""", re.I)
+_ASSIGNED_SECRET = re.compile(rf"""((?<![\w.-])[\w.-]*(?:{_SECRET_WORDS})S?\b["']?\s*[:=]\s*["']?(?:Bearer\s+|Basic\s+|token\s+)?)({_VALUE})""", re.I)
 _BEARER = re.compile(rf"(\b(?:Bearer|Basic)\s+)({_VALUE})")
 SECRET = "<secret>"
 
@@ -143,8 +144,12 @@ def hide_secrets(text: str, placeholder: str = SECRET, *, assigned: bool = True)
 
 
 # Names too common to remove from free text (they stay removed from ``user@host`` and home paths).
-_COMMON_NAMES = frozenset({"root", "user", "users", "runner", "admin", "ubuntu", "guest", "test", "home", "local", "localhost",
-                           "none", "null", "nobody", "default", "master", "main", "node", "host", "server", "worker", "python"})
+# A name that is also a module or a word of the dump's own text (``torch``, ``model``) would
+# rewrite graph op names and backends; it stays, and is removed only where its place says it's a name.
+_COMMON_NAMES = frozenset({"root", "user", "users", "runner", "admin", "ubuntu", "guest", "test", "tests", "home", "local",
+                           "localhost", "none", "null", "nobody", "default", "master", "main", "node", "host", "server",
+                           "worker", "python", "torch", "triton", "cuda", "nvidia", "model", "models", "data", "train",
+                           "build", "docker", "jenkins", "linux", "graph", "dump", "dumps", "input", "inputs", "output"})
 
 
 @dataclass
@@ -226,7 +231,7 @@ class Redactor:
 
 def _free_text_name(name: str) -> bool:
     """A user or host name long and rare enough to remove wherever it stands in text."""
-    return len(name) >= 4 and name.lower() not in _COMMON_NAMES
+    return len(name) >= 4 and not name.isdigit() and name.lower() not in _COMMON_NAMES
 
 
 # The keys graphdbg writes beyond those the schema types, by model (``store.schema`` keeps
@@ -342,18 +347,23 @@ def source_paths(manifest: dict[str, Any], graph_source: str) -> list[str]:
     return found
 
 
-def redact_folder(folder: Path, *, root: Path | str | None = None, redactor: Redactor | None = None) -> dict[str, Any]:
+def redact_folder(folder: Path, *, root: Path | str | None = None, redactor: Redactor | None = None,
+                  also: Identity | None = None) -> dict[str, Any]:
     """Redact one dump folder in place: its manifest, graph file, tensor file's header, nested
-    dumps and every other file; returns what changed."""
+    dumps and every other file; returns what changed. ``redactor``: the enclosing dump's (its
+    root and names, this dump's names added); ``also``: more names to remove (other dumps')."""
     folder = Path(folder)
     manifest = read_manifest(folder)
     graph_name = (manifest.get("graph") or {}).get("file") or GRAPH
     inputs_name = manifest.get("inputs_file") or INPUTS
     graph = read_inside(folder, graph_name, max_bytes=MAX_GRAPH_BYTES, text=True)
+    users, hosts, homes = (a | b for a, b in zip(identity(manifest), also or (set(), set(), set())))
     if redactor is None:
-        users, hosts, homes = _identity(manifest)
         redactor = Redactor(PurePosixPath(root) if root is not None else project_root(source_paths(manifest, graph)),
-                            users=users, hosts=hosts, homes=homes)
+                            users=sorted(users), hosts=sorted(hosts), homes=sorted(homes))
+    else:
+        redactor = Redactor(redactor.root, users=sorted(users | set(redactor.users)), hosts=sorted(hosts | set(redactor.hosts)),
+                            homes=sorted(homes | set(redactor.homes)))
     manifest, removed = known_fields(manifest)
     removed = [f"unknown:{where}" for where in removed]
     env = manifest.get("env") or {}
@@ -428,6 +438,7 @@ def redact_dumps(path: Path | str, *, out: Path | str | None = None, root: Path 
         raise DumpError(f"{path}: no graphdbg dump here (printed graphs and other tools' files are not dumps)")
     report = []
     outer: list[Path] = []
+    everyone = _everyone(dumps)  # a log of one rank may name another rank's host
     for dump in sorted(dumps, key=lambda d: (len(d.parts), d)):
         if any(dump.is_relative_to(o) for o in outer):
             continue  # a dump inside another (a backward dump's forward/): redacted and copied with it
@@ -436,7 +447,7 @@ def redact_dumps(path: Path | str, *, out: Path | str | None = None, root: Path 
         if out is not None:
             target = Path(out) / dump.relative_to(path)
             _copy_dump(dump, target)
-        report.append(redact_folder(target, root=root))
+        report.append(redact_folder(target, root=root, also=everyone))
     return report
 
 
@@ -477,7 +488,7 @@ def _redact_other_files(folder: Path, done: set[str], redactor: Redactor) -> tup
     changed, removed = [], []
     nested = sorted({p.parent for p in files_under(folder, MANIFEST, limit=1000) if p.parent != folder})
     for sub in nested:  # a dump inside this one (a backward dump's forward): redacted as a dump
-        redact_folder(sub, redactor=redactor)
+        redactor.paths += redact_folder(sub, redactor=redactor)["paths"]
         changed.append(sub.relative_to(folder).as_posix() + "/")
     for path in _all_files(folder):
         name = path.relative_to(folder).as_posix()
@@ -525,7 +536,21 @@ def _remove_unread(folder: Path) -> list[str]:
     return gone
 
 
-def _identity(manifest: dict[str, Any]) -> tuple[list[str], list[str], list[str]]:
+Identity = tuple[set[str], set[str], set[str]]  # user names, host names, home folders
+
+
+def _everyone(dumps: list[Path]) -> Identity:
+    """The names every dump under a folder recorded."""
+    users: set[str] = set()
+    hosts: set[str] = set()
+    homes: set[str] = set()
+    for dump in dumps:
+        u, h, m = identity(read_manifest(dump))
+        users, hosts, homes = users | u, hosts | h, homes | m
+    return users, hosts, homes
+
+
+def identity(manifest: dict[str, Any]) -> Identity:
     """(user names, host names, home folders) to remove: those the capture recorded
     (``store.environment.captured_by``) and this machine's own."""
     env = manifest.get("env") if isinstance(manifest.get("env"), dict) else {}
@@ -541,7 +566,7 @@ def _identity(manifest: dict[str, Any]) -> tuple[list[str], list[str], list[str]
     except Exception:
         pass
     users |= {PurePosixPath(h).name for h in homes if h.startswith("/") and h.count("/") >= 2}
-    return sorted(u for u in users if u), sorted(h for h in hosts if h), sorted(h for h in homes if h)
+    return {u for u in users if u}, {h for h in hosts if h}, {h for h in homes if h}
 
 
 def socket_hostname() -> str:

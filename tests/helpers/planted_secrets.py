@@ -43,8 +43,9 @@ TEXT = (f"run by {USER}@{HOST} on {FQDN}; source file:///home/{USER}/proj/model.
         f"clone https://{USER}:{TOKENS['url_password']}@git.example.com/repo.git")
 
 
-def plant(folder: Path) -> None:
-    """Every kind of secret in every place of the dump ``folder`` (a copy of a real dump)."""
+def plant(folder: Path, *, signature: bool = False) -> None:
+    """Every kind of secret in every place of the dump ``folder`` (a copy of a real dump);
+    ``signature``: in the failure's signature too (a replay of the dump then shows another one)."""
     from graphdbg.store.tensor_header import rewrite_header  # tests/helpers import graphdbg only when used
 
     manifest_path = folder / "manifest.json"
@@ -55,6 +56,9 @@ def plant(folder: Path) -> None:
     exc["message"] = f"{exc.get('message', '')} ({TEXT})"
     exc["traceback"] = (f'Traceback (most recent call last):\n  File "{HOME}/proj/train.py", line 3, in <module>\n'
                         f"    main()  # {TEXT}\n" + (exc.get("traceback") or ""))
+    if signature:
+        failure["signature"] = f"{failure.get('signature')} ({TEXT})"
+    m["created"] = f"2026-12-07T10:00:00+00:00 {HOST}"
     m["origin"] = {"function": "train", "file": f"{HOME}/proj/train.py", "line": 3, "compile_id": "0/0"}
     m["inputs"][0]["reason"] = TEXT
     m["config"] = {**(m.get("config") or {}), "skipped": {"inductor.cpp.cxx": TEXT}}

@@ -33,6 +33,7 @@ and its inputs stay the same.
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import re
 import shutil
@@ -45,7 +46,16 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from graphdbg.errors import DumpError, GraphdbgError
-from graphdbg.store.manifest import GRAPH, INPUTS, MANIFEST, MAX_GRAPH_BYTES, find_dumps, read_manifest, write_manifest
+from graphdbg.store.manifest import (
+    GRAPH,
+    INPUTS,
+    MANIFEST,
+    MAX_GRAPH_BYTES,
+    check_manifest_bytes,
+    find_dumps,
+    read_manifest,
+    write_manifest,
+)
 from graphdbg.store.safe_files import MAX_COPY_BYTES, Folder, check_name, files_under, inside, read_inside
 from graphdbg.store.tensor_header import rewrite_header
 
@@ -380,6 +390,7 @@ def redact_folder(folder: Path, *, root: Path | str | None = None, redactor: Red
             removed.append("argv")
     redacted = {k: redactor.value(kept_env if k == "env" else v) for k, v in manifest.items()}
     redacted["redacted"] = True
+    check_manifest_bytes(json.dumps(redacted, default=str), f"{folder / MANIFEST} (redacted)")  # before any file changes
     lines = [redactor.text(line) if line.lstrip().startswith("#") else hide_secrets(line, CODE_SECRET, assigned=False)
              for line in graph.splitlines(keepends=True)]
     _replace(folder, graph_name, "".join(lines))

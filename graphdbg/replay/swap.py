@@ -167,7 +167,7 @@ def _moved(row: dict[str, Any]) -> str:
 
 
 def _value(value: Any) -> str:
-    return f"{value:.6g}" if isinstance(value, float) else str(value)
+    return f"{value:.6g}" if isinstance(value, float) else "inf" if value is None else str(value)
 
 
 def compare_swap(case: Case, swaps: list[Swap], bounds: list[Bound] | None = None) -> SwapReport:

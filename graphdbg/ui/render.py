@@ -748,6 +748,11 @@ def _num(value: Any) -> str:
     return "" if value is None or value != value else f"{value:.3g}"
 
 
+def _measure(value: Any, spec: str = ".3g") -> str:
+    """A measure of judge/measures.py: ``inf`` where --json's strict JSON made it null (a zero reference)."""
+    return "inf" if value is None else format(value, spec)
+
+
 def pass_bisection_panel(result: Any) -> Panel:
     """``bisect passes``: the culprit pass (and pattern/match), then the good and bad outcomes."""
     text = Text()
@@ -848,9 +853,9 @@ def swap_table(report: Any) -> Group:
                 "within" if within else "close"):
         table.add_column(col, justify="right" if col in ("max abs error", "mean abs error", "cosine", "rel l1", "rel l2", "ulps") else "left")
     for r in report.rows:
-        table.add_row(str(r["output"]), str(r["shape"]), r["dtype"], f"{r['max_abs_error']:.3g}", f"{r['mean_abs_error']:.3g}",
-                      f"{r['cosine']:.6f}", f"{r.get('rel_l1', float('nan')):.3g}", f"{r.get('rel_l2', r.get('rel_error', float('nan'))):.3g}",
-                      f"{r.get('ulps', float('nan')):.3g}", Text("yes", style="green") if r["close"] else Text("no", style="red"))
+        table.add_row(str(r["output"]), str(r["shape"]), r["dtype"], _measure(r["max_abs_error"]), _measure(r["mean_abs_error"]),
+                      _measure(r["cosine"], ".6f"), _measure(r.get("rel_l1")), _measure(r.get("rel_l2", r.get("rel_error"))),
+                      _measure(r.get("ulps")), Text("yes", style="green") if r["close"] else Text("no", style="red"))
     notes = Text()
     if report.rows:  # what the verdict rests on: the reference, the measure and bound, how many values
         compared = sum(r.get("compared", 0) for r in report.rows)
@@ -881,20 +886,22 @@ def bisect_ops_panel(result: Any) -> Panel:
         text.append(f"culprit: {name}\n", style="bold red")
     text.append(result.note + "\n")
     text.append(f"captured graph against the all-reference graph: relative error {result.error:.3g}\n")
-    for r in getattr(result, "rows", None) or []:  # with --within: each output's measures, judged by the bounds
-        judged = "; ".join(f"{c['bound']}: {c['value']:.6g} {'holds' if c['holds'] else 'does not hold'}" for c in r.get("within") or [])
-        text.append(f"  output {r['output']}: cosine {r['cosine']:.6f}, rel l1 {r['rel_l1']:.3g}, rel l2 {r['rel_l2']:.3g}, "
-                    f"max abs {r['max_abs_error']:.3g}, ulps {r['ulps']:.3g}" + (f" ({judged})" if judged else "") + "\n",
-                    style="" if r["close"] else "red")
-    for s in getattr(result, "assumptions", None) or []:
-        for a in s.get("assumptions") or []:
-            if a["source"] == "assumed":
-                text.append(f"{s['op']} -> {s['reference']}: {a['says']}\n", style="yellow")
     if result.error_vs_float64 is not None:
         text.append(f"against the float64 reference: captured {result.error_vs_float64:.3g}, "
                     f"all-reference {result.all_reference_error_vs_float64:.3g}\n")
     elif result.float64_note:
         text.append(f"no float64 reference: {result.float64_note}\n", style="dim")
+    for r in getattr(result, "rows", None) or []:  # with --within: each output's measures, judged by the bounds
+        judged = "; ".join(f"{c['bound']}: {_measure(c['value'], '.6g')} {'holds' if c['holds'] else 'does not hold'}"
+                           for c in r.get("within") or [])
+        text.append(f"  output {r['output']}: cosine {_measure(r['cosine'], '.6f')}, rel l1 {_measure(r['rel_l1'])}, "
+                    f"rel l2 {_measure(r['rel_l2'])}, max abs {_measure(r['max_abs_error'])}, ulps {_measure(r['ulps'])}"
+                    + (f" ({judged})" if judged else "") + "\n",
+                    style="" if r["close"] else "red")
+    for s in getattr(result, "assumptions", None) or []:
+        for a in s.get("assumptions") or []:
+            if a["source"] == "assumed":
+                text.append(f"{s['op']} -> {s['reference']}: {a['says']}\n", style="yellow")
     for r in result.ops:
         extra = f", {r['accounts_for_vs_float64']:.0%} against float64" if "accounts_for_vs_float64" in r else ""
         text.append(f"  {r['op']} -> {r['reference']}: accounts for {r['accounts_for']:.0%}{extra} "

@@ -396,3 +396,33 @@ def test_bisect_nodes_with_a_pass_that_fails_names_its_failure(cc, user_cc, bad,
     assert found["node"] is None and found["method"] == "passes" and f"{m}:{bad}" in found["note"]
     assert found["failure"].startswith("IndexError" if code == 1 else "NotImplementedError")
     assert found["fails_differently"] == (code == 4)
+
+
+MODULE_READER = '''
+import json
+
+LOG = {log!r}
+
+
+def record(gm):
+    """Writes what Dynamo's meta says of rsqrt: its module, its source line, its fake value."""
+    n = next(n for n in gm.graph.nodes if n.name == "rsqrt")
+    stack = n.meta.get("nn_module_stack") or {{}}
+    with open(LOG, "w") as f:
+        json.dump({{"modules": [list(v) for v in stack.values()], "trace": n.meta.get("stack_trace"),
+                   "val": type(n.meta.get("val")).__name__, "shape": list(n.meta["tensor_meta"].shape)}}, f)
+    return gm
+'''
+
+
+@pytest.mark.slow
+def test_a_pass_reads_the_module_and_source_line_the_dump_recorded(cli, tmp_path, monkeypatch):
+    log = tmp_path / "seen.json"
+    (tmp_path / "module_reader.py").write_text(MODULE_READER.format(log=str(log)))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    r = cli("bisect", "passes", FIXTURES / "block_accuracy", "--backend", "eager", "--passes", "module_reader:record", "--json")
+    assert r.code == 0, r
+    seen = json.loads(log.read_text())
+    assert seen["modules"] == [["norm1", "fixtures.programs.RMSNorm"]]  # the type by name: a dump's classes are never imported
+    assert "programs.py\", line 31" in seen["trace"] and "torch.rsqrt" in seen["trace"]
+    assert seen["val"] == "FakeTensor" and seen["shape"] == [2, 8, 1]

@@ -37,8 +37,9 @@ import torch
 import torch.fx as fx
 from torch.fx.node import map_aggregate
 
-from graphdbg.rebuild.inputs import clone_values
-from graphdbg.replay.values import ValueRecorder
+from graphdbg.judge.randomness import rng_state, set_rng_state
+from graphdbg.rebuild.inputs import clone_value
+from graphdbg.replay.mutation import mutated_inputs
 
 # the keys a graph Dynamo hands a backend carries (``val`` and ``tensor_meta`` as AOT and
 # ShapeProp add them), in the order tests and docs name them
@@ -159,25 +160,45 @@ def _propagate(gm: fx.GraphModule, inputs: list[Any], values: dict[str, Any] | N
         return
     except Exception:  # an op without a fake kernel, a size only data tells: the real values instead
         pass
-    if values is None:
-        values = _real_values(gm, inputs)
+    if values is None:  # one eager run, each value made fake as it comes (and freed as eager frees it)
+        _RealToFake(gm, fake, prop.reached).run_quietly(inputs)
+        return
     for node in gm.graph.nodes:
         if node.op != "output" and node.name not in prop.reached and node.name in values:
-            try:
-                _set_value(node, map_aggregate(values[node.name], fake))
-            except Exception:  # a value fake tensors can't stand for (a subclass): no value meta, as Dynamo's would be missing
-                continue
+            _set_fake(node, values[node.name], fake)
 
 
-def _real_values(gm: fx.GraphModule, inputs: list[Any]) -> dict[str, Any]:
-    """Every node's value in one eager run on copies of ``inputs`` (a graph that writes its
-    inputs writes the copies); as far as it got where it fails."""
-    rec = ValueRecorder(gm, transform=lambda v: v)
+def _set_fake(node: fx.Node, value: Any, fake: Any) -> None:
     try:
-        rec.run(*clone_values(inputs))
-    except Exception:
+        _set_value(node, map_aggregate(value, fake))
+    except Exception:  # a value fake tensors can't stand for (a subclass): no value meta, as Dynamo would have none
         pass
-    return rec.values
+
+
+class _RealToFake(fx.Interpreter):
+    """One eager run of the graph, on copies of the inputs it writes; each node's value is made
+    fake as it comes, for the nodes fake propagation did not reach."""
+
+    def __init__(self, gm: fx.GraphModule, fake: Any, reached: set[str]):
+        super().__init__(gm)  # values freed after their last use, as in an eager run
+        self.fake = fake
+        self.reached = reached
+
+    def run_node(self, n: fx.Node) -> Any:
+        result = super().run_node(n)
+        if n.op != "output" and n.name not in self.reached:
+            _set_fake(n, result, self.fake)
+        return result
+
+    def run_quietly(self, inputs: list[Any]) -> None:
+        mutated = mutated_inputs(self.module)
+        state = rng_state()  # the run the backend's is judged against draws from the same state
+        try:
+            self.run(*[clone_value(v) if i in mutated else v for i, v in enumerate(inputs)])
+        except Exception:  # as far as it got: the nodes after keep no value meta
+            pass
+        finally:
+            set_rng_state(state)
 
 
 def _set_value(node: fx.Node, value: Any, keep_example: bool = False) -> None:

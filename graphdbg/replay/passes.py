@@ -13,6 +13,11 @@ aten-level graph, where ``config.post_grad_custom_post_pass`` calls it.
     ...     compiled = compile_fx(gm, case.inputs)            # runs the "post_grad" ones in Inductor
     >>> [(r.name, r.ops_delta) for r in reports + post_reports]
 
+The graph a ``pre`` pass gets carries the node meta Dynamo gives (``example_value`` and ``val``
+fake tensors, ``tensor_meta``, ``stack_trace``, ``source_fn_stack``, ``nn_module_stack``) on every
+path, replay, compare, bisect and minify alike: each caller hands it over through
+``replay.graph_meta.with_dynamo_meta`` first.
+
 A pass that raises comes back as :class:`PassFailed`, which carries the reports made so far and
 keeps the pass's own exception as ``__cause__``, so a failure's signature is the pass's, not ours.
 """

@@ -57,3 +57,13 @@ def test_an_untrusted_then_a_trusted_replay_compile_in_different_caches(fixture_
     assert len(_folders(tmp_path / "cache")) == 2
     cli("replay", dump, "--backend", "eager")
     assert len(_folders(tmp_path / "cache")) == 2  # the untrusted one again: its own, warm
+
+
+def test_a_dump_too_big_to_hash_gets_no_shared_cache(fixture_copy, tmp_path, monkeypatch):
+    """A sparse file of a terabyte in a dump: no minutes of hashing on every replay, no shared cache."""
+    monkeypatch.setenv("GRAPHDBG_CACHE_DIR", str(tmp_path / "cache"))
+    dump = fixture_copy("block_runtime_error")
+    with open(dump / "huge.bin", "wb") as f:
+        f.truncate(1 << 40)
+    os.mkfifo(dump / "pipe")  # never opened
+    assert dump_compile_cache(str(dump)) is None

@@ -39,6 +39,9 @@ def test_trusted_and_untrusted_replays_of_a_dump_never_share_a_cache(fixture_cop
     assert nothing == dump_compile_cache(dump, trust_level(["eager", "aot_eager"]))  # registered names: no one's code
     levels = [trust_level(["backends_for_tests:fixed", None]), trust_level(["inductor"], trust_kernels=True),
               trust_level(["inductor", "passes_for_tests:noop"])]
+    monkeypatch.setenv("GRAPHDBG_AS_CAPTURED", '{"OMP_NUM_THREADS": "2"}')
+    levels.append(trust_level(["inductor"]))
+    monkeypatch.delenv("GRAPHDBG_AS_CAPTURED")
     monkeypatch.setenv("GRAPHDBG_TRUST_CONFIG", "1")
     levels.append(trust_level(["inductor"]))
     caches = [dump_compile_cache(dump, t) for t in levels]

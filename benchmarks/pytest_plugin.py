@@ -1,4 +1,4 @@
-"""What does `pytest --graphdbg DIR` cost over the shell loop a CI job would run instead?
+"""What does `pytest --graphdbg=DIR` cost over the shell loop a CI job would run instead?
 
     python benchmarks/pytest_plugin.py [--workers 2] [--json]
 
@@ -47,7 +47,7 @@ def main() -> None:
             loop += s
             codes.append(code)
         base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "graphdbg.ui.pytest_plugin",
-                "--graphdbg", "regressions", "--graphdbg-trust-backend", "-c", os.devnull, "--rootdir", str(where)]
+                "--graphdbg=regressions", "--graphdbg-trust-backend", "-c", os.devnull, "--rootdir", str(where)]
         plugin, plugin_code = _timed(base, where, env)
         parallel, parallel_code = _timed([*base, "-n", str(args.workers)], where, env)
     row = {"dumps": len(DUMPS), "loop_s": round(loop, 2), "loop_exit_codes": codes, "plugin_s": round(plugin, 2),

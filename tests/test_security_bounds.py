@@ -91,3 +91,22 @@ def test_a_storage_resized_under_its_tensor_is_refused_when_the_dump_loads(cli, 
         if args[0] == "show" and r.code == 0:
             continue  # show reads the graph as text: nothing runs
         assert r.code == 2 and len(lines) == 1 and "resize_storage_bytes_" in lines[0] and "past its end" in lines[0], r
+
+
+def test_minify_never_takes_a_timeout_it_cant_keep(tmp_path):
+    """``--no-isolate`` runs the graph in graphdbg's own process, where a call stuck in C (here
+    ``min`` over 10**17 numbers) ignores every signal: ``--timeout`` with it is refused, one line,
+    instead of a minify that runs for ever (it did)."""
+    import subprocess
+    import sys
+
+    from conftest import child_env
+
+    graph = tmp_path / "rank0_0.py"
+    graph.write_text('class GraphModule(torch.nn.Module):\n    def forward(self, L_x_: "f32[8][1]cpu"):\n        l_x_ = L_x_\n'
+                     "        n = min(range(100000000000000000, 200000000000000000))\n        return (l_x_ + n,)\n")
+    done = subprocess.run([sys.executable, "-m", "graphdbg", "minify", str(graph), "--backend", "eager", "--no-isolate",
+                           "--timeout", "5", "-o", str(tmp_path / "min")], capture_output=True, text=True, timeout=120,
+                          env=child_env(), cwd=tmp_path)
+    lines = [ln for ln in done.stderr.strip().splitlines() if ln.strip()]
+    assert done.returncode == 2 and len(lines) == 1 and "--no-isolate" in lines[0] and "--timeout" in lines[0], done.stderr

@@ -39,6 +39,9 @@ def test_trusted_and_untrusted_replays_of_a_dump_never_share_a_cache(fixture_cop
     assert nothing == dump_compile_cache(dump, trust_level(["eager", "aot_eager"]))  # registered names: no one's code
     levels = [trust_level(["backends_for_tests:fixed", None]), trust_level(["inductor"], trust_kernels=True),
               trust_level(["inductor", "passes_for_tests:noop"])]
+    monkeypatch.setenv("GRAPHDBG_AS_CAPTURED", '{"OMP_NUM_THREADS": "2"}')
+    levels.append(trust_level(["inductor"]))
+    monkeypatch.delenv("GRAPHDBG_AS_CAPTURED")
     monkeypatch.setenv("GRAPHDBG_TRUST_CONFIG", "1")
     levels.append(trust_level(["inductor"]))
     caches = [dump_compile_cache(dump, t) for t in levels]
@@ -57,3 +60,13 @@ def test_an_untrusted_then_a_trusted_replay_compile_in_different_caches(fixture_
     assert len(_folders(tmp_path / "cache")) == 2
     cli("replay", dump, "--backend", "eager")
     assert len(_folders(tmp_path / "cache")) == 2  # the untrusted one again: its own, warm
+
+
+def test_a_dump_too_big_to_hash_gets_no_shared_cache(fixture_copy, tmp_path, monkeypatch):
+    """A sparse file of a terabyte in a dump: no minutes of hashing on every replay, no shared cache."""
+    monkeypatch.setenv("GRAPHDBG_CACHE_DIR", str(tmp_path / "cache"))
+    dump = fixture_copy("block_runtime_error")
+    with open(dump / "huge.bin", "wb") as f:
+        f.truncate(1 << 40)
+    os.mkfifo(dump / "pipe")  # never opened
+    assert dump_compile_cache(str(dump)) is None

@@ -63,6 +63,7 @@ def _run(repro: Path, cwd: Path, *paths: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # the repro run in a subprocess
 def test_a_repro_takes_no_module_folder_or_file_the_manifest_names(fixture_copy, tmp_path, monkeypatch):
     dump = fixture_copy("block_runtime_error")
     marker, victim = tmp_path / MARKER, tmp_path / "victim"
@@ -156,7 +157,8 @@ def _fake_triton(folder: Path) -> Path:
 
 
 @pytest.mark.parametrize("source", [
-    _SOURCE + _TRAILER,  # statements after the function
+    pytest.param(_SOURCE + _TRAILER, marks=pytest.mark.slow),  # statements after the function (run: slow)
+    _SOURCE + "\n\nprint('GRAPHDBG_AFTER')\n",  # the same, only scanned
     "import os\nos.system('true')\n" + _SOURCE,  # before it
     "@__import__('os').system('touch /tmp/x')\n" + _SOURCE,  # a decorator that calls
     pytest.param("def relu_kernel(X, Y, n, BLOCK=open(__import__('os').environ['GRAPHDBG_TEST_MARKER'], 'w')):\n    pass\n",
@@ -177,6 +179,7 @@ def test_a_kernels_source_is_its_one_def_and_only_with_trust_kernels(tmp_path, s
     for folder in (plain.parent, trusted.parent):
         blob = _written(folder)
         assert b"GRAPHDBG_TEST_MARKER" not in blob and b"os.system" not in blob and b"__import__('os')" not in blob
+        assert b"GRAPHDBG_AFTER" not in blob
     if kernels.exists():  # the def alone, decorated by graphdbg
         assert "@triton.jit\ndef relu_kernel(X, Y, n, BLOCK: tl.constexpr):\n    pass" in kernels.read_text()
     if source == _SOURCE + _TRAILER or "BLOCK=open(" in source:  # run: no marker

@@ -268,10 +268,14 @@ def dump_compile_cache(dump: str, trust: str = "") -> Path | None:
 def trust_level(specs: Iterable[Any] = (), trust_kernels: bool = False) -> str:
     """What a replay child trusts, as text for its compile cache's key: the code it runs (each
     backend or pass that names code rather than a registered backend), the dump's kernels
-    (``--trust-kernels``) and every recorded setting (``--trust-config``); "" for none."""
+    (``--trust-kernels``), every recorded setting (``--trust-config``) and the variables
+    ``--as-captured`` restored; "" for none."""
     code = sorted({str(s) for s in specs if s is not None and not (isinstance(s, str) and _REGISTERED.fullmatch(s))})
     parts = [*(f"code {c}" for c in code), *(["kernels"] if trust_kernels else []),
              *(["config"] if os.environ.get("GRAPHDBG_TRUST_CONFIG") else [])]  # compiler_config.ENV_TRUST_CONFIG
+    restored = os.environ.get("GRAPHDBG_AS_CAPTURED")  # as_captured.ENV_AS_CAPTURED: what --as-captured brought back
+    if restored:
+        parts.append(f"as captured {restored}")
     return "\n".join(parts)
 
 

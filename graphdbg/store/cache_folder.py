@@ -44,6 +44,7 @@ def files_stamp(parts: Iterable[str], files: Iterable[Path]) -> str:
 
 
 _MAX_FILES = 100_000  # a dump folder's files hashed for its compile cache's key (more: no cache)
+_MAX_BYTES = 16 << 30  # and their bytes (more, a sparse file of a terabyte say: no cache, rather than minutes of hashing)
 _digests: dict[tuple[str, int, int, int, int], str] = {}  # this process's: (path, inode, size, mtime, ctime) -> sha256
 
 
@@ -52,12 +53,13 @@ def content_key(root: Path, trust: str = "") -> str | None:
     (sha256 of each, by its path inside ``root``) and ``trust``, what the replay trusted (its
     code, settings, kernels: ``""`` for nothing). A file rewritten with the same size and mtime
     gives another key, and so does the same dump replayed with more trust. None where a file
-    can't be read (no cache then). Links are not followed: a link's key is where it points."""
+    can't be read, or the files are too many or too big to hash (no cache then: the replay compiles
+    in its own folder). Links are not followed: a link's key is where it points."""
     root = Path(root).resolve()
     h = hashlib.sha256(f"{root}\0{trust}\0".encode("utf-8", "surrogateescape"))
     try:
         files = [root] if not root.is_dir() else sorted(p for p in root.rglob("*") if p.is_file() or p.is_symlink())
-        if len(files) > _MAX_FILES:
+        if len(files) > _MAX_FILES or sum(f.lstat().st_size for f in files if not f.is_symlink()) > _MAX_BYTES:
             return None
         for f in files:
             rel = f.relative_to(root).as_posix() if f != root else f.name

@@ -574,6 +574,9 @@ def minify(
     _must_exist(dump)
     from graphdbg.minify import minify as run_minify
 
+    if isolate is False and timeout is not None:  # issue 51: a C loop in this process can't be stopped, so the bound would be a lie
+        raise GraphdbgError("minify: --timeout bounds the sandboxed workers; with --no-isolate the graph runs in this process, "
+                            "where a call stuck in C can't be stopped: drop one of the two")
     _inputs_setup(ops)
     backend = backend or _own_backend(dump, trust_backend, "minify")
     if out is None:

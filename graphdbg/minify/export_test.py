@@ -90,7 +90,7 @@ def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any
                             direct=repr(bool(direct)), isolate=repr(bool(isolate)),
                             timeout=repr(None if timeout is None else float(timeout)),
                             kind=repr(str(d.failure_kind)), signature=repr(str(d.signature or "")),
-                            paths=repr(carried.paths if carried.files else []), modules=repr(carried.modules),
+                            paths=repr(carried.paths), modules=repr(carried.modules),
                             script=repr(_live_script(backend_before, carried, data)), rule=import_rule_source())
     try:
         compile(text, str(path), "exec")
@@ -167,7 +167,7 @@ import graphdbg
 from graphdbg.store.manifest import GRAPH, INPUTS, MANIFEST
 
 DUMP = Path(__file__).with_name({data})
-BACKEND_PATHS = {paths}  # where the backend's modules were, relative to DUMP
+BACKEND_PATHS = {paths}  # where the backend's modules (or package) were, relative to DUMP
 MODULES = {modules}  # the backend's modules graphdbg copied into DUMP
 SCRIPT = {script}  # a script that defines the backend, relative to this file; its definitions copied into DUMP
 BACKEND = {backend}
@@ -185,7 +185,7 @@ def test_{name}(monkeypatch, capsys):
         used.append(f"the backend {{SCRIPT[1]}}: yours, in {{SCRIPT[0]}}")
     elif SCRIPT is not None:
         used.append(f"the backend {{SCRIPT[1]}}: graphdbg's copy of its definitions ({{SCRIPT[0]}} is not there)")
-    if MODULES or SCRIPT is not None:  # here, and for the isolated replay: where it was, then your path, the copies last
+    if MODULES or BACKEND_PATHS or SCRIPT is not None:  # here, and for the isolated replay: where it was, then your path, the copies last
         monkeypatch.setattr(sys, "path", list(sys.path))
         used += own_modules_first(DUMP, BACKEND_PATHS, DUMP, MODULES)
         lived = [str(DUMP / p) for p in BACKEND_PATHS if (DUMP / p).is_dir()]

@@ -264,7 +264,7 @@ def test_bisect_envs_names_the_interpreter_whose_backend_release_brings_the_fail
     assert result["mode"] == "pythons" and result["culprit"] == str(new)
     assert [run["verdict"] for run in result["runs"]] == ["passes", "reproduces"]
     assert result["differences"][0] == {"kind": "backend", "name": "graphdbg_envtest_pkg version", "captured": "1.0",
-                                        "now": "2.0", "restorable": False}
+                                        "now": "2.0", "restorable": False, "read_by_backend": False}
 
     r = cli("bisect", "envs", dump, "--trust-backend", "--python", tmp_path / "nothing-here")
     assert r.code == 2 and "not an interpreter" in r.err, r

@@ -178,7 +178,7 @@ class Settings(dict):
         self.skipped = {}
 
     def shown(self) -> list[str]:
-        return [f"setting {key}: {why}, not restored" for key, why in self.skipped.items()]
+        return [f"setting {key}: recorded, not restored ({why})" for key, why in self.skipped.items()]
 
 
 def replay_settings(manifest: dict[str, Any] | None) -> Settings:

@@ -38,8 +38,6 @@ ENV_AS_CAPTURED = "GRAPHDBG_AS_CAPTURED"
 _COMPILER_VARS = ("TORCH", "PYTORCH", "TRITON")
 _PRECISIONS = ("highest", "high", "medium")
 _DTYPES = ("float32", "float64", "float16", "bfloat16")
-
-
 _THREADS = Range(1, CPUS)  # a thread count past this machine's CPUs only exhausts its memory (4096: std::bad_alloc)
 
 
@@ -95,7 +93,7 @@ def restore(manifest: Any) -> list[str]:
                 continue
             apply(value)
         except Exception as e:  # e.g. interop threads, settable only before parallel work started
-            left.append(f"setting {name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}, not restored")
+            left.append(f"setting {name}: {NOT_RESTORED} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
     left += restore_vars(env.get("vars"), read_by_backend(env))
     return left
 

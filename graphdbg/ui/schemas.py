@@ -23,7 +23,7 @@ _OUTCOME: dict[str, Any] = Outcome.model_json_schema()["properties"]  # the mode
 _ENVIRONMENT = {
     "environment_differences": {"type": "array", "items": {"type": "object", "properties": {
         "kind": {"enum": ["generated code", "backend", "compiler setting", "version", "device", "setting", "env var", "threads"]},
-        "name": {"type": "string"}, "captured": {}, "now": {}, "restorable": _BOOL},
+        "name": {"type": "string"}, "captured": {}, "now": {}, "restorable": _BOOL, "read_by_backend": _BOOL},
         "required": ["kind", "name", "captured", "now", "restorable"]}},
     "not_restored": {"type": "array", "items": {"type": "string"}},
 }

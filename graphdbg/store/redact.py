@@ -61,7 +61,8 @@ from graphdbg.store.tensor_header import rewrite_header
 
 # env keys that say which software and device made the dump, and nothing about who or where
 KEPT_ENV = ("graphdbg", "torch", "triton", "python", "platform", "cuda", "driver", "device_name", "cuda_devices", "device",
-            "backend_package", "backend_version", "settings", "vars")
+            "backend_package", "backend_version", "settings", "vars",
+            "read")  # the names of the variables the backend read (their values are in vars, redacted as the rest)
 # An environment variable that names a place: by its name (..._DIR, MASTER_ADDR, ..._URL) or by
 # its value (a path, a URL, host:port, a dotted host name or address).
 _PLACE_NAME = re.compile(r"(^|_)(PATH|PATHS|DIR|DIRS|FILE|FILES|HOME|ROOT|HOST|HOSTS|HOSTNAME|ADDR|ADDRESS|URL|URI|ENDPOINT|"

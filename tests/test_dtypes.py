@@ -124,3 +124,11 @@ def test_a_wrong_byte_in_each_float8_bits_and_integer_output_is_a_mismatch(quant
     wrapped = graphdbg.capture(programs.flips_a_byte_of_each_output, tmp_path, mode="accuracy")
     torch.compile(programs.quantizing, backend=wrapped)(*programs.quantizing_inputs())
     assert wrapped.dumps, "capture's accuracy mode saw no difference"
+
+
+def test_64_bit_integers_beyond_floats_precision_are_compared_exactly():
+    e = torch.tensor([2**63 + 10, 5], dtype=torch.uint64)
+    [bad] = compare_outputs((e,), (torch.tensor([2**63 + 12, 5], dtype=torch.uint64),))
+    assert bad.differing == 1 and bad.at == [[0]] and bad.max_abs_error == 2.0, bad
+    assert "must be exact" in bad.describe()
+    assert compare_outputs((e,), (e.clone(),)) == []

@@ -140,3 +140,24 @@ def test_healthy_graphs_around_a_user_triton_kernel_give_no_mismatch_and_a_seede
             missed.append((program, "replay", r.out[-400:]))
     assert not false_alarms, false_alarms
     assert not missed, missed
+
+
+def test_where_eager_alone_judges_rounding_near_zero_passes_and_a_few_ulp_shift_does_not():
+    """The SageAttention case's numbers with no float64 reference: an fp16 output of size ~4
+    whose element near 0 is off by 0.00244 (well under one ulp of the output's size, 0.0039)
+    is rounding; relative errors are relative to the output's size, not 3e7. The same output
+    with most elements 4 ulps up is a mismatch, found by its mean error in ulps."""
+    from graphdbg.judge.accuracy import compare_outputs, judge_outputs
+
+    g = torch.Generator().manual_seed(0)
+    eager = (torch.randn(64, 64, generator=g) * 2).clamp(-4, 4).to(torch.float16)
+    eager[0, 0] = 8e-5
+    rounded = eager.clone()
+    rounded[0, 0] += 0.00244
+    [bad] = compare_outputs((eager,), (rounded,))  # outside the dtype's atol at that element
+    assert bad.max_rel_error < 0.01, bad  # relative to the output's RMS, not to 8e-5
+    assert judge_outputs((eager,), (rounded,), ref64=None) == []
+    shifted = (eager.float() * (1 + 4 * torch.finfo(torch.float16).eps)).to(torch.float16)
+    [found] = judge_outputs((eager,), (shifted,), ref64=None)
+    assert found.measure == "mean ulps" and found.mean_ulps > 2, found
+    assert "ulps of float16" in found.describe()

@@ -238,14 +238,16 @@ def compare_value(index: int, e: Any, a: Any, *, tol: Tolerance = BY_DTYPE) -> O
 def _compare_equal(index: int, e: torch.Tensor, a: torch.Tensor, bits: bool) -> OutputMismatch | None:
     """Integers and bools element by element; dtypes with no arithmetic by their bits."""
     count, at, worst = 0, [], 0.0
-    for offset, ec, ac in _chunks(dtypes.as_bits(e), dtypes.as_bits(a)):
-        if torch.equal(ec, ac):
+    # dtypes with no arithmetic are chunked as their bits (a sub-byte shell can't even be copied)
+    for offset, ec, ac in _chunks(dtypes.as_bits(e), dtypes.as_bits(a)) if bits else _chunks(e, a):
+        eb, ab = dtypes.as_bits(ec), dtypes.as_bits(ac)
+        if torch.equal(eb, ab):
             continue
-        diff = ec != ac
+        diff = eb != ab
         n = int(diff.sum())
         count += n
-        if not bits:
-            worst = max(worst, float((ec[diff].to(torch.float64) - ac[diff].to(torch.float64)).abs().max()))
+        if not bits:  # the size of the largest difference, from the values (uint64's above 2**63 too)
+            worst = max(worst, _largest_difference(ec[diff], ac[diff]))
         if len(at) < _SHOWN:
             flat = diff.nonzero().flatten()[:_SHOWN - len(at)] + offset
             at += _unravel(flat, e.shape)
@@ -258,11 +260,24 @@ def _compare_equal(index: int, e: torch.Tensor, a: torch.Tensor, bits: bool) -> 
                           differing=count, at=at, off=count, elements=e.numel(), measure=EXACT)
 
 
+def _largest_difference(e: torch.Tensor, a: torch.Tensor) -> float:
+    """max |e - a| of integers: exact for 64-bit ones (float64 can't tell 2**63 + 10 from + 12),
+    as Python integers, for the first ``_SHOWN_EXACT`` of them; float64 for the rest."""
+    if e.element_size() == 8 and e.numel() <= _SHOWN_EXACT:
+        return float(max(abs(x - y) for x, y in zip(e.tolist(), a.tolist())))
+    return float((e.to(torch.float64) - a.to(torch.float64)).abs().max())
+
+
+_SHOWN_EXACT = 1 << 16
+
+
 def _mean_gate(e: torch.Tensor, a: torch.Tensor, tol: Tolerance) -> bool:
     """True when the output's mean error (in ulps, ``MEAN_ULPS``) is above the gate: judged
     for floats below float64 under the dtype's own tolerance."""
     if not tol.by_dtype or e.dtype == torch.float64 or dtypes.kind(e.dtype) != dtypes.FLOAT:
         return False
+    if all(torch.equal(dtypes.as_bits(ec), dtypes.as_bits(ac)) for _, ec, ac in _chunks(e, a)):
+        return False  # the same bits (the same kernel): no float pass needed
     return ulp_errors(e, a)[1] > mean_ulps_gate(e.dtype)
 
 

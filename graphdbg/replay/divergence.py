@@ -25,7 +25,8 @@ import torch.fx as fx
 from graphdbg.display import Displayed
 from graphdbg.graph.hashing import target_name
 from graphdbg.judge.accuracy import BY_DTYPE, Tolerance, judge_outputs
-from graphdbg.rebuild.inputs import clone_values, to_float64
+from graphdbg.rebuild.inputs import clone_values
+from graphdbg.replay.float64 import Float64Recorder
 from graphdbg.replay.graph_meta import with_dynamo_meta
 from graphdbg.replay.passes import apply_passes
 from graphdbg.replay.values import COMPUTE_OPS, ValueRecorder
@@ -74,21 +75,24 @@ class NodeDivergence(Displayed):
         return f"{self.node}{what}{where}: {how}" + (f", in {self.module}" if self.module else "")
 
 
-def references(case: Case, grad: bool) -> tuple[ValueRecorder, ValueRecorder]:
-    """Every node's value in the graph as captured: in its own dtypes, and in float64 (empty
-    where an op has no float64 kernel: the own-dtype values are then the reference)."""
+def references(case: Case, grad: bool) -> tuple[ValueRecorder, ValueRecorder | Float64Recorder]:
+    """Every node's value in the graph as captured: in its own dtypes, and in float64 as the
+    float64 reference computes it (``replay.float64``: casts the graph makes stay float64, nodes
+    with no float64 kernel run in their own dtypes); empty where it can't be made: each node is
+    then judged against its own-dtype value within an ulp bound (``judge.accuracy``)."""
     ref = ValueRecorder(case.gm)
-    ref64 = ValueRecorder(case.gm)
+    ref64 = Float64Recorder(case.gm)
     with torch.set_grad_enabled(grad):
         ref.run(*clone_values(case.inputs))
-        try:
-            ref64.run(*to_float64(clone_values(case.inputs)))
-        except Exception:
-            ref64.values = {}
+    try:
+        with torch.no_grad():
+            ref64.run(*clone_values(case.inputs))
+    except Exception:
+        ref64.values = {}
     return ref, ref64
 
 
-def graph_divergence(case: Case, runs_gm: fx.GraphModule, ref: ValueRecorder, ref64: ValueRecorder, grad: bool,
+def graph_divergence(case: Case, runs_gm: fx.GraphModule, ref: ValueRecorder, ref64: ValueRecorder | Float64Recorder, grad: bool,
                      tol: Tolerance = BY_DTYPE) -> NodeDivergence:
     """Run ``runs_gm`` under the interpreter and return its first node that disagrees with the
     reference node of the same name."""

@@ -95,6 +95,7 @@ class Float64Interpreter(fx.Interpreter):
         self.current_node = n
         return super().run_node(n)
 
+
     # the rewriting ----------------------------------------------------------------
     def _call(self, node: fx.Node, call: Any, args: tuple, kwargs: dict) -> Any:
         name = call_name(node)
@@ -183,6 +184,28 @@ class Float64Interpreter(fx.Interpreter):
         if self.device is None:
             return value
         return pytree.tree_map(lambda v: v.to(self.device) if isinstance(v, torch.Tensor) else v, value)
+
+
+
+class Float64Recorder(Float64Interpreter):
+    """The float64 run keeping every node's value by name (``values``, as ``replay.values``'
+    ValueRecorder does for the graph's own dtypes): the reference ``bisect nodes`` and a
+    replay's first diverging node judge each node against.
+
+        >>> rec = Float64Recorder(gm); rec.run(*inputs); rec.values["rsqrt"].dtype
+        torch.float64
+    """
+
+    def __init__(self, gm: fx.GraphModule):
+        super().__init__(gm, upcast_inputs=mutated_inputs(gm))
+        self.garbage_collect_values = False
+        self.values: dict[str, Any] = {}
+
+    def run_node(self, n: fx.Node) -> Any:
+        result = super().run_node(n)
+        if n.op != "output":
+            self.values[n.name] = pytree.tree_map_only(torch.Tensor, lambda t: t.detach().clone(), result)
+        return result
 
 
 def _up(value: Any) -> Any:

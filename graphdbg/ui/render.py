@@ -671,6 +671,8 @@ def outcome_panel(outcome: Any, dump: Any = None, differences: list[Any] | None 
         err = m.get("max_abs_error")
         rel = m.get("max_rel_error")
         detail = f"max abs error {err:.3g}" + (f", max rel error {rel:.3g}" if rel is not None else "") if err is not None else m.get("detail", "")
+        if m.get("measure") in ("mean ulps", "bit for bit"):  # what found it, where the sizes above don't say
+            detail += f" ({m['detail']})" if m["measure"] == "mean ulps" else " (compared bit for bit)"
         text.append(f"{m.get('what', 'output')} {m['index']}: {m['reason']} {detail}\n", style="yellow")
     start = getattr(outcome, "diverges_at", None)
     if start and start.get("node"):

@@ -376,6 +376,19 @@ def test_an_isolated_cpu_replay_has_a_memory_limit(tmp_path, cli, monkeypatch):
     assert "memory" in (out["signature"] or "").lower() or "alloc" in (out["signature"] or "").lower(), out
 
 
+def test_a_memory_limit_below_what_torch_maps_still_lets_torch_load(tmp_path, cli, monkeypatch):
+    """A user's limit is memory for the graph, counted above what the child maps once torch is
+    loaded: below that (a CUDA build of torch maps about 3 GiB of libraries, a CPU build under 1),
+    torch itself could not load in the child (``libtorch_cuda.so: failed to map segment``)."""
+    monkeypatch.setenv("GRAPHDBG_MEMORY_LIMIT_GB", "0.5")
+    path = tmp_path / "rank0_0.py"
+    path.write_text(PRINTED.format(lines=""))
+    r = cli("replay", path, "--backend", "eager", "--json")
+    out = json.loads(r.out)
+    assert out["status"] == "pass", out
+    assert "memory limit 0.5 GiB above the " in out["sandbox"] and "GiB torch maps" in out["sandbox"], out
+
+
 def raises_its_memory_limit(gm, example_inputs):
     """A backend that lifts the replay child's memory limit before it allocates."""
     import resource

@@ -157,7 +157,16 @@ def test_no_string_setting_is_restored_from_a_dump_without_trust_config(monkeypa
     monkeypatch.setenv("GRAPHDBG_TRUST_CONFIG", "1")
     trusted = replay_settings({"config": {"values": {"inductor.cpp.march": "native", "inductor.save_args": True,
                                                      "dynamo.debug_dir_root": "/tmp/x"}}})
-    assert dict(trusted) == {"inductor.cpp.march": "native"}
+    if _has_march():
+        assert dict(trusted) == {"inductor.cpp.march": "native"}
+    else:  # torch 2.11 has no such setting: skipped, and said so
+        assert dict(trusted) == {} and trusted.skipped["inductor.cpp.march"] == "not in this torch", trusted.skipped
+
+
+def _has_march() -> bool:
+    import torch._inductor.config as inductor_config
+
+    return "cpp.march" in inductor_config._config
 
 
 def _config_dump(tmp_path: Path, marker: Path) -> Path:
@@ -166,6 +175,9 @@ def _config_dump(tmp_path: Path, marker: Path) -> Path:
 
     def refuses(gm, example_inputs):
         raise RuntimeError("no kernel for sin")
+
+    if not _has_march():
+        pytest.skip(f"torch {torch.__version__} has no inductor.cpp.march, the compiler flag this attack records")
 
     with inductor_config.patch({"cpp.march": HOSTILE.replace("MARKER", str(marker)), "fallback_random": True}):
         f = torch.compile(lambda x: torch.sin(x) + 1, backend=graphdbg.capture(refuses, tmp_path / "dumps"))
@@ -223,7 +235,9 @@ def test_ops_that_reach_raw_memory_or_format_attributes_are_refused(attack, tmp_
     for command in (["show", path], ["replay", path, "--backend", "eager", "--no-isolate"]):
         r = cli(*command)
         assert r.code == 2, (command, r)
-        assert "refusing" in r.err and "Traceback" not in r.err, r
+        # an op this torch lacks (torch._from_blob before 2.13) is refused as a name that does not resolve
+        lacks = attack == "from_blob" and not hasattr(torch, "_from_blob")
+        assert ("cannot resolve" if lacks else "refusing") in r.err and "Traceback" not in r.err, r
 
 
 def test_a_checked_view_and_a_plain_print_still_load(tmp_path, cli):

@@ -9,9 +9,11 @@ import json
 import textwrap
 from pathlib import Path
 
+import pytest
 from conftest import ROOT
 
 
+@pytest.mark.slow
 def test_an_isolated_replay_child_imports_through_the_parents_sys_path(tmp_path, cli, fixture_copy, monkeypatch):
     target = tmp_path / "target"  # a folder only sys.path names: no PYTHONPATH entry, not the current folder
     target.mkdir()

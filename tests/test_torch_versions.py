@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from conftest import child_env
 
 from graphdbg._version import TESTED_TORCH
@@ -23,6 +24,7 @@ def _graphdbg_with_torch_metadata(tmp_path, version: str) -> subprocess.Complete
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_an_untested_torch_is_named_once_in_one_line(tmp_path):
     r = _graphdbg_with_torch_metadata(tmp_path, "2.9.1")
     said = [line for line in r.stderr.splitlines() if "untested" in line]
@@ -31,6 +33,7 @@ def test_an_untested_torch_is_named_once_in_one_line(tmp_path):
     assert r.returncode == 0, r.stderr
 
 
+@pytest.mark.slow
 def test_a_tested_torch_says_nothing(tmp_path):
     r = _graphdbg_with_torch_metadata(tmp_path, f"{TESTED_TORCH[0]}.0+cu130")
     assert "untested" not in r.stderr and r.returncode == 0, r.stderr

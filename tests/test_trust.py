@@ -390,6 +390,7 @@ def test_an_isolated_cpu_replay_has_a_memory_limit(tmp_path, cli, monkeypatch):
     assert "memory" in (out["signature"] or "").lower() or "alloc" in (out["signature"] or "").lower(), out
 
 
+@pytest.mark.slow
 def test_a_memory_limit_below_what_torch_maps_still_lets_torch_load(tmp_path, cli, monkeypatch):
     """A user's limit is memory for the graph, counted above what the child maps once torch is
     loaded: below that (a CUDA build of torch maps about 3 GiB of libraries, a CPU build under 1),

@@ -34,3 +34,15 @@ def test_an_isolated_replay_child_imports_through_the_parents_sys_path(tmp_path,
     assert out["isolated"] and out["status"] == "crash", out
     assert "team_dep from the target folder" in out["message"], out
     assert f"graphdbg from {Path(ROOT) / 'graphdbg' / '__init__.py'}" in out["message"], out
+
+
+@pytest.mark.slow
+def test_a_self_check_still_runs_a_repro_without_graphdbg(tmp_path):
+    """graphdbg found by name where the parent imported it must not reach a repro's self-check,
+    which checks that the file runs where graphdbg is not installed."""
+    from graphdbg.minify.self_check import check_repro
+
+    repro = tmp_path / "repro.py"
+    repro.write_text("import graphdbg\nprint('REPRODUCED: ran with graphdbg')\nraise SystemExit(1)\n")
+    check = check_repro(repro, timeout=120, device="cpu")
+    assert not check.same and "No module named 'graphdbg'" in check.line, check

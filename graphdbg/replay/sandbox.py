@@ -134,7 +134,8 @@ def child_path(specs: Iterable[str | None] = (), first: Iterable[str | Path] = (
       folders, except the current folder (a ``PYTHONPATH`` of ``.`` is no reason to import a
       dump's files);
     - ``tail``, put after the interpreter's own path: the rest of this process's ``sys.path``
-      (a ``pip install --target`` folder a job script or notebook put there, where graphdbg's
+      beyond the interpreter's own folders (a ``pip install --target`` folder a job script or
+      notebook put there, the user's site-packages, which ``-I`` leaves out, where graphdbg's
       needs such as pydantic may lie), but the script's folder and the current folder (``-I``
       leaves both out on purpose) and the folders whose modules go by name (below): the child
       imports what this process could, and these shadow nothing;
@@ -156,8 +157,11 @@ def child_path(specs: Iterable[str | None] = (), first: Iterable[str | Path] = (
     # folders whose modules go by name only: those above, the script's, a backend script's (backends.resolve)
     scripts = [getattr(m, "__file__", None) for n, m in list(sys.modules.items()) if n == "__main__" or n.startswith("graphdbg_script_")]
     skip = roots | {os.path.realpath(os.path.dirname(f)) for f in scripts if isinstance(f, str) and f}
+    # the interpreter's own folders (its standard library, its site-packages) it finds itself
+    own = tuple(os.path.join(os.path.realpath(p), "") for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix})
     tail = [os.path.abspath(e) for e in sys.path
-            if e and os.path.realpath(e) not in skip and os.path.abspath(e) not in head and os.path.isdir(e)]
+            if e and os.path.realpath(e) not in skip and os.path.abspath(e) not in head and os.path.isdir(e)
+            and not os.path.join(os.path.realpath(e), "").startswith(own)]
     modules = {}
     for name in dict.fromkeys([*names, *(n for n in list(sys.modules) if "." not in n)]):
         root = _module_root(name)

@@ -15,8 +15,17 @@ if [[ -z $wheel ]]; then
   echo "gpu-cpu-suite: no .whl/graphdbg/graphdbg-*.whl: run bash scripts/fetch-gpu-wheels.sh first" >&2
   exit 2
 fi
-if [[ -n $(find graphdbg -name '*.py' -newer "$wheel" -print -quit) ]]; then
-  echo "gpu-cpu-suite: $wheel is older than graphdbg/: run bash scripts/fetch-gpu-wheels.sh again" >&2
+# the wheel must hold this checkout's graphdbg (compared by content: a copy's file times say nothing)
+stale=$(python3 - "$wheel" <<'PY'
+import pathlib, sys, zipfile
+names = {n for n in zipfile.ZipFile(sys.argv[1]).namelist() if n.startswith("graphdbg/") and n.endswith(".py")}
+wheel = zipfile.ZipFile(sys.argv[1])
+here = {str(p) for p in pathlib.Path("graphdbg").rglob("*.py")}
+print(next((n for n in sorted(names | here) if n not in names or n not in here or wheel.read(n) != pathlib.Path(n).read_bytes()), ""))
+PY
+)
+if [[ -n $stale ]]; then
+  echo "gpu-cpu-suite: $wheel is not this checkout's graphdbg ($stale differs): run bash scripts/fetch-gpu-wheels.sh again" >&2
   exit 2
 fi
 # a fresh environment each run: the image's packages seen through it, graphdbg and the rest installed into it

@@ -26,13 +26,16 @@ SGLANG_CORPUS = FIXTURES / "sglang-thunderfx"
 def child_env(*paths: Path | str, graphdbg: bool = True, tests: bool = False, inherit: bool = False, **extra: str) -> dict:
     """The environment for a child process: this checkout's graphdbg on PYTHONPATH (``graphdbg``),
     tests/helpers/ and tests/ for the backends and passes they name (``tests``), ``paths`` first;
-    ``inherit`` keeps the caller's PYTHONPATH after them. ``graphdbg=False`` checks a file runs without graphdbg."""
+    then the caller's PYTHONPATH, where graphdbg's own needs may lie (a ``pip install --target``
+    folder, as on the GPU image), and with ``inherit`` all of it. ``graphdbg=False`` checks a file
+    runs without graphdbg: no folder that holds it is passed on."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     parts = [*map(str, paths), *([str(HELPERS), str(TESTS)] if tests else []), *([str(ROOT)] if graphdbg else [])]
-    if inherit and os.environ.get("PYTHONPATH"):
-        parts.append(os.environ["PYTHONPATH"])
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        if entry and (inherit or graphdbg or not (Path(entry) / "graphdbg" / "__init__.py").exists()):
+            parts.append(entry)
     if parts:
-        env["PYTHONPATH"] = os.pathsep.join(parts)
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
     env.update(extra)
     return env
 

@@ -7,11 +7,13 @@ captured signature, minified, and its repro and exported test fail as they shoul
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import run_graphdbg
 
 import graphdbg
 from fixtures.training import corrupt_foreach_backend, silu_gradient_backend
@@ -194,3 +196,40 @@ def test_compiled_optimizer_step_that_writes_wrong_parameters(tmp_path, cli):
 
     small = _minify_repro_export(cli, dump, tmp_path)
     assert small["graph"]["ops"] == {"torch._foreach_mul_": 1}, small["graph"]
+
+
+
+ENCODER_STEP = """
+import torch, torch.nn as nn
+torch._inductor.config.cpp.inject_relu_bug_TESTING_ONLY = "accuracy"
+torch.manual_seed(0)
+layer = nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32)  # dropout 0.1, training mode
+model = nn.TransformerEncoder(layer, num_layers=1, enable_nested_tensor=False)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+step = torch.compile(model, backend=BACKEND)
+x = torch.randn(5, 2, 16)
+for _ in range(2):
+    step(x).square().mean().backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+@pytest.mark.slow
+def test_a_wrong_kernel_before_a_dropout_is_captured_in_a_training_step(tmp_path):
+    """Inductor's ReLU made wrong (its own bug injection) in a TransformerEncoder training step:
+    the dropout after it draws Inductor's own numbers, so its output, the only one, was set aside
+    and no dump was written, through the API and ``graphdbg capture --`` alike. In accuracy mode
+    Inductor draws eager's numbers (``fallback_random``, recorded); the dump is written."""
+    program = tmp_path / "encoder_step.py"
+    program.write_text(ENCODER_STEP.replace("BACKEND", "'inductor'"))
+    r = run_graphdbg("capture", "--mode", "accuracy", "--dump-dir", tmp_path / "cli", "--", sys.executable, program, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    manifest = _manifest(_only_dump(tmp_path / "cli"))
+    assert manifest["failure"]["kind"] == "accuracy" and manifest["config"]["values"]["inductor.fallback_random"] is True, r.stderr[-3000:]
+
+    with torch._inductor.config.patch({}):  # the program's settings, undone after it
+        exec(compile(ENCODER_STEP, str(program), "exec"),
+             {"BACKEND": graphdbg.capture("inductor", tmp_path / "api", mode="accuracy")})
+    assert _manifest(_only_dump(tmp_path / "api"))["failure"]["kind"] == "accuracy"
+    assert not torch._inductor.config.fallback_random  # the user's setting, as it was

@@ -14,10 +14,18 @@ kinds of difference are not the backend's fault, and are taken out here before a
   (``judge.accuracy.mismatches_beyond_ulps``).
 
     >>> kept = confirm(gm, bad, expected, out, inputs, draws=Draws(before, after_compiled, after_eager))
+
+Set aside, a difference would go unseen: a dropout's mask feeds every output of a training
+step, so a wrong kernel before it (a TransformerEncoder's ReLU) was never compared. So while an
+accuracy-mode capture compiles a graph with random ops, Inductor draws eager's random numbers
+(``draw_as_eager``: ``fallback_random``, recorded in the dump's settings, which replay restores),
+unless the user set ``fallback_random`` themselves.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,4 +126,24 @@ def _float64_values(gm: fx.GraphModule, inputs: list[Any], indices: list[int], b
     return {i: result[leaf_of[i]] for i in indices if i in leaf_of and leaf_of[i] in result}
 
 
-__all__ = ["Draws", "confirm"]
+@contextlib.contextmanager
+def draw_as_eager(snap: Any, accuracy: bool) -> Iterator[None]:
+    """While a backend compiles the graph of ``snap`` in accuracy mode: Inductor's random ops draw
+    eager's numbers (``torch._inductor.config.fallback_random``), so the outputs that flow from
+    them can be compared; the setting goes in the snapshot's recorded ones. Nothing when the graph
+    draws nothing or the user chose the setting."""
+    values = (getattr(snap, "config", None) or {}).get("values")
+    if not accuracy or not isinstance(values, dict) or snap.eager is None or not random_outputs(snap.eager):
+        yield
+        return
+    import torch._inductor.config as config  # a few seconds the first time: only for an accuracy check of random ops
+
+    if not config._is_default("fallback_random"):
+        yield
+        return
+    values["inductor.fallback_random"] = True
+    with config.patch(fallback_random=True):
+        yield
+
+
+__all__ = ["Draws", "confirm", "draw_as_eager"]

@@ -33,7 +33,7 @@ import torch
 import torch.fx as fx
 
 from graphdbg.backends.calls import drop_own_frame
-from graphdbg.capture.confirm import Draws, confirm
+from graphdbg.capture.confirm import Draws, confirm, draw_as_eager
 from graphdbg.capture.rng import rng_state, same_draws
 from graphdbg.capture.stderr import say
 from graphdbg.graph.snapshot import GraphSnapshot
@@ -82,12 +82,16 @@ class BackwardWatch:
             stack = getattr(_current, "stack", None) or []
             _current.stack = [*stack, self]
             self.compiling = True
+            # accuracy mode: a training step's dropout draws eager's numbers, so what flows from it is compared
+            self._draws = draw_as_eager(self.snap, self.owner.mode == "accuracy")
+            self._draws.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self.active:
             self.compiling = False
             _current.stack = _current.stack[:-1]
+            self._draws.__exit__(*exc)
 
     def remember(self, values: list[Any]) -> None:
         """Keep the forward's inputs of this call (references, not copies) when a backward may

@@ -133,9 +133,11 @@ def child_path(specs: Iterable[str | None] = (), first: Iterable[str | Path] = (
       folders, except the current folder (a ``PYTHONPATH`` of ``.`` is no reason to import a
       dump's files);
     - ``tail``, put after the interpreter's own path: the rest of this process's ``sys.path``
-      (a ``pip install --target`` folder a job script or notebook put there, where graphdbg's
-      needs such as pydantic may lie), but its first entry (the script's folder) and the
-      current folder: the child imports what this process could, and these shadow nothing;
+      beyond the interpreter's own folders (a ``pip install --target`` folder a job script or
+      notebook put there, the user's site-packages, which ``-I`` leaves out, where graphdbg's
+      needs such as pydantic may lie), but the script's folder and the current folder (``-I``
+      leaves both out on purpose) and the folders whose modules go by name (below): the child
+      imports what this process could, and these shadow nothing;
     - ``modules``, found after everything else, by name: the top-level modules this process
       imported from the current folder or from the folders of the trusted modules ``specs``
       name (``module:callable`` in a backend, recipe or passes) and of the ``--ops`` modules
@@ -146,13 +148,19 @@ def child_path(specs: Iterable[str | None] = (), first: Iterable[str | Path] = (
     for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
         if entry and os.path.realpath(entry) != here:
             head.append(os.path.abspath(entry))
-    tail = [os.path.abspath(e) for e in sys.path[1:]
-            if e and os.path.realpath(e) != here and os.path.abspath(e) not in head and os.path.isdir(e)]
     names = [m for s in specs if s for m in _SPEC_MODULE.findall(s)]
     names += [m.strip().split(".")[0] for m in os.environ.get("GRAPHDBG_OPS", "").split(",") if m.strip()]
     # and the current folder's modules this process imported: it imports only trusted code
     # (loading a dump runs none of it), such as a backend given as ``module:callable`` from here
     roots = {os.path.realpath(root) for root in map(_module_root, names) if root} | {here}
+    # folders whose modules go by name only: those above, the script's, a backend script's (backends.resolve)
+    scripts = [getattr(m, "__file__", None) for n, m in list(sys.modules.items()) if n == "__main__" or n.startswith("graphdbg_script_")]
+    skip = roots | {os.path.realpath(os.path.dirname(f)) for f in scripts if isinstance(f, str) and f}
+    # the interpreter's own folders (its standard library, its site-packages) it finds itself
+    own = tuple(os.path.join(os.path.realpath(p), "") for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix})
+    tail = [os.path.abspath(e) for e in sys.path
+            if e and os.path.realpath(e) not in skip and os.path.abspath(e) not in head and os.path.isdir(e)
+            and not os.path.join(os.path.realpath(e), "").startswith(own)]
     modules = {}
     for name in dict.fromkeys([*names, *(n for n in list(sys.modules) if "." not in n)]):
         root = _module_root(name)

@@ -45,6 +45,8 @@ def main(argv: list[str]) -> None:
     if shadow is not None:
         for name in [n for n in sys.modules if n == "graphdbg" or n.startswith("graphdbg.")]:
             del sys.modules[name]
+        # nor found by name where this process imported it from (sandbox.child_path's ``first``)
+        sys.meta_path[:] = [f for f in sys.meta_path if getattr(f, "key", None) != "first"]
         sys.path.insert(0, shadow)
     if what == "--script":
         sys.argv = [target, *args]

@@ -13,13 +13,12 @@ for a fast ``ls``), so every package above (graph, rebuild, replay, minify) and 
 
     >>> op_name(torch.ops.aten.add.Tensor), op_name(torch.ops.aten.add.Tensor, overload=True)
     ('add', 'add.Tensor')
-    >>> op_name(torch.ops.aten.add.Tensor, python=True), op_name(operator.getitem, python=True)
-    ('torch.ops.aten.add.Tensor', 'operator.getitem')
+    >>> op_name(torch.ops.aten.add.Tensor, python=True), op_name(torch.relu, python=True)
+    ('torch.ops.aten.add.Tensor', 'torch.relu')
 """
 
 from __future__ import annotations
 
-import operator  # noqa: F401  (the doctest's operator.getitem)
 from typing import Any
 
 import torch

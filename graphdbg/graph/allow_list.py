@@ -46,6 +46,7 @@ import torch.fx as fx
 
 from graphdbg.errors import GraphdbgError, GraphSourceError
 from graphdbg.graph.index_bounds import index_bound, index_refusal, is_index_backward
+from graphdbg.judge.op_names import op_parts
 
 # Isolated replays run in a child process; it reads the registrations from here.
 OPS_ENV = "GRAPHDBG_OPS"
@@ -477,9 +478,9 @@ def _python_parameters(fn: Any) -> tuple[str, ...]:
 def _op_refusal(obj: Any) -> str | None:
     if isinstance(obj, torch._ops.HigherOrderOperator):
         return None
-    name = obj._schema.name if isinstance(obj, torch._ops.OpOverload) else obj._qualified_op_name
-    full = f"{name}.{obj._overloadname}" if isinstance(obj, torch._ops.OpOverload) and obj._overloadname else name
-    ns = name.split("::")[0]
+    ns, op, overload = op_parts(obj)
+    name = f"{ns}::{op}"
+    full = f"{name}.{overload}" if overload else name
     if ns in DENIED_OP_NAMESPACES or name in DENIED_OPS or full in DENIED_OPS:
         return f"the op {name} reads or writes files"
     if isinstance(obj, torch._ops.OpOverload):

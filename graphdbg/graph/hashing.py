@@ -20,31 +20,13 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from graphdbg.judge.op_names import call_name
 from graphdbg.store.specs import TensorSpec
 
 
 def target_name(node: fx.Node) -> str:
-    """A readable, stable name for what a node calls."""
-    t = node.target
-    if node.op == "call_method":
-        return f"Tensor.{t}"
-    if node.op in ("call_module", "get_attr", "placeholder", "output"):
-        return str(t)
-    if isinstance(t, torch._ops.OpOverload):
-        return f"torch.ops.{t.namespace}.{t._schema.name.split('::')[-1]}.{t._overloadname}"
-    if isinstance(t, torch._ops.OpOverloadPacket):
-        return f"torch.ops.{t._qualified_op_name.replace('::', '.')}"
-    if isinstance(t, torch._ops.HigherOrderOperator):
-        return f"torch.ops.higher_order.{t.name()}"
-    module = getattr(t, "__module__", None) or ""
-    name = getattr(t, "__qualname__", None) or getattr(t, "__name__", None) or repr(t)
-    if module in ("_operator", "operator"):
-        module = "operator"
-    if name.startswith("_VariableFunctionsClass."):  # torch.relu and friends are methods of a C class
-        module, name = "torch", name.split(".", 1)[1]
-    if module.startswith("torch._C._VariableFunctions") or module == "torch._C":
-        module = "torch"
-    return f"{module}.{name}" if module else name
+    """A readable, stable name for what a node calls: ``torch.ops.aten.add.Tensor``, ``Tensor.add``."""
+    return call_name(node, overload=True, python=True)
 
 
 _DEVICE_INDEX = re.compile(r"(?<=[a-z]):\d+$")  # "f32[4, 8][8, 1]cuda:1": the device's type only

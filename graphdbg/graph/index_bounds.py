@@ -39,6 +39,8 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from graphdbg.judge.op_names import op_name
+
 GRADIENTS = ("grad", "grad_output")
 _BOUND_TENSORS = ("self", "input", "weight", "per_sample_weights")
 
@@ -152,8 +154,7 @@ def _keeps_values(node: fx.Node) -> bool:
         packet = getattr(torch.ops.aten, name, None)
     elif node.op == "call_function" and isinstance(node.target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
         packet = node.target
-        full = node.target._schema.name if isinstance(node.target, torch._ops.OpOverload) else node.target._qualified_op_name
-        name = full.split("::")[-1]
+        name = op_name(node.target)
     else:
         return False
     if any(isinstance(a, torch.dtype) for a in (*node.args[1:], *node.kwargs.values())):

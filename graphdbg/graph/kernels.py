@@ -25,6 +25,8 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from graphdbg.judge.op_names import op_parts
+
 # Namespaces torch itself defines: their ops are torch's, not the model's own kernels.
 TORCH_NAMESPACES = frozenset({"aten", "prims", "prim", "quantized", "_quantized", "rngprims", "debugprims", "higher_order",
                               "_c10d_functional", "_c10d_functional_autograd", "c10d", "c10d_functional", "_dtensor",
@@ -47,8 +49,8 @@ def custom_op_of(node: fx.Node) -> torch._ops.OpOverload | None:
 
 def qualified_name(op: torch._ops.OpOverload) -> str:
     """``ns::op`` (the default overload) or ``ns::op.overload``."""
-    name = op._schema.name
-    return name if op._overloadname == "default" else f"{name}.{op._overloadname}"
+    namespace, name, overload = op_parts(op)
+    return f"{namespace}::{name}" if overload == "default" else f"{namespace}::{name}.{overload}"
 
 
 def _graph_nodes(gm: fx.GraphModule) -> list[fx.Node]:

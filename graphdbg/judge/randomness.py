@@ -26,6 +26,8 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
+from graphdbg.judge.op_names import call_name
+
 # What random ops are called where no op tag says so (Dynamo's graphs call torch functions).
 RANDOM_NAMES = frozenset({
     "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout", "feature_dropout",
@@ -38,17 +40,6 @@ _DROPOUT_P = {"scaled_dot_product_attention": 4, "_scaled_dot_product_attention_
               "_scaled_dot_product_flash_attention": 3, "_scaled_dot_product_flash_attention_for_cpu": 3,
               "_scaled_dot_product_efficient_attention": 5, "_scaled_dot_product_cudnn_attention": 5,
               "multi_head_attention_forward": 10}
-
-
-def _name(node: fx.Node) -> str:
-    t = node.target
-    if node.op == "call_method":
-        return str(t)
-    if isinstance(t, torch._ops.OpOverload):
-        return t._schema.name.split("::")[-1]
-    if isinstance(t, torch._ops.OpOverloadPacket):
-        return t._qualified_op_name.split("::")[-1]
-    return getattr(t, "__name__", "") or ""
 
 
 def _arg(node: fx.Node, index: int, *names: str) -> Any:
@@ -65,7 +56,7 @@ def is_random(node: fx.Node, modules: dict[str, Any] | None = None) -> bool:
         return "Dropout" in type(sub).__name__ and bool(getattr(sub, "training", True)) and getattr(sub, "p", 1) != 0
     if node.op not in ("call_function", "call_method"):
         return False
-    name = _name(node)
+    name = call_name(node)
     if name in _DROPOUT_P:
         p = _arg(node, _DROPOUT_P[name], "dropout_p")
         training = _arg(node, 13, "training") if name == "multi_head_attention_forward" else True

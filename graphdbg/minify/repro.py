@@ -30,6 +30,7 @@ from graphdbg.case import Case
 from graphdbg.errors import GraphdbgError
 from graphdbg.graph.kernels import custom_ops
 from graphdbg.judge.accuracy import SCALE_FLOOR, TOLERANCES
+from graphdbg.judge.op_names import op_name, op_parts
 from graphdbg.judge.signature import unwrapped_error
 from graphdbg.rebuild.inputs import NullEvent, NullStream
 from graphdbg.rebuild.kernel_source import kernels_as_captured, kernels_module, recorded_kernels
@@ -46,10 +47,8 @@ def _global_line(name: str, obj: Any) -> str:
     """Python that binds ``name`` to ``obj`` in the repro, or GraphdbgError."""
     if isinstance(obj, types.ModuleType):
         return f"import {obj.__name__}" if name == obj.__name__ else f"import {obj.__name__} as {name}"
-    if isinstance(obj, torch._ops.OpOverload):
-        return f"{name} = torch.ops.{obj.namespace}.{obj._schema.name.split('::')[-1]}.{obj._overloadname}"
-    if isinstance(obj, torch._ops.OpOverloadPacket):
-        return f"{name} = torch.ops.{obj._qualified_op_name.replace('::', '.')}"
+    if op_parts(obj) is not None:  # an OpOverload or an OpOverloadPacket
+        return f"{name} = {op_name(obj, overload=True, python=True)}"
     if isinstance(obj, (torch.dtype, torch.device)):
         return f"{name} = {obj!r}".replace("device(", "torch.device(")
     if obj is type(None):

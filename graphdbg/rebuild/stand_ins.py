@@ -36,6 +36,7 @@ import torch.fx as fx
 
 from graphdbg.errors import GraphdbgError
 from graphdbg.graph.allow_list import OPS_ENV, allowed_namespaces, register_ops
+from graphdbg.judge.op_names import call_name, op_name, op_parts
 from graphdbg.rebuild.collectives import in_world, real_collective
 from graphdbg.rebuild.inputs import NullStream, StandIn
 from graphdbg.rebuild.ops_hint import ops_module_for
@@ -147,9 +148,9 @@ def construct_of(target: Any) -> str | None:
     if isinstance(target, torch._ops.HigherOrderOperator):
         name = target.name()
         return f"torch.ops.higher_order.{name}" if name.startswith("triton_kernel_wrapper") else None
-    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
-        ns, _, op = (target._schema.name if isinstance(target, torch._ops.OpOverload) else target._qualified_op_name).partition("::")
-        return f"torch.ops.{ns}.{op}" if ns in COLLECTIVE_NAMESPACES else None
+    parts = op_parts(target)  # an OpOverload or an OpOverloadPacket
+    if parts is not None:
+        return op_name(target, python=True) if parts[0] in COLLECTIVE_NAMESPACES else None
     if _KNOWN is None:
         _KNOWN = _known_callables()
     try:
@@ -504,19 +505,11 @@ def _fresh_buffers(node: fx.Node) -> tuple[str, ...]:
     fresh = []
     for key, value in (node.kwargs.get("kwargs") or {}).items():
         src = value
-        while isinstance(src, fx.Node) and _node_fn_name(src) in _VIEWS:
+        while isinstance(src, fx.Node) and call_name(src, overload=True) in _VIEWS:
             src = src.args[0] if src.args else None
-        if isinstance(src, fx.Node) and _node_fn_name(src) in _ALLOCATORS:
+        if isinstance(src, fx.Node) and call_name(src, overload=True) in _ALLOCATORS:
             fresh.append(key)
     return tuple(fresh)
-
-
-def _node_fn_name(node: fx.Node) -> str:
-    if node.op == "call_method":
-        return str(node.target)
-    if node.op == "call_function":
-        return getattr(node.target, "__name__", "")
-    return ""
 
 
 def _triton_mutation_stand_in(fresh: tuple[str, ...]) -> Callable[..., Any]:

@@ -33,6 +33,7 @@ import torch
 import torch.fx as fx
 
 from graphdbg.errors import GraphdbgError
+from graphdbg.judge.op_names import call_name, op_name
 from graphdbg.rebuild.inputs import StandIn
 from graphdbg.rebuild.int_uses import (
     FLIPPED,
@@ -163,7 +164,7 @@ def _index_origin(value: Any, origins: dict[fx.Node, fx.Node]) -> fx.Node | None
             return None
         if value in origins:
             return origins[value]
-        name = str(value.target) if value.op == "call_method" else _fn_name(value.target) if value.op == "call_function" else ""
+        name = call_name(value)
         if name not in _KEEPS_INDEX or not value.args:
             return None
         value = value.args[0]
@@ -202,7 +203,7 @@ def _dim0_index(node: fx.Node, user: fx.Node) -> Any:
     args, kwargs = user.args, user.kwargs
     if not args or args[0] is not node or any(a is node for a in args[1:]) or kwargs:
         return None
-    name = str(user.target) if user.op == "call_method" else _fn_name(user.target) if user.op == "call_function" else ""
+    name = call_name(user)
     if name in SUBSCRIPT_FUNCTIONS and len(args) >= 2:
         index = args[1]
         first = index[0] if isinstance(index, (tuple, list)) and index else index
@@ -310,14 +311,6 @@ def _dtype_range(dtype: torch.dtype) -> tuple[int, int]:
 _COMPARE = {operator.ge: "ge", operator.gt: "gt", operator.lt: "lt", operator.le: "le"}
 
 
-def _fn_name(target: Any) -> str:
-    if isinstance(target, torch._ops.OpOverload):
-        return target._schema.name.split("::")[-1]
-    if isinstance(target, torch._ops.OpOverloadPacket):
-        return target._qualified_op_name.split("::")[-1]
-    return getattr(target, "__name__", "")
-
-
 class IndexUses:
     """Walks the users of one integer value: what it indexes (bounds) and what it is compared with."""
 
@@ -381,7 +374,7 @@ class IndexUses:
 
     def _use_in_function(self, node: fx.Node, user: fx.Node, gm: fx.GraphModule, offset: int) -> None:
         """``fn(*args)``: the same values, an index (embedding, gather, []), a shift, or a test."""
-        name = _fn_name(user.target)
+        name = op_name(user.target)
         args = user.args
         if name in SAME_VALUES_FUNCTIONS and args and args[0] is node:
             self.follow(user, gm, offset)

@@ -34,7 +34,8 @@ import torch.utils._pytree as pytree
 
 from graphdbg.graph.kernels import TRITON_WRAPPERS
 from graphdbg.judge import dtypes
-from graphdbg.replay.mutation import VIEW_OPS, alias_roots, call_name, mutated_inputs, writes
+from graphdbg.judge.op_names import call_name
+from graphdbg.replay.mutation import VIEW_OPS, alias_roots, mutated_inputs, writes
 
 _FLOAT_METHODS = {"half": "double", "float": "double", "bfloat16": "double", "double": "double"}
 _AUTOCAST = {"_enter_autocast", "_exit_autocast", "autocast", "_set_autocast_enabled"}

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from graphdbg.judge.op_names import call_name
 from graphdbg.rebuild.stand_ins import stand_in_writes
 
 # Calls whose result shares storage with their first argument: a write to the result is a
@@ -38,18 +39,6 @@ VIEW_OPS = frozenset({
 _AUGMENTED = {operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv, operator.imod,
               operator.ipow, operator.iand, operator.ior, operator.ixor, operator.ilshift, operator.irshift,
               operator.imatmul, operator.setitem}
-
-
-def call_name(node: fx.Node) -> str:
-    """The short name of what ``node`` calls: ``add_``, ``getitem``, ``linear``, ``copy_``."""
-    target = node.target
-    if node.op == "call_method":
-        return str(target)
-    if isinstance(target, torch._ops.OpOverload):
-        return target._schema.name.split("::")[-1]
-    if isinstance(target, torch._ops.OpOverloadPacket):
-        return target._qualified_op_name.split("::")[-1]
-    return getattr(target, "__name__", "") or ""
 
 
 def writes(node: fx.Node) -> list[Any]:

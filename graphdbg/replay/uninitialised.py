@@ -24,6 +24,8 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
+from graphdbg.judge.op_names import call_name, op_name, op_parts
+
 _ALLOCATORS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"}
 _VIEWS = {"view", "reshape", "unsqueeze", "squeeze", "flatten", "contiguous", "transpose", "permute", "t",
           "expand", "narrow", "select", "unflatten", "as_strided", "detach", "alias", "getitem", "view_as"}
@@ -65,8 +67,8 @@ def _source(gm: fx.GraphModule, node: fx.Node, prefix: str, depth: int) -> str |
         return None
     if _is_allocation(node):
         return f"{prefix}{node.name}" if not _written(gm, node, depth) else None
-    if _fn_name(node) in _VIEWS and node.args and isinstance(node.args[0], fx.Node):
-        if _fn_name(node) == "getitem" and node.args[0].op == "call_module":  # item k of a piece's result
+    if call_name(node, overload=True) in _VIEWS and node.args and isinstance(node.args[0], fx.Node):
+        if call_name(node, overload=True) == "getitem" and node.args[0].op == "call_module":  # item k of a piece's result
             found = _from_piece(gm, node.args[0], node.args[1], prefix, depth)
             return found if found is not None and not _written(gm, node, depth) else None
         base = _source(gm, node.args[0], prefix, depth)
@@ -104,7 +106,7 @@ def _written(gm: fx.GraphModule, node: fx.Node, depth: int) -> bool:
             if _written_in_piece(gm, user, node, depth):
                 return True
             continue
-        if _fn_name(user) in _VIEWS and user.args and user.args[0] is node:
+        if call_name(user, overload=True) in _VIEWS and user.args and user.args[0] is node:
             if _written(gm, user, depth):
                 return True
             continue
@@ -162,20 +164,12 @@ def _passed_as_out(user: fx.Node, node: fx.Node) -> bool:
 def _is_allocation(node: fx.Node) -> bool:
     if node.op == "call_function" and getattr(node.target, "graphdbg_kind", None) == "zeroed_allocation":
         return True
-    name = _fn_name(node)
+    name = call_name(node, overload=True)
     if node.op == "call_method":
         return name in ("new_empty", "new_empty_strided")
-    if isinstance(node.target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
-        return node.target.__name__.split(".")[0] in _ALLOCATORS and str(getattr(node.target, "namespace", "aten")) == "aten"
+    if op_parts(node.target) is not None:  # an OpOverload or an OpOverloadPacket
+        return op_name(node.target) in _ALLOCATORS and str(getattr(node.target, "namespace", "aten")) == "aten"
     return node.op == "call_function" and name in _ALLOCATORS and getattr(torch, name, None) is node.target
-
-
-def _fn_name(node: fx.Node) -> str:
-    if node.op == "call_method":
-        return str(node.target)
-    if node.op == "call_function":
-        return getattr(node.target, "__name__", "")
-    return ""
 
 
 def _flat(value: Any) -> list[Any]:

@@ -18,8 +18,7 @@ kinds of difference are not the backend's fault, and are taken out here before a
 Set aside, a difference would go unseen: a dropout's mask feeds every output of a training
 step, so a wrong kernel before it (a TransformerEncoder's ReLU) was never compared. So while an
 accuracy-mode capture compiles a graph with random ops, Inductor draws eager's random numbers
-(``draw_as_eager``: ``fallback_random``, recorded in the dump's settings, which replay restores),
-unless the user set ``fallback_random`` themselves.
+(``draw_as_eager``: ``fallback_random``, recorded in the dump's settings, which replay restores).
 """
 
 from __future__ import annotations
@@ -131,14 +130,14 @@ def draw_as_eager(snap: Any, accuracy: bool) -> Iterator[None]:
     """While a backend compiles the graph of ``snap`` in accuracy mode: Inductor's random ops draw
     eager's numbers (``torch._inductor.config.fallback_random``), so the outputs that flow from
     them can be compared; the setting goes in the snapshot's recorded ones. Nothing when the graph
-    draws nothing or the user chose the setting."""
+    draws nothing or the setting is on already."""
     values = (getattr(snap, "config", None) or {}).get("values")
     if not accuracy or not isinstance(values, dict) or snap.eager is None or not random_outputs(snap.eager):
         yield
         return
     import torch._inductor.config as config  # a few seconds the first time: only for an accuracy check of random ops
 
-    if not config._is_default("fallback_random"):
+    if config.fallback_random:  # eager's numbers already (and recorded as a setting that differs)
         yield
         return
     values["inductor.fallback_random"] = True

@@ -59,3 +59,19 @@ def test_minify_vs_torch_graphdbg_path_runs(tmp_path):
     assert row["final_nodes"] < row["start_nodes"] and row["inproc_final_nodes"] == row["final_nodes"]
     assert row["queries"] > 0 and row["backend_calls"] == row["queries"]  # every query ran in a sandboxed worker
     assert row["inproc_backend_calls"] >= row["inproc_queries"] > 0
+
+
+class Configured:
+    def __init__(self, level: int):
+        self.level = level
+
+    def __call__(self, gm, example_inputs):
+        return gm.forward
+
+
+def test_registered_instance_is_refused_not_rebuilt_without_its_arguments():
+    """A configured instance would come back as ``Configured()`` in the child, without its
+    arguments: refused with the same one line, so a default minify runs it in this process."""
+    register_backend(name="graphdbg_test_registered_instance")(Configured(level=3))
+    with pytest.raises(GraphdbgError, match="registered in this process only"):
+        child_specs("graphdbg_test_registered_instance", ReplayOptions())

@@ -292,21 +292,21 @@ def registered_definition(name: str) -> str | None:
     fn = getattr(registry, "_COMPILER_FNS", {}).get(name)
     if fn is None or getattr(registry, "_BACKENDS", {}).get(name) is not None:  # unknown, or an entry point's: found by name
         return None
-    target = fn if hasattr(fn, "__qualname__") else type(fn)
-    module, qual = getattr(target, "__module__", None) or "", getattr(target, "__qualname__", None) or ""
+    module, qual = getattr(fn, "__module__", None) or "", getattr(fn, "__qualname__", None) or ""
     if module == "torch" or module.startswith("torch."):
         return None
-    how = (f"backend {name!r} is registered in this process only ({module or '?'}:{qual or '?'}), and a sandboxed "
-           "worker can't import it: define it at the top level of a module or script and register it there, pass it as "
-           "package.module:callable, or run in this process (isolate=False, --no-isolate)")
-    if not qual or "<locals>" in qual or "<lambda>" in qual or not module:
-        raise GraphdbgError(how)
-    if module == "__main__":
+    how = (f"backend {name!r} is registered in this process only ({module or '?'}:{qual or type(fn).__name__}), and a "
+           "sandboxed worker can't import it: define it at the top level of a module or script and register it there, "
+           "pass it as package.module:callable, or run in this process (isolate=False, --no-isolate)")
+    if module == "__main__" and qual and "<" not in qual:  # a function or class of the running script
         script = getattr(sys.modules.get("__main__"), "__file__", None)
         if not script or not str(script).endswith(".py") or not Path(script).is_file():
             raise GraphdbgError(how)
         return f"{Path(script).resolve()}:{qual}"
-    return f"{module}:{qual}"
+    try:  # a module's function or class, or an aot_autograd(...)/partial recipe; not an instance, lambda or local
+        return backend_spec(fn)
+    except GraphdbgError:
+        raise GraphdbgError(how) from None
 
 
 _REGISTERED_NAME = re.compile(r"[A-Za-z_][\w.-]*")

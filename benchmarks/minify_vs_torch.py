@@ -7,20 +7,25 @@
 For each program both tools start from the failure as the user meets it:
 
 - graphdbg: the program runs under ``graphdbg.capture(backend)``, which writes a dump; then
-  ``graphdbg.minify(dump)`` runs in a fresh process.
+  ``graphdbg.minify(dump)`` runs in a fresh process, twice: isolated (the default: every run of
+  the graph in a sandboxed worker) and in-process (``isolate=False``).
 - PyTorch: the program runs with ``TORCHDYNAMO_REPRO_AFTER=dynamo`` (``TORCHDYNAMO_REPRO_LEVEL``
   2 for errors, 4 for accuracy), which writes ``minifier_launcher.py``; then
   ``python minifier_launcher.py minify`` runs in a fresh process.
 
 Measured the same way for both: backend queries (each tool's own count: fx_minifier's "Made N
 queries" and graphdbg's oracle queries; and, as a cross-check, every call of the backend
-counted by the backend itself through ``BENCH_CALLS_FILE``), wall time of the minify process
+counted by the backend itself through ``BENCH_CALLS_FILE`` where it runs unsandboxed (torch's
+minifier, graphdbg in-process); a sandboxed worker may not write there, so for the isolated
+minify the count is the queries whose Outcome the workers sent back, each marked isolated), wall time of the minify process
 (and of the minification itself, without the interpreter start and ``import torch`` both pay),
 and the final graph's node count (placeholders and output included, as fx_minifier counts).
 
 The backends are registered with ``torch._dynamo.register_backend`` when this module is
 imported, so both tools' processes find them by name (the launcher is run through ``runpy``
-after importing this module).
+after importing this module); graphdbg's sandboxed workers get them from this file
+(``backends.resolve.registered_definition``: a name registered in this process goes to a child
+as its ``path/script.py:function``).
 """
 
 from __future__ import annotations
@@ -159,14 +164,16 @@ def child_run_program(model: str, backend: str, capture: str | None) -> None:
         print(f"failed as expected: {type(e).__name__}", file=sys.stderr)
 
 
-def child_graphdbg_minify(dump_dir: str) -> None:
+def child_graphdbg_minify(dump_dir: str, isolate: bool = True) -> None:
     import graphdbg
     from graphdbg.minify import minify
 
+    reported: list[bool] = []  # each query's Outcome as it came back (from the worker's answer, isolated)
     t0 = time.perf_counter()
-    result = minify(graphdbg.load(dump_dir))
+    result = minify(graphdbg.load(dump_dir), isolate=isolate, on_query=lambda oracle, outcome: reported.append(outcome.isolated))
     seconds = time.perf_counter() - t0
-    print("BENCH " + json.dumps({**result.to_dict(), "inner_s": seconds, "log": result.log}))
+    print("BENCH " + json.dumps({**result.to_dict(), "inner_s": seconds, "log": result.log, "reported": len(reported),
+                                 "reported_isolated": sum(reported)}))
 
 
 def child_torch_minify(launcher: str) -> None:
@@ -202,15 +209,28 @@ def _calls_in(path: Path) -> int:
 def bench_graphdbg(name: str, model: str, backend: str, kind: str, work: Path, timeout: float) -> dict[str, Any]:
     dumps = work / "dumps"
     proc, _ = _child(["--child-run", model, backend, "--capture", str(dumps)], _env(BENCH_KIND=kind), str(work), timeout)
+    # isolated: the sandboxed workers may not write BENCH_CALLS_FILE, so it is not set; their
+    # answers say how many queries ran there (``reported_isolated``)
+    proc, wall = _child(["--child-graphdbg", str(dumps)], _env(), str(work), timeout)
+    data = _bench_line(proc)
+    if "error" in data:
+        return data
     calls = work / "graphdbg_calls"
-    proc, wall = _child(["--child-graphdbg", str(dumps)], _env(BENCH_CALLS_FILE=str(calls)), str(work), timeout)
+    proc, wall_here = _child(["--child-graphdbg", str(dumps), "--no-isolate"], _env(BENCH_CALLS_FILE=str(calls)), str(work), timeout)
+    here = _bench_line(proc)
+    if "error" in here:
+        return here
+    return {"queries": data["oracle_queries"], "backend_calls": data["reported_isolated"], "wall_s": wall,
+            "minify_s": data["inner_s"], "start_nodes": data["start_nodes"], "final_nodes": data["final_nodes"],
+            "log": data["log"], "inproc_queries": here["oracle_queries"], "inproc_backend_calls": _calls_in(calls),
+            "inproc_minify_s": here["inner_s"], "inproc_final_nodes": here["final_nodes"]}
+
+
+def _bench_line(proc: subprocess.CompletedProcess) -> dict[str, Any]:
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH ")), None)
     if proc.returncode != 0 or line is None:
         return {"error": (proc.stderr or proc.stdout)[-1500:]}
-    data = json.loads(line[len("BENCH "):])
-    return {"queries": data["oracle_queries"], "backend_calls": _calls_in(calls), "wall_s": wall,
-            "minify_s": data["inner_s"], "start_nodes": data["start_nodes"], "final_nodes": data["final_nodes"],
-            "log": data["log"]}
+    return json.loads(line[len("BENCH "):])
 
 
 def bench_torch(name: str, model: str, backend: str, kind: str, work: Path, timeout: float) -> dict[str, Any]:
@@ -274,12 +294,18 @@ def _row_text(row: dict[str, Any]) -> str:
     if "error" in g or "error" in t:
         return f"{row['program']}: graphdbg {g.get('error', 'ok')!s:.300} | torch {t.get('error', 'ok')!s:.300}"
     return (f"{row['program']}: nodes {g['start_nodes']}->{g['final_nodes']} vs {t['start_nodes']}->{t['final_nodes']}, "
-            f"queries {g['queries']} vs {t['queries']}, minify {g['minify_s']:.2f}s vs {t['minify_s'] or 0:.2f}s")
+            f"queries {g['queries']} vs {t['queries']}, minify {g['minify_s']:.2f}s isolated, {g['inproc_minify_s']:.2f}s "
+            f"in-process vs {t['minify_s'] or 0:.2f}s")
+
+
+def _per_query(seconds: Any, queries: Any) -> str:
+    return f"{seconds / queries:.2f}" if isinstance(seconds, (int, float)) and isinstance(queries, int) and queries else "-"
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = ("| program | start nodes (g/t) | queries g | queries t | q ratio | backend calls g/t | minify s g | minify s t "
-            "| time ratio | process s g/t | final nodes g | final nodes t |")
+    head = ("| program | start nodes (g/t) | queries g | queries t | q ratio | backend calls g iso/g here/t | minify s g iso "
+            "| minify s g here | minify s t | time ratio g iso/t | s/query g iso | s/query g here | s/query t "
+            "| process s g iso/t | final nodes g | final nodes t |")
     lines = [head, "|" + "---|" * head.count("|")[:-1] if False else "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         g, t = r["graphdbg"], r["torch"]
@@ -287,8 +313,11 @@ def table(rows: list[dict[str, Any]]) -> str:
             lines.append(f"| {r['program']} | error: {g.get('error', '')[:80]!r} {t.get('error', '')[:80]!r} |")
             continue
         lines.append(f"| {r['program']} | {g['start_nodes']}/{t['start_nodes']} | {g['queries']} | {t['queries']} | "
-                     f"{_ratio(g['queries'], t['queries'])} | {g['backend_calls']}/{t['backend_calls']} | {g['minify_s']:.2f} | "
-                     f"{t['minify_s'] or 0:.2f} | {_ratio(g['minify_s'], t['minify_s'])} | {g['wall_s']:.1f}/{t['wall_s']:.1f} | "
+                     f"{_ratio(g['queries'], t['queries'])} | {g['backend_calls']}/{g['inproc_backend_calls']}/{t['backend_calls']} | "
+                     f"{g['minify_s']:.2f} | {g['inproc_minify_s']:.2f} | {t['minify_s'] or 0:.2f} | "
+                     f"{_ratio(g['minify_s'], t['minify_s'])} | {_per_query(g['minify_s'], g['queries'])} | "
+                     f"{_per_query(g['inproc_minify_s'], g['inproc_queries'])} | {_per_query(t['minify_s'], t['queries'])} | "
+                     f"{g['wall_s']:.1f}/{t['wall_s']:.1f} | "
                      f"{g['final_nodes']} | {t['final_nodes']} |")
     return "\n".join(lines)
 
@@ -297,7 +326,7 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child-run":
         child_run_program(sys.argv[2], sys.argv[3], sys.argv[5] if len(sys.argv) > 5 and sys.argv[4] == "--capture" else None)
     elif len(sys.argv) > 1 and sys.argv[1] == "--child-graphdbg":
-        child_graphdbg_minify(sys.argv[2])
+        child_graphdbg_minify(sys.argv[2], isolate="--no-isolate" not in sys.argv[3:])
     elif len(sys.argv) > 1 and sys.argv[1] == "--child-torch":
         child_torch_minify(sys.argv[2])
     else:

@@ -23,6 +23,7 @@ import ast
 import importlib
 import importlib.util
 import os
+import re
 import sys
 import sysconfig
 import types
@@ -257,7 +258,7 @@ def backend_spec(backend: str | Callable[..., Any], strict: bool = True) -> str:
     is; an ``aot_autograd(...)``/``partial`` object as its recipe; else ``module:qualname``.
     Not ``strict``: a backend no other process can import gets its best name instead of an error."""
     if isinstance(backend, str):
-        return backend
+        return (registered_definition(backend) or backend) if strict else backend
     if not strict:
         try:
             return backend_spec(backend)
@@ -275,6 +276,40 @@ def backend_spec(backend: str | Callable[..., Any], strict: bool = True) -> str:
     if not module or not qual or "<locals>" in qual or module == "__main__":
         raise GraphdbgError(f"{backend!r} can't be sent to another process; give it as package.module:callable")
     return f"{module}:{qual}"
+
+
+def registered_definition(name: str) -> str | None:
+    """Where a backend registered by ``name`` in this process only (``register_backend`` in the
+    user's program, or a package imported here) is defined, as ``module:qualname`` (or
+    ``path/script.py:qualname`` for one of the running script, ``__main__``), for a child that
+    must bring it back: a fresh interpreter knows torch's own names and its entry points, not
+    these. None for any other name. The user registered it in this process: it is their code,
+    imported in the child under their trust, as a ``module:callable`` they named. One that no
+    other process can import (a lambda, a local function, a notebook's) is a one-line error."""
+    registry = sys.modules.get("torch._dynamo.backends.registry")  # imported by whoever registered one
+    if registry is None or not _REGISTERED_NAME.fullmatch(name) or name in TORCH_BACKENDS or name == "thunder":
+        return None
+    fn = getattr(registry, "_COMPILER_FNS", {}).get(name)
+    if fn is None or getattr(registry, "_BACKENDS", {}).get(name) is not None:  # unknown, or an entry point's: found by name
+        return None
+    module, qual = getattr(fn, "__module__", None) or "", getattr(fn, "__qualname__", None) or ""
+    if module == "torch" or module.startswith("torch."):
+        return None
+    how = (f"backend {name!r} is registered in this process only ({module or '?'}:{qual or type(fn).__name__}), and a "
+           "sandboxed worker can't import it: define it at the top level of a module or script and register it there, "
+           "pass it as package.module:callable, or run in this process (isolate=False, --no-isolate)")
+    if module == "__main__" and qual and "<" not in qual:  # a function or class of the running script
+        script = getattr(sys.modules.get("__main__"), "__file__", None)
+        if not script or not str(script).endswith(".py") or not Path(script).is_file():
+            raise GraphdbgError(how)
+        return f"{Path(script).resolve()}:{qual}"
+    try:  # a module's function or class, or an aot_autograd(...)/partial recipe; not an instance, lambda or local
+        return backend_spec(fn)
+    except GraphdbgError:
+        raise GraphdbgError(how) from None
+
+
+_REGISTERED_NAME = re.compile(r"[A-Za-z_][\w.-]*")
 
 
 def _first_line(e: BaseException) -> str:

@@ -159,9 +159,10 @@ def test_a_hostile_repro_is_contained_by_the_self_check(tmp_path, listener, monk
 
 
 def test_minify_s_check_compiles_in_the_dump_s_compile_cache_and_nowhere_else(tmp_path, fixture_copy):
-    """Given the dump a repro was minified from, the check's compiler caches are that dump's
-    (where minify's candidates compiled: warm), writable as for its replays; the rest stays shut."""
-    from graphdbg.minify.self_check import check_repro
+    """Given the dump a repro was minified from, the check's compiler caches are that dump's, kept
+    for what a self-check trusts (a file graphdbg wrote, run: apart from the dump's untrusted
+    replays'), writable as for its replays; the rest stays shut."""
+    from graphdbg.minify.self_check import SELF_CHECK_TRUST, check_repro
     from graphdbg.replay.sandbox import dump_compile_cache
 
     dump = fixture_copy("block_compile_error")
@@ -179,7 +180,8 @@ def test_minify_s_check_compiles_in_the_dump_s_compile_cache_and_nowhere_else(tm
                      "    print('REPRODUCED: ' + type(e).__name__)\n"
                      "    raise SystemExit(1)\n")
     check = check_repro(repro, timeout=120, device="cpu", dump=dump)
-    assert (dump_compile_cache(str(dump)) / "inductor" / "kernel.txt").read_text() == "compiled", check
+    assert (dump_compile_cache(str(dump), SELF_CHECK_TRUST) / "inductor" / "kernel.txt").read_text() == "compiled", check
+    assert not (dump_compile_cache(str(dump)) / "inductor" / "kernel.txt").exists()  # the untrusted replays' cache
     if landlock_abi():
         assert check.same and check.line == "REPRODUCED: PermissionError" and list(outside.iterdir()) == [], check
 

@@ -37,6 +37,10 @@ from graphdbg.replay.isolation import ChildGroup, tail_of
 from graphdbg.replay.sandbox import ENV, SANDBOX_NOTE, WRITABLE_ENV, child_env, child_path, python_command
 from graphdbg.store.safe_files import read_child_file
 
+# what a self-check trusts, as its compile cache's key: it runs a file graphdbg wrote, with the
+# backend and modules that file names, so its caches are kept apart from the dump's untrusted replays'
+SELF_CHECK_TRUST = "a file graphdbg wrote, run"
+
 SHADOW = ('raise ModuleNotFoundError("No module named \'graphdbg\' (a repro graphdbg writes must run without it)", '
           'name="graphdbg")\n')
 
@@ -85,7 +89,7 @@ def _run(tmp: Path, launch: list[str], env: dict[str, str], device: str | None, 
     # caches that follow XDG (graphdbg's own, when the exported test replays) land in the scratch folder too
     # its cache apart from the dump's untrusted replays': the file runs the backend and modules it names
     env = {**env, "XDG_CACHE_HOME": str(own / "cache"), **asked,
-           **child_env(own, _device(device), str(dump) if dump else None, "a file graphdbg wrote, run")}
+           **child_env(own, _device(device), str(dump) if dump else None, SELF_CHECK_TRUST)}
     out = tmp / "output.txt"
     with ChildGroup(python_command("graphdbg.replay.sandboxed_file", *launch), out, env=env, inherit=False) as child:
         code = child.wait(timeout)

@@ -12,6 +12,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
+from graphdbg.errors import DumpError
+from graphdbg.store.safe_files import open_stream
+
 if TYPE_CHECKING:
     import sqlite3
 
@@ -65,7 +68,7 @@ def content_key(root: Path, trust: str = "") -> str | None:
             rel = f.relative_to(root).as_posix() if f != root else f.name
             digest = os.readlink(f) if f.is_symlink() else _digest(f)
             h.update(f"{rel}\0{digest}\n".encode("utf-8", "surrogateescape"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, DumpError):
         return None
     return h.hexdigest()[:24]
 
@@ -77,7 +80,7 @@ def _digest(f: Path) -> str:
     memo = (str(f), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     if memo not in _digests:
         h = hashlib.sha256()
-        with open(f, "rb") as fh:
+        with open_stream(f, follow=False) as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
         _digests[memo] = h.hexdigest()

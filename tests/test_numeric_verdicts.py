@@ -117,6 +117,7 @@ def test_the_float64_reference_of_some_outputs_keeps_the_kernel_that_writes_them
     for outputs in ([0], [0, 1], None):
         ref = float64_reference(gm, [value], outputs=outputs)
         assert torch.allclose(ref.values[0], value.double() * 2, atol=1e-2), (outputs, ref.values[0])
+    _SEEN.clear()  # the launches it saw: not the next test's
 
 
 def _marked_launch(*, kernel_idx: int, kwargs: dict) -> None:

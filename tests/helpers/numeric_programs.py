@@ -182,6 +182,33 @@ def quantizing(x: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, ...]
     return y, s, x > 0, x.to(torch.int32), torch.view_as_complex(torch.stack([x, x], -1)), scale.view(torch.bits8)
 
 
+@torch.library.custom_op("numeric_test::to_fp8", mutates_args=())
+def to_fp8(x: torch.Tensor) -> torch.Tensor:
+    """``x * 2`` in float8_e4m3fn: a quantizing kernel whose outputs are not floats of any arithmetic."""
+    return (x * 2).to(torch.float8_e4m3fn)
+
+
+@to_fp8.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x, dtype=torch.float8_e4m3fn)
+
+
+def to_fp8_reference(x: torch.Tensor) -> torch.Tensor:
+    """``to_fp8``'s reference: the same values (a swap that moves nothing)."""
+    return (x.double() * 2).to(torch.float8_e4m3fn)
+
+
+def to_fp8_coarser(x: torch.Tensor) -> torch.Tensor:
+    """A reference ``to_fp8`` differs from: float8_e5m2's coarser steps, back in e4m3fn."""
+    return (x * 2).to(torch.float8_e5m2).to(torch.float8_e4m3fn)
+
+
+def quantizing_op(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``to_fp8``'s output seen as float8, bools, integers and bits: four outputs of one kernel."""
+    q = torch.ops.numeric_test.to_fp8(x)
+    return q, q.float() > 0.5, q.view(torch.uint8), q.view(torch.bits8)
+
+
 def quantizing_inputs() -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(0)
     return [torch.randn(8, 4, generator=g), torch.randint(0, 120, (8, 4), dtype=torch.uint8, generator=g)]

@@ -14,10 +14,13 @@ import torch
 import torch.fx as fx
 
 import graphdbg
+from graphdbg.judge import dtypes
 from graphdbg.judge.accuracy import compare_outputs, compared_note, judge_outputs, mismatches_beyond_ulps
 from graphdbg.judge.difference import describe_difference, same_difference
+from graphdbg.judge.measures import parse_within
 from graphdbg.judge.mutations import compare_mutations
 from graphdbg.replay.float64 import ReferenceUnavailable, float64_reference
+from graphdbg.replay.swap import distance
 
 EVERY_DTYPE = sorted({v for v in vars(torch).values() if isinstance(v, torch.dtype)}, key=str)
 N = 24
@@ -74,6 +77,15 @@ def test_every_dtype_torch_has_is_compared_and_a_change_is_found(dtype):
     assert "after mutation" in written.describe()
     assert same_difference([bad[0].to_dict()], [bad[0].to_dict()]) is None
     assert describe_difference(bad[0].to_dict()).startswith("output 0")
+    # the swap path (compare --swap, bisect ops, exported swap tests): its distance, with and without bounds
+    for bounds in (None, parse_within(["cosine>=0.99", "ulps<=4"])):
+        kept = distance(same, same.clone() if numeric else same, bounds)
+        moved = distance(same, changed, bounds)
+        assert kept is not None and kept["close"] and kept["compared"] == N, kept
+        assert moved is not None and not moved["close"], moved
+        if dtypes.kind(dtype) in (dtypes.EXACT, dtypes.BITS):
+            how = "exactly" if dtypes.kind(dtype) == dtypes.EXACT else "bit for bit"
+            assert moved["note"].startswith(f"compared {how}: ") and moved["differing"] >= 1, moved
 
 
 @pytest.mark.parametrize("dtype", EVERY_DTYPE, ids=lambda d: str(d).removeprefix("torch."))
@@ -132,3 +144,32 @@ def test_64_bit_integers_beyond_floats_precision_are_compared_exactly():
     assert bad.differing == 1 and bad.at == [[0]] and bad.max_abs_error == 2.0, bad
     assert "must be exact" in bad.describe()
     assert compare_outputs((e,), (e.clone(),)) == []
+
+
+@pytest.mark.slow
+def test_compare_swap_judges_float8_bool_integer_and_bits_outputs(tmp_path, cli):
+    """``compare --swap`` of a quantizing custom op whose output the graph returns as float8,
+    bools, integers and bits: every output has a row, judged as the judge does (float8 by the
+    measures, bools and integers exactly, bits bit for bit), and a reference that quantizes
+    otherwise moves each of them."""
+    torch._dynamo.reset()
+    x = programs.quantizing_inputs()[0]
+    torch.compile(programs.quantizing_op, backend=graphdbg.capture("eager", tmp_path, mode="always"))(x)
+    path = next(tmp_path.glob("rank*/*"))
+    r = cli("compare", path, "--ops", "numeric_programs", "--swap", "numeric_test::to_fp8=numeric_programs:to_fp8_reference",
+            "--json")
+    assert r.code == 0, r
+    rows = json.loads(r.out)["rows"]
+    assert [row["dtype"] for row in rows] == ["float8_e4m3fn", "bool", "uint8", "bits8"], rows
+    assert all(row["close"] and row["compared"] == x.numel() for row in rows), rows
+    assert [row.get("measure") for row in rows] == [None, "exact", "exact", "bit for bit"], rows
+    r = cli("compare", path, "--ops", "numeric_programs", "--swap", "numeric_test::to_fp8=numeric_programs:to_fp8_coarser",
+            "--json")
+    rows = json.loads(r.out)["rows"]
+    assert rows[0]["max_abs_error"] > 0 and rows[0]["compared"] == x.numel(), rows[0]  # a float8 step: judged by its tolerance
+    assert not rows[2]["close"] and not rows[3]["close"], rows
+    assert rows[3]["note"].startswith("compared bit for bit: ") and rows[3]["differing"] >= 1, rows[3]
+    assert rows[2]["max_abs_error"] >= 1, rows[2]
+    r = cli("compare", path, "--ops", "numeric_programs", "--swap", "numeric_test::to_fp8=numeric_programs:to_fp8_coarser",
+            "--within", "cosine>=0.9999")
+    assert "compared bit for bit" in r.out and "Traceback" not in r.out + r.err, r

@@ -153,6 +153,23 @@ def test_a_bad_within_is_one_line_and_exit_2_before_anything_loads(spec, says, c
     assert r.code == 2 and "--within judges a swap's outputs: give --swap" in r.err, r
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float8_e4m3fn, torch.float8_e5m2],
+                         ids=str)
+def test_the_ulps_measure_counts_the_judges_ulps_at_normals_subnormals_and_zero(dtype):
+    """``--within ulps<=N`` counts in the judge's ulps (one definition, ``judge.accuracy.ulp``):
+    one step of the dtype above a normal, a subnormal and zero is one ulp."""
+    from graphdbg.judge import accuracy
+
+    assert measures.ulp is accuracy.ulp
+    info = torch.finfo(dtype)
+    values = [1.0, 3.0, -info.tiny / 4, 0.0, info.tiny * 8]
+    steps = [info.eps, 2 * info.eps, info.tiny * info.eps, info.tiny * info.eps, info.tiny * 8 * info.eps]
+    ref = torch.tensor(values, dtype=torch.float64).to(dtype)
+    up = torch.tensor([v + s for v, s in zip(values, steps)], dtype=torch.float64).to(dtype)
+    assert (up.double() - ref.double()).tolist() == pytest.approx(steps, rel=1e-9)  # one step of the dtype each
+    assert measures.measure(ref, up)["ulps"] == pytest.approx(1.0), (ref, up)
+
+
 def test_each_measure_is_what_it_says_on_outputs_of_known_distance():
     ref = torch.tensor([1.0, -2.0, 4.0, 0.5], dtype=torch.float16)
     up = torch.nextafter(ref, torch.full_like(ref, 100.0))  # one fp16 step above each

@@ -17,7 +17,7 @@ elements finite in both):
 - ``rel_l1``: ``sum|a - b| / sum|b|``; ``rel_l2``: ``|a - b|_2 / |b|_2``;
 - ``max_abs``: ``max|a - b|``;
 - ``ulps``: ``max |a - b| / ulp(b)``, the spacing of ``a``'s dtype at ``b`` (its subnormal
-  spacing near zero).
+  spacing near zero): ``judge.accuracy.ulp``, the judge's own.
 
 Elements non-finite in either output count apart (``nonfinite_mismatch``: those where the two
 differ, a NaN against a number, ``inf`` against ``-inf``); a bound never holds while there is one.
@@ -34,6 +34,8 @@ from typing import Any
 import torch
 
 from graphdbg.errors import GraphdbgError
+from graphdbg.judge import dtypes
+from graphdbg.judge.accuracy import ulp  # one definition of a dtype's spacing (judge.dtypes.ulp): the judge's
 
 # A measure's name, the way it is bounded (a similarity from below, an error from above), and
 # the range its bound may take.
@@ -100,16 +102,6 @@ def _parse_one(part: str, spec: str) -> Bound:
     return Bound(name, op, value)
 
 
-def ulp(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The spacing of floating ``dtype`` at each of ``values`` (float64): ``2^(e-1) * eps`` for
-    ``values = m * 2^e`` with ``m`` in [0.5, 1), never below the dtype's subnormal spacing."""
-    info = torch.finfo(dtype)
-    _, exponent = torch.frexp(values)
-    spacing = torch.ldexp(torch.full_like(values, info.eps / 2), exponent.to(values.dtype))
-    smallest = info.tiny * info.eps  # the subnormal spacing: at zero, and wherever the exponent goes below it
-    return torch.where(values == 0, torch.full_like(values, smallest), spacing.clamp_min(smallest))
-
-
 def measure(reference: torch.Tensor, actual: torch.Tensor) -> dict[str, Any]:
     """Every measure of ``actual`` against ``reference`` (two floating tensors of one shape), and
     ``compared``: the number of elements they rest on."""
@@ -123,7 +115,7 @@ def measure(reference: torch.Tensor, actual: torch.Tensor) -> dict[str, Any]:
     ref_l1, ref_l2, err_l1, err_l2 = b.abs().sum().item(), b.norm().item(), diff.sum().item(), diff.norm().item()
     norms = a.norm().item() * ref_l2
     cosine = (a @ b).item() / norms if norms > 0 else (1.0 if a.norm().item() == ref_l2 else 0.0)
-    spacing = ulp(b, actual.dtype) if actual.is_floating_point() else torch.ones_like(b)
+    spacing = ulp(b, actual.dtype) if dtypes.kind(actual.dtype) == dtypes.FLOAT else torch.ones_like(b)
     return {"cosine": min(1.0, max(-1.0, cosine)),
             "rel_l1": _ratio(err_l1, ref_l1), "rel_l2": _ratio(err_l2, ref_l2),
             "max_abs": diff.max().item() if n else 0.0, "mean_abs": diff.mean().item() if n else 0.0,

@@ -285,7 +285,8 @@ def _keep_outputs(gm: fx.GraphModule, outputs: list[int] | None) -> fx.GraphModu
                 needed.add(n)
                 stack += n.all_input_nodes
 
-    need([leaves[i] for i in outputs if isinstance(leaves[i], fx.Node)])
+    kept = [leaves[i] for i in outputs if isinstance(leaves[i], fx.Node)]
+    need(kept)
     writers = [(n, {roots.get(w, w) for w in writes(n)}) for n in nodes if writes(n)]
     opaque = [n for n in nodes if n.op == "call_module" or _opaque(n)]
     changed = True
@@ -296,6 +297,8 @@ def _keep_outputs(gm: fx.GraphModule, outputs: list[int] | None) -> fx.GraphModu
             for a in n.all_input_nodes + [n]:
                 r = roots.get(a, a)
                 read_after[r] = max(read_after.get(r, -1), order[n])
+        for leaf in kept:  # the output reads its values last: a buffer a kernel writes into after it is made
+            read_after[roots.get(leaf, leaf)] = order[old_out]
         for n, written in writers + [(n, {roots.get(a, a) for a in n.all_input_nodes}) for n in opaque]:
             if n not in needed and any(read_after.get(r, -1) > order[n] for r in written):
                 need([n])

@@ -27,7 +27,8 @@ import torch.utils._pytree as pytree
 from graphdbg.case import Case
 from graphdbg.errors import GraphdbgError
 from graphdbg.graph.allow_list import check_graph_module, register_ops
-from graphdbg.judge.accuracy import BY_DTYPE
+from graphdbg.judge import dtypes
+from graphdbg.judge.accuracy import BIT_FOR_BIT, BY_DTYPE, EXACT, compare_value
 from graphdbg.judge.measures import Bound, measure, parse_within, within
 from graphdbg.rebuild.inputs import StandIn
 from graphdbg.rebuild.kernel_source import kernels_ran
@@ -67,11 +68,19 @@ def distance(expected: Any, actual: Any, bounds: list[Bound] | None = None) -> d
     ``judge/measures.py`` (``max_abs`` as ``max_abs_error``, ``mean_abs`` as ``mean_abs_error``;
     ``rel_error`` is ``rel_l2``, its older name), and whether it is close: within every one of
     ``bounds`` where there are any (``within``: each bound, its value, whether it holds), else
-    at the output dtype's tolerance. None for a pair that isn't two floating tensors of one shape."""
+    at the output dtype's tolerance. Each dtype as ``judge.dtypes.kind`` says: floats by those
+    measures; complex, integers, bools and the dtypes with no arithmetic (bits, packed float4)
+    by the judge's own comparison (``judge.accuracy.compare_value``: complex within the dtype's
+    tolerance, the rest exactly or bit for bit, whatever the bounds), the row saying which
+    (``measure``) and how many elements differ. None for a pair that isn't two tensors of one
+    shape and dtype kind."""
     if not (isinstance(expected, torch.Tensor) and isinstance(actual, torch.Tensor)) or expected.shape != actual.shape:
         return None
-    if not (expected.is_floating_point() and actual.is_floating_point()):
+    kind = dtypes.kind(actual.dtype)
+    if dtypes.kind(expected.dtype) != kind:
         return None
+    if kind != dtypes.FLOAT:
+        return _compared(expected, actual, kind, bounds)
     m = measure(expected, actual)
     row = {"shape": list(expected.shape), "dtype": str(actual.dtype).removeprefix("torch."),
            "max_abs_error": m["max_abs"], "mean_abs_error": m["mean_abs"], "cosine": m["cosine"], "rel_l1": m["rel_l1"],
@@ -85,6 +94,31 @@ def distance(expected: Any, actual: Any, bounds: list[Bound] | None = None) -> d
     return {**row, "close": bool(torch.allclose(a, e, rtol=rtol, atol=atol, equal_nan=True))}
 
 
+_MEASURE = {dtypes.COMPLEX: "by value", dtypes.EXACT: EXACT, dtypes.BITS: BIT_FOR_BIT}  # judge.accuracy's names
+_HOW = {dtypes.COMPLEX: "by value", dtypes.EXACT: "exactly", dtypes.BITS: BIT_FOR_BIT}
+
+
+def _compared(expected: torch.Tensor, actual: torch.Tensor, kind: str, bounds: list[Bound] | None) -> dict[str, Any]:
+    """``distance``'s row of an output the measures don't apply to: the judge's comparison of
+    it (complex within the dtype's tolerance, the rest exactly or bit for bit)."""
+    how = _HOW[kind]
+    if kind == dtypes.COMPLEX and expected.dtype != actual.dtype:  # a complex128 reference of a complex64 output
+        expected = expected.to(actual.dtype)
+    bad = compare_value(0, expected, actual)
+    n = expected.numel()
+    differing = 0 if bad is None else (bad.differing if bad.differing is not None else (bad.off or n))
+    largest = bad.max_abs_error if bad is not None else (0.0 if kind == dtypes.EXACT else None)
+    said = f"{differing} of {n} elements differ" if differing else "every element equal" if kind != dtypes.COMPLEX \
+        else "every element within the dtype's tolerance"
+    row = {"shape": list(expected.shape), "dtype": str(actual.dtype).removeprefix("torch."), "measure": _MEASURE[kind],
+           "max_abs_error": largest, "mean_abs_error": None, "cosine": None, "rel_l1": None, "rel_l2": None,
+           "rel_error": None, "ulps": None, "compared": n, "differing": differing, "nonfinite": 0, "nonfinite_mismatch": 0,
+           "close": bad is None, "note": f"compared {how}: {said}"}
+    if bounds:  # a measure's bound is not for integers or bytes: judged as the judge does, and said so
+        row["within"] = [{"bound": f"compared {how}", "value": differing, "holds": bad is None}]
+    return row
+
+
 def distances(expected: list[Any], actual: list[Any], bounds: list[Bound] | None = None) -> list[dict[str, Any]]:
     """``distance`` of each output of ``actual`` from its reference in ``expected``."""
     return [{"output": i, **d} for i, (e, a) in enumerate(zip(expected, actual)) if (d := distance(e, a, bounds)) is not None]
@@ -93,7 +127,7 @@ def distances(expected: list[Any], actual: list[Any], bounds: list[Bound] | None
 def error(expected: list[Any], actual: list[Any]) -> float:
     """One number for how far ``actual`` is: the largest relative error over the outputs."""
     rows = distances(expected, actual)
-    return max((r["rel_error"] for r in rows), default=0.0)
+    return max((r["rel_error"] for r in rows if r["rel_error"] is not None), default=0.0)  # floats' (the rest: exact)
 
 
 def case_kernels(case: Case) -> list[dict[str, Any]]:

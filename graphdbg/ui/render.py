@@ -855,9 +855,14 @@ def swap_table(report: Any) -> Group:
                 "within" if within else "close"):
         table.add_column(col, justify="right" if col in ("max abs error", "mean abs error", "cosine", "rel l1", "rel l2", "ulps") else "left")
     for r in report.rows:
+        close = Text("yes", style="green") if r["close"] else Text("no", style="red")
+        if r.get("measure"):  # not a float: compared as the judge does (exactly, bit for bit), said in place of the measures
+            largest = "" if r["max_abs_error"] is None else _measure(r["max_abs_error"])
+            table.add_row(str(r["output"]), str(r["shape"]), r["dtype"], largest, r["note"], "", "", "", "", close)
+            continue
         table.add_row(str(r["output"]), str(r["shape"]), r["dtype"], _measure(r["max_abs_error"]), _measure(r["mean_abs_error"]),
                       _measure(r["cosine"], ".6f"), _measure(r.get("rel_l1")), _measure(r.get("rel_l2", r.get("rel_error"))),
-                      _measure(r.get("ulps")), Text("yes", style="green") if r["close"] else Text("no", style="red"))
+                      _measure(r.get("ulps")), close)
     notes = Text()
     if report.rows:  # what the verdict rests on: the reference, the measure and bound, how many values
         compared = sum(r.get("compared", 0) for r in report.rows)
@@ -894,6 +899,9 @@ def bisect_ops_panel(result: Any) -> Panel:
     elif result.float64_note:
         text.append(f"no float64 reference: {result.float64_note}\n", style="dim")
     for r in getattr(result, "rows", None) or []:  # with --within: each output's measures, judged by the bounds
+        if r.get("measure"):  # not a float: compared exactly or bit for bit
+            text.append(f"  output {r['output']}: {r['note']}\n", style="" if r["close"] else "red")
+            continue
         judged = "; ".join(f"{c['bound']}: {_measure(c['value'], '.6g')} {'holds' if c['holds'] else 'does not hold'}"
                            for c in r.get("within") or [])
         text.append(f"  output {r['output']}: cosine {_measure(r['cosine'], '.6f')}, rel l1 {_measure(r['rel_l1'])}, "

@@ -53,6 +53,7 @@ _MEASURED = {"type": "array", "items": {"type": "object", "properties": {
     "output": {"type": "integer"}, "shape": _LIST, "dtype": {"type": "string"}, "max_abs_error": _NUM, "mean_abs_error": _NUM,
     "cosine": _NUM, "rel_l1": _NUM, "rel_l2": _NUM, "rel_error": _NUM, "ulps": _NUM, "compared": {"type": "integer"},
     "nonfinite": {"type": "integer"}, "nonfinite_mismatch": {"type": "integer"}, "close": _BOOL,
+    "measure": {"type": "string"}, "differing": {"type": "integer"}, "note": {"type": "string"},
     "within": {"type": "array", "items": {"type": "object", "properties": {
         "bound": {"type": "string"}, "value": _NUM, "holds": _BOOL}, "required": ["bound", "value", "holds"]}}},
     "required": ["output", "max_abs_error", "mean_abs_error", "cosine", "rel_l1", "rel_l2", "ulps", "compared", "close"]}}

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import torch
 import torch.fx as fx
+import torch.utils._pytree as pytree
 
 
 @torch.library.custom_op("numeric_test::scaled_gelu", mutates_args=())
@@ -44,6 +45,20 @@ def rms_scale(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 @rms_scale.register_fake
 def _(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(x)
+
+
+@torch.library.custom_op("numeric_test::mul_add_into", mutates_args=("z",))
+def mul_add_into(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor, alpha: float) -> None:
+    """``z = x * alpha + y`` written into ``z`` (an out buffer, as a user Triton kernel writes
+    its output), in float32 inside; refuses float64. The CPU's stand-in for ``fused_mul_add``."""
+    if x.dtype == torch.float64:
+        raise RuntimeError("numeric_test::mul_add_into has no float64 kernel")
+    z.copy_((x.float() * alpha + y.float()).to(z.dtype))
+
+
+@mul_add_into.register_fake
+def _(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor, alpha: float) -> None:
+    return None
 
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -116,14 +131,24 @@ def generate(seed: int, dtype: torch.dtype | None = None) -> Program:
     return Program(fn, [x, y, w, g], dtype, [*first, binary, middle, *last])
 
 
-def _seeded_error(gm: fx.GraphModule, ulps: float, dtype: torch.dtype) -> fx.GraphModule:
-    """``gm`` with the op of its first output multiplied by (1 + ``ulps`` eps of ``dtype``):
-    every element off by a few ulps, the same way."""
+def _off_by_ulps(t: torch.Tensor) -> torch.Tensor:
+    """``t`` times (1 + ``seeded_ulps`` eps of its dtype): every element off by a few ulps, the
+    same way. Traced by the backend (the dtype is the value's, whatever the graph's metadata)."""
+    return t * (1.0 + seeded_ulps(t.dtype) * torch.finfo(t.dtype).eps)
+
+
+def _seeded_error(gm: fx.GraphModule, outputs: Callable[[int], bool] = lambda i: i == 0) -> fx.GraphModule:
+    """``gm`` with the output leaves whose index ``outputs`` selects (the first by default) off
+    by a few ulps (``_off_by_ulps``). The product is taken right before the output, on the
+    value returned: the node that returns it may be a buffer that a later op writes into
+    (``z = empty_like(x)``, then a user Triton kernel or an out-writing custom op fills ``z``),
+    so scaling that node where it is made would scale an empty buffer the write then overwrites."""
     out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    target = out.args[0][0] if isinstance(out.args[0], (tuple, list)) else out.args[0]
-    with gm.graph.inserting_after(target):
-        scaled = gm.graph.call_function(torch.mul, (target, 1.0 + ulps * torch.finfo(dtype).eps))
-    target.replace_all_uses_with(scaled, delete_user_cb=lambda user: user is not scaled)
+    leaves, spec = pytree.tree_flatten(out.args[0])
+    with gm.graph.inserting_before(out):
+        leaves = [gm.graph.call_function(_off_by_ulps, (leaf,)) if isinstance(leaf, fx.Node) and outputs(i) else leaf
+                  for i, leaf in enumerate(leaves)]
+    out.args = (pytree.tree_unflatten(leaves, spec),)
     gm.recompile()
     return gm
 
@@ -135,14 +160,18 @@ def seeded_ulps(dtype: torch.dtype) -> float:
 
 
 def off_by_ulps(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-    """Inductor, after the seeded error (``seeded_ulps`` of the output's dtype)."""
+    """Inductor, after the seeded error (``seeded_ulps`` of its dtype) in the first output."""
     from torch._inductor.compile_fx import compile_fx
 
-    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    first = out.args[0][0] if isinstance(out.args[0], (tuple, list)) else out.args[0]
-    val = first.meta.get("val", first.meta.get("example_value"))
-    dtype = getattr(val, "dtype", None) or next(v.dtype for v in example_inputs if isinstance(v, torch.Tensor))
-    return compile_fx(_seeded_error(gm, seeded_ulps(dtype), dtype), example_inputs)
+    return compile_fx(_seeded_error(gm), example_inputs)
+
+
+def off_by_ulps_in_every_other(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """Inductor, after the seeded error in every other program of ``generate_many``'s graph
+    (output leaves 0, 4, 8, ...: the first output of programs 0, 2, 4, ...)."""
+    from torch._inductor.compile_fx import compile_fx
+
+    return compile_fx(_seeded_error(gm, lambda i: i % 4 == 0), example_inputs)
 
 
 def quantizing(x: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -151,6 +180,33 @@ def quantizing(x: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, ...]
     y = (x * 2).to(torch.float8_e4m3fn)
     s = scale.view(torch.float8_e4m3fn)
     return y, s, x > 0, x.to(torch.int32), torch.view_as_complex(torch.stack([x, x], -1)), scale.view(torch.bits8)
+
+
+@torch.library.custom_op("numeric_test::to_fp8", mutates_args=())
+def to_fp8(x: torch.Tensor) -> torch.Tensor:
+    """``x * 2`` in float8_e4m3fn: a quantizing kernel whose outputs are not floats of any arithmetic."""
+    return (x * 2).to(torch.float8_e4m3fn)
+
+
+@to_fp8.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x, dtype=torch.float8_e4m3fn)
+
+
+def to_fp8_reference(x: torch.Tensor) -> torch.Tensor:
+    """``to_fp8``'s reference: the same values (a swap that moves nothing)."""
+    return (x.double() * 2).to(torch.float8_e4m3fn)
+
+
+def to_fp8_coarser(x: torch.Tensor) -> torch.Tensor:
+    """A reference ``to_fp8`` differs from: float8_e5m2's coarser steps, back in e4m3fn."""
+    return (x * 2).to(torch.float8_e5m2).to(torch.float8_e4m3fn)
+
+
+def quantizing_op(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``to_fp8``'s output seen as float8, bools, integers and bits: four outputs of one kernel."""
+    q = torch.ops.numeric_test.to_fp8(x)
+    return q, q.float() > 0.5, q.view(torch.uint8), q.view(torch.bits8)
 
 
 def quantizing_inputs() -> list[torch.Tensor]:
@@ -192,15 +248,23 @@ if triton is not None:
 
 
 def fused_mul_add(x: torch.Tensor, y: torch.Tensor, alpha: float) -> torch.Tensor:
+    """``x * alpha + y`` written into a new buffer: by the user Triton kernel on CUDA, by the
+    out-writing custom op ``mul_add_into`` elsewhere (the same graph shape: ``empty_like``, then
+    an op that writes into it, the buffer returned)."""
     z = torch.empty_like(x)
-    n = x.numel()
-    fused_mul_add_kernel[(triton.cdiv(n, 256),)](x, y, z, n, alpha, BLOCK=256)
+    if x.is_cuda and triton is not None:
+        n = x.numel()
+        fused_mul_add_kernel[(triton.cdiv(n, 256),)](x, y, z, n, alpha, BLOCK=256)
+    else:
+        torch.ops.numeric_test.mul_add_into(x, y, z, alpha)
     return z
 
 
-def generate_with_kernel(seed: int, dtype: torch.dtype = torch.float16) -> Program:
-    """``generate``'s program on CUDA with the user's Triton kernel called in the middle: its
-    first output goes through ``fused_mul_add`` before the rest of the chain."""
+def generate_with_kernel(seed: int, dtype: torch.dtype = torch.float16, device: str = "cuda") -> Program:
+    """``generate``'s program with the user's kernel called in the middle (on CUDA the Triton
+    kernel, elsewhere the out-writing custom op): its first output goes through
+    ``fused_mul_add`` before the rest of the chain, and the graph's first output is the buffer
+    that ``fused_mul_add`` writes into."""
     inner = generate(seed, dtype)
     alpha = random.Random(seed).choice([0.5, -1.25, 2.0])
 
@@ -209,4 +273,21 @@ def generate_with_kernel(seed: int, dtype: torch.dtype = torch.float16) -> Progr
         out, total = inner.fn(x, y, w, g)
         return fused_mul_add(out, out.flip(-1).contiguous(), alpha), total
 
-    return Program(fn, [v.cuda() for v in inner.inputs], dtype, ["fused_mul_add", *inner.recipe, "fused_mul_add"])
+    return Program(fn, [v.to(device) for v in inner.inputs], dtype, ["fused_mul_add", *inner.recipe, "fused_mul_add"])
+
+
+def generate_many(programs: list[Program]) -> Program:
+    """One program running each of ``programs`` on its own inputs, in one compiled region (one
+    graph, one dump): outputs ``2k`` and ``2k + 1`` are program ``k``'s."""
+    sizes = [len(p.inputs) for p in programs]
+
+    def fn(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        outs: list[torch.Tensor] = []
+        at = 0
+        for p, n in zip(programs, sizes):
+            outs += p.fn(*inputs[at:at + n])
+            at += n
+        return tuple(outs)
+
+    return Program(fn, [v for p in programs for v in p.inputs], programs[0].dtype,
+                   [f"[{p!r}]" for p in programs])

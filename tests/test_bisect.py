@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.fx as fx
+from meta_cc import capture_user_cc, write_user_cc
 
 import graphdbg
 from fixtures import programs as P
@@ -145,95 +146,15 @@ def test_bisect_ranks_finds_the_rank_with_another_graph(tmp_path, monkeypatch):
 
 # A user's compiler whose FX passes read the node meta Dynamo gives ---------------------------
 # (issue 53: bisect handed backends and passes a graph without it, and agreed on everything)
-USER_CC = '''
-"""A user's compiler: three FX passes over Dynamo's graph, then the graph runs behind a plain function."""
-import operator
-import torch
-
-KEY = "{key}"
-MODE = "{mode}"
-
-
-def count_meta(gm):
-    """a: harmless; reads the sizes, as a planning pass does."""
-    for n in gm.graph.nodes:
-        v = n.meta.get(KEY)
-        n.meta["cc_numel"] = v.numel() if isinstance(v, torch.Tensor) else None
-    return gm
-
-
-def widen_tanh(gm):
-    """b: the buggy one."""
-    for n in list(gm.graph.nodes):
-        if n.op == "call_function" and n.target is torch.tanh:
-            v = n.meta.get(KEY)
-            rank = len(v.shape) if v is not None else None
-            if MODE == "crash":
-                v.shape[rank]  # off by one: IndexError
-            elif v is not None and v.dtype.is_floating_point:
-                with gm.graph.inserting_after(n):
-                    new = gm.graph.call_function(operator.add, (n, 1.01))
-                n.replace_all_uses_with(new, delete_user_cb=lambda u: u is not new)
-    gm.recompile()
-    return gm
-
-
-def strict_tanh(gm):
-    """b': refuses tanh outright: another failure than b's."""
-    if any(n.target is torch.tanh for n in gm.graph.nodes):
-        raise NotImplementedError("cc has no tanh kernel")
-    return gm
-
-
-def tidy(gm):
-    """c: harmless."""
-    gm.graph.eliminate_dead_code()
-    gm.recompile()
-    return gm
-
-
-def backend(gm, example_inputs):
-    for p in (count_meta, widen_tanh, tidy):
-        gm = p(gm)
-    return lambda *args: gm(*args)  # opaque: bisect nodes can only compile prefixes
-'''
-
-
-def _program(x, w):
-    h = torch.tanh(x @ w)
-    return h * 2 + 1
-
-
 @pytest.fixture(scope="module")
 def user_cc(tmp_path_factory):
     """``cc_{mode}_{key}`` modules in a folder of their own, and one dump per mode captured under
     the ``example_value`` ones: {"mods": folder, "crash": dump, "acc": dump}."""
-    import importlib
-    import sys
-
     root = tmp_path_factory.mktemp("user_cc")
     mods = root / "mods"
     mods.mkdir()
-    for mode in ("crash", "acc"):
-        for key in ("example_value", "val"):
-            (mods / f"cc_{mode}_{key}.py").write_text(USER_CC.replace("{key}", key).replace("{mode}", mode))
-    sys.path.insert(0, str(mods))
-    found = {"mods": mods}
-    try:
-        for mode in ("crash", "acc"):
-            module = importlib.import_module(f"cc_{mode}_example_value")
-            torch._dynamo.reset()
-            torch.manual_seed(0)
-            compiled = torch.compile(_program, backend=graphdbg.capture(module.backend, root / mode,
-                                                                        **({"mode": "accuracy"} if mode == "acc" else {})))
-            try:
-                compiled(torch.randn(4, 8), torch.randn(8, 8))
-            except Exception:
-                pass
-            found[mode] = next((root / mode).glob("rank0/g0-*"))
-    finally:
-        torch._dynamo.reset()
-        sys.path.remove(str(mods))
+    write_user_cc(mods)
+    found = {"mods": mods, **{mode: capture_user_cc(mods, root / mode, mode) for mode in ("crash", "acc")}}
     assert found["crash"].name.startswith("g0-compile_error") and found["acc"].name.startswith("g0-accuracy")
     return found
 

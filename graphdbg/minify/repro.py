@@ -36,6 +36,8 @@ from graphdbg.rebuild.inputs import NullEvent, NullStream
 from graphdbg.rebuild.kernel_source import kernels_as_captured, kernels_module, recorded_kernels
 from graphdbg.replay.as_captured import python_lines as as_captured_lines
 from graphdbg.replay.backward import differentiable_inputs, fails_in_backward, is_backward_dump, recorded_tangents
+from graphdbg.replay.graph_meta import meta_source, recorded_meta
+from graphdbg.replay.mutation import mutated_inputs
 from graphdbg.replay.outcome import Outcome
 from graphdbg.store.safe_files import write_file
 from graphdbg.store.specs import SymSpec, TensorSpec
@@ -189,6 +191,8 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
                             nodes=int(len(case.gm.graph.nodes)), captured=repr(str(case.device)),
                             summary=repr(outcome.summary()), node_names=repr([(n.op, n.name) for n in case.gm.graph.nodes]),
                             paths=repr(paths), copied=repr(carried.scripts), modules=repr(carried.modules), rule=import_rule_source(), dynamic=repr(_dynamic_dims(case.gm)),
+                            meta=meta_source(), recorded=repr(recorded_meta(case.gm, case.dump, name_only=True)),
+                            mutated=repr(sorted(mutated_inputs(case.gm))),
                             backward=repr(backward), grad=repr(grad), boxed=repr(_boxed_caller(case.dump)))
     try:
         compile(text, str(path), "exec")
@@ -416,6 +420,11 @@ BACKWARD = {backward}  # True: the failure was in the backward; run forward, the
 GRAD = {grad}
 BOXED_CALLER = {boxed}  # True: AOTAutograd (or a splitting backend) called this graph's compiled code; False: Dynamo, positionally
 TANGENTS = None  # the captured backward's tangents (from INPUTS_FILE), when it stored them
+# The node meta the backend's graph gets, as Dynamo gives it and graphdbg's replay does (dynamo_meta,
+# below): fake example_value/val, tensor_meta, source_fn_stack; RECORDED_META: each node's
+# stack_trace and nn_module_stack as the dump recorded them; MUTATED: the inputs the graph writes.
+RECORDED_META = {recorded}
+MUTATED = {mutated}
 
 
 CHILDREN = {children}  # the graphs a graph's higher-order ops read, by class: (attribute, class)
@@ -575,6 +584,14 @@ def as_called(compiled):
     return compiled
 
 
+{meta}
+
+
+def with_meta(gm, inputs):
+    """``gm`` with the node meta Dynamo gives a backend (``dynamo_meta``, above: graphdbg's replay gives the same)."""
+    return dynamo_meta(gm, inputs, RECORDED_META, writes=lambda: MUTATED)
+
+
 def run_backend(gm, inputs, backend):
     return compiled(gm, inputs, backend)(*inputs)
 
@@ -587,7 +604,7 @@ def compiled(gm, inputs, backend):
     registered = isinstance(backend, str) and backend in torch._dynamo.list_backends(exclude_tags=())
     call = as_called if BOXED_CALLER and not registered else (lambda c: c)
     if DIRECT:
-        return lambda *args: call(fn(gm, [x.clone() if isinstance(x, torch.Tensor) else x for x in args]))(*args)
+        return lambda *args: call(fn(*_handed(gm, [x.clone() if isinstance(x, torch.Tensor) else x for x in args])))(*args)
     torch._dynamo.reset()
     dynamic = any(DYNAMIC)
     if dynamic:  # exactly the captured symbolic dims dynamic: a failure that needs a symbolic size keeps it
@@ -596,7 +613,13 @@ def compiled(gm, inputs, backend):
                 for d in range(x.dim()):
                     if d not in dims:
                         torch._dynamo.mark_static(x, d)
-    return torch.compile(gm, backend=lambda g, ex: call(fn(g, ex)), dynamic=dynamic)
+    # through torch.compile: Dynamo's own meta (example_value), with val and tensor_meta added as replay adds them
+    return torch.compile(gm, backend=lambda g, ex: call(fn(with_meta(g, ex), ex)), dynamic=dynamic)
+
+
+def _handed(gm, inputs):
+    """(graph, inputs) as handed to the backend called directly: the graph with Dynamo's node meta."""
+    return with_meta(gm, inputs), inputs
 
 
 def with_grad(inputs):

@@ -227,6 +227,7 @@ def own_modules_first(folder, paths, copies, names):  # no annotations: written 
     module saying which it imports, for the user.
     """
     # here: this function is the whole rule in the files it is written into, with its imports
+    import importlib
     import importlib.machinery
     import os
     import sys
@@ -251,6 +252,9 @@ def own_modules_first(folder, paths, copies, names):  # no annotations: written 
         else:
             said.append(f"the backend's module {name}: graphdbg's copy, {shown(os.path.join(str(copies), name + '.py'))} "
                         "(yours is not importable from where it was nor from sys.path)")
+        # imported now, from where it was found: a child process this one starts imports the module
+        # this one did (graphdbg's children find what the parent imported first), not the copy
+        importlib.import_module(name)
     return said
 
 

@@ -138,11 +138,13 @@ def child_path(specs: Iterable[str | None] = (), first: Iterable[str | Path] = (
       needs such as pydantic may lie), but the script's folder and the current folder (``-I``
       leaves both out on purpose) and the folders whose modules go by name (below): the child
       imports what this process could, and these shadow nothing;
-    - ``modules``, found after everything else, by name: the top-level modules this process
-      imported from the current folder or from the folders of the trusted modules ``specs``
+    - ``modules``, by name: the top-level modules from the current folder or from the folders of
+      the trusted modules ``specs``
       name (``module:callable`` in a backend, recipe or passes) and of the ``--ops`` modules
       (``$GRAPHDBG_OPS``): the backend and the siblings it imported, never another file of
-      its folder (this process imports only trusted code: loading a dump runs none of it)."""
+      its folder (this process imports only trusted code: loading a dump runs none of it). One
+      this process has imported is found first, where this process found it (the child imports
+      the module the parent did); one it has not is found after everything else."""
     here = os.path.realpath(os.getcwd())
     head: list[str] = [str(p) for p in first]
     for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
@@ -161,12 +163,15 @@ def child_path(specs: Iterable[str | None] = (), first: Iterable[str | Path] = (
     tail = [os.path.abspath(e) for e in sys.path
             if e and os.path.realpath(e) not in skip and os.path.abspath(e) not in head and os.path.isdir(e)
             and not os.path.join(os.path.realpath(e), "").startswith(own)]
-    modules = {}
+    modules, first_found = {}, {"graphdbg": GRAPHDBG_ROOT}
     for name in dict.fromkeys([*names, *(n for n in list(sys.modules) if "." not in n)]):
         root = _module_root(name)
         if root is not None and os.path.realpath(root) in roots and root not in head and name != "graphdbg":
-            modules[name] = root
-    value = {"first": {"graphdbg": GRAPHDBG_ROOT}, "head": list(dict.fromkeys(head)), "tail": list(dict.fromkeys(tail)),
+            # one this process already imported comes from where this process got it, first (a copy
+            # of it elsewhere on the path, such as an exported test's frozen one, never wins over the
+            # user's own); one it has not imported yet is found last, shadowing nothing
+            (first_found if name in sys.modules else modules)[name] = root
+    value = {"first": first_found, "head": list(dict.fromkeys(head)), "tail": list(dict.fromkeys(tail)),
              "modules": modules}
     return {CHILD_PATH_ENV: json.dumps(value)}
 

@@ -45,7 +45,8 @@ def test_transformer_encoder_training_step_with_inductor_writes_no_accuracy_dump
     assert torch.isfinite(loss)
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
     assert wrapped.dumps == [] and _dumps(tmp_path) == []
-    assert "depend on random ops not compared" in capfd.readouterr().err  # said once, not dumped
+    # accuracy mode compiles a graph with random ops drawing eager's numbers: its outputs are compared, not set aside
+    assert "depend on random ops not compared" not in capfd.readouterr().err
 
 
 @pytest.mark.slow

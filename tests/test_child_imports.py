@@ -20,7 +20,7 @@ def test_an_isolated_replay_child_imports_through_the_parents_sys_path(tmp_path,
     (target / "team_dep.py").write_text("WHERE = 'team_dep from the target folder'\n")
     backends = tmp_path / "backends"
     backends.mkdir()
-    (backends / "team_backend.py").write_text(textwrap.dedent("""
+    (backends / "child_imports_backend.py").write_text(textwrap.dedent("""
         def fails(gm, example_inputs):
             import graphdbg
             import team_dep  # imported only here, in the child: the parent never did
@@ -29,7 +29,7 @@ def test_an_isolated_replay_child_imports_through_the_parents_sys_path(tmp_path,
     monkeypatch.syspath_prepend(str(backends))
     monkeypatch.syspath_prepend(str(target))
     monkeypatch.chdir(ROOT)  # graphdbg's folder is the current one: PYTHONPATH's entry for it is left out
-    r = cli("replay", fixture_copy("block_compile_error"), "--backend", "team_backend:fails", "--json")
+    r = cli("replay", fixture_copy("block_compile_error"), "--backend", "child_imports_backend:fails", "--json")
     out = json.loads(r.out)
     assert out["isolated"] and out["status"] == "crash", out
     assert "team_dep from the target folder" in out["message"], out

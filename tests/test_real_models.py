@@ -447,8 +447,8 @@ def test_recipe_backends_replay_minify_and_refuse_through_the_cli(tmp_path, cli,
     exported = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(exported)
     with pytest.raises(AssertionError, match="no lowering for aten.silu.default"):
-        with pytest.MonkeyPatch.context() as mp:  # the exported test takes pytest's monkeypatch fixture
-            exported.test_aot(mp)  # replays in a child process, as pytest would run it
+        with pytest.MonkeyPatch.context() as mp:  # the exported test takes pytest's monkeypatch and capsys fixtures
+            exported.test_aot(mp, capsys)  # replays in a child process, as pytest would run it
 
 
 def test_recipe_backend_with_an_unrecorded_part_or_a_forged_recipe_is_one_line(tmp_path, cli, capsys):

@@ -182,8 +182,9 @@ def with_module(value: str, name: str, root: str | Path) -> str:
     and nothing else of this interpreter's path but the user's ``PYTHONPATH``."""
     data = json.loads(value)
     data.pop("tail", None)
-    data.get("first", {}).pop(name, None)
-    data.setdefault("modules", {})[name] = str(root)
+    # what this process imported says nothing of another interpreter's own copies: found last there
+    data["modules"] = {**{k: v for k, v in data.pop("first", {}).items() if k != name}, **data.get("modules", {}),
+                       name: str(root)}
     return json.dumps(data)
 
 

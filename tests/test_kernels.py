@@ -506,26 +506,10 @@ RELU_SOURCE = ("def relu_kernel(X, Y, n, BLOCK: tl.constexpr):\n    i = tl.arang
 @pytest.fixture(scope="module")
 def triton_kernel_dump(tmp_path_factory):
     """A dump written by capture of a graph that calls a user Triton kernel through Dynamo's
-    wrapper, the kernel in the side table as Triton keeps one (its source in ``.src``): the
-    dump records its source and constants; Triton itself isn't needed to write it."""
-    import torch.fx as fx
-    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+    wrapper (``kernel_programs.relu_kernel_dump``)."""
+    from kernel_programs import relu_kernel_dump
 
-    def relu_kernel(X, Y, n, BLOCK):
-        pass
-
-    g = fx.Graph()
-    x = g.placeholder("x")
-    y = g.call_function(torch.empty_like, (x,))
-    g.call_function(torch.ops.higher_order.triton_kernel_wrapper_mutation, (), {
-        "kernel_idx": kernel_side_table.add_kernel(_JITFunction(relu_kernel, RELU_SOURCE)),
-        "constant_args_idx": kernel_side_table.add_constant_args({"n": 32, "BLOCK": 32}),
-        "grid": [(1, 1, 1)], "tma_descriptor_metadata": {}, "kwargs": {"X": x, "Y": y}})
-    g.output((g.call_function(torch.mul, (y, 2)),))
-    root = tmp_path_factory.mktemp("triton_dump")
-    graphdbg.capture("eager", dump_dir=root, mode="always")(fx.GraphModule(torch.nn.Module(), g), [torch.randn(32)])
-    (path,) = find_dumps(root)
-    return path
+    return relu_kernel_dump(tmp_path_factory.mktemp("triton_dump"), RELU_SOURCE)
 
 
 def test_without_trust_a_recorded_triton_kernel_is_a_stand_in_and_the_verdict_says_what_would_run_it(triton_kernel_dump, cli):

@@ -15,12 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 from conftest import ROOT, child_env
 
 import graphdbg
 from graphdbg.minify.repro import write_repro
-from graphdbg.store.manifest import find_dumps
 
 SECRET = "victim-SECRET-4711"
 MARKER = "GRAPHDBG_PWNED"
@@ -122,29 +120,10 @@ _TRAILER = "\nimport os\nopen(os.environ['GRAPHDBG_TEST_MARKER'], 'w').write('pw
 _SOURCE = "def relu_kernel(X, Y, n, BLOCK: tl.constexpr):\n    pass\n"
 
 
-class _JITFunction:  # Triton's shape where Triton isn't installed: the source in .src, the function in .fn
-    def __init__(self, fn, src):
-        self.fn, self.src = fn, src
-
-
 def _kernel_dump(root: Path, source: str) -> Path:
-    import torch.fx as fx
-    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+    from kernel_programs import relu_kernel_dump
 
-    def relu_kernel(X, Y, n, BLOCK):
-        pass
-
-    g = fx.Graph()
-    x = g.placeholder("x")
-    y = g.call_function(torch.empty_like, (x,))
-    g.call_function(torch.ops.higher_order.triton_kernel_wrapper_mutation, (), {
-        "kernel_idx": kernel_side_table.add_kernel(_JITFunction(relu_kernel, source)),
-        "constant_args_idx": kernel_side_table.add_constant_args({"n": 32, "BLOCK": 32}),
-        "grid": [(1, 1, 1)], "tma_descriptor_metadata": {}, "kwargs": {"X": x, "Y": y}})
-    g.output((g.call_function(torch.mul, (y, 2)),))
-    graphdbg.capture("eager", dump_dir=root, mode="always")(fx.GraphModule(torch.nn.Module(), g), [torch.randn(32)])
-    (path,) = find_dumps(root)
-    return path
+    return relu_kernel_dump(root, source)
 
 
 def _fake_triton(folder: Path) -> Path:

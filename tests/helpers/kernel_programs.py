@@ -282,3 +282,34 @@ class InPlaceNorms(torch.nn.Module):
         residual = x.clone()
         torch.ops.kt_vllm.fused_add_rms_norm(y, residual, self.w2, 1e-6)
         return y, residual
+
+
+class JITFunction:  # Triton's shape where Triton isn't installed: the source in .src, the function in .fn
+    def __init__(self, fn, src):
+        self.fn, self.src = fn, src
+
+
+def relu_kernel_dump(root, source: str):
+    """A dump written by capture of a graph that calls a user Triton kernel through Dynamo's
+    wrapper, the kernel in the side table as Triton keeps one (its ``source`` in ``.src``): the
+    dump records its source and constants; Triton itself isn't needed to write it."""
+    import torch.fx as fx  # here: the --ops children that import this module need none of it
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+
+    import graphdbg
+    from graphdbg.store.manifest import find_dumps
+
+    def relu_kernel(X, Y, n, BLOCK):
+        pass
+
+    g = fx.Graph()
+    x = g.placeholder("x")
+    y = g.call_function(torch.empty_like, (x,))
+    g.call_function(torch.ops.higher_order.triton_kernel_wrapper_mutation, (), {
+        "kernel_idx": kernel_side_table.add_kernel(JITFunction(relu_kernel, source)),
+        "constant_args_idx": kernel_side_table.add_constant_args({"n": 32, "BLOCK": 32}),
+        "grid": [(1, 1, 1)], "tma_descriptor_metadata": {}, "kwargs": {"X": x, "Y": y}})
+    g.output((g.call_function(torch.mul, (y, 2)),))
+    graphdbg.capture("eager", dump_dir=root, mode="always")(fx.GraphModule(torch.nn.Module(), g), [torch.randn(32)])
+    (path,) = find_dumps(root)
+    return path

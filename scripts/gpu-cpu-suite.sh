@@ -32,6 +32,10 @@ fi
 rm -rf .gpu/venv
 python3 -m venv --system-site-packages --without-pip .gpu/venv
 py=$PWD/.gpu/venv/bin/python
+# the image's python3 may itself be a virtual environment (torch in /opt/torch/.venv): --system-site-packages
+# sees only the interpreter underneath it, so the image's own packages are added with a .pth file
+image_site=$(python3 -c 'import site; print("\n".join(site.getsitepackages()))')
+"$py" -c 'import sys, sysconfig; open(sysconfig.get_paths()["purelib"] + "/_gpu_image.pth", "w").write(sys.argv[1] + "\n")' "$image_site"
 wheels=("$wheel")
 for dir in .whl/opt/ .whl/test/; do
   for whl in "$dir"*.whl; do

@@ -48,7 +48,9 @@ class _Reads:
         self.dump: Path | None = None
         self.outside: list[str] = []
         roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(ROOT), *site.getsitepackages(), site.getusersitepackages(),
-                 "/proc", "/sys", "/dev", "/etc/ld.so.cache", "/usr/lib", "/usr/share", "/lib"}
+                 "/proc", "/sys", "/dev", "/etc/ld.so.cache", "/usr/lib", "/usr/share", "/lib",
+                 # installed packages a .pth put on the path (a venv seeing an image's own environment)
+                 *(p for p in sys.path if Path(p).name in ("site-packages", "dist-packages"))}
         self.allowed = tuple(str(Path(r).resolve()) for r in roots if r)
         sys.addaudithook(self.hook)
 

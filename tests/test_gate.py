@@ -358,8 +358,8 @@ OWN_FILES = {
     "listing/__init__.py": "FileCache.open: ls's own cache (the dumps it lists are read through the gate)",
     "replay/sandbox.py": "/proc/meminfo, the sandbox note in its own request folder, O_PATH of folders it allows",
     "minify/self_check.py": "its own temporary folder (the shadow graphdbg package)",
-    "formats/names_table_maker.py": "writes graphdbg's own names_table.json (a developer's command, with torch)",
-    "formats/names_table.py": "graphdbg's own names_table.json and its own sources (the table's stamp), the installed torch's version.py, never a dump's file",
+    "formats/names_table_maker.py": "writes graphdbg's own names table for the installed torch (a developer's command, with torch)",
+    "formats/names_table.py": "graphdbg's own names tables and its own sources (the table's stamp), the installed torch's version.py, never a dump's file",
 }
 _OPENS = re.compile(r"(?<![\w.])open\(|\.open\(|read_text\(|read_bytes\(|write_text\(|write_bytes\(|copyfile\(|"
                     r"json\.load\(|safe_open\(|torch\.load\(")

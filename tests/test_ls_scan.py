@@ -201,14 +201,23 @@ def test_ls_shows_the_hashes_load_gives(tmp_path):
         assert (rows[str(f)]["graph_hash"], rows[str(f)]["group_hash"], rows[str(f)]["nodes"]) == (d.graph_hash, d.group_hash, d.node_count)
 
 
-def test_the_names_table_is_the_one_for_these_sources():
-    from graphdbg.formats.names_table import TABLE, source_stamp, torch_version
+def test_the_names_tables_are_the_ones_for_these_sources():
+    """One table per torch release graphdbg is tested on (``TESTED_TORCH``), each made from these
+    sources; a torch with no table (another build) has ls read each printed graph in full."""
+    from graphdbg._version import TESTED_TORCH
+    from graphdbg.formats.names_table import source_stamp, table_for, torch_version
 
-    stamp = json.loads(TABLE.read_text())["stamp"]
-    made_with = stamp.rpartition(":")[0]
-    assert stamp == source_stamp(made_with), "rewrite it: python -m graphdbg.formats.names_table_maker"
-    if made_with != torch_version():  # the GPU image's torch: ls reads each printed graph in full there
-        pytest.skip(f"the shipped table is torch {made_with}'s; this torch is {torch_version()}, which ls reads without it")
+    tables = sorted(table_for("x").parent.glob("names_table-*.json"))
+    made = {}
+    for path in tables:
+        stamp = json.loads(path.read_text())["stamp"]
+        made_with = stamp.rpartition(":")[0]
+        assert path == table_for(made_with), (path, made_with)
+        assert stamp == source_stamp(made_with), f"rewrite {path.name}: python -m graphdbg.formats.names_table_maker with torch {made_with}"
+        made[made_with.partition("+")[0].rpartition(".")[0]] = made_with
+    assert sorted(made) == sorted(TESTED_TORCH), (made, TESTED_TORCH)
+    if not table_for(torch_version()).is_file():
+        pytest.skip(f"the shipped tables are torch {sorted(made.values())}'s; this torch is {torch_version()}, which ls reads without one")
 
 
 def test_a_first_ls_of_printed_graphs_and_dumps_imports_no_torch(tmp_path):

@@ -1,9 +1,10 @@
 """What each name a printed graph may call resolves to, known without torch: the table
 ``formats/scan.py`` judges a file's names by, so that ``graphdbg ls`` reads printed graphs
 without importing torch. It is made with torch by the code the full reader runs
-(``names_table_maker``: ``python -m graphdbg.formats.names_table_maker`` rewrites it) and kept
-beside this module, and used only for the torch and sources it was made from (its ``stamp``). A name it
-doesn't hold, or no table at all, sends the file to the full reader.
+(``names_table_maker``: ``python -m graphdbg.formats.names_table_maker`` rewrites the installed
+torch's) and kept beside this module, one file per torch release graphdbg is tested on
+(``names_table-<torch version>.json``), and used only for the torch and sources it was made from
+(its ``stamp``). A name it doesn't hold, or no table for this torch, sends the file to the full reader.
 
 An entry is flags, then after ``|`` the construct it stands for (if any) and its ``__name__``
 where that is not the name's last part (fx names nodes by it): ``c`` a call target the
@@ -23,7 +24,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-TABLE = Path(__file__).with_name("names_table.json")
+
+def table_for(installed: str) -> Path:
+    """The file of the table made with torch ``installed`` (``2.13.0+cpu``, ``2.11.0+cu130``)."""
+    return Path(__file__).with_name(f"names_table-{re.sub(r'[^0-9A-Za-z.+_-]', '_', installed)}.json")
+
+
 OPS_ENV = "GRAPHDBG_OPS"  # as graph/allow_list.OPS_ENV: registered op modules change what resolves
 _PACKAGE = Path(__file__).resolve().parent.parent
 # the sources whose rules the table holds
@@ -65,7 +71,7 @@ def names() -> NameTable | None:
     if os.environ.get(OPS_ENV, "").strip():
         return None  # the user's op modules: what resolves depends on importing them
     try:
-        data = json.loads(TABLE.read_text())
+        data = json.loads(table_for(torch_version()).read_text())
     except (OSError, ValueError):
         return None
     return NameTable(data) if data.get("stamp") == source_stamp() else None

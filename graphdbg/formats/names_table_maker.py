@@ -1,7 +1,7 @@
 """The names table ``formats/names_table.py`` reads, made with torch by the full reader's own
 rules (the parser's resolution, the allow-list's ``refusal`` and ``check_value``,
 ``stand_ins.resolver`` and ``construct_of``): ``python -m graphdbg.formats.names_table_maker``
-rewrites ``names_table.json`` for the installed torch. ``ls`` never imports this module.
+rewrites ``names_table-<torch version>.json`` for the installed torch. ``ls`` never imports this module.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from graphdbg.formats.names_table import TABLE, source_stamp
+from graphdbg.formats.names_table import source_stamp, table_for, torch_version
 from graphdbg.graph.allow_list import (
     ALLOWED_ATTRIBUTES,
     ALLOWED_BUILTINS,
@@ -91,5 +91,6 @@ def build() -> dict[str, Any]:
 
 if __name__ == "__main__":
     table = build()
-    TABLE.write_text(json.dumps(table, separators=(",", ":"), sort_keys=True))
-    print(f"{TABLE}: {len(table['names'])} names, stamp {table['stamp']}")
+    path = table_for(torch_version())
+    path.write_text(json.dumps(table, separators=(",", ":"), sort_keys=True))
+    print(f"{path}: {len(table['names'])} names, stamp {table['stamp']}")

@@ -51,6 +51,7 @@ class GraphSnapshot:
 
     @classmethod
     def take(cls, seq: int, gm: fx.GraphModule, keep_eager: bool) -> GraphSnapshot:
+        _name_every_dtype()
         source = gm.print_readable(print_output=False, include_stride=True, include_device=True)
         return cls(
             seq=seq,
@@ -68,6 +69,18 @@ class GraphSnapshot:
             eager=copy.deepcopy(gm) if keep_eager else None,
             autocast=ambient_autocast(),  # Dynamo compiles under the state every call of the graph has (it guards on it)
         )
+
+
+def _name_every_dtype() -> None:
+    """FX prints each node's dtype by its abbreviation from torch's table, which on some torch
+    releases lacks dtypes that release has (2.11: bits8, bits2x4, bits4x2, int1-7): printing a
+    graph with one raised KeyError and no dump was written. Each missing dtype gets the name
+    torch 2.13 gives it (``dtype.abbr``) or, on a torch without that, its own name."""
+    from torch.utils import _dtype_abbrs  # here: torch's table, filled only when a graph is printed
+
+    table = _dtype_abbrs.dtype_abbrs
+    for dtype in {v for v in vars(torch).values() if isinstance(v, torch.dtype)} - set(table):
+        table[dtype] = getattr(dtype, "abbr", None) or str(dtype).removeprefix("torch.")
 
 
 def _node_info(gm: fx.GraphModule) -> dict[str, dict[str, Any]]:

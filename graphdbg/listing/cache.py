@@ -38,7 +38,7 @@ def code_stamp(ops: str = "") -> str:
     op modules (``GRAPHDBG_OPS``, as ``--ops`` exports them for child processes)."""
     package = Path(__file__).resolve().parent.parent
     parts = [__version__, torch_version(), *sorted(m.strip() for m in ops.split(",") if m.strip())]
-    files = [f for sub in ("graph", "formats", "rebuild", "store", "listing")  # names_table.json too
+    files = [f for sub in ("graph", "formats", "rebuild", "store", "listing")  # the names tables too
              for f in sorted([*(package / sub).glob("*.py"), *(package / sub).glob("*.json")])]
     return files_stamp(parts, files)
 

@@ -190,6 +190,9 @@ def check_exported_test(path: str | Path, *, kind: str, captured: str | None, ti
     """
 
     path = Path(path).resolve()
+    if not _has_pytest():
+        return SelfCheck(False, f"not run: pytest is not installed for {sys.executable} (pip install pytest)", None,
+                         missing="pytest")
     with tempfile.TemporaryDirectory(prefix="graphdbg-selfcheck-", ignore_cleanup_errors=True) as tmp:
         # The test file alone, in a fresh folder that is pytest's rootdir, conftest boundary and
         # settings: no pytest.ini, conftest.py or package __init__.py beside the test (or above
@@ -227,6 +230,16 @@ def check_exported_test(path: str | Path, *, kind: str, captured: str | None, ti
     if kind == "accuracy":
         return SelfCheck(status == "mismatch", line, code, sandbox=sandbox)
     return SelfCheck(status == "crash" and same_signature(signature, captured), line, code, sandbox=sandbox)
+
+
+def _has_pytest() -> bool:
+    """Whether the user's interpreter finds pytest, asked before anything of graphdbg loads there
+    (which may stop first on another missing package: the question is pytest)."""
+    import subprocess  # here: only the exported test's self-check asks
+
+    probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('pytest') else 3)"
+    done = subprocess.run([sys.executable, "-c", probe], env=_clean_env(None), capture_output=True, timeout=120)
+    return done.returncode != 3
 
 
 def _last_error(text: str) -> str | None:

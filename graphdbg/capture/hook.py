@@ -38,7 +38,7 @@ from graphdbg.capture.seen import CallCounts, seen_before
 from graphdbg.capture.settings import DEFAULT_BUDGET, ENV_DUMP_DIR, ENV_REDACT, MODES
 from graphdbg.capture.stderr import say
 from graphdbg.capture.training import BackwardWatch, watch_backward
-from graphdbg.graph.snapshot import GraphSnapshot
+from graphdbg.graph.snapshot import GraphSnapshot, name_every_dtype
 from graphdbg.judge.accuracy import BY_DTYPE, OutputMismatch, Tolerance, compare_outputs
 from graphdbg.judge.failing_node import failing_node
 from graphdbg.judge.mutations import attrs_before_call, load_attrs, mutation_mismatches
@@ -166,6 +166,7 @@ class CapturingBackend:
         self.config_extra = dict(options) if isinstance(options, dict) else None
         nested.install()
         ddp.install()
+        name_every_dtype()  # Dynamo prints the graph it hands us (its structured log): no dtype may lack a name
         self.backend_recipe = backend_recipe(user_backend(backend))  # aot_autograd(...) / partial: its parts (backends/recipe.py)
         self._user_object = None if isinstance(backend, str) else backend
         if isinstance(backend, str):

@@ -51,7 +51,7 @@ class GraphSnapshot:
 
     @classmethod
     def take(cls, seq: int, gm: fx.GraphModule, keep_eager: bool) -> GraphSnapshot:
-        _name_every_dtype()
+        name_every_dtype()
         source = gm.print_readable(print_output=False, include_stride=True, include_device=True)
         return cls(
             seq=seq,
@@ -71,11 +71,13 @@ class GraphSnapshot:
         )
 
 
-def _name_every_dtype() -> None:
+def name_every_dtype() -> None:
     """FX prints each node's dtype by its abbreviation from torch's table, which on some torch
     releases lacks dtypes that release has (2.11: bits8, bits2x4, bits4x2, int1-7): printing a
-    graph with one raised KeyError and no dump was written. Each missing dtype gets the name
-    torch 2.13 gives it (``dtype.abbr``) or, on a torch without that, its own name."""
+    graph with one raised KeyError and no dump was written (and Dynamo's own structured log,
+    where a handler is on, failed before the backend ran). Each missing dtype gets the name torch
+    2.13 gives it (``dtype.abbr``) or, on a torch without that, its own name; nothing else changes.
+    Called when a capture is set up and whenever a graph is printed."""
     from torch.utils import _dtype_abbrs  # here: torch's table, filled only when a graph is printed
 
     table = _dtype_abbrs.dtype_abbrs

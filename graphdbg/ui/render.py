@@ -83,7 +83,7 @@ def _repr_line(obj: Any) -> str:
 # loaded can't be shown. Each waits here, as (dispatcher, module, class name) -> function, until
 # a dispatch finds no function and that module is loaded; then it is registered with the class
 # itself, so a renamed class is an AttributeError, not a display that silently falls back.
-WHEN_LOADED: dict[tuple[Any, str, str], Callable[[Any], Any]] = {}
+_WAITING: dict[tuple[Any, str, str], Callable[[Any], Any]] = {}
 
 
 def _when_loaded(dispatcher: Any, module: str, name: str) -> Callable[[Callable[[Any], Any]], Callable[[Any], Any]]:
@@ -91,16 +91,16 @@ def _when_loaded(dispatcher: Any, module: str, name: str) -> Callable[[Callable[
     module is loaded."""
 
     def wait(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        WHEN_LOADED[dispatcher, module, name] = fn
+        _WAITING[dispatcher, module, name] = fn
         return fn
     return wait
 
 
 def _register_loaded() -> bool:
     """Register every waiting function whose class's module is loaded now; whether any was."""
-    ready = [key for key in list(WHEN_LOADED) if key[1] in sys.modules]
+    ready = [key for key in list(_WAITING) if key[1] in sys.modules]
     for dispatcher, module, name in ready:
-        fn = WHEN_LOADED.pop((dispatcher, module, name), None)
+        fn = _WAITING.pop((dispatcher, module, name), None)
         if fn is not None:
             dispatcher.register(getattr(sys.modules[module], name), fn)
     return bool(ready)

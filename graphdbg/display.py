@@ -2,8 +2,9 @@
 
 ``Dump``, ``Case``, ``Outcome``, the listing and the minify/bisect results inherit ``Displayed``;
 the one lazy import of ``graphdbg.ui.render`` is here, so the nouns sit below the rendering layer
-and ``render`` can import them freely. ``render.RENDERERS`` maps a class name to its renderer,
-``render.REPRS`` to its one-line repr (no tensors, no tracebacks: a notebook cell stays short).
+and ``render`` can import them freely. ``render.renderable`` (a ``functools.singledispatch``) picks
+the renderer by the object's class, ``render.short_repr`` its one-line repr (no tensors, no
+tracebacks: a notebook cell stays short).
 """
 
 from __future__ import annotations

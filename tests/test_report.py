@@ -229,3 +229,101 @@ def test_report_screenshot_shows_the_verdict_and_failing_node_without_scrolling(
     width, bpp, rows = _png_pixels(shot.read_bytes())
     highlighted = sum(1 for row in rows for x in range(0, width * bpp, bpp) if tuple(row[x:x + 3]) == HIGHLIGHT)
     assert highlighted > 100, "the failing node is not highlighted on the first screen"
+
+
+# Hostile dump text: markup, an attribute breakout in both quotes, a Jinja expression (data is
+# never a template), an entity, terminal controls. Each field gets its own so that the test sees
+# which ones the page shows.
+def _hostile(field: str) -> str:
+    return f"<script>alert('{field}')</script><img src=x onerror=alert(1)>\"' onmouseover='x' {{{{7*7}}}} &amp; \x1b]0;t\x07"
+
+
+# What the page itself is made of: anything else is markup that came from a dump.
+PAGE_TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "p", "div", "span", "code", "pre", "b",
+             "br", "table", "tr", "th", "td", "a", "ul", "li", "details", "summary", "svg", "line", "text", "polyline",
+             "circle"}
+PAGE_ATTRS = {"lang", "charset", "class", "id", "href", "xmlns", "width", "height", "role", "aria-label", "x1", "y1",
+              "x2", "y2", "stroke", "x", "y", "font-size", "text-anchor", "fill", "stroke-width", "points", "cx", "cy", "r"}
+
+
+def _page_text(page: str) -> str:
+    """The page's text as a browser reads it; fails on any tag or attribute the page doesn't make
+    itself (a dump's text that became markup), or a link that leaves the page."""
+    from html.parser import HTMLParser
+
+    texts: list[str] = []
+
+    class Reader(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            assert tag in PAGE_TAGS, (tag, attrs)
+            for name, value in attrs:
+                assert name in PAGE_ATTRS, (tag, name, value)
+                assert name != "href" or value.startswith("#group-"), value
+
+        def handle_data(self, data):
+            texts.append(data)
+
+    assert "\x1b" not in page and "\x07" not in page  # terminal controls shown, not sent
+    Reader(convert_charrefs=True).feed(page)
+    return "".join(texts)
+
+
+def _hostile_folder(fixture_copy, tmp_path) -> Path:
+    """A copy of block_runtime_error under a hostile folder name, its manifest, a repro.py and
+    bisect results beside it holding hostile text in every field the report shows."""
+    dump = fixture_copy("block_runtime_error")
+    manifest = json.loads((dump / "manifest.json").read_text())
+    tb = (f'Traceback (most recent call last):\n  File "/x/site-packages/torch/fx.py", line 1, in run\n    run()\n'
+          f'  File "{_hostile("frame")}.py", line 3, in f\n    {_hostile("frame_code")}\n{_hostile("tb_error")}\n')
+    manifest["backend"] = _hostile("backend")
+    manifest["failure"].update(signature=_hostile("signature"), message=_hostile("message"),
+                               exception={"type": "RuntimeError", "message": _hostile("error"), "traceback": tb})
+    manifest["minified"] = {"from": _hostile("minified_from"), "backend": _hostile("minified_backend"), "start_nodes": 9,
+                            "oracle_queries": 3, "steps": [{"pass_name": _hostile("pass_name"), "nodes_before": 9,
+                                                            "nodes_after": 4, "queries": 3, "seconds": 0.5}]}
+    (dump / "manifest.json").write_text(json.dumps(manifest))
+    top = dump.parent.parent
+    (top / "repro.py").write_text(f"# {_hostile('repro')}\n</pre><script>alert('repro_pre')</script>\n")
+    (top / "bisect-passes.json").write_text(json.dumps({"culprit": _hostile("culprit"), "pattern": _hostile("pattern")}))
+    (top / "bisect-ranks.json").write_text(json.dumps({"odd": [1], "differences": {"1": [_hostile("rank_difference")]}}))
+    (top / "bisect-nodes.json").write_text(json.dumps({"node": _hostile("bisect_node"), "method": "bisect",
+                                                       "source": _hostile("bisect_source"), "max_abs_error": 0.5}))
+    hostile_top = tmp_path / "a<img src=x onerror=alert('folder')>'\"b"
+    os.replace(top, hostile_top)
+    return hostile_top
+
+
+def test_report_shows_hostile_dump_text_as_text_in_every_field(fixture_copy, tmp_path, cli):
+    folder = _hostile_folder(fixture_copy, tmp_path)
+    page = tmp_path / "r.html"
+    r = cli("report", folder, "-o", page)
+    assert r.code == 0, r
+    text = _page_text(page.read_text())
+    shown = {f for f in re.findall(r"alert\('(\w+)'\)", text)}
+    assert shown >= {"folder", "backend", "signature", "error", "frame", "frame_code", "tb_error", "minified_from",
+                     "minified_backend", "pass_name", "repro", "repro_pre", "culprit", "pattern", "rank_difference",
+                     "bisect_node", "bisect_source"}, shown
+    assert "{{7*7}}" in text and "49" not in re.findall(r"\d+", text.split("{{7*7}}")[0])[-1:]  # data is never a template
+
+
+def test_report_template_escapes_every_value_it_is_given(fixture_copy, tmp_path):
+    """Every string the template is given (those a dump can't reach today too: node names, dtypes,
+    CSS classes, ids), replaced by hostile text: the page still holds only its own markup."""
+    from graphdbg.listing import list_dumps
+    from graphdbg.ui.report import _template, page_context
+
+    def poison(value, where):
+        if isinstance(value, dict):
+            return {k: poison(v, f"{where}_{k}") for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(poison(v, f"{where}_{i}") for i, v in enumerate(value))
+        return _hostile(where) if isinstance(value, (str, Path)) and str(value) else value  # "": none
+
+    context = page_context(list_dumps(_hostile_folder(fixture_copy, tmp_path)))
+    poisoned = poison(context, "v")
+    text = _page_text(_template().render(**poisoned))
+    shown = set(re.findall(r"alert\('(\w+)'\)", text))
+    for key in ("title", "root", "version", "answer_kind", "answer_verdict", "answer_command", "groups_0_id",
+                "groups_0_kind", "groups_0_backend", "groups_0_node_rows_0_name", "groups_0_node_rows_0_dtype",
+                "groups_0_source_0_1", "groups_0_minify_steps_0_seconds", "bisect_0_path"):
+        assert f"v_{key}" in shown, (key, sorted(shown))

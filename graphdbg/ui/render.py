@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -17,7 +18,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from graphdbg.backends.recipe import shown_backend
-from graphdbg.dump import is_failure  # not graphdbg.listing: its cache and readers are ls's alone
+from graphdbg.dump import Dump, is_failure  # not graphdbg.listing: its cache and readers are ls's alone
 from graphdbg.judge.difference import describe_difference
 from graphdbg.judge.environment import suspects
 from graphdbg.store.display_facts import DisplayFacts
@@ -25,7 +26,6 @@ from graphdbg.tables import failing_node_names
 
 if TYPE_CHECKING:
     from graphdbg.case import Case
-    from graphdbg.dump import Dump
 
 # C0 and C1 controls but newline and tab, DEL, and the bidi overrides: a dump's text may hold an
 # OSC (window title, OSC 52 clipboard write), a CSI (screen clear) or a Trojan-Source reordering.
@@ -59,6 +59,51 @@ def safe_console(**kwargs: Any) -> Any:
 
     kwargs.setdefault("markup", False)
     return SafeConsole(**kwargs)
+
+
+@functools.singledispatch
+def renderable(obj: Any) -> Any:
+    """The rich renderable of a graphdbg noun: the function registered for the nearest class in its
+    MRO (``functools.singledispatch``); any other object shows as its repr."""
+    if _register_loaded():
+        return renderable(obj)
+    return Text(repr(obj))
+
+
+@functools.singledispatch
+def _repr_line(obj: Any) -> str:
+    """The one-line repr of a graphdbg noun (``short_repr``), by its class as ``renderable``."""
+    if _register_loaded():
+        return _repr_line(obj)
+    return object.__repr__(obj)
+
+
+# Functions for classes whose module this one doesn't import: render loads without torch or
+# pydantic (``ls`` shows its table through it), and an object of a class whose module isn't
+# loaded can't be shown. Each waits here, as (dispatcher, module, class name) -> function, until
+# a dispatch finds no function and that module is loaded; then it is registered with the class
+# itself, so a renamed class is an AttributeError, not a display that silently falls back.
+_WAITING: dict[tuple[Any, str, str], Callable[[Any], Any]] = {}
+
+
+def _when_loaded(dispatcher: Any, module: str, name: str) -> Callable[[Callable[[Any], Any]], Callable[[Any], Any]]:
+    """Register the decorated function with ``dispatcher`` for the class ``module.name`` once that
+    module is loaded."""
+
+    def wait(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        _WAITING[dispatcher, module, name] = fn
+        return fn
+    return wait
+
+
+def _register_loaded() -> bool:
+    """Register every waiting function whose class's module is loaded now; whether any was."""
+    ready = [key for key in list(_WAITING) if key[1] in sys.modules]
+    for dispatcher, module, name in ready:
+        fn = _WAITING.pop((dispatcher, module, name), None)
+        if fn is not None:
+            dispatcher.register(getattr(sys.modules[module], name), fn)
+    return bool(ready)
 
 
 def cell_text(value: Any) -> str:
@@ -439,6 +484,11 @@ def _arg_text(value: Any) -> str:
     return repr(value)
 
 
+@renderable.register(Dump)
+def _dump_with_path(dump: Dump) -> Group:
+    return Group(_path_text(str(dump.path), style="dim"), dump_panel(dump))
+
+
 def graph_tree(dump: Dump) -> Tree:
     """The graph grouped under the user source line each node came from."""
     from graphdbg.graph.hashing import target_name  # this module loads without torch (fast CLI start); this brings torch in
@@ -550,6 +600,7 @@ def show(dump: Dump) -> Group:
     return Group(*parts)
 
 
+@_when_loaded(renderable, "graphdbg.case", "Case")
 def case_panel(case: Case) -> Panel:
     text = Text(f"{len(case.placeholders)} inputs on {case.device}, {len(case.gm.graph.nodes)} nodes\n")
     for s in case.stand_ins:
@@ -651,6 +702,7 @@ def environment_panel(differences: list[Any], not_restored: list[str] | None = N
     return Boxed(text, "differs from the capture", "yellow")
 
 
+@_when_loaded(renderable, "graphdbg.replay.outcome", "Outcome")
 def outcome_panel(outcome: Any, dump: Any = None, differences: list[Any] | None = None) -> Boxed:
     text = Text()
     if dump is not None:
@@ -755,6 +807,7 @@ def _measure(value: Any, spec: str = ".3g") -> str:
     return "inf" if value is None else format(value, spec)
 
 
+@_when_loaded(renderable, "graphdbg.minify.bisect", "PassBisection")
 def pass_bisection_panel(result: Any) -> Panel:
     """``bisect passes``: the culprit pass (and pattern/match), then the good and bad outcomes."""
     text = Text()
@@ -777,6 +830,7 @@ def pass_bisection_panel(result: Any) -> Panel:
     return Panel(text, title="bisect passes", expand=False)
 
 
+@_when_loaded(renderable, "graphdbg.replay.divergence", "NodeDivergence")
 def node_divergence_panel(result: Any) -> Panel:
     """``bisect nodes``: the first diverging node, its source line and module, how far off."""
     text = Text()
@@ -806,6 +860,7 @@ def node_divergence_panel(result: Any) -> Panel:
     return Panel(text, title="bisect nodes", expand=False)
 
 
+@_when_loaded(renderable, "graphdbg.minify.bisect", "RankReport")
 def rank_report_table(report: Any) -> Group:
     """``bisect ranks``: one row per rank, its graph and signature, what differs from the majority."""
     table = Table(title=f"{len(report.ranks)} ranks" + (f", odd: {rank_ranges(report.odd)}" if report.odd else ", none differs"))
@@ -822,6 +877,7 @@ def rank_report_table(report: Any) -> Group:
     return Group(*parts)
 
 
+@_when_loaded(renderable, "graphdbg.minify.shrinker", "MinifyResult")
 def minify_panel(result: Any) -> Boxed:
     """``minify``: nodes before and after, queries, where it was saved, and each winning step."""
     lines = Text(f"{result.start_nodes} -> {result.final_nodes} nodes, {result.queries} queries, "
@@ -846,6 +902,7 @@ def append_kernel_lines(text: Text, kernels: list[dict[str, Any]]) -> None:
                     style="yellow" if k["ran"] == "stand-in" else "dim")
 
 
+@_when_loaded(renderable, "graphdbg.replay.swap", "SwapReport")
 def swap_table(report: Any) -> Group:
     """``compare --swap``: per output, how far the swaps move it."""
     swaps = ", ".join(f"{s['op']} -> {s['reference']}" for s in report.swaps)
@@ -877,6 +934,7 @@ def swap_table(report: Any) -> Group:
     return Group(table, notes)
 
 
+@_when_loaded(renderable, "graphdbg.minify.bisect_envs", "EnvBisection")
 def env_bisection_panel(result: Any) -> Boxed:
     """``bisect envs``: each environment's verdict, then the one that flips it and what differs."""
     text = Text()
@@ -887,6 +945,7 @@ def env_bisection_panel(result: Any) -> Boxed:
     return Boxed(text, f"bisect envs ({result.mode})", "red" if result.culprit else "green")
 
 
+@_when_loaded(renderable, "graphdbg.minify.bisect_ops", "BisectOpsResult")
 def bisect_ops_panel(result: Any) -> Panel:
     text = Text()
     for name in result.culprits:
@@ -922,77 +981,61 @@ def bisect_ops_panel(result: Any) -> Panel:
     return Panel(text, title="bisect ops", expand=False)
 
 
-# The classes shown, as (module, class): resolved to the class itself when the module is loaded
-# (an object of a class whose module isn't loaded can't be here), so a renamed class is an
-# AttributeError, not a display that silently falls back; the nouns' modules stay unimported
-# (a Dump shown in a notebook must not import torch for Case's sake).
-DUMP, CASE, OUTCOME = ("graphdbg.dump", "Dump"), ("graphdbg.case", "Case"), ("graphdbg.replay.outcome", "Outcome")
-PASS_BISECTION, NODE_DIVERGENCE = ("graphdbg.minify.bisect", "PassBisection"), ("graphdbg.replay.divergence", "NodeDivergence")
-RANK_REPORT, MINIFY_RESULT = ("graphdbg.minify.bisect", "RankReport"), ("graphdbg.minify.shrinker", "MinifyResult")
-LISTING = ("graphdbg.listing.groups", "Listing")
-ENV_BISECTION = ("graphdbg.minify.bisect_envs", "EnvBisection")
-SWAP_REPORT, BISECT_OPS = ("graphdbg.replay.swap", "SwapReport"), ("graphdbg.minify.bisect_ops", "BisectOpsResult")
-
-RENDERERS = {DUMP: lambda d: Group(_path_text(str(d.path), style="dim"), dump_panel(d)), CASE: lambda c: case_panel(c),
-             OUTCOME: lambda o: outcome_panel(o), PASS_BISECTION: pass_bisection_panel, ENV_BISECTION: env_bisection_panel,
-             NODE_DIVERGENCE: node_divergence_panel, RANK_REPORT: rank_report_table, MINIFY_RESULT: minify_panel,
-             SWAP_REPORT: swap_table, BISECT_OPS: bisect_ops_panel,
-             LISTING: lambda listing: ListingView(listing.groups, str(listing.root))}
-
-
-def _for_type(table: dict[tuple[str, str], Callable[[Any], Any]], obj: Any) -> Callable[[Any], Any] | None:
-    """The entry of ``table`` for the first class in ``obj``'s MRO that has one."""
-    loaded = {getattr(sys.modules[module], name): fn for (module, name), fn in table.items() if module in sys.modules}
-    return next((loaded[cls] for cls in type(obj).__mro__ if cls in loaded), None)
+@_when_loaded(renderable, "graphdbg.listing.groups", "Listing")
+def _listing_view(listing: Any) -> ListingView:
+    return ListingView(listing.groups, str(listing.root))
 
 
 def _seconds(value: Any) -> str:
     return f", {value:.2f}s" if value is not None and value == value else ""
 
 
+@_when_loaded(_repr_line, "graphdbg.case", "Case")
 def _case_repr(c: Any) -> str:
     loaded = f", from {c.dump.id}" if getattr(c, "dump", None) is not None else ""
     stand_ins = f", {len(c.stand_ins)} stand-ins" if c.stand_ins else ""
     return f"Case({len(c.gm.graph.nodes)} nodes, {len(c.placeholders)} inputs on {c.device}{loaded}{stand_ins})"
 
 
+@_when_loaded(_repr_line, "graphdbg.listing.groups", "Listing")
 def _listing_repr(listing: Any) -> str:
     return f"Listing({len(listing.groups)} groups, {len(listing.dumps)} dumps under {str(listing.root)!r}" + \
         (f", {len(listing.problems)} unreadable" if listing.problems else "") + ")"
 
 
+@_when_loaded(_repr_line, "graphdbg.minify.shrinker", "MinifyResult")
 def _minify_repr(r: Any) -> str:
     saved = f", saved to {str(r.saved)!r}" if r.saved else ""
     return (f"MinifyResult({r.start_nodes} -> {r.final_nodes} nodes, {r.queries} queries, {r.outcome.status}"
             f"{', interrupted' if r.interrupted else ''}{saved})")
 
 
-REPRS = {
-    CASE: _case_repr,
-    OUTCOME: lambda o: f"Outcome({o.summary() if o.status != 'pass' else 'pass'}, backend {o.backend!r}{_seconds(o.total_s)})",
-    MINIFY_RESULT: _minify_repr,
-    LISTING: _listing_repr,
-    PASS_BISECTION: lambda r: f"PassBisection(culprit={r.culprit!r}, {r.runs} runs)",
-    NODE_DIVERGENCE: lambda r: f"NodeDivergence({r.summary()})",
-    RANK_REPORT: lambda r: f"RankReport(ranks {rank_ranges(r.ranks)}, odd {rank_ranges(r.odd) or 'none'})",
-}
+@_when_loaded(_repr_line, "graphdbg.replay.outcome", "Outcome")
+def _outcome_repr(o: Any) -> str:
+    return f"Outcome({o.summary() if o.status != 'pass' else 'pass'}, backend {o.backend!r}{_seconds(o.total_s)})"
+
+
+@_when_loaded(_repr_line, "graphdbg.minify.bisect", "PassBisection")
+def _pass_bisection_repr(r: Any) -> str:
+    return f"PassBisection(culprit={r.culprit!r}, {r.runs} runs)"
+
+
+@_when_loaded(_repr_line, "graphdbg.replay.divergence", "NodeDivergence")
+def _node_divergence_repr(r: Any) -> str:
+    return f"NodeDivergence({r.summary()})"
+
+
+@_when_loaded(_repr_line, "graphdbg.minify.bisect", "RankReport")
+def _rank_report_repr(r: Any) -> str:
+    return f"RankReport(ranks {rank_ranges(r.ranks)}, odd {rank_ranges(r.odd) or 'none'})"
 
 
 def short_repr(obj: Any) -> str:
     """One line, no tensors, no tracebacks: what a notebook shows for a graphdbg noun."""
-    fn = _for_type(REPRS, obj)
-    if fn is None:
-        return object.__repr__(obj)
     try:
-        return fn(obj)
+        return _repr_line(obj)
     except Exception as e:  # a repr must never raise
         return f"<{type(obj).__name__}: {type(e).__name__} in repr>"
-
-
-def renderable(obj: Any) -> Any:
-    """The rich renderable of a graphdbg noun: the first renderer registered for a class in its MRO."""
-    fn = _for_type(RENDERERS, obj)
-    return fn(obj) if fn is not None else Text(repr(obj))
 
 
 def html_of(obj: Any, width: int = 120) -> str:

@@ -327,15 +327,6 @@ def _environment(dump: object, as_captured: bool, as_json: bool) -> tuple[list, 
     return found, left
 
 
-class _manifest_only:
-    """A dump's manifest alone (minify loads the rest itself); a graph file has none."""
-
-    def __init__(self, path: Path) -> None:
-        from graphdbg.store.manifest import MANIFEST, read_manifest
-
-        self.manifest = read_manifest(path) if (path / MANIFEST).is_file() else None
-
-
 def _with_code_differences(found: list, dump: object, outcome: object) -> list:
     """``found`` and where the replay's generated code differs from the capture's, ranked (a
     variable the backend read first, then the generated code)."""
@@ -348,21 +339,28 @@ def _environment_json(found: list, left: list[str]) -> dict:
     return {"environment_differences": [d.to_dict() for d in found], "not_restored": left}
 
 
-def _own_backend(path: Path, trust: bool, command: str, world_graph: str | None = None) -> str | None:
-    """The dump's own backend; code it names is imported only with --trust-backend. For a world
-    (``world_graph``: the --graph of --all-ranks), the backend of the graph the world replays."""
+def _own_backend(d: object, path: Path, trust: bool, command: str) -> str | None:
+    """The loaded dump ``d``'s own backend (``path``: as the user named it); code it names is
+    imported only with --trust-backend."""
+    from graphdbg.backends.resolve import dump_backend
+    from graphdbg.store.manifest import find_dumps
+
+    if path.is_dir() and not find_dumps(path):
+        return None  # a folder of printed graphs: they record no backend, and replay them as printed (eager)
+    return dump_backend(d, trust, command, shown_path=path)
+
+
+def _world_backend(path: Path, trust: bool, world_graph: str | None) -> str | None:
+    """The backend of the graph a world (--all-ranks, ``world_graph``: its --graph) replays."""
     from graphdbg.backends.resolve import dump_backend
     from graphdbg.formats import load as load_dump
     from graphdbg.replay.world import world_dumps
     from graphdbg.store.manifest import find_dumps
 
-    folders = find_dumps(path) if path.is_dir() else []
-    if path.is_dir() and not folders:
+    if not find_dumps(path):
         return None  # a folder of printed graphs: they record no backend, and replay them as printed (eager)
-    if folders and command.endswith("--all-ranks"):
-        paths = world_dumps(path, world_graph)[1]
-        folders = [paths[min(paths)]]
-    return dump_backend(load_dump(folders[0] if folders else path), trust, command, shown_path=path)
+    paths = world_dumps(path, world_graph)[1]
+    return dump_backend(load_dump(paths[min(paths)]), trust, "replay --all-ranks", shown_path=path)
 
 
 @app.command(epilog=_example("graphdbg replay fixtures/block_runtime_error --trust-backend"))
@@ -410,7 +408,7 @@ def replay(
         if trust_kernels:  # a rank process talks to its peers: it is not the sandboxed child a dump's kernel runs in
             raise GraphdbgError("--trust-kernels runs a dump's kernel source only in the sandboxed replay child, "
                                 "not in the rank processes of --all-ranks; replay one rank's dump with it")
-        backend = backend or _own_backend(dump, trust_backend, "replay --all-ranks", graph)
+        backend = backend or _world_backend(dump, trust_backend, graph)
         from graphdbg.replay.world import replay_world
 
         world = replay_world(dump, backend, opts, graph=graph, nproc=nproc,
@@ -452,20 +450,7 @@ def _replay_shown(d: object, outcomes: list, how: str, found: list, left: list[s
         console.print(outcome_panel(outcome, d, found), crop=False)
         if repeated:
             console.print(repeated.line(), highlight=False, soft_wrap=True)
-    return replay_exit_code(d, outcome)
-
-
-DIFFERENT_FAILURE = 4  # it failed, but not the way the dump recorded: not "the bug is still there"
-
-
-def replay_exit_code(dump: object, outcome: object) -> int:
-    """0 pass, 1 the captured failure again (any failure, for a dump that recorded none), 4 a
-    different failure, 2/timeout as the Outcome says."""
-    code = outcome.exit_code
-    recorded = dump.failure_kind in ("compile_error", "runtime_error", "accuracy", "crash")
-    if code == 1 and recorded and not outcome.reproduces(dump):
-        return DIFFERENT_FAILURE
-    return code
+    return outcome.exit_code_for(d)
 
 
 @app.command(epilog=_example("graphdbg compare fixtures/block_accuracy --backends eager,aot_eager"))
@@ -495,12 +480,12 @@ def compare(
     if swap:
         raise typer.Exit(_compare_swap(dump, swap, device, ops, seed, as_json, trust_kernels, timeout, isolate, bounds))
     from graphdbg.backends.recipe import backend_label
-    from graphdbg.replay.entry import compare_outcomes, compared_backends, outcomes_table, own_backend_missing
+    from graphdbg.replay.entry import compare_exit_code, compare_outcomes, compared_backends, outcomes_table, own_backend_missing
     from graphdbg.ui.render import compare_table
 
     _inputs_setup(ops, seed)
     d = _load_with_progress(dump, "compare", quiet=as_json)
-    names, left_out = compared_backends(backends, lambda: _own_backend(dump, trust_backend, "compare"))
+    names, left_out = compared_backends(backends, lambda: _own_backend(d, dump, trust_backend, "compare"))
     if left_out is not None:
         _note(f"graphdbg: left out {left_out}")
     found, left = _environment(d, as_captured, as_json)
@@ -519,7 +504,7 @@ def compare(
         console.print(PlainWhenPiped(compare_table(df)), crop=False)
         if missing:
             console.print(f"note: {missing}", style="yellow", highlight=False, soft_wrap=True)
-    raise typer.Exit(0 if (df.status == "pass").all() else 1)
+    raise typer.Exit(compare_exit_code(outcomes))
 
 
 def _compare_swap(dump: Path, swap: list[str], device: str | None, ops: str | None, seed: int | None, as_json: bool,
@@ -532,7 +517,7 @@ def _compare_swap(dump: Path, swap: list[str], device: str | None, ops: str | No
         report = swap_dump(d, swap, device=device, trust_kernels=trust_kernels, timeout=timeout, isolate=isolate,
                            within=bounds)
     _report(report, as_json, "compare-swap")
-    return 1 if report.moved else 0
+    return report.exit_code
 
 
 def _bounds(within: list[str] | None, swap: list[str] | None, needs_swap: bool = True) -> list:
@@ -578,13 +563,14 @@ def minify(
         raise GraphdbgError("minify: --timeout bounds the sandboxed workers; with --no-isolate the graph runs in this process, "
                             "where a call stuck in C can't be stopped: drop one of the two")
     _inputs_setup(ops)
-    backend = backend or _own_backend(dump, trust_backend, "minify")
+    d = _load_with_progress(dump, "minify", quiet=as_json)  # read once: the backend, the environment and the graph come from it
+    backend = backend or _own_backend(d, dump, trust_backend, "minify")
     if out is None:
         out = _default_output(Path(f"{dump.name.removesuffix('.py')}-min"))
         _note(f"minify: writing to ./{out}/ (-o to choose)")
-    found, left = _environment(_manifest_only(dump), as_captured, as_json)
+    found, left = _environment(d, as_captured, as_json)
     progress = False if as_json else (True if _err_console().is_terminal else _line_progress("minify"))
-    result = run_minify(dump, backend, passes, options=ReplayOptions(isolate=isolate, timeout=timeout, device=device,
+    result = run_minify(d, backend, passes, options=ReplayOptions(isolate=isolate, timeout=timeout, device=device,
                                                                      trust_kernels=trust_kernels),
                         accuracy=accuracy, jobs=jobs, out=out, progress=progress, any_failure=any_failure,
                         max_queries=max_queries or None, time_budget=time_budget or None, failure_rate=failure_rate)
@@ -641,12 +627,13 @@ def bisect_passes(
     """The first pass after which the outcome goes bad (and, for a pattern pass, which replacement)."""
     from graphdbg.minify import bisect_passes as run
 
-    backend = backend or _own_backend(dump, trust_backend, "bisect passes")
-    case = _load_with_progress(dump, "bisect", quiet=as_json).case(device)
+    d = _load_with_progress(dump, "bisect", quiet=as_json)
+    backend = backend or _own_backend(d, dump, trust_backend, "bisect passes")
+    case = d.case(device)
     with _progress(f"bisect passes: {len(passes.split(','))} passes", quiet=as_json):
         result = run(case, backend, passes, failure_rate=failure_rate)
     _report(result, as_json, "bisect-passes")
-    raise typer.Exit(0 if result.culprit is None else 4 if result.fails_differently else 1)
+    raise typer.Exit(result.exit_code)
 
 
 @bisect_app.command("nodes", epilog=_example("graphdbg bisect nodes fixtures/block_accuracy --trust-backend"))
@@ -667,12 +654,12 @@ def bisect_nodes(
     """The first node whose value diverges from the reference, with its source line and module."""
     from graphdbg.minify import bisect_nodes as run
 
-    backend = backend or _own_backend(dump, trust_backend, "bisect nodes")
+    d = _load_with_progress(dump, "bisect", quiet=as_json)
+    backend = backend or _own_backend(d, dump, trust_backend, "bisect nodes")
     if backward:
         from graphdbg.minify.backward import bisect_training_nodes as run  # noqa: F811
     from graphdbg.replay.isolation import deadline
 
-    d = _load_with_progress(dump, "bisect", quiet=as_json)
     opts = ReplayOptions(rtol=rtol, atol=atol, device=device)
     if isolate:  # the graph runs in a sandboxed child, ended (exit 2) past the timeout
         from graphdbg.minify.sandboxed import sandboxed_bisect_nodes
@@ -680,20 +667,12 @@ def bisect_nodes(
         with _progress(f"bisect nodes: {d.manifest.get('graph', {}).get('nodes', '?')} nodes", quiet=as_json):
             result = sandboxed_bisect_nodes(d, backend, passes, opts, timeout=timeout, backward=backward, trust=trust_backend)
         _report(result, as_json, "bisect-nodes")
-        raise typer.Exit(_bisect_nodes_exit(result))
+        raise typer.Exit(result.exit_code)
     case = d.case(device)
     with deadline(timeout, "bisect nodes"), _progress(f"bisect nodes: {len(case.gm.graph.nodes)} nodes", quiet=as_json):
         result = run(case, backend, passes, opts, **({"trust": trust_backend} if backward else {}))
     _report(result, as_json, "bisect-nodes")
-    raise typer.Exit(_bisect_nodes_exit(result))
-
-
-def _bisect_nodes_exit(result: Any) -> int:
-    """5: nothing was compared (no verdict); 4: what was found fails, not as captured; 1: a node, or a
-    pass that fails before any node runs; 0: none."""
-    if result.node is None and result.failure is None:
-        return 5 if result.compared == 0 else 0
-    return 4 if result.fails_differently else 1
+    raise typer.Exit(result.exit_code)
 
 
 @bisect_app.command("envs", epilog=_example("graphdbg bisect envs DUMP --python /venvs/torch-2.11/bin/python --python /venvs/torch-2.13/bin/python"))
@@ -713,12 +692,12 @@ def bisect_envs(
     from graphdbg.minify.bisect_envs import bisect_envs as run
 
     d = _load_with_progress(dump, "bisect", quiet=as_json)
-    backend = backend or _own_backend(dump, trust_backend, "bisect envs")
+    backend = backend or _own_backend(d, dump, trust_backend, "bisect envs")
     what = f"{len(python)} interpreters" if python else "the settings that differ from the capture"
     with _progress(f"bisect envs: {what}", quiet=as_json):
         result = run(d, backend, python, ReplayOptions(device=device, timeout=timeout), failure_rate=failure_rate)
     _report(result, as_json, "bisect-envs")
-    raise typer.Exit(0 if result.culprit is None else 1)
+    raise typer.Exit(result.exit_code)
 
 
 @bisect_app.command("ops", epilog=_example("graphdbg bisect ops DUMP --ops mymodel.kernels"))
@@ -747,7 +726,7 @@ def bisect_ops(
         result = bisect_ops_dump(d, swap or [], device=device, trust_kernels=trust_kernels, timeout=timeout, isolate=isolate,
                                  within=bounds)
     _report(result, as_json, "bisect-ops")
-    raise typer.Exit(1 if result.culprits else 0)
+    raise typer.Exit(result.exit_code)
 
 
 @bisect_app.command("ranks", epilog=_example("graphdbg bisect ranks dumps"))
@@ -760,7 +739,7 @@ def bisect_ranks(path: Annotated[Path, typer.Argument(help="A folder of rank dum
     with _progress("bisect ranks", quiet=as_json):
         result = run(path, graph=graph)
     _report(result, as_json, "bisect-ranks")
-    raise typer.Exit(1 if result.odd else 0)
+    raise typer.Exit(result.exit_code)
 
 
 @app.command("export-test", epilog=_example("graphdbg export-test fixtures/block_runtime_error --trust-backend -o tests/test_block.py"))

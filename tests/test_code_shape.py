@@ -15,8 +15,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "graphdbg"
 MAX_LINES = 80
 
-# files whose imports inside functions are not checked: the CLI, whose module comment says why for all
-UNCHECKED_IMPORTS = {"ui/cli.py"}
+# files whose imports inside functions are not checked: the CLI and its commands, whose module comment says why for all
+UNCHECKED_IMPORTS = ("ui/cli.py", "ui/commands/")
 
 # functions allowed over the limit (none today; an entry needs a reason beside it)
 ALLOWED: set[str] = set()
@@ -81,7 +81,7 @@ def lazy_imports_without_a_reason(package: Path = PACKAGE) -> list[str]:
     out = []
     for path in sorted(package.rglob("*.py")):
         rel = path.relative_to(package).as_posix()
-        if rel in UNCHECKED_IMPORTS:
+        if rel.startswith(UNCHECKED_IMPORTS):
             continue
         text = path.read_text()
         lines = text.splitlines()

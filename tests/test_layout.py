@@ -64,7 +64,7 @@ def test_nothing_in_the_package_imports_the_facade_or_reaches_into_capture():
     graph = grimp.build_graph("graphdbg", exclude_type_checking_imports=True, cache_dir=None)
     facade = sorted(graph.find_modules_that_directly_import("graphdbg"))
     assert facade == [], f"modules that import the graphdbg facade: {facade}"
-    allowed = ("graphdbg.capture", "graphdbg.ui.cli")
+    allowed = ("graphdbg.capture", "graphdbg.ui.commands.capture")
     into_capture = sorted((m, d) for m in graph.modules for d in graph.find_modules_directly_imported_by(m)
                           if d.startswith("graphdbg.capture") and not (m == "graphdbg" or m.startswith(allowed)))
     assert into_capture == [], f"imports of capture/ from outside it: {into_capture}"

@@ -10,6 +10,7 @@ import pytest
 import typer
 
 from graphdbg.ui import cli as cli_module
+from graphdbg.ui.commands.common import _Range
 
 
 def _commands(group, path=()):
@@ -29,7 +30,7 @@ def _int_options():
             if getattr(param, "param_type_name", "") != "option" or param.is_flag:
                 continue
             kind = getattr(param.type, "func", None)
-            if param.type.name in ("integer", "integer range") or isinstance(kind, cli_module._Range):
+            if param.type.name in ("integer", "integer range") or isinstance(kind, _Range):
                 out.append((path, param, command))
     return out
 
@@ -37,7 +38,7 @@ def _int_options():
 def test_every_integer_option_has_a_range():
     found = _int_options()
     assert len(found) >= 10, found  # --repeat, --jobs, --seed, --nproc, ...
-    unbounded = [(" ".join(path), p.opts[0]) for path, p, _ in found if not isinstance(getattr(p.type, "func", None), cli_module._Range)]
+    unbounded = [(" ".join(path), p.opts[0]) for path, p, _ in found if not isinstance(getattr(p.type, "func", None), _Range)]
     assert not unbounded, unbounded
 
 

@@ -47,7 +47,7 @@ from graphdbg.replay.crash import set_crash, set_pass_crash, unwrap
 from graphdbg.replay.divergence import NodeDivergence, describe_node, graph_divergence, graph_it_runs, references
 from graphdbg.replay.graph_meta import with_dynamo_meta
 from graphdbg.replay.options import ReplayOptions
-from graphdbg.replay.outcome import Outcome
+from graphdbg.replay.outcome import DIFFERENT_FAILURE, Outcome
 from graphdbg.replay.passes import PassFailed, PassSpec, apply_passes, inductor_post_grad_patch, resolve_passes
 from graphdbg.replay.run import replay_case
 from graphdbg.replay.values import ValueRecorder
@@ -75,6 +75,11 @@ class PassBisection(Displayed):
     note: str = ""
     fails_differently: bool = False  # with the culprit the outcome fails, but not as the dump recorded
     captured: str | None = None  # the dump's recorded failure, named when the culprit's differs
+
+    @property
+    def exit_code(self) -> int:
+        """``bisect passes``' exit code: 0 no culprit, 1 one, 4 one whose failure is not the captured one."""
+        return 0 if self.culprit is None else DIFFERENT_FAILURE if self.fails_differently else 1
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -361,6 +366,11 @@ class RankReport(Displayed):
     @property
     def odd(self) -> list[int]:
         return sorted(r for r, d in self.differences.items() if d)
+
+    @property
+    def exit_code(self) -> int:
+        """``bisect ranks``' exit code: 1 when some rank differs from the others, else 0."""
+        return 1 if self.odd else 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"ranks": self.ranks, "odd": self.odd, "graphs": self.graphs, "signatures": self.signatures,

@@ -70,6 +70,11 @@ class EnvBisection(Displayed):
     alone: bool | None = None  # settings: whether the culprit's captured value alone flips it
     note: str = ""
 
+    @property
+    def exit_code(self) -> int:
+        """``bisect envs``' exit code: 1 when an environment or setting is named, else 0."""
+        return 0 if self.culprit is None else 1
+
     def to_dict(self) -> dict[str, Any]:
         return {"mode": self.mode, "culprit": self.culprit, "alone": self.alone, "note": self.note,
                 "runs": [r.to_dict() for r in self.runs], "differences": [d.to_dict() for d in self.differences]}

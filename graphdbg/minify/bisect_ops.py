@@ -57,6 +57,11 @@ class BisectOpsResult:
     rows: list[dict[str, Any]] = field(default_factory=list)  # per output: the captured graph's measures against the all-reference graph's
     assumptions: list[dict[str, Any]] = field(default_factory=list)  # per swapped op: what its built-in reference assumed
 
+    @property
+    def exit_code(self) -> int:
+        """``bisect ops``' exit code: 1 when an op is named, else 0."""
+        return 1 if self.culprits else 0
+
     def to_dict(self) -> dict[str, Any]:
         return {"culprits": self.culprits, "culprit": self.culprits[0] if self.culprits else None, "ops": self.ops,
                 "error": self.error, "error_vs_float64": self.error_vs_float64,

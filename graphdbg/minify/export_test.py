@@ -147,7 +147,7 @@ def copy_dump_files(d: Any, dest: Path) -> list[str]:
     symbolic link is followed, and only regular files are read.
     """
     with Folder.open(dest.parent, create=True) as parent, parent.sub(dest.name, create=True) as folder:
-        return copy_dump(d.path, folder)
+        return copy_dump(d.path, folder, d.manifest)  # the manifest the Dump read and checked: not read again
 
 
 _TEMPLATE = '''"""Regression test exported by graphdbg from a dump (the captured failure is CAPTURED below).

@@ -28,6 +28,7 @@ from graphdbg.judge.accuracy import BY_DTYPE, Tolerance, judge_outputs
 from graphdbg.rebuild.inputs import clone_values
 from graphdbg.replay.float64 import Float64Recorder
 from graphdbg.replay.graph_meta import with_dynamo_meta
+from graphdbg.replay.outcome import DIFFERENT_FAILURE
 from graphdbg.replay.passes import apply_passes
 from graphdbg.replay.values import COMPUTE_OPS, ValueRecorder
 
@@ -61,6 +62,14 @@ class NodeDivergence(Displayed):
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def exit_code(self) -> int:
+        """``bisect nodes``' exit code: 5 nothing was compared (no verdict); 4 what was found fails,
+        not as captured; 1 a node, or a pass that fails before any node runs; 0 none."""
+        if self.node is None and self.failure is None:
+            return 5 if self.compared == 0 else 0
+        return DIFFERENT_FAILURE if self.fails_differently else 1
 
     def summary(self) -> str:
         if self.node is None and self.failure is not None:  # a pass failed before any node ran

@@ -232,6 +232,11 @@ def outcomes_table(dump: Any, outcomes: Sequence[Outcome]):
     return df
 
 
+def compare_exit_code(outcomes: Sequence[Outcome]) -> int:
+    """``compare``'s exit code: 1 when any backend fails, else 0."""
+    return 1 if any(o.failed for o in outcomes) else 0
+
+
 def compare_backends(dump: Any, backends: Sequence[str | Callable[..., Any]], options: ReplayOptions | None = None):
     """One replay per backend (``compare_outcomes``); a pandas DataFrame with one row each (and
     the Outcomes in ``.attrs``)."""

@@ -26,6 +26,8 @@ from graphdbg.judge.signature import same_signature
 
 Status = Literal["pass", "crash", "mismatch", "timeout"]
 STATUSES = get_args(Status)
+RECORDED_FAILURES = ("compile_error", "runtime_error", "accuracy", "crash")  # the failure kinds a dump can show again
+DIFFERENT_FAILURE = 4  # the exit code of a replay that failed, but not the way the dump recorded: not "the bug is still there"
 
 
 class Outcome(Displayed, BaseModel):
@@ -118,6 +120,17 @@ class Outcome(Displayed, BaseModel):
         if kind in ("compile_error", "runtime_error", "crash"):
             return self.status == "crash" and same_signature(self.signature, dump.signature)
         return False
+
+    def fails_differently(self, dump: Any) -> bool:
+        """It failed, but not the way ``dump`` recorded (for a dump that recorded no failure, any
+        failure is its failure). The one test of the CLI's exit 4, the pytest plugin's error and
+        a notebook's ``outcome.fails_differently(dump)``."""
+        return self.failed and dump.failure_kind in RECORDED_FAILURES and not self.reproduces(dump)
+
+    def exit_code_for(self, dump: Any) -> int:
+        """A replay of ``dump``'s exit code: 0 pass, 1 the captured failure again (any failure, for
+        a dump that recorded none), 4 (``DIFFERENT_FAILURE``) another failure."""
+        return DIFFERENT_FAILURE if self.fails_differently(dump) else self.exit_code
 
     def difference_from(self, dump: Any) -> str | None:
         """How this mismatch differs from the accuracy failure ``dump`` recorded (``output 0 off

@@ -161,6 +161,11 @@ class SwapReport:
     def moved(self) -> bool:
         return not all(r["close"] for r in self.rows)
 
+    @property
+    def exit_code(self) -> int:
+        """``compare --swap``'s exit code (and the pytest plugin's failure): 1 when an output moves, else 0."""
+        return 1 if self.moved else 0
+
     def judged_by(self) -> str:
         """What ``close`` means here: the bounds, or the dtype's tolerance."""
         return f"within {', '.join(self.within)}" if self.within else "at the output dtype's tolerance"

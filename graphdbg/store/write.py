@@ -123,7 +123,7 @@ def write_dump(
         raise
 
 
-def copy_dump(src: Path, dest: Folder) -> list[str]:
+def copy_dump(src: Path, dest: Folder, manifest: dict[str, Any] | None = None) -> list[str]:
     """Copy the dump folder ``src`` into ``dest`` under the names graphdbg gives a dump's files
     (``manifest.json``, ``graph.py``, ``inputs.safetensors``, and ``fault.txt`` when it has one),
     whatever its manifest calls them, and nothing else of the folder; returns the names written.
@@ -131,8 +131,9 @@ def copy_dump(src: Path, dest: Folder) -> list[str]:
     A dump chooses nothing that is written: a graph file the manifest names ``conftest.py``,
     ``sub/__init__.py`` or ``pytest.py`` is copied as ``graph.py`` (pytest and Python never
     import a file of the dump's naming from the copy), and the copy's manifest names the copies.
-    Each file is read once through the gate (inside the dump, no link, a regular file)."""
-    manifest = read_manifest(src)
+    Each file is read once through the gate (inside the dump, no link, a regular file);
+    ``manifest``: the one a loaded Dump already read and checked (else it is read here)."""
+    manifest = read_manifest(src) if manifest is None else manifest
     files: dict[str, bytes] = {
         GRAPH: bytes(read_inside(src, (manifest.get("graph") or {}).get("file") or GRAPH, max_bytes=MAX_COPY_BYTES)),
         INPUTS: bytes(read_inside(src, manifest.get("inputs_file") or INPUTS, max_bytes=MAX_COPY_BYTES)),

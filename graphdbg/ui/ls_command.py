@@ -1,5 +1,5 @@
 """``graphdbg ls``'s command: what it prints and its exit code (``run_ls``), for the typer
-command in ``ui/cli.py`` and for ``plain_ls``, the command line ``python -m graphdbg`` and the
+command in ``ui/commands/show.py`` and for ``plain_ls``, the command line ``python -m graphdbg`` and the
 console script answer without importing the CLI's framework (typer and click: half the start-up
 of a cached listing). This module imports neither, nor rich unless a table is printed.
 """
@@ -14,7 +14,7 @@ from typing import Any
 from graphdbg.errors import GraphdbgError
 from graphdbg.strict_json import encode_jsonable
 
-# The ls command's options (ui/cli.py:ls declares them, with their help) as its parameters;
+# The ls command's options (ui/commands/show.py:ls declares them, with their help) as its parameters;
 # tests/test_ls.py checks that the two agree. A command line with anything else (--ops, --help,
 # a bad option) goes to the CLI, which answers it.
 FLAGS = {"--json": "as_json", "--failed": "failed", "--strict": "strict", "--no-cache": "no_cache"}

@@ -386,7 +386,7 @@ class DumpItem(pytest.Item):
             except GraphdbgError as e:
                 raise FailsDifferently(f"{e} (reproduce: {self.command})") from None
         o = self.outcome
-        if o.failed and self.dump.failure_kind in _FAILED_KINDS and not o.reproduces(self.dump):
+        if o.fails_differently(self.dump):  # the CLI's exit 4: the same test (Outcome.fails_differently)
             captured = self.dump.signature or self.dump.failure_kind
             raise FailsDifferently(f"fails differently: {o.summary()} (captured: {captured}; reproduce: {self.command})")
 

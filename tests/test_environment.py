@@ -541,3 +541,22 @@ def test_a_variable_the_backend_reads_is_recorded_and_named_first_when_the_repla
     monkeypatch.setenv("MYKERNEL_MODE", "fast")  # the line the report gave: the user's own doing
     r = cli("replay", dump, "--trust-backend")
     assert r.code == 1 and "REPRODUCED: the same failure as captured" in r.out, r
+
+
+def test_generated_code_hash_ignores_the_order_of_the_inputs_and_where_each_is_freed():
+    """torch 2.11 retraces a replayed graph with its inputs in another order: the wrapper checks
+    and frees them in that order while the computation is the same; another computation is not."""
+    from graphdbg.backends.generated_code import code_hash
+
+    def wrapper(inputs, body):
+        shapes = {"primals_1": "(8, 8), (8, 1)", "primals_2": "(8, ), (1, )", "primals_3": "(4, 8), (8, 1)"}
+        checks = "".join(f"    assert_size_stride({n}, {shapes[n]})\n" for n in inputs)
+        return f"def call(args):\n    {', '.join(inputs)} = args\n    args.clear()\n{checks}{body}    return (buf0, )\n"
+
+    first = wrapper(["primals_1", "primals_2", "primals_3"],
+                    "    extern_kernels.addmm(primals_2, primals_3, primals_1, out=buf0)\n    del primals_1\n    del primals_2\n")
+    again = wrapper(["primals_3", "primals_1", "primals_2"],
+                    "    extern_kernels.addmm(primals_2, primals_3, primals_1, out=buf0)\n    del primals_1\n    del primals_3\n")
+    other = wrapper(["primals_1", "primals_2", "primals_3"],
+                    "    extern_kernels.mm(primals_3, primals_1, out=buf0)\n    del primals_1\n")
+    assert code_hash(first) == code_hash(again) != code_hash(other)

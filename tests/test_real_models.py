@@ -197,6 +197,11 @@ def test_armed_dump_is_removed_when_the_call_returns(tmp_path):
 
 
 # --- which graph is which -------------------------------------------------------------------------
+def _hidden(out):
+    """A GPT-2 block's hidden states: the first of its tuple (transformers 4.x), or the tensor itself (newer)."""
+    return out[0] if isinstance(out, tuple) else out
+
+
 class BrokenBlocks(nn.Module):
     """Eleven GPT-2 blocks with a graph break after each: one graph per block (g0 ... g10), from resume frames."""
 
@@ -206,27 +211,27 @@ class BrokenBlocks(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # written out: Dynamo skips a whole frame whose loop holds a graph break
-        x = self.h[0](x)[0]
+        x = _hidden(self.h[0](x))
         torch._dynamo.graph_break()
-        x = self.h[1](x)[0]
+        x = _hidden(self.h[1](x))
         torch._dynamo.graph_break()
-        x = self.h[2](x)[0]
+        x = _hidden(self.h[2](x))
         torch._dynamo.graph_break()
-        x = self.h[3](x)[0]
+        x = _hidden(self.h[3](x))
         torch._dynamo.graph_break()
-        x = self.h[4](x)[0]
+        x = _hidden(self.h[4](x))
         torch._dynamo.graph_break()
-        x = self.h[5](x)[0]
+        x = _hidden(self.h[5](x))
         torch._dynamo.graph_break()
-        x = self.h[6](x)[0]
+        x = _hidden(self.h[6](x))
         torch._dynamo.graph_break()
-        x = self.h[7](x)[0]
+        x = _hidden(self.h[7](x))
         torch._dynamo.graph_break()
-        x = self.h[8](x)[0]
+        x = _hidden(self.h[8](x))
         torch._dynamo.graph_break()
-        x = self.h[9](x)[0]
+        x = _hidden(self.h[9](x))
         torch._dynamo.graph_break()
-        x = self.h[10](x)[0]
+        x = _hidden(self.h[10](x))
         torch._dynamo.graph_break()
         return x
 

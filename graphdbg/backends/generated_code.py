@@ -16,8 +16,9 @@ called when a template is benchmarked (max-autotune), not when the choice came f
 The hash leaves out what differs between a capture and its replay while the code is the same:
 comment lines and Inductor's cache folder (``# kernel path: /tmp/torchinductor_user/...``: an
 isolated replay has caches of its own), the names of the graph's inputs (``primals_1``: a
-retraced graph may list its inputs in another order) and the benchmark harness at the end of
-the file (random inputs in that order).
+retraced graph may list its inputs in another order, and with them the order of their checks
+and the line that frees each) and the benchmark harness at the end of the file (random inputs in
+that order).
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ _SAVER_ADDED = False
 # The graph's inputs as the wrapper names them (AOTAutograd's primals and tangents, Inductor's
 # argN_M): a retraced graph may list the same inputs in another order, and only the names move.
 _INPUT_NAMES = re.compile(r"\b(?:primals|tangents|arg\d+)_\d+\b")
+# The wrapper's bookkeeping of its inputs, which follows their order: each input's check (kept,
+# as a set: which shapes and strides) and the line that frees it (left out: where it goes moves
+# with the order, the computation doesn't).
+_INPUT_CHECK = re.compile(r"^\s*assert_(?:size_stride|alignment)\(<input>,")
+_FREED_INPUT = re.compile(r"^\s*del <input>\s*$")
 # Where the wrapper's benchmark harness starts (random inputs, in the graph's input order).
 _HARNESS = re.compile(r"^def (?:get_args|benchmark_compiled_module)\(")
 
@@ -50,7 +56,7 @@ def code_hash(code: str) -> str:
         folder = cache_dir()
     except Exception:
         folder = None
-    lines = []
+    lines, checks = [], []
     for line in code.splitlines():
         if _HARNESS.match(line):
             break
@@ -58,8 +64,13 @@ def code_hash(code: str) -> str:
         if not text or text.startswith("#"):
             continue
         line = _INPUT_NAMES.sub("<input>", line)
+        if _FREED_INPUT.match(line):
+            continue
+        if _INPUT_CHECK.match(line):
+            checks.append(line.strip())
+            continue
         lines.append(line.replace(folder, "<cache>") if folder else line)
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+    return hashlib.sha256("\n".join([*lines, *sorted(checks)]).encode()).hexdigest()[:16]
 
 
 @dataclass

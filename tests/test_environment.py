@@ -226,7 +226,9 @@ def _venv(where: Path, version: str, broken: bool) -> Path:
     python = where / "bin" / "python"
     own = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                               capture_output=True, text=True, check=True).stdout.strip())
-    ours = [p for p in dict.fromkeys([*site.getsitepackages(), sysconfig.get_paths()["purelib"]]) if Path(p).is_dir()]
+    # with the installed packages a .pth put on this interpreter's path (a venv seeing an image's own environment)
+    installed = [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages")]
+    ours = [p for p in dict.fromkeys([*site.getsitepackages(), sysconfig.get_paths()["purelib"], *installed]) if Path(p).is_dir()]
     (own / "this_pythons_packages.pth").write_text("\n".join(ours) + "\n")
     _package(own, version, broken)
     return python

@@ -41,8 +41,10 @@ def reports_env(gm: fx.GraphModule, example_inputs):
     the OpenMP/MKL ones, as JSON: what a replay restored, seen from inside the replay child."""
     import json
 
-    seen = {k: v for k, v in sorted(os.environ.items()) if k.startswith(("TORCH", "PYTORCH", "TRITON", "CUDA", "CUBLAS",
-                                                                          "NVIDIA", "OMP", "KMP", "MKL", "LD_PRELOAD"))
+    # CUDA's: the two a manifest may carry, not the image's own (NVIDIA_REQUIRE_CUDA, CUDA_VERSION: long, and no replay's doing)
+    seen = {k: v for k, v in sorted(os.environ.items()) if (k.startswith(("TORCH", "PYTORCH", "TRITON", "CUBLAS", "OMP", "KMP",
+                                                                           "MKL", "LD_PRELOAD"))
+                                                            or k in ("CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING"))
             and "CACHE" not in k}  # the child's own cache folders, graphdbg's doing
     raise RuntimeError("seen " + json.dumps(seen))
 

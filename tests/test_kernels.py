@@ -618,6 +618,8 @@ def test_repro_defines_the_graphs_own_kernels_so_it_runs_without_the_users_packa
     compile(kernels, "repro_kernels.py", "exec")
     assert "@triton.jit\n" + RELU_SOURCE.rstrip() in kernels and "CONSTANTS = {0: {'n': 32, 'BLOCK': 32}}" in kernels
     assert "repro_kernels.launch(kernel_idx, constant_args_idx, grid, kwargs)" in out.read_text()
+    # no float64 reference through a kernel with no float64 code (on a GPU it read float64 buffers as float32)
+    assert "\nWIDE = False" in out.read_text()
     # custom ops: the module that defines them comes along; the folder runs elsewhere, without graphdbg or tests/
     _capture(kp.InPlaceNorms().eval(), torch.randn(4, 64), tmp_path / "dump", "always")
     (path,) = find_dumps(tmp_path / "dump")

@@ -193,7 +193,8 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
                             paths=repr(paths), copied=repr(carried.scripts), modules=repr(carried.modules), rule=import_rule_source(), dynamic=repr(_dynamic_dims(case.gm)),
                             meta=meta_source(), recorded=repr(recorded_meta(case.gm, case.dump, name_only=True)),
                             mutated=repr(sorted(mutated_inputs(case.gm))),
-                            backward=repr(backward), grad=repr(grad), boxed=repr(_boxed_caller(case.dump)))
+                            backward=repr(backward), grad=repr(grad), boxed=repr(_boxed_caller(case.dump)),
+                            wide=repr(not (called or custom_ops(case.gm))))
     try:
         compile(text, str(path), "exec")
     except SyntaxError as e:
@@ -418,6 +419,8 @@ SCALE_FLOOR = {floor}
 NODE_NAMES = {node_names}
 BACKWARD = {backward}  # True: the failure was in the backward; run forward, then backward (inputs GRAD require grad)
 GRAD = {grad}
+WIDE = {wide}  # False: the graph calls its own kernels (Triton, custom ops), which have no float64 code and would read
+# float64 buffers as their own dtype (on a GPU, an illegal memory access): no float64 reference then
 BOXED_CALLER = {boxed}  # True: AOTAutograd (or a splitting backend) called this graph's compiled code; False: Dynamo, positionally
 TANGENTS = None  # the captured backward's tangents (from INPUTS_FILE), when it stored them
 # The node meta the backend's graph gets, as Dynamo gives it and graphdbg's replay does (dynamo_meta,
@@ -658,6 +661,8 @@ def run_training(gm, inputs, backend):
     """Eager, float64 and ``backend``: forward, then backward; outputs and gradients."""
     ref, tangents = forward_backward(gm, with_grad(inputs))
     try:
+        if not WIDE:
+            raise TypeError("no float64 reference: the graph's own kernels have no float64 code")
         wide = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
         ref64, _ = forward_backward(gm, with_grad(wide), [t.double() for t in tangents])
     except Exception:
@@ -721,6 +726,8 @@ def main():
             ref = gm(*eager)
             outputs, ref = len(leaves(ref)), written(ref, eager)
             try:
+                if not WIDE:
+                    raise TypeError("no float64 reference: the graph's own kernels have no float64 code")
                 wide = copies(inputs, torch.float64)
                 ref64 = written(gm(*wide), wide)
             except Exception:

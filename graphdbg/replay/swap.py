@@ -253,11 +253,13 @@ def in_child_unless(isolate: bool | None, trust_kernels: bool) -> bool:
 
 
 def in_child(dump: Any, job: dict[str, Any], device: Any, timeout: float | None, trust_kernels: bool = False) -> dict[str, Any]:
-    """``job`` on ``dump`` in the sandboxed replay child: its result."""
-    from graphdbg.replay.isolation import run_job_isolated  # isolation -> case -> (lazily) replay.run
+    """``job`` (``{"kind": ..., ...}``, a kind of ``CHILD_JOBS``) on ``dump`` in a fresh sandboxed replay child: its result."""
+    from graphdbg.execution.executor import FreshChild, Job  # upward, declared in pyproject's layers contract
 
     references = tuple(s.partition("=")[2] for s in job.get("swaps") or [] if ":" in s.partition("=")[2])
-    return run_job_isolated(dump, job, ReplayOptions(device=device, timeout=timeout, trust_kernels=trust_kernels), references)
+    kind, payload = job["kind"], {k: v for k, v in job.items() if k != "kind"}
+    opts = ReplayOptions(device=device, timeout=timeout, trust_kernels=trust_kernels)
+    return FreshChild().submit(Job(kind, dump, opts=opts, payload=payload, references=references))
 
 
 # What a replay child runs besides a replay: a job's name, and the module:function that runs it

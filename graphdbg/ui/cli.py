@@ -352,8 +352,8 @@ def _own_backend(path: Path, trust: bool, command: str, world_graph: str | None 
     """The dump's own backend; code it names is imported only with --trust-backend. For a world
     (``world_graph``: the --graph of --all-ranks), the backend of the graph the world replays."""
     from graphdbg.backends.resolve import dump_backend
+    from graphdbg.execution.world import world_dumps
     from graphdbg.formats import load as load_dump
-    from graphdbg.replay.world import world_dumps
     from graphdbg.store.manifest import find_dumps
 
     folders = find_dumps(path) if path.is_dir() else []
@@ -401,7 +401,7 @@ def replay(
 ) -> None:
     """Replay a dump under a backend; exit 0 on pass, 1 on the captured failure, 4 on another failure, 2 if it can't run."""
     _must_exist(dump)
-    from graphdbg.replay.entry import replay_dump_runs
+    from graphdbg.execution.entry import replay_dump_runs
 
     _inputs_setup(ops, seed)
     opts = ReplayOptions(passes=passes, device=device, isolate=isolate, timeout=timeout, direct=direct, accuracy=accuracy,
@@ -411,7 +411,7 @@ def replay(
             raise GraphdbgError("--trust-kernels runs a dump's kernel source only in the sandboxed replay child, "
                                 "not in the rank processes of --all-ranks; replay one rank's dump with it")
         backend = backend or _own_backend(dump, trust_backend, "replay --all-ranks", graph)
-        from graphdbg.replay.world import replay_world
+        from graphdbg.execution.world import replay_world
 
         world = replay_world(dump, backend, opts, graph=graph, nproc=nproc,
                              gpus=gpus, pg_backend=pg_backend, nnodes=nnodes, node_rank=node_rank, master_addr=master_addr,
@@ -495,7 +495,7 @@ def compare(
     if swap:
         raise typer.Exit(_compare_swap(dump, swap, device, ops, seed, as_json, trust_kernels, timeout, isolate, bounds))
     from graphdbg.backends.recipe import backend_label
-    from graphdbg.replay.entry import compare_outcomes, compared_backends, outcomes_table, own_backend_missing
+    from graphdbg.execution.entry import compare_outcomes, compared_backends, outcomes_table, own_backend_missing
     from graphdbg.ui.render import compare_table
 
     _inputs_setup(ops, seed)
@@ -670,12 +670,12 @@ def bisect_nodes(
     backend = backend or _own_backend(dump, trust_backend, "bisect nodes")
     if backward:
         from graphdbg.minify.backward import bisect_training_nodes as run  # noqa: F811
-    from graphdbg.replay.isolation import deadline
+    from graphdbg.execution.isolation import deadline
 
     d = _load_with_progress(dump, "bisect", quiet=as_json)
     opts = ReplayOptions(rtol=rtol, atol=atol, device=device)
     if isolate:  # the graph runs in a sandboxed child, ended (exit 2) past the timeout
-        from graphdbg.minify.sandboxed import sandboxed_bisect_nodes
+        from graphdbg.execution.worker_tasks import sandboxed_bisect_nodes
 
         with _progress(f"bisect nodes: {d.manifest.get('graph', {}).get('nodes', '?')} nodes", quiet=as_json):
             result = sandboxed_bisect_nodes(d, backend, passes, opts, timeout=timeout, backward=backward, trust=trust_backend)

@@ -1,12 +1,12 @@
-"""The worker side of ``graphdbg.replay.worker``: ``python -m graphdbg.minify.worker_main FOLDER``.
+"""The worker side of ``graphdbg.execution.worker``: ``python -m graphdbg.execution.worker_main FOLDER``.
 
-Sandboxed once (``replay.sandbox``: it may write under ``FOLDER/work`` alone), before any job
+Sandboxed once (``execution.sandbox``: it may write under ``FOLDER/work`` alone), before any job
 is read; then it answers jobs one at a time, each named by its number on stdin
 (``FOLDER/jobs/N/request.json``, plain JSON, the parent's), with ``FOLDER/work/N/answer.json``
 and the number back on stdout. Its stdin and stdout are kept for that alone: what the graph
 or a backend prints goes to the job's ``stderr.txt``. The tasks (a request's ``task``):
 
-- ``replay``: one replay of a dump folder, as a replay child runs it (``replay.child.answer``);
+- ``replay``: one replay of a dump folder, as a replay child runs it (``execution.child.answer``);
 - ``values``: every node's value in one eager run of a dump's graph (``replay.values``), for
   minify's candidates: tensors in ``values.safetensors``, numbers and the kind of anything
   else in the answer (``recorded_values`` reads them back);
@@ -15,6 +15,7 @@ or a backend prints goes to the job's ``stderr.txt``. The tasks (a request's ``t
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -24,14 +25,11 @@ from typing import Any
 import torch
 
 from graphdbg.errors import GraphdbgError
+from graphdbg.execution.child import answer, die_with_parent
+from graphdbg.execution.sandbox import sandbox_child
+from graphdbg.execution.worker_tasks import VALUES_FILE
 from graphdbg.formats import load as load_dump
 from graphdbg.judge.signature import exception_text
-from graphdbg.minify.backward import bisect_training_nodes
-from graphdbg.minify.bisect import bisect_nodes
-from graphdbg.minify.sandboxed import VALUES_FILE
-from graphdbg.replay.child import answer, die_with_parent
-from graphdbg.replay.options import ReplayOptions
-from graphdbg.replay.sandbox import sandbox_child
 from graphdbg.replay.values import record_values
 from graphdbg.store.tensor_file import storable, write_tensors
 
@@ -62,7 +60,7 @@ def run_job(job: Path, answers: Path) -> None:
     os.close(out)
     try:
         request = json.loads((job / "request.json").read_text())
-        data = TASKS[request.get("task", "replay")](request, answers)
+        data = task(request.get("task", "replay"))(request, answers)
     except GraphdbgError as e:
         data = {"error": exception_text(e)}
     except Exception as e:  # anything else: the job's answer says what, the worker lives on
@@ -103,21 +101,23 @@ def _read_out(t: torch.Tensor) -> torch.Tensor | None:
         return None
 
 
-def bisect_nodes_job(request: dict[str, Any], job: Path) -> dict[str, Any]:
-    case = load_dump(request["dump"]).case(device=request["device"])
-    opts = ReplayOptions(rtol=request.get("rtol"), atol=request.get("atol"))
-    if request.get("backward"):
-        found = bisect_training_nodes(case, request["backend"], request["passes"], opts, trust=bool(request.get("trust")))
-    else:
-        found = bisect_nodes(case, request["backend"], request["passes"], opts)
-    return {"divergence": found.to_dict()}
-
-
 # what the worker is asked, by the request's ``task`` (a replay request's own ``job`` is
 # ``replay.swap.child_job``'s: compare --swap and bisect ops under --trust-kernels)
+# (``bisect_nodes`` is minify's, above this layer: named, imported in the worker alone)
 TASKS = {"replay": lambda request, answers: answer(request, sandboxed=SANDBOX[0] is not None), "values": values_job,
-         "bisect_nodes": bisect_nodes_job}
+         "bisect_nodes": "graphdbg.minify.backward:bisect_nodes_job"}
 SANDBOX: list[str | None] = [None]  # what sandbox_child applied in this worker
+
+
+def task(name: str) -> Any:
+    """The function that answers a request's ``task``: from ``TASKS``, imported by name when named."""
+    found = TASKS.get(name)
+    if found is None:
+        raise GraphdbgError(f"the sandboxed worker has no task {name!r}")
+    if isinstance(found, str):
+        module, _, function = found.partition(":")
+        return getattr(importlib.import_module(module), function)
+    return found
 
 
 if __name__ == "__main__":

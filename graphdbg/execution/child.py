@@ -65,7 +65,7 @@ def column(request: dict, i: int) -> dict:
 
 
 def answer(request: dict, sandboxed: bool = False) -> dict:
-    """One replay of the request's dump (or its ``job``: ``replay.swap.child_job``), as the JSON
+    """One replay of the request's dump (or its ``job``: ``execution.jobs.case_job``), as the JSON
     the parent reads: the Outcome's dict, or ``{"error": ...}`` for a replay that could not
     start. ``sandboxed``: this process runs in the sandbox (a dump's kernels compile only then).
     Shared with the long-lived worker (``graphdbg.execution.worker_main``), which answers many such
@@ -87,9 +87,9 @@ def answer(request: dict, sandboxed: bool = False) -> dict:
         # --trust-kernels: the dump's kernel source is compiled here, in the sandboxed child, and only here
         case = dump.case(device=request["device"], trust_kernels=bool(request["options"].get("trust_kernels")) and sandboxed)
         if "job" in request:  # compare --swap / bisect ops under --trust-kernels: their runs of the graph, here
-            from graphdbg.replay.swap import child_job  # inside the try, as the lines above
+            from graphdbg.execution.jobs import case_job  # inside the try, as the lines above
 
-            return {"result": child_job(case, request["job"])}
+            return {"result": case_job(case, request["job"])}
         outcome = run_case(case, request["backend"], request["passes"], isolate=False, **request["options"])
         data = outcome.to_dict()
         if request.get("environment"):  # bisect envs: what this interpreter is, to compare with another's

@@ -252,7 +252,7 @@ def replay_outcome(request: dict[str, Any], returncode: int | None, outcome_path
 
 
 def run_job_isolated(dump: Dump, job: dict[str, Any], opts: ReplayOptions, specs: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Run ``job`` (``{"kind": "swap" | "bisect-ops", ...}``: ``replay/swap.py``'s ``child_job``)
+    """Run ``job`` (``{"kind": "swap" | "bisect-ops", ...}``: ``execution.jobs.case_job``)
     on ``dump`` in a sandboxed replay child, as ``run_isolated`` runs a replay; its JSON result.
     ``specs``: the user's ``module:function`` references, importable there as a backend is.
     A child that fails, dies or runs past the timeout is a GraphdbgError (one line)."""

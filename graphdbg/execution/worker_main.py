@@ -4,7 +4,8 @@ Sandboxed once (``execution.sandbox``: it may write under ``FOLDER/work`` alone)
 is read; then it answers jobs one at a time, each named by its number on stdin
 (``FOLDER/jobs/N/request.json``, plain JSON, the parent's), with ``FOLDER/work/N/answer.json``
 and the number back on stdout. Its stdin and stdout are kept for that alone: what the graph
-or a backend prints goes to the job's ``stderr.txt``. The tasks (a request's ``task``):
+or a backend prints goes to the job's ``stderr.txt``. The tasks (a request's ``task``, a kind of
+``execution.jobs.JOB_KINDS`` that takes a request):
 
 - ``replay``: one replay of a dump folder, as a replay child runs it (``execution.child.answer``);
 - ``values``: every node's value in one eager run of a dump's graph (``replay.values``), for
@@ -15,7 +16,6 @@ or a backend prints goes to the job's ``stderr.txt``. The tasks (a request's ``t
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import sys
@@ -26,6 +26,7 @@ import torch
 
 from graphdbg.errors import GraphdbgError
 from graphdbg.execution.child import answer, die_with_parent
+from graphdbg.execution.jobs import job_function
 from graphdbg.execution.sandbox import sandbox_child
 from graphdbg.execution.worker_tasks import VALUES_FILE
 from graphdbg.formats import load as load_dump
@@ -36,6 +37,8 @@ from graphdbg.store.tensor_file import storable, write_tensors
 
 def main(folder: str) -> int:
     die_with_parent()
+    if __spec__ is not None:  # run as ``-m``: the tasks JOB_KINDS names here are this module's, not a second copy's
+        sys.modules.setdefault(__spec__.name, sys.modules[__name__])
     SANDBOX[0] = sandbox_child(own_parent=False)  # before any job is read; it writes under work/ alone
     jobs_in, answers_out = os.dup(0), os.dup(1)
     quiet = os.open(os.devnull, os.O_RDWR)
@@ -60,7 +63,7 @@ def run_job(job: Path, answers: Path) -> None:
     os.close(out)
     try:
         request = json.loads((job / "request.json").read_text())
-        data = task(request.get("task", "replay"))(request, answers)
+        data = job_function(request.get("task", "replay"), "request")(request, answers)
     except GraphdbgError as e:
         data = {"error": exception_text(e)}
     except Exception as e:  # anything else: the job's answer says what, the worker lives on
@@ -101,23 +104,12 @@ def _read_out(t: torch.Tensor) -> torch.Tensor | None:
         return None
 
 
-# what the worker is asked, by the request's ``task`` (a replay request's own ``job`` is
-# ``replay.swap.child_job``'s: compare --swap and bisect ops under --trust-kernels)
-# (``bisect_nodes`` is minify's, above this layer: named, imported in the worker alone)
-TASKS = {"replay": lambda request, answers: answer(request, sandboxed=SANDBOX[0] is not None), "values": values_job,
-         "bisect_nodes": "graphdbg.minify.backward:bisect_nodes_job"}
+def replay_task(request: dict[str, Any], answers: Path) -> dict[str, Any]:
+    """One replay, as a replay child runs it (``execution.child.answer``), in this worker's sandbox."""
+    return answer(request, sandboxed=SANDBOX[0] is not None)
+
+
 SANDBOX: list[str | None] = [None]  # what sandbox_child applied in this worker
-
-
-def task(name: str) -> Any:
-    """The function that answers a request's ``task``: from ``TASKS``, imported by name when named."""
-    found = TASKS.get(name)
-    if found is None:
-        raise GraphdbgError(f"the sandboxed worker has no task {name!r}")
-    if isinstance(found, str):
-        module, _, function = found.partition(":")
-        return getattr(importlib.import_module(module), function)
-    return found
 
 
 if __name__ == "__main__":

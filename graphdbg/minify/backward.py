@@ -117,7 +117,7 @@ def _noted(found: NodeDivergence, where: str) -> NodeDivergence:
 
 
 def bisect_nodes_job(request: dict[str, Any], answers: Any) -> dict[str, Any]:
-    """``bisect nodes`` as the sandboxed worker runs it (``execution.worker_main``'s ``TASKS``)."""
+    """``bisect nodes`` as the sandboxed worker runs it (``execution/jobs.py``'s ``JOB_KINDS``)."""
     case = load_dump(request["dump"]).case(device=request["device"])
     opts = ReplayOptions(rtol=request.get("rtol"), atol=request.get("atol"))
     if request.get("backward"):

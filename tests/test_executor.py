@@ -29,6 +29,8 @@ def test_the_default_is_a_fresh_child_when_isolated_and_this_process_otherwise(m
     assert isinstance(executor_for(ReplayOptions(isolate=True)), FreshChild)
     assert isinstance(executor_for(ReplayOptions()), InProcess)
     assert isinstance(executor_for(ReplayOptions(isolate=False)), InProcess)
+    with SandboxedWorkers(None) as workers:  # --no-isolate wins over any executor: a graph you trust runs here
+        assert isinstance(executor_for(ReplayOptions(isolate=False, executor=workers)), InProcess)
 
 
 def test_the_launchers_mark_runs_an_isolated_replay_here_only_inside_a_sandbox(monkeypatch, tmp_path):

@@ -142,13 +142,14 @@ class SandboxedWorkers(Executor):
 
 
 def executor_for(opts: ReplayOptions) -> Executor:
-    """The executor ``opts`` names, else the default: a fresh sandboxed child when ``isolate``,
-    else this process (and this process in the self-check's sandboxed launcher, ``HERE_ENV``)."""
+    """Where ``opts``' runs go: this process unless ``isolate``; isolated, the executor ``opts``
+    names, else a fresh sandboxed child (this process in the self-check's sandboxed launcher,
+    ``HERE_ENV``, which is a replay child's sandbox already)."""
+    if not opts.isolate:
+        return InProcess()
     if opts.executor is not None:
         return opts.executor
-    if opts.isolate and not (os.environ.get(HERE_ENV) == "1" and os.environ.get(FOLDER_ENV)):
-        return FreshChild()
-    return InProcess()
+    return InProcess() if os.environ.get(HERE_ENV) == "1" and os.environ.get(FOLDER_ENV) else FreshChild()
 
 
 def check_dump_fits(dump: Any, device: Any = None) -> None:

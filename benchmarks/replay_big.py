@@ -135,7 +135,7 @@ def _rss(pid: int) -> int:
 
 
 def _what(pid: int) -> str:
-    """A short name for a process: its program, and the module it runs (``-m graphdbg.replay.child``)."""
+    """A short name for a process: its program, and the module it runs (``-m graphdbg.execution.child``)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]

@@ -159,7 +159,7 @@ def main() -> int:
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     backend_results = []
     if backends:
-        from graphdbg.replay.entry import replay_dump
+        from graphdbg.execution.entry import replay_dump
 
         failing = [g for g in groups if g["model"] == FAILING_MODEL and any(Path(p).name.startswith("graph_module_") for p in g["paths"])]
         print(f"\n== {FAILING_MODEL} graph_module files under {', '.join(backends)} (isolated, seed {args.seed})")

@@ -60,7 +60,8 @@ def compare(
     """Replay ``dump`` (a Dump or a path) under each backend; a pandas DataFrame, one row each
     (``backend``, ``status``, ``signature``, ``stage``, ``seconds``, ``max_abs_error``,
     ``max_rel_error``, ``trusted``, ``reproduces``), with the Outcomes in ``.attrs["outcomes"]``."""
-    from graphdbg.replay.entry import compare_backends  # this module loads without torch (fast CLI start); this brings torch in
+    # this module loads without torch (fast CLI start); this brings torch in
+    from graphdbg.execution.entry import compare_backends
     from graphdbg.replay.options import ReplayOptions  # as __getattr__ does
 
     if not hasattr(dump, "manifest"):

@@ -77,7 +77,7 @@ def _fresh_dynamo():
 @pytest.fixture
 def replay_children(monkeypatch) -> list[int]:
     """The process ids of the isolated replays' children started while the test runs."""
-    from graphdbg.replay import isolation
+    from graphdbg.execution import isolation
 
     children: list[int] = []
 

@@ -524,8 +524,8 @@ def test_without_trust_a_recorded_triton_kernel_is_a_stand_in_and_the_verdict_sa
 
 
 def test_trust_kernels_never_runs_a_dumps_kernel_outside_the_sandboxed_child(triton_kernel_dump, cli, monkeypatch):
+    from graphdbg.execution import sandbox
     from graphdbg.rebuild import kernel_source
-    from graphdbg.replay import sandbox
 
     assert kernel_source.SANDBOX_DIR_ENV == sandbox.FOLDER_ENV  # one name for "this is the sandboxed child"
     r = cli("replay", triton_kernel_dump, "--backend", "eager", "--trust-kernels", "--no-isolate")

@@ -15,7 +15,7 @@ from conftest import ROOT
 from torch._dynamo import register_backend
 
 from graphdbg.errors import GraphdbgError
-from graphdbg.replay.isolation import child_specs
+from graphdbg.execution.isolation import child_specs
 from graphdbg.replay.options import ReplayOptions
 
 

@@ -182,7 +182,7 @@ def test_a_hang_is_a_timeout_and_the_child_is_killed(cli):
 
 @pytest.mark.slow
 def test_unknown_backend_and_missing_thunder_are_errors_not_outcomes(cli, monkeypatch):
-    from graphdbg.replay import isolation
+    from graphdbg.execution import isolation
 
     def no_child(*args, **kwargs):
         raise AssertionError("a child was started for a backend this process can name as unknown")

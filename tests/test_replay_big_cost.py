@@ -8,7 +8,7 @@ from conftest import FIXTURES
 
 import graphdbg
 from graphdbg.dump import Dump
-from graphdbg.replay.entry import replay_dump
+from graphdbg.execution.entry import replay_dump
 from graphdbg.store import tensor_file
 
 

@@ -59,7 +59,7 @@ CHILD = """
 import json, sys
 from pathlib import Path
 from graphdbg.formats import load
-from graphdbg.replay import child
+from graphdbg.execution import child
 dump = load(sys.argv[1])
 folder = Path(sys.argv[2])
 request = {"dump": str(dump.path), "manifest": dump.manifest, "backend": "eager", "passes": None, "device": "cpu", "options": {}}

@@ -84,7 +84,7 @@ def test_an_exported_test_fails_with_the_backends_own_bug_and_passes_once_it_is_
     assert f"run on its own: crash: {CAPTURED}" in r.stderr, r.stderr[-3000:]
 
     ci = tmp_path / "ci"  # beside the project: run from the module's own folder, the isolated replay imports
-    ci.mkdir()  # graphdbg's copy of it (replay/sandbox.child_path drops the current folder), fixed or not
+    ci.mkdir()  # graphdbg's copy of it (execution/sandbox.child_path drops the current folder), fixed or not
 
     def pytest_run() -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(proj / "tests" / "test_cc.py")],

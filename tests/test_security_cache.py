@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from graphdbg.replay.sandbox import dump_compile_cache, trust_level
+from graphdbg.execution.sandbox import dump_compile_cache, trust_level
 
 
 def _folders(cache: Path) -> set[str]:

@@ -3,7 +3,7 @@
 A dump folder (or the user's folder) that ships modules named like the standard library's, a
 ``graphdbg/`` package, a ``pytest.py`` or a ``conftest.py`` must never have them imported by a
 replay child, torchrun, or a self-check: ``python -I`` and an explicit ``sys.path``
-(``graphdbg.replay.sandbox.python_command`` / ``child_path``).
+(``graphdbg.execution.sandbox.python_command`` / ``child_path``).
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def test_export_test_self_check_imports_nothing_from_the_tests_folder(tmp_path, 
 
 
 def test_child_path_keeps_the_current_folder_out(monkeypatch):
-    from graphdbg.replay.sandbox import CHILD_PATH_ENV, child_path
+    from graphdbg.execution.sandbox import CHILD_PATH_ENV, child_path
 
     here = os.getcwd()
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([".", here, "/opt/team/lib", ""]))

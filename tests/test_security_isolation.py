@@ -195,7 +195,7 @@ def test_a_dumps_replays_share_a_compiler_cache_of_their_own(tmp_path, monkeypat
     never the user's own cache, and another dump (or this one changed) gets another folder."""
     import shutil
 
-    from graphdbg.replay.sandbox import WRITABLE_ENV, child_env
+    from graphdbg.execution.sandbox import WRITABLE_ENV, child_env
 
     monkeypatch.setenv("GRAPHDBG_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "users-own"))

@@ -1,7 +1,7 @@
 """Every run of a dump's graph is in the sandbox, and bounded (issue 42).
 
 ``minify`` (the first runs, the recording of every node's value, each candidate) and ``bisect
-nodes`` run an untrusted graph in a sandboxed worker (``graphdbg.replay.worker``), ended past
+nodes`` run an untrusted graph in a sandboxed worker (``graphdbg.execution.worker``), ended past
 ``--timeout`` and capped in memory as a replay child is: a graph that never returns from a C
 loop, or allocates past the cap, ends in one line and a non-zero exit within the bound; a
 refused op anywhere in the graph is refused before anything runs. What the parent reads of a
@@ -109,9 +109,9 @@ def test_minify_records_values_and_runs_candidates_in_a_sandboxed_worker(monkeyp
     one worker for the whole search, and it says what sandbox it ran in."""
     from conftest import FIXTURES
 
+    from graphdbg.execution import worker
     from graphdbg.minify import minify
     from graphdbg.minify.candidates import OriginalGraph
-    from graphdbg.replay import worker
 
     started = []
     real_init = worker.Worker.__init__
@@ -141,8 +141,8 @@ def test_minify_records_values_and_runs_candidates_in_a_sandboxed_worker(monkeyp
 def test_what_a_worker_left_is_read_through_the_gate(tmp_path):
     """A worker that swapped its answer and its output for FIFOs and died: the parent neither
     blocks nor follows them, and says so in one line."""
-    from graphdbg.minify.sandboxed import _answer
-    from graphdbg.replay.isolation import tail_of
+    from graphdbg.execution.isolation import tail_of
+    from graphdbg.execution.worker_tasks import _answer
 
     os.mkfifo(tmp_path / "answer.json")
     os.mkfifo(tmp_path / "stderr.txt")

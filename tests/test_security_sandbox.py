@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, child_env
 
-from graphdbg.replay.sandbox import landlock_abi
+from graphdbg.execution.sandbox import landlock_abi
 
 PROBE = Path(__file__).parent / "helpers" / "sandbox_probe.py"
 ATTACKS = ("socket AF_INET", "socket AF_INET6", "socket AF_NETLINK", "socket AF_PACKET", "socket AF_UNIX",

@@ -10,7 +10,7 @@ import psutil
 import pytest
 from conftest import FIXTURES, run_graphdbg
 
-from graphdbg.replay.sandbox import landlock_abi
+from graphdbg.execution.sandbox import landlock_abi
 
 GRAPHDBG_BACKEND = '''
 import graphdbg  # a team's backend that wraps itself for capture: its repro would need graphdbg
@@ -162,8 +162,8 @@ def test_minify_s_check_compiles_in_the_dump_s_compile_cache_and_nowhere_else(tm
     """Given the dump a repro was minified from, the check's compiler caches are that dump's, kept
     for what a self-check trusts (a file graphdbg wrote, run: apart from the dump's untrusted
     replays'), writable as for its replays; the rest stays shut."""
+    from graphdbg.execution.sandbox import dump_compile_cache
     from graphdbg.minify.self_check import SELF_CHECK_TRUST, check_repro
-    from graphdbg.replay.sandbox import dump_compile_cache
 
     dump = fixture_copy("block_compile_error")
     outside = tmp_path / "outside"
@@ -278,11 +278,12 @@ def test_the_repro_runs_its_backend_in_the_sandboxed_process_unless_a_signal_was
 
 
 RECORDS_WHERE_IT_REPLAYS = '''
-from graphdbg.replay import sandbox
+from graphdbg.execution.executor import InProcess, executor_for
+from graphdbg.replay.options import ReplayOptions
 
 
 def test_where():
-    where = "in the launcher" if sandbox.replays_here else "in a child"
+    where = "in the launcher" if isinstance(executor_for(ReplayOptions(isolate=True)), InProcess) else "in a child"
     message = "crash: RuntimeError: replayed " + where + " (the captured" + " failure: x)"  # split: pytest shows this line too
     assert False, message
 '''

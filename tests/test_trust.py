@@ -285,7 +285,7 @@ ESCAPE = r'''
 import json, os, socket, sys
 from pathlib import Path
 import torch, torch.fx as fx
-from graphdbg.replay.sandbox import apply_sandbox
+from graphdbg.execution.sandbox import apply_sandbox
 
 own, outside, inside = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 status = apply_sandbox([own])
@@ -323,7 +323,7 @@ def test_sandbox_keeps_an_escaped_graph_inside_its_folder(tmp_path):
     import subprocess
     import sys
 
-    from graphdbg.replay.sandbox import landlock_abi
+    from graphdbg.execution.sandbox import landlock_abi
 
     own, elsewhere = tmp_path / "child", tmp_path / "elsewhere"
     own.mkdir()
@@ -344,7 +344,7 @@ def test_sandbox_keeps_an_escaped_graph_inside_its_folder(tmp_path):
 
 
 def test_isolated_replay_says_whether_it_was_sandboxed(fixture_copy, cli):
-    from graphdbg.replay.sandbox import landlock_abi
+    from graphdbg.execution.sandbox import landlock_abi
 
     r = cli("replay", fixture_copy("block_compile_error"), "--backend", "eager", "--json")
     out = json.loads(r.out)

@@ -130,7 +130,7 @@ def test_bisect_ranks_on_printed_graphs_names_the_rank_that_differs(tmp_path, cl
 def test_a_torchrun_left_waiting_after_its_ranks_are_done_is_ended(tmp_path, monkeypatch):
     """Every rank of this node wrote its outcome, and torchrun still hasn't exited (its agent in
     torch elastic's 300 s exit barrier for a node that has gone): it is ended shortly after."""
-    from graphdbg.replay import world
+    from graphdbg.execution import world
 
     monkeypatch.setattr(world, "EXIT_WAIT_S", 0.5)
     for r in (0, 1):

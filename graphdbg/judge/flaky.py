@@ -36,7 +36,7 @@ class Repeated:
     failed: int
     reproduced: int  # runs that showed the captured failure
     signatures: list[dict[str, Any]] = field(default_factory=list)  # {"signature", "count", "reproduces"}, most seen first
-    how: str = ""  # where the runs ran: "in one child", or which run ended it and how the rest ran (replay.entry)
+    how: str = ""  # where the runs ran: "in one child", or which run ended it and how the rest ran (execution.entry)
 
     @classmethod
     def of(cls, outcomes: list[Any], dump: Any, how: str = "") -> Repeated:

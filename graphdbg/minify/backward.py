@@ -116,4 +116,15 @@ def _noted(found: NodeDivergence, where: str) -> NodeDivergence:
     return found
 
 
-__all__ = ["backward_case", "bisect_training_nodes", "traced_backward"]
+def bisect_nodes_job(request: dict[str, Any], answers: Any) -> dict[str, Any]:
+    """``bisect nodes`` as the sandboxed worker runs it (``execution/jobs.py``'s ``JOB_KINDS``)."""
+    case = load_dump(request["dump"]).case(device=request["device"])
+    opts = ReplayOptions(rtol=request.get("rtol"), atol=request.get("atol"))
+    if request.get("backward"):
+        found = bisect_training_nodes(case, request["backend"], request["passes"], opts, trust=bool(request.get("trust")))
+    else:
+        found = bisect_nodes(case, request["backend"], request["passes"], opts)
+    return {"divergence": found.to_dict()}
+
+
+__all__ = ["backward_case", "bisect_nodes_job", "bisect_training_nodes", "traced_backward"]

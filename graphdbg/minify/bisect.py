@@ -33,6 +33,7 @@ from graphdbg.case import Case
 from graphdbg.display import Displayed
 from graphdbg.dump import natural_key
 from graphdbg.errors import GraphdbgError
+from graphdbg.execution.world import graph_key, is_captured, printed_worlds, rank_dumps
 from graphdbg.formats import load as load_dump
 from graphdbg.graph.allow_list import check_graph_module
 from graphdbg.graph.hashing import target_name
@@ -51,7 +52,6 @@ from graphdbg.replay.outcome import DIFFERENT_FAILURE, Outcome
 from graphdbg.replay.passes import PassFailed, PassSpec, apply_passes, inductor_post_grad_patch, resolve_passes
 from graphdbg.replay.run import replay_case
 from graphdbg.replay.values import ValueRecorder
-from graphdbg.replay.world import graph_key, is_captured, printed_worlds, rank_dumps
 from graphdbg.store.manifest import INPUTS, find_dumps
 from graphdbg.store.replay_facts import ReplayFacts
 from graphdbg.store.safe_files import inside

@@ -36,15 +36,15 @@ from typing import Any, Iterator
 from graphdbg.backends.compiler_config import ENV_OVERRIDES, ENV_TRUST_CONFIG, restorable
 from graphdbg.display import Displayed
 from graphdbg.errors import GraphdbgError
+from graphdbg.execution.entry import replay_dump
 from graphdbg.judge.environment import SET_BY_TORCH, Difference, differences
 from graphdbg.judge.rate import RateTest
 from graphdbg.replay.as_captured import ENV_AS_CAPTURED, prepare, setting_restorable, var_can_return
-from graphdbg.replay.entry import replay_dump
 from graphdbg.replay.options import ReplayOptions
 from graphdbg.replay.outcome import Outcome
 
 SETTABLE = ("compiler setting", "setting", "threads", "env var")
-_CHILD_VARS = SET_BY_TORCH | {"CUDA_CACHE_PATH"}  # set by graphdbg for each child (replay.sandbox.child_env)
+_CHILD_VARS = SET_BY_TORCH | {"CUDA_CACHE_PATH"}  # set by graphdbg for each child (execution.sandbox.child_env)
 
 
 @dataclass

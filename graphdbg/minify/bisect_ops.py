@@ -126,7 +126,7 @@ def bisect_ops_dump(dump: Any, specs: list[str], *, device: Any = None, trust_ke
 
 
 def bisect_ops_job(case: Case, job: dict[str, Any]) -> dict[str, Any]:
-    """``bisect ops`` in the replay child (``replay/swap.py``'s ``CHILD_JOBS``)."""
+    """``bisect ops`` in the replay child (``execution/jobs.py``'s ``JOB_KINDS``)."""
     swaps = builtin_swaps(case.gm, parse_swaps(job.get("swaps") or [], case.gm, case_kernel_names(case)))
     return bisect_ops(case, swaps, as_bounds(job.get("within"))).to_dict()
 

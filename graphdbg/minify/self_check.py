@@ -10,10 +10,10 @@ is made unimportable (a package of that name that refuses to load comes first on
 repro that needs graphdbg shows up here, not in the upstream bug report.
 
 What it runs is a dump's graph, so it runs as a replay child does: ``python -I``, sandboxed
-(``replay.sandbox``: writes only under its own scratch folder, which holds its temporary files
+(``execution.sandbox``: writes only under its own scratch folder, which holds its temporary files
 and compiler caches; no sockets; ...) with a replay's memory cap on the CPU, by a small launcher
-(``replay/sandboxed_file.py``) that applies the sandbox before the file runs; it and everything
-it starts are ended past ``timeout`` (``replay.isolation.ChildGroup``). ``SelfCheck.sandbox``
+(``execution/sandboxed_file.py``) that applies the sandbox before the file runs; it and everything
+it starts are ended past ``timeout`` (``execution.isolation.ChildGroup``). ``SelfCheck.sandbox``
 says what was applied (``none (...)`` on a kernel without Landlock, as a replay's Outcome says).
 
 When the child's verdict is not the captured failure, the file is kept and the command exits 4
@@ -31,10 +31,10 @@ from pathlib import Path
 
 from graphdbg.backends.resolve import USER_PYTHONPATH
 from graphdbg.errors import DumpError, GraphdbgError
+from graphdbg.execution.isolation import ChildGroup, tail_of
+from graphdbg.execution.sandbox import ENV, SANDBOX_NOTE, WRITABLE_ENV, child_env, child_path, python_command
 from graphdbg.judge.fatal_signal import died_of
 from graphdbg.judge.signature import same_signature
-from graphdbg.replay.isolation import ChildGroup, tail_of
-from graphdbg.replay.sandbox import ENV, SANDBOX_NOTE, WRITABLE_ENV, child_env, child_path, python_command
 from graphdbg.store.safe_files import read_child_file
 
 # what a self-check trusts, as its compile cache's key: it runs a file graphdbg wrote, with the
@@ -57,7 +57,7 @@ class SelfCheck:
     line: str  # the child's verdict, one line
     exit_code: int | None  # the child's exit status (None: it timed out)
     missing: str | None = None  # what the check needs and this machine lacks (pytest): the file is not checked
-    sandbox: str | None = None  # what the child's sandbox applied: "landlock (...)" or "none (why)" (replay/sandbox.py)
+    sandbox: str | None = None  # what the child's sandbox applied: "landlock (...)" or "none (why)" (execution/sandbox.py)
 
     @property
     def weaker(self) -> str | None:
@@ -77,10 +77,10 @@ OUTPUT_TAIL = 64_000  # characters of the child's output read back: its verdict 
 
 def _run(tmp: Path, launch: list[str], env: dict[str, str], device: str | None, timeout: float | None,
          dump: str | Path | None = None) -> tuple[int | None, str, str | None]:
-    """Run ``graphdbg.replay.sandboxed_file`` with ``launch`` in a sandboxed child whose own
+    """Run ``graphdbg.execution.sandboxed_file`` with ``launch`` in a sandboxed child whose own
     folder is ``tmp/work`` and whose whole environment is ``env`` (and what the sandbox needs);
     its exit status (None: timed out), its output, what its sandbox applied. Its compiler caches:
-    in its own folder, or ``dump``'s compile cache (``replay.sandbox.child_env``)."""
+    in its own folder, or ``dump``'s compile cache (``execution.sandbox.child_env``)."""
     own = tmp / "work"
     own.mkdir()
     # the user's say on the sandbox itself (off, or more folders their backend writes); child_env
@@ -91,7 +91,7 @@ def _run(tmp: Path, launch: list[str], env: dict[str, str], device: str | None, 
     env = {**env, "XDG_CACHE_HOME": str(own / "cache"), **asked,
            **child_env(own, _device(device), str(dump) if dump else None, SELF_CHECK_TRUST)}
     out = tmp / "output.txt"
-    with ChildGroup(python_command("graphdbg.replay.sandboxed_file", *launch), out, env=env, inherit=False) as child:
+    with ChildGroup(python_command("graphdbg.execution.sandboxed_file", *launch), out, env=env, inherit=False) as child:
         code = child.wait(timeout)
     text = tail_of(out, OUTPUT_TAIL)
     try:  # through the gate, as everything a child leaves: it may have swapped its note for a FIFO

@@ -32,9 +32,9 @@ from typing import Any, Callable, Iterator
 
 from graphdbg.backends.resolve import dump_backend
 from graphdbg.errors import GraphdbgError
+from graphdbg.execution.entry import replay_dump
+from graphdbg.execution.executor import SandboxedWorkers
 from graphdbg.formats import load as load_dump
-from graphdbg.minify.sandboxed import candidate_pool
-from graphdbg.replay.entry import replay_dump
 from graphdbg.replay.options import DEFAULT_TIMEOUT, ReplayOptions
 from graphdbg.store.describe import tensor_stats
 from graphdbg.store.manifest import INPUTS, find_dumps, read_manifest, write_manifest
@@ -138,7 +138,7 @@ def share_dump(dump: str | Path, out: str | Path, options: ReplayOptions | None 
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise GraphdbgError(f"{out}: already exists and is not empty")
 
-    with _staging(out, options) as staging:
+    with _staging(out, options) as (staging, options):
         copy = _own_files(folder, staging / "copy")
         redact_folder(copy, root=root)
         manifest = read_manifest(copy)
@@ -207,17 +207,18 @@ def share_dump(dump: str | Path, out: str | Path, options: ReplayOptions | None 
 
 
 @contextlib.contextmanager
-def _staging(out: Path, options: ReplayOptions | None) -> Iterator[Path]:
-    """A folder beside ``out`` for the copy while it is judged, removed after. Isolated (unless
-    ``--no-isolate``), the copy's replays go one after another to one sandboxed worker, minify's,
-    not a fresh interpreter each: between them the copy's values change, not its graph."""
+def _staging(out: Path, options: ReplayOptions | None) -> Iterator[tuple[Path, ReplayOptions | None]]:
+    """A folder beside ``out`` for the copy while it is judged, removed after, and the options its
+    replays run with. Isolated (unless ``--no-isolate``), they go one after another to one
+    sandboxed worker (their executor), not a fresh interpreter each: between them the copy's
+    values change, not its graph."""
     staging = Path(tempfile.mkdtemp(prefix=".share-", dir=out.parent if out.parent.exists() else None))
     try:
         if options is not None and options.isolate is False:
-            yield staging
+            yield staging, options
         else:
             timeout = DEFAULT_TIMEOUT if options is None or options.timeout is None else float(options.timeout)
-            with candidate_pool(staging / "copy", timeout=timeout):
-                yield staging
+            with SandboxedWorkers(staging / "copy", timeout=timeout) as workers:
+                yield staging, (options or ReplayOptions()).but(executor=workers)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

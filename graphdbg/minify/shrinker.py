@@ -31,14 +31,14 @@ from graphdbg.case import Case, save_case
 from graphdbg.display import Displayed
 from graphdbg.dump import Dump
 from graphdbg.errors import GraphdbgError
+from graphdbg.execution.executor import Job, SandboxedWorkers, executor_for
+from graphdbg.execution.isolation import child_specs
 from graphdbg.formats import load as load_dump
 from graphdbg.judge.rate import RateTest
 from graphdbg.minify.candidates import Candidate, OriginalGraph, has_symbolic_sizes
 from graphdbg.minify.oracle import Oracle, case_key
 from graphdbg.minify.repro import write_repro
-from graphdbg.minify.sandboxed import candidate_pool, in_worker, recorded_values
 from graphdbg.minify.shrink_passes import ShrinkPass, Step, default_passes
-from graphdbg.replay.isolation import child_specs
 from graphdbg.replay.options import DEFAULT_TIMEOUT, ReplayOptions, replay_options
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.run import replay_case
@@ -514,9 +514,9 @@ class Minifier:
         self.retry: Target | None = None
         case = self.target.case
         grad = bool(case.dump.manifest.get("grad_enabled", False)) if case.dump is not None else False
-        timeout = DEFAULT_TIMEOUT if self.opts.replay.timeout is None else float(self.opts.replay.timeout)
-        # in a sandboxed worker when minify runs isolated: recording runs the whole graph
-        self.original = OriginalGraph.of(case, values=recorded_values(case, grad, timeout) if in_worker() else None)
+        # where minify's runs go (a sandboxed worker when it runs isolated): recording runs the whole graph
+        values = executor_for(self.opts.replay).submit(Job("values", case, opts=self.opts.replay, payload={"grad": grad}))
+        self.original = OriginalGraph.of(case, values=values)
         try:
             self.shrinker = Shrinker(self.original, self.oracle, on_improve=self.on_improve, log=self.say,
                                      budget=self.budget)
@@ -585,15 +585,15 @@ def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, option
             raise GraphdbgError("minify needs a backend for a Case that did not come from a dump")
         backend = recorded_backend(dump)
     isolate = _isolated(opts, dump, backend, jobs)
+    # isolated: every run of the graph (the first ones, the values, each candidate) in sandboxed workers
+    workers = SandboxedWorkers(dump.path if dump is not None else None, size=jobs, specs=child_specs(backend, opts),
+                               timeout=DEFAULT_TIMEOUT if opts.timeout is None else float(opts.timeout)) \
+        if isolate else None
     # the candidates' kernels stay stand-ins; --trust-kernels is the repro's (repro_kernels.py)
-    run_opts = RunOptions(opts.but(isolate=isolate, trust_kernels=False), jobs=jobs,
+    run_opts = RunOptions(opts.but(isolate=isolate, trust_kernels=False, executor=workers), jobs=jobs,
                           rate=RateTest.of(dump.manifest if dump is not None else None, failure_rate))
     budget = Budget(max_queries, time_budget)
-    # isolated: every run of the graph (the first ones, the values, each candidate) in sandboxed workers
-    pool = candidate_pool(dump.path if dump is not None else None, jobs=jobs, specs=child_specs(backend, opts),
-                          timeout=DEFAULT_TIMEOUT if opts.timeout is None else float(opts.timeout)) \
-        if isolate else contextlib.nullcontext()
-    with pool:
+    with workers or contextlib.nullcontext():
         target = find_target(case, dump, backend, run_opts, direct=opts.direct, any_failure=any_failure)
         while True:
             minifier = Minifier(target, run_opts, accuracy=accuracy, budget=budget, out=out, progress=progress, log=log,

@@ -10,7 +10,7 @@ launches it, as the user's program did (``kernel[grid](**tensors, **constants)``
 it and Dynamo captures it again under a backend.
 
 That is code from the dump. It runs only when the user says ``--trust-kernels`` and only in a
-sandboxed replay child (``replay/child.py``: ``$GRAPHDBG_SANDBOX_DIR`` is set there, and only
+sandboxed replay child (``execution/child.py``: ``$GRAPHDBG_SANDBOX_DIR`` is set there, and only
 there): never in the graphdbg process, never in another.
 
     >>> why = install_kernels(case.gm, dump.manifest)      # in the replay child, before stand-ins
@@ -37,7 +37,7 @@ import torch.fx as fx
 from graphdbg.errors import GraphdbgError
 from graphdbg.graph.kernels import TRITON_WRAPPERS, custom_op_of, qualified_name
 
-# set in a sandboxed replay child only (replay/sandbox.py's FOLDER_ENV: tests/test_kernels.py checks they are one name)
+# set in a sandboxed replay child only (execution/sandbox.py's FOLDER_ENV: tests/test_kernels.py checks they are one name)
 SANDBOX_DIR_ENV = "GRAPHDBG_SANDBOX_DIR"
 REAL, FROM_DUMP, STAND_IN = "real", "from the dump", "stand-in"
 # modules a kernel's source may name as globals: Triton's own (importing any other module a dump names is not a kernel's business)

@@ -2,7 +2,7 @@
 thread counts (the manifest's ``env.settings`` and ``env.vars``, ``store.environment``).
 
 The CLI calls ``restore(manifest)`` before anything compiles and puts the recorded settings in
-``GRAPHDBG_AS_CAPTURED``, so an isolated replay child (``replay.child``) restores the same in its
+``GRAPHDBG_AS_CAPTURED``, so an isolated replay child (``execution.child``) restores the same in its
 own process; environment variables reach children by inheritance. What can't be restored (versions, the device) is what
 ``judge.environment`` still lists afterwards.
 

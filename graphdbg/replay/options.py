@@ -14,7 +14,7 @@ This module imports no torch: the CLI makes options before it knows it needs tor
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -38,6 +38,9 @@ class ReplayOptions:
     max_input_gb: float | None = None  # refuse bigger inputs (None: the device's free memory)
     trust_kernels: bool = False  # user Triton kernels from the dump's source, in the sandboxed child only (rebuild/kernel_source.py)
     python: str | None = None  # the interpreter an isolated replay's child runs (bisect envs; None: graphdbg's own)
+    # where an isolated replay runs (``execution.executor``: a fresh child, warm workers, this process);
+    # None: a fresh sandboxed child. This process's object: never sent to a child, not part of equality
+    executor: Any = field(default=None, compare=False, repr=False)
 
     def but(self, **changes: Any) -> ReplayOptions:
         """These options with ``changes``."""
@@ -50,12 +53,12 @@ class ReplayOptions:
         return Tolerance(self.rtol, self.atol)
 
     def for_child(self) -> dict[str, Any]:
-        """These options as a replay child (``replay.child``, ``rank_main``) takes them, as JSON:
+        """These options as a replay child (``execution.child``, ``rank_main``) takes them, as JSON:
         all but what the parent alone uses, and the passes and device, which travel apart."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in PARENT_ONLY}
 
 
-PARENT_ONLY = ("passes", "device", "isolate", "timeout", "max_input_gb", "python")  # the child gets passes and device apart
+PARENT_ONLY = ("passes", "device", "isolate", "timeout", "max_input_gb", "python", "executor")  # the child gets passes and device apart
 
 
 def replay_options(options: ReplayOptions | None = None, **settings: Any) -> ReplayOptions:

@@ -57,7 +57,7 @@ class Outcome(Displayed, BaseModel):
     kernels: list[dict[str, Any]] = Field(default_factory=list)
     device: str | None = None
     isolated: bool = False
-    sandbox: str | None = None  # an isolated child's: "landlock (...)" or "none (why)" (replay/sandbox.py)
+    sandbox: str | None = None  # an isolated child's: "landlock (...)" or "none (why)" (execution/sandbox.py)
     exit_signal: str | None = None
     exit_code_child: int | None = None
     stderr_tail: str | None = None

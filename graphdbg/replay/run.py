@@ -53,7 +53,6 @@ from graphdbg.judge.randomness import random_outputs, rng_state, same_draws, sam
 from graphdbg.judge.signature import exception_text, signature
 from graphdbg.rebuild.inputs import clone_value
 from graphdbg.rebuild.kernel_source import kernels_ran
-from graphdbg.replay import sandbox
 from graphdbg.replay.backend_setup import backend_and_passes, compiler_settings
 from graphdbg.replay.backward import (
     add_mismatches,
@@ -116,10 +115,10 @@ def replay_case(case: Case, backend: str | Callable[..., Any], opts: ReplayOptio
     # Eager has no compiler for Dynamo's graph to feed: the dumped graph runs as it is (as
     # ``--direct``), and a replay under eager doesn't import Dynamo (seconds of CPU).
     direct = bool(opts.direct) or (backend == "eager" and not opts.passes)
-    if opts.isolate and not sandbox.replays_here:
-        from graphdbg.replay.isolation import run_isolated  # isolation -> case -> (lazily) this module
+    if opts.isolate:  # where it runs: the executor the caller chose (opts.executor), else the default for isolate
+        from graphdbg.execution.executor import Job, executor_for  # upward, declared in pyproject's layers contract
 
-        return run_isolated(case, backend, opts.but(direct=direct, backward=backward))
+        return executor_for(opts).submit(Job("replay", case, backend, opts.but(direct=direct, backward=backward)))
     if backward and not is_backward_dump(case.dump):  # a backward dump's graph replays alone
         return run_training_case(case, backend, opts.but(direct=direct))
     tol = opts.tolerance

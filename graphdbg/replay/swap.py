@@ -15,7 +15,6 @@ the output dtype's tolerance, or within the user's bounds (``--within cosine>=0.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import io
 from dataclasses import dataclass, field
 from typing import Any
@@ -258,26 +257,13 @@ def in_child_unless(isolate: bool | None, trust_kernels: bool) -> bool:
 
 
 def in_child(dump: Any, job: dict[str, Any], device: Any, timeout: float | None, trust_kernels: bool = False) -> dict[str, Any]:
-    """``job`` on ``dump`` in the sandboxed replay child: its result."""
-    from graphdbg.replay.isolation import run_job_isolated  # isolation -> case -> (lazily) replay.run
+    """``job`` (``{"kind": ..., ...}``, a kind of ``execution.jobs.JOB_KINDS``) on ``dump`` in a fresh sandboxed replay child: its result."""
+    from graphdbg.execution.executor import FreshChild, Job  # upward, declared in pyproject's layers contract
 
     references = tuple(s.partition("=")[2] for s in job.get("swaps") or [] if ":" in s.partition("=")[2])
-    return run_job_isolated(dump, job, ReplayOptions(device=device, timeout=timeout, trust_kernels=trust_kernels), references)
-
-
-# What a replay child runs besides a replay: a job's name, and the module:function that runs it
-# on the child's case (bisect ops is minify's, above this layer: named, imported in the child alone).
-CHILD_JOBS = {"swap": "graphdbg.replay.swap:swap_job", "bisect-ops": "graphdbg.minify.bisect_ops:bisect_ops_job"}
-
-
-def child_job(case: Case, job: dict[str, Any]) -> dict[str, Any]:
-    """In the replay child: run ``job`` (one of ``CHILD_JOBS``) on ``case``; its JSON result."""
-    spec = CHILD_JOBS.get(str(job.get("kind")))
-    if spec is None:
-        raise GraphdbgError(f"the replay child has no job {job.get('kind')!r}")
-    module, _, name = spec.partition(":")
-    result = getattr(importlib.import_module(module), name)(case, job)
-    return {**result, "kernels": case_kernels(case)}
+    kind, payload = job["kind"], {k: v for k, v in job.items() if k != "kind"}
+    opts = ReplayOptions(device=device, timeout=timeout, trust_kernels=trust_kernels)
+    return FreshChild().submit(Job(kind, dump, opts=opts, payload=payload, references=references))
 
 
 def swap_job(case: Case, job: dict[str, Any]) -> dict[str, Any]:
@@ -285,4 +271,4 @@ def swap_job(case: Case, job: dict[str, Any]) -> dict[str, Any]:
     return compare_swap(case, swaps, as_bounds(job.get("within"))).to_dict()
 
 
-__all__ = ["CHILD_JOBS", "SwapReport", "as_bounds", "case_kernels", "child_job", "in_child", "in_child_unless", "swap_dump", "swapped_graph", "case_kernel_names", "compare_swap", "distance", "distances", "error", "reference64", "run_graph"]
+__all__ = ["SwapReport", "as_bounds", "case_kernels", "in_child", "in_child_unless", "swap_dump", "swapped_graph", "case_kernel_names", "compare_swap", "distance", "distances", "error", "reference64", "run_graph"]

@@ -2,7 +2,7 @@
 
 The folder is the user's own (``$GRAPHDBG_CACHE_DIR``, else the platform's user cache folder):
 the schema check's manifests (``store/manifest_cache``), ``ls``'s per-file cache
-(``listing/cache``) and the compiler caches of a dump's isolated replays (``replay/sandbox``).
+(``listing/cache``) and the compiler caches of a dump's isolated replays (``execution/sandbox``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def cache_dir() -> Path:
     ``$XDG_CACHE_HOME/graphdbg``, else ``~/.cache/graphdbg``; on macOS ``~/Library/Caches/graphdbg``)."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
-    # imported here: the self-check's launcher (replay/sandboxed_file) imports graphdbg in the
+    # imported here: the self-check's launcher (execution/sandboxed_file) imports graphdbg in the
     # user's interpreter and must start there with the standard library alone
     import platformdirs
 

@@ -366,7 +366,7 @@ class DumpItem(pytest.Item):
         from graphdbg.errors import GraphdbgError
 
         # lazy: this plugin loads in every pytest run; graphdbg's heavy modules only once a dump is collected
-        from graphdbg.replay.entry import replay_dump
+        from graphdbg.execution.entry import replay_dump
 
         if self.problem is not None:
             raise FailsDifferently(f"graphdbg could not read this dump: {self.problem}")

@@ -7,7 +7,7 @@ import sys
 
 
 def garbage_outcome(gm, example_inputs):
-    """In an isolated replay child (``python -m graphdbg.replay.child REQUEST OUTCOME``): leave
+    """In an isolated replay child (``python -m graphdbg.execution.child REQUEST OUTCOME``): leave
     garbage where the child's outcome.json goes and end the child, as a hostile backend could."""
     if len(sys.argv) >= 3 and sys.argv[2].endswith(".json"):
         with open(sys.argv[2], "w") as f:

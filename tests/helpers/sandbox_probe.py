@@ -23,7 +23,7 @@ import sys
 import threading
 from pathlib import Path
 
-from graphdbg.replay import sandbox
+from graphdbg.execution import sandbox
 
 mode, own, outside, victim_pid = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
 machine = platform.machine()

@@ -83,11 +83,11 @@ def bisect_nodes(
     backend = backend or _own_backend(d, dump, trust_backend, "bisect nodes")
     if backward:
         from graphdbg.minify.backward import bisect_training_nodes as run  # noqa: F811
-    from graphdbg.replay.isolation import deadline
+    from graphdbg.execution.isolation import deadline
 
     opts = ReplayOptions(rtol=rtol, atol=atol, device=device)
     if isolate:  # the graph runs in a sandboxed child, ended (exit 2) past the timeout
-        from graphdbg.minify.sandboxed import sandboxed_bisect_nodes
+        from graphdbg.execution.worker_tasks import sandboxed_bisect_nodes
 
         with _progress(f"bisect nodes: {d.manifest.get('graph', {}).get('nodes', '?')} nodes", quiet=as_json):
             result = sandboxed_bisect_nodes(d, backend, passes, opts, timeout=timeout, backward=backward, trust=trust_backend)

@@ -86,7 +86,7 @@ def replay(
 ) -> None:
     """Replay a dump under a backend; exit 0 on pass, 1 on the captured failure, 4 on another failure, 2 if it can't run."""
     _must_exist(dump)
-    from graphdbg.replay.entry import replay_dump_runs
+    from graphdbg.execution.entry import replay_dump_runs
 
     _inputs_setup(ops, seed)
     opts = ReplayOptions(passes=passes, device=device, isolate=isolate, timeout=timeout, direct=direct, accuracy=accuracy,
@@ -96,7 +96,7 @@ def replay(
             raise GraphdbgError("--trust-kernels runs a dump's kernel source only in the sandboxed replay child, "
                                 "not in the rank processes of --all-ranks; replay one rank's dump with it")
         backend = backend or _world_backend(dump, trust_backend, graph)
-        from graphdbg.replay.world import replay_world
+        from graphdbg.execution.world import replay_world
 
         world = replay_world(dump, backend, opts, graph=graph, nproc=nproc,
                              gpus=gpus, pg_backend=pg_backend, nnodes=nnodes, node_rank=node_rank, master_addr=master_addr,
@@ -167,7 +167,7 @@ def compare(
     if swap:
         raise typer.Exit(_compare_swap(dump, swap, device, ops, seed, as_json, trust_kernels, timeout, isolate, bounds))
     from graphdbg.backends.recipe import backend_label
-    from graphdbg.replay.entry import compare_exit_code, compare_outcomes, compared_backends, outcomes_table, own_backend_missing
+    from graphdbg.execution.entry import compare_exit_code, compare_outcomes, compared_backends, outcomes_table, own_backend_missing
     from graphdbg.ui.render import compare_table
 
     _inputs_setup(ops, seed)

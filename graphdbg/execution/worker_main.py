@@ -1,12 +1,13 @@
-"""The worker side of ``graphdbg.replay.worker``: ``python -m graphdbg.minify.worker_main FOLDER``.
+"""The worker side of ``graphdbg.execution.worker``: ``python -m graphdbg.execution.worker_main FOLDER``.
 
-Sandboxed once (``replay.sandbox``: it may write under ``FOLDER/work`` alone), before any job
+Sandboxed once (``execution.sandbox``: it may write under ``FOLDER/work`` alone), before any job
 is read; then it answers jobs one at a time, each named by its number on stdin
 (``FOLDER/jobs/N/request.json``, plain JSON, the parent's), with ``FOLDER/work/N/answer.json``
 and the number back on stdout. Its stdin and stdout are kept for that alone: what the graph
-or a backend prints goes to the job's ``stderr.txt``. The tasks (a request's ``task``):
+or a backend prints goes to the job's ``stderr.txt``. The tasks (a request's ``task``, a kind of
+``execution.jobs.JOB_KINDS`` that takes a request):
 
-- ``replay``: one replay of a dump folder, as a replay child runs it (``replay.child.answer``);
+- ``replay``: one replay of a dump folder, as a replay child runs it (``execution.child.answer``);
 - ``values``: every node's value in one eager run of a dump's graph (``replay.values``), for
   minify's candidates: tensors in ``values.safetensors``, numbers and the kind of anything
   else in the answer (``recorded_values`` reads them back);
@@ -24,20 +25,20 @@ from typing import Any
 import torch
 
 from graphdbg.errors import GraphdbgError
+from graphdbg.execution.child import answer, die_with_parent
+from graphdbg.execution.jobs import job_function
+from graphdbg.execution.sandbox import sandbox_child
+from graphdbg.execution.worker_tasks import VALUES_FILE
 from graphdbg.formats import load as load_dump
 from graphdbg.judge.signature import exception_text
-from graphdbg.minify.backward import bisect_training_nodes
-from graphdbg.minify.bisect import bisect_nodes
-from graphdbg.minify.sandboxed import VALUES_FILE
-from graphdbg.replay.child import answer, die_with_parent
-from graphdbg.replay.options import ReplayOptions
-from graphdbg.replay.sandbox import sandbox_child
 from graphdbg.replay.values import record_values
 from graphdbg.store.tensor_file import storable, write_tensors
 
 
 def main(folder: str) -> int:
     die_with_parent()
+    if __spec__ is not None:  # run as ``-m``: the tasks JOB_KINDS names here are this module's, not a second copy's
+        sys.modules.setdefault(__spec__.name, sys.modules[__name__])
     SANDBOX[0] = sandbox_child(own_parent=False)  # before any job is read; it writes under work/ alone
     jobs_in, answers_out = os.dup(0), os.dup(1)
     quiet = os.open(os.devnull, os.O_RDWR)
@@ -62,7 +63,7 @@ def run_job(job: Path, answers: Path) -> None:
     os.close(out)
     try:
         request = json.loads((job / "request.json").read_text())
-        data = TASKS[request.get("task", "replay")](request, answers)
+        data = job_function(request.get("task", "replay"), "request")(request, answers)
     except GraphdbgError as e:
         data = {"error": exception_text(e)}
     except Exception as e:  # anything else: the job's answer says what, the worker lives on
@@ -103,20 +104,11 @@ def _read_out(t: torch.Tensor) -> torch.Tensor | None:
         return None
 
 
-def bisect_nodes_job(request: dict[str, Any], job: Path) -> dict[str, Any]:
-    case = load_dump(request["dump"]).case(device=request["device"])
-    opts = ReplayOptions(rtol=request.get("rtol"), atol=request.get("atol"))
-    if request.get("backward"):
-        found = bisect_training_nodes(case, request["backend"], request["passes"], opts, trust=bool(request.get("trust")))
-    else:
-        found = bisect_nodes(case, request["backend"], request["passes"], opts)
-    return {"divergence": found.to_dict()}
+def replay_task(request: dict[str, Any], answers: Path) -> dict[str, Any]:
+    """One replay, as a replay child runs it (``execution.child.answer``), in this worker's sandbox."""
+    return answer(request, sandboxed=SANDBOX[0] is not None)
 
 
-# what the worker is asked, by the request's ``task`` (a replay request's own ``job`` is
-# ``replay.swap.child_job``'s: compare --swap and bisect ops under --trust-kernels)
-TASKS = {"replay": lambda request, answers: answer(request, sandboxed=SANDBOX[0] is not None), "values": values_job,
-         "bisect_nodes": bisect_nodes_job}
 SANDBOX: list[str | None] = [None]  # what sandbox_child applied in this worker
 
 

@@ -1,4 +1,4 @@
-"""One rank of a world replay, as torchrun starts it: ``python -m graphdbg.replay.rank_main REQUEST``.
+"""One rank of a world replay, as torchrun starts it: ``python -m graphdbg.execution.rank_main REQUEST``.
 
 torchrun sets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` and the rendezvous address; the request
 (written by ``world.replay_world``) says which dump each rank replays, on which device, under

@@ -41,13 +41,13 @@ import torch
 
 from graphdbg.dump import natural_key
 from graphdbg.errors import DumpError, GraphdbgError
+from graphdbg.execution.isolation import child_outcome
+from graphdbg.execution.sandbox import child_path, python_command
 from graphdbg.formats import load as load_dump
 from graphdbg.rebuild.inputs import symbol_env
 from graphdbg.rebuild.memory_budget import free_bytes as free_on
-from graphdbg.replay.isolation import child_outcome
 from graphdbg.replay.options import ReplayOptions
 from graphdbg.replay.outcome import Outcome
-from graphdbg.replay.sandbox import child_path, python_command
 from graphdbg.store.manifest import find_dumps
 from graphdbg.store.safe_files import read_child_file
 from graphdbg.store.specs import TensorSpec
@@ -358,7 +358,7 @@ def replay_world(root: str | Path, backend: str | None = None, opts: ReplayOptio
             launch += ["--nnodes", str(nnodes), "--node-rank", str(node_rank), "--master-addr", master_addr or "127.0.0.1",
                        "--master-port", str(port)]
         # each rank is an isolated interpreter too (python -I: nothing from the folder it runs in)
-        launch += ["--no-python", *python_command("graphdbg.replay.rank_main", str(out / "request.json"))]
+        launch += ["--no-python", *python_command("graphdbg.execution.rank_main", str(out / "request.json"))]
         exit_codes, timed_out, launcher_err = _run_torchrun(launch, out, mine, timeout, child_path([backend, opts.passes]))
         for r in mine:
             result.ranks.append(RankReplay(r, str(paths[r]), _rank_outcome(r, out, exit_codes, timed_out, launcher_err,

@@ -12,7 +12,7 @@ parent reads it, or, when there is none, turns the exit status into an Outcome:
 - a replay that could not start (unknown backend, missing device): GraphdbgError, as in-process.
 
 The child is an isolated interpreter (``python -I``: nothing of the folder it runs in is
-imported) and runs sandboxed (``graphdbg.replay.sandbox``): no new privileges, writes only
+imported) and runs sandboxed (``graphdbg.execution.sandbox``): no new privileges, writes only
 under its own folder, which holds its compiler caches too (Landlock), no sockets and no way
 around the filter (seccomp); the Outcome's ``sandbox`` says what was applied, or ``none (why)``.
 What it leaves behind is read through the gate.
@@ -37,10 +37,18 @@ import psutil
 
 from graphdbg.backends.resolve import backend_label, backend_spec, names_code
 from graphdbg.errors import DumpError, GraphdbgError
+from graphdbg.execution.sandbox import (
+    CHILD_PATH_ENV,
+    SANDBOX_NOTE,
+    child_env,
+    child_path,
+    python_command,
+    trust_level,
+    with_module,
+)
 from graphdbg.judge.fatal_signal import died_of
 from graphdbg.replay.options import DEFAULT_TIMEOUT, ReplayOptions
 from graphdbg.replay.outcome import Outcome
-from graphdbg.replay.sandbox import CHILD_PATH_ENV, SANDBOX_NOTE, child_env, child_path, python_command, trust_level, with_module
 from graphdbg.store.safe_files import read_child_file, read_json
 
 if TYPE_CHECKING:
@@ -58,19 +66,6 @@ def spec_of(obj: Any) -> str:
     if not module or not qual or "<locals>" in qual or module == "__main__":
         raise GraphdbgError(f"{obj!r} can't be sent to an isolated replay; give it as package.module:callable")
     return f"{module}:{qual}"
-
-
-def run_isolated(case: Case | Dump, backend: str | Callable[..., Any], opts: ReplayOptions) -> Outcome:
-    """Replay a Case, or a Dump on ``opts.device`` (its inputs then load only in the child).
-
-    ``opts.timeout`` defaults to ``DEFAULT_TIMEOUT`` (600 s): an isolated replay always ends.
-    Inside ``use_pool`` (minify's candidates) the replay goes to a long-lived sandboxed worker
-    instead of a fresh child (``graphdbg.replay.worker``).
-    """
-    if _POOL and not opts.python:
-        return _POOL[-1].replay(case, replay_request(case, backend, opts), DEFAULT_TIMEOUT if opts.timeout is None
-                                else float(opts.timeout))
-    return run_isolated_many(case, backend, opts, 1)[0]
 
 
 def run_isolated_many(case: Case | Dump, backend: str | Callable[..., Any], opts: ReplayOptions, runs: int,
@@ -95,8 +90,6 @@ def run_isolated_each(case: Case | Dump, backends: Sequence[str | Callable[..., 
     imports user code (whatever its import leaves in the process would reach the next columns).
     ``started(i)``: column ``i`` began, as far as this process can tell (when the previous
     column's Outcome appears)."""
-    if _POOL and not opts.python:
-        return [run_isolated(case, b, opts) for b in backends]
     told = [-1]
 
     def tell(i: int) -> None:  # once per column: a column the last child told of may start in the next
@@ -117,7 +110,7 @@ def _in_one_child(case: Case | Dump, backends: list[str | Callable[..., Any]], o
                   started: Callable[[int], None] | None = None, deadline: float | None = None) -> list[Outcome]:
     """A replay per item of ``backends`` in one fresh child (the same backend each time for
     ``replay --repeat``; ``columns``: compare's, each its own stderr and the child's rules for
-    ending early, ``graphdbg.replay.child``); fewer come back when a run ended the child."""
+    ending early, ``graphdbg.execution.child``); fewer come back when a run ended the child."""
     request = replay_request(case, backends[0], opts)
     timeout = DEFAULT_TIMEOUT if opts.timeout is None else float(opts.timeout)
     if opts.python:
@@ -136,7 +129,7 @@ def _in_one_child(case: Case | Dump, backends: list[str | Callable[..., Any]], o
             errs = [err_path, *(tmpdir / f"stderr-{i}.txt" for i in range(1, runs))]
             request["stderr"] = [str(p) for p in errs]
         request_path.write_text(json.dumps(request))
-        cmd = python_command("graphdbg.replay.child", str(request_path), str(outcome_path), python=opts.python)
+        cmd = python_command("graphdbg.execution.child", str(request_path), str(outcome_path), python=opts.python)
         own = tmpdir / "work"  # the child's own folder: the only place the sandbox lets it write (with the caches)
         own.mkdir()
         specs = [*request.get("backends", [request["backend"]]), request["passes"]]
@@ -258,22 +251,8 @@ def replay_outcome(request: dict[str, Any], returncode: int | None, outcome_path
     return outcome
 
 
-_POOL: list[Any] = []  # the worker pools in use, innermost last (``use_pool``)
-
-
-@contextlib.contextmanager
-def use_pool(pool: Any) -> Iterator[Any]:
-    """Send every isolated replay inside to ``pool`` (an object with ``replay(case, request,
-    timeout) -> Outcome``: ``graphdbg.replay.worker.WorkerPool``) rather than a fresh child."""
-    _POOL.append(pool)
-    try:
-        yield pool
-    finally:
-        _POOL.remove(pool)
-
-
 def run_job_isolated(dump: Dump, job: dict[str, Any], opts: ReplayOptions, specs: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Run ``job`` (``{"kind": "swap" | "bisect-ops", ...}``: ``replay/swap.py``'s ``child_job``)
+    """Run ``job`` (``{"kind": "swap" | "bisect-ops", ...}``: ``execution.jobs.case_job``)
     on ``dump`` in a sandboxed replay child, as ``run_isolated`` runs a replay; its JSON result.
     ``specs``: the user's ``module:function`` references, importable there as a backend is.
     A child that fails, dies or runs past the timeout is a GraphdbgError (one line)."""
@@ -291,7 +270,7 @@ def run_job_isolated(dump: Dump, job: dict[str, Any], opts: ReplayOptions, specs
         own.mkdir()
         env = {**child_env(own, request["device"], str(dump.path), trust_level(specs, opts.trust_kernels)),
                **child_path(list(specs))}
-        with ChildGroup(python_command("graphdbg.replay.child", str(request_path), str(result_path)), err_path, env=env) as child:
+        with ChildGroup(python_command("graphdbg.execution.child", str(request_path), str(result_path)), err_path, env=env) as child:
             returncode = child.wait(timeout)
             err = tail_of(err_path)
         what = f"{job.get('kind')} in the replay child"
@@ -368,7 +347,7 @@ class ChildGroup:
       SystemExit(128 + signal) for SIGTERM and SIGHUP), so the temporary folder is removed on
       the way out.
     - The child asks the kernel for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``,
-      ``graphdbg.replay.child``), which covers a parent killed with SIGKILL. What remains: the
+      ``graphdbg.execution.child``), which covers a parent killed with SIGKILL. What remains: the
       child's own children outlive a SIGKILLed parent, and a grandchild that left the group,
       cleared its environment and outlived its parent is never found.
 
@@ -380,7 +359,7 @@ class ChildGroup:
     def __init__(self, cmd: list[str], err_path: Path, env: dict[str, str] | None = None, pipes: bool = False,
                  inherit: bool = True):
         """``pipes``: the child's stdin and stdout are pipes (``proc.stdin``, ``proc.stdout``),
-        for a worker that is sent jobs and answers each with a line (``graphdbg.replay.worker``).
+        for a worker that is sent jobs and answers each with a line (``graphdbg.execution.worker``).
         ``env`` is added to this process's environment, or with ``inherit=False`` is the whole of it
         (a self-check: the user's environment, not the one graphdbg runs in)."""
         self.token = uuid.uuid4().hex

@@ -1,8 +1,7 @@
-"""minify's and bisect's runs of a dump's graph, in the sandboxed worker (``replay.worker``).
+"""The parent's side of the sandboxed worker's tasks besides a replay (``execution.worker``):
+every node's value (minify's original graph), and bisect nodes.
 
-    >>> with candidate_pool(dump_path, jobs=1, timeout=60) as pool:
-    ...     values = recorded_values(case, grad=False, timeout=60)     # every node's value, from the worker
-    ...     minify's candidates: replay_case(..., isolate=True) goes to the pool
+    >>> values = recorded_values(pool, case, grad=False, timeout=60)   # executor.SandboxedWorkers' ``values`` job
     >>> sandboxed_bisect_nodes(dump, "inductor", None, ReplayOptions(), timeout=1800)
 
 An untrusted graph never runs in graphdbg's own process here: the worker is sandboxed and
@@ -13,22 +12,19 @@ gate: JSON and safetensors, bounded.
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from safetensors.torch import load as load_safetensors
 
 from graphdbg.case import Case
 from graphdbg.errors import DumpError, GraphdbgError
+from graphdbg.execution.worker import ANSWER, WORKER_MODULE, Reply, WorkerPool
 from graphdbg.judge.fatal_signal import exit_signal
 from graphdbg.replay.divergence import NodeDivergence
-from graphdbg.replay.isolation import use_pool
-from graphdbg.replay.worker import ANSWER, Reply, WorkerPool
 from graphdbg.store.safe_files import read_child_file, read_json
 
-WORKER_MODULE = "graphdbg.minify.worker_main"  # the worker's side: the jobs it answers
 VALUES_FILE = "values.safetensors"
 MAX_VALUES_BYTES = 1 << 40  # what one recording may send back: bounded by the worker's memory cap first
 
@@ -42,29 +38,6 @@ class Unrecorded:
 
     def __repr__(self) -> str:
         return f"<{self.kind} value, kept in the worker>"
-
-
-_CURRENT: list[tuple[WorkerPool, float]] = []
-
-
-@contextlib.contextmanager
-def candidate_pool(dump: str | Path | None, *, jobs: int = 1, timeout: float,
-                   specs: list[str | None] = ()) -> Iterator[WorkerPool]:
-    """A pool of ``jobs`` sandboxed workers for one minify: every isolated replay inside goes
-    to it (``use_pool``), and ``recorded_values`` uses it too. ``specs``: the backend and
-    passes the candidates' replays name (their modules are found in the worker)."""
-    with WorkerPool(WORKER_MODULE, dump=str(dump) if dump is not None else None, size=jobs, specs=specs) as pool, \
-            use_pool(pool):
-        _CURRENT.append((pool, timeout))
-        try:
-            yield pool
-        finally:
-            _CURRENT.remove((pool, timeout))
-
-
-def in_worker() -> bool:
-    """Whether minify's runs go to a sandboxed worker now (``candidate_pool``)."""
-    return bool(_CURRENT)
 
 
 def _failed(what: str, reply: Reply, timeout: float) -> GraphdbgError:
@@ -88,10 +61,9 @@ def _answer(folder: Path, what: str) -> dict[str, Any]:
     return data
 
 
-def recorded_values(case: Case, grad: bool, timeout: float) -> dict[str, Any]:
-    """Every node's value in one eager run of ``case``, run in the current pool's worker
-    (``candidate_pool``): the graph input values are this process's own, the rest come back."""
-    pool = _CURRENT[-1][0]
+def recorded_values(pool: WorkerPool, case: Case, grad: bool, timeout: float) -> dict[str, Any]:
+    """Every node's value in one eager run of ``case``, run in one of ``pool``'s workers: the
+    graph input values are this process's own, the rest come back."""
     what = "recording every node's value"
     request = {"task": "values", "device": str(case.device), "grad": grad}
     folder, reply, worker = pool.ask(request, timeout, case=_as_saved(case))

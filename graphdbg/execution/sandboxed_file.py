@@ -1,10 +1,10 @@
 """A file run as ``__main__`` in a replay child's sandbox: the child side of a self-check (``minify.self_check``).
 
-    python -I -m graphdbg.replay.sandboxed_file [--hide-graphdbg SHADOW] --script repro.py ARGS...
-    python -I -m graphdbg.replay.sandboxed_file [--replays-here] --module pytest ARGS...
+    python -I -m graphdbg.execution.sandboxed_file [--hide-graphdbg SHADOW] --script repro.py ARGS...
+    python -I -m graphdbg.execution.sandboxed_file [--replays-here] --module pytest ARGS...
 
 A ``repro.py`` or an exported test runs a dump's graph, which is untrusted: this launcher
-applies the sandbox and the memory cap of a replay child (``replay.sandbox.sandbox_child``:
+applies the sandbox and the memory cap of a replay child (``execution.sandbox.sandbox_child``:
 writes under ``$GRAPHDBG_SANDBOX_DIR`` alone, no sockets, ...) before any of it runs, then runs
 the file as ``python FILE`` (``runpy``, as ``__main__``) or the module as ``python -m``. What a
 file starts (a repro runs its backend in a child: ``python repro.py --in-process``) inherits the
@@ -12,7 +12,7 @@ sandbox: Landlock, seccomp, no new privileges and the address-space limit all ho
 ``fork`` and ``execve``.
 
 ``--replays-here``: an isolated replay the file asks for (an exported test's) runs in this
-process, already a replay child's sandbox, not in a child of its own (``sandbox.replays_here``).
+process, already a replay child's sandbox, not in a child of its own (``sandbox.HERE_ENV``, read by ``executor.executor_for``).
 
 ``--hide-graphdbg``: a repro must run without graphdbg, so once the sandbox is on, graphdbg's
 modules are forgotten and ``SHADOW`` (a ``graphdbg`` package that refuses to load) comes first
@@ -27,8 +27,8 @@ import os
 import runpy
 import sys
 
-from graphdbg.replay import sandbox
-from graphdbg.replay.child import die_with_parent
+from graphdbg.execution import sandbox
+from graphdbg.execution.child import die_with_parent
 
 
 def main(argv: list[str]) -> None:
@@ -37,8 +37,8 @@ def main(argv: list[str]) -> None:
     os.dup2(2, 1)
     sys.stdout.reconfigure(line_buffering=True)  # the two streams in one file, in the order written
     shadow = None
-    if argv[0] == "--replays-here":
-        sandbox.replays_here, argv = True, argv[1:]
+    if argv[0] == "--replays-here":  # read when the API chooses where an isolated replay runs (executor_for)
+        os.environ[sandbox.HERE_ENV], argv = "1", argv[1:]
     if argv[0] == "--hide-graphdbg":
         shadow, argv = argv[1], argv[2:]
     what, target, args = argv[0], argv[1], argv[2:]

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from graphdbg.backends.resolve import known_without_dynamo, recorded_backend, resolve_backend
 from graphdbg.errors import GraphdbgError
-from graphdbg.rebuild.memory_budget import MAX_INPUT_GB_ENV, check_fits, descriptor_bytes
-from graphdbg.replay.isolation import run_isolated, run_isolated_each, run_isolated_many
+from graphdbg.execution.executor import Job, executor_for
+from graphdbg.execution.isolation import run_isolated_many
+from graphdbg.rebuild.memory_budget import MAX_INPUT_GB_ENV
 from graphdbg.replay.options import ReplayOptions, replay_options
 from graphdbg.store.replay_facts import ReplayFacts
 
@@ -65,18 +66,11 @@ def replay_dump(dump: Any, backend: str | Callable[..., Any] = "eager", options:
 
     Before anything is allocated, the inputs' bytes are checked against the free memory of
     the device (or ``max_input_gb``): InputsTooLarge (exit 2) instead of a swapped-out machine.
-    Isolated, the child checks, before it loads them (``graphdbg.replay.child``).
+    Isolated, the child checks, before it loads them (``graphdbg.execution.child``).
     """
     opts = _start(dump, [backend], options, **settings)
     with _input_limit(opts.max_input_gb):
-        return run_isolated(dump, backend, opts) if opts.isolate else _replay_here(dump, backend, opts)
-
-
-def _replay_here(dump: Any, backend: str | Callable[..., Any], opts: ReplayOptions) -> Outcome:
-    check_dump_fits(dump, opts.device)
-    from graphdbg.replay.run import replay_case  # lazy: Dynamo (~2 s) only for a replay in this process
-
-    return replay_case(dump.case(opts.device), backend, opts)
+        return executor_for(opts).submit(Job("replay", dump, backend, opts))
 
 
 def replay_dump_runs(dump: Any, backend: str | Callable[..., Any], options: ReplayOptions | None, runs: int,
@@ -132,14 +126,6 @@ def ended_child(outcome: Outcome) -> bool:
     """Whether a run ended its child: killed by a signal, past its timeout, or exited without an Outcome."""
     return bool(outcome.isolated and outcome.stage == "child"
                 and (outcome.exit_signal or outcome.status == "timeout" or outcome.exit_code_child is not None))
-
-
-def check_dump_fits(dump: Any, device: Any = None) -> None:
-    """Raise InputsTooLarge when ``dump``'s inputs can't fit on ``device`` (see memory_budget)."""
-    from graphdbg.rebuild.inputs import symbol_env  # torch: not for an isolated replay's parent
-
-    descs = dump.manifest.get("inputs", [])
-    check_fits(descriptor_bytes(descs, symbol_env(descs)), dump.resolve_device(device))
 
 
 @contextlib.contextmanager
@@ -210,14 +196,7 @@ def compare_outcomes(dump: Any, backends: Sequence[str | Callable[..., Any]], op
     replay under ``backends[i]`` began (progress)."""
     opts = _start(dump, backends, options)
     with _input_limit(opts.max_input_gb):
-        if opts.isolate:
-            return run_isolated_each(dump, backends, opts, started)
-        outcomes = []
-        for i, backend in enumerate(backends):
-            if started is not None:
-                started(i)
-            outcomes.append(_replay_here(dump, backend, opts))
-        return outcomes
+        return executor_for(opts).map([Job("replay", dump, backend, opts) for backend in backends], started)
 
 
 def outcomes_table(dump: Any, outcomes: Sequence[Outcome]):

@@ -1,4 +1,4 @@
-"""The child side of an isolated replay: python -m graphdbg.replay.child REQUEST OUTCOME."""
+"""The child side of an isolated replay: python -m graphdbg.execution.child REQUEST OUTCOME."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from graphdbg.errors import GraphdbgError
+from graphdbg.execution.sandbox import sandbox_child
 from graphdbg.judge.signature import exception_text
-from graphdbg.replay.sandbox import sandbox_child
 
 
 def die_with_parent() -> None:
@@ -65,15 +65,15 @@ def column(request: dict, i: int) -> dict:
 
 
 def answer(request: dict, sandboxed: bool = False) -> dict:
-    """One replay of the request's dump (or its ``job``: ``replay.swap.child_job``), as the JSON
+    """One replay of the request's dump (or its ``job``: ``execution.jobs.case_job``), as the JSON
     the parent reads: the Outcome's dict, or ``{"error": ...}`` for a replay that could not
     start. ``sandboxed``: this process runs in the sandbox (a dump's kernels compile only then).
-    Shared with the long-lived worker (``graphdbg.minify.worker_main``), which answers many such
+    Shared with the long-lived worker (``graphdbg.execution.worker_main``), which answers many such
     requests in one sandbox."""
     try:
+        from graphdbg.execution.executor import check_dump_fits  # inside the try, as the line below
         from graphdbg.formats import load as load_dump  # inside the try: a failed import is reported as the child's outcome
         from graphdbg.formats.dump_folder import checked_dump  # inside the try, as the line above
-        from graphdbg.replay.entry import check_dump_fits  # inside the try: a failed import is reported as the child's outcome
         from graphdbg.replay.run import run_case  # inside the try: a failed import is reported as the child's outcome
 
         if "manifest" in request:  # a dump folder whose manifest the parent read and checked
@@ -87,9 +87,9 @@ def answer(request: dict, sandboxed: bool = False) -> dict:
         # --trust-kernels: the dump's kernel source is compiled here, in the sandboxed child, and only here
         case = dump.case(device=request["device"], trust_kernels=bool(request["options"].get("trust_kernels")) and sandboxed)
         if "job" in request:  # compare --swap / bisect ops under --trust-kernels: their runs of the graph, here
-            from graphdbg.replay.swap import child_job  # inside the try, as the lines above
+            from graphdbg.execution.jobs import case_job  # inside the try, as the lines above
 
-            return {"result": child_job(case, request["job"])}
+            return {"result": case_job(case, request["job"])}
         outcome = run_case(case, request["backend"], request["passes"], isolate=False, **request["options"])
         data = outcome.to_dict()
         if request.get("environment"):  # bisect envs: what this interpreter is, to compare with another's

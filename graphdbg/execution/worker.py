@@ -1,12 +1,12 @@
 """A long-lived sandboxed child that runs one dump's graphs job after job: minify's candidates
 and its recording of every node's value, without a fresh interpreter and torch import each.
 
-    >>> with WorkerPool("graphdbg.minify.worker_main", device="cpu", dump="dumps/g0", size=1) as pool, use_pool(pool):
-    ...     replay_case(candidate, "inductor", opts.but(isolate=True))   # run_isolated asks the pool
+    >>> with WorkerPool("graphdbg.execution.worker_main", dump="dumps/g0", size=1) as pool:
+    ...     outcome = pool.replay(candidate, replay_request(candidate, "inductor", opts), timeout=60)
     >>> folder, reply = pool.ask({"task": "values", ...}, timeout=60)    # any job the worker knows
 
 The worker is started as a replay child is (``python -I``, the sandbox, the memory cap of a CPU
-replay: ``replay.sandbox``), but may write only under its own ``work/`` folder. It is sent jobs
+replay: ``execution.sandbox``), but may write only under its own ``work/`` folder. It is sent jobs
 as data, never code: the parent writes a job's request (and the candidate, saved as a dump
 folder: a printed graph the worker parses and safetensors) into ``jobs/N``, which the worker
 can read and not write, then writes the job's number on the worker's stdin. The worker answers
@@ -32,14 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from graphdbg.replay.isolation import ChildGroup, put_case, replay_outcome, tail_of
-from graphdbg.replay.sandbox import SANDBOX_NOTE, child_env, child_path, python_command, trust_level
+from graphdbg.execution.isolation import ChildGroup, put_case, replay_outcome, tail_of
+from graphdbg.execution.sandbox import SANDBOX_NOTE, child_env, child_path, python_command, trust_level
 from graphdbg.store.safe_files import read_pipe, write_file
 
 if TYPE_CHECKING:
     from graphdbg.case import Case
     from graphdbg.replay.outcome import Outcome
 
+WORKER_MODULE = "graphdbg.execution.worker_main"  # the worker's side: the tasks it answers
 MAX_JOBS = 200  # jobs one worker runs before a fresh one takes over
 ANSWER, REQUEST, STDERR = "answer.json", "request.json", "stderr.txt"
 _DEVICE_ERRORS = ("CUDA error", "device-side assert", "AcceleratorError", "illegal memory access")
@@ -197,7 +198,7 @@ class WorkerPool:
         self.give(worker, keep)
 
     def replay(self, case: Case, request: dict[str, Any], timeout: float) -> Outcome:
-        """``run_isolated``'s replay, on a worker."""
+        """A replay job (``executor.SandboxedWorkers``), on a worker."""
         folder, reply, worker = self.ask({**request, "task": "replay"}, timeout, case=case,
                                          specs=[request["backend"], request["passes"]])
         keep = False

@@ -48,12 +48,12 @@ from typing import Any, Iterable
 from graphdbg.store.cache_folder import cache_dir, content_key
 
 ENV = "GRAPHDBG_SANDBOX"
-
-# True in the sandboxed launcher of export-test's self-check (``sandboxed_file --replays-here``):
-# that process is a replay child's sandbox already, so an isolated replay (the exported test's)
-# runs in it, not in a child of its own: one interpreter and torch import fewer. Not when the
-# captured failure was a signal or a timeout: there the child's death is the answer.
-replays_here = False
+# Set by the sandboxed launcher of export-test's self-check (``sandboxed_file --replays-here``) in
+# its own environment: that process is a replay child's sandbox already, so an isolated replay (the
+# exported test's) runs in it, not in a child of its own: one interpreter and torch import fewer.
+# Not when the captured failure was a signal or a timeout: there the child's death is the answer.
+# ``executor.executor_for`` reads it only where ``FOLDER_ENV`` is set too (a sandboxed process).
+HERE_ENV = "GRAPHDBG_REPLAY_HERE"
 
 # <linux/landlock.h>; syscall numbers are the same on x86_64 and the generic table (aarch64).
 _SYS = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446)}
@@ -109,7 +109,7 @@ def python_command(module: str | None = None, *args: str, script: str | None = N
     or the file ``script`` (as ``python FILE``) with ``args``; what it may import besides the
     interpreter's own comes from ``child_path`` in its environment.
 
-        >>> python_command("graphdbg.replay.child", "req.json", "out.json")[:3]
+        >>> python_command("graphdbg.execution.child", "req.json", "out.json")[:3]
         ['/usr/bin/python3', '-I', '-X']
 
     ``python``: another interpreter than this one (``bisect envs``: another environment).

@@ -277,8 +277,8 @@ def _own_backend(d: object, path: Path, trust: bool, command: str) -> str | None
 def _world_backend(path: Path, trust: bool, world_graph: str | None) -> str | None:
     """The backend of the graph a world (--all-ranks, ``world_graph``: its --graph) replays."""
     from graphdbg.backends.resolve import dump_backend
-    from graphdbg.formats import load as load_dump
     from graphdbg.execution.world import world_dumps
+    from graphdbg.formats import load as load_dump
     from graphdbg.store.manifest import find_dumps
 
     if not find_dumps(path):

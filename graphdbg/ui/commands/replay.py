@@ -167,7 +167,13 @@ def compare(
     if swap:
         raise typer.Exit(_compare_swap(dump, swap, device, ops, seed, as_json, trust_kernels, timeout, isolate, bounds))
     from graphdbg.backends.recipe import backend_label
-    from graphdbg.execution.entry import compare_exit_code, compare_outcomes, compared_backends, outcomes_table, own_backend_missing
+    from graphdbg.execution.entry import (
+        compare_exit_code,
+        compare_outcomes,
+        compared_backends,
+        outcomes_table,
+        own_backend_missing,
+    )
     from graphdbg.ui.render import compare_table
 
     _inputs_setup(ops, seed)

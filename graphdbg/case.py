@@ -79,7 +79,7 @@ class Case(Displayed):
 
 def save_case(case: Case, dump_dir: Path | str, *, kind: str | None = None) -> Path:
     """Write ``case`` as a dump folder under ``dump_dir`` (``rank<R>/<id>/``); returns its path."""
-    loaded = case.dump.manifest if case.dump is not None else {}
+    loaded = case.dump.manifest_data if case.dump is not None else {}
     with kernels_as_captured(case.gm) as called:  # a Triton kernel's call as captured, and what the dump recorded of it
         snap = GraphSnapshot.take(0, case.gm, keep_eager=False)
     if "backward" in (loaded.get("stage"), loaded.get("failed")):  # a training failure's stage stays in its id, as captured

@@ -47,7 +47,7 @@ def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any
     path = Path(path)
     if not path.name.startswith("test_") or path.suffix != ".py":
         raise GraphdbgError(f"{path}: a pytest file is named test_*.py")
-    minified = d.manifest.get("minified") or {}
+    minified = d.manifest_data.get("minified") or {}
     if not isinstance(minified, dict):
         raise GraphdbgError(f"{d.path}: the manifest's 'minified' is not an object")
     shown = f"{d.path} -o {path}"
@@ -79,7 +79,7 @@ def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any
         shutil.rmtree(data)
     # the backend's source comes along (a script's definitions, a module of the user's, named by
     # module); the test imports the user's own where it is importable, the copy where it is not
-    carried = carry_backend(backend, data, ((d.manifest.get("backend_source") or {}).get("path")), dump=d.path)
+    carried = carry_backend(backend, data, d.manifest.backend_source.path if d.manifest.backend_source else None, dump=d.path)
     backend_before, backend = backend, carried.spec
     name = re.sub(r"\W", "_", path.stem[len("test_"):]) or "dump"
     # Every value goes into the file through repr, and the result must compile: a captured

@@ -13,8 +13,8 @@ That is code from the dump. It runs only when the user says ``--trust-kernels`` 
 sandboxed replay child (``replay/child.py``: ``$GRAPHDBG_SANDBOX_DIR`` is set there, and only
 there): never in the graphdbg process, never in another.
 
-    >>> why = install_kernels(case.gm, dump.manifest)      # in the replay child, before stand-ins
-    >>> kernels_ran(case.gm, dump.manifest)
+    >>> why = install_kernels(case.gm, dump.manifest_data)      # in the replay child, before stand-ins
+    >>> kernels_ran(case.gm, dump.manifest_data)
     [{'kernel': 'rms_norm_kernel', 'kind': 'triton_kernel', 'calls': 1, 'ran': 'from the dump', 'why': None}]
 """
 

@@ -20,7 +20,6 @@ from graphdbg.errors import GraphdbgError
 from graphdbg.rebuild.memory_budget import MAX_INPUT_GB_ENV, check_fits, descriptor_bytes
 from graphdbg.replay.isolation import run_isolated, run_isolated_each, run_isolated_many
 from graphdbg.replay.options import ReplayOptions, replay_options
-from graphdbg.store.replay_facts import ReplayFacts
 
 if TYPE_CHECKING:
     from graphdbg.replay.outcome import Outcome
@@ -51,7 +50,7 @@ def _start(dump: Any, backends: Sequence[str | Callable[..., Any]], options: Rep
         raise GraphdbgError(NOT_ISOLATED)
     for backend in backends:
         _check_backend(backend, opts.isolate)  # an unknown backend is an error here, not a crash in the child
-    if ReplayFacts.of(dump.manifest).piece and not opts.direct:
+    if dump.manifest.piece and not opts.direct:
         # A piece of a nested compile reached its compiler as a GraphModule, never through Dynamo:
         # replay it the same way (re-tracing would turn a Stream input into something else).
         opts = opts.but(direct=True)
@@ -138,7 +137,7 @@ def check_dump_fits(dump: Any, device: Any = None) -> None:
     """Raise InputsTooLarge when ``dump``'s inputs can't fit on ``device`` (see memory_budget)."""
     from graphdbg.rebuild.inputs import symbol_env  # torch: not for an isolated replay's parent
 
-    descs = dump.manifest.get("inputs", [])
+    descs = dump.manifest_data.get("inputs", [])
     check_fits(descriptor_bytes(descs, symbol_env(descs)), dump.resolve_device(device))
 
 

@@ -233,7 +233,7 @@ def put_case(case: Case | Dump, request: dict[str, Any], folder: Path) -> str | 
         dump = case if _is_dump(case) else case.dump
         request["dump"] = str(dump.path)
         if dump.format == "dump":  # checked by this process's load: the child needn't check it again
-            request["manifest"] = dump.manifest
+            request["manifest"] = dump.manifest_data
         return str(dump.path)
     from graphdbg.case import save_case  # a Case: torch is here already
 
@@ -282,7 +282,7 @@ def run_job_isolated(dump: Dump, job: dict[str, Any], opts: ReplayOptions, specs
     request: dict[str, Any] = {"backend": "eager", "passes": None, "device": str(device), "options": opts.for_child(),
                                "job": job, "dump": str(dump.path)}
     if dump.format == "dump":
-        request["manifest"] = dump.manifest
+        request["manifest"] = dump.manifest_data
     with tempfile.TemporaryDirectory(prefix="graphdbg-child-", ignore_cleanup_errors=True) as tmp:
         tmpdir = Path(tmp)
         request_path, result_path, err_path = tmpdir / "request.json", tmpdir / "outcome.json", tmpdir / "stderr.txt"

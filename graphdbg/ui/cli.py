@@ -257,9 +257,9 @@ def show(dump: Annotated[Path, typer.Argument(help="A dump folder or a graph fil
     _inputs_setup(ops)
     d = load_with_log(dump, log)
     if as_json:
-        _print_json({**d.summary(), **{k: d.manifest[k] for k in ("parent", "children", "config", "backend_source", "backend_recipe")
-                                          if k in (getattr(d, "manifest", None) or {})},
-                     "kernels": {k: (getattr(d, "manifest", None) or {}).get(k) or [] for k in ("custom_ops", "triton_kernels")},
+        _print_json({**d.summary(), **{k: d.manifest_data[k] for k in ("parent", "children", "config", "backend_source", "backend_recipe")
+                                          if k in d.manifest_data},
+                     "kernels": {k: d.manifest_data.get(k) or [] for k in ("custom_ops", "triton_kernels")},
                      "nodes_table": d.nodes().to_dict(orient="records"),
                      "inputs_table": d.inputs_table().to_dict(orient="records")}, "show")
         return
@@ -312,7 +312,7 @@ def _environment(dump: object, as_captured: bool, as_json: bool) -> tuple[list, 
     the verdict unless --json, where the caller adds it as ``environment_differences``."""
     from graphdbg.judge.environment import recorded
 
-    manifest = getattr(dump, "manifest", None)
+    manifest = getattr(dump, "manifest_data", None)
     if not recorded(manifest) and not as_captured:
         return [], []
     from graphdbg.replay.as_captured import prepare  # torch: only for a dump that recorded an environment
@@ -341,7 +341,7 @@ def _with_code_differences(found: list, dump: object, outcome: object) -> list:
     variable the backend read first, then the generated code)."""
     from graphdbg.judge.environment import code_differences, ranked
 
-    return ranked(code_differences(getattr(dump, "manifest", None), getattr(outcome, "generated_code", None)) + found)
+    return ranked(code_differences(getattr(dump, "manifest_data", None), getattr(outcome, "generated_code", None)) + found)
 
 
 def _environment_json(found: list, left: list[str]) -> dict:
@@ -677,7 +677,7 @@ def bisect_nodes(
     if isolate:  # the graph runs in a sandboxed child, ended (exit 2) past the timeout
         from graphdbg.minify.sandboxed import sandboxed_bisect_nodes
 
-        with _progress(f"bisect nodes: {d.manifest.get('graph', {}).get('nodes', '?')} nodes", quiet=as_json):
+        with _progress(f"bisect nodes: {d.node_count} nodes", quiet=as_json):
             result = sandboxed_bisect_nodes(d, backend, passes, opts, timeout=timeout, backward=backward, trust=trust_backend)
         _report(result, as_json, "bisect-nodes")
         raise typer.Exit(_bisect_nodes_exit(result))

@@ -22,8 +22,8 @@ from graphdbg._version import __version__
 from graphdbg.backends.recipe import backend_label, shown_backend
 from graphdbg.errors import GraphdbgError
 from graphdbg.judge.failing_node import node_of_traceback
-from graphdbg.store.display_facts import DisplayFacts, MinifyRecord, MinifyStep
 from graphdbg.store.safe_files import MAX_TEXT_BYTES, files_under, read_inside, read_json, write_file
+from graphdbg.store.schema import Minified, MinifyStep
 from graphdbg.tables import failing_node_names
 from graphdbg.ui.render import cell_text, escape_text, rank_ranges, stand_ins_text
 
@@ -116,13 +116,13 @@ def _found_nodes(found: list[tuple[Path, dict[str, Any]]]) -> list[dict[str, Any
 def _traceback_node(dump: Any) -> str | None:
     """The node the generated code was running when it raised, from the recorded traceback,
     when that node is in the graph."""
-    exception = dump.exception if isinstance(dump.exception, dict) else {}
-    name = node_of_traceback(exception.get("traceback") or "")
+    exception = dump.manifest.failure.exception
+    name = node_of_traceback((exception.traceback if exception else None) or "")
     return name if name in _node_names(dump) else None
 
 
 def _replay_command(path: str, dump: Any) -> str:
-    trust = " --trust-backend" if DisplayFacts.of(dump.manifest).needs_trust else ""
+    trust = " --trust-backend" if dump.manifest.needs_trust else ""
     return f"graphdbg replay {path}{trust}"
 
 
@@ -151,7 +151,7 @@ def _answer_section(groups: list[dict[str, Any]], listing: Any, found: list[tupl
                      + (f", max abs error {_num(n['max_abs_error'])}" if n.get("max_abs_error") is not None else "") + "</p>")
     if not failing and not _found_nodes(found):
         parts.append("<p class=muted>the dump does not say which node failed; the replay's Outcome names it</p>")
-    minified = DisplayFacts.of(dump.manifest).minified
+    minified = dump.manifest.minified
     if minified:
         parts.append(f"<p>minified: {_num(minified.start_nodes)} &rarr; {_num(dump.node_count)} nodes in "
                      f"{_num(minified.oracle_queries)} queries</p>")
@@ -235,12 +235,12 @@ def _group_section(i: int, g: dict[str, Any], listing: Any, found: list[tuple[Pa
                      f"{' (inferred)' if g.get('log_inferred') else ''}: {_e(g.get('log_how'))}</p>")
     if g.get("differs"):
         parts.append(f"<p><b>differs from the other ranks:</b> {_e(', '.join(g['differs']))}</p>")
-    exception = dump.exception if isinstance(dump.exception, dict) else {}
-    message = exception.get("message") or dump.message
+    exception = dump.manifest.failure.exception
+    message = (exception.message if exception else None) or dump.message
     if message:
         parts.append(f"<h3>error</h3><pre>{_e(message.strip()[:4000])}</pre>")
-    if exception.get("traceback"):
-        parts.append(_traceback_html(exception["traceback"]))
+    if exception and exception.traceback:
+        parts.append(_traceback_html(exception.traceback))
     constructs = g.get("constructs") or []
     if constructs:
         parts.append(f"<h3>stand-ins</h3><p>{_e(stand_ins_text(constructs))}</p><ul>"
@@ -251,7 +251,7 @@ def _group_section(i: int, g: dict[str, Any], listing: Any, found: list[tuple[Pa
         failing = named & set(_node_names(dump))
     parts.append(_nodes_section(dump, failing))
     parts.append(_source_section(dump, failing))
-    minified = DisplayFacts.of(dump.manifest).minified
+    minified = dump.manifest.minified
     if minified:
         parts.append(_minify_section(minified, dump))
     return "\n".join(parts)
@@ -340,14 +340,14 @@ def steps_svg(steps: Sequence[MinifyStep], start_nodes: int, width: int = 420, h
             f"<polyline fill='none' stroke='#0366d6' stroke-width='2' points='{line}'/>{dots}</svg>")
 
 
-def _minify_section(minified: MinifyRecord, dump: Any) -> str:
+def _minify_section(minified: Minified, dump: Any) -> str:
     steps = minified.steps
     start = minified.start_nodes or (steps[0].nodes_before if steps else dump.node_count)
     rows = "".join(f"<tr><td>{_e(s.pass_name)}</td><td>{_e(s.nodes_before)} &rarr; {_e(s.nodes_after)}</td>"
                    f"<td>{_e(s.queries)}</td><td>{float(s.seconds or 0):.1f}s</td></tr>" for s in steps)
     parts = [f"<h3>minify</h3><p>{_e(start)} &rarr; {_e(dump.node_count)} nodes in {_e(minified.oracle_queries)} queries"
              f"{' (interrupted)' if minified.interrupted else ''}; backend <code>{_e(backend_label(minified.backend))}</code>"
-             + (f"; from <span class=path>{_e(minified.source)}</span>" if minified.source else "") + "</p>",
+             + (f"; from <span class=path>{_e(minified.from_)}</span>" if minified.from_ else "") + "</p>",
              steps_svg(steps, int(start)),
              "<table><tr><th>pass</th><th>nodes</th><th>queries</th><th>time</th></tr>" + rows + "</table>"]
     repro = dump.path.parent.parent / "repro.py"

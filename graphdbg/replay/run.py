@@ -126,7 +126,7 @@ def replay_case(case: Case, backend: str | Callable[..., Any], opts: ReplayOptio
     resolved = resolve(case, backend, opts.passes, pass_stage=opts.pass_stage)
     outcome = Outcome(status="pass", backend=resolved.name, device=str(case.device),
                       stand_ins=[s.describe() for s in case.stand_ins],
-                      kernels=kernels_ran(case.gm, case.dump.manifest_data if case.dump is not None else None))
+                      kernels=kernels_ran(case.gm, case.dump.manifest if case.dump is not None else None))
     outcome.stand_ins += resolved.settings.shown()  # recorded settings the allow-list skipped, and why
     start = rng_state()  # the reference, the compiled run and the float64 run draw from one random state
     ref, attrs_before = (reference(case, resolved) if opts.accuracy else (None, None))

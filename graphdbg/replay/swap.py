@@ -132,17 +132,17 @@ def error(expected: list[Any], actual: list[Any]) -> float:
 
 def case_kernels(case: Case) -> list[dict[str, Any]]:
     """How each of the case's kernels runs as captured: real, from the dump, or a stand-in."""
-    return kernels_ran(case.gm, case.dump.manifest_data if case.dump is not None else None)
+    return kernels_ran(case.gm, case.dump.manifest if case.dump is not None else None)
 
 
 def case_kernel_names(case: Case) -> dict[int, str]:
     """The Triton kernels' names the case's dump recorded, by ``kernel_idx``."""
-    return kernel_names(case.dump.manifest_data if case.dump is not None else None)
+    return kernel_names(case.dump.manifest if case.dump is not None else None)
 
 
 def swapped_graph(case: Case, swaps: list[Swap]) -> tuple[fx.GraphModule, list[StandIn]]:
     """``case``'s graph with ``swaps``, with what its dump recorded of its Triton kernels."""
-    manifest = case.dump.manifest_data if case.dump is not None else None
+    manifest = case.dump.manifest if case.dump is not None else None
     return swap_ops(case.gm, swaps, kernel_names(manifest), kernel_constants(manifest))
 
 

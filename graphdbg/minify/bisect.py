@@ -104,7 +104,7 @@ def bisect_passes(case_or_dump: Any, backend: Any = "eager", passes: Any = None,
     if not specs:
         raise GraphdbgError("bisect passes needs a pipeline (--passes a:f,b:g)")
     runs = 0
-    rate = RateTest.of(case.dump.manifest_data if case.dump is not None else None, failure_rate)
+    rate = RateTest.of(case.dump.manifest if case.dump is not None else None, failure_rate)
 
     def run(fns: list[Any]) -> Outcome:  # judge.rate decides whether it fails: a failing run's Outcome if so
         return rate.decide(lambda: run_once(fns), lambda o: o.failed).outcome
@@ -209,7 +209,7 @@ def bisect_nodes(case_or_dump: Any, backend: Any = "eager", passes: Any = None,
     a prefix compiled by an opaque backend is run until ``judge.rate``'s test decides (``failure_rate``)."""
     case = as_case(case_or_dump)
     check_graph_module(case.gm, case.inputs)  # what a replay checks before it runs (an index backward's indices)
-    rate = RateTest.of(case.dump.manifest_data if case.dump is not None else None, failure_rate)
+    rate = RateTest.of(case.dump.manifest if case.dump is not None else None, failure_rate)
     # the backend runs under the compiler settings of the captured run, as in a replay
     with applied_config(replay_settings(case.dump.manifest_data if case.dump is not None else None)):
         return _bisect_nodes(case, backend, passes, (options or ReplayOptions()).tolerance, rate)

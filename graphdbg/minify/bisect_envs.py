@@ -111,7 +111,7 @@ def _judged(label: str, dump: Any, run: Any, rate: RateTest) -> EnvRun:
 def bisect_envs(dump: Any, backend: Any, pythons: list[str] | None = None, options: ReplayOptions | None = None,
                 failure_rate: float | None = None) -> EnvBisection:
     opts = (options or ReplayOptions()).but(isolate=True)
-    rate = RateTest.of(dump.manifest_data, failure_rate)
+    rate = RateTest.of(dump.manifest, failure_rate)
     if pythons:
         return _bisect_pythons(dump, backend, pythons, opts, rate)
     return _bisect_settings(dump, backend, opts, rate)

@@ -586,7 +586,7 @@ def minify(case_or_dump: Any, backend: Any = None, passes: Any = None, *, option
     isolate = _isolated(opts, dump, backend, jobs)
     # the candidates' kernels stay stand-ins; --trust-kernels is the repro's (repro_kernels.py)
     run_opts = RunOptions(opts.but(isolate=isolate, trust_kernels=False), jobs=jobs,
-                          rate=RateTest.of(dump.manifest_data if dump is not None else None, failure_rate))
+                          rate=RateTest.of(dump.manifest if dump is not None else None, failure_rate))
     budget = Budget(max_queries, time_budget)
     # isolated: every run of the graph (the first ones, the values, each candidate) in sandboxed workers
     pool = candidate_pool(dump.path if dump is not None else None, jobs=jobs, specs=child_specs(backend, opts),

@@ -516,4 +516,4 @@ def child_outcome(returncode: int | None, outcome_path: Path, err: str, backend:
 def _is_dump(obj: Any) -> bool:
     # A Dump has a manifest and no graph module yet; a Case has ``gm``. Told apart by shape so
     # that isolation, which the Case's own ``run`` reaches, needn't import the nouns.
-    return hasattr(obj, "manifest") and not hasattr(obj, "gm")
+    return hasattr(obj, "manifest_data") and not hasattr(obj, "gm")

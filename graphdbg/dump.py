@@ -6,8 +6,9 @@
     >>> dump.nodes().head()        # name, op, target, dtype, shape, source, module
     >>> case = dump.case()         # GraphModule + inputs, on cuda:5 if this machine has it, else CPU
 
-Every reader (``graphdbg.formats``) returns this one class: a ``manifest`` (a plain dict,
-the same keys for every source; format-specific facts under their own key) and the file's
+Every reader (``graphdbg.formats``) returns this one class: a ``manifest`` (the schema's
+``Manifest`` model, the same fields for every source; format-specific facts a typed sub-model
+under their own key; ``manifest_data`` is the same as JSON data) and the file's
 ``Contents`` (the graph, and whatever values the file stored). ``case()`` is one code path
 for every source. No pickle, no exec: graphs are parsed, tensors come from safetensors or
 raw storage bytes.

@@ -92,7 +92,7 @@ def main() -> None:
                 sys.setswitchinterval(SWITCH)
             dump, calls = capture(kind, Path(tmp) / kind)
             backend = {"seeded": flaky_backends.seeded_gelu, "racy": flaky_backends.racy_gelu}[kind]
-            nodes = graphdbg.load(dump).manifest["graph"]["nodes"]
+            nodes = graphdbg.load(dump).manifest_data["graph"]["nodes"]
             for mode, rate in (("rate", None), ("once", 1.0)):
                 rows = [one(dump, backend, seed, rate, args.small) for seed in range(args.seeds)]
                 report[f"{kind}/{mode}"] = {"calls": calls, "nodes": nodes, **summary(rows), "rows": rows}

@@ -47,7 +47,7 @@ def input_bytes(dump) -> int:
     from graphdbg.store.specs import dtype_from_name
 
     total = 0
-    for d in dump.manifest["inputs"]:
+    for d in dump.manifest_data["inputs"]:
         if d["kind"] == "tensor" and all(isinstance(x, int) for x in d["shape"]):
             total += math.prod(d["shape"]) * dtype_from_name(d["dtype"]).itemsize
     return total

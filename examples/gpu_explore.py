@@ -26,7 +26,7 @@ def attempt(name, backend, model_and_input, mode="error"):
     print("dumps:", [str(p) for p in be.dumps])
     for p in be.dumps:
         d = graphdbg.load(p)
-        print(" ext:", d.manifest["external_objects"])
+        print(" ext:", d.manifest_data["external_objects"])
         print(" graph:\n", d.source[:3000])
         for b in ("eager", "inductor", "thunder"):
             try:

@@ -54,7 +54,7 @@ def main() -> dict:
     result["signature"] = dump.signature
     result["nodes"] = dump.node_count
     result["streams"] = [{k: d.get(k) for k in ("index", "type", "device", "priority", "used_by")}
-                         for d in dump.manifest["external_objects"] if d["kind"] == "stream"]
+                         for d in dump.manifest_data["external_objects"] if d["kind"] == "stream"]
 
     code, thunder, secs = _story.graphdbg("replay", path, "--backend", "thunder")
     result["replay_thunder"] = {"exit": code, "status": thunder.get("status"), "signature": thunder.get("signature"),

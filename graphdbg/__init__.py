@@ -64,7 +64,7 @@ def compare(
     from graphdbg.execution.entry import compare_backends
     from graphdbg.replay.options import ReplayOptions  # as __getattr__ does
 
-    if not hasattr(dump, "manifest"):
+    if not hasattr(dump, "manifest_data"):
         dump = load(dump)
     opts = ReplayOptions(device=device, isolate=isolate, timeout=timeout, passes=passes, accuracy=accuracy, rtol=rtol,
                          atol=atol, direct=direct, max_input_gb=max_input_gb)
@@ -83,7 +83,7 @@ def compare_swap(dump: Dump | str | os.PathLike[str], swaps: Sequence[str], *, o
     dtype's tolerance (``["cosine>=0.9999", "rel_l1<=0.01"]``, ``--within``). docs/kernels.md."""
     from graphdbg.replay.swap import swap_dump  # torch: only when a swap is asked for
 
-    return swap_dump(dump if hasattr(dump, "manifest") else load(dump), list(swaps), ops=list(ops), device=device,
+    return swap_dump(dump if hasattr(dump, "manifest_data") else load(dump), list(swaps), ops=list(ops), device=device,
                      trust_kernels=trust_kernels, within=list(within))
 
 

@@ -79,13 +79,13 @@ class Case(Displayed):
 
 def save_case(case: Case, dump_dir: Path | str, *, kind: str | None = None) -> Path:
     """Write ``case`` as a dump folder under ``dump_dir`` (``rank<R>/<id>/``); returns its path."""
-    loaded = case.dump.manifest if case.dump is not None else {}
+    loaded = case.dump.manifest_data if case.dump is not None else {}
     with kernels_as_captured(case.gm) as called:  # a Triton kernel's call as captured, and what the dump recorded of it
         snap = GraphSnapshot.take(0, case.gm, keep_eager=False)
     if "backward" in (loaded.get("stage"), loaded.get("failed")):  # a training failure's stage stays in its id, as captured
         snap.seq = "0-backward"  # type: ignore[assignment]  # g0-backward-compile_error-<hash>
     kernels = recorded_kernels(loaded, called)
-    calls = {k["kernel"] for k in kernels_ran(case.gm, loaded)}  # the custom ops it still calls, as the dump recorded them
+    calls = {k["kernel"] for k in kernels_ran(case.gm, case.dump.manifest if case.dump is not None else None)}  # the custom ops it still calls, as the dump recorded them
     ops = [o for o in loaded.get("custom_ops") or [] if o.get("name") in calls]
     path = write_dump(
         Path(dump_dir), snap=snap, inputs=list(case.inputs), kind=kind or loaded.get("failure", {}).get("kind", "captured"),

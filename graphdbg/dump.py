@@ -6,8 +6,9 @@
     >>> dump.nodes().head()        # name, op, target, dtype, shape, source, module
     >>> case = dump.case()         # GraphModule + inputs, on cuda:5 if this machine has it, else CPU
 
-Every reader (``graphdbg.formats``) returns this one class: a ``manifest`` (a plain dict,
-the same keys for every source; format-specific facts under their own key) and the file's
+Every reader (``graphdbg.formats``) returns this one class: a ``manifest`` (the schema's
+``Manifest`` model, the same fields for every source; format-specific facts a typed sub-model
+under their own key; ``manifest_data`` is the same as JSON data) and the file's
 ``Contents`` (the graph, and whatever values the file stored). ``case()`` is one code path
 for every source. No pickle, no exec: graphs are parsed, tensors come from safetensors or
 raw storage bytes.
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     import torch
 
     from graphdbg.graph.parser import PrintedGraph
+    from graphdbg.store.schema import Manifest
 
 # torch is imported where a Dump's values, devices or graph are used, not here: ``ls`` of dump
 # folders reads manifests only and stays a fraction of a second (listing/).
@@ -94,68 +96,80 @@ class Contents:
 
 
 class Dump(Displayed):
-    """One graph: its manifest, its file's contents, and how to make a Case of it."""
+    """One graph: its manifest, its file's contents, and how to make a Case of it.
+
+    ``manifest`` is the checked ``Manifest`` model (``store/schema.py``): every field typed, its
+    default defined once there; ``manifest_data`` is the same manifest as JSON data, what is
+    written to a dump folder or sent to a replay child."""
 
     def __init__(self, path: Path, manifest: dict[str, Any], contents: Contents):
         self.path = path if isinstance(path, Path) else Path(path)
-        self.manifest = manifest
+        self.manifest_data = manifest
         self.contents = contents
+        self._model: Manifest | None = None
+
+    @property
+    def manifest(self) -> Manifest:
+        """The manifest as the schema's model, made on first use (a reader checked its data already)."""
+        if self._model is None:
+            # lazy: pydantic and the schema's models only where a manifest's fields are read
+            from graphdbg.store.schema import manifest_model
+
+            self._model = manifest_model(self.manifest_data, str(self.path))
+        return self._model
+
+    def change_manifest(self, **keys: Any) -> None:
+        """Set top-level manifest keys (a printed graph's failure found in a run's log); checked on the next read."""
+        self.manifest_data.update(keys)
+        self._model = None
 
     # What failed, where --------------------------------------------------------------
     @property
     def id(self) -> str:
-        return self.manifest["id"]
+        return self.manifest.id
 
     @property
     def format(self) -> str:
         """``dump`` for graphdbg's own folders, else the reader's name (``printed_graph``, ...)."""
-        return str(self.manifest.get("format", "dump"))
+        return self.manifest.fmt
 
     @property
     def rank(self) -> int:
-        return int(self.manifest.get("dist", {}).get("rank", 0))
+        return self.manifest.dist.rank
 
     @property
     def world_size(self) -> int:
-        return int(self.manifest.get("dist", {}).get("world_size", 1))
-
-    @property
-    def rank_source(self) -> str:
-        """How the rank was found: ``env`` at capture, a printed ``header``, a ``device_index``, a ``path``, ..."""
-        return str(self.manifest.get("dist", {}).get("source") or "default")
+        return self.manifest.dist.world_size
 
     @property
     def backend(self) -> str:
-        return str(self.manifest.get("backend", "?"))
+        return self.manifest.backend or "?"
 
     @property
     def failure_kind(self) -> str:
-        kind = self.manifest["failure"].get("kind", "?")
-        return "printed_graph" if kind == "foreign" else kind  # a printed graph's old name, in saved manifests
-
-    @property
-    def exception(self) -> dict[str, Any]:
-        return self.manifest["failure"].get("exception") or {}
+        return self.manifest.failure_kind
 
     @property
     def error_type(self) -> str | None:
-        return self.exception.get("type") or ("AccuracyError" if self.failure_kind == "accuracy" else None)
+        exception = self.manifest.failure.exception
+        return (exception.type if exception else None) or ("AccuracyError" if self.failure_kind == "accuracy" else None)
 
     @property
     def message(self) -> str:
-        return self.exception.get("message") or self.manifest["failure"].get("message", "")
+        failure = self.manifest.failure
+        return (failure.exception.message if failure.exception else None) or failure.message or ""
 
     @property
     def signature(self) -> str | None:
-        return self.manifest["failure"].get("signature")
+        return self.manifest.failure.signature
 
     @property
     def graph_hash(self) -> str:
-        return self.manifest["graph"].get("hash", "")
+        return self.manifest.graph.hash
 
     @property
     def node_count(self) -> int:
-        return int(self.manifest["graph"].get("nodes", 0))
+        return self.manifest.graph.nodes
 
     @property
     def captured_device(self) -> torch.device:
@@ -167,54 +181,24 @@ class Dump(Displayed):
     @property
     def captured_device_name(self) -> str:
         """``captured_device`` as written (``cuda:3``, ``cpu``), read without torch."""
-        if self._printed_facts:  # a printed graph: only its device literals say (its annotations may not)
-            return str(self._printed_facts.get("captured_device") or "cpu")
-        inputs = self.manifest.get("inputs", [])
-        for d in inputs:
-            if d.get("kind") == "tensor" and str(d.get("device", "cpu")).startswith("cuda"):
-                return str(d["device"])
+        m = self.manifest
+        if m.is_printed:  # a printed graph: only its device literals say (its annotations may not)
+            return m.printed.captured_device or "cpu"
+        for d in m.inputs:
+            if d.kind == "tensor" and (d.device or "cpu").startswith("cuda"):
+                return d.device
         # a piece may be handed only runtime objects on the GPU (a side stream, its events)
-        for d in [*inputs, *self.manifest.get("external_objects", [])]:
-            where = str(d.get("device") or d.get("value") or "")
-            if d.get("kind") in ("stream", "event", "device") and where.startswith("cuda"):
+        for d in [*m.inputs, *m.external_objects]:
+            where = str(d.device or (d.model_extra or {}).get("value") or "")
+            if d.kind in ("stream", "event", "device") and where.startswith("cuda"):
                 return where
         return "cpu"
-
-    # What a printed graph's file says about itself (None / [] for other sources) ----------
-    @property
-    def _printed_facts(self) -> dict[str, Any]:
-        # under "foreign" in manifests saved by earlier versions
-        return self.manifest.get("printed_graph") or self.manifest.get("foreign") or {}
-
-    @property
-    def model(self) -> str | None:
-        """The model a printed graph belongs to (its folder's name)."""
-        return self._printed_facts.get("model")
-
-    @property
-    def graph_number(self) -> int | None:
-        """G of a printed ``# Rank: R, Graph G`` header."""
-        return self._printed_facts.get("graph_number")
-
-    @property
-    def group_hash(self) -> str | None:
-        """The graph's hash with rank-specific literals masked: equal on every rank of one graph."""
-        return self._printed_facts.get("group_hash")
-
-    @property
-    def rank_literals(self) -> list[Any]:
-        return list(self._printed_facts.get("rank_literals", []))
-
-    @property
-    def constructs(self) -> list[str]:
-        """What in the graph replay stands in for (streams, custom ops, collectives, ...)."""
-        return list(self._printed_facts.get("constructs", []))
 
     def symbols(self) -> set[str]:
         """The size symbols the inputs' shapes use (``s77``, ...): what ``case(sizes=...)`` can set."""
         names: set[str] = set()
-        for d in self.manifest.get("inputs", []):
-            dims = (d.get("symbolic_shape") or d.get("shape") or []) if d.get("kind") == "tensor" else [d.get("expr", "")]
+        for d in self.manifest.inputs:
+            dims = (d.symbolic_shape or d.shape or []) if d.kind == "tensor" else [d.expr or ""]
             for text in map(str, dims):
                 names.update(re.findall(r"\b[a-z]\d+\b", text))
         return names
@@ -288,16 +272,17 @@ class Dump(Displayed):
             move_device_literals,
         )
         dev = self.resolve_device(device)
-        rb = Rebuild.start(self.printed, self.manifest, self.contents.read, dev, default_seed(seed), sizes,
+        data = self.manifest_data  # the steps read the descriptors as JSON data (rebuild/inputs.py)
+        rb = Rebuild.start(self.printed, data, self.contents.read, dev, default_seed(seed), sizes,
                            where=str(self.path))
-        gm = build_module(rb, self.printed, self.manifest)
-        enter_caller_autocast(rb, gm, self.manifest)
-        arrange_synthesis(rb, gm, self.manifest["inputs"])
-        inputs = build_inputs(rb, gm, self.manifest)
+        gm = build_module(rb, self.printed, data)
+        enter_caller_autocast(rb, gm, data)
+        arrange_synthesis(rb, gm, data["inputs"])
+        inputs = build_inputs(rb, gm, data)
         if trust_kernels:
             from graphdbg.rebuild.kernel_source import install_kernels  # lazy, as the steps above
 
-            install_kernels(gm, self.manifest)
+            install_kernels(gm, data)
         if not _distributed():
             install_for_one_rank(rb, gm)
         move_device_literals(rb, gm, self.captured_device)
@@ -315,7 +300,7 @@ class Dump(Displayed):
         from graphdbg.store.specs import SymSpec, TensorSpec
         from graphdbg.tables import typed_table
 
-        info = self.manifest["graph"].get("node_info", {})
+        modules = self.manifest.graph.node_modules
         rows = []
         for node in self.printed.graph.nodes:
             spec = node.meta.get("graphdbg_spec")
@@ -328,7 +313,7 @@ class Dump(Displayed):
                 "shape": _shape_text(spec),
                 "source": f"{src['file']}:{src['line']}" if src.get("file") else None,
                 "code": src.get("code"),
-                "module": info.get(node.name, {}).get("module"),
+                "module": modules.get(node.name),
             })
 
         return typed_table(pd.DataFrame(rows, columns=["name", "op", "target", "dtype", "shape", "source", "code", "module"]).astype(object), self)
@@ -343,7 +328,7 @@ class Dump(Displayed):
         from graphdbg.store.specs import TensorSpec
         from graphdbg.tables import typed_table
 
-        descs = self.manifest["inputs"]
+        descs = self.manifest_data["inputs"]  # as JSON data: the specs and synthesis plans read it so
         plans = self._plans() if any(made_up(d) for d in descs) else {}
         names = [n.name for n in self.printed.graph.nodes if n.op == "placeholder"] if plans else []
         rows = []
@@ -387,34 +372,33 @@ class Dump(Displayed):
             "id": self.id,
             "nodes": self.node_count,
             "kind": self.failure_kind,
-            "backend": shown_backend(m) if m.get("backend_recipe") is not None else self.backend,  # aot_autograd(...), partial
+            "backend": shown_backend(m) if m.backend_recipe is not None else self.backend,  # aot_autograd(...), partial
             "error_type": self.error_type,
             "message": (self.message.strip().splitlines() or [""])[0],
             "signature": self.signature,
             "graph_hash": self.graph_hash,
         }
-        if "format" in m:
+        if m.format is not None:
             row["format"] = self.format
-        if self._printed_facts:
-            row.update({"model": self.model, "graph": self.graph_number, "rank_source": self.rank_source,
-                        "group_hash": self.group_hash, "constructs": self.constructs})
+        if m.is_printed:
+            p = m.printed
+            row.update({"model": p.model, "graph": p.graph_number, "rank_source": m.dist.source or "default",
+                        "group_hash": p.group_hash, "constructs": list(p.constructs)})
         if self.format == "dump":
-            origin, parent = m.get("origin") or {}, m.get("parent") if isinstance(m.get("parent"), dict) else {}
-            row.update(frame=f"{origin['function']} ({Path(origin['file']).name}:{origin['line']})" if origin.get("function") else None,
-                       compile_id=origin.get("compile_id"), module=module_prefix((m.get("graph") or {}).get("node_info") or {}),
-                       parent=str(Path(self.path).parent / parent["dir"]) if parent.get("dir") else None,
-                       piece=parent.get("piece") if parent.get("dir") else None,
-                       children=[os.path.normpath(Path(self.path).parent / c["dir"]) for c in m.get("children") or []
-                                 if isinstance(c, dict) and c.get("dir")],
-                       custom_ops=[o.get("name") for o in m.get("custom_ops") or []],
-                       triton_kernels=[k.get("name") or f"kernel_idx={k.get('kernel_idx')}" for k in m.get("triton_kernels") or []])
+            origin, parent = m.origin, m.parent
+            row.update(frame=f"{origin.function} ({Path(origin.file).name}:{origin.line})" if origin and origin.function else None,
+                       compile_id=origin.compile_id if origin else None, module=module_prefix(m.graph.node_modules),
+                       parent=str(Path(self.path).parent / parent.dir) if parent and parent.dir else None,
+                       piece=parent.piece if parent and parent.dir else None,
+                       children=[os.path.normpath(Path(self.path).parent / c.dir) for c in m.children if c.dir],
+                       custom_ops=[o.name for o in m.custom_ops],
+                       triton_kernels=[k.name or f"kernel_idx={k.kernel_idx}" for k in m.triton_kernels])
             return row
-        failure = m.get("failure") or {}
-        log = failure.get("log") if failure.get("source") == "log" else None
-        row.update({"log": log["path"], "log_line": log["line"], "log_inferred": log["inferred"], "log_how": log["how"]} if log
+        log = m.failure.from_log
+        row.update({"log": log.path, "log_line": log.line, "log_inferred": log.inferred, "log_how": log.how} if log
                    else dict.fromkeys(LOG_KEYS))
-        if log and failure.get("backend"):
-            row["backend"] = failure["backend"]
+        if log and m.failure.backend:
+            row["backend"] = m.failure.backend
         return row
 
     def __repr__(self) -> str:
@@ -459,9 +443,9 @@ def _scalar_text(d: dict[str, Any]) -> str | None:
     return None
 
 
-def module_prefix(node_info: dict[str, dict[str, Any]]) -> str | None:
+def module_prefix(node_modules: dict[str, str]) -> str | None:
     """The module path every node of a graph shares (``transformer.h.2``), or None."""
-    paths = [info["module"].split(".") for info in node_info.values() if info.get("module")]
+    paths = [module.split(".") for module in node_modules.values()]
     return ".".join(os.path.commonprefix(paths)) or None  # commonprefix compares lists item by item
 
 

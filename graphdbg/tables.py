@@ -37,10 +37,9 @@ def failing_node_names(dump: Any) -> set[str]:
     empty when the dump doesn't say. Only nodes of the dump's graph count."""
     from graphdbg.graph.hashing import target_name  # this module loads without torch (fast CLI start); this brings torch in
 
-    failure = dump.manifest.get("failure") or {}
+    failure = dump.manifest.failure
     computing = {n.name: n for n in dump.printed.graph.nodes if n.op not in ("placeholder", "output")}
-    exception = failure.get("exception") if isinstance(failure.get("exception"), dict) else {}
-    for name in (failure.get("node"), node_of_traceback(exception.get("traceback") or "")):
+    for name in (failure.node, node_of_traceback((failure.exception.traceback if failure.exception else None) or "")):
         if isinstance(name, str) and name in computing:
             return {name}
     target = (dump.signature or "").partition(" @ ")[2].strip()
@@ -61,11 +60,11 @@ def stored_stats(dump: Any) -> list[dict[str, float] | None]:
 
     from graphdbg.store.tensor_file import read_tensors  # this module loads without torch (fast CLI start); this brings torch in
 
-    entries = dump.manifest.get("inputs") or []
+    entries = dump.manifest_data.get("inputs") or []
     found: list[dict[str, float] | None] = [None] * len(entries)
     try:  # through the gate: the tensor file the manifest names, inside the dump
 
-        path = inside(dump.path, dump.manifest.get("inputs_file", "inputs.safetensors")) if dump.path.is_dir() else None
+        path = inside(dump.path, dump.manifest.inputs_file) if dump.path.is_dir() else None
     except GraphdbgError:
         path = None
     if path is None:
@@ -96,7 +95,7 @@ def typed_table(df: Any, dump: Any = None) -> Any:
     import pandas as pd  # pandas costs about 1 s: imported only when needed
 
     df = df.copy()
-    if dump is not None and "stored" in df.columns and len(df) == len(dump.manifest.get("inputs") or []):
+    if dump is not None and "stored" in df.columns and len(df) == len(dump.manifest.inputs):
         for i, stats in enumerate(stored_stats(dump)):
             if stats is not None:
                 for col, value in stats.items():

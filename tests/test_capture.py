@@ -46,7 +46,7 @@ def test_compile_error_is_dumped_and_the_user_error_is_unchanged(tmp_path):
     assert any(f.name == "unsupported_op" for f in frames)
 
     dump = _only_dump(tmp_path)
-    m = dump.manifest
+    m = dump.manifest_data
     assert m["schema_version"] == SCHEMA_VERSION
     assert dump.failure_kind == "compile_error"
     assert dump.error_type == "NotImplementedError"
@@ -102,7 +102,7 @@ def test_runtime_error_of_compiled_code(tmp_path):
     dump = _only_dump(tmp_path)
     assert dump.failure_kind == "runtime_error"
     assert dump.signature == "RuntimeError: mat1 and mat2 shapes cannot be multiplied (?x? and ?x?)"
-    assert dump.manifest["inputs_state"] == "after_failed_call"
+    assert dump.manifest_data["inputs_state"] == "after_failed_call"
     case = dump.case()
     with pytest.raises(RuntimeError, match="mat1 and mat2 shapes cannot be multiplied"):
         programs.broken_transpose_backend(case.gm, case.inputs)(*case.inputs)
@@ -161,9 +161,9 @@ def test_accuracy_mode_dumps_wrong_numbers_and_returns_them_unchanged(tmp_path):
     assert torch.equal(got, expected_wrong)
     dump = _only_dump(tmp_path)
     assert dump.failure_kind == "accuracy"
-    (mismatch,) = dump.manifest["failure"]["mismatches"]
+    (mismatch,) = dump.manifest_data["failure"]["mismatches"]
     assert mismatch["index"] == 0 and mismatch["reason"] == "value" and mismatch["max_abs_error"] > 1e-3
-    assert dump.manifest["inputs_state"] == "before_call"
+    assert dump.manifest_data["inputs_state"] == "before_call"
     torch.testing.assert_close(dump.case().run_eager()[0], model(x))
 
 
@@ -204,10 +204,10 @@ def test_dynamic_shapes_record_symints(tmp_path):
     model, x = programs.tiny_block()
     _call(torch.compile(model, backend=graphdbg.capture(programs.broken_transpose_backend, dump_dir=tmp_path), dynamic=True), x)
     dump = _only_dump(tmp_path)
-    syms = [d for d in dump.manifest["inputs"] if d["kind"] == "symint"]
+    syms = [d for d in dump.manifest_data["inputs"] if d["kind"] == "symint"]
     assert syms and all(d["expr"].startswith("s") for d in syms)
     assert sorted(d["hint"] for d in syms) == sorted({2, 8})
-    (x_desc,) = [d for d in dump.manifest["inputs"] if d["name"] == "L_x_"]
+    (x_desc,) = [d for d in dump.manifest_data["inputs"] if d["name"] == "L_x_"]
     assert x_desc["shape"] == [2, 8, 32]  # the real value's shape
     assert [type(dim) for dim in x_desc["symbolic_shape"]] == [str, str, int]  # and Dynamo's view of it
     case = dump.case()
@@ -219,11 +219,11 @@ def test_budget_keeps_small_inputs_and_statistics_of_the_rest(tmp_path):
     model, x = programs.tiny_block()
     _call(torch.compile(model, backend=graphdbg.capture(programs.refuses_gelu, dump_dir=tmp_path, budget_bytes=4096)), x)
     dump = _only_dump(tmp_path)
-    inputs = [d for d in dump.manifest["inputs"] if d["kind"] == "tensor"]
+    inputs = [d for d in dump.manifest_data["inputs"] if d["kind"] == "tensor"]
     stored = [d for d in inputs if d["stored"]]
     skipped = [d for d in inputs if not d["stored"]]
     assert stored and skipped
-    assert dump.manifest["stored_bytes"] <= 4096
+    assert dump.manifest_data["stored_bytes"] <= 4096
     big = max(skipped, key=lambda d: d["shape"][0] * (d["shape"][1] if len(d["shape"]) > 1 else 1))
     assert big["reason"] == "over the size budget"
     assert set(big["stats"]) >= {"min", "max", "mean", "std", "nan", "inf"}
@@ -248,12 +248,12 @@ def test_non_tensor_inputs_are_described(tmp_path):
     be = graphdbg.capture(programs.refuses_add, dump_dir=tmp_path)
     _call(torch.compile(with_stream, backend=be, dynamic=False), torch.randn(3), 2.5)
     dump = _only_dump(tmp_path)
-    (ext,) = dump.manifest["external_objects"]
+    (ext,) = dump.manifest_data["external_objects"]
     assert ext["kind"] == "stream" and ext["device"] == "cpu" and ext["used_by"]
     assert "get_external_object_by_index" in dump.source
     case = dump.case()
     # replay passes the recreated stream in as an input: Dynamo's side table is gone by now
-    assert isinstance(case.inputs[-1], torch.Stream) and len(case.inputs) == len(dump.manifest["inputs"]) + 1
+    assert isinstance(case.inputs[-1], torch.Stream) and len(case.inputs) == len(dump.manifest_data["inputs"]) + 1
     assert "get_external_object_by_index" not in {getattr(n.target, "__name__", "") for n in case.gm.graph.nodes}
     torch.testing.assert_close(case.run_eager()[0], case.inputs[0] * 2.5 + 1)
     # and compiled again, Dynamo takes the stream input back into its side table
@@ -446,7 +446,7 @@ def test_the_node_a_graph_failed_in_is_recorded_and_shown(tmp_path, cli, kind):
     assert err is not None
     dump = _only_dump(tmp_path)
     assert dump.failure_kind == kind
-    node = dump.manifest["failure"]["node"]
+    node = dump.manifest_data["failure"]["node"]
     nodes = dump.nodes()
     [row] = nodes[nodes.failed].to_dict(orient="records")
     assert row["name"] == node and row["target"] == "torch._C._nn.linear" and row["source"].endswith("programs.py:43")

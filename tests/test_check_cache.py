@@ -21,12 +21,13 @@ from graphdbg.store.manifest import MANIFEST, read_manifest
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = next((ROOT / "fixtures" / "block_compile_error").glob("rank*/*"))
 
-# Load a dump in a fresh process; say whether pydantic was imported to do it.
+# Load a dump in a fresh process; say whether pydantic was imported to do it (the load alone:
+# reading the manifest's fields later builds its model, ``Dump.manifest``, which imports pydantic).
 PROBE = """
 import sys
 import graphdbg
 d = graphdbg.load(sys.argv[1])
-print(d.id, "pydantic" in sys.modules)
+print(d.manifest_data["id"], "pydantic" in sys.modules)
 """
 
 

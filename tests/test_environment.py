@@ -328,7 +328,7 @@ def test_a_dump_of_every_graph_records_the_code_its_compile_generated_after_it(t
     torch.compile(model, backend=graphdbg.capture("inductor", dump_dir=tmp_path / "dumps", mode="always"))(x)
     torch._dynamo.reset()
     (dump,) = find_dumps(tmp_path / "dumps")
-    code = graphdbg.load(dump).manifest["generated_code"]
+    code = graphdbg.load(dump).manifest_data["generated_code"]
     assert code["compiler"] == "inductor" and len(code["hash"]) == 16 and code["graphs"] == [code["hash"]], code
 
 

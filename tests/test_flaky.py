@@ -13,6 +13,7 @@ import pytest
 
 from graphdbg.judge.rate import RateTest
 from graphdbg.store.manifest import find_dumps
+from graphdbg.store.schema import Manifest
 
 
 def _flaky_compile_dump(tmp_path):
@@ -35,8 +36,13 @@ def test_the_rate_test_asks_a_failure_seen_every_time_once_and_a_flaky_one_until
     dropped = flaky.decide(run(False), bool)
     assert (kept.keep, kept.runs) == (True, 1)  # one showing of the captured failure is evidence enough
     assert (dropped.keep, dropped.runs) == (False, flaky.runs_to_drop()) and dropped.runs == 9  # 0.7**9 = 4%
-    assert RateTest.of({"failure": {"calls": {"failed": 3, "passed": 7}}}).rate == 0.3
-    assert RateTest.of({"failure": {"kind": "compile_error"}}).rate == 1.0  # not counted: every time
+    def manifest(**failure):
+        return Manifest.model_validate({"schema": "graphdbg.dump", "id": "d", "graph": {}, "inputs": [],
+                                        "failure": {"kind": "runtime_error", **failure}})
+
+    assert RateTest.of(manifest(calls={"failed": 3, "passed": 7})).rate == 0.3
+    assert RateTest.of(manifest(kind="compile_error")).rate == 1.0  # not counted: every time
+    assert RateTest.of(manifest(calls={"failed": 0, "passed": 7})).rate == 1.0
 
 
 @pytest.mark.slow

@@ -36,7 +36,7 @@ def test_cuda_dump_replays_under_triton_inductor_and_reproduces_the_backend_bug(
     assert isinstance(err, RuntimeError)
     (path,) = find_dumps(tmp_path)
     dump = graphdbg.load(path)
-    assert dump.captured_device == torch.device("cuda", 0) and "H" in dump.manifest["env"]["device_name"]
+    assert dump.captured_device == torch.device("cuda", 0) and "H" in dump.manifest_data["env"]["device_name"]
     r = cli("replay", path, "--backend", "inductor", "--json")
     data = json.loads(r.out)
     assert r.code == 0 and data["status"] == "pass" and data["device"] == "cuda:0", r
@@ -78,7 +78,7 @@ def test_thunder_stream_failure_is_captured_and_reproduced_with_recreated_stream
     assert err is not None and "Failed to find method wait_stream" in str(err)
     (path,) = find_dumps(tmp_path)
     dump = graphdbg.load(path)
-    streams = [d for d in dump.manifest["external_objects"] if d["kind"] == "stream"]
+    streams = [d for d in dump.manifest_data["external_objects"] if d["kind"] == "stream"]
     assert len(streams) == 2 and all(d["device"] == "cuda:0" for d in streams)
 
     case = dump.case()
@@ -106,7 +106,7 @@ def test_two_gpu_world_with_nccl(tmp_path, cli, child_pythonpath):
     dumps = capture_world(2, str(tmp_path), "backends_for_tests:refuses_collectives", device="cuda")
     loaded = sorted((graphdbg.load(p) for p in find_dumps(dumps)), key=lambda d: d.rank)
     assert [d.captured_device for d in loaded] == [torch.device("cuda", 0), torch.device("cuda", 1)]
-    assert all(d.manifest["dist"]["backend"] == "nccl" for d in loaded)
+    assert all(d.manifest_data["dist"]["backend"] == "nccl" for d in loaded)
     r = cli("replay", dumps, "--all-ranks", "--backend", "inductor", "--timeout", "300", "--json")
     data = json.loads(r.out)
     assert r.code == 0 and data["device"] == "cuda", r

@@ -144,7 +144,7 @@ def int8_decoder_dump(tmp_path_factory):
 
 def test_capture_records_each_custom_op_with_where_it_came_from(int8_decoder_dump, cli):
     path, _, _ = int8_decoder_dump
-    ops = {o["name"]: o for o in graphdbg.load(path).manifest["custom_ops"]}  # through the gate's schema
+    ops = {o["name"]: o for o in graphdbg.load(path).manifest_data["custom_ops"]}  # through the gate's schema
     assert sorted(ops) == ["kt_act::silu_and_mul", "kt_attn::int8_attention", "kt_norm::rms_norm"]
     attn = ops["kt_attn::int8_attention"]
     assert attn["schema"] == "kt_attn::int8_attention(Tensor q, Tensor k, Tensor v, bool is_causal) -> Tensor"
@@ -271,7 +271,7 @@ def test_a_user_triton_kernel_is_recorded_replayed_from_its_source_and_found_by_
     model, x = kp.TritonNorm().cuda(), torch.randn(8, 64, device="cuda")
     _capture(model, x, tmp_path / "dumps", "always")
     (path,) = find_dumps(tmp_path / "dumps")
-    [kernel] = graphdbg.load(path).manifest["triton_kernels"]
+    [kernel] = graphdbg.load(path).manifest_data["triton_kernels"]
     assert kernel["name"] == "rms_norm_kernel" and kernel["module"] == "kernel_programs", kernel
     assert "the seeded bug" in kernel["source"] and kernel["triton_version"] == kp.triton.__version__
     assert kernel["constant_args"].get("BLOCK") == 64 and kernel["calls"] == 1, kernel
@@ -305,7 +305,7 @@ def test_a_user_triton_kernel_is_recorded_replayed_from_its_source_and_found_by_
 
     case = graphdbg.load(path).case("cuda")
     saved = case.save(tmp_path / "min")
-    assert graphdbg.load(saved).manifest["triton_kernels"][0]["source"] == kernel["source"]
+    assert graphdbg.load(saved).manifest_data["triton_kernels"][0]["source"] == kernel["source"]
     out = write_repro(case, "eager", tmp_path / "repro" / "repro.py", trust_kernels=True)
     assert "the seeded bug" in (out.parent / "repro_kernels.py").read_text()
     result = check_repro(out, timeout=300)
@@ -321,7 +321,7 @@ def test_an_autotuned_triton_kernel_with_a_helper_and_a_global_replays_from_its_
         model(x)  # autotuned eagerly first, as a warm-up would: the dump records the chosen config
     _capture(model, x, tmp_path, "always")
     (path,) = find_dumps(tmp_path)
-    [kernel] = graphdbg.load(path).manifest["triton_kernels"]
+    [kernel] = graphdbg.load(path).manifest_data["triton_kernels"]
     assert {g["name"] for g in kernel["globals"]} >= {"_row_max", "SOFTMAX_EPS", "tl"} and kernel["autotune_configs"], kernel
     r = cli("replay", path, "--backend", "aot_eager", "--trust-kernels", "--json")
     out = json.loads(r.out)
@@ -599,7 +599,7 @@ def test_a_saved_case_keeps_its_triton_kernel_calls_and_their_recorded_source(tr
     case = graphdbg.load(triton_kernel_dump).case("cpu")
     saved = case.save(tmp_path / "min")
     assert "torch.ops.higher_order.triton_kernel_wrapper_mutation(kernel_idx = 0" in (saved / "graph.py").read_text()
-    [kernel] = graphdbg.load(saved).manifest["triton_kernels"]
+    [kernel] = graphdbg.load(saved).manifest_data["triton_kernels"]
     assert kernel["source"] == RELU_SOURCE and kernel["constant_args_by_call"] == {"0": {"n": 32, "BLOCK": 32}}
     r = cli("replay", saved, "--backend", "eager", "--json")
     assert json.loads(r.out)["kernels"][0]["why"].startswith("the dump has its source"), r.out

@@ -198,7 +198,7 @@ def test_ls_shows_the_hashes_load_gives(tmp_path):
     rows = {r["path"]: r for r in list_dumps(FIXTURES / "corpus", cache=False).to_json()["dumps"]}
     for f in files:
         d = load(f)
-        assert (rows[str(f)]["graph_hash"], rows[str(f)]["group_hash"], rows[str(f)]["nodes"]) == (d.graph_hash, d.group_hash, d.node_count)
+        assert (rows[str(f)]["graph_hash"], rows[str(f)]["group_hash"], rows[str(f)]["nodes"]) == (d.graph_hash, d.manifest.printed.group_hash, d.node_count)
 
 
 def test_the_names_tables_are_the_ones_for_these_sources():

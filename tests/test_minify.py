@@ -209,7 +209,7 @@ def test_save_writes_one_dump_that_reproduces(tmp_path):
     result = minify(FIXTURES / "block_runtime_error", out=tmp_path / "min")
     saved = graphdbg.load(tmp_path / "min")
     assert saved.node_count == result.final_nodes
-    assert saved.manifest["minified"]["start_nodes"] == 50
+    assert saved.manifest_data["minified"]["start_nodes"] == 50
     assert (tmp_path / "min" / "repro.py").exists() and (tmp_path / "min" / "repro_inputs.pt").exists()
     assert saved.case().run(P.broken_transpose_backend, direct=True).reproduces(saved)
     summary = result.to_dict()

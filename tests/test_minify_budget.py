@@ -53,7 +53,7 @@ def test_cli_max_queries_saves_the_best_graph_so_far_and_says_so(tmp_path, cli):
     assert data["oracle_queries"] == 3 and 3 < data["final_nodes"] < data["start_nodes"]
     saved = graphdbg.load(data["out"])
     assert saved.node_count == data["final_nodes"]
-    assert saved.manifest["minified"]["budget_ended"] is True  # the dump says it is not the end
+    assert saved.manifest_data["minified"]["budget_ended"] is True  # the dump says it is not the end
     assert saved.case().run(P.broken_transpose_backend, direct=True).reproduces(saved)
     assert {s["name"] for s in data["pass_stats"]} >= {"truncate_suffix"}
 

@@ -60,8 +60,8 @@ def piece_dumps(tmp_path_factory):
     proc = subprocess.run([sys.executable, "-m", "graphdbg.ui.cli", "capture", "-o", str(dumps), "--", sys.executable, str(prog)],
                           env=env, capture_output=True, text=True, timeout=600)
     loaded = [graphdbg.load(p) for p in find_dumps(dumps)]
-    (outer,) = [d for d in loaded if "parent" not in d.manifest]
-    (piece,) = [d for d in loaded if "parent" in d.manifest]
+    (outer,) = [d for d in loaded if "parent" not in d.manifest_data]
+    (piece,) = [d for d in loaded if "parent" in d.manifest_data]
     return dumps, outer, piece, proc
 
 
@@ -73,21 +73,21 @@ def test_the_failing_piece_is_its_own_dump_linked_to_its_graph(piece_dumps):
     assert piece.backend == "inductor" and piece.failure_kind == "compile_error"
     assert piece.signature == outer.signature == "CppCompileError: C++ compile error"  # the wrapper unwrapped, as everywhere
     # the piece as Inductor got it: only the relu, and its real input (x * 2, not x)
-    assert piece.manifest["graph"]["ops"] == {"relu": 1} or "relu" in piece.source
+    assert piece.manifest_data["graph"]["ops"] == {"relu": 1} or "relu" in piece.source
     assert piece.node_count == 3 and outer.node_count == 5
-    parent = piece.manifest["parent"]
+    parent = piece.manifest_data["parent"]
     assert parent["piece"] == "inductor_1" and isinstance(parent["position"], int) and parent["call"] == 1
     assert parent["id"] == outer.id and parent["backend"] == "fixtures.split_backend:SplitBackend"
     assert parent["phase"] == "run"  # compiled lazily on the first call, as Thunder does
-    (child,) = outer.manifest["children"]
+    (child,) = outer.manifest_data["children"]
     assert child["piece"] == "inductor_1" and child["id"] == piece.id and (piece.path.parent / child["dir"]) == piece.path
     # the outer backend is recorded as something that can be imported again
     assert outer.backend == "fixtures.split_backend:SplitBackend"
-    (x,) = piece.manifest["inputs"]
+    (x,) = piece.manifest_data["inputs"]
     assert x["kind"] == "tensor" and x["shape"] == [4, 8] and x["stored"]  # its real value
     # the setting the program turned on travels with both dumps
     for d in (outer, piece):
-        assert d.manifest["config"]["values"]["inductor.cpp.inject_relu_bug_TESTING_ONLY"] == "compile_error"
+        assert d.manifest_data["config"]["values"]["inductor.cpp.inject_relu_bug_TESTING_ONLY"] == "compile_error"
 
 
 def test_ls_shows_the_piece_under_its_graph(piece_dumps, cli):
@@ -140,7 +140,7 @@ def test_minify_on_a_piece_writes_a_repro_that_carries_the_settings(piece_dumps,
     repro = (out / "repro.py").read_text()
     assert "torch._inductor.config.cpp.inject_relu_bug_TESTING_ONLY = 'compile_error'" in repro
     (minified,) = find_dumps(out)
-    assert graphdbg.load(minified).manifest["config"]["values"]["inductor.cpp.inject_relu_bug_TESTING_ONLY"] == "compile_error"
+    assert graphdbg.load(minified).manifest_data["config"]["values"]["inductor.cpp.inject_relu_bug_TESTING_ONLY"] == "compile_error"
     run = subprocess.run([sys.executable, str(out / "repro.py")], capture_output=True, text=True, timeout=300)
     assert run.returncode == 1 and "REPRODUCED" in run.stdout, run.stdout + run.stderr[-2000:]
 
@@ -185,10 +185,10 @@ def test_aot_autograd_and_captured_callables_inside_a_backend_dump_their_piece(t
         torch.compile(_f, backend=be)(torch.randn(3))
     assert str(wrapped.value) == str(bare.value)  # the user's exception is unchanged
     loaded = [graphdbg.load(p) for p in find_dumps(tmp_path)]
-    (piece,) = [d for d in loaded if "parent" in d.manifest]
-    (outer,) = [d for d in loaded if "parent" not in d.manifest]
-    assert piece.manifest["parent"]["piece"] == "inductor_1" and piece.manifest["parent"]["id"] == outer.id
-    assert [c["id"] for c in outer.manifest["children"]] == [piece.id]
+    (piece,) = [d for d in loaded if "parent" in d.manifest_data]
+    (outer,) = [d for d in loaded if "parent" not in d.manifest_data]
+    assert piece.manifest_data["parent"]["piece"] == "inductor_1" and piece.manifest_data["parent"]["id"] == outer.id
+    assert [c["id"] for c in outer.manifest_data["children"]] == [piece.id]
     if via == "capture":
         assert piece.backend == f"{__name__}:_refuse_relu"
         assert piece.signature == "NotImplementedError: no kernel for relu"
@@ -206,8 +206,8 @@ def test_capture_inductor_itself_writes_no_piece(tmp_path, monkeypatch):
         torch.compile(_f, backend=graphdbg.capture("inductor", dump_dir=tmp_path))(torch.randn(3))
     (only,) = find_dumps(tmp_path)
     d = graphdbg.load(only)
-    assert "parent" not in d.manifest and "children" not in d.manifest and d.backend == "inductor"
-    assert d.manifest["config"]["values"]["inductor.cpp.inject_relu_bug_TESTING_ONLY"] == "compile_error"
+    assert "parent" not in d.manifest_data and "children" not in d.manifest_data and d.backend == "inductor"
+    assert d.manifest_data["config"]["values"]["inductor.cpp.inject_relu_bug_TESTING_ONLY"] == "compile_error"
 
 
 PICKY = """
@@ -237,7 +237,7 @@ def test_a_backend_defined_in_the_script_loads_from_it_with_trust(tmp_path, cli)
     assert r.code == 1
     (path,) = find_dumps(dumps)
     d = graphdbg.load(path)
-    assert d.backend == "__main__:picky" and d.manifest["backend_source"]["script"] == str(prog.resolve())
+    assert d.backend == "__main__:picky" and d.manifest_data["backend_source"]["script"] == str(prog.resolve())
     r = cli("replay", path)
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1
     assert "__main__:picky" in r.err and str(prog.resolve()) in r.err and f"graphdbg replay {path} --trust-backend" in r.err
@@ -264,7 +264,7 @@ def test_a_module_backend_is_recorded_by_module_and_qualname(tmp_path, cli, monk
     assert cli("capture", "-o", dumps, "--", sys.executable, prog).code == 1
     (path,) = find_dumps(dumps)
     d = graphdbg.load(path)
-    assert d.backend == "mybackends:picky" and d.manifest["backend_source"]["name"] == "picky"
+    assert d.backend == "mybackends:picky" and d.manifest_data["backend_source"]["name"] == "picky"
     assert cli("replay", path).code == 2
     r = cli("replay", path, "--trust-backend", "--no-isolate", "--json")
     assert r.code == 1 and json.loads(r.out)["reproduces"], r
@@ -328,10 +328,10 @@ def test_gpu_stream_piece_reproduces_under_inductor(tmp_path, cli):
     dumps = tmp_path / "dumps"
     assert cli("capture", "-o", dumps, "--", sys.executable, prog).code == 1
     loaded = [graphdbg.load(p) for p in find_dumps(dumps)]
-    (piece,) = [d for d in loaded if "parent" in d.manifest]
+    (piece,) = [d for d in loaded if "parent" in d.manifest_data]
     assert piece.backend == "inductor" and "KNOWN_TYPES or opaque types" in (piece.signature or ""), piece.signature
-    assert [i["kind"] for i in piece.manifest["inputs"]] == ["tensor", "stream"]
-    assert piece.manifest["parent"]["backend"] == "__main__:split_and_delegate"
+    assert [i["kind"] for i in piece.manifest_data["inputs"]] == ["tensor", "stream"]
+    assert piece.manifest_data["parent"]["backend"] == "__main__:split_and_delegate"
     r = cli("replay", piece.path, "--json")
     assert r.code == 1 and json.loads(r.out)["reproduces"], r
 
@@ -355,15 +355,15 @@ def test_gpu_thunder_hands_a_piece_to_inductor(tmp_path):
     except Exception:
         pass  # the failure is what we came for; the dumps say what it was
     loaded = [graphdbg.load(p) for p in find_dumps(tmp_path)]
-    pieces = [d for d in loaded if "parent" in d.manifest]
+    pieces = [d for d in loaded if "parent" in d.manifest_data]
     early = [d.signature for d in loaded if "Failed to find method wait_stream" in (d.signature or "")]
     if not pieces and early:
         # Thunder 0.2.6 on torch 2.11 fails on the stream method before it splits anything off
         # (measured on the H200): there is no piece to dump, and the top-level dump says why.
         pytest.skip("this Thunder fails before handing a piece to Inductor: " + early[0])
     assert pieces, [d.signature for d in loaded]
-    assert all(p.backend == "inductor" and p.manifest["parent"]["backend"] == "thunder" for p in pieces)
-    assert all(p.manifest["parent"].get("id") for p in pieces)
+    assert all(p.backend == "inductor" and p.manifest_data["parent"]["backend"] == "thunder" for p in pieces)
+    assert all(p.manifest_data["parent"].get("id") for p in pieces)
 
 
 @pytest.mark.parametrize("via", ["compile_fx", "standalone_compile"])
@@ -377,10 +377,10 @@ def test_inductor_entry_points_inside_a_backend_dump_their_piece(tmp_path, via):
         torch.compile(_f, backend=be)(torch.randn(3))
     assert type(err.value).__name__ == "InductorError"
     loaded = [graphdbg.load(p) for p in find_dumps(tmp_path)]
-    (piece,) = [d for d in loaded if "parent" in d.manifest]
-    (outer,) = [d for d in loaded if "parent" not in d.manifest]
-    assert piece.backend == "inductor" and piece.manifest["parent"]["piece"] == "inductor_1"
-    assert piece.manifest["parent"]["id"] == outer.id and outer.manifest["children"][0]["id"] == piece.id
+    (piece,) = [d for d in loaded if "parent" in d.manifest_data]
+    (outer,) = [d for d in loaded if "parent" not in d.manifest_data]
+    assert piece.backend == "inductor" and piece.manifest_data["parent"]["piece"] == "inductor_1"
+    assert piece.manifest_data["parent"]["id"] == outer.id and outer.manifest_data["children"][0]["id"] == piece.id
 
 
 def fails_when_run(gm, example_inputs):
@@ -408,12 +408,12 @@ def test_a_piece_that_compiles_and_fails_when_it_runs_is_dumped_with_that_calls_
     package = Path(graphdbg.__file__).resolve().parent  # no frame of graphdbg's own code in what the user sees
     assert not any(Path(f.filename).resolve().is_relative_to(package) for f in __import__("traceback").extract_tb(err.value.__traceback__))
     loaded = [graphdbg.load(p) for p in find_dumps(tmp_path)]
-    (piece,) = [d for d in loaded if "parent" in d.manifest]
-    (outer,) = [d for d in loaded if "parent" not in d.manifest]
+    (piece,) = [d for d in loaded if "parent" in d.manifest_data]
+    (outer,) = [d for d in loaded if "parent" not in d.manifest_data]
     assert piece.failure_kind == outer.failure_kind == "runtime_error"
     assert piece.signature == "RuntimeError: CUDA error: an illegal memory access was encountered (injected)"
-    assert piece.manifest["parent"]["piece"] == "inductor_1" and piece.manifest["parent"]["id"] == outer.id
-    assert [c["id"] for c in outer.manifest["children"]] == [piece.id]
+    assert piece.manifest_data["parent"]["piece"] == "inductor_1" and piece.manifest_data["parent"]["id"] == outer.id
+    assert [c["id"] for c in outer.manifest_data["children"]] == [piece.id]
     # the piece's input is what the call got: x * 2 from the eager region before it
     (stored,) = [v for v in piece.case().inputs if isinstance(v, torch.Tensor)]
     assert torch.equal(stored, x * 2)

@@ -172,7 +172,7 @@ def test_healthy_graphs_around_a_user_triton_kernel_give_no_mismatch_and_a_seede
     assert not _accuracy_dumps(program, "inductor", tmp_path / "accuracy"), program  # no false alarm
     assert _accuracy_dumps(program, programs.off_by_ulps_in_every_other, tmp_path / "seeded"), program
     dump = _dump_of(program, tmp_path / "always")
-    assert dump.manifest.get("triton_kernels"), dump.manifest.keys()
+    assert dump.manifest_data.get("triton_kernels"), dump.manifest_data.keys()
     r = cli("compare", dump.path, "--backends", "eager,inductor", "--trust-kernels", "--json")
     rows = json.loads(r.out)["rows"]
     assert [row["status"] for row in rows] == ["pass", "pass"], (program, r.out[-2000:])

@@ -41,7 +41,7 @@ def relu_mlp_with(weights: list[torch.Tensor]) -> ReluMLP:
 
 def test_after_aot_launcher_has_no_saved_tensors_so_inputs_are_stand_ins_and_eager_matches_the_module():
     dump = load_torch_repro(AOT / "minifier_launcher.py")
-    assert dump.backend == "inductor" and dump.failure_kind == "captured" and dump.manifest["minifier"]["variant"] == "after_aot"
+    assert dump.backend == "inductor" and dump.failure_kind == "captured" and dump.manifest_data["minifier"]["variant"] == "after_aot"
     table = dump.inputs_table()
     assert list(table["shape"]) == [(32, 16), (32,), (4, 16), (16, 32), (16,)]
     assert not any(table["stored"])  # after_aot launchers save fake tensors: the file says reader.storage(None, ...)
@@ -60,7 +60,7 @@ def test_after_aot_launcher_has_no_saved_tensors_so_inputs_are_stand_ins_and_eag
 
 def test_after_aot_repro_reads_its_saved_storage_without_unpickling(tmp_path):
     dump = load_torch_repro(AOT / "repro.py")
-    (desc,) = dump.manifest["inputs"]
+    (desc,) = dump.manifest_data["inputs"]
     assert desc["stored"] == "14bac311620a4169da4cd5df19995d9b82e68931" and desc["shape"] == [4, 32]
     case = dump.case("cpu")
     assert case.stand_ins == []
@@ -77,7 +77,7 @@ def test_after_aot_repro_reads_its_saved_storage_without_unpickling(tmp_path):
     # The same file without its store: random data of the same spec, listed as a stand-in.
     shutil.copy(AOT / "repro.py", tmp_path / "repro.py")
     bare = load_torch_repro(tmp_path / "repro.py")
-    assert bare.manifest["inputs"][0]["stored"] is None
+    assert bare.manifest_data["inputs"][0]["stored"] is None
     bare_case = bare.case("cpu")
     assert [s.name for s in bare_case.stand_ins] == ["addmm"] and "not found" in bare_case.stand_ins[0].detail
     assert bare_case.inputs[0].shape == (4, 32) and bare_case.inputs[0].dtype == torch.float32
@@ -140,7 +140,7 @@ def _block_from(case) -> Block:
 def test_computation_graph_replays_like_the_block_it_was_traced_from(path, fmt):
     dump = load_computation_graph(path)
     assert dump.format == fmt and dump.rank == 0
-    assert dump.manifest["compile_cache"]["tag"] == "backbone"
+    assert dump.manifest_data["compile_cache"]["tag"] == "backbone"
     assert sorted(dump.printed.submodules) == [f"submod_{i}" for i in range(5)]
     case = dump.case("cpu", seed=1, sizes={"s77": 3})
     x = next(v for n, v in zip(case.placeholders, case.inputs) if n.name == "l_x_")
@@ -154,8 +154,8 @@ def test_computation_graph_replays_like_the_block_it_was_traced_from(path, fmt):
 
 
 def test_vllm_graph_has_no_symint_inputs_and_sglang_keeps_them():
-    vllm = [d["kind"] for d in load_computation_graph(VLLM).manifest["inputs"]]
-    sglang = [d["kind"] for d in load_computation_graph(SGLANG).manifest["inputs"]]
+    vllm = [d["kind"] for d in load_computation_graph(VLLM).manifest_data["inputs"]]
+    sglang = [d["kind"] for d in load_computation_graph(SGLANG).manifest_data["inputs"]]
     assert "symint" not in vllm and sglang[0] == "symint"
 
 
@@ -168,7 +168,7 @@ def test_missing_custom_op_becomes_a_listed_shape_correct_stand_in(tmp_path):
     path.parent.mkdir(parents=True)
     path.write_text(text)
     dump = load_computation_graph(path)
-    assert dump.rank == 1 and dump.manifest["missing_ops"] == ["torch.ops.vllm.unified_attention"]
+    assert dump.rank == 1 and dump.manifest_data["missing_ops"] == ["torch.ops.vllm.unified_attention"]
     case = dump.case("cpu", sizes={"s77": 2})
     assert any(s.kind == "custom_op" for s in case.stand_ins)
     assert case.run_eager()[0].shape == (2, 8, 32)
@@ -254,7 +254,7 @@ def _load_or_skip(path: Path):
 @pytest.mark.parametrize("path", [AOT / "repro.py", DYNAMO / "minifier_launcher.py", VLLM, SGLANG])
 def test_graphdbg_load_and_cli(path, cli):
     dump = _load_or_skip(path)
-    assert dump.manifest["format"] in ("torch_minifier", "vllm_compile_cache", "sglang_compile_cache")
+    assert dump.manifest_data["format"] in ("torch_minifier", "vllm_compile_cache", "sglang_compile_cache")
     r = cli("replay", str(path), "--backend", "eager", "--no-isolate", "--json")
     assert r.code == 0, r
     r = cli("show", str(path), "--json")
@@ -286,7 +286,7 @@ def test_regenerated_repeats_still_add_up_to_the_traced_output_size(tmp_path):
     path = tmp_path / "repro.py"
     path.write_text(script)
     dump = graphdbg.load(path)
-    assert dump.format == "torch_minifier" and dump.manifest["inputs"][0]["sums_to"] == 1
+    assert dump.format == "torch_minifier" and dump.manifest_data["inputs"][0]["sums_to"] == 1
     case = dump.case("cpu", seed=5)
     assert [(s.name, s.kind) for s in case.stand_ins] == [("arg0_1", "regenerated")]
     repeats, size = case.inputs

@@ -447,7 +447,7 @@ def test_a_graph_printed_in_colour_loads_and_replays(tmp_path):
     path = tmp_path / "colored.py"
     path.write_text(printed["text"])
     dump = graphdbg.load(path)
-    assert [d["shape"] for d in dump.manifest["inputs"]] == [[4, 8], [8, 8]]
+    assert [d["shape"] for d in dump.manifest_data["inputs"]] == [[4, 8], [8, 8]]
     assert dump.case("cpu").run("eager").status == "pass"
 
 

@@ -46,7 +46,7 @@ def test_every_fixture_loads_and_replays_under_eager_with_its_stand_ins(path):
     described = [s.describe() for s in case.stand_ins]
     assert outcome.stand_ins[:len(described)] == described
     assert all(extra.startswith("outputs not compared:") for extra in outcome.stand_ins[len(described):])
-    for construct in dump.constructs:
+    for construct in dump.manifest.printed.constructs:
         if construct.startswith("torch.ops.sglang."):
             assert any(construct in s.detail for s in case.stand_ins if s.kind in ("collective", "custom_op")), construct
 
@@ -54,7 +54,7 @@ def test_every_fixture_loads_and_replays_under_eager_with_its_stand_ins(path):
 @pytest.mark.parametrize("name", sorted(STREAM_GRAPHS))
 def test_the_failing_qwen3_next_graph_runs_with_streams_triton_kernels_and_collectives_stood_in(name):
     dump = graphdbg.load(NEXT / name)
-    assert dump.rank_source == "device_index" and dump.captured_device.type == "cuda"
+    assert dump.manifest.dist.source == "device_index" and dump.captured_device.type == "cuda"
     case = dump.case("cpu")
     kinds = _kinds(case)
     assert {"synthesized", "stream", "triton_kernel", "collective", "device"} <= kinds
@@ -272,10 +272,11 @@ def test_a_piece_copy_nothing_calls_lists_no_stand_ins_of_its_own():
 
 def test_a_manifest_saved_under_the_old_name_foreign_still_reads_as_a_printed_graph():
     dump = graphdbg.load(FIXTURE_FILES[0])
-    old = json.loads(json.dumps(dump.manifest))
+    old = json.loads(json.dumps(dump.manifest_data))
     old["foreign"] = old.pop("printed_graph")
     old["failure"]["kind"] = "foreign"
     again = Dump(dump.path, old, dump.contents)
     assert again.failure_kind == "printed_graph"
-    assert (again.model, again.graph_number, again.group_hash) == (dump.model, dump.graph_number, dump.group_hash)
+    facts = lambda d: (d.manifest.printed.model, d.manifest.printed.graph_number, d.manifest.printed.group_hash)  # noqa: E731
+    assert facts(again) == facts(dump) and facts(dump)[0] is not None
     assert again.summary()["kind"] == "printed_graph"

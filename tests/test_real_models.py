@@ -180,7 +180,7 @@ def test_a_process_killed_by_a_signal_leaves_a_crash_dump(tmp_path, cli, backend
     assert dump.name.startswith("g0-crash-")
     d = graphdbg.load(dump)
     assert (d.failure_kind, d.signature) == ("crash", f"Signal {sig}")
-    assert "run" in d.manifest["failure"]["exception"]["traceback"]  # faulthandler's Python stack
+    assert "run" in d.manifest_data["failure"]["exception"]["traceback"]  # faulthandler's Python stack
     r = cli("ls", tmp_path / "dumps", "--json")
     assert r.code == 0 and json.loads(r.out)["groups"][0]["kind"] == "crash", r
     r = cli("replay", dump, "--trust-backend", "--json")  # isolated: the replay child dies the same way
@@ -286,7 +286,7 @@ def test_inductor_compile_error_has_one_signature_in_capture_replay_and_repro(tm
     assert r.code == 1 and json.loads(r.out)["reproduces"], r
     assert json.loads(r.out)["signature"].startswith("CppCompileError: ")
     r = cli("minify", "--no-self-check", dump, "--trust-backend", "--out", tmp_path / "min", "--json")
-    assert r.code == 0 and json.loads(r.out)["final_nodes"] < d.manifest["graph"]["nodes"], r
+    assert r.code == 0 and json.loads(r.out)["final_nodes"] < d.manifest_data["graph"]["nodes"], r
     r = _run_repro(tmp_path / "min")
     assert r.returncode == 1 and r.stdout.startswith("REPRODUCED: CppCompileError"), (r.stdout, r.stderr[-2000:])
 
@@ -317,7 +317,7 @@ def test_non_leaf_inputs_replay_as_non_leaves(tmp_path, cli):
         torch.compile(layer, backend=graphdbg.capture(refuses_non_leaf_inputs, dump_dir=tmp_path))(h)
     [dump] = _dumps(tmp_path)
     d = graphdbg.load(dump)
-    [x] = [i for i in d.manifest["inputs"] if i.get("leaf") is False]
+    [x] = [i for i in d.manifest_data["inputs"] if i.get("leaf") is False]
     assert x["requires_grad"]
     case = d.case("cpu")
     assert [not v.is_leaf for v in case.inputs if isinstance(v, torch.Tensor) and v.requires_grad].count(True) == 1
@@ -373,7 +373,7 @@ def test_aot_autograd_and_partial_backends_are_recorded_and_rebuilt(tmp_path, mo
             torch.compile(model, backend=graphdbg.capture(backend, dump_dir=tmp_path / name))(x)
         [dump] = _dumps(tmp_path / name)
         d = graphdbg.load(dump)
-        recipe = d.manifest["backend_recipe"]
+        recipe = d.manifest_data["backend_recipe"]
         assert recipe["complete"], recipe
         rebuilt = rebuild_backend(recipe)
         outcome = d.case("cpu").run(rebuilt)
@@ -410,7 +410,7 @@ def test_recipe_backends_replay_minify_and_refuse_through_the_cli(tmp_path, cli,
                           ("partial", functools.partial(compile_with_options, refuse="silu"))]:
         dump = _capture_failing(backend, tmp_path / name, capsys)
         d = graphdbg.load(dump)
-        assert ":" in d.manifest["backend"] and d.manifest["backend_recipe"]["complete"], d.manifest["backend"]
+        assert ":" in d.manifest_data["backend"] and d.manifest_data["backend_recipe"]["complete"], d.manifest_data["backend"]
         # without trust: one line naming the recipe's parts and the command to run, exit 2
         r = cli("replay", dump, "--json")
         assert r.code == 2 and r.err.strip().count("\n") == 0, r
@@ -433,7 +433,7 @@ def test_recipe_backends_replay_minify_and_refuse_through_the_cli(tmp_path, cli,
     m = graphdbg.load(small)
     assert m.signature == graphdbg.load(_dumps(tmp_path / "aot")[0]).signature, m.signature
     assert m.node_count < graphdbg.load(_dumps(tmp_path / "aot")[0]).node_count
-    assert m.manifest["backend_recipe"]["kwargs"] == {"fw_compiler": {"callable": "model_backends:fw_refusing_silu"}}
+    assert m.manifest_data["backend_recipe"]["kwargs"] == {"fw_compiler": {"callable": "model_backends:fw_refusing_silu"}}
     env = child_env(graphdbg=False, tests=True)  # the repro needs torch and the backend, no graphdbg
     run = subprocess.run([sys.executable, "repro.py"], cwd=tmp_path / "min", env=env, capture_output=True, text=True,
                          timeout=300)
@@ -461,7 +461,7 @@ def test_recipe_backend_with_an_unrecorded_part_or_a_forged_recipe_is_one_line(t
     from torch._dynamo.backends.common import aot_autograd
 
     dump = _capture_failing(aot_autograd(fw_compiler=lambda gm, ex: fw_refusing_silu(gm, ex)), tmp_path / "lam", capsys)
-    assert graphdbg.load(dump).manifest["backend_recipe"]["complete"] is False
+    assert graphdbg.load(dump).manifest_data["backend_recipe"]["complete"] is False
     r = cli("replay", dump, "--trust-backend")
     assert r.code == 2 and r.err.strip().count("\n") == 0, r
     assert "fw_compiler (<function" in r.err and "not recorded" in r.err and "--backend" in r.err, r

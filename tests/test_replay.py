@@ -309,7 +309,7 @@ def test_a_real_cuda_dump_with_streams_replays_on_the_cpu(cli):
     dump = graphdbg.load(FIXTURES / "cuda_streams_thunder")
     assert dump.captured_device == torch.device("cuda", 0)
     assert dump.signature == "AssertionError: Failed to find method wait_stream"
-    streams = [d for d in dump.manifest["external_objects"] if d["kind"] == "stream"]
+    streams = [d for d in dump.manifest_data["external_objects"] if d["kind"] == "stream"]
     assert len(streams) == 2 and {d["device"] for d in streams} == {"cuda:0"}
     if torch.cuda.is_available():
         pytest.skip("this test is about a machine without CUDA")

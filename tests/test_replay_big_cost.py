@@ -17,7 +17,7 @@ def test_an_isolated_replay_of_a_dump_reads_its_tensors_only_in_the_child(monkey
         pytest.fail("the parent of an isolated replay read the dump's tensors")
 
     dump = graphdbg.load(next((FIXTURES / "block_compile_error").glob("rank*/*")))
-    assert dump.manifest["inputs"] and any(d.get("stored") for d in dump.manifest["inputs"])  # it has stored values
+    assert dump.manifest_data["inputs"] and any(d.get("stored") for d in dump.manifest_data["inputs"])  # it has stored values
     monkeypatch.setattr(tensor_file, "read_tensors", refuse)  # the one reader of inputs.safetensors (lazily imported)
     monkeypatch.setattr(Dump, "case", refuse)  # nor does it build the graph and its inputs
     outcome = replay_dump(dump, "eager", isolate=True)

@@ -36,8 +36,8 @@ def _run_program(device: str, dumps: Path) -> subprocess.CompletedProcess:
 def _replays_as_captured(dumps: Path, cli) -> list:
     """Both dumps (the outer graph and its piece), each replayed: exit 1, the captured signature."""
     loaded = [graphdbg.load(p) for p in find_dumps(dumps)]
-    outer = [d for d in loaded if "parent" not in d.manifest]
-    pieces = [d for d in loaded if "parent" in d.manifest]
+    outer = [d for d in loaded if "parent" not in d.manifest_data]
+    pieces = [d for d in loaded if "parent" in d.manifest_data]
     assert len(outer) == 1 and len(pieces) == 1, [d.path for d in loaded]
     for dump in outer + pieces:
         r = cli("replay", dump.path, "--trust-backend", "--json")
@@ -56,11 +56,11 @@ def test_the_side_stream_program_on_the_cpu_replays_both_dumps_as_captured(tmp_p
     assert proc.returncode != 0
     loaded = _replays_as_captured(tmp_path / "dumps", cli)
     for dump in loaded:
-        assert {o["type"] for o in dump.manifest["external_objects"]} == {"torch.Stream"}
+        assert {o["type"] for o in dump.manifest_data["external_objects"]} == {"torch.Stream"}
         case = dump.case("cpu")
         table = torch._dynamo.graph_bytecode_inputs.index_to_external_object_weakref
-        assert all(type(table[o["index"]]()) is torch.Stream for o in dump.manifest["external_objects"])
-        if "parent" in dump.manifest:  # a piece is compiled as it is: its graph keeps its side-table reads
+        assert all(type(table[o["index"]]()) is torch.Stream for o in dump.manifest_data["external_objects"])
+        if "parent" in dump.manifest_data:  # a piece is compiled as it is: its graph keeps its side-table reads
             assert not case.inputs
 
 
@@ -111,7 +111,7 @@ def test_every_non_tensor_kind_the_cpu_makes_comes_back_with_its_type_through_a_
     be = graphdbg.capture(splitter, dump_dir=tmp_path / "dumps")
     with pytest.raises(Exception):
         torch.compile(lambda x: x + 1, backend=be)(torch.randn(4))
-    (piece,) = [graphdbg.load(p) for p in find_dumps(tmp_path / "dumps") if "parent" in graphdbg.load(p).manifest]
+    (piece,) = [graphdbg.load(p) for p in find_dumps(tmp_path / "dumps") if "parent" in graphdbg.load(p).manifest_data]
     assert piece.backend == "inductor"
     case = piece.case("cpu")
     rebuilt = case.inputs[1:]

@@ -149,7 +149,7 @@ def test_a_kernels_source_is_its_one_def_and_only_with_trust_kernels(tmp_path, s
     marker = tmp_path / MARKER
     monkeypatch.setenv("GRAPHDBG_TEST_MARKER", str(marker))
     dump = _kernel_dump(tmp_path / "dumps", source)
-    assert graphdbg.load(dump).manifest["triton_kernels"][0]["source"] == source  # recorded as it was: data
+    assert graphdbg.load(dump).manifest_data["triton_kernels"][0]["source"] == source  # recorded as it was: data
     case = graphdbg.load(dump).case("cpu")
     plain = write_repro(case, "eager", tmp_path / "plain" / "repro.py")
     assert not (plain.parent / "repro_kernels.py").exists()  # no trust: no text of the dump's

@@ -69,18 +69,18 @@ def test_ddp_pieces_are_dumped_with_their_bucket_and_the_whole_graph(ddp_dumps):
     failed = {k: d for k, d in dumps.items() if d.failure_kind != "captured"}
     (name, piece), = failed.items()  # rank 1's GELU bucket only: rank 0's batch fills the tiles
     assert name.startswith("rank1/") and piece.signature == GELU
-    ddp = piece.manifest["ddp"]
+    ddp = piece.manifest_data["ddp"]
     assert (ddp["piece"], ddp["bucket"], ddp["bucket_count"]) == ("submod_2", 2, 4)
     assert ddp["bucket_bytes_cap"] == 1 << 20 and ddp["bytes"] == (512 * 512 + 512) * 4
     assert ddp["param_count"] == 2 and all("_layers_modules_2_" in p for p in ddp["params"]), ddp  # the third block's weight and bias
-    parent = piece.manifest["parent"]
+    parent = piece.manifest_data["parent"]
     assert parent["piece"] == "submod_2" and parent["position"] == 2
     whole = dumps[f"rank1/{parent['dir']}"]  # the graph before the split, its pieces linked
     assert whole.failure_kind == "captured" and whole.graph_hash == parent["graph_hash"]
-    assert [b["bytes"] for b in whole.manifest["ddp"]["buckets"]] == [(512 * 512 + 512) * 4] * 4
-    assert [c["signature"] for c in whole.manifest["children"]] == [GELU]
-    pieces = sorted(k for k in dumps if k.startswith("rank0/") and dumps[k].manifest.get("ddp", {}).get("piece"))
-    assert [dumps[k].manifest["ddp"]["piece"] for k in pieces] == [f"submod_{i}" for i in range(4)]
+    assert [b["bytes"] for b in whole.manifest_data["ddp"]["buckets"]] == [(512 * 512 + 512) * 4] * 4
+    assert [c["signature"] for c in whole.manifest_data["children"]] == [GELU]
+    pieces = sorted(k for k in dumps if k.startswith("rank0/") and dumps[k].manifest_data.get("ddp", {}).get("piece"))
+    assert [dumps[k].manifest_data["ddp"]["piece"] for k in pieces] == [f"submod_{i}" for i in range(4)]
 
 
 @pytest.mark.slow
@@ -103,15 +103,15 @@ def test_ddp_failing_piece_replays_alone_and_as_a_world(ddp_dumps, cli):
 @pytest.mark.slow
 def test_sharded_backward_failure_is_dumped_on_every_rank(sharded_dumps, cli):
     dumps = _by_name(sharded_dumps)
-    (own,) = [d for k, d in dumps.items() if k.startswith("rank1/") and d.manifest.get("stage") == "backward"]
-    (cut,) = [d for k, d in dumps.items() if k.startswith("rank0/") and d.manifest.get("stage") == "backward"]
+    (own,) = [d for k, d in dumps.items() if k.startswith("rank1/") and d.manifest_data.get("stage") == "backward"]
+    (cut,) = [d for k, d in dumps.items() if k.startswith("rank0/") and d.manifest_data.get("stage") == "backward"]
     assert own.failure_kind == "compile_error" and own.signature == REDUCE_SCATTER
     assert cut.failure_kind == "runtime_error" and "Connection closed by peer" in cut.signature
     for d in (own, cut):  # the collectives are in the graphs: reduce-scatter in the backward, all-gather in its forward
-        assert any("reduce_scatter_tensor" in op for op in d.manifest["graph"]["ops"])
-        assert d.manifest["dist"]["collectives"][0]["ranks"] == [0, 1]
+        assert any("reduce_scatter_tensor" in op for op in d.manifest_data["graph"]["ops"])
+        assert d.manifest_data["dist"]["collectives"][0]["ranks"] == [0, 1]
         forward = graphdbg.load(d.path / "forward")
-        assert any("all_gather_into_tensor" in op for op in forward.manifest["graph"]["ops"])
+        assert any("all_gather_into_tensor" in op for op in forward.manifest_data["graph"]["ops"])
     r = cli("bisect", "ranks", sharded_dumps, "--json")
     report = json.loads(r.out)
     assert r.code == 1 and report["odd"] == [1], report  # rank 0 only met rank 1's failure in its reduce-scatter
@@ -148,10 +148,10 @@ def test_ddp_piece_failing_when_it_runs_links_the_whole_graph_with_that_call(tmp
         dist.destroy_process_group()
     dumps = {p.name.split("-")[1]: graphdbg.load(p) for p in find_dumps(tmp_path)}
     piece, whole = dumps["runtime_error"], dumps["captured"]
-    assert piece.manifest["ddp"]["piece"] == "submod_1" and piece.manifest["ddp"]["bucket_count"] == 3
-    assert piece.manifest["inputs_state"] == whole.manifest["inputs_state"] == "after_failed_call"
-    assert [c["dir"] for c in whole.manifest["children"]] == [piece.path.name]
-    assert len(whole.manifest["ddp"]["buckets"]) == 3 and whole.manifest["inputs"][0]["stored"]
+    assert piece.manifest_data["ddp"]["piece"] == "submod_1" and piece.manifest_data["ddp"]["bucket_count"] == 3
+    assert piece.manifest_data["inputs_state"] == whole.manifest_data["inputs_state"] == "after_failed_call"
+    assert [c["dir"] for c in whole.manifest_data["children"]] == [piece.path.name]
+    assert len(whole.manifest_data["ddp"]["buckets"]) == 3 and whole.manifest_data["inputs"][0]["stored"]
     for d in (piece, whole):  # the piece alone, and the graph before the split, both reproduce
         r = cli("replay", d.path, "--trust-backend", "--json")
         assert r.code == 1 and json.loads(r.out)["signature"] == "RuntimeError: illegal memory access in the GELU kernel", r
@@ -164,10 +164,10 @@ def test_fsdp2_backward_failure_on_one_rank(fsdp2_dumps, cli):
     dumps = _by_name(fsdp2_dumps)
     assert dumps and all(k.startswith("rank1/") for k in dumps), sorted(dumps)
     (backward,) = [d for k, d in dumps.items() if k.count("/") == 1]
-    assert backward.manifest["stage"] == "backward" and backward.failure_kind == "compile_error"
+    assert backward.manifest_data["stage"] == "backward" and backward.failure_kind == "compile_error"
     assert backward.signature == "NotImplementedError: no backward kernel for 6 rows (tiles of 4)"
     for d in (backward, graphdbg.load(backward.path / "forward")):  # FSDP2's collectives ran in its hooks, eagerly
-        assert not any("c10d" in op for op in d.manifest["graph"]["ops"]) and not d.manifest["dist"]["collectives"]
+        assert not any("c10d" in op for op in d.manifest_data["graph"]["ops"]) and not d.manifest_data["dist"]["collectives"]
     r = cli("replay", backward.path, "--trust-backend", "--json")
     assert r.code == 1 and json.loads(r.out)["signature"] == backward.signature, r
     r = cli("bisect", "ranks", fsdp2_dumps)
@@ -181,7 +181,7 @@ def test_capture_leaves_the_programs_storage_resizable(tmp_path):
     with pytest.raises(ValueError, match="compiled code failed"):
         torch.compile(lambda t: t.sin() + 1, backend=graphdbg.capture(crash_on_call, dump_dir=tmp_path))(x)
     (dump,) = [graphdbg.load(p) for p in find_dumps(tmp_path)]
-    assert dump.manifest["inputs"][0]["stored"]  # x's values, written from x itself
+    assert dump.manifest_data["inputs"][0]["stored"]  # x's values, written from x itself
     x.untyped_storage().resize_(0)  # RuntimeError "Trying to resize storage that is not resizable" before
     assert x.untyped_storage().nbytes() == 0
 
@@ -201,7 +201,7 @@ def test_ddp_piece_failing_in_its_backward_keeps_its_bucket(tmp_path, cli):
         dist.destroy_process_group()
     (path,) = [p for p in find_dumps(tmp_path) if p.name != "forward"]
     dump = graphdbg.load(path)
-    assert dump.manifest["stage"] == "backward" and dump.manifest["ddp"]["piece"] == "submod_1"  # the last bucket's runs first
-    assert graphdbg.load(path / "forward").manifest["ddp"]["bucket"] == 1
+    assert dump.manifest_data["stage"] == "backward" and dump.manifest_data["ddp"]["piece"] == "submod_1"  # the last bucket's runs first
+    assert graphdbg.load(path / "forward").manifest_data["ddp"]["bucket"] == 1
     r = cli("replay", path, "--trust-backend", "--json")
     assert r.code == 1 and json.loads(r.out)["signature"] == dump.signature, r

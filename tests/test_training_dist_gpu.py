@@ -80,7 +80,7 @@ def test_ddp_split_on_two_gpus_under_nccl(tmp_path, cli, outside):
         pytest.skip(f"DDP under NCCL needs 2 GPUs, this machine has {torch.cuda.device_count()}")
     dumps = spawn_world(ddp_rank, 2, str(tmp_path), "world_backends:gelu_needs_tiled_rows", "all", "error", "cuda", outside)
     failed = [d for d in map(graphdbg.load, find_dumps(dumps)) if d.failure_kind == "compile_error"]
-    assert sorted((d.rank, d.manifest["ddp"]["piece"], d.manifest["ddp"]["bucket_count"]) for d in failed) == [
+    assert sorted((d.rank, d.manifest_data["ddp"]["piece"], d.manifest_data["ddp"]["bucket_count"]) for d in failed) == [
         (0, "submod_2", 4), (1, "submod_2", 4)]
     r = cli("ls", dumps, "--json")
     groups = [g for g in json.loads(r.out)["groups"] if g["kind"] == "compile_error"]

@@ -29,7 +29,7 @@ def test_each_rank_writes_its_own_dump_with_its_groups(world2):
     dumps = [graphdbg.load(p) for p in find_dumps(world2)]
     assert sorted(d.rank for d in dumps) == [0, 1]
     for d in dumps:
-        dist = d.manifest["dist"]
+        dist = d.manifest_data["dist"]
         assert dist["world_size"] == 2 and dist["backend"] == "gloo" and dist["source"] == "torch.distributed"
         (group,) = dist["collectives"]
         assert group["name"] == "0" and group["ranks"] == [0, 1] and group["size"] == 2

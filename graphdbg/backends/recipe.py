@@ -7,7 +7,7 @@ together again (it imports the named callables: call it only for dumps you trust
 
     >>> backend_recipe(aot_autograd(fw_compiler=mypkg.compilers.fw))
     {'kind': 'aot_autograd', 'kwargs': {'fw_compiler': {'callable': 'mypkg.compilers:fw'}}, 'complete': True}
-    >>> backend = rebuild_backend(dump.manifest["backend_recipe"])
+    >>> backend = rebuild_backend(dump.manifest_data["backend_recipe"])
 
 On a command line, in an isolated child's request and in a repro script, a recipe travels as
 one string, ``recipe:`` and its compact JSON (``recipe_spec``); nothing else starts with
@@ -24,9 +24,12 @@ import json
 import os
 import re
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphdbg.errors import GraphdbgError
+
+if TYPE_CHECKING:
+    from graphdbg.store.schema import Manifest
 
 
 def _part(value: Any) -> dict[str, Any]:
@@ -171,15 +174,14 @@ def backend_label(spec: Any) -> str:
     return str(spec)
 
 
-def shown_backend(manifest: dict[str, Any]) -> str:
+def shown_backend(manifest: Manifest) -> str:
     """The backend a manifest records, for display: its recipe when it has one, else its name."""
-    recipe = manifest.get("backend_recipe")
-    if recipe is not None:
+    if manifest.backend_recipe is not None:
         try:
-            return describe_recipe(check_recipe(recipe))
+            return describe_recipe(check_recipe(manifest.backend_recipe.model_dump(by_alias=True, exclude_unset=True)))
         except GraphdbgError:
             pass
-    return backend_label(manifest.get("backend", "?"))
+    return backend_label(manifest.backend or "?")
 
 
 def _build(part: dict[str, Any], load_script: Any = None) -> Any:

@@ -167,22 +167,21 @@ def dump_backend(dump: Any, trust: bool, command: str = "replay", shown_path: An
     """The backend ``dump`` recorded, as ``resolve_backend`` takes it. A registered name is
     returned as it is; code the dump names (``module:qualname``, or a function of the captured
     script) only with ``trust``, else a GraphdbgError whose one line gives the command to run."""
-    spec = str(dump.manifest.get("backend") or "eager")
+    spec = dump.manifest.backend or "eager"
     spec = KNOWN_ALIASES.get(spec, spec)
-    recipe = dump.manifest.get("backend_recipe")
+    recipe = dump.manifest_data.get("backend_recipe")
     if recipe is not None or is_recipe_spec(spec):  # aot_autograd(...) / partial: the recipe wins over the class name
         return _recipe_backend(check_recipe(recipe) if recipe is not None else recipe_of_spec(spec), trust, command,
                                shown_path or dump.path)
     if ":" not in spec:
         return spec
-    source = dump.manifest.get("backend_source") or {}
+    script = dump.manifest.backend_source.script if dump.manifest.backend_source else None
     if not trust:
-        where = f" (defined in {source['script']})" if source.get("script") else ""
+        where = f" (defined in {script})" if script else ""
         raise GraphdbgError(
             f"the dump's backend is {spec}{where}, code the dump names; graphdbg imports it only when you say so: "
             f"graphdbg {command} {shown_path or dump.path} --trust-backend (or pick one with --backend)")
     if spec.startswith("__main__:"):
-        script = source.get("script")
         if not script:
             raise GraphdbgError(f"the dump's backend {spec} was defined in a script whose path was not recorded; "
                                 f"give it with --backend path/to/script.py:{spec.partition(':')[2]}")
@@ -247,7 +246,7 @@ def _recipe_backend(recipe: dict[str, Any], trust: bool, command: str, shown_pat
 def recorded_backend(dump: Any) -> str:
     """The backend a dump records, as ``resolve_backend`` takes it (its recipe when it has one);
     for callers that already trust the dump (the Python API's defaults)."""
-    recipe = dump.manifest.get("backend_recipe")
+    recipe = dump.manifest_data.get("backend_recipe")
     if recipe is not None:
         return recipe_spec(check_recipe(recipe))
     return str(dump.backend)

@@ -21,7 +21,6 @@ from graphdbg.execution.executor import Job, executor_for
 from graphdbg.execution.isolation import run_isolated_many
 from graphdbg.rebuild.memory_budget import MAX_INPUT_GB_ENV
 from graphdbg.replay.options import ReplayOptions, replay_options
-from graphdbg.store.replay_facts import ReplayFacts
 
 if TYPE_CHECKING:
     from graphdbg.replay.outcome import Outcome
@@ -52,7 +51,7 @@ def _start(dump: Any, backends: Sequence[str | Callable[..., Any]], options: Rep
         raise GraphdbgError(NOT_ISOLATED)
     for backend in backends:
         _check_backend(backend, opts.isolate)  # an unknown backend is an error here, not a crash in the child
-    if ReplayFacts.of(dump.manifest).piece and not opts.direct:
+    if dump.manifest.piece and not opts.direct:
         # A piece of a nested compile reached its compiler as a GraphModule, never through Dynamo:
         # replay it the same way (re-tracing would turn a Stream input into something else).
         opts = opts.but(direct=True)

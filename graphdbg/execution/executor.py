@@ -157,5 +157,5 @@ def check_dump_fits(dump: Any, device: Any = None) -> None:
     where the graph runs, before any input is loaded (this process, or the child)."""
     from graphdbg.rebuild.inputs import symbol_env  # torch: not for an isolated replay's parent
 
-    descs = dump.manifest.get("inputs", [])
+    descs = dump.manifest_data.get("inputs", [])
     check_fits(descriptor_bytes(descs, symbol_env(descs)), dump.resolve_device(device))

@@ -226,7 +226,7 @@ def put_case(case: Case | Dump, request: dict[str, Any], folder: Path) -> str | 
         dump = case if _is_dump(case) else case.dump
         request["dump"] = str(dump.path)
         if dump.format == "dump":  # checked by this process's load: the child needn't check it again
-            request["manifest"] = dump.manifest
+            request["manifest"] = dump.manifest_data
         return str(dump.path)
     from graphdbg.case import save_case  # a Case: torch is here already
 
@@ -261,7 +261,7 @@ def run_job_isolated(dump: Dump, job: dict[str, Any], opts: ReplayOptions, specs
     request: dict[str, Any] = {"backend": "eager", "passes": None, "device": str(device), "options": opts.for_child(),
                                "job": job, "dump": str(dump.path)}
     if dump.format == "dump":
-        request["manifest"] = dump.manifest
+        request["manifest"] = dump.manifest_data
     with tempfile.TemporaryDirectory(prefix="graphdbg-child-", ignore_cleanup_errors=True) as tmp:
         tmpdir = Path(tmp)
         request_path, result_path, err_path = tmpdir / "request.json", tmpdir / "outcome.json", tmpdir / "stderr.txt"
@@ -495,4 +495,4 @@ def child_outcome(returncode: int | None, outcome_path: Path, err: str, backend:
 def _is_dump(obj: Any) -> bool:
     # A Dump has a manifest and no graph module yet; a Case has ``gm``. Told apart by shape so
     # that isolation, which the Case's own ``run`` reaches, needn't import the nouns.
-    return hasattr(obj, "manifest") and not hasattr(obj, "gm")
+    return hasattr(obj, "manifest_data") and not hasattr(obj, "gm")

@@ -169,11 +169,12 @@ def printed_worlds(root: Path) -> dict[str, dict[int, Any]]:
     for d in list_dumps(root).dumps:
         if d.failure_kind != "printed_graph":
             continue
-        number = d.graph_number
+        printed = d.manifest.printed
+        number = printed.graph_number
         if number is None:  # no header: SGLang's file name, else the graph itself (Dynamo's graph_module_<pid>.py)
             m = re.fullmatch(r"rank\d+_(\d+)", d.path.stem)
-            number = m.group(1) if m else d.group_hash[:8]
-        worlds.setdefault(f"{d.model}/{number}", {}).setdefault(d.rank, d)
+            number = m.group(1) if m else (printed.group_hash or "")[:8]
+        worlds.setdefault(f"{printed.model}/{number}", {}).setdefault(d.rank, d)
     return worlds
 
 
@@ -247,10 +248,10 @@ def place_ranks(ranks: list[int], device: str | None, *, gpus: int | None = None
 
 def input_bytes(dump: Any) -> int:
     """The bytes of a dump's tensor inputs (and stored attributes), from the manifest alone."""
-    descs = dump.manifest.get("inputs", [])
+    descs = dump.manifest_data.get("inputs", [])
     env = symbol_env(descs)
     total = 0
-    for d in [*descs, *dump.manifest.get("attrs", {}).values()]:
+    for d in [*descs, *dump.manifest_data.get("attrs", {}).values()]:
         if d.get("kind") == "tensor" and "shape" in d:
             try:
                 total += TensorSpec.from_dict(d).nbytes(env)
@@ -342,7 +343,7 @@ def replay_world(root: str | Path, backend: str | None = None, opts: ReplayOptio
         announce(f"on {where}, run: " + other_node_command(sys.argv, port, placement.pg_backend, which))
     result = WorldReplay(world_size=world, graph=graph, backend=backend, device=placement.device_type,
                          pg_backend=placement.pg_backend, devices=placement.devices, nnodes=nnodes, node_rank=node_rank)
-    groups = [g for d in dumps.values() for g in d.manifest.get("dist", {}).get("collectives", [])]
+    groups = [g for d in dumps.values() for g in d.manifest.dist.collectives or []]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="graphdbg-world-", ignore_cleanup_errors=True) as tmp:
         out = Path(tmp)

@@ -109,9 +109,7 @@ def load(path: str | Path) -> "Dump":
             _refuse_a_program(Path(path), e)
         raise
     if reader.module != "graphdbg.formats.dump_folder":  # that reader checked it (read_manifest)
-        from graphdbg.store.schema import validate_manifest  # lazy: pydantic only where a manifest is checked
-
-        validate_manifest(dump.manifest, str(path))
+        dump.manifest  # checked now, as the model (a reader's manifest is built in memory)
     return dump
 
 

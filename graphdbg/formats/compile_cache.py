@@ -17,7 +17,7 @@ them are stand-ins. Custom ops this machine lacks (``torch.ops.vllm.*``,
 for in-place ops); the manifest lists them under ``missing_ops``.
 
     >>> dump = load_computation_graph(".../rank_0_0/backbone/computation_graph.py")
-    >>> dump.manifest["format"], dump.rank, dump.manifest["compile_cache"]["tag"]
+    >>> dump.manifest_data["format"], dump.rank, dump.manifest_data["compile_cache"]["tag"]
     ('vllm_compile_cache', 0, 'backbone')
     >>> case = dump.case("cpu", seed=0, sizes={"s77": 16})
 """
@@ -113,7 +113,8 @@ def compile_cache_manifest(path: Path, fmt: str, text: str, printed: Any) -> dic
                "it records the graph, not a failure, and no values")
     rank = where["rank"] if where["rank"] is not None else 0
     return manifest_for(path, printed, fmt=fmt, inputs=inputs, backend="inductor", message=message,
-                        rank=rank, rank_source="path" if where["rank"] is not None else "default",
+                        rank=rank, world_size=rank + 1,  # at least: the other ranks' folders are not looked at
+                        rank_source="path" if where["rank"] is not None else "default",
                         extra={"compile_cache": where, "missing_ops": missing})
 
 

@@ -9,7 +9,7 @@ error. The reader makes the manifest up from the file itself (``failure_kind`` i
 stand-ins, all of them listed.
 
     >>> dump = graphdbg.load("corpus/Qwen/Qwen3-Next-80B-A3B-Instruct/rank3_0.py")
-    >>> dump.model, dump.rank, dump.graph_number, dump.failure_kind
+    >>> dump.manifest.printed.model, dump.rank, dump.manifest.printed.graph_number, dump.failure_kind
     ('Qwen3-Next-80B-A3B-Instruct', 3, 0, 'printed_graph')
     >>> case = dump.case("cpu", seed=1)
     >>> case.run("eager").status, [s.kind for s in case.stand_ins][:3]

@@ -570,7 +570,7 @@ def attach_log(log: RunLog, dumps: list[Any]) -> list[dict[str, Any]]:
     signature, backend, and ``log`` (path, line, ranks, whether and how it was inferred).
     Returns one record per attachment (also kept in ``log.attachments``).
     """
-    candidates = [d for d in dumps if not d.manifest.get("failure", {}).get("signature")]
+    candidates = [d for d in dumps if not d.signature]
     taken: set[int] = set()
     records: list[dict[str, Any]] = []
     for f in log.failures:
@@ -588,7 +588,7 @@ def attach_log(log: RunLog, dumps: list[Any]) -> list[dict[str, Any]]:
         for d, how, inferred in picks:
             inferred = inferred or ranks_inferred
             taken.add(id(d))
-            d.manifest["failure"] = failure_entry(log, f, how, inferred)
+            d.change_manifest(failure=failure_entry(log, f, how, inferred))
             records.append({"path": str(d.path), "rank": d.rank, "signature": f.signature, "inferred": inferred, "how": how})
     log.attachments = records
     return records
@@ -675,11 +675,12 @@ def _by_construct(f: LogFailure, dumps: list[Any]) -> list[tuple[Any, str, bool]
 def _by_last_graph(f: LogFailure, dumps: list[Any]) -> list[tuple[Any, str, bool]]:
     picks = []
     for rank, ds in _by_rank(dumps).items():
-        numbered = [d for d in ds if getattr(d, "graph_number", None) is not None]
+        numbered = [d for d in ds if d.manifest.printed.graph_number is not None]
         if numbered:
-            last = max(numbered, key=lambda d: d.graph_number)
-            if sum(d.graph_number == last.graph_number for d in numbered) == 1:
-                picks.append((last, f"inferred: rank {rank}'s last graph (Graph {last.graph_number}); the log doesn't name the graph", True))
+            last = max(numbered, key=lambda d: d.manifest.printed.graph_number)
+            number = last.manifest.printed.graph_number
+            if sum(d.manifest.printed.graph_number == number for d in numbered) == 1:
+                picks.append((last, f"inferred: rank {rank}'s last graph (Graph {number}); the log doesn't name the graph", True))
         elif len(ds) == 1:
             picks.append((ds[0], f"inferred: rank {rank}'s only graph beside the log; the log doesn't name the graph", True))
     return picks

@@ -17,7 +17,7 @@ storage (``storage``, ``storage_offset``, ``stride``) and hands the store to the
 ``Contents``; ``Dump.case()`` does the rest, as for every other file.
 
     >>> dump = load_torch_repro("fixtures/torch_minifier/after_aot/repro.py")
-    >>> dump.backend, [d["stored"] is not None for d in dump.manifest["inputs"]]
+    >>> dump.backend, [d["stored"] is not None for d in dump.manifest_data["inputs"]]
     ('inductor', [True])
     >>> case = dump.case("cpu", seed=0)
     >>> case.run("eager").status

@@ -5,7 +5,7 @@ A replay that passes where the capture failed is rarely a fixed bug: another bac
 compiler setting not restored, TF32 off, another thread count. ``differences(manifest)`` names
 each difference with the recorded and the current value:
 
-    >>> differences(dump.manifest, environment(backend), replay_settings(dump.manifest))
+    >>> differences(dump.manifest_data, environment(backend), replay_settings(dump.manifest_data))
     [Difference(kind='setting', name='float32_matmul_precision', captured='medium', now='highest', restorable=True), ...]
 
 Order (``RANK``): the code Inductor generated (known after the replay: ``code_differences``, a

@@ -2,7 +2,7 @@
 
     >>> failing_node(e, gm)            # the live exception: fx's generated code's frames, or fx.Interpreter's note
     <Node linear>
-    >>> node_of_traceback(dump.exception["traceback"])   # a recorded traceback's text
+    >>> node_of_traceback(dump.manifest.failure.exception.traceback)   # a recorded traceback's text
     'linear'
 
 Capture records what the live exception says (the manifest's ``failure.node``); a replay names

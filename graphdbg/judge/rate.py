@@ -26,7 +26,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from graphdbg.store.schema import Manifest  # the type only: judge sits below store
 
 T = TypeVar("T")
 
@@ -36,17 +39,13 @@ BETA = 0.05
 MAX_RUNS = 60
 
 
-def captured_rate(manifest: Any) -> float | None:
+def captured_rate(manifest: Manifest | None) -> float | None:
     """The share of the failing graph's calls at capture that failed (``failure.calls``); None
     when the dump did not count them (a compile error, or a dump from before graphdbg counted)."""
-    failure = manifest.get("failure") if isinstance(manifest, dict) else None
-    calls = failure.get("calls") if isinstance(failure, dict) else None
-    if not isinstance(calls, dict):
+    calls = manifest.failure.calls if manifest is not None else None
+    if calls is None or calls.failed is None or calls.passed is None or calls.failed <= 0:
         return None
-    failed, passed = calls.get("failed"), calls.get("passed")
-    if not isinstance(failed, int) or not isinstance(passed, int) or failed <= 0 or failed + passed <= 0:
-        return None
-    return failed / (failed + passed)
+    return calls.failed / (calls.failed + calls.passed)
 
 
 @dataclass(frozen=True)
@@ -70,7 +69,7 @@ class RateTest:
             raise ValueError(f"a failure rate is in (0, 1], not {self.rate!r}")
 
     @classmethod
-    def of(cls, manifest: Any = None, rate: float | None = None) -> RateTest:
+    def of(cls, manifest: Manifest | None = None, rate: float | None = None) -> RateTest:
         """``rate`` when given (``--failure-rate``), else the dump's counted calls, else 1."""
         return cls(rate=rate if rate is not None else captured_rate(manifest) or 1.0)
 

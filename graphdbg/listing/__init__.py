@@ -71,8 +71,7 @@ def list_dumps(path: str | Path, log: str | Path | None = None, *, progress: Pro
         if not root.is_dir() and not seen:
             raise DumpError(f"{root}: no graphdbg dumps here")
         dumps.sort(key=lambda d: (natural_key(d.id), d.rank))  # g2 before g10
-        printed.sort(key=lambda d: (d.model or "", d.graph_number if d.graph_number is not None else -1,
-                                    d.id.rstrip("0123456789"), d.rank, d.id))
+        printed.sort(key=_printed_order)
         listing.dumps = dumps + printed
         listing.logs = apply_logs(listing.dumps, root, log, cache=store)
     return listing
@@ -90,12 +89,18 @@ def load_with_log(path: str | Path, log: str | Path | None = None) -> Dump:
     ``graphdbg ls`` of its folder gives it (``log``, else the log beside it)."""
     dump = load(path)
     where = Path(dump.path)
-    if dump.format == "dump" or (dump.manifest.get("failure") or {}).get("signature"):
+    if dump.format == "dump" or dump.signature:
         return dump
     if not where.is_file():
         apply_logs([dump], where, log)
     elif log is not None or find_logs(where.parent):
         listed = next((d for d in list_dumps(where.parent, log).dumps if os.path.realpath(d.path) == os.path.realpath(where)), None)
         if listed is not None:
-            dump.manifest["failure"] = listed.manifest.get("failure")
+            dump.change_manifest(failure=listed.manifest_data.get("failure"))
     return dump
+
+
+def _printed_order(d: Dump) -> tuple:
+    """Printed graphs by model, graph number (unnumbered first), id stem, rank."""
+    p = d.manifest.printed
+    return (p.model or "", p.graph_number if p.graph_number is not None else -1, d.id.rstrip("0123456789"), d.rank, d.id)

@@ -85,7 +85,7 @@ def make_groups(dumps: list[Dump], rows: list[dict[str, Any]]) -> list[dict[str,
     for key, g in groups.items():
         if g.get("format") == "printed_graph":
             g["graphs"].sort()
-            g["rank_literals"] = _differing([d.rank_literals for d in members[key]])
+            g["rank_literals"] = _differing([d.manifest.printed.rank_literals for d in members[key]])
         s = first[key]  # a piece of a nested compile names the dump of its graph, and back
         if s.get("parent"):
             g["parent"], g["piece"] = s["parent"], s["piece"]
@@ -107,7 +107,7 @@ def _differing(literals: list[list[Any]]) -> list[list[Any]]:
 
 def _input_specs(d: Dump) -> tuple:
     return tuple((i.get("kind"), i.get("dtype"), str(i.get("shape")), str(i.get("value")) if i.get("kind") != "symint" else None)
-                 for i in d.manifest.get("inputs", []))
+                 for i in d.manifest_data.get("inputs", []))
 
 
 def _odd_ranks(dumps: list[Dump]) -> dict[Path, list[str]]:

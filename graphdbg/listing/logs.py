@@ -24,7 +24,7 @@ def apply_logs(dumps: list[Dump], root: Path, log: str | Path | None = None, *, 
     ``cache``: a log read before, unchanged, comes parsed from it.
     """
     # captured dumps speak for themselves, even those of mode="always" that record no failure
-    bare = [d for d in dumps if d.format != "dump" and not (d.manifest.get("failure") or {}).get("signature")]
+    bare = [d for d in dumps if d.format != "dump" and not d.signature]
     if not bare and log is None:
         return []
     by_log: dict[Path, list[Dump]] = {}

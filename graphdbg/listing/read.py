@@ -39,7 +39,7 @@ def read_dump_folders(folders: list[Path], cache: FileCache) -> Iterator[Answer]
             yield folder, None, str(e)
             continue
         if dump.failure_kind != "crash":  # an armed dump may still become a crash
-            cache.put(key, dump.manifest, None)
+            cache.put(key, dump.manifest_data, None)
         yield folder, dump, None
 
 
@@ -110,6 +110,6 @@ def _full_manifest(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     from graphdbg.formats.printed_graph import load_printed_graph
 
     try:
-        return load_printed_graph(path).manifest, None
+        return load_printed_graph(path).manifest_data, None
     except GraphdbgError as e:
         return None, str(e)

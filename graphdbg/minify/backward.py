@@ -27,7 +27,6 @@ from graphdbg.minify.shrinker import as_case
 from graphdbg.rebuild.inputs import clone_values
 from graphdbg.replay.backward import TANGENT_SEED, as_graph_backend, differentiable_inputs, grad_leaves, is_backward_dump
 from graphdbg.replay.options import ReplayOptions
-from graphdbg.store.replay_facts import ReplayFacts
 from graphdbg.store.safe_files import backward_dump_folder
 
 
@@ -61,15 +60,14 @@ def backward_case(case: Case, backend: Any, trust: bool = True) -> tuple[Case, A
     backward dump's own backend is code it names: without ``trust`` it is refused (unless a
     registered name)."""
     dump = case.dump
-    facts = ReplayFacts.of(dump.manifest if dump is not None else None)
-    if facts.backward_dump is not None:
-        parent = load_dump(backward_dump_folder(dump.path, facts.backward_dump))
+    if dump is not None and dump.manifest.backward_dump is not None:
+        parent = load_dump(backward_dump_folder(dump.path, dump.manifest.backward_dump))
         if backend is None or backend in _names_of(dump):  # the user's backend: its bw_compiler compiles the backward
 
             if not trust:
                 dump_backend(parent, trust, "bisect nodes --backward", shown_path=dump.path)
             backend = parent.backend
-            if backend == (parent.manifest.get("backward") or {}).get("compiler"):
+            if parent.manifest.backward is not None and backend == parent.manifest.backward.compiler:
                 backend = as_graph_backend(resolve_backend(backend)[1], backend, parent)
         return parent.case(case.device), backend, f"backward graph of {parent.path}"
     return traced_backward(case), backend, "backward graph traced by AOTAutograd"

@@ -52,8 +52,7 @@ from graphdbg.replay.outcome import DIFFERENT_FAILURE, Outcome
 from graphdbg.replay.passes import PassFailed, PassSpec, apply_passes, inductor_post_grad_patch, resolve_passes
 from graphdbg.replay.run import replay_case
 from graphdbg.replay.values import ValueRecorder
-from graphdbg.store.manifest import INPUTS, find_dumps
-from graphdbg.store.replay_facts import ReplayFacts
+from graphdbg.store.manifest import find_dumps
 from graphdbg.store.safe_files import inside
 from graphdbg.store.tensor_file import read_tensors
 
@@ -217,12 +216,12 @@ def bisect_nodes(case_or_dump: Any, backend: Any = "eager", passes: Any = None,
     check_graph_module(case.gm, case.inputs)  # what a replay checks before it runs (an index backward's indices)
     rate = RateTest.of(case.dump.manifest if case.dump is not None else None, failure_rate)
     # the backend runs under the compiler settings of the captured run, as in a replay
-    with applied_config(replay_settings(case.dump.manifest if case.dump is not None else None)):
+    with applied_config(replay_settings(case.dump.manifest_data if case.dump is not None else None)):
         return _bisect_nodes(case, backend, passes, (options or ReplayOptions()).tolerance, rate)
 
 
 def _bisect_nodes(case: Case, backend: Any, passes: Any, tol: Tolerance, rate: RateTest = RateTest()) -> NodeDivergence:
-    grad = ReplayFacts.of(case.dump.manifest if case.dump is not None else None).grad_enabled
+    grad = case.dump is not None and case.dump.manifest.grad_enabled
     ref, ref64 = references(case, grad)
     specs = resolve_passes(passes)
     # the graph as Dynamo hands it over, node meta and all (``replay.graph_meta``), before the passes read it
@@ -347,7 +346,7 @@ def captured_failure(dump: Any) -> str | None:
     if crash:
         return dump.signature
     if crash is False:
-        mismatches = (dump.manifest.get("failure") or {}).get("mismatches") or []
+        mismatches = (dump.manifest_data.get("failure") or {}).get("mismatches") or []
         return "; ".join(describe_difference(m) for m in mismatches[:3]) or "a mismatch"
     return None
 
@@ -456,14 +455,14 @@ def _one_graph_per_rank(folders: list[Path], graph: str | None) -> dict[int, Any
 
 def _rank_facts(d: Any) -> dict[str, Any]:
     specs = tuple((i.get("name") or i.get("node"), i.get("kind"), i.get("dtype"), str(i.get("shape")), str(i.get("value")))
-                  for i in d.manifest["inputs"])
-    stored = {i["stored"]: (i.get("name") or i.get("node")) for i in d.manifest["inputs"] if i.get("stored")}
-    tensors = read_tensors(inside(d.path, d.manifest.get("inputs_file", INPUTS)), list(stored)) if stored else {}
+                  for i in d.manifest_data["inputs"])
+    stored = {i["stored"]: (i.get("name") or i.get("node")) for i in d.manifest_data["inputs"] if i.get("stored")}
+    tensors = read_tensors(inside(d.path, d.manifest.inputs_file), list(stored)) if stored else {}
     values = tuple(sorted((stored[k], hashlib.sha256(t.contiguous().view(torch.uint8).numpy().tobytes()
                                                     if t.numel() else b"").hexdigest()[:16]) for k, t in tensors.items()))
-    unstored = tuple(sorted((i.get("name") or i.get("node"), str(i.get("stats"))) for i in d.manifest["inputs"] if i.get("stats")))
+    unstored = tuple(sorted((i.get("name") or i.get("node"), str(i.get("stats"))) for i in d.manifest_data["inputs"] if i.get("stats")))
     return {"graph": d.graph_hash, "specs": specs, "values": values + unstored, "signature": d.signature,
-            "ops": d.manifest["graph"].get("ops", {})}
+            "ops": d.manifest_data["graph"].get("ops", {})}
 
 
 def _majority(values: list[Any]) -> Any:
@@ -515,7 +514,7 @@ def _printed_rank_report(root: Path, graph: str | None) -> RankReport:
     for key, members in sorted(worlds.items()):
         facts = {r: _printed_facts(d) for r, d in sorted(members.items())}
         for r, d in members.items():
-            hashes[r].append(d.group_hash)
+            hashes[r].append(d.manifest.printed.group_hash)
         for what in ("structure", "inputs"):
             values = [f[what] for f in facts.values()]
             if len({repr(v) for v in values}) == 1:

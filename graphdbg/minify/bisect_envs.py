@@ -198,7 +198,7 @@ def _set(key: str, value: str | None) -> None:
 
 
 def _bisect_settings(dump: Any, backend: Any, opts: ReplayOptions, rate: RateTest) -> EnvBisection:
-    found, _ = prepare(dump.manifest, False)
+    found, _ = prepare(dump.manifest_data, False)
     can = settable(found)
     result = EnvBisection("settings")
     left = [d for d in found if d not in can]

@@ -58,7 +58,7 @@ class OriginalGraph:
     def of(cls, case: Case, values: dict[str, Any] | None = None) -> OriginalGraph:
         """``values``: every node's value, recorded elsewhere (minify's sandboxed worker);
         None: recorded here, in one eager run of the graph."""
-        grad = bool(case.dump.manifest.get("grad_enabled", False)) if case.dump is not None else False
+        grad = case.dump is not None and case.dump.manifest.grad_enabled
         if values is None:
             values = record_values(case.gm, list(case.inputs), grad=grad)
         nodes = list(case.gm.graph.nodes)

@@ -26,6 +26,7 @@ from graphdbg.dump import Dump
 from graphdbg.errors import GraphdbgError
 from graphdbg.formats import load as load_dump
 from graphdbg.store.safe_files import Folder, write_file
+from graphdbg.store.schema import Minified
 from graphdbg.store.write import copy_dump
 
 
@@ -47,12 +48,10 @@ def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any
     path = Path(path)
     if not path.name.startswith("test_") or path.suffix != ".py":
         raise GraphdbgError(f"{path}: a pytest file is named test_*.py")
-    minified = d.manifest.get("minified") or {}
-    if not isinstance(minified, dict):
-        raise GraphdbgError(f"{d.path}: the manifest's 'minified' is not an object")
+    minified = d.manifest.minified or Minified()
     shown = f"{d.path} -o {path}"
     if backend is None:
-        recorded = minified.get("backend")
+        recorded = minified.backend
         if recorded is not None and names_code(recorded):
             recorded = trusted_code(recorded, trust, "minified backend", command, shown)
         if recorded is None:
@@ -63,13 +62,13 @@ def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any
             raise GraphdbgError(f"{d.path}: the dump's backend {str(backend)[:60]!r} is not a backend name")
         backend = backend_spec(backend, strict=False)
     if passes is None:
-        passes = trusted_code(minified.get("passes"), trust, "minified passes", command, shown)
+        passes = trusted_code(minified.passes, trust, "minified passes", command, shown)
     if passes is not None and not isinstance(passes, (str, list, tuple)):
         raise GraphdbgError(f"{d.path}: the dump's passes {str(passes)[:60]!r} are not pass names")
     if passes is not None and not isinstance(passes, str):
         passes = ",".join(p if isinstance(p, str) else f"{p.__module__}:{p.__qualname__}" for p in passes)
     if direct is None:
-        direct = bool(minified.get("direct", False))
+        direct = bool(minified.direct)
     if not d.path.is_dir():
         raise GraphdbgError(f"{d.path}: export-test needs a graphdbg dump folder (minify a file first)")
     data = path.with_name(path.stem + "_data")
@@ -79,7 +78,7 @@ def export_test(dump: Any, path: str | Path, *, backend: Any = None, passes: Any
         shutil.rmtree(data)
     # the backend's source comes along (a script's definitions, a module of the user's, named by
     # module); the test imports the user's own where it is importable, the copy where it is not
-    carried = carry_backend(backend, data, ((d.manifest.get("backend_source") or {}).get("path")), dump=d.path)
+    carried = carry_backend(backend, data, d.manifest.backend_source.path if d.manifest.backend_source else None, dump=d.path)
     backend_before, backend = backend, carried.spec
     name = re.sub(r"\W", "_", path.stem[len("test_"):]) or "dump"
     # Every value goes into the file through repr, and the result must compile: a captured
@@ -147,7 +146,7 @@ def copy_dump_files(d: Any, dest: Path) -> list[str]:
     symbolic link is followed, and only regular files are read.
     """
     with Folder.open(dest.parent, create=True) as parent, parent.sub(dest.name, create=True) as folder:
-        return copy_dump(d.path, folder, d.manifest)  # the manifest the Dump read and checked: not read again
+        return copy_dump(d.path, folder, d.manifest_data)  # the manifest the Dump read and checked: not read again
 
 
 _TEMPLATE = '''"""Regression test exported by graphdbg from a dump (the captured failure is CAPTURED below).

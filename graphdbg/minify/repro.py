@@ -166,7 +166,8 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
                 **({"tangents": [t.detach().cpu() for t in tangents]} if tangents else {})}, saved)
     write_file(path.parent / INPUTS_FILE, saved.getbuffer())
 
-    recorded = ((case.dump.manifest.get("backend_source") or {}) if case.dump is not None else {}).get("path")
+    source = case.dump.manifest.backend_source if case.dump is not None else None
+    recorded = source.path if source is not None else None
     carried = carry_backend(backend_spec(backend, strict=False), path.parent, recorded, dump=_dump_path(case))
     backend_ref, paths = carried.spec, [*carried.paths, *(p for p in kernels.paths if p not in carried.paths)]
     shown = backend_label(backend_ref)  # a recipe, as people read it, in a comment beside it
@@ -177,11 +178,11 @@ def write_repro(case: Case, backend: Any, path: str | Path, *, outcome: Outcome 
     expect = {"status": outcome.status, "error_type": error_type or None,
               "message": message.strip().splitlines()[0] if message.strip() else ""}
     tol = {str(k).replace("torch.", ""): v for k, v in TOLERANCES.items()}
-    settings = replay_settings(case.dump.manifest if case.dump is not None else None)
+    settings = replay_settings(case.dump.manifest_data if case.dump is not None else None)
     config = "\n".join(["# Compiler settings of the captured run (non-default values; graphdbg show lists them)",
                         "import torch._inductor.config", "import torch._dynamo.config", "import torch._functorch.config",
                         *python_lines(settings)]) if settings else ""
-    captured_lines = as_captured_lines(case.dump.manifest if case.dump is not None else None)
+    captured_lines = as_captured_lines(case.dump.manifest_data if case.dump is not None else None)
     config = "\n".join([config, *captured_lines]).strip("\n")
     # Data enters the script only through repr (a message with quotes or `C:\\xtemp` in it stays a
     # string), and the script must compile before it is written: a repro that is a SyntaxError
@@ -228,7 +229,7 @@ def own_kernels(case: Case, called: list[int], folder: Path, trust_kernels: bool
     (``backends/carry.py``: from the user's own folder only, never from the dump) and imported
     first. The manifest's ``custom_ops[].module`` names nothing here: it is the dump's word."""
     out = OwnKernels()
-    manifest = case.dump.manifest if case.dump is not None else None
+    manifest = case.dump.manifest_data if case.dump is not None else None
     recorded = recorded_kernels(manifest, called) if called else []
     if recorded and not trust_kernels:
         out.notes.append("repro.py: the graph's Triton kernels were not written from the source the dump recorded "
@@ -296,7 +297,7 @@ def _boxed_caller(dump: Any) -> bool:
     it gets for a graph of its own positionally, whatever the code says."""
     if dump is None:
         return True  # a Case of no dump: as before, boxed code gets its list
-    return is_backward_dump(dump) or bool((dump.manifest.get("parent") or {}).get("piece"))
+    return is_backward_dump(dump) or dump.manifest.piece
 
 
 def _dynamic_dims(gm: Any) -> list[Any]:

@@ -43,7 +43,6 @@ from graphdbg.replay.options import DEFAULT_TIMEOUT, ReplayOptions, replay_optio
 from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.run import replay_case
 from graphdbg.store.manifest import read_manifest, write_manifest
-from graphdbg.store.replay_facts import ReplayFacts
 from graphdbg.store.safe_files import Folder
 
 # Budget defaults: on a 2-core machine a candidate costs 0.1 s (eager) to 10 s (Inductor's C++),
@@ -415,7 +414,7 @@ def find_target(case: Case, dump: Any, backend: Any, opts: RunOptions, *, direct
         # a dynamic-shape graph is shrunk through torch.compile, which traces its sizes symbolic
         # as captured: called directly, a backend sees only concrete sizes
         # (a piece of a nested compile reached its compiler directly, never through Dynamo: it stays direct)
-        piece = ReplayFacts.of(dump.manifest).piece
+        piece = dump.manifest.piece
         lazy_direct = bool(direct) or piece or not has_symbolic_sizes(case.gm)
         return Target(case, dump, backend, _recorded_failure(dump, backend), lazy_direct, recorded, lazy=True)
     target = Target(case, dump, backend, None, bool(direct), recorded, lazy=False)
@@ -513,7 +512,7 @@ class Minifier:
         target to try again with)."""
         self.retry: Target | None = None
         case = self.target.case
-        grad = bool(case.dump.manifest.get("grad_enabled", False)) if case.dump is not None else False
+        grad = bool(case.dump.manifest.grad_enabled) if case.dump is not None else False
         # where minify's runs go (a sandboxed worker when it runs isolated): recording runs the whole graph
         values = executor_for(self.opts.replay).submit(Job("values", case, opts=self.opts.replay, payload={"grad": grad}))
         self.original = OriginalGraph.of(case, values=values)

@@ -13,7 +13,7 @@ That is code from the dump. It runs only when the user says ``--trust-kernels`` 
 sandboxed replay child (``execution/child.py``: ``$GRAPHDBG_SANDBOX_DIR`` is set there, and only
 there): never in the graphdbg process, never in another.
 
-    >>> why = install_kernels(case.gm, dump.manifest)      # in the replay child, before stand-ins
+    >>> why = install_kernels(case.gm, dump.manifest_data)      # in the replay child, before stand-ins
     >>> kernels_ran(case.gm, dump.manifest)
     [{'kernel': 'rms_norm_kernel', 'kind': 'triton_kernel', 'calls': 1, 'ran': 'from the dump', 'why': None}]
 """
@@ -30,12 +30,15 @@ import sys
 import textwrap
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch.fx as fx
 
 from graphdbg.errors import GraphdbgError
 from graphdbg.graph.kernels import TRITON_WRAPPERS, custom_op_of, qualified_name
+
+if TYPE_CHECKING:
+    from graphdbg.store.schema import Manifest
 
 # set in a sandboxed replay child only (execution/sandbox.py's FOLDER_ENV: tests/test_kernels.py checks they are one name)
 SANDBOX_DIR_ENV = "GRAPHDBG_SANDBOX_DIR"
@@ -291,12 +294,13 @@ def recorded_kernels(manifest: Mapping[str, Any] | None, called: Iterable[int]) 
     return [dict(k) for k in (manifest or {}).get("triton_kernels") or [] if k.get("kernel_idx") in wanted]
 
 
-def kernels_ran(gm: fx.GraphModule, manifest: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+def kernels_ran(gm: fx.GraphModule, manifest: Manifest | None) -> list[dict[str, Any]]:
     """Per custom op and Triton kernel ``gm`` calls: whether it ran ``real`` (its library is
     here), ``from the dump`` (its recorded source, ``--trust-kernels``) or as a ``stand-in``
     (with why); with its number of calls. A swapped call (a reference) is none of these."""
-    names = {k["kernel_idx"]: k.get("name") for k in (manifest or {}).get("triton_kernels") or [] if isinstance(k.get("kernel_idx"), int)}
-    sources = {k["kernel_idx"] for k in (manifest or {}).get("triton_kernels") or [] if k.get("source")}
+    kernels = manifest.triton_kernels if manifest is not None else []
+    names = {k.kernel_idx: k.name for k in kernels}
+    sources = {k.kernel_idx for k in kernels if k.source}
     rows: dict[str, dict[str, Any]] = {}
     for node in (n for mod in gm.modules() if isinstance(mod, fx.GraphModule) for n in mod.graph.nodes):
         if node.op != "call_function":

@@ -1,10 +1,10 @@
 """The steps ``Dump.case()`` runs, the same for every source, each callable on its own.
 
-    >>> rb = Rebuild.start(dump.printed, dump.manifest, dump.contents.read, dev, seed, sizes, where=str(dump.path))
-    >>> gm = build_module(rb, dump.printed, dump.manifest)      # attributes stored or built, the rest made up
-    >>> enter_caller_autocast(rb, gm, dump.manifest)            # the caller's autocast around the body
-    >>> arrange_synthesis(rb, gm, dump.manifest["inputs"])      # what the file lacks, planned and checked to fit
-    >>> inputs = build_inputs(rb, gm, dump.manifest)            # stored, views, statistics, else synthesized
+    >>> rb = Rebuild.start(dump.printed, dump.manifest_data, dump.contents.read, dev, seed, sizes, where=str(dump.path))
+    >>> gm = build_module(rb, dump.printed, dump.manifest_data)      # attributes stored or built, the rest made up
+    >>> enter_caller_autocast(rb, gm, dump.manifest_data)            # the caller's autocast around the body
+    >>> arrange_synthesis(rb, gm, dump.manifest_data["inputs"])      # what the file lacks, planned and checked to fit
+    >>> inputs = build_inputs(rb, gm, dump.manifest_data)            # stored, views, statistics, else synthesized
     >>> install_for_one_rank(rb, gm)                            # missing ops and collectives stood in for
     >>> move_device_literals(rb, gm, captured_device)
 

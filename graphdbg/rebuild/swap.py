@@ -20,7 +20,7 @@ import inspect
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch.fx as fx
 
@@ -29,6 +29,9 @@ from graphdbg.graph.allow_list import register_ops
 from graphdbg.graph.kernels import custom_op_of, qualified_name
 from graphdbg.judge.references import REFERENCES, fit, parse_reference, reference_for
 from graphdbg.rebuild.inputs import StandIn
+
+if TYPE_CHECKING:
+    from graphdbg.store.schema import Manifest
 
 
 @dataclass
@@ -99,16 +102,16 @@ def _kernel_key(node: fx.Node, kernel_names: dict[int, str]) -> str | None:
     return kernel_names.get(idx) or f"kernel_idx={idx}"
 
 
-def kernel_names(manifest: dict[str, Any] | None) -> dict[int, str]:
+def kernel_names(manifest: Manifest | None) -> dict[int, str]:
     """``kernel_idx`` to the kernel's name, as the dump recorded them."""
-    return {k["kernel_idx"]: k["name"] for k in (manifest or {}).get("triton_kernels") or [] if k.get("name")}
+    return {k.kernel_idx: k.name for k in (manifest.triton_kernels if manifest is not None else []) if k.name}
 
 
-def kernel_constants(manifest: dict[str, Any] | None) -> dict[int, dict[str, Any]]:
+def kernel_constants(manifest: Manifest | None) -> dict[int, dict[str, Any]]:
     """``constant_args_idx`` to that call's non-tensor arguments (sizes, eps, constexprs), as recorded."""
     out: dict[int, dict[str, Any]] = {}
-    for k in (manifest or {}).get("triton_kernels") or []:
-        for idx, constants in (k.get("constant_args_by_call") or {}).items():
+    for k in manifest.triton_kernels if manifest is not None else []:
+        for idx, constants in (k.constant_args_by_call or {}).items():
             if idx.isdigit():
                 out[int(idx)] = constants
     return out

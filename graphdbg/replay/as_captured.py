@@ -14,7 +14,7 @@ reported, "recorded, not restored", with the reason; a variable the backend itse
 the line that sets it. ``--trust-config`` restores the other variables of torch's prefixes too,
 but never one naming a place of the capturing machine.
 
-    >>> restore(dump.manifest)
+    >>> restore(dump.manifest_data)
     ["env var TORCH_COMPILE_DISABLE: recorded, not restored (not on the allow-list ...)"]
 """
 

@@ -40,8 +40,8 @@ from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.passes import apply_passes
 from graphdbg.replay.retrace import compile_as_captured, whole_graph
 from graphdbg.store.manifest import read_manifest
-from graphdbg.store.replay_facts import ReplayFacts
 from graphdbg.store.safe_files import backward_dump_folder, inside
+from graphdbg.store.schema import manifest_model
 from graphdbg.store.tensor_file import read_tensors
 
 if TYPE_CHECKING:
@@ -120,13 +120,13 @@ def add_mismatches(outcome: Outcome, bad: list[OutputMismatch]) -> None:
 
 # Forward + backward -----------------------------------------------------------------------
 def is_backward_dump(dump: Any) -> bool:
-    return dump is not None and ReplayFacts.of(dump.manifest).is_backward
+    return dump is not None and dump.manifest.is_backward
 
 
 def fails_in_backward(dump: Any) -> bool:
     """A forward whose failure was in its backward (the ``forward`` folder of a backward dump, or
     its minified copy): it replays forward then backward unless told otherwise."""
-    return dump is not None and ReplayFacts.of(dump.manifest).fails_in_backward
+    return dump is not None and dump.manifest.fails_in_backward
 
 
 def as_graph_backend(backend_fn: Callable[..., Any], name: str, dump: Any) -> Callable[..., Any]:
@@ -189,7 +189,7 @@ def run_training_case(case: Case, backend: str | Callable[..., Any] = "eager", o
         return compiled
 
     # the compiler settings of the captured run, as a forward-only replay applies them
-    settings = replay_settings(case.dump.manifest if case.dump is not None else None)
+    settings = replay_settings(case.dump.manifest_data if case.dump is not None else None)
     outcome.stand_ins += settings.shown()
     try:
         with compiler_settings(settings, post, reports, outcome):
@@ -287,18 +287,17 @@ def _tangents(case: Case, leaves: list[torch.Tensor], given: list[torch.Tensor] 
 def recorded_tangents(case: Case) -> list[torch.Tensor] | None:
     """The tangents the backward dump this forward belongs to received, in order."""
     dump = case.dump
-    facts = ReplayFacts.of(dump.manifest if dump is not None else None)
-    if facts.backward_dump is None:
+    if dump is None or dump.manifest.backward_dump is None:
         return None
 
-    parent = backward_dump_folder(dump.path, facts.backward_dump)
+    parent = backward_dump_folder(dump.path, dump.manifest.backward_dump)
     try:
-        manifest = read_manifest(parent)
-        roles = manifest.get("backward", {}).get("roles", [])
-        keys = [d.get("stored") for d, role in zip(manifest["inputs"], roles) if role == "tangent"]
+        manifest = manifest_model(read_manifest(parent), str(parent))
+        roles = manifest.backward.roles or [] if manifest.backward is not None else []
+        keys = [d.stored for d, role in zip(manifest.inputs, roles) if role == "tangent"]
         if not keys or not all(keys):
             return None
-        values = read_tensors(inside(parent, ReplayFacts.of(manifest).inputs_file), keys, device="cpu")
+        values = read_tensors(inside(parent, manifest.inputs_file), keys, device="cpu")
         return [values[k] for k in keys]
     except Exception:
         return None

@@ -211,10 +211,10 @@ def _new_ancestors(node: fx.Node, ref_nodes: dict[str, fx.Node]) -> list[str]:
 
 def describe_node(case: Case, node: fx.Node, bad: list[Any], compared: int, method: str = "interpreter") -> NodeDivergence:
     src = node.meta.get("graphdbg_source") or {}
-    info = (case.dump.manifest.get("graph", {}).get("node_info", {}) if case.dump is not None else {}).get(node.name, {})
+    modules = case.dump.manifest.graph.node_modules if case.dump is not None else {}
     errs = [m.max_abs_error for m in bad if m.max_abs_error is not None]
     rels = [m.max_rel_error for m in bad if m.max_rel_error is not None]
     return NodeDivergence(node=node.name, target=target_name(node),
                           source=f"{src['file']}:{src['line']}" if src.get("file") else None, code=src.get("code"),
-                          module=info.get("module"), max_abs_error=max(errs) if errs else None,
+                          module=modules.get(node.name), max_abs_error=max(errs) if errs else None,
                           max_rel_error=max(rels) if rels else None, method=method, compared=compared)

@@ -33,11 +33,14 @@ from __future__ import annotations
 
 import inspect
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch.fx as fx
 
 from graphdbg.replay.mutation import mutated_inputs
+
+if TYPE_CHECKING:
+    from graphdbg.store.schema import NodeInfo
 
 # the keys a graph Dynamo hands a backend carries (``val`` and ``tensor_meta`` as AOT and
 # ShapeProp add them), in the order tests and docs name them
@@ -67,9 +70,8 @@ def recorded_meta(gm: fx.GraphModule, dump: Any, name_only: bool = False) -> dic
         if trace:
             meta["stack_trace"] = trace
         mod = info.get(node.name)
-        if isinstance(mod, dict) and mod.get("module"):
-            path = str(mod["module"])
-            meta["nn_module_stack"] = {path: (path, str(mod.get("module_type") or ""))}
+        if mod is not None and mod.module:
+            meta["nn_module_stack"] = {mod.module: (mod.module, mod.module_type or "")}
         if meta:
             out[node.name] = meta
     return out
@@ -87,10 +89,8 @@ def reads_meta(backend_name: str, pre_passes: list[Any]) -> bool:
     return bool(pre_passes) or backend_name != "eager"
 
 
-def _node_info(dump: Any) -> dict[str, dict[str, Any]]:
-    manifest = getattr(dump, "manifest", None) or {}
-    info = (manifest.get("graph") or {}).get("node_info") or {}
-    return info if isinstance(info, dict) else {}
+def _node_info(dump: Any) -> dict[str, NodeInfo]:
+    return dump.manifest.graph.node_info if dump is not None else {}
 
 
 # ---- the definition written whole into repro.py (``meta_source``): no annotations, no name of

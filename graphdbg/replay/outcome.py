@@ -136,11 +136,11 @@ class Outcome(Displayed, BaseModel):
         """How this mismatch differs from the accuracy failure ``dump`` recorded (``output 0 off
         by 0.241, captured 0.0025``); None when it is the same kind of difference, or the dump
         didn't record its size (dumps written before graphdbg did)."""
-        captured = (dump.manifest.get("failure") or {}).get("mismatches")
+        captured = (dump.manifest_data.get("failure") or {}).get("mismatches")
         if self.status != "mismatch" or dump.failure_kind != "accuracy" or not recorded_difference(captured):
             return None
         replayed = self.mismatches
-        if dump.manifest.get("stage") == "backward":  # a backward graph's outputs are the gradients, whichever word a run used
+        if dump.manifest.is_backward:  # a backward graph's outputs are the gradients, whichever word a run used
             captured, replayed = ([{**m, "what": "gradient"} for m in ms] for ms in (captured, replayed))
         return same_difference(captured, replayed)
 

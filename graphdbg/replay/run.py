@@ -75,7 +75,6 @@ from graphdbg.replay.passes import apply_passes
 from graphdbg.replay.retrace import compile_as_captured, whole_graph
 from graphdbg.replay.stand_in_flow import stand_ins_behind_outputs
 from graphdbg.replay.uninitialised import set_aside_uninitialised
-from graphdbg.store.replay_facts import ReplayFacts
 
 if TYPE_CHECKING:
     from graphdbg.case import Case
@@ -165,14 +164,14 @@ def resolve(case: Case, backend: str | Callable[..., Any] = "eager", passes: str
     captured grad mode and compiler settings. Raises GraphdbgError for a replay that can't start."""
     check_graph_module(case.gm, case.inputs)  # the loader's allow-list, again on what is about to run
     name, be, pre, post = backend_and_passes(backend, passes, pass_stage)
-    manifest = case.dump.manifest if case.dump is not None else None
+    manifest = case.dump.manifest_data if case.dump is not None else None
     # The compiler settings of the captured run (graphdbg.backends.compiler_config), unless --no-config.
     settings = replay_settings(manifest)
     return Resolved(
         name=name,
         backend=as_graph_backend(be, name, case.dump),  # an AOT bw_compiler replaying its backward dump
         pre=pre, post=post,
-        grad=ReplayFacts.of(manifest).grad_enabled,
+        grad=case.dump is not None and case.dump.manifest.grad_enabled,
         mutated=mutated_inputs(case.gm),
         settings=settings,
         dump=case.dump,

@@ -99,9 +99,28 @@ _DEVICE = r"^(cpu|cuda|meta|mps|xpu|hpu|mtia|xla|lazy|ipu|privateuseone)(:[0-9]{
 
 
 class _Open(BaseModel):
-    """Known keys typed, unknown keys kept (a format may add its own)."""
+    """Known keys typed, unknown keys kept (a format may add its own). A ``null`` where a key is
+    optional means the key is absent: its default (an empty list, None, ...) is what is read."""
 
     model_config = ConfigDict(extra="allow", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, data: Any) -> Any:
+        if isinstance(data, dict) and None in data.values():
+            optional = _optional_keys(cls)
+            data = {k: v for k, v in data.items() if not (v is None and k in optional)}
+        return data
+
+
+def _optional_keys(model: type[BaseModel]) -> frozenset[str]:
+    keys = _OPTIONAL.get(model)
+    if keys is None:
+        keys = _OPTIONAL[model] = frozenset(f.alias or name for name, f in model.model_fields.items() if not f.is_required())
+    return keys
+
+
+_OPTIONAL: dict[type, frozenset[str]] = {}
 
 
 # The parts of a manifest -----------------------------------------------------------------
@@ -218,6 +237,19 @@ class Mismatch(_Open):
     elements: Optional[Count] = None  # of this many
 
 
+class LogRecord(_Open):
+    """Where a printed graph's failure came from: the run's log beside it (``formats/run_log.py``)."""
+    path: Text
+    line: Optional[Count] = None
+    occurrences: Count = 1
+    how: Text = ""
+    ranks: Annotated[list[Rank], Field(max_length=MAX_RANKS)] = []
+    rank_source: Optional[Name] = None
+    rank_how: Optional[Text] = None
+    inferred: bool = False
+    text: Optional[Text] = None
+
+
 class Calls(_Open):
     """Calls of the failing graph at capture that raised and that did not (``capture.seen``)."""
     passed: Optional[Count] = None
@@ -235,6 +267,14 @@ class Failure(_Open):
     seen: Optional[Count] = None  # times this failure was captured into this dump's folder (capture/dedupe.py)
     last_seen: Optional[Name] = None  # when it was last captured, ISO 8601
     calls: Optional[Calls] = None  # a failure of the compiled code: the graph's calls that failed and that did not
+    source: Optional[Name] = None  # "log": a printed graph's failure, read from the run's log (``log``)
+    backend: Optional[Text] = None  # the backend that run's log names
+    log: Optional[LogRecord] = None
+
+    @property
+    def from_log(self) -> Optional[LogRecord]:
+        """The log record, where the failure came from a run's log."""
+        return self.log if self.source == "log" else None
 
 
 class NodeInfo(_Open):
@@ -244,10 +284,15 @@ class NodeInfo(_Open):
 
 class Graph(_Open):
     file: Optional[Name] = None
-    hash: Optional[Annotated[str, Field(strict=True, pattern=r"^[0-9a-fA-F]{0,128}$")]] = None
-    nodes: Optional[Count] = None
-    ops: Optional[Annotated[dict[Name, Count], Field(max_length=MAX_ITEMS)]] = None
-    node_info: Optional[Annotated[dict[Name, NodeInfo], Field(max_length=MAX_ITEMS)]] = None
+    hash: Annotated[str, Field(strict=True, pattern=r"^[0-9a-fA-F]{0,128}$")] = ""
+    nodes: Count = 0
+    ops: Annotated[dict[Name, Count], Field(max_length=MAX_ITEMS)] = {}
+    node_info: Annotated[dict[Name, NodeInfo], Field(max_length=MAX_ITEMS)] = {}
+
+    @property
+    def node_modules(self) -> dict[str, str]:
+        """Node name -> the nn.Module it came from, where capture recorded one."""
+        return {name: info.module for name, info in self.node_info.items() if info.module}
 
 
 class Dist(_Open):
@@ -290,6 +335,7 @@ class Env(_Open):
     cuda_devices: Optional[Count] = None
     device: Optional[DeviceInfo] = None
     settings: Optional[Annotated[dict[Name, Scalar], Field(max_length=256)]] = None
+    device_name: Optional[Name] = None
     vars: Optional[Annotated[dict[Annotated[str, Field(strict=True, max_length=256)], Name], Field(max_length=4096)]] = None
 
 
@@ -307,8 +353,8 @@ _SETTING = r"^(inductor|dynamo|functorch)\.[A-Za-z_][A-Za-z0-9_.]{0,200}$"
 class Config(_Open):
     """Compiler settings recorded at capture (``backends.compiler_config``): which ones are
     restored is trust's decision; here only their shape is checked."""
-    values: Optional[Annotated[dict[Annotated[str, Field(strict=True, pattern=_SETTING)], Any], Field(max_length=4096)]] = None
-    skipped: Optional[Annotated[dict[Name, Text], Field(max_length=4096)]] = None
+    values: Annotated[dict[Annotated[str, Field(strict=True, pattern=_SETTING)], Any], Field(max_length=4096)] = {}
+    skipped: Annotated[dict[Name, Text], Field(max_length=4096)] = {}
 
 
 PieceRef = Optional[Union[Count, Name, bool]]
@@ -402,7 +448,8 @@ class BackendSource(_Open):
     module: Optional[Name] = None
     qualname: Optional[Name] = None
     instance: Optional[bool] = None
-    script: Optional[Text] = None
+    script: Optional[Text] = None  # the user's script that defines it
+    path: Optional[Text] = None  # the module's file, where the backend is a module of the user's
 
 
 class MinifyStep(_Open):
@@ -422,8 +469,8 @@ class Minified(_Open):
     start_nodes: Optional[Count] = None
     final_nodes: Optional[Count] = None
     oracle_queries: Optional[Count] = None
-    interrupted: Optional[bool] = None
-    steps: Optional[Annotated[list[MinifyStep], Field(max_length=MAX_ITEMS)]] = None
+    interrupted: bool = False
+    steps: Annotated[list[MinifyStep], Field(max_length=MAX_ITEMS)] = []
     out: Optional[Text] = None
 
     model_config = ConfigDict(extra="allow", strict=True, populate_by_name=True)
@@ -459,6 +506,32 @@ class DDPSplit(DDPBucket):
     bucket_count: Optional[Count] = None
 
 
+class PrintedGraphFacts(_Open):
+    """A printed graph's own facts (``formats/printed_file.py``), under ``printed_graph``
+    (``foreign`` in manifests saved by earlier versions)."""
+    model: Optional[Name] = None  # the model it belongs to: its folder's name
+    graph_number: Optional[Count] = None  # G of a printed ``# Rank: R, Graph G`` header
+    group_hash: Optional[Name] = None  # the hash with rank-specific literals masked: equal on every rank of one graph
+    rank_literals: Annotated[list[Any], Field(max_length=MAX_ITEMS)] = []
+    constructs: Annotated[list[Name], Field(max_length=MAX_ITEMS)] = []  # what replay stands in for
+    captured_device: Optional[Name] = None  # the device its literals name
+
+
+class CompileCacheLocation(_Open):
+    """Where a compile-cache file sits (``formats/compile_cache.py``: vLLM's or SGLang's cache folder)."""
+    rank: Optional[Rank] = None
+    dp_rank: Optional[Count] = None
+    tag: Optional[Name] = None
+    hash: Optional[Name] = None
+    root: Optional[Text] = None
+
+
+class MinifierFacts(_Open):
+    """A PyTorch minifier script's own facts (``formats/torch_repro.py``)."""
+    variant: Optional[Name] = None  # after_aot or after_dynamo
+    store: Optional[Text] = None
+
+
 class Manifest(_Open):
     """manifest.json of a graphdbg dump (``graphdbg.dump``), or one a reader built (``graphdbg.foreign``)."""
 
@@ -471,22 +544,22 @@ class Manifest(_Open):
     dist: Dist = Dist()
     backend: Optional[Name] = None
     mode: Optional[Name] = None
-    grad_enabled: Optional[bool] = None
+    grad_enabled: bool = False
     failure: Failure
     graph: Graph
-    inputs_file: Optional[Name] = None
+    inputs_file: Name = "inputs.safetensors"
     inputs_state: Optional[Name] = None
     budget_bytes: Optional[Count] = None
     stored_bytes: Optional[Count] = None
     inputs: Annotated[list[ValueDesc], Field(max_length=MAX_ITEMS)]
-    attrs: Optional[Annotated[dict[Name, ValueDesc], Field(max_length=MAX_ITEMS)]] = None
-    external_objects: Optional[Annotated[list[ValueDesc], Field(max_length=MAX_ITEMS)]] = None
-    custom_ops: Optional[Annotated[list[CustomOp], Field(max_length=MAX_ITEMS)]] = None
-    triton_kernels: Optional[Annotated[list[TritonKernel], Field(max_length=MAX_ITEMS)]] = None
+    attrs: Annotated[dict[Name, ValueDesc], Field(max_length=MAX_ITEMS)] = {}
+    external_objects: Annotated[list[ValueDesc], Field(max_length=MAX_ITEMS)] = []
+    custom_ops: Annotated[list[CustomOp], Field(max_length=MAX_ITEMS)] = []
+    triton_kernels: Annotated[list[TritonKernel], Field(max_length=MAX_ITEMS)] = []
     redacted: Optional[bool] = None
-    config: Optional[Config] = None
+    config: Config = Config()
     parent: Optional[Parent] = None
-    children: Optional[Annotated[list[Child], Field(max_length=MAX_ITEMS)]] = None
+    children: Annotated[list[Child], Field(max_length=MAX_ITEMS)] = []
     origin: Optional[Origin] = None
     backend_source: Optional[BackendSource] = None
     minified: Optional[Minified] = None
@@ -499,8 +572,58 @@ class Manifest(_Open):
     autocast: Optional[Annotated[dict[Name, Name], Field(max_length=8)]] = None  # device type -> dtype, the caller's
     ddp: Optional[DDPSplit] = None
     generated_code: Optional[GeneratedCode] = None  # Inductor's output code, hashed, and its autotune choices
+    # a format's own facts, each under its own key (formats/)
+    printed_graph: Optional[PrintedGraphFacts] = None
+    foreign: Optional[PrintedGraphFacts] = None  # printed_graph, as manifests saved by earlier versions name it
+    compile_cache: Optional[CompileCacheLocation] = None
+    missing_ops: Annotated[list[Name], Field(max_length=MAX_ITEMS)] = []  # ops this torch lacks (a compile cache's graph)
+    minifier: Optional[MinifierFacts] = None
 
     model_config = ConfigDict(extra="allow", strict=True, populate_by_name=True)
+
+    # Facts read from the fields above, defined once -----------------------------------------
+    @property
+    def printed(self) -> PrintedGraphFacts:
+        """A printed graph's own facts, under either of its names (all None or empty for other sources)."""
+        return self.printed_graph or self.foreign or PrintedGraphFacts()
+
+    @property
+    def is_printed(self) -> bool:
+        return (self.printed_graph or self.foreign) is not None
+
+    @property
+    def failure_kind(self) -> str:
+        return "printed_graph" if self.failure.kind == "foreign" else self.failure.kind  # a printed graph's old name
+
+    @property
+    def fmt(self) -> str:
+        """``dump`` for graphdbg's own folders, else the reader's name (``printed_graph``, ...)."""
+        return self.format or "dump"
+
+    @property
+    def captured(self) -> bool:
+        """A graphdbg capture records its environment; another tool's file doesn't."""
+        return self.env is not None and bool(self.env.torch)
+
+    @property
+    def needs_trust(self) -> bool:
+        """Replaying it imports code the dump names (a module:callable or a recipe): --trust-backend."""
+        return ":" in (self.backend or "") or self.backend_recipe is not None
+
+    @property
+    def piece(self) -> bool:
+        """A piece of a nested compile: it reached its compiler as a GraphModule, never through Dynamo."""
+        return self.parent is not None and bool(self.parent.piece)
+
+    @property
+    def is_backward(self) -> bool:
+        """A backward dump: its graph is the backward itself, replayed alone."""
+        return self.stage == "backward"
+
+    @property
+    def fails_in_backward(self) -> bool:
+        """A forward whose failure was in its backward: it replays forward then backward."""
+        return self.stage == "forward" and self.failed == "backward"
 
     @model_validator(mode="after")
     def _sizes_bounded(self) -> "Manifest":
@@ -591,15 +714,20 @@ def _max_depth(text: str) -> int:
 
 def validate_manifest(data: Any, where: str) -> dict[str, Any]:
     """Check ``data`` against :class:`Manifest`; DumpError naming the first bad field if it fails."""
+    manifest_model(data, where)
+    return data
+
+
+def manifest_model(data: Any, where: str) -> Manifest:
+    """``data`` as the :class:`Manifest` model (``Dump.manifest``); DumpError naming the first bad field."""
     if _value_depth(data) > MAX_DEPTH:
         raise DumpError(f"{where}: manifest nested more than {MAX_DEPTH} deep")
     try:
-        Manifest.model_validate(data)
+        return Manifest.model_validate(data)
     except ValidationError as e:
         raise DumpError(f"{where}: {_first_error(e)}") from None
     except RecursionError:
         raise DumpError(f"{where}: manifest nested too deep") from None
-    return data
 
 
 def _value_depth(value: Any) -> int:
@@ -682,4 +810,4 @@ def manifest_json_schema() -> dict[str, Any]:
     return schema
 
 
-__all__ = ["Manifest", "validate_manifest", "load_manifest_text", "manifest_json_schema", "MAX_NUMEL"]
+__all__ = ["Manifest", "validate_manifest", "manifest_model", "load_manifest_text", "manifest_json_schema", "MAX_NUMEL"]

@@ -339,9 +339,9 @@ class DumpItem(pytest.Item):
         if device.startswith("cuda") or (not device and captured.startswith("cuda")):
             self.add_marker("gpu")
         backend = self.config.getoption("graphdbg_backend") or self.config.getini("graphdbg_backend") or d.backend
-        if "inductor" in str(backend).lower() or "inductor" in str(d.manifest.get("backend_recipe") or "").lower():
+        if "inductor" in str(backend).lower() or "inductor" in str(d.manifest_data.get("backend_recipe") or "").lower():
             self.add_marker("slow")
-        expect = expectation(self.dump_path, d.manifest)
+        expect = expectation(self.dump_path, d.manifest_data)
         if expect is not None:
             self.add_marker(pytest.mark.xfail(reason=expect["reason"], strict=expect["strict"], raises=StillFails))
 
@@ -356,7 +356,7 @@ class DumpItem(pytest.Item):
         chosen = self.config.getoption("graphdbg_backend") or self.config.getini("graphdbg_backend")
         if chosen:
             return chosen
-        if self.dump.format != "dump" and not self.dump.manifest.get("backend"):
+        if self.dump.format != "dump" and not self.dump.manifest.backend:
             return "eager"
         trust = bool(self.config.getoption("graphdbg_trust_backend") or self.config.getini("graphdbg_trust_backend"))
         return dump_backend(self.dump, trust, "replay")

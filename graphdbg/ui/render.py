@@ -21,11 +21,12 @@ from graphdbg.backends.recipe import shown_backend
 from graphdbg.dump import Dump, is_failure  # not graphdbg.listing: its cache and readers are ls's alone
 from graphdbg.judge.difference import describe_difference
 from graphdbg.judge.environment import suspects
-from graphdbg.store.display_facts import DisplayFacts
 from graphdbg.tables import failing_node_names
 
 if TYPE_CHECKING:
     from graphdbg.case import Case
+    from graphdbg.dump import Dump
+    from graphdbg.store.schema import Manifest
 
 # C0 and C1 controls but newline and tab, DEL, and the bidi overrides: a dump's text may hold an
 # OSC (window title, OSC 52 clipboard write), a CSI (screen clear) or a Trojan-Source reordering.
@@ -391,46 +392,47 @@ def _as_tree(groups: list[dict[str, Any]]) -> list[tuple[dict[str, Any], int]]:
 def nested_panel(dump: Dump) -> Panel | None:
     """Where a piece dump comes from, the pieces of a graph, the backend's origin, and the
     compiler settings the replay restores."""
-    facts = DisplayFacts.of(dump.manifest)
+    m = dump.manifest
     text = Text()
-    parent = facts.parent
+    parent = m.parent
     if parent:
         text.append(f"piece {parent.piece} (position {parent.position}, compile #{parent.call}) "
                     f"of {parent.dir or 'graph g' + str(parent.seq)}, split by {parent.backend}\n")
-    for c in facts.children:
+    for c in m.children:
         text.append(f"piece {c.piece} failed in {c.backend}: {c.signature or c.kind} -> {c.dir}\n", style="yellow")
-    if facts.backend_script:
-        text.append(f"backend {facts.backend} defined in {facts.backend_script} (replay loads it from there with --trust-backend)\n")
-    for key, value in sorted(facts.settings.items()):
+    script = m.backend_source.script if m.backend_source else None
+    if script:
+        text.append(f"backend {m.backend or ''} defined in {script} (replay loads it from there with --trust-backend)\n")
+    for key, value in sorted(m.config.values.items()):
         text.append(f"setting {key} = {value!r}\n", style="cyan")
-    if facts.settings_skipped:
-        text.append("not recorded: " + ", ".join(f"{k} ({why})" for k, why in sorted(facts.settings_skipped.items())) + "\n",
+    if m.config.skipped:
+        text.append("not recorded: " + ", ".join(f"{k} ({why})" for k, why in sorted(m.config.skipped.items())) + "\n",
                     style="dim")
     if not text.plain:
         return None
     return Panel(text, title="pieces, backend and compiler settings", expand=False)
 
 
-def kernels_panel(manifest: dict[str, Any]) -> Panel | None:
+def kernels_panel(manifest: Manifest) -> Panel | None:
     """The graph's own kernels (graph/kernels.py): each custom op and user Triton kernel, with
     where it came from."""
     text = Text()
-    for op in manifest.get("custom_ops") or []:
-        where = op.get("module") or "registered where torch.library does not say"
-        if op.get("package"):
-            where += f" ({op['package']} {op.get('version') or ''})".replace(" )", ")")
-        fake = "fake impl" if op.get("has_fake") else "no fake impl"
-        text.append(f"custom op {op.get('schema') or op.get('name')}\n", style="bold")
-        text.append(f"    from {where}; {fake}; called {op.get('calls')} times\n")
-    for k in manifest.get("triton_kernels") or []:
-        name = k.get("name") or f"kernel_idx={k.get('kernel_idx')} (not in Dynamo's side table at capture)"
+    for op in manifest.custom_ops:
+        where = op.module or "registered where torch.library does not say"
+        if op.package:
+            where += f" ({op.package} {op.version or ''})".replace(" )", ")")
+        fake = "fake impl" if op.has_fake else "no fake impl"
+        text.append(f"custom op {op.schema_ or op.name}\n", style="bold")
+        text.append(f"    from {where}; {fake}; called {op.calls} times\n")
+    for k in manifest.triton_kernels:
+        name = k.name or f"kernel_idx={k.kernel_idx} (not in Dynamo's side table at capture)"
         text.append(f"triton kernel {name}\n", style="bold")
-        facts = [f"from {k['module']}" if k.get("module") else None, f"grid {k.get('grid')}",
-                 f"{len(k['source'].splitlines())} lines of source in the dump (replay --trust-kernels runs it)" if k.get("source")
+        facts = [f"from {k.module}" if k.module else None, f"grid {k.grid}",
+                 f"{len(k.source.splitlines())} lines of source in the dump (replay --trust-kernels runs it)" if k.source
                  else "no source (it replays as a stand-in)",
-                 f"{len(k['globals'])} globals its source names" if k.get("globals") else None,
-                 f"{len(k['autotune_configs'])} autotune configs" if k.get("autotune_configs") else None,
-                 f"triton {k['triton_version']}" if k.get("triton_version") else None, f"called {k.get('calls')} times"]
+                 f"{len(k.globals)} globals its source names" if k.globals else None,
+                 f"{len(k.autotune_configs)} autotune configs" if k.autotune_configs else None,
+                 f"triton {k.triton_version}" if k.triton_version else None, f"called {k.calls} times"]
         text.append("    " + "; ".join(f for f in facts if f) + "\n")
     if not text.plain:
         return None
@@ -448,9 +450,9 @@ def _shown_backend(dump: Dump) -> str:
 
 def dump_panel(dump: Dump) -> Panel:
     lines = Text()
-    facts = DisplayFacts.of(dump.manifest)
-    log, captured = facts.log, facts.captured
-    backend = (facts.failure_backend if log else None) or (_shown_backend(dump) if captured else None)
+    m = dump.manifest
+    log, captured = m.failure.from_log, m.captured
+    backend = (m.failure.backend if log else None) or (_shown_backend(dump) if captured else None)
     if dump.failure_kind == "printed_graph" and not log:
         lines.append("printed graph, no failure recorded", style="bold")
     else:
@@ -459,13 +461,13 @@ def dump_panel(dump: Dump) -> Panel:
     lines.append(f", rank {dump.rank} of {dump.world_size}\n")
     if dump.signature:
         lines.append(f"{dump.signature}\n", style="bold")
-    if facts.seen > 1:  # the same failure captured again (capture/seen.py)
-        lines.append(f"captured {facts.seen} times, last at {facts.last_seen}\n")
+    if (m.failure.seen or 1) > 1:  # the same failure captured again (capture/seen.py)
+        lines.append(f"captured {m.failure.seen} times, last at {m.failure.last_seen}\n")
     if log:
         lines.append(f"from the run's log {log.path}:{log.line} ({log.occurrences} traceback{'s' if log.occurrences != 1 else ''}); {log.how}\n", style="yellow")
         if log.rank_how:
             lines.append(f"ranks {rank_ranges(log.ranks)}: {log.rank_how}\n", style="yellow")
-    where = (f"torch {facts.torch}, python {facts.python}, {facts.device_name}; " if captured
+    where = (f"torch {m.env.torch}, python {m.env.python}, {m.env.device_name}; " if captured
              else "environment not recorded (not a graphdbg capture); ")
     lines.append(f"{where}{dump.node_count} nodes, graph {dump.graph_hash[:12]}", style="dim")
     return Panel(lines, title=Text(str(dump.id), style="bold"), expand=False)
@@ -493,7 +495,7 @@ def graph_tree(dump: Dump) -> Tree:
     """The graph grouped under the user source line each node came from."""
     from graphdbg.graph.hashing import target_name  # this module loads without torch (fast CLI start); this brings torch in
 
-    modules = DisplayFacts.of(dump.manifest).node_modules
+    modules = dump.manifest.graph.node_modules
     failing = failing_node_names(dump)
     tree = Tree(Text(f"graph: {dump.node_count} nodes", style="bold"))
     branch = tree.add(Text("inputs", style="cyan"))
@@ -588,10 +590,10 @@ def show(dump: Dump) -> Group:
     message = dump.message.strip()
     if message:
         parts.append(Panel(Text(message[:2000]), title="error", border_style="red", expand=False))
-    if isinstance(getattr(dump, "manifest", None), dict):
+    if isinstance(getattr(dump, "manifest_data", None), dict):
         parts += [p for p in (nested_panel(dump), kernels_panel(dump.manifest)) if p is not None]
-    exception = dump.exception if isinstance(dump.exception, dict) else {}
-    tb = (exception.get("traceback") or "").strip().splitlines()
+    exception = dump.manifest.failure.exception
+    tb = ((exception.traceback if exception else None) or "").strip().splitlines()
     if tb:
         shown = tb[-TRACEBACK_LINES:]
         more = f" (last {len(shown)} of {len(tb)} lines; show --json has it all)" if len(tb) > len(shown) else ""
@@ -684,7 +686,7 @@ def mismatch_text(outcome: Any, how: str = "") -> str:
 
 
 def _records_environment(dump: Any) -> bool:
-    env = (getattr(dump, "manifest", None) or {}).get("env")
+    env = (getattr(dump, "manifest_data", None) or {}).get("env")
     return isinstance(env, dict) and "settings" in env
 
 

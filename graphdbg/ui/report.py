@@ -26,8 +26,8 @@ from graphdbg._version import __version__
 from graphdbg.backends.recipe import backend_label, shown_backend
 from graphdbg.errors import GraphdbgError
 from graphdbg.judge.failing_node import node_of_traceback
-from graphdbg.store.display_facts import DisplayFacts, MinifyRecord, MinifyStep
 from graphdbg.store.safe_files import MAX_TEXT_BYTES, files_under, read_inside, read_json, write_file
+from graphdbg.store.schema import Minified, MinifyStep
 from graphdbg.tables import failing_node_names
 from graphdbg.ui.render import cell_text, escape_text, rank_ranges, stand_ins_text
 
@@ -113,13 +113,13 @@ def _found_nodes(found: list[tuple[Path, dict[str, Any]]]) -> list[dict[str, Any
 def _traceback_node(dump: Any) -> str | None:
     """The node the generated code was running when it raised, from the recorded traceback,
     when that node is in the graph."""
-    exception = dump.exception if isinstance(dump.exception, dict) else {}
-    name = node_of_traceback(exception.get("traceback") or "")
+    exception = dump.manifest.failure.exception
+    name = node_of_traceback((exception.traceback if exception else None) or "")
     return name if name in _node_names(dump) else None
 
 
 def _replay_command(path: str, dump: Any) -> str:
-    trust = " --trust-backend" if DisplayFacts.of(dump.manifest).needs_trust else ""
+    trust = " --trust-backend" if dump.manifest.needs_trust else ""
     return f"graphdbg replay {path}{trust}"
 
 
@@ -132,7 +132,7 @@ def _answer(groups: list[dict[str, Any]], listing: Any, found: list[tuple[Path, 
     g = failures[0]
     dump = next(d for d in listing.dumps if str(d.path) == g["paths"][0])
     failing = sorted(failing_node_names(dump))
-    minified = DisplayFacts.of(dump.manifest).minified
+    minified = dump.manifest.minified
     return {"failures": len(failures), "kind": g["kind"], "verdict": g["signature"] or g.get("message") or "",
             "ranks": f" on {_count(len(g['ranks']), 'rank')}" if len(g["ranks"]) > 1 else "",
             "failing": failing, "how": " (where the generated code raised)" if failing and failing == [_traceback_node(dump)] else "",
@@ -186,20 +186,20 @@ def _rel(p: str, root: str) -> str:
 def _group(g: dict[str, Any], root: str, listing: Any, found: list[tuple[Path, dict[str, Any]]]) -> dict[str, Any]:
     """What the page shows of one group: its row in the table of groups and its section."""
     dump = next(d for d in listing.dumps if str(d.path) == g["paths"][0])
-    exception = dump.exception if isinstance(dump.exception, dict) else {}
-    message = exception.get("message") or dump.message
+    exception = dump.manifest.failure.exception
+    message = (exception.message if exception else None) or dump.message
     failing = failing_node_names(dump)
     if not failing and g["kind"] in FAILURES:  # the dump doesn't say: the traceback's node, or what bisect or a replay found
         named = {n["node"] for n in _found_nodes(found)} | {_traceback_node(dump)}
         failing = named & set(_node_names(dump))
-    minified = DisplayFacts.of(dump.manifest).minified
+    minified = dump.manifest.minified
     log = {"file": g["log"], "line": g.get("log_line"), "inferred": g.get("log_inferred"), "how": g.get("log_how")} \
         if g.get("log") else None
     return {"id": dump.id, "kind": g["kind"], "ranks": rank_ranges(g["ranks"]), "nodes": g["nodes"],
             "signature": g["signature"] or "", "backend": shown_backend(dump.manifest), "table_path": _rel(g["paths"][0], root),
             "paths": [_rel(p, str(listing.root)) for p in g["paths"]], "log": log, "differs": g.get("differs") or [],
             "message": message.strip()[:4000] if message else "",
-            "traceback": _traceback(exception["traceback"]) if exception.get("traceback") else None,
+            "traceback": _traceback(exception.traceback) if exception and exception.traceback else None,
             "constructs": g.get("constructs") or [], "stand_ins": stand_ins_text(g.get("constructs") or []),
             "failing": sorted(failing), **_nodes(dump, failing), **_source(dump, failing),
             "minify": _minify(minified, dump) if minified else None}
@@ -265,7 +265,7 @@ def steps_chart(steps: Sequence[MinifyStep], start_nodes: int, width: int = 420,
             "points": [{"queries": q, "nodes": n, "x": xy(q, n)[0], "y": xy(q, n)[1]} for q, n in points]}
 
 
-def _minify(minified: MinifyRecord, dump: Any) -> dict[str, Any]:
+def _minify(minified: Minified, dump: Any) -> dict[str, Any]:
     steps = minified.steps
     start = minified.start_nodes or (steps[0].nodes_before if steps else dump.node_count)
     repro, shown = dump.path.parent.parent / "repro.py", None

@@ -89,7 +89,7 @@ def bisect_nodes(
     if isolate:  # the graph runs in a sandboxed child, ended (exit 2) past the timeout
         from graphdbg.execution.worker_tasks import sandboxed_bisect_nodes
 
-        with _progress(f"bisect nodes: {d.manifest.get('graph', {}).get('nodes', '?')} nodes", quiet=as_json):
+        with _progress(f"bisect nodes: {d.node_count} nodes", quiet=as_json):
             result = sandboxed_bisect_nodes(d, backend, passes, opts, timeout=timeout, backward=backward, trust=trust_backend)
         _report(result, as_json, "bisect-nodes")
         raise typer.Exit(result.exit_code)

@@ -236,7 +236,7 @@ def _environment(dump: object, as_captured: bool, as_json: bool) -> tuple[list, 
     the verdict unless --json, where the caller adds it as ``environment_differences``."""
     from graphdbg.judge.environment import recorded
 
-    manifest = getattr(dump, "manifest", None)
+    manifest = getattr(dump, "manifest_data", None)
     if not recorded(manifest) and not as_captured:
         return [], []
     from graphdbg.replay.as_captured import prepare  # torch: only for a dump that recorded an environment
@@ -256,7 +256,7 @@ def _with_code_differences(found: list, dump: object, outcome: object) -> list:
     variable the backend read first, then the generated code)."""
     from graphdbg.judge.environment import code_differences, ranked
 
-    return ranked(code_differences(getattr(dump, "manifest", None), getattr(outcome, "generated_code", None)) + found)
+    return ranked(code_differences(getattr(dump, "manifest_data", None), getattr(outcome, "generated_code", None)) + found)
 
 
 def _environment_json(found: list, left: list[str]) -> dict:

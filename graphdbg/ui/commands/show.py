@@ -51,9 +51,9 @@ def show(dump: Annotated[Path, typer.Argument(help="A dump folder or a graph fil
     _inputs_setup(ops)
     d = load_with_log(dump, log)
     if as_json:
-        _print_json({**d.summary(), **{k: d.manifest[k] for k in ("parent", "children", "config", "backend_source", "backend_recipe")
-                                          if k in (getattr(d, "manifest", None) or {})},
-                     "kernels": {k: (getattr(d, "manifest", None) or {}).get(k) or [] for k in ("custom_ops", "triton_kernels")},
+        _print_json({**d.summary(), **{k: d.manifest_data[k] for k in ("parent", "children", "config", "backend_source", "backend_recipe")
+                                          if k in d.manifest_data},
+                     "kernels": {k: d.manifest_data.get(k) or [] for k in ("custom_ops", "triton_kernels")},
                      "nodes_table": d.nodes().to_dict(orient="records"),
                      "inputs_table": d.inputs_table().to_dict(orient="records")}, "show")
         return

@@ -87,7 +87,7 @@ def _nulls_as_absent(data: dict[str, Any]) -> dict[str, Any]:
     # lazy: pydantic (0.15 s) only where a manifest is validated; ls of printed graphs needs none
     from graphdbg.store.schema import Manifest
 
-    optional = {f.alias or name for name, f in Manifest.model_fields.items() if not f.is_required() and f.default is None}
+    optional = {f.alias or name for name, f in Manifest.model_fields.items() if not f.is_required()}
     return {k: v for k, v in data.items() if not (v is None and k in optional)}
 
 

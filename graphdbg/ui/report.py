@@ -276,7 +276,7 @@ def _minify(minified: Minified, dump: Any) -> dict[str, Any]:
             text = f"(not shown: {e})"
         shown = {"path": repro, "text": text[:20000]}
     return {"start": start, "node_count": dump.node_count, "queries": minified.oracle_queries,
-            "interrupted": minified.interrupted, "backend": backend_label(minified.backend), "source": minified.source,
+            "interrupted": minified.interrupted, "backend": backend_label(minified.backend), "source": minified.from_,
             "chart": steps_chart(steps, int(start)), "repro": shown,
             "steps": [{"pass_name": s.pass_name, "nodes_before": s.nodes_before, "nodes_after": s.nodes_after,
                        "queries": s.queries, "seconds": f"{float(s.seconds or 0):.1f}"} for s in steps]}

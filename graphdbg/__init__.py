@@ -81,7 +81,7 @@ def compare_swap(dump: Dump | str | os.PathLike[str], swaps: Sequence[str], *, o
     ``trust_kernels``: user Triton kernels run from the dump's source, in the sandboxed replay
     child (``--trust-kernels``). ``within``: bounds each output is judged by instead of the
     dtype's tolerance (``["cosine>=0.9999", "rel_l1<=0.01"]``, ``--within``). docs/kernels.md."""
-    from graphdbg.replay.swap import swap_dump  # torch: only when a swap is asked for
+    from graphdbg.replay.compare_swap import swap_dump  # torch: only when a swap is asked for
 
     return swap_dump(dump if hasattr(dump, "manifest_data") else load(dump), list(swaps), ops=list(ops), device=device,
                      trust_kernels=trust_kernels, within=list(within))

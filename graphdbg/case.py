@@ -28,8 +28,8 @@ from graphdbg.store.write import write_dump
 
 if TYPE_CHECKING:
     from graphdbg.dump import Dump
+    from graphdbg.outcome import Outcome
     from graphdbg.replay.options import ReplayOptions
-    from graphdbg.replay.outcome import Outcome
 
 
 @dataclass
@@ -91,7 +91,7 @@ def save_case(case: Case, dump_dir: Path | str, *, kind: str | None = None) -> P
         Path(dump_dir), snap=snap, inputs=list(case.inputs), kind=kind or loaded.get("failure", {}).get("kind", "captured"),
         exc=None, backend=str(loaded.get("backend", "replay")), mode="replay", budget_bytes=1 << 62,
         inputs_state="replay", manifest_overrides={"grad_enabled": loaded.get("grad_enabled", False),
-                                                   # training: a backward graph stays one (replay/backward.py)
+                                                   # training: a backward graph stays one (replay/training_replay.py)
                                                    **{k: loaded[k] for k in ("stage", "backward", "failed") if k in loaded},
                                                    **({"backend_source": loaded["backend_source"]} if "backend_source" in loaded else {}),
                                                    **({"triton_kernels": kernels} if kernels else {}),

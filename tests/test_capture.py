@@ -284,7 +284,7 @@ def test_process_group_descriptor(tmp_path):
     try:
         d = describe_value(dist.group.WORLD)
         assert d["kind"] == "process_group" and d["rank"] == 0 and d["size"] == 1 and d["ranks"] == [0]
-        from graphdbg.store.environment import distributed_info
+        from graphdbg.store.capture_environment import distributed_info
 
         info = distributed_info()
         assert info["source"] == "torch.distributed" and info["backend"] == "gloo"

@@ -334,13 +334,13 @@ def test_display_dispatches_on_the_class_not_its_name():
 
     from rich.console import Console
 
-    from graphdbg.replay.outcome import Outcome
+    from graphdbg.outcome import Outcome
     from graphdbg.ui.render import _repr_line, renderable, short_repr
 
-    shown = {"graphdbg.dump": ["Dump"], "graphdbg.case": ["Case"], "graphdbg.replay.outcome": ["Outcome"],
+    shown = {"graphdbg.dump": ["Dump"], "graphdbg.case": ["Case"], "graphdbg.outcome": ["Outcome"],
              "graphdbg.listing.groups": ["Listing"], "graphdbg.minify.bisect": ["PassBisection", "RankReport"],
              "graphdbg.replay.divergence": ["NodeDivergence"], "graphdbg.minify.shrinker": ["MinifyResult"],
-             "graphdbg.replay.swap": ["SwapReport"], "graphdbg.minify.bisect_envs": ["EnvBisection"],
+             "graphdbg.replay.compare_swap": ["SwapReport"], "graphdbg.minify.bisect_envs": ["EnvBisection"],
              "graphdbg.minify.bisect_ops": ["BisectOpsResult"]}
     classes = [getattr(importlib.import_module(module), name) for module, names in shown.items() for name in names]
     short_repr(object())  # a dispatch that finds nothing registers what waited for a module now loaded

@@ -12,7 +12,7 @@ import pytest
 from conftest import FIXTURES, ROOT
 
 import graphdbg
-from graphdbg.replay.outcome import DIFFERENT_FAILURE, Outcome
+from graphdbg.outcome import DIFFERENT_FAILURE, Outcome
 
 BAD_REWRITE = "fixtures.programs:bad_rewrite_backend"
 

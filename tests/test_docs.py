@@ -208,7 +208,7 @@ def test_every_command_help_ends_with_an_example_of_that_command(cli):
 
 
 def test_replay_help_lists_each_exit_code_replay_gives(cli):
-    from graphdbg.replay.outcome import DIFFERENT_FAILURE
+    from graphdbg.outcome import DIFFERENT_FAILURE
 
     text = " ".join(cli("replay", "--help").out.split())
     for code, meaning in ((0, "pass"), (1, "the captured failure"), (DIFFERENT_FAILURE, "another failure"), (2, "can't run")):

@@ -19,8 +19,8 @@ from graphdbg.judge.accuracy import compare_outputs, compared_note, judge_output
 from graphdbg.judge.difference import describe_difference, same_difference
 from graphdbg.judge.measures import parse_within
 from graphdbg.judge.mutations import compare_mutations
+from graphdbg.replay.compare_swap import distance
 from graphdbg.replay.float64 import ReferenceUnavailable, float64_reference
-from graphdbg.replay.swap import distance
 
 EVERY_DTYPE = sorted({v for v in vars(torch).values() if isinstance(v, torch.dtype)}, key=str)
 N = 24

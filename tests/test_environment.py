@@ -20,7 +20,7 @@ from graphdbg.store.manifest import find_dumps
 def own_process_state():
     """--as-captured sets flags and variables in the CLI's process: this test's, put back after."""
     from graphdbg.replay.as_captured import restore
-    from graphdbg.store.environment import settings
+    from graphdbg.store.capture_environment import settings
 
     env, before = dict(os.environ), settings()
     yield
@@ -53,7 +53,7 @@ def test_differences_are_listed_most_likely_cause_first(cli, tmp_path, monkeypat
     r = cli("replay", dump, "--trust-backend", "--no-config", "--json")
     assert r.code == 1, r
     found = json.loads(r.out)["environment_differences"]
-    from graphdbg.judge.environment import RANK
+    from graphdbg.judge.environment_diff import RANK
 
     assert [RANK[d["kind"]] for d in found] == sorted(RANK[d["kind"]] for d in found)
     rows = {d["name"]: (i, d["kind"], d["captured"], d["now"]) for i, d in enumerate(found)}
@@ -447,7 +447,7 @@ def test_every_variable_torch_triton_and_cuda_read_is_restored_only_by_the_allow
     with one odd value after another: what ``--as-captured`` (and so bisect envs and repro.py, by
     the same decision) restores is on the allow-list and within its bound, the rest is reported."""
     from graphdbg.backends.restored_vars import ENV_RESTORABLE
-    from graphdbg.judge.environment import SET_BY_TORCH
+    from graphdbg.judge.environment_diff import SET_BY_TORCH
     from graphdbg.replay.as_captured import python_lines, restore
 
     names = _variables_torch_and_triton_read() | set(HOSTILE_VARS)

@@ -1,5 +1,5 @@
 """A graph's own kernels: recorded at capture, swapped for references, and the wrong one found
-(graph/kernels.py, judge/references.py, rebuild/swap.py, replay/swap.py, minify/bisect_ops.py).
+(graph/kernels.py, judge/references.py, rebuild/op_swaps.py, replay/compare_swap.py, minify/bisect_ops.py).
 
 The programs (tests/helpers/kernel_programs.py) call custom ops with seeded bugs that eager shares, so
 accuracy mode can't see them: an int8 attention without smoothing, an RMSNorm with its epsilon
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 import graphdbg
 from graphdbg.judge import references as refs
-from graphdbg.rebuild.swap import parse_swaps, swap_ops
+from graphdbg.rebuild.op_swaps import parse_swaps, swap_ops
 from graphdbg.store.manifest import find_dumps
 
 kp = pytest.importorskip("kernel_programs")

@@ -10,7 +10,7 @@ import torch
 from conftest import FIXTURES, ROOT
 
 import graphdbg
-from graphdbg.replay.outcome import Outcome
+from graphdbg.outcome import Outcome
 from graphdbg.store.manifest import find_dumps
 
 BROKEN = "fixtures.programs:broken_transpose_backend"

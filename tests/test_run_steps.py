@@ -10,7 +10,7 @@ from conftest import FIXTURES
 
 import graphdbg
 from graphdbg.errors import GraphdbgError
-from graphdbg.replay.outcome import Outcome
+from graphdbg.outcome import Outcome
 from graphdbg.replay.run import (
     Compiler,
     build_inputs,

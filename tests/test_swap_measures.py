@@ -1,5 +1,5 @@
 """Approximate kernels judged by a measure the user sets (``--within``), and built-in references
-that say what they assumed (judge/measures.py, judge/references.py, replay/swap.py,
+that say what they assumed (judge/measures.py, judge/references.py, replay/compare_swap.py,
 minify/bisect_ops.py, export-test --swap, the pytest plugin).
 
 The kernels are a CPU analogue of SageAttention, registered with torch.library by a module the

@@ -26,8 +26,8 @@ from __future__ import annotations
 from typing import Any
 
 from graphdbg.backends.compiler_config import _CHECKS, _CODEGEN, _RUNTIME, _TRACING, CPUS, FLAG, RESTORABLE, Range, Rule, Words
-from graphdbg.judge.environment import set_line
-from graphdbg.store.environment import ENV_PREFIXES, MAX_VAR
+from graphdbg.judge.environment_diff import set_line
+from graphdbg.store.capture_environment import ENV_PREFIXES, MAX_VAR
 
 NOT_RESTORED = "recorded, not restored"
 _THREADS = ("a thread count, at most this machine's CPUs: the same work, spread over other threads (a count past them "

@@ -44,7 +44,7 @@ from graphdbg.judge.failing_node import failing_node
 from graphdbg.judge.mutations import attrs_before_call, load_attrs, mutation_mismatches
 from graphdbg.judge.signature import exception_text
 from graphdbg.rebuild.inputs import clone_values
-from graphdbg.store.environment import environment, observing_env
+from graphdbg.store.capture_environment import environment, observing_env
 from graphdbg.store.manifest import update_manifest
 from graphdbg.store.write import failure_record, link_children, write_dump
 

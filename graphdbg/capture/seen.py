@@ -33,7 +33,7 @@ from typing import Any
 
 from graphdbg.errors import DumpError
 from graphdbg.judge.difference import recorded_difference, same_difference
-from graphdbg.store.environment import distributed_info
+from graphdbg.store.capture_environment import distributed_info
 from graphdbg.store.manifest import read_manifest, update_manifest, write_manifest
 
 

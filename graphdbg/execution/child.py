@@ -93,7 +93,7 @@ def answer(request: dict, sandboxed: bool = False) -> dict:
         outcome = run_case(case, request["backend"], request["passes"], isolate=False, **request["options"])
         data = outcome.to_dict()
         if request.get("environment"):  # bisect envs: what this interpreter is, to compare with another's
-            from graphdbg.store.environment import environment  # inside the try, as the lines above
+            from graphdbg.store.capture_environment import environment  # inside the try, as the lines above
 
             data["environment"] = environment(request["backend"] if isinstance(request["backend"], str) else None)
         return data
@@ -104,7 +104,7 @@ def answer(request: dict, sandboxed: bool = False) -> dict:
 
         from graphdbg.backends.resolve import backend_label  # inside the try: a failed import is reported as the child's outcome
         from graphdbg.judge.signature import signature  # inside the try: a failed import is reported as the child's outcome
-        from graphdbg.replay.outcome import Outcome  # inside the try: a failed import is reported as the child's outcome
+        from graphdbg.outcome import Outcome  # inside the try: a failed import is reported as the child's outcome
 
         text = exception_text(e)
         return Outcome(status="crash", backend=backend_label(request["backend"]), stage="child", error_type=type(e).__name__,

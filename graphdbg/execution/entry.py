@@ -23,7 +23,7 @@ from graphdbg.rebuild.memory_budget import MAX_INPUT_GB_ENV
 from graphdbg.replay.options import ReplayOptions, replay_options
 
 if TYPE_CHECKING:
-    from graphdbg.replay.outcome import Outcome
+    from graphdbg.outcome import Outcome
 
 
 def _check_backend(backend: str | Callable[..., Any], isolate: bool) -> None:

@@ -47,8 +47,8 @@ from graphdbg.execution.sandbox import (
     with_module,
 )
 from graphdbg.judge.fatal_signal import died_of
+from graphdbg.outcome import Outcome
 from graphdbg.replay.options import DEFAULT_TIMEOUT, ReplayOptions
-from graphdbg.replay.outcome import Outcome
 from graphdbg.store.safe_files import read_child_file, read_json
 
 if TYPE_CHECKING:

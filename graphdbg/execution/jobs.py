@@ -29,8 +29,8 @@ class JobKind:
 JOB_KINDS = {
     "replay": JobKind("graphdbg.execution.worker_main:replay_task", "request"),  # (a replay child's own: child.main)
     "values": JobKind("graphdbg.execution.worker_main:values_job", "request"),  # every node's value (minify)
-    "bisect_nodes": JobKind("graphdbg.minify.backward:bisect_nodes_job", "request"),  # bisect nodes, sandboxed
-    "swap": JobKind("graphdbg.replay.swap:swap_job", "case"),  # compare --swap under --trust-kernels
+    "bisect_nodes": JobKind("graphdbg.minify.bisect_backward:bisect_nodes_job", "request"),  # bisect nodes, sandboxed
+    "swap": JobKind("graphdbg.replay.compare_swap:swap_job", "case"),  # compare --swap under --trust-kernels
     "bisect-ops": JobKind("graphdbg.minify.bisect_ops:bisect_ops_job", "case"),  # bisect ops under --trust-kernels
 }
 
@@ -48,6 +48,6 @@ def job_function(kind: Any, takes: str) -> Callable[..., Any]:
 def case_job(case: Any, job: dict[str, Any]) -> dict[str, Any]:
     """Where the graph runs sandboxed: ``job`` (a kind that takes a case) on ``case``; its JSON
     result, with the kernels the graph called."""
-    from graphdbg.replay.swap import case_kernels  # torch: only a job's far side needs it
+    from graphdbg.replay.compare_swap import case_kernels  # torch: only a job's far side needs it
 
     return {**job_function(job.get("kind"), "case")(case, job), "kernels": case_kernels(case)}

@@ -38,7 +38,7 @@ from graphdbg.store.safe_files import read_pipe, write_file
 
 if TYPE_CHECKING:
     from graphdbg.case import Case
-    from graphdbg.replay.outcome import Outcome
+    from graphdbg.outcome import Outcome
 
 WORKER_MODULE = "graphdbg.execution.worker_main"  # the worker's side: the tasks it answers
 MAX_JOBS = 200  # jobs one worker runs before a fresh one takes over

@@ -44,10 +44,10 @@ from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.execution.isolation import child_outcome
 from graphdbg.execution.sandbox import child_path, python_command
 from graphdbg.formats import load as load_dump
+from graphdbg.outcome import Outcome
 from graphdbg.rebuild.inputs import symbol_env
 from graphdbg.rebuild.memory_budget import free_bytes as free_on
 from graphdbg.replay.options import ReplayOptions
-from graphdbg.replay.outcome import Outcome
 from graphdbg.store.manifest import find_dumps
 from graphdbg.store.safe_files import read_child_file
 from graphdbg.store.specs import TensorSpec

@@ -42,13 +42,13 @@ from graphdbg.judge.difference import describe_difference
 from graphdbg.judge.rate import RateTest
 from graphdbg.minify.candidates import Candidate, OriginalGraph
 from graphdbg.minify.shrinker import as_case
+from graphdbg.outcome import DIFFERENT_FAILURE, Outcome
 from graphdbg.rebuild.inputs import clone_values
 from graphdbg.replay.backend_setup import backend_callable, inductor_patch
 from graphdbg.replay.crash import set_crash, set_pass_crash, unwrap
 from graphdbg.replay.divergence import NodeDivergence, describe_node, graph_divergence, graph_it_runs, references
 from graphdbg.replay.graph_meta import with_dynamo_meta
 from graphdbg.replay.options import ReplayOptions
-from graphdbg.replay.outcome import DIFFERENT_FAILURE, Outcome
 from graphdbg.replay.passes import PassFailed, PassSpec, apply_passes, inductor_post_grad_patch, resolve_passes
 from graphdbg.replay.run import replay_case
 from graphdbg.replay.values import ValueRecorder

@@ -37,11 +37,11 @@ from graphdbg.backends.compiler_config import ENV_OVERRIDES, ENV_TRUST_CONFIG, r
 from graphdbg.display import Displayed
 from graphdbg.errors import GraphdbgError
 from graphdbg.execution.entry import replay_dump
-from graphdbg.judge.environment import SET_BY_TORCH, Difference, differences
+from graphdbg.judge.environment_diff import SET_BY_TORCH, Difference, differences
 from graphdbg.judge.rate import RateTest
+from graphdbg.outcome import Outcome
 from graphdbg.replay.as_captured import ENV_AS_CAPTURED, prepare, setting_restorable, var_can_return
 from graphdbg.replay.options import ReplayOptions
-from graphdbg.replay.outcome import Outcome
 
 SETTABLE = ("compiler setting", "setting", "threads", "env var")
 _CHILD_VARS = SET_BY_TORCH | {"CUDA_CACHE_PATH"}  # set by graphdbg for each child (execution.sandbox.child_env)

@@ -22,8 +22,8 @@ from typing import Any
 from graphdbg.case import Case
 from graphdbg.judge.accuracy import compare_outputs
 from graphdbg.judge.measures import Bound
-from graphdbg.rebuild.swap import Swap, builtin_swaps, parse_swaps
-from graphdbg.replay.swap import (
+from graphdbg.rebuild.op_swaps import Swap, builtin_swaps, parse_swaps
+from graphdbg.replay.compare_swap import (
     as_bounds,
     case_kernel_names,
     case_kernels,

@@ -24,8 +24,8 @@ from graphdbg.graph.hashing import module_hash
 from graphdbg.judge.rate import RateTest
 from graphdbg.judge.signature import same_signature
 from graphdbg.minify.functorch_layers import balanced_functorch_layers, escaped_vmap
+from graphdbg.outcome import Outcome
 from graphdbg.replay.options import ReplayOptions
-from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.run import replay_case
 
 

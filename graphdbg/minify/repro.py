@@ -32,13 +32,13 @@ from graphdbg.graph.kernels import custom_ops
 from graphdbg.judge.accuracy import SCALE_FLOOR, TOLERANCES
 from graphdbg.judge.op_names import op_name, op_parts
 from graphdbg.judge.signature import unwrapped_error
+from graphdbg.outcome import Outcome
 from graphdbg.rebuild.inputs import NullEvent, NullStream
 from graphdbg.rebuild.kernel_source import kernels_as_captured, kernels_module, recorded_kernels
 from graphdbg.replay.as_captured import python_lines as as_captured_lines
-from graphdbg.replay.backward import differentiable_inputs, fails_in_backward, is_backward_dump, recorded_tangents
 from graphdbg.replay.graph_meta import meta_source, recorded_meta
 from graphdbg.replay.mutation import mutated_inputs
-from graphdbg.replay.outcome import Outcome
+from graphdbg.replay.training_replay import differentiable_inputs, fails_in_backward, is_backward_dump, recorded_tangents
 from graphdbg.store.safe_files import write_file
 from graphdbg.store.specs import SymSpec, TensorSpec
 

@@ -39,8 +39,8 @@ from graphdbg.minify.candidates import Candidate, OriginalGraph, has_symbolic_si
 from graphdbg.minify.oracle import Oracle, case_key
 from graphdbg.minify.repro import write_repro
 from graphdbg.minify.shrink_passes import ShrinkPass, Step, default_passes
+from graphdbg.outcome import Outcome
 from graphdbg.replay.options import DEFAULT_TIMEOUT, ReplayOptions, replay_options
-from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.run import replay_case
 from graphdbg.store.manifest import read_manifest, write_manifest
 from graphdbg.store.safe_files import Folder

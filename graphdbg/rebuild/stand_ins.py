@@ -424,7 +424,7 @@ def _replace_collective(node: fx.Node, qual: str, path: str, ctx: _Context) -> b
 def _replace_custom_op(node: fx.Node, qual: str, path: str, ctx: _Context) -> bool:
     fn, how = outputs_as_used(node, ctx.uses(node), ctx.device)
     node.target = _named(qual.rsplit(".", 1)[-1], fn, "custom_op")
-    node.target.graphdbg_op = qual  # type: ignore[attr-defined]  # what it stands for: rebuild/swap.py swaps it for a reference
+    node.target.graphdbg_op = qual  # type: ignore[attr-defined]  # what it stands for: rebuild/op_swaps.py swaps it for a reference
 
     module = ops_module_for(qual)  # its package is here, the module defining it was not imported
     hint = f"; --ops {module} would provide it" if module else ""

@@ -27,7 +27,7 @@ from graphdbg.rebuild.devices import retarget_devices
 from graphdbg.rebuild.external_objects import place_external_objects
 from graphdbg.rebuild.inputs import InputBuilder, StandIn, made_up
 from graphdbg.rebuild.memory_budget import check_fits
-from graphdbg.rebuild.sizes import bind_sizes, bound_spec, size_env
+from graphdbg.rebuild.size_symbols import bind_sizes, bound_spec, size_env
 from graphdbg.rebuild.stand_ins import install_stand_ins
 from graphdbg.rebuild.synthesize import plan_inputs, planned_bytes, synthesize
 

@@ -30,8 +30,8 @@ import torch
 
 from graphdbg.backends.compiler_config import CONFIGS, CPUS, ENV_TRUST_CONFIG, Range, replay_settings
 from graphdbg.backends.restored_vars import ENV_RESTORABLE, NOT_RESTORED, var_restorable
-from graphdbg.judge.environment import SET_BY_TORCH, Difference, differences, read_by_backend
-from graphdbg.store.environment import SETTINGS, environment
+from graphdbg.judge.environment_diff import SET_BY_TORCH, Difference, differences, read_by_backend
+from graphdbg.store.capture_environment import SETTINGS, environment
 from graphdbg.store.redact import redacted_vars
 
 ENV_AS_CAPTURED = "GRAPHDBG_AS_CAPTURED"

@@ -13,7 +13,7 @@ from graphdbg.errors import GraphdbgError
 from graphdbg.replay.passes import PassReport, PassSpec, inductor_post_grad_patch, resolve_passes
 
 if TYPE_CHECKING:
-    from graphdbg.replay.outcome import Outcome
+    from graphdbg.outcome import Outcome
 
 
 def backend_callable(be: str | Callable[..., Any]) -> Callable[..., Any]:

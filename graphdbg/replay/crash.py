@@ -14,7 +14,7 @@ from graphdbg.replay.passes import PassFailed, find_pass_failure
 if TYPE_CHECKING:
     import torch.fx as fx
 
-    from graphdbg.replay.outcome import Outcome
+    from graphdbg.outcome import Outcome
 
 
 def unwrap(e: BaseException) -> BaseException:

@@ -25,10 +25,10 @@ import torch.fx as fx
 from graphdbg.display import Displayed
 from graphdbg.graph.hashing import target_name
 from graphdbg.judge.accuracy import BY_DTYPE, Tolerance, judge_outputs
+from graphdbg.outcome import DIFFERENT_FAILURE
 from graphdbg.rebuild.inputs import clone_values
 from graphdbg.replay.float64 import Float64Recorder
 from graphdbg.replay.graph_meta import with_dynamo_meta
-from graphdbg.replay.outcome import DIFFERENT_FAILURE
 from graphdbg.replay.passes import apply_passes
 from graphdbg.replay.values import COMPUTE_OPS, ValueRecorder
 

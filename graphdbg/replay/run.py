@@ -51,10 +51,20 @@ from graphdbg.judge.accuracy import (
 from graphdbg.judge.failing_node import code_file, failing_node, node_on_line
 from graphdbg.judge.randomness import random_outputs, rng_state, same_draws, same_generators, set_rng_state
 from graphdbg.judge.signature import exception_text, signature
+from graphdbg.outcome import Outcome
 from graphdbg.rebuild.inputs import clone_value
 from graphdbg.rebuild.kernel_source import kernels_ran
 from graphdbg.replay.backend_setup import backend_and_passes, compiler_settings
-from graphdbg.replay.backward import (
+from graphdbg.replay.crash import failed_pass, set_crash, set_pass_crash, unwrap
+from graphdbg.replay.divergence import replay_divergence, runs_graph
+from graphdbg.replay.float64 import ReferenceUnavailable, float64_reference
+from graphdbg.replay.graph_meta import reads_meta, with_dynamo_meta
+from graphdbg.replay.mutation import mutated_inputs
+from graphdbg.replay.options import ReplayOptions, replay_options
+from graphdbg.replay.passes import apply_passes
+from graphdbg.replay.retrace import compile_as_captured, whole_graph
+from graphdbg.replay.stand_in_flow import stand_ins_behind_outputs
+from graphdbg.replay.training_replay import (
     add_mismatches,
     as_graph_backend,
     fails_in_backward,
@@ -64,16 +74,6 @@ from graphdbg.replay.backward import (
     run_training_case,
     written_attrs_before,
 )
-from graphdbg.replay.crash import failed_pass, set_crash, set_pass_crash, unwrap
-from graphdbg.replay.divergence import replay_divergence, runs_graph
-from graphdbg.replay.float64 import ReferenceUnavailable, float64_reference
-from graphdbg.replay.graph_meta import reads_meta, with_dynamo_meta
-from graphdbg.replay.mutation import mutated_inputs
-from graphdbg.replay.options import ReplayOptions, replay_options
-from graphdbg.replay.outcome import Outcome
-from graphdbg.replay.passes import apply_passes
-from graphdbg.replay.retrace import compile_as_captured, whole_graph
-from graphdbg.replay.stand_in_flow import stand_ins_behind_outputs
 from graphdbg.replay.uninitialised import set_aside_uninitialised
 
 if TYPE_CHECKING:

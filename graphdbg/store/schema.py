@@ -26,7 +26,7 @@ from pydantic.functional_validators import PlainValidator
 from pydantic.json_schema import WithJsonSchema
 
 from graphdbg.errors import DumpError, GraphdbgError
-from graphdbg.store.sizes import (
+from graphdbg.store.symbolic_sizes import (
     MAX_NUMEL,  # elements of one tensor: 64 Gi elements is past any one device's memory
     check_numel,
     eval_dim,

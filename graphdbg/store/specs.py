@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from graphdbg.errors import GraphdbgError
-from graphdbg.store.sizes import (  # noqa: F401 (re-exported: where they always were)
+from graphdbg.store.symbolic_sizes import (  # noqa: F401 (re-exported: where they always were)
     MAX_EXPR_CHARS,
     MAX_EXPR_NODES,
     MAX_MAGNITUDE,

@@ -20,8 +20,8 @@ import torch
 
 from graphdbg.judge.fatal_signal import FAULT_FILE
 from graphdbg.judge.signature import format_exception, signature
+from graphdbg.store.capture_environment import distributed_info, environment
 from graphdbg.store.describe import describe_value, tensor_stats
-from graphdbg.store.environment import distributed_info, environment
 from graphdbg.store.manifest import (
     GRAPH,
     INPUTS,

@@ -405,7 +405,7 @@ class DumpItem(pytest.Item):
         from graphdbg.errors import GraphdbgError
 
         # lazy: as the line above
-        from graphdbg.replay.swap import swap_dump
+        from graphdbg.replay.compare_swap import swap_dump
 
         swaps, config = _swaps(self.config), self.config
         ops = [m.strip() for m in (config.getoption("graphdbg_ops") or config.getini("graphdbg_ops") or "").split(",") if m.strip()]

@@ -20,7 +20,7 @@ from rich.tree import Tree
 from graphdbg.backends.recipe import shown_backend
 from graphdbg.dump import Dump, is_failure  # not graphdbg.listing: its cache and readers are ls's alone
 from graphdbg.judge.difference import describe_difference
-from graphdbg.judge.environment import suspects
+from graphdbg.judge.environment_diff import suspects
 from graphdbg.tables import failing_node_names
 
 if TYPE_CHECKING:
@@ -704,7 +704,7 @@ def environment_panel(differences: list[Any], not_restored: list[str] | None = N
     return Boxed(text, "differs from the capture", "yellow")
 
 
-@_when_loaded(renderable, "graphdbg.replay.outcome", "Outcome")
+@_when_loaded(renderable, "graphdbg.outcome", "Outcome")
 def outcome_panel(outcome: Any, dump: Any = None, differences: list[Any] | None = None) -> Boxed:
     text = Text()
     if dump is not None:
@@ -904,7 +904,7 @@ def append_kernel_lines(text: Text, kernels: list[dict[str, Any]]) -> None:
                     style="yellow" if k["ran"] == "stand-in" else "dim")
 
 
-@_when_loaded(renderable, "graphdbg.replay.swap", "SwapReport")
+@_when_loaded(renderable, "graphdbg.replay.compare_swap", "SwapReport")
 def swap_table(report: Any) -> Group:
     """``compare --swap``: per output, how far the swaps move it."""
     swaps = ", ".join(f"{s['op']} -> {s['reference']}" for s in report.swaps)
@@ -1012,7 +1012,7 @@ def _minify_repr(r: Any) -> str:
             f"{', interrupted' if r.interrupted else ''}{saved})")
 
 
-@_when_loaded(_repr_line, "graphdbg.replay.outcome", "Outcome")
+@_when_loaded(_repr_line, "graphdbg.outcome", "Outcome")
 def _outcome_repr(o: Any) -> str:
     return f"Outcome({o.summary() if o.status != 'pass' else 'pass'}, backend {o.backend!r}{_seconds(o.total_s)})"
 

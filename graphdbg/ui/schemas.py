@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from graphdbg.errors import GraphdbgError
-from graphdbg.replay.outcome import Outcome
+from graphdbg.outcome import Outcome
 
 _STR = {"type": ["string", "null"]}
 _NUM = {"type": ["number", "null"]}

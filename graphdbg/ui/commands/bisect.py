@@ -82,7 +82,7 @@ def bisect_nodes(
     d = _load_with_progress(dump, "bisect", quiet=as_json)
     backend = backend or _own_backend(d, dump, trust_backend, "bisect nodes")
     if backward:
-        from graphdbg.minify.backward import bisect_training_nodes as run  # noqa: F811
+        from graphdbg.minify.bisect_backward import bisect_training_nodes as run  # noqa: F811
     from graphdbg.execution.isolation import deadline
 
     opts = ReplayOptions(rtol=rtol, atol=atol, device=device)

@@ -234,7 +234,7 @@ def _recorded_config(command: Callable[..., None]) -> Callable[..., None]:
 def _environment(dump: object, as_captured: bool, as_json: bool) -> tuple[list, list[str]]:
     """What differs from the capture (after --as-captured restored what it can), printed before
     the verdict unless --json, where the caller adds it as ``environment_differences``."""
-    from graphdbg.judge.environment import recorded
+    from graphdbg.judge.environment_diff import recorded
 
     manifest = getattr(dump, "manifest_data", None)
     if not recorded(manifest) and not as_captured:
@@ -254,7 +254,7 @@ def _environment(dump: object, as_captured: bool, as_json: bool) -> tuple[list, 
 def _with_code_differences(found: list, dump: object, outcome: object) -> list:
     """``found`` and where the replay's generated code differs from the capture's, ranked (a
     variable the backend read first, then the generated code)."""
-    from graphdbg.judge.environment import code_differences, ranked
+    from graphdbg.judge.environment_diff import code_differences, ranked
 
     return ranked(code_differences(getattr(dump, "manifest_data", None), getattr(outcome, "generated_code", None)) + found)
 

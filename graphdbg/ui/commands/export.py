@@ -71,7 +71,7 @@ def export_test(
 def _export_swap_test(d: object, out: Path, swap: list[str], ops: str | None, trust_kernels: bool,
                       bounds: list | None = None) -> None:
     from graphdbg.minify.export_test import export_swap_test
-    from graphdbg.replay.swap import swap_dump
+    from graphdbg.replay.compare_swap import swap_dump
 
     modules = [m.strip() for m in (ops or "").split(",") if m.strip()]
     swap_dump(d, swap, ops=modules, trust_kernels=trust_kernels, within=bounds)  # a bad --swap is an error now, not in the test

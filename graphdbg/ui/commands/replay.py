@@ -202,7 +202,7 @@ def compare(
 
 def _compare_swap(dump: Path, swap: list[str], device: str | None, ops: str | None, seed: int | None, as_json: bool,
                   trust_kernels: bool, timeout: float | None, isolate: bool, bounds: list | None = None) -> int:
-    from graphdbg.replay.swap import swap_dump
+    from graphdbg.replay.compare_swap import swap_dump
 
     _inputs_setup(ops, seed)
     d = _load_with_progress(dump, "compare", quiet=as_json)

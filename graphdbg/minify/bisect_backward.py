@@ -25,8 +25,8 @@ from graphdbg.formats import load as load_dump
 from graphdbg.minify.bisect import NodeDivergence, bisect_nodes
 from graphdbg.minify.shrinker import as_case
 from graphdbg.rebuild.inputs import clone_values
-from graphdbg.replay.backward import TANGENT_SEED, as_graph_backend, differentiable_inputs, grad_leaves, is_backward_dump
 from graphdbg.replay.options import ReplayOptions
+from graphdbg.replay.training_replay import TANGENT_SEED, as_graph_backend, differentiable_inputs, grad_leaves, is_backward_dump
 from graphdbg.store.safe_files import backward_dump_folder
 
 

@@ -2,7 +2,7 @@
 
 ``compare --swap OP=REFERENCE`` runs a dump's graph twice on the same inputs, eagerly (a kernel
 is judged as it is, not as a compiler rewrote it): once as captured, once with every call of
-OP replaced (``rebuild/swap.py``), and says per output how far the kernel is from its reference
+OP replaced (``rebuild/op_swaps.py``), and says per output how far the kernel is from its reference
 (``judge/measures.py``: the reference is the graph with the swaps) and whether that is close: at
 the output dtype's tolerance, or within the user's bounds (``--within cosine>=0.9999``).
 
@@ -31,7 +31,7 @@ from graphdbg.judge.accuracy import BIT_FOR_BIT, BY_DTYPE, EXACT, compare_value
 from graphdbg.judge.measures import Bound, measure, parse_within, within
 from graphdbg.rebuild.inputs import StandIn
 from graphdbg.rebuild.kernel_source import kernels_ran
-from graphdbg.rebuild.swap import Swap, kernel_constants, kernel_names, parse_swaps, swap_ops
+from graphdbg.rebuild.op_swaps import Swap, kernel_constants, kernel_names, parse_swaps, swap_ops
 from graphdbg.replay.float64 import ReferenceUnavailable, float64_reference
 from graphdbg.replay.mutation import mutated_inputs
 from graphdbg.replay.options import ReplayOptions

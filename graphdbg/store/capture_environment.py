@@ -39,7 +39,7 @@ import torch
 
 from graphdbg._version import __version__
 from graphdbg.errors import GraphdbgError
-from graphdbg.judge.environment import ENV_PREFIXES
+from graphdbg.judge.environment_diff import ENV_PREFIXES
 from graphdbg.store.safe_files import read_regular
 
 

@@ -31,12 +31,12 @@ from graphdbg.errors import GraphdbgError
 from graphdbg.graph.autocast import autocast_kept, without_regions
 from graphdbg.judge.accuracy import BY_DTYPE, OutputMismatch, Tolerance, judge_outputs
 from graphdbg.judge.mutations import GradientMismatch, compare_mutations, written_state
+from graphdbg.outcome import Outcome
 from graphdbg.rebuild.inputs import clone_values, to_float64
 from graphdbg.replay.backend_setup import backend_and_passes, compiler_settings
 from graphdbg.replay.crash import failed_pass, set_crash, set_pass_crash, unwrap
 from graphdbg.replay.graph_meta import reads_meta, with_dynamo_meta
 from graphdbg.replay.options import ReplayOptions
-from graphdbg.replay.outcome import Outcome
 from graphdbg.replay.passes import apply_passes
 from graphdbg.replay.retrace import compile_as_captured, whole_graph
 from graphdbg.store.manifest import read_manifest

@@ -4,6 +4,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -50,12 +52,26 @@ def run_graphdbg(*args: object, cwd: Path | None = None, **env: str) -> subproce
                           cwd=cwd or ROOT, env=full, timeout=600)
 
 
+def run_pytest_files(cwd: Path, *files: Path | str, env: dict) -> tuple[subprocess.CompletedProcess[str], dict[str, str | None]]:
+    """``python -m pytest FILES`` from ``cwd`` in one interpreter (one start, not one per file, for
+    exported tests that are each judged on their own), and, for each file's module name, its
+    failure's message and text (``None`` where it passed), read from the run's JUnit XML."""
+    xml = Path(tempfile.mkdtemp(prefix="graphdbg-test-junit-")) / "out.xml"
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
+                          *map(str, files)], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    verdicts: dict[str, str | None] = {}
+    for case in ET.parse(xml).getroot().iter("testcase") if xml.is_file() else ():
+        bad = case.find("failure") if case.find("failure") is not None else case.find("error")
+        verdicts[case.get("classname", "").rpartition(".")[2]] = None if bad is None else f"{bad.get('message')}\n{bad.text}"
+    return run, verdicts
+
+
 @pytest.fixture
 def child_pythonpath(monkeypatch):
     """Child processes (isolated replays, torchrun ranks) import this graphdbg and the tests' backends and passes."""
     monkeypatch.setenv("PYTHONPATH", child_env(tests=True, inherit=True)["PYTHONPATH"])
 # ls's cache (listing/cache.py) in a folder of this run's, never the user's ~/.cache
-os.environ.setdefault("GRAPHDBG_CACHE_DIR", os.path.join(__import__("tempfile").mkdtemp(prefix="graphdbg-test-cache-")))
+os.environ.setdefault("GRAPHDBG_CACHE_DIR", os.path.join(tempfile.mkdtemp(prefix="graphdbg-test-cache-")))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -190,10 +190,10 @@ def check_exported_test(path: str | Path, *, kind: str, captured: str | None, ti
     """
 
     path = Path(path).resolve()
-    if not _has_pytest():
-        return SelfCheck(False, f"not run: pytest is not installed for {sys.executable} (pip install pytest)", None,
-                         missing="pytest")
     with tempfile.TemporaryDirectory(prefix="graphdbg-selfcheck-", ignore_cleanup_errors=True) as tmp:
+        if not _has_pytest(Path(tmp)):
+            return SelfCheck(False, f"not run: pytest is not installed for {sys.executable} (pip install pytest)", None,
+                             missing="pytest")
         # The test file alone, in a fresh folder that is pytest's rootdir, conftest boundary and
         # settings: no pytest.ini, conftest.py or package __init__.py beside the test (or above
         # it) is read or imported. Its data (``<stem>_data`` beside it) is linked, not copied.
@@ -232,13 +232,22 @@ def check_exported_test(path: str | Path, *, kind: str, captured: str | None, ti
     return SelfCheck(status == "crash" and same_signature(signature, captured), line, code, sandbox=sandbox)
 
 
-def _has_pytest() -> bool:
+def _has_pytest(empty: Path) -> bool:
     """Whether the user's interpreter finds pytest, asked before anything of graphdbg loads there
-    (which may stop first on another missing package: the question is pytest)."""
+    (which may stop first on another missing package: the question is pytest). It starts in the
+    ``empty`` folder: nothing of the folder graphdbg runs in (a ``sitecustomize.py``, shadows) is on
+    its path: an isolated interpreter (``-I``: no ``PYTHONPATH``, no user site, so no
+    ``sitecustomize.py`` of the user's folders runs) given the import path the sandboxed run gets
+    (``child_path``, which leaves out the current folder)."""
     import subprocess  # here: only the exported test's self-check asks
 
-    probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('pytest') else 3)"
-    done = subprocess.run([sys.executable, "-c", probe], env=_clean_env(None), capture_output=True, timeout=120)
+    probe = ("import importlib.util, json, os, sys\n"
+             "p = json.loads(os.environ.get('GRAPHDBG_CHILD_PATH') or '{}')\n"
+             "sys.path[:0] = p.get('head', [])\n"
+             "sys.path += [e for e in p.get('tail', []) if e not in sys.path]\n"
+             "sys.exit(0 if importlib.util.find_spec('pytest') else 3)\n")
+    done = subprocess.run([sys.executable, "-I", "-c", probe], env={**_clean_env(None), **child_path()}, cwd=empty,
+                          capture_output=True, timeout=120)
     return done.returncode != 3
 
 

@@ -81,11 +81,16 @@ _O_PATH = getattr(os, "O_PATH", 0o10000000)
 # user's trusted code by name, found last (after everything installed, so they shadow nothing,
 # and no other file of their folder is found: not a ``triton/`` that torch would try to import).
 CHILD_PATH_ENV = "GRAPHDBG_CHILD_PATH"
-_BOOT = (
-    "import importlib.machinery, json, os, runpy, sys\n"
+# A child's import path from ``$GRAPHDBG_CHILD_PATH`` (``child_path``): its head before the
+# interpreter's own path, its tail after; ``p`` stays for the named modules below.
+CHILD_PATH_SETUP = (
+    "import json, os, sys\n"
     "p = json.loads(os.environ.get('GRAPHDBG_CHILD_PATH') or '{}')\n"
     "sys.path[:0] = p.get('head', [])\n"
     "sys.path += [e for e in p.get('tail', []) if e not in sys.path]\n"
+)
+# what the boot runs with is imported before the path grows (a user's folder on it may hold a runpy.py)
+_BOOT = "import importlib.machinery, runpy\n" + CHILD_PATH_SETUP + (
     "class Named:\n"
     "    def __init__(self, key):\n"
     "        self.key = key\n"

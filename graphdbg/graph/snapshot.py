@@ -8,6 +8,7 @@ compile time, because some of it (weak references in Dynamo's side table) is gon
 from __future__ import annotations
 
 import copy
+import functools
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,6 +72,7 @@ class GraphSnapshot:
         )
 
 
+@functools.cache  # once per process: torch's dtypes don't change
 def name_every_dtype() -> None:
     """FX prints each node's dtype by its abbreviation from torch's table, which on some torch
     releases lacks dtypes that release has (2.11: bits8, bits2x4, bits4x2, int1-7): printing a

@@ -32,7 +32,7 @@ from pathlib import Path
 from graphdbg.backends.resolve import USER_PYTHONPATH
 from graphdbg.errors import DumpError, GraphdbgError
 from graphdbg.execution.isolation import ChildGroup, tail_of
-from graphdbg.execution.sandbox import ENV, SANDBOX_NOTE, WRITABLE_ENV, child_env, child_path, python_command
+from graphdbg.execution.sandbox import CHILD_PATH_SETUP, ENV, SANDBOX_NOTE, WRITABLE_ENV, child_env, child_path, python_command
 from graphdbg.judge.fatal_signal import died_of
 from graphdbg.judge.signature import same_signature
 from graphdbg.store.safe_files import read_child_file
@@ -241,11 +241,7 @@ def _has_pytest(empty: Path) -> bool:
     (``child_path``, which leaves out the current folder)."""
     import subprocess  # here: only the exported test's self-check asks
 
-    probe = ("import importlib.util, json, os, sys\n"
-             "p = json.loads(os.environ.get('GRAPHDBG_CHILD_PATH') or '{}')\n"
-             "sys.path[:0] = p.get('head', [])\n"
-             "sys.path += [e for e in p.get('tail', []) if e not in sys.path]\n"
-             "sys.exit(0 if importlib.util.find_spec('pytest') else 3)\n")
+    probe = CHILD_PATH_SETUP + "import importlib.util\nsys.exit(0 if importlib.util.find_spec('pytest') else 3)\n"
     done = subprocess.run([sys.executable, "-I", "-c", probe], env={**_clean_env(None), **child_path()}, cwd=empty,
                           capture_output=True, timeout=120)
     return done.returncode != 3
